@@ -1,0 +1,37 @@
+package ring
+
+import (
+	"errors"
+	"fmt"
+	"os"
+)
+
+// Errors a producer or consumer returns; test them with errors.Is.
+var (
+	ErrBadName      = errors.New("bad ring name")
+	ErrNotFound     = errors.New("ring not found")
+	ErrInUse        = errors.New("ring name in use by a live producer")
+	ErrBusy         = errors.New("ring busy: another consumer is attached")
+	ErrVersion      = errors.New("unsupported ring layout version")
+	ErrCorrupt      = errors.New("corrupt ring")
+	ErrProducerGone = errors.New("producer gone")
+	ErrEndOfStream  = errors.New("end of stream")
+	ErrFull         = errors.New("ring full")
+	ErrClosed       = errors.New("ring closed")
+	ErrNoHugePages  = errors.New("no hugepages available")
+	ErrBadConfig    = errors.New("bad ring configuration")
+	// ErrTimeout is returned when a wait's deadline passes; it matches os.ErrDeadlineExceeded.
+	ErrTimeout = fmt.Errorf("ring wait: %w", os.ErrDeadlineExceeded)
+)
+
+// VersionError names both versions when a consumer meets a layout major it does not know.
+type VersionError struct {
+	Found, Supported uint16
+}
+
+func (e *VersionError) Error() string {
+	return fmt.Sprintf("ring layout major version %d, this client supports %d", e.Found, e.Supported)
+}
+
+// Is makes errors.Is(err, ErrVersion) true.
+func (e *VersionError) Is(target error) bool { return target == ErrVersion }

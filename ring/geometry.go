@@ -1,0 +1,226 @@
+package ring
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/bits"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync/atomic"
+)
+
+// Default locations of ring files (spec §1).
+const (
+	DefaultDir     = "/dev/shm"
+	DefaultHugeDir = "/dev/hugepages"
+)
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$`)
+
+// ValidateName checks a ring name against the spec's rule, so the files it names stay inside their dir.
+func ValidateName(name string) error {
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("ring name %q: %w: use 1-64 characters from [A-Za-z0-9_.-], not starting with '.'", name, ErrBadName)
+	}
+	return nil
+}
+
+func baseName(name string) string { return fmt.Sprintf("ibvbridge.%s.v%d", name, MajorVersion) }
+
+// CtlPath is the control file of ring name in dir.
+func CtlPath(dir, name string) string { return filepath.Join(dir, baseName(name)+".ctl") }
+
+func lockPath(dir, name string) string { return filepath.Join(dir, baseName(name)+".lock") }
+
+// consPathFor derives the consumer lock file from a control file path (spec §1).
+func consPathFor(ctl string) (string, error) {
+	if !strings.HasSuffix(ctl, ".ctl") {
+		return "", fmt.Errorf("control file %s: %w: path must end in .ctl", ctl, ErrBadName)
+	}
+	return strings.TrimSuffix(ctl, ".ctl") + ".cons", nil
+}
+
+// Geometry is where everything lies in the data file.
+type Geometry struct {
+	SlotCount     uint64
+	SlotSize      uint64
+	MaxItems      uint32
+	PageSize      uint32
+	DataFileSize  uint64
+	DescOffset    uint64
+	ItemsOffset   uint64
+	MetaOffset    uint64
+	MetaSize      uint64
+	PayloadOffset uint64
+	PacketOffset  uint64
+	PacketSize    uint64
+}
+
+func alignUp(v, a uint64) uint64 { return (v + a - 1) &^ (a - 1) }
+
+// layoutGeometry places the regions of spec §3 one after another, each 4096-aligned.
+func layoutGeometry(slotCount, slotSize uint64, maxItems uint32, metaSize, packetSize uint64, pageSize uint32) Geometry {
+	g := Geometry{SlotCount: slotCount, SlotSize: slotSize, MaxItems: maxItems, PageSize: pageSize,
+		MetaSize: metaSize, PacketSize: packetSize}
+	off := uint64(0)
+	g.DescOffset = off
+	off = alignUp(off+slotCount*DescSize, RegionAlign)
+	g.ItemsOffset = off
+	off = alignUp(off+slotCount*uint64(maxItems)*ItemSize, RegionAlign)
+	g.MetaOffset = off
+	off = alignUp(off+metaSize, RegionAlign)
+	g.PayloadOffset = off
+	off = alignUp(off+slotCount*slotSize, RegionAlign)
+	g.PacketOffset = off
+	off = alignUp(off+packetSize, RegionAlign)
+	g.DataFileSize = alignUp(off, uint64(pageSize))
+	return g
+}
+
+type region struct {
+	name      string
+	off, size uint64
+}
+
+// Validate checks the geometry as spec §7.2 step 4 requires, before anything in the data file is touched:
+// a corrupt header gives an error, never an out-of-bounds access.
+func (g Geometry) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrCorrupt, fmt.Sprintf(format, args...))
+	}
+	if g.SlotCount == 0 || g.SlotCount > MaxSlotCount || g.SlotCount&(g.SlotCount-1) != 0 {
+		return bad("slot_count %d is not a power of two in 1..%d", g.SlotCount, MaxSlotCount)
+	}
+	if g.SlotSize == 0 || g.SlotSize%64 != 0 || g.SlotSize > 1<<40 {
+		return bad("slot_size %d is not a non-zero multiple of 64", g.SlotSize)
+	}
+	if g.MaxItems == 0 || g.MaxItems > MaxItems {
+		return bad("max_items %d not in 1..%d", g.MaxItems, MaxItems)
+	}
+	if g.PageSize < 4096 || g.PageSize&(g.PageSize-1) != 0 {
+		return bad("page_size %d is not a power of two >= 4096", g.PageSize)
+	}
+	if g.DataFileSize%uint64(g.PageSize) != 0 {
+		return bad("data_file_size %d is not a multiple of page_size %d", g.DataFileSize, g.PageSize)
+	}
+	if g.MetaSize < metaHeaderSize {
+		return bad("meta_size %d < %d", g.MetaSize, metaHeaderSize)
+	}
+	mul := func(a, b uint64) (uint64, bool) {
+		hi, lo := bits.Mul64(a, b)
+		return lo, hi == 0
+	}
+	descBytes, ok1 := mul(g.SlotCount, DescSize)
+	itemBytes, ok2 := mul(g.SlotCount, uint64(g.MaxItems)*ItemSize)
+	payloadBytes, ok3 := mul(g.SlotCount, g.SlotSize)
+	if !ok1 || !ok2 || !ok3 {
+		return bad("region sizes overflow")
+	}
+	regions := []region{
+		{"descriptors", g.DescOffset, descBytes},
+		{"item tables", g.ItemsOffset, itemBytes},
+		{"metadata", g.MetaOffset, g.MetaSize},
+		{"payload", g.PayloadOffset, payloadBytes},
+		{"packet area", g.PacketOffset, g.PacketSize},
+	}
+	for i, r := range regions {
+		if r.off%RegionAlign != 0 {
+			return bad("%s offset %d is not %d-aligned", r.name, r.off, RegionAlign)
+		}
+		end := r.off + r.size
+		if end < r.off || end > g.DataFileSize {
+			return bad("%s [%d, +%d) runs past data_file_size %d", r.name, r.off, r.size, g.DataFileSize)
+		}
+		for _, o := range regions[:i] {
+			if r.size != 0 && o.size != 0 && r.off < o.off+o.size && o.off < end {
+				return bad("%s overlaps %s", r.name, o.name)
+			}
+		}
+	}
+	return nil
+}
+
+// header is the decoded constant part of the control file.
+type header struct {
+	Major, Minor uint16
+	CtlSize      uint32
+	Policy       Policy
+	SessionID    uint64
+	ProducerPID  uint64
+	StartNanos   uint64
+	StatsCount   uint32
+	DataPath     string
+	Geometry
+}
+
+// ErrNotReady reports a control file whose magic or state says it is still being created.
+var errNotReady = errors.New("ring not ready")
+
+// parseHeader decodes and validates a control file's header. It returns errNotReady while the
+// producer is still initialising (magic 0 or state INIT) so the caller can wait.
+func parseHeader(ctl []byte) (header, error) {
+	var h header
+	if len(ctl) < CtlSize {
+		return h, fmt.Errorf("%w: control file is %d bytes, want %d", ErrCorrupt, len(ctl), CtlSize)
+	}
+	le := binary.LittleEndian
+	magic := le.Uint64(ctl[offMagic:])
+	if magic == 0 {
+		return h, errNotReady
+	}
+	if magic != Magic {
+		return h, fmt.Errorf("%w: bad magic %#x", ErrCorrupt, magic)
+	}
+	h.Major = le.Uint16(ctl[offMajor:])
+	h.Minor = le.Uint16(ctl[offMinor:])
+	if h.Major != MajorVersion {
+		return h, &VersionError{Found: h.Major, Supported: MajorVersion}
+	}
+	if State(loadState(ctl)) == StateInit {
+		return h, errNotReady
+	}
+	h.CtlSize = le.Uint32(ctl[offCtlSize:])
+	if h.CtlSize != CtlSize {
+		return h, fmt.Errorf("%w: ctl_size %d, want %d", ErrCorrupt, h.CtlSize, CtlSize)
+	}
+	if d := le.Uint32(ctl[offDescSize:]); d != DescSize {
+		return h, fmt.Errorf("%w: desc_size %d, want %d", ErrCorrupt, d, DescSize)
+	}
+	if s := le.Uint32(ctl[offItemSize:]); s != ItemSize {
+		return h, fmt.Errorf("%w: item_size %d, want %d", ErrCorrupt, s, ItemSize)
+	}
+	h.Policy = Policy(le.Uint32(ctl[offPolicy:]))
+	h.SessionID = le.Uint64(ctl[offSessionID:])
+	h.ProducerPID = le.Uint64(ctl[offProducerPID:])
+	h.StartNanos = le.Uint64(ctl[offProducerStart:])
+	h.StatsCount = le.Uint32(ctl[offStatsCount:])
+	h.Geometry = Geometry{
+		SlotCount:     le.Uint64(ctl[offSlotCount:]),
+		SlotSize:      le.Uint64(ctl[offSlotSize:]),
+		MaxItems:      le.Uint32(ctl[offMaxItems:]),
+		PageSize:      le.Uint32(ctl[offPageSize:]),
+		DataFileSize:  le.Uint64(ctl[offDataFileSize:]),
+		DescOffset:    le.Uint64(ctl[offDescOffset:]),
+		ItemsOffset:   le.Uint64(ctl[offItemsOffset:]),
+		MetaOffset:    le.Uint64(ctl[offMetaOffset:]),
+		MetaSize:      le.Uint64(ctl[offMetaSize:]),
+		PayloadOffset: le.Uint64(ctl[offPayloadOffset:]),
+		PacketOffset:  le.Uint64(ctl[offPacketOffset:]),
+		PacketSize:    le.Uint64(ctl[offPacketSize:]),
+	}
+	if err := h.Geometry.Validate(); err != nil {
+		return h, err
+	}
+	path := ctl[offDataPath : offDataPath+DataPathMax]
+	n := bytes.IndexByte(path, 0)
+	if n <= 0 || path[0] != '/' {
+		return h, fmt.Errorf("%w: data_path is not a NUL-terminated absolute path", ErrCorrupt)
+	}
+	h.DataPath = string(path[:n])
+	return h, nil
+}
+
+func loadState(ctl []byte) uint32 { return atomic.LoadUint32(u32at(ctl, offState)) }

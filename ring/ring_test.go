@@ -1,0 +1,753 @@
+package ring_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ibvbridge/ibvbridge/ring"
+	"github.com/ibvbridge/ibvbridge/ring/ringtest"
+)
+
+// The test binary doubles as a producer process for the kill -9 tests.
+func TestMain(m *testing.M) {
+	if dir := os.Getenv("RING_TEST_CHILD_DIR"); dir != "" {
+		childProducer(dir, os.Getenv("RING_TEST_CHILD_NAME"))
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// childProducer publishes a few heaps, reports on stdout, then waits to be killed.
+func childProducer(dir, name string) {
+	p, err := ring.Create(name, ring.Config{Dir: dir, HugePages: ring.HugePagesOff, SlotCount: 8, SlotSize: 4096})
+	if err != nil {
+		os.Stdout.WriteString("error " + err.Error() + "\n")
+		os.Exit(1)
+	}
+	pb := ringtest.Publisher{P: p, Size: 100, Fill: true}
+	for cnt := uint64(1); cnt <= 3; cnt++ {
+		if _, err := pb.Publish(cnt, 0); err != nil {
+			os.Exit(1)
+		}
+	}
+	os.Stdout.WriteString("ready\n")
+	time.Sleep(time.Minute)
+	os.Exit(0)
+}
+
+func testConfig(t *testing.T) ring.Config {
+	return ring.Config{Dir: t.TempDir(), HugePages: ring.HugePagesOff, SlotCount: 8, SlotSize: 4096}
+}
+
+func mustCreate(t *testing.T, name string, cfg ring.Config) *ring.Producer {
+	t.Helper()
+	p, err := ring.Create(name, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+func mustAttach(t *testing.T, name string, cfg ring.Config) *ring.Consumer {
+	t.Helper()
+	c, err := ring.Attach(name, ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func publish(t *testing.T, p *ring.Producer, cnt uint64, size int) {
+	t.Helper()
+	pb := ringtest.Publisher{P: p, Size: size, Fill: true}
+	if _, err := pb.Publish(cnt, uint64(time.Now().UnixNano())); err != nil {
+		t.Fatalf("publish %d: %v", cnt, err)
+	}
+}
+
+func checkHeap(t *testing.T, h ring.Heap, cnt uint64, size int) {
+	t.Helper()
+	if h.HeapCnt != cnt || h.Received != uint64(size) || len(h.Payload) != size || h.Flags != ring.FlagComplete {
+		t.Fatalf("heap %+v, want cnt %d size %d", h, cnt, size)
+	}
+	if i := ringtest.VerifyPattern(h.Payload, cnt); i >= 0 {
+		t.Fatalf("heap %d: byte %d is wrong", cnt, i)
+	}
+	it, ok := h.Item(ringtest.CntItemID)
+	if !ok || !it.Immediate() || it.Value != cnt {
+		t.Fatalf("heap %d: cnt item %+v", cnt, it)
+	}
+	pl, ok := h.Item(ringtest.PayloadItemID)
+	if !ok || pl.Immediate() || len(h.ItemBytes(pl)) != size {
+		t.Fatalf("heap %d: payload item %+v", cnt, pl)
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	cfg := testConfig(t)
+	p := mustCreate(t, "rt", cfg)
+	c := mustAttach(t, "rt", cfg)
+	if c.SessionID() == 0 {
+		t.Fatal("session id 0")
+	}
+	for round := 0; round < 5; round++ { // several laps of the 8-slot ring
+		for i := 0; i < 6; i++ {
+			publish(t, p, uint64(round*6+i+1), 100+i*8)
+		}
+		for i := 0; i < 6; i++ {
+			h, err := c.Next(time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkHeap(t, h, uint64(round*6+i+1), 100+i*8)
+			c.Release(h)
+		}
+	}
+	st := c.Stats()
+	if st.Get(ring.CounterHeaps) != 30 || st.Get(ring.CounterPackets) != 30 {
+		t.Fatalf("stats %v", st.Map())
+	}
+	if _, ok, _ := c.TryNext(); ok {
+		t.Fatal("heap out of nothing")
+	}
+}
+
+func TestHeldSlotsSurviveFullLapDropPolicy(t *testing.T) {
+	cfg := testConfig(t)
+	p := mustCreate(t, "drop", cfg)
+	c := mustAttach(t, "drop", cfg)
+	for cnt := uint64(1); cnt <= 8; cnt++ {
+		publish(t, p, cnt, 256)
+	}
+	// Hold three heaps unreleased while the producer tries to run a whole lap.
+	var held []ring.Heap
+	for i := 0; i < 3; i++ {
+		h, err := c.Next(time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, h)
+	}
+	dropped := 0
+	pb := ringtest.Publisher{P: p, Size: 256, Fill: true}
+	for cnt := uint64(9); cnt <= 20; cnt++ {
+		if _, err := pb.Publish(cnt, 0); errors.Is(err, ring.ErrFull) {
+			p.Add(ring.CounterDroppedHeaps, 1)
+			dropped++
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if dropped != 12 {
+		t.Fatalf("dropped %d heaps, want all 12 (no slot was released)", dropped)
+	}
+	for i, h := range held {
+		checkHeap(t, h, uint64(i+1), 256)
+	}
+	c.Release(held[1]) // releases heaps 1 and 2
+	publish(t, p, 21, 256)
+	publish(t, p, 22, 256)
+	if _, err := pb.Publish(23, 0); !errors.Is(err, ring.ErrFull) {
+		t.Fatalf("third publish after releasing two: %v", err)
+	}
+	checkHeap(t, held[2], 3, 256)
+	want := []uint64{4, 5, 6, 7, 8, 21, 22}
+	for _, cnt := range want {
+		h, err := c.Next(time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkHeap(t, h, cnt, 256)
+	}
+	if got := c.Stats().Get(ring.CounterDroppedHeaps); got != 12 {
+		t.Fatalf("dropped_heaps %d", got)
+	}
+}
+
+func TestBlockPolicyLosesNothing(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Policy = ring.PolicyBlock
+	p := mustCreate(t, "block", cfg)
+	c := mustAttach(t, "block", cfg)
+	const n = 2000
+	done := make(chan error, 1)
+	go func() {
+		pb := ringtest.Publisher{P: p, Size: 64, Fill: true}
+		for cnt := uint64(1); cnt <= n; cnt++ {
+			if _, err := pb.Publish(cnt, 0); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- p.PublishEndOfStream(time.Second)
+	}()
+	for cnt := uint64(1); cnt <= n; cnt++ {
+		h, err := c.Next(5 * time.Second)
+		if err != nil {
+			t.Fatalf("heap %d: %v", cnt, err)
+		}
+		checkHeap(t, h, cnt, 64)
+		if cnt%97 == 0 {
+			time.Sleep(time.Millisecond) // let the producer fill the ring and sleep
+		}
+		c.Release(h)
+	}
+	if _, err := c.Next(time.Second); !errors.Is(err, ring.ErrEndOfStream) {
+		t.Fatalf("after the last heap: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBlockedProducerInterrupted(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Policy = ring.PolicyBlock
+	p := mustCreate(t, "intr", cfg)
+	for cnt := uint64(1); cnt <= 8; cnt++ {
+		publish(t, p, cnt, 8)
+	}
+	errc := make(chan error)
+	go func() { _, err := p.Acquire(); errc <- err }()
+	time.Sleep(20 * time.Millisecond)
+	p.Interrupt()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ring.ErrClosed) {
+			t.Fatalf("interrupted acquire: %v", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("Interrupt did not wake the blocked producer")
+	}
+}
+
+func TestWaitWakesAndTimesOut(t *testing.T) {
+	cfg := testConfig(t)
+	p := mustCreate(t, "wait", cfg)
+	c := mustAttach(t, "wait", cfg)
+	start := time.Now()
+	if _, err := c.Next(30 * time.Millisecond); !errors.Is(err, ring.ErrTimeout) || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("empty ring: %v", err)
+	}
+	if time.Since(start) < 30*time.Millisecond {
+		t.Fatal("returned before the timeout")
+	}
+	go func() {
+		time.Sleep(50 * time.Millisecond) // past the spin: the consumer is asleep on the futex
+		pb := ringtest.Publisher{P: p, Size: 32, Fill: true}
+		pb.Publish(7, 0)
+	}()
+	h, err := c.Next(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkHeap(t, h, 7, 32)
+}
+
+func TestSecondProducerAndConsumerRefused(t *testing.T) {
+	cfg := testConfig(t)
+	p := mustCreate(t, "one", cfg)
+	if _, err := ring.Create("one", cfg); !errors.Is(err, ring.ErrInUse) {
+		t.Fatalf("second producer: %v", err)
+	}
+	c := mustAttach(t, "one", cfg)
+	if _, err := ring.Attach("one", ring.AttachOptions{Dir: cfg.Dir, Timeout: -1}); !errors.Is(err, ring.ErrBusy) {
+		t.Fatalf("second consumer: %v", err)
+	}
+	for cnt := uint64(1); cnt <= 4; cnt++ {
+		publish(t, p, cnt, 40)
+	}
+	h, _ := c.Next(time.Second)
+	c.Release(h)
+	h, _ = c.Next(time.Second) // read, not released: a new consumer gets it again
+	c.Close()
+	c2 := mustAttach(t, "one", cfg)
+	for cnt := uint64(2); cnt <= 4; cnt++ {
+		h, err := c2.Next(time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkHeap(t, h, cnt, 40)
+		c2.Release(h)
+	}
+}
+
+func TestAttachErrors(t *testing.T) {
+	cfg := testConfig(t)
+	if _, err := ring.Attach("nope", ring.AttachOptions{Dir: cfg.Dir, Timeout: 20 * time.Millisecond}); !errors.Is(err, ring.ErrNotFound) {
+		t.Fatalf("missing ring: %v", err)
+	}
+	for _, bad := range []string{"", ".hidden", "a/b", "x y", string(make([]byte, 65))} {
+		if _, err := ring.Create(bad, cfg); !errors.Is(err, ring.ErrBadName) {
+			t.Errorf("name %q: %v", bad, err)
+		}
+	}
+	if _, err := ring.Create("cfg", ring.Config{Dir: cfg.Dir, HugePages: ring.HugePagesOff, SlotCount: 3}); !errors.Is(err, ring.ErrBadConfig) {
+		t.Fatalf("slot count 3: %v", err)
+	}
+}
+
+// patchCtl rewrites a header field of a live ring's control file, as a corrupt or foreign producer would.
+func patchCtl(t *testing.T, path string, off int, val []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(val, int64(off)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func le64(v uint64) []byte { return binary.LittleEndian.AppendUint64(nil, v) }
+func le32(v uint32) []byte { return binary.LittleEndian.AppendUint32(nil, v) }
+func le16(v uint16) []byte { return binary.LittleEndian.AppendUint16(nil, v) }
+
+func TestVersionAndGeometryChecks(t *testing.T) {
+	cases := []struct {
+		name string
+		off  int
+		val  []byte
+		want error
+	}{
+		{"major 2", 0x08, le16(2), ring.ErrVersion},
+		{"bad magic", 0x00, le64(0x1234), ring.ErrCorrupt},
+		{"slot count not a power of two", 0x30, le64(6), ring.ErrCorrupt},
+		{"slot count huge", 0x30, le64(1 << 40), ring.ErrCorrupt},
+		{"slot size not multiple of 64", 0x38, le64(100), ring.ErrCorrupt},
+		{"max items 0", 0x40, le32(0), ring.ErrCorrupt},
+		{"desc size", 0x44, le32(32), ring.ErrCorrupt},
+		{"item size", 0x48, le32(16), ring.ErrCorrupt},
+		{"payload past end", 0x78, le64(1 << 30), ring.ErrCorrupt},
+		{"payload unaligned", 0x78, le64(4096*3 + 8), ring.ErrCorrupt},
+		{"items overlap descriptors", 0x60, le64(0), ring.ErrCorrupt},
+		{"data size mismatch", 0x50, le64(1 << 24), ring.ErrCorrupt},
+		{"relative data path", 0x100, []byte("tmp/x\x00"), ring.ErrCorrupt},
+		{"unterminated data path", 0x100, make256('a'), ring.ErrCorrupt},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			p := mustCreate(t, "geo", cfg)
+			patchCtl(t, p.CtlPath(), tc.off, tc.val)
+			_, err := ring.Attach("geo", ring.AttachOptions{Dir: cfg.Dir, Timeout: -1})
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+			if tc.want == ring.ErrVersion {
+				var ve *ring.VersionError
+				if !errors.As(err, &ve) || ve.Found != 2 || ve.Supported != 1 {
+					t.Fatalf("version error %v does not name both versions", err)
+				}
+			}
+		})
+	}
+	t.Run("newer minor accepted", func(t *testing.T) {
+		cfg := testConfig(t)
+		p := mustCreate(t, "minor", cfg)
+		patchCtl(t, p.CtlPath(), 0x0A, le16(7))
+		c := mustAttach(t, "minor", cfg)
+		publish(t, p, 1, 8)
+		if _, err := c.Next(time.Second); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func make256(b byte) []byte {
+	s := make([]byte, 256)
+	for i := range s {
+		s[i] = b
+	}
+	return s
+}
+
+// mapDataRW maps a ring's data file writable, as only a corrupting producer would.
+func mapDataRW(t *testing.T, p *ring.Producer) []byte {
+	t.Helper()
+	f, err := os.OpenFile(p.DataPath(), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b, err := unix.Mmap(int(f.Fd()), 0, int(p.Geometry().DataFileSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(b) })
+	return b
+}
+
+func TestCorruptDescriptorRejected(t *testing.T) {
+	cases := []struct {
+		name string
+		off  int
+		val  []byte
+	}{
+		{"seq", 0x00, le64(99)},
+		{"slot", 0x28, le32(8)},
+		{"item count", 0x30, le32(65)},
+		{"received", 0x18, le64(4097)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			p := mustCreate(t, "cd", cfg)
+			c := mustAttach(t, "cd", cfg)
+			publish(t, p, 1, 64)
+			data := mapDataRW(t, p)
+			copy(data[int(p.Geometry().DescOffset)+tc.off:], tc.val)
+			if _, err := c.Next(time.Second); !errors.Is(err, ring.ErrCorrupt) {
+				t.Fatalf("got %v", err)
+			}
+		})
+	}
+	t.Run("item outside slot", func(t *testing.T) {
+		cfg := testConfig(t)
+		p := mustCreate(t, "ci", cfg)
+		c := mustAttach(t, "ci", cfg)
+		publish(t, p, 1, 64)
+		data := mapDataRW(t, p)
+		g := p.Geometry()
+		// slot 0's first item is the payload item: make it reach one byte past the slot.
+		copy(data[g.ItemsOffset+8:], le64(4000))
+		copy(data[g.ItemsOffset+16:], le64(97))
+		if _, err := c.Next(time.Second); !errors.Is(err, ring.ErrCorrupt) {
+			t.Fatalf("got %v", err)
+		}
+	})
+}
+
+func TestDataMappedReadOnly(t *testing.T) {
+	cfg := testConfig(t)
+	p := mustCreate(t, "ro", cfg)
+	c := mustAttach(t, "ro", cfg)
+	publish(t, p, 1, 64)
+	h, err := c.Next(time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := debug.SetPanicOnFault(true)
+	defer debug.SetPanicOnFault(old)
+	faulted := func() (f bool) {
+		defer func() { f = recover() != nil }()
+		h.Payload[0] = 0xFF
+		return false
+	}()
+	if !faulted {
+		t.Fatal("a consumer write into heap memory did not fault")
+	}
+	checkHeap(t, h, 1, 64)
+}
+
+func TestEndOfStreamAndClose(t *testing.T) {
+	cfg := testConfig(t)
+	p := mustCreate(t, "eos", cfg)
+	c := mustAttach(t, "eos", cfg)
+	publish(t, p, 1, 8)
+	if err := p.PublishEndOfStream(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	h, err := c.Next(time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkHeap(t, h, 1, 8)
+	if _, err := c.Next(time.Second); !errors.Is(err, ring.ErrEndOfStream) {
+		t.Fatalf("marker: %v", err)
+	}
+
+	// Close without a marker: the consumer drains, then sees the end.
+	p2 := mustCreate(t, "close", cfg)
+	c2 := mustAttach(t, "close", cfg)
+	publish(t, p2, 5, 8)
+	if err := p2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p2.CtlPath()); !os.IsNotExist(err) {
+		t.Fatalf("control file left after close: %v", err)
+	}
+	h, err = c2.Next(time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkHeap(t, h, 5, 8)
+	if _, err := c2.Next(time.Second); !errors.Is(err, ring.ErrEndOfStream) {
+		t.Fatalf("after close: %v", err)
+	}
+}
+
+func TestCursorsWrapAround2to64(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.InitialPosition = ^uint64(0) - 5
+	p := mustCreate(t, "wrap", cfg)
+	c := mustAttach(t, "wrap", cfg)
+	for cnt := uint64(1); cnt <= 40; cnt++ {
+		publish(t, p, cnt, 16)
+		h, err := c.Next(time.Second)
+		if err != nil {
+			t.Fatalf("heap %d: %v", cnt, err)
+		}
+		checkHeap(t, h, cnt, 16)
+		c.Release(h)
+	}
+}
+
+func TestFutexWordWraps(t *testing.T) {
+	cfg := testConfig(t)
+	p := mustCreate(t, "fw", cfg)
+	patchCtl(t, p.CtlPath(), 0x284, le32(^uint32(0)-1))
+	c := mustAttach(t, "fw", cfg)
+	done := make(chan struct{})
+	defer func() { <-done }()
+	go func() { // one goroutine owns the producer; each heap comes after the consumer fell asleep
+		defer close(done)
+		pb := ringtest.Publisher{P: p, Size: 8, Fill: true}
+		for cnt := uint64(1); cnt <= 4; cnt++ {
+			time.Sleep(60 * time.Millisecond)
+			pb.Publish(cnt, 0)
+		}
+	}()
+	for cnt := uint64(1); cnt <= 4; cnt++ {
+		h, err := c.Next(5 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkHeap(t, h, cnt, 8)
+		c.Release(h)
+	}
+}
+
+func TestDescriptorsMetadata(t *testing.T) {
+	cfg := testConfig(t)
+	p := mustCreate(t, "meta", cfg)
+	c := mustAttach(t, "meta", cfg)
+	if ds, err := c.Descriptors(); err != nil || len(ds) != 0 {
+		t.Fatalf("fresh ring: %v %v", ds, err)
+	}
+	want := []ring.ItemDescriptor{
+		{ID: 0x1000, Name: "Test item 0", Description: "a test", DType: "{'descr': '>u4', 'fortran_order': False, 'shape': (8,)}", Shape: []int64{8}, ShapeKnown: true},
+		{ID: 0x1001, Name: "v", Format: []byte{'u', 0, 0, 32}, Shape: []int64{-1, 3}, ShapeKnown: true},
+		{ID: 0x1002, Name: "unknown shape"},
+	}
+	if err := p.SetDescriptors(want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Descriptors()
+	if err != nil || len(got) != 3 {
+		t.Fatalf("%v %v", got, err)
+	}
+	for i := range want {
+		g, w := got[i], want[i]
+		if g.ID != w.ID || g.Name != w.Name || g.Description != w.Description || g.DType != w.DType ||
+			string(g.Format) != string(w.Format) || g.ShapeKnown != w.ShapeKnown || len(g.Shape) != len(w.Shape) {
+			t.Fatalf("descriptor %d: got %+v want %+v", i, g, w)
+		}
+		for j := range w.Shape {
+			if g.Shape[j] != w.Shape[j] {
+				t.Fatalf("descriptor %d shape %v", i, g.Shape)
+			}
+		}
+	}
+	big := []ring.ItemDescriptor{{Name: string(make([]byte, 70000))}}
+	if err := p.SetDescriptors(big); err == nil {
+		t.Fatal("oversized descriptors accepted")
+	}
+}
+
+func startChild(t *testing.T, dir, name string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "RING_TEST_CHILD_DIR="+dir, "RING_TEST_CHILD_NAME="+name)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	n, _ := out.Read(buf)
+	if string(buf[:n]) != "ready\n" {
+		cmd.Process.Kill()
+		t.Fatalf("child producer said %q", buf[:n])
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd
+}
+
+func TestProducerKilledThenRestarted(t *testing.T) {
+	dir := t.TempDir()
+	cfg := ring.Config{Dir: dir, HugePages: ring.HugePagesOff, SlotCount: 8, SlotSize: 4096}
+	child := startChild(t, dir, "kill")
+	c := mustAttach(t, "kill", cfg)
+	oldSession := c.SessionID()
+	if !c.ProducerAlive() {
+		t.Fatal("live producer reported dead")
+	}
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	child.Wait()
+	for cnt := uint64(1); cnt <= 3; cnt++ { // what it published before dying is still delivered
+		h, err := c.Next(time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkHeap(t, h, cnt, 100)
+		c.Release(h)
+	}
+	start := time.Now()
+	_, err := c.Next(10 * time.Second)
+	if !errors.Is(err, ring.ErrProducerGone) {
+		t.Fatalf("after kill -9: %v", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("noticed the dead producer after %v, want < 1 s", d)
+	}
+	// The stale files are still there; a new producer replaces them and gets a new session.
+	if _, err := os.Stat(ring.CtlPath(dir, "kill")); err != nil {
+		t.Fatalf("stale control file: %v", err)
+	}
+	p := mustCreate(t, "kill", cfg)
+	publish(t, p, 100, 8)
+	c.Close()
+	c2 := mustAttach(t, "kill", cfg)
+	if c2.SessionID() == oldSession {
+		t.Fatal("restarted producer has the old session id")
+	}
+	h, err := c2.Next(time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkHeap(t, h, 100, 8)
+}
+
+func TestConsumerOnOldInodeSeesRestart(t *testing.T) {
+	dir := t.TempDir()
+	cfg := ring.Config{Dir: dir, HugePages: ring.HugePagesOff, SlotCount: 8, SlotSize: 4096}
+	child := startChild(t, dir, "epoch")
+	c := mustAttach(t, "epoch", cfg)
+	child.Process.Signal(syscall.SIGKILL)
+	child.Wait()
+	mustCreate(t, "epoch", cfg) // a new producer holds the name's lock, but not the old inode's
+	for i := 0; i < 3; i++ {
+		h, _ := c.Next(time.Second)
+		c.Release(h)
+	}
+	if _, err := c.Next(5 * time.Second); !errors.Is(err, ring.ErrProducerGone) {
+		t.Fatalf("consumer of the old ring: %v", err)
+	}
+}
+
+func TestConcurrentProducerConsumer(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.SlotCount = 64
+	p := mustCreate(t, "conc", cfg)
+	c := mustAttach(t, "conc", cfg)
+	const n = 20000
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var dropped uint64
+	go func() {
+		defer wg.Done()
+		pb := ringtest.Publisher{P: p, Size: 24, Fill: true}
+		for cnt := uint64(1); cnt <= n; cnt++ {
+			if _, err := pb.Publish(cnt, 0); errors.Is(err, ring.ErrFull) {
+				dropped++
+				p.Add(ring.CounterDroppedHeaps, 1)
+			}
+		}
+		p.PublishEndOfStream(5 * time.Second)
+	}()
+	var got, last uint64
+	for {
+		h, err := c.Next(5 * time.Second)
+		if errors.Is(err, ring.ErrEndOfStream) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.HeapCnt <= last {
+			t.Fatalf("heap %d after %d", h.HeapCnt, last)
+		}
+		last = h.HeapCnt
+		checkHeap(t, h, h.HeapCnt, 24)
+		got++
+		c.Release(h)
+	}
+	wg.Wait()
+	if got+dropped != n || c.Stats().Get(ring.CounterDroppedHeaps) != dropped {
+		t.Fatalf("received %d + dropped %d != %d (counter %d)", got, dropped, n, c.Stats().Get(ring.CounterDroppedHeaps))
+	}
+}
+
+func TestHugePages(t *testing.T) {
+	dir := t.TempDir()
+	_, err := ring.Create("nohuge", ring.Config{Dir: dir, HugeDir: dir, HugePages: ring.HugePagesRequire, SlotCount: 4, SlotSize: 64})
+	if !errors.Is(err, ring.ErrNoHugePages) {
+		t.Fatalf("require hugepages on tmpfs: %v", err)
+	}
+	p, err := ring.Create("fallback", ring.Config{Dir: dir, HugeDir: dir, SlotCount: 4, SlotSize: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Huge() || filepath.Dir(p.DataPath()) != dir {
+		t.Fatalf("fallback data file %s huge=%v", p.DataPath(), p.Huge())
+	}
+	p.Close()
+
+	var st unix.Statfs_t
+	if err := unix.Statfs(ring.DefaultHugeDir, &st); err != nil || uint32(st.Type) != 0x958458f6 {
+		t.Skipf("%s is not a hugetlbfs mount (make test mounts it as root)", ring.DefaultHugeDir)
+	}
+	free := hugePagesFree(t)
+	if free < 2 {
+		t.Skipf("only %d free hugepages (make test reserves them as root)", free)
+	}
+	name := "huge" + strconv.Itoa(os.Getpid())
+	p, err = ring.Create(name, ring.Config{Dir: dir, HugePages: ring.HugePagesRequire, SlotCount: 4, SlotSize: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if !p.Huge() || filepath.Dir(p.DataPath()) != ring.DefaultHugeDir {
+		t.Fatalf("data file %s not on hugepages", p.DataPath())
+	}
+	c, err := ring.Attach(name, ring.AttachOptions{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	publish(t, p, 3, 4096)
+	h, err := c.Next(time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkHeap(t, h, 3, 4096)
+}
+
+func hugePagesFree(t *testing.T) int {
+	b, err := os.ReadFile("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(string(b[:len(b)-1]))
+	return n
+}
+

@@ -1,0 +1,102 @@
+// Package ringtest owns the synthetic heaps that tests and benchmarks push through a ring: a payload
+// pattern every consumer (Go, C, Python) can verify byte for byte, and the checksum that proves a consumer
+// read every byte it was given.
+package ringtest
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/ibvbridge/ibvbridge/ring"
+)
+
+// Item ids of a pattern heap: the payload as one address item, and the heap cnt as an immediate.
+const (
+	PayloadItemID = 0x1000
+	CntItemID     = 0x1001
+)
+
+// PatternByte is byte i of the payload of heap cnt: (cnt*31 + i) mod 256.
+func PatternByte(cnt uint64, i int) byte { return byte(cnt*31 + uint64(i)) }
+
+// FillPattern writes the pattern of heap cnt into b.
+func FillPattern(b []byte, cnt uint64) {
+	start := byte(cnt * 31)
+	for i := range b {
+		b[i] = start + byte(i)
+	}
+}
+
+// VerifyPattern returns the index of the first byte that differs from the pattern, or -1.
+func VerifyPattern(b []byte, cnt uint64) int {
+	start := byte(cnt * 31)
+	for i, v := range b {
+		if v != start+byte(i) {
+			return i
+		}
+	}
+	return -1
+}
+
+// Checksum is the wrapping sum of b read as little-endian uint64 words, the last one zero-padded.
+func Checksum(b []byte) uint64 {
+	var s uint64
+	n := len(b) &^ 7
+	for i := 0; i < n; i += 8 {
+		s += binary.LittleEndian.Uint64(b[i:])
+	}
+	if n < len(b) {
+		var last [8]byte
+		copy(last[:], b[n:])
+		s += binary.LittleEndian.Uint64(last[:])
+	}
+	return s
+}
+
+// Publisher publishes pattern heaps of one size.
+type Publisher struct {
+	P    *ring.Producer
+	Size int
+	// Fill writes heap cnt's pattern into every heap, so consumers can verify each byte. Without it each
+	// slot is written once, on first use, and keeps those bytes: a benchmark then measures the ring and
+	// the consumer rather than the producer's pattern loop, and the checksum still proves every byte read.
+	Fill    bool
+	slotSum    []uint64
+	slotFilled []bool
+}
+
+// Publish acquires a slot, writes heap cnt's pattern and publishes it; it returns the checksum of the
+// payload as published. ring.ErrFull passes through (drop policy).
+func (pb *Publisher) Publish(cnt uint64, nowNanos uint64) (uint64, error) {
+	if pb.Size > pb.P.SlotSize() {
+		return 0, fmt.Errorf("heap size %d > slot size %d", pb.Size, pb.P.SlotSize())
+	}
+	s, err := pb.P.Acquire()
+	if err != nil {
+		return 0, err
+	}
+	payload := s.Payload[:pb.Size]
+	var sum uint64
+	if pb.Fill {
+		FillPattern(payload, cnt)
+		sum = Checksum(payload)
+	} else {
+		if pb.slotSum == nil {
+			n := pb.P.Geometry().SlotCount
+			pb.slotSum, pb.slotFilled = make([]uint64, n), make([]bool, n)
+		}
+		if !pb.slotFilled[s.Index] {
+			FillPattern(payload, uint64(s.Index))
+			pb.slotSum[s.Index], pb.slotFilled[s.Index] = Checksum(payload), true
+		}
+		sum = pb.slotSum[s.Index]
+	}
+	s.AddItem(ring.Item{ID: PayloadItemID, Value: 0, Length: uint64(pb.Size)})
+	s.AddItem(ring.Item{ID: CntItemID, Value: cnt, Length: 5, Flags: ring.ItemImmediate})
+	pb.P.Publish(s, ring.HeapInfo{HeapCnt: cnt, HeapSize: uint64(pb.Size), Received: uint64(pb.Size),
+		TimestampNs: nowNanos, Flags: ring.FlagComplete, Packets: 1})
+	pb.P.Add(ring.CounterHeaps, 1)
+	pb.P.Add(ring.CounterPackets, 1)
+	pb.P.Add(ring.CounterBytes, uint64(pb.Size))
+	return sum, nil
+}

@@ -1,0 +1,101 @@
+package ring
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// hugetlbfsMagic is the f_type statfs reports for hugetlbfs (linux/magic.h).
+const hugetlbfsMagic = 0x958458f6
+
+// futex operations (linux/futex.h). The ring's futex words live in a shared mapping, so the shared
+// (non-private) variants are required.
+const (
+	futexWait = 0
+	futexWake = 1
+)
+
+// maxWaitSlice bounds every futex sleep, so a dead peer is noticed within this time (spec §7.4).
+const maxWaitSlice = 250 * time.Millisecond
+
+// spinFor is how long a waiter polls before sleeping: a futex wake across cores costs ~35 µs, a spinning
+// hand-off ~65 ns, so a short spin absorbs bursts without paying for the syscall round trip.
+const spinFor = 50 * time.Microsecond
+
+func u64at(b []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&b[off])) }
+func u32at(b []byte, off int) *uint32 { return (*uint32)(unsafe.Pointer(&b[off])) }
+
+// futexWaitOn sleeps while *addr == val, at most d. Spurious returns are fine: callers re-check.
+func futexWaitOn(addr *uint32, val uint32, d time.Duration) {
+	ts := unix.NsecToTimespec(d.Nanoseconds())
+	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWait, uintptr(val),
+		uintptr(unsafe.Pointer(&ts)), 0, 0)
+}
+
+// futexWakeAll bumps the futex word and wakes every sleeper on it.
+func futexWakeAll(addr *uint32) {
+	atomic.AddUint32(addr, 1)
+	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWake, uintptr(1<<31-1), 0, 0, 0)
+}
+
+// wakeIfWaiting is the publishing side of the wait protocol: after the cursor store (a sequentially
+// consistent atomic in Go, so the full fence the spec asks for is implied), wake the peer only if it
+// announced that it is going to sleep. The exchange makes it one wake per sleep.
+func wakeIfWaiting(waiting, futex *uint32) {
+	if atomic.LoadUint32(waiting) != 0 && atomic.SwapUint32(waiting, 0) == 1 {
+		futexWakeAll(futex)
+	}
+}
+
+// lockHeld reports whether another open file description holds a flock on f, without taking it for
+// longer than the test (spec §7.6).
+func lockHeld(f *os.File) (bool, error) {
+	err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB)
+	if err == nil {
+		_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
+		return false, nil
+	}
+	if errors.Is(err, unix.EWOULDBLOCK) {
+		return true, nil
+	}
+	return false, fmt.Errorf("flock %s: %w", f.Name(), err)
+}
+
+// lockExclusive takes a non-blocking exclusive flock; held reports that someone else has it.
+func lockExclusive(f *os.File) (held bool, err error) {
+	err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	if errors.Is(err, unix.EWOULDBLOCK) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("flock %s: %w", f.Name(), err)
+	}
+	return false, nil
+}
+
+func mmapFile(f *os.File, size int, prot, flags int) ([]byte, error) {
+	b, err := unix.Mmap(int(f.Fd()), 0, size, prot, unix.MAP_SHARED|flags)
+	if err != nil {
+		return nil, fmt.Errorf("mmap %s (%d bytes): %w", f.Name(), size, err)
+	}
+	return b, nil
+}
+
+func realtimeNanos() uint64 { return uint64(time.Now().UnixNano()) }
+
+// isHugetlbfs reports whether dir is a hugetlbfs mount, and its page size.
+func isHugetlbfs(dir string) (bool, int) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return false, 0
+	}
+	return uint32(st.Type) == hugetlbfsMagic, int(st.Bsize)
+}
+
+func unsafePointer(b []byte, off int) unsafe.Pointer { return unsafe.Pointer(&b[off]) }
