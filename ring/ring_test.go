@@ -750,4 +750,3 @@ func hugePagesFree(t *testing.T) int {
 	n, _ := strconv.Atoi(string(b[:len(b)-1]))
 	return n
 }
-

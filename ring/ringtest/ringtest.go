@@ -60,7 +60,7 @@ type Publisher struct {
 	// Fill writes heap cnt's pattern into every heap, so consumers can verify each byte. Without it each
 	// slot is written once, on first use, and keeps those bytes: a benchmark then measures the ring and
 	// the consumer rather than the producer's pattern loop, and the checksum still proves every byte read.
-	Fill    bool
+	Fill       bool
 	slotSum    []uint64
 	slotFilled []bool
 }
