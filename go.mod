@@ -3,10 +3,13 @@ module github.com/ibvbridge/ibvbridge
 go 1.26.0
 
 require (
-	github.com/gopacket/gopacket v1.7.7 // indirect
+	github.com/gopacket/gopacket v1.7.7
+	github.com/rs/zerolog v1.35.1
+	golang.org/x/sys v0.49.0
+)
+
+require (
 	github.com/mattn/go-colorable v0.1.14 // indirect
 	github.com/mattn/go-isatty v0.0.20 // indirect
-	github.com/rs/zerolog v1.35.1 // indirect
 	golang.org/x/net v0.62.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
 )
