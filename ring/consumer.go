@@ -46,6 +46,8 @@ type Consumer struct {
 	released   uint64 // released position, published to tail in batches
 	stored     uint64 // last value stored to tail
 	batch      uint64 // releases per tail store
+	eosPending bool   // an end-of-stream marker was read but not yet released
+	eosPos     uint64
 	gone       bool
 }
 
@@ -226,7 +228,12 @@ func (c *Consumer) TryNext() (Heap, bool, error) {
 	}
 	c.read++
 	if h.Flags&FlagEndOfStream != 0 {
-		c.Release(h)
+		// The marker goes back with the heaps before it: releasing it now would also release heaps the
+		// consumer still holds.
+		c.eosPending, c.eosPos = true, h.Position
+		if c.released == h.Position {
+			c.Release(h)
+		}
 		return Heap{}, false, ErrEndOfStream
 	}
 	return h, true, nil
@@ -342,6 +349,9 @@ func (c *Consumer) Release(h Heap) {
 		return
 	}
 	c.released = next
+	if c.eosPending && next == c.eosPos {
+		c.released, c.eosPending = next+1, false
+	}
 	if c.released-c.stored >= c.batch {
 		c.flushRelease()
 	}

@@ -172,28 +172,52 @@ type Item struct {
 // Immediate reports whether the item's value is carried in the item pointer itself.
 func (it Item) Immediate() bool { return it.Flags&ItemImmediate != 0 }
 
-// LayoutTable lists every offset and size of the spec by its field name (header fields bare, descriptor
-// fields as "desc.NAME", item fields as "item.NAME", metadata as "meta.NAME"). The golden cross-language
-// test compares it with the C and Python clients' own tables.
+// LayoutTable lists every constant and offset of the spec by name: header fields bare (the header's
+// ctl_size, desc_size, item_size and stats_count fields as "header.NAME", the bare names being the
+// values), descriptor fields "desc.NAME", item fields "item.NAME", metadata "meta.NAME" and
+// "meta_record.NAME", enumerations "state.*", "policy.*", "flag.*", "item_flag.*", "counter.*". The golden
+// cross-language test requires the C and Python clients' tables to be identical to it.
 func LayoutTable() map[string]uint64 {
-	return map[string]uint64{
-		"magic": offMagic, "major": offMajor, "minor": offMinor, "ctl_size": offCtlSize, "state": offState,
+	t := map[string]uint64{
+		"magic_value": Magic, "major_value": uint64(MajorVersion), "minor_value": uint64(MinorVersion),
+		"ctl_size": CtlSize, "desc_size": DescSize, "item_size": ItemSize, "data_path_max": DataPathMax,
+		"stats_slots": StatsSlots, "stats_count": uint64(numCounters), "region_align": RegionAlign,
+		"max_slot_count": MaxSlotCount, "max_items_limit": MaxItems, "meta_header_size": metaHeaderSize,
+		"meta_record_header_size": metaRecordFixed, "meta_ndim_unknown": 0xFFFFFFFF,
+
+		"magic": offMagic, "major": offMajor, "minor": offMinor, "header.ctl_size": offCtlSize, "state": offState,
 		"policy": offPolicy, "session_id": offSessionID, "producer_pid": offProducerPID,
 		"producer_start_ns": offProducerStart, "slot_count": offSlotCount, "slot_size": offSlotSize,
-		"max_items": offMaxItems, "desc_size": offDescSize, "item_size": offItemSize, "page_size": offPageSize,
-		"data_file_size": offDataFileSize, "desc_offset": offDescOffset, "items_offset": offItemsOffset,
-		"meta_offset": offMetaOffset, "meta_size": offMetaSize, "payload_offset": offPayloadOffset,
-		"packet_offset": offPacketOffset, "packet_size": offPacketSize, "features": offFeatures,
-		"stats_count": offStatsCount, "data_path": offDataPath,
+		"max_items": offMaxItems, "header.desc_size": offDescSize, "header.item_size": offItemSize,
+		"page_size": offPageSize, "data_file_size": offDataFileSize, "desc_offset": offDescOffset,
+		"items_offset": offItemsOffset, "meta_offset": offMetaOffset, "meta_size": offMetaSize,
+		"payload_offset": offPayloadOffset, "packet_offset": offPacketOffset, "packet_size": offPacketSize,
+		"features": offFeatures, "header.stats_count": offStatsCount, "data_path": offDataPath,
 		"head": offHead, "consumer_waiting": offConsWaiting, "consumer_futex": offConsFutex, "tail": offTail,
 		"producer_waiting": offProdWaiting, "producer_futex": offProdFutex, "consumer_pid": offConsumerPID,
 		"consumer_attach_ns": offConsumerAttach, "heartbeat_ns": offHeartbeat, "stats": offStats,
+		"ctl_reserved": offStats + 8*StatsSlots,
+
 		"desc.seq": descSeq, "desc.heap_cnt": descHeapCnt, "desc.heap_size": descHeapSize,
 		"desc.received": descReceived, "desc.timestamp_ns": descTimestamp, "desc.slot": descSlot,
 		"desc.flags": descFlags, "desc.item_count": descItemCount, "desc.packets": descPackets,
+		"desc.reserved": descPackets + 4,
 		"item.id": itemID, "item.value": itemValue, "item.length": itemLength, "item.flags": itemFlags,
+		"item.reserved": itemFlags + 4,
 		"meta.seq": 0, "meta.length": 8, "meta.records": metaHeaderSize,
-		"sizeof.ctl": CtlSize, "sizeof.desc": DescSize, "sizeof.item": ItemSize, "sizeof.data_path": DataPathMax,
-		"magic_value": Magic, "major_value": uint64(MajorVersion),
+		"meta_record.record_size": 0, "meta_record.ndim": 4, "meta_record.id": 8, "meta_record.name_len": 0x10,
+		"meta_record.description_len": 0x14, "meta_record.format_len": 0x18, "meta_record.dtype_len": 0x1C,
+		"meta_record.shape": metaRecordFixed,
+
+		"state.init": uint64(StateInit), "state.ready": uint64(StateReady), "state.closed": uint64(StateClosed),
+		"policy.drop": uint64(PolicyDrop), "policy.block": uint64(PolicyBlock),
+		"flag.complete": uint64(FlagComplete), "flag.incomplete": uint64(FlagIncomplete),
+		"flag.truncated": uint64(FlagTruncated), "flag.end_of_stream": uint64(FlagEndOfStream),
+		"flag.has_descriptors": uint64(FlagHasDescriptors), "flag.items_overflow": uint64(FlagItemsOverflow),
+		"flag.no_heap_size": uint64(FlagNoHeapSize), "item_flag.immediate": uint64(ItemImmediate),
 	}
+	for _, c := range Counters() {
+		t["counter."+c.String()] = uint64(c)
+	}
+	return t
 }

@@ -465,10 +465,10 @@ func (p *Producer) waitForRelease(timeout time.Duration) error {
 	}
 }
 
-// Discard returns a slot unpublished (a heap that was dropped after its slot was taken).
+// Discard returns any acquired slot to the pool unpublished (a heap dropped after its slot was taken).
 func (p *Producer) Discard(s *Slot) {
-	p.freeR--
-	p.free[p.freeR%uint64(len(p.free))] = s.Index
+	p.free[p.freeW%uint64(len(p.free))] = s.Index
+	p.freeW++
 }
 
 // Publish makes the heap in s visible to the consumer: item table, descriptor, then the head cursor with

@@ -750,3 +750,74 @@ func hugePagesFree(t *testing.T) int {
 	n, _ := strconv.Atoi(string(b[:len(b)-1]))
 	return n
 }
+
+func TestDiscardOutOfOrder(t *testing.T) {
+	cfg := testConfig(t)
+	p := mustCreate(t, "disc", cfg)
+	c := mustAttach(t, "disc", cfg)
+	var slots []*ring.Slot
+	for i := 0; i < 8; i++ {
+		s, err := p.Acquire()
+		if err != nil {
+			t.Fatal(err)
+		}
+		slots = append(slots, s)
+	}
+	if _, err := p.Acquire(); !errors.Is(err, ring.ErrFull) {
+		t.Fatalf("ninth acquire: %v", err)
+	}
+	p.Discard(slots[3])
+	p.Discard(slots[0])
+	seen := map[uint32]bool{}
+	for i := 0; i < 2; i++ {
+		s, err := p.Acquire()
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[s.Index] = true
+	}
+	if !seen[slots[3].Index] || !seen[slots[0].Index] {
+		t.Fatalf("discarded slots not reused: %v", seen)
+	}
+	ringtest.FillPattern(slots[5].Payload[:10], 9)
+	p.Publish(slots[5], ring.HeapInfo{HeapCnt: 9, HeapSize: 10, Received: 10, Flags: ring.FlagComplete})
+	h, err := c.Next(time.Second)
+	if err != nil || h.Slot != slots[5].Index || ringtest.VerifyPattern(h.Payload, 9) >= 0 {
+		t.Fatalf("%+v %v", h, err)
+	}
+}
+
+func TestEndOfStreamWhileHoldingHeaps(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Policy = ring.PolicyBlock
+	p := mustCreate(t, "eoshold", cfg)
+	c := mustAttach(t, "eoshold", cfg)
+	publish(t, p, 1, 8)
+	publish(t, p, 2, 8)
+	p.PublishEndOfStream(time.Second)
+	h1, _ := c.Next(time.Second)
+	h2, _ := c.Next(time.Second)
+	if _, err := c.Next(time.Second); !errors.Is(err, ring.ErrEndOfStream) {
+		t.Fatalf("marker: %v", err)
+	}
+	info := func() ring.Info { i, _ := ring.Inspect(p.CtlPath(), ""); return i }
+	c.Release(h1)
+	c.Close() // flushes the tail: heap 2 is still held, so it must not be released with the marker
+	if i := info(); i.Tail != i.Head-2 {
+		t.Fatalf("tail %d head %d: held heap released with the marker", i.Tail, i.Head)
+	}
+	c2 := mustAttach(t, "eoshold", cfg)
+	h, err := c2.Next(time.Second)
+	if err != nil || h.HeapCnt != 2 {
+		t.Fatalf("next consumer: %+v %v", h, err)
+	}
+	_ = h2
+	c2.Release(h)
+	if _, err := c2.Next(time.Second); !errors.Is(err, ring.ErrEndOfStream) {
+		t.Fatalf("marker for the second consumer: %v", err)
+	}
+	c2.Close()
+	if i := info(); i.Tail != i.Head {
+		t.Fatalf("tail %d head %d after everything was released", i.Tail, i.Head)
+	}
+}

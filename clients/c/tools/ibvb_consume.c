@@ -1,0 +1,221 @@
+/* ibvb-consume — read heaps from an ibvbridge ring until end of stream; print one JSON summary.
+ *
+ * ibvb-consume --ring NAME_OR_PATH [--verify] [--max-heaps N] [--timeout-ms T] [--hold N] [--sleep-us U]
+ *
+ * Used by the Go cross-process tests and the ring benchmark: the per-heap path makes no syscalls
+ * (unless --sleep-us, or the ring is empty) and its checksum loop vectorises.
+ * Exit: 0 eos/max, 2 producer_gone, 3 timeout, 1 other errors. */
+#define _GNU_SOURCE
+#include "ibvbridge.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define ITEM_VERIFY_ID 0x1001
+
+static void usage(void)
+{
+	fprintf(stderr, "usage: ibvb-consume --ring NAME_OR_PATH [--verify] [--max-heaps N] [--timeout-ms T]\n"
+			"                    [--hold N] [--sleep-us U]\n");
+	exit(1);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t parse_u64(const char *opt, const char *s)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 0);
+	if (errno || *end || s[0] == '-' || !s[0]) {
+		fprintf(stderr, "ibvb-consume: bad value for %s: %s\n", opt, s);
+		exit(1);
+	}
+	return v;
+}
+
+/* Wrapping sum of payload[0:n] as little-endian u64 words, last partial word zero-padded. */
+static uint64_t checksum(const uint8_t *p, uint64_t n)
+{
+	uint64_t s = 0, words = n / 8;
+	for (uint64_t i = 0; i < words; i++) {
+		uint64_t w;
+		memcpy(&w, p + 8 * i, 8);
+		s += w;
+	}
+	uint64_t rem = n % 8;
+	if (rem) {
+		uint64_t w = 0;
+		memcpy(&w, p + 8 * words, rem);
+		s += w;
+	}
+	return s;
+}
+
+/* 1 if payload[0:n] is the test pattern byte i = (uint8_t)(heap_cnt*31 + i). */
+static int pattern_ok(const uint8_t *p, uint64_t n, uint64_t heap_cnt)
+{
+	uint8_t base = (uint8_t)(heap_cnt * 31), bad = 0;
+	for (uint64_t i = 0; i < n; i++)
+		bad |= (uint8_t)(p[i] ^ (uint8_t)(base + (uint8_t)i));
+	return bad == 0;
+}
+
+static void json_str(const char *s)
+{
+	putchar('"');
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\')
+			printf("\\%c", c);
+		else if (c < 0x20)
+			printf("\\u%04x", c);
+		else
+			putchar(c);
+	}
+	putchar('"');
+}
+
+int main(int argc, char **argv)
+{
+	const char *ring = NULL;
+	int verify = 0;
+	uint64_t max_heaps = 0, hold = 0, sleep_us = 0, timeout_ms = 10000;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--verify")) {
+			verify = 1;
+			continue;
+		}
+		if (!strcmp(a, "-h") || !strcmp(a, "--help"))
+			usage();
+		if (i + 1 >= argc)
+			usage();
+		const char *v = argv[++i];
+		if (!strcmp(a, "--ring"))
+			ring = v;
+		else if (!strcmp(a, "--max-heaps"))
+			max_heaps = parse_u64(a, v);
+		else if (!strcmp(a, "--timeout-ms"))
+			timeout_ms = parse_u64(a, v);
+		else if (!strcmp(a, "--hold"))
+			hold = parse_u64(a, v);
+		else if (!strcmp(a, "--sleep-us"))
+			sleep_us = parse_u64(a, v);
+		else
+			usage();
+	}
+	if (!ring)
+		usage();
+	if (timeout_ms > INT32_MAX)
+		timeout_ms = INT32_MAX;
+
+	uint64_t heaps = 0, bytes = 0, sum = 0, verify_errors = 0, incomplete = 0, first = 0, last = 0, ooo = 0;
+	double t0 = 0, t1 = 0;
+	const char *result = "error";
+	char errmsg[600] = "";
+	int exit_code = 1;
+
+	struct ibvb_ring *r = NULL;
+	int rc = ibvb_attach(&r, ring, (int)timeout_ms);
+	if (rc < 0) {
+		snprintf(errmsg, sizeof errmsg, "%s", ibvb_last_error());
+		result = rc == -ETIMEDOUT ? "timeout" : "error";
+		exit_code = rc == -ETIMEDOUT ? 3 : 1;
+	} else {
+		struct ibvb_heap h;
+		uint64_t held = 0, oldest = 0;
+		for (;;) {
+			if (max_heaps && heaps >= max_heaps) {
+				result = "max";
+				exit_code = 0;
+				break;
+			}
+			rc = ibvb_peek(r, &h);
+			if (rc == -EAGAIN) {
+				do
+					rc = ibvb_wait(r, &h, (int)timeout_ms);
+				while (rc == -EINTR);
+			}
+			if (rc < 0) {
+				if (rc == -ENODATA) {
+					result = "eos";
+					exit_code = 0;
+				} else if (rc == -EPIPE) {
+					result = "producer_gone";
+					exit_code = 2;
+					snprintf(errmsg, sizeof errmsg, "%s", ibvb_last_error());
+				} else if (rc == -ETIMEDOUT) {
+					result = "timeout";
+					exit_code = 3;
+					snprintf(errmsg, sizeof errmsg, "%s", ibvb_last_error());
+				} else {
+					result = "error";
+					exit_code = 1;
+					snprintf(errmsg, sizeof errmsg, "%s", ibvb_last_error());
+				}
+				break;
+			}
+			if (heaps == 0) {
+				t0 = now_s();
+				first = h.heap_cnt;
+			} else if (h.heap_cnt <= last) {
+				ooo++;
+			}
+			last = h.heap_cnt;
+			heaps++;
+			bytes += h.received;
+			sum += checksum(h.payload, h.received);
+			if (h.flags & IBVB_FLAG_INCOMPLETE)
+				incomplete++;
+			if (verify) {
+				int ok = pattern_ok(h.payload, h.received, h.heap_cnt);
+				const struct ibvb_item *it = ibvb_find_item(&h, ITEM_VERIFY_ID);
+				if (it && (!ibvb_item_is_immediate(it) || it->value != h.heap_cnt))
+					ok = 0;
+				verify_errors += !ok;
+			}
+			if (sleep_us)
+				usleep((useconds_t)sleep_us);
+			if (hold == 0) {
+				ibvb_release(r, &h);
+			} else {
+				if (held == 0)
+					oldest = h.position;
+				held++;
+				if (held > hold) {
+					struct ibvb_heap o = {.position = oldest};
+					ibvb_release(r, &o);
+					oldest++;
+					held--;
+				}
+			}
+		}
+		t1 = now_s();
+		ibvb_release_all(r);
+	}
+	if (exit_code == 1 || exit_code == 2 || exit_code == 3)
+		fprintf(stderr, "ibvb-consume: %s: %s\n", result, errmsg);
+
+	printf("{\"heaps\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"checksum\":%" PRIu64 ",\"verify_errors\":%" PRIu64
+	       ",\"incomplete\":%" PRIu64 ",\"first_heap_cnt\":%" PRIu64 ",\"last_heap_cnt\":%" PRIu64
+	       ",\"heap_cnt_out_of_order\":%" PRIu64 ",\"seconds\":%.6f,\"result\":\"%s\",\"error\":",
+	       heaps, bytes, sum, verify_errors, incomplete, first, last, ooo, heaps ? t1 - t0 : 0.0, result);
+	json_str(errmsg);
+	printf(",\"counters\":{");
+	for (unsigned i = 0; r && i < IBVB_CTR_COUNT; i++)
+		printf("%s\"%s\":%" PRIu64, i ? "," : "", ibvb_counter_name(i), ibvb_counter(r, i));
+	printf("},\"session_id\":%" PRIu64 "}\n", r ? ibvb_session_id(r) : 0);
+	fflush(stdout);
+	ibvb_detach(r);
+	return exit_code;
+}

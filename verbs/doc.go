@@ -1,0 +1,32 @@
+// Package verbs is ibvbridge's kernel-bypass receive path over ibverbs (RDMA
+// raw packet QPs), modelled on spead2's udp_ibv reader. It owns:
+//
+//   - run-time binding to libibverbs.so.1 (Load): the library is dlopen()ed, never
+//     linked, so the ibvbridge binary starts on hosts without rdma-core and only
+//     the ibverbs transport reports ErrLibraryNotFound;
+//   - device discovery (Devices, Format) and the interface → RDMA device → port
+//     mapping (InterfaceForAddr, DeviceForNetdev) that spead2 gets from rdma_cm;
+//   - receive configuration and its environment variables (RecvConfig, ApplyEnv);
+//   - flow steering rules in the exact struct ibv_flow_attr byte layout (FlowRule);
+//   - carving the ring's packet area into receive work-request slots (PlanRegion);
+//   - the poll/repost loop (RunRecvLoop), written against the small Queue
+//     interface so it is tested here with a fake queue, and the device Receiver
+//     that implements Queue with a raw packet QP.
+//
+// This is the project's only cgo package, and the C is confined to
+// ibvb_shim.c and ibv_linux.go. Everything else is pure Go so it builds and is
+// tested without RDMA hardware; without cgo the package still builds and its
+// device entry points return ErrUnsupported.
+//
+// Environment:
+//
+//	IBVBRIDGE_LIBIBVERBS        path given to dlopen instead of "libibverbs.so.1"
+//	                            (tests set it to a missing file to simulate a host
+//	                            without rdma-core)
+//	IBVBRIDGE_IBV_INTERFACE     default receive interface address (IPv4)
+//	IBVBRIDGE_IBV_COMP_VECTOR   default completion vector (<0: busy poll)
+//	SPEAD2_IBV_INTERFACE        as above, honoured for spead2 compatibility
+//	SPEAD2_IBV_COMP_VECTOR      as above, honoured for spead2 compatibility
+//
+// Precedence is command-line flag > IBVBRIDGE_* > SPEAD2_* > built-in default.
+package verbs

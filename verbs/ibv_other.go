@@ -1,0 +1,58 @@
+//go:build !linux || !cgo
+
+package verbs
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/ibvbridge/ibvbridge/transport"
+)
+
+// Load reports ErrUnsupported: this build has no cgo (or is not Linux).
+func Load() error { return ErrUnsupported }
+
+// Devices reports ErrUnsupported in this build.
+func Devices() ([]Device, error) { return nil, ErrUnsupported }
+
+// Receiver is unavailable in this build; OpenReceiver always fails.
+type Receiver struct {
+	Netdev, IBDev string
+	Port          int
+	Dropped       atomic.Uint64
+	Stats         LoopStats
+}
+
+// Flow is unavailable in this build.
+type Flow struct{ Rule *FlowRule }
+
+// OpenReceiver validates cfg and the packet area, then reports ErrUnsupported.
+func OpenReceiver(cfg RecvConfig, packetArea []byte) (*Receiver, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if _, err := PlanArea(packetArea, cfg.MaxSize, cfg.BufferSize); err != nil {
+		return nil, err
+	}
+	return nil, ErrUnsupported
+}
+
+func (r *Receiver) AddFlow(*FlowRule) (*Flow, error)          { return nil, ErrUnsupported }
+func (f *Flow) Destroy() error                                { return ErrUnsupported }
+func (r *Receiver) Layout() RegionLayout                      { return RegionLayout{} }
+func (r *Receiver) Poll([]Completion) (int, error)            { return 0, ErrUnsupported }
+func (r *Receiver) Repost([]uint64) error                     { return ErrUnsupported }
+func (r *Receiver) Arm() error                                { return ErrUnsupported }
+func (r *Receiver) Wait(context.Context) error                { return ErrUnsupported }
+func (r *Receiver) Slot(uint64) []byte                        { return nil }
+func (r *Receiver) Run(context.Context, transport.Sink) error { return ErrUnsupported }
+func (r *Receiver) Close() error                              { return nil }
+
+// StatusString names a completion status.
+func StatusString(s Status) string { return "status " + strconv.FormatUint(uint64(s), 10) }
+
+var (
+	_ Queue            = (*Receiver)(nil)
+	_ transport.Source = (*Receiver)(nil)
+)

@@ -1,0 +1,101 @@
+/* ibvb_shim: the only C in ibvbridge. It loads libibverbs.so.1 at run time
+ * (dlopen, never linked) and wraps the few verbs the verbs package uses, so
+ * the Go side only ever sees opaque handles and flat structs. */
+#ifndef IBVB_SHIM_H
+#define IBVB_SHIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define IBVB_MAX_PORTS 8
+#define IBVB_NAME_LEN 64
+
+/* ibvb_load dlopen()s path and resolves every symbol. On failure it returns
+ * -1 (library not found / not loadable) or -2 (a symbol is missing: the
+ * library is too old) and writes the dlerror() text into err. Once it has
+ * succeeded it returns 0 without doing anything. */
+int ibvb_load(const char *path, char *err, size_t errlen);
+
+typedef struct {
+	uint32_t state;
+	uint32_t max_mtu;    /* enum ibv_mtu */
+	uint32_t active_mtu; /* enum ibv_mtu */
+	uint8_t link_layer;
+	uint8_t active_width;
+	uint8_t active_speed;
+	uint8_t phys_state;
+	int query_errno;
+} ibvb_port_info;
+
+typedef struct {
+	char name[IBVB_NAME_LEN];
+	char fw_ver[IBVB_NAME_LEN];
+	uint64_t node_guid; /* host order */
+	uint64_t device_cap_flags; /* orig_attr.device_cap_flags */
+	uint64_t device_cap_flags_ex;
+	uint32_t raw_packet_caps;
+	uint32_t pacing_min_kbps;
+	uint32_t pacing_max_kbps;
+	uint32_t pacing_qpts;
+	uint32_t vendor_id;
+	uint32_t vendor_part_id;
+	int num_comp_vectors;
+	int phys_port_cnt;
+	int max_qp_wr;
+	int max_cqe;
+	int raw_qp_errno; /* 0: a raw packet QP could be created; else errno */
+	int open_errno;   /* ibv_open_device / query failure, 0 if fine */
+	ibvb_port_info ports[IBVB_MAX_PORTS];
+} ibvb_device_info;
+
+/* ibvb_list_devices fills up to max entries and returns the number of
+ * devices present (which may exceed max), or -errno if the list could not be
+ * read. */
+int ibvb_list_devices(ibvb_device_info *out, int max);
+
+/* Same memory layout as the Go Completion struct (checked by a test). */
+typedef struct {
+	uint64_t id;
+	uint32_t len;
+	uint32_t status;
+} ibvb_completion;
+
+typedef struct ibvb_rx ibvb_rx;
+
+typedef struct {
+	const char *dev_name;
+	int port;
+	void *area;      /* registered as one MR */
+	size_t area_len;
+	size_t start;    /* offset of slot 0 within area */
+	size_t stride;   /* distance between slots */
+	uint32_t slot_len; /* bytes the NIC may write per slot */
+	uint32_t slots;
+	int comp_vector; /* <0: no completion channel (busy poll) */
+} ibvb_rx_params;
+
+/* ibvb_rx_open builds device context, PD, MR, channel, CQs and a raw packet
+ * QP in INIT. On failure it returns NULL, sets *err_errno and *err_step to a
+ * static string naming the verb that failed, and releases what it built. */
+ibvb_rx *ibvb_rx_open(const ibvb_rx_params *p, int *err_errno, const char **err_step);
+int ibvb_rx_num_comp_vectors(ibvb_rx *rx);
+int ibvb_rx_attach_flow(ibvb_rx *rx, const void *attr, size_t len, void **out);
+int ibvb_rx_destroy_flow(ibvb_rx *rx, void *flow);
+int ibvb_rx_post_all(ibvb_rx *rx);
+int ibvb_rx_ready(ibvb_rx *rx); /* modify QP to RTR */
+int ibvb_rx_poll(ibvb_rx *rx, ibvb_completion *out, int max);
+int ibvb_rx_repost(ibvb_rx *rx, const uint64_t *ids, int n);
+int ibvb_rx_arm(ibvb_rx *rx);
+int ibvb_rx_channel_fd(ibvb_rx *rx);
+int ibvb_rx_get_event(ibvb_rx *rx); /* 0: got and acked one event; else errno */
+void ibvb_rx_close(ibvb_rx *rx);
+const char *ibvb_wc_status_str(uint32_t status);
+
+/* ABI table for the layout test: sizeof/offsetof from the real verbs.h. */
+typedef struct {
+	const char *name;
+	size_t value;
+} ibvb_abi_entry;
+const ibvb_abi_entry *ibvb_abi_table(int *n);
+
+#endif
