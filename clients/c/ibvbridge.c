@@ -335,7 +335,8 @@ int ibvb_attach(struct ibvb_ring **out, const char *arg, int timeout_ms)
 	snprintf(r->ctl_path, sizeof r->ctl_path, "%s", ctlp);
 	atomic_store_explicit(&c->consumer_pid, (uint64_t)getpid(), memory_order_relaxed);
 	atomic_store_explicit(&c->consumer_attach_ns, realtime_ns(), memory_order_relaxed);
-	r->read = r->released = r->cached_head = atomic_load_explicit(&c->tail, memory_order_acquire);
+	r->read = r->released = r->stored = r->cached_head = atomic_load_explicit(&c->tail, memory_order_acquire);
+	r->release_batch = r->slot_count / 8 < 1 ? 1 : (r->slot_count / 8 > 64 ? 64 : r->slot_count / 8);
 	*out = r;
 	return 0;
 err:
@@ -354,6 +355,7 @@ void ibvb_detach(struct ibvb_ring *r)
 {
 	if (!r)
 		return;
+	ibvb_flush_release(r);
 	atomic_store_explicit(&r->ctl->consumer_waiting, 0, memory_order_relaxed);
 	atomic_store_explicit(&r->ctl->consumer_pid, 0, memory_order_release);
 	munmap((void *)r->data, (size_t)r->data_size);

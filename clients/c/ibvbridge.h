@@ -306,7 +306,9 @@ struct ibvb_ring {
 	uint64_t eos_pos;
 	uint64_t read;                    /* next position to read */
 	uint64_t cached_head;             /* last head seen */
-	uint64_t released;                /* our copy of tail */
+	uint64_t released;                /* released position; stored to tail in batches */
+	uint64_t stored;                  /* last value stored to tail */
+	uint64_t release_batch;           /* releases per tail store (spec 7.3 step 5) */
 	uint64_t session_id;
 	int ctl_fd, data_fd, cons_fd;
 	char ctl_path[IBVB_DATA_PATH_MAX + 16];
@@ -410,6 +412,20 @@ static inline uint64_t ibvb_held(const struct ibvb_ring *r) { return r->read - r
 
 /* Release every held position up to and including h->position (in position order). The views of those
  * heaps must not be touched afterwards. Releasing an already released position does nothing. */
+/* Stores the released position to the shared tail and wakes a waiting producer. ibvb_release calls it
+ * once per batch of releases (a store per heap would cost the producer a cache miss per heap); peek calls
+ * it when it finds nothing to read, wait before it sleeps, detach before it leaves. */
+static inline void ibvb_flush_release(struct ibvb_ring *r)
+{
+	if (r->stored == r->released)
+		return;
+	r->stored = r->released;
+	atomic_store_explicit(&r->ctl->tail, r->released, memory_order_release);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (__builtin_expect(atomic_load_explicit(&r->ctl->producer_waiting, memory_order_relaxed) != 0, 0))
+		ibvb__wake_producer(r);
+}
+
 static inline void ibvb_release(struct ibvb_ring *r, const struct ibvb_heap *h)
 {
 	uint64_t t = h->position + 1;
@@ -422,10 +438,8 @@ static inline void ibvb_release(struct ibvb_ring *r, const struct ibvb_heap *h)
 			r->eos_pending = 0;
 	}
 	r->released = t;
-	atomic_store_explicit(&r->ctl->tail, t, memory_order_release);
-	atomic_thread_fence(memory_order_seq_cst);
-	if (__builtin_expect(atomic_load_explicit(&r->ctl->producer_waiting, memory_order_relaxed) != 0, 0))
-		ibvb__wake_producer(r);
+	if (t - r->stored >= r->release_batch)
+		ibvb_flush_release(r);
 }
 
 /* Release everything read so far. */
@@ -447,6 +461,7 @@ static inline int ibvb_peek(struct ibvb_ring *r, struct ibvb_heap *h)
 	if (pos == r->cached_head) {
 		r->cached_head = atomic_load_explicit(&r->ctl->head, memory_order_acquire);
 		if (pos == r->cached_head) {
+			ibvb_flush_release(r); /* caught up: hand the released slots back now */
 			if (atomic_load_explicit(&r->ctl->state, memory_order_acquire) != IBVB_STATE_CLOSED)
 				return -EAGAIN;
 			/* CLOSED is stored after the last head: re-read it before calling the ring drained. */

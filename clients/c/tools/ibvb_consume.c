@@ -46,8 +46,24 @@ static uint64_t parse_u64(const char *opt, const char *s)
 /* Wrapping sum of payload[0:n] as little-endian u64 words, last partial word zero-padded. */
 static uint64_t checksum(const uint8_t *p, uint64_t n)
 {
-	uint64_t s = 0, words = n / 8;
-	for (uint64_t i = 0; i < words; i++) {
+	uint64_t s = 0, words = n / 8, i = 0;
+	/* Large heaps: 64 bytes a step with a software prefetch a few KiB ahead. The hardware prefetcher
+	 * stops at every 4 KiB page boundary, which leaves a single core's stream latency-bound. */
+	if (words >= 1024) {
+		uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+		for (; i + 8 <= words; i += 8) {
+			const uint8_t *q = p + 8 * i;
+			__builtin_prefetch(q + 4096);
+			uint64_t w[8];
+			memcpy(w, q, 64);
+			s0 += w[0] + w[4];
+			s1 += w[1] + w[5];
+			s2 += w[2] + w[6];
+			s3 += w[3] + w[7];
+		}
+		s = s0 + s1 + s2 + s3;
+	}
+	for (; i < words; i++) {
 		uint64_t w;
 		memcpy(&w, p + 8 * i, 8);
 		s += w;
