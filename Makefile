@@ -1,0 +1,44 @@
+# ibvbridge: `make demo` shows the whole path, `make test` runs every suite. Both install what they need
+# (scripts/setup.sh: Debian packages, Go modules, hugepages; root for the last two steps of that).
+SHELL := /bin/bash
+export PATH := $(PATH):/usr/local/go/bin
+export PYENV_VERSION := system
+PYTHON := /usr/bin/python3
+GO ?= go
+
+.PHONY: all setup build test test-go test-c test-python test-interop fuzz demo bench clean
+
+all: build
+
+setup:
+	@scripts/setup.sh
+
+build:
+	$(GO) build -o bin/ibvbridge ./cmd/ibvbridge
+	$(MAKE) -s -C clients/c
+
+test: setup build
+	@echo "== go vet"
+	$(GO) vet ./...
+	@echo "== C client tests"
+	$(MAKE) -s -C clients/c test
+	@echo "== Python client tests"
+	cd clients/python && $(PYTHON) -m pytest -q tests
+	@echo "== Go tests (race detector), cross-language tests and fuzz seed corpora"
+	IBVBRIDGE_REQUIRE_CLIENTS=1 $(GO) test -race -count=1 ./...
+
+# A longer fuzzing session on the decoders (not part of make test).
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./spead/
+
+demo: setup build
+	@scripts/demo.sh
+
+bench: build
+	bin/ibvbridge bench ring --consumer c --heap-size 64
+	bin/ibvbridge bench ring --consumer python --heap-size 64 --batch 4096
+	bin/ibvbridge bench ring --consumer c --heap-size 1048576
+
+clean:
+	rm -rf bin
+	$(MAKE) -s -C clients/c clean

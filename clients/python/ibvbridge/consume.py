@@ -1,0 +1,220 @@
+"""Reference consumer CLI: read a ring to the end, checksum (and optionally verify) every payload byte.
+
+    python3 -m ibvbridge.consume --ring NAME_OR_PATH [--verify] [--max-heaps N] [--timeout-ms T]
+                                 [--hold N] [--sleep-us U] [--batch N]
+
+Prints exactly one JSON object on stdout:
+    {"heaps", "bytes", "checksum", "verify_errors", "incomplete", "first_heap_cnt", "last_heap_cnt",
+     "heap_cnt_out_of_order", "seconds", "result", "error", "counters", "session_id"}
+Exit status: 0 eos / max, 2 producer_gone, 3 timeout, 1 anything else.
+
+checksum: wrapping uint64 sum over all heaps of payload[0:received] read as little-endian uint64 words
+(the last partial word zero-padded). --verify: byte i of payload[0:received] must be
+(heap_cnt*31 + i) & 0xff and item 0x1001, if present, immediate with value == heap_cnt; each heap failing
+either check counts one verify error. heap_cnt_out_of_order counts heaps whose heap_cnt is not greater
+than the previous heap's. first/last_heap_cnt are 0 when no heap was read. seconds runs from the end of
+attach to the end of reading.
+"""
+
+import argparse
+import collections
+import json
+import signal
+import sys
+import time
+
+from . import layout as L
+from .errors import EndOfStream, ProducerGone, RingError, Timeout
+from .ring import Ring
+
+try:
+    import numpy as np
+except ImportError:  # pragma: no cover
+    np = None
+
+M64 = (1 << 64) - 1
+VERIFY_ITEM = 0x1001
+EXIT = {"eos": 0, "max": 0, "producer_gone": 2, "timeout": 3, "error": 1}
+
+
+class _Terminated(Exception):
+    pass
+
+
+def _on_sigterm(signum, frame):
+    raise _Terminated("terminated by signal %d" % signum)
+
+
+class Stats:
+    def __init__(self, verify, slot_size):
+        self.verify = verify
+        self.heaps = self.bytes = self.checksum = self.verify_errors = self.incomplete = 0
+        self.first = self.last = None
+        self.out_of_order = 0
+        # pattern[b] = bytes (b + i) & 0xff for i < slot_size (+255 so any start fits)
+        self._pat = bytes((i & 0xFF) for i in range(slot_size + 256)) if verify else b""
+
+    # ---------------------------------------------------------------- one heap
+    def heap(self, h):
+        n = h.received
+        pl = h.payload
+        n8 = n & ~7
+        if n8 <= 512 or np is None:
+            s = sum(pl[:n8].cast("Q")) if n8 else 0
+        else:
+            s = int(np.frombuffer(pl, "<u8", n8 >> 3).sum(dtype=np.uint64))
+        if n8 != n:
+            s += int.from_bytes(pl[n8:n], "little")
+        self.checksum = (self.checksum + s) & M64
+        self.bytes += n
+        cnt = h.heap_cnt
+        if h.flags & L.FLAG_INCOMPLETE:
+            self.incomplete += 1
+        if self.first is None:
+            self.first = cnt
+        elif cnt <= self.last:
+            self.out_of_order += 1
+        self.last = cnt
+        self.heaps += 1
+        if self.verify:
+            b = (cnt * 31) & 0xFF
+            ok = bytes(pl) == self._pat[b:b + n]
+            if ok:
+                it = h.find(VERIFY_ITEM)
+                ok = it is None or (it.immediate and it.value == cnt)
+            if not ok:
+                self.verify_errors += 1
+
+    # ---------------------------------------------------------------- a batch (vectorised)
+    def batch(self, b):
+        n = len(b)
+        recv = b.received
+        maxr = int(recv.max())
+        nb = (maxr + 7) & ~7
+        arr = b.payloads(nb)
+        full = bool((recv == nb).all())
+        if full:
+            data = arr
+        else:
+            mask = np.arange(nb, dtype=np.uint64)[None, :] < recv[:, None]
+            data = np.where(mask, arr, np.uint8(0))
+        if nb:
+            try:
+                words = data.view("<u8")
+            except ValueError:
+                words = np.ascontiguousarray(data).view("<u8")
+            self.checksum = (self.checksum + int(words.sum(dtype=np.uint64))) & M64
+        self.bytes += int(recv.sum(dtype=np.uint64))
+        hc = b.heap_cnt
+        flags = b.flags
+        self.incomplete += int(np.count_nonzero(flags & L.FLAG_INCOMPLETE))
+        ooo = int(np.count_nonzero(hc[1:] <= hc[:-1]))
+        if self.first is None:
+            self.first = int(hc[0])
+        elif int(hc[0]) <= self.last:
+            ooo += 1
+        self.out_of_order += ooo
+        self.last = int(hc[-1])
+        self.heaps += n
+        if self.verify:
+            start = ((hc * np.uint64(31)) & np.uint64(0xFF)).astype(np.uint8)
+            expect = start[:, None] + np.arange(nb, dtype=np.uint8)[None, :]  # uint8 wraps: & 0xff
+            diff = arr != expect
+            if not full:
+                diff &= mask
+            bad = diff.any(axis=1)
+            found, items = b.find_item(VERIFY_ITEM)
+            bad |= found & (((items["flags"] & L.ITEM_IMMEDIATE) == 0) | (items["value"] != hc))
+            self.verify_errors += int(np.count_nonzero(bad))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python3 -m ibvbridge.consume", description=__doc__.split("\n")[0])
+    ap.add_argument("--ring", required=True, help="ring name, or path of its .ctl file")
+    ap.add_argument("--verify", action="store_true", help="check the test pattern and item 0x1001")
+    ap.add_argument("--max-heaps", type=int, default=0, help="stop after N heaps (0: no limit)")
+    ap.add_argument("--timeout-ms", type=float, default=10000, help="attach timeout and per-wait timeout")
+    ap.add_argument("--hold", type=int, default=0, help="keep up to N heaps unreleased")
+    ap.add_argument("--sleep-us", type=float, default=0, help="sleep after each heap (each batch with --batch)")
+    ap.add_argument("--batch", type=int, default=0, help="use next_batch with up to N heaps")
+    a = ap.parse_args(argv)
+    timeout = a.timeout_ms / 1000.0
+    out = {"heaps": 0, "bytes": 0, "checksum": 0, "verify_errors": 0, "incomplete": 0, "first_heap_cnt": 0,
+           "last_heap_cnt": 0, "heap_cnt_out_of_order": 0, "seconds": 0.0, "result": "error", "error": "",
+           "counters": {}, "session_id": 0}
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    ring = None
+    st = None
+    t0 = time.perf_counter()
+    held = collections.deque()
+    held_n = 0
+    try:
+        ring = Ring.attach(a.ring, timeout=timeout)
+        out["session_id"] = ring.session_id
+        st = Stats(a.verify, ring.slot_size)
+        if a.batch and np is None:
+            raise RingError("--batch needs numpy")
+        t0 = time.perf_counter()
+        sleep = a.sleep_us / 1e6
+        limit = a.max_heaps if a.max_heaps > 0 else None
+        result = None
+        while result is None:
+            if limit is not None and st.heaps >= limit:
+                result = "max"
+                break
+            try:
+                if a.batch:
+                    want = a.batch if limit is None else min(a.batch, limit - st.heaps)
+                    item = ring.next_batch(want, timeout)
+                    st.batch(item)
+                    k = len(item)
+                else:
+                    item = ring.next(timeout)
+                    st.heap(item)
+                    k = 1
+            except EndOfStream:
+                result = "eos"
+                break
+            held.append((item, k))
+            held_n += k
+            while held and held_n > a.hold:
+                x, kx = held.popleft()
+                x.release()
+                held_n -= kx
+            if sleep:
+                time.sleep(sleep)
+        out["result"] = result
+    except ProducerGone as e:
+        out["result"], out["error"] = "producer_gone", str(e)
+    except Timeout as e:
+        out["result"], out["error"] = "timeout", str(e)
+    except RingError as e:
+        out["result"], out["error"] = "error", f"{type(e).__name__}: {e}"
+    except KeyboardInterrupt:
+        out["result"], out["error"] = "error", "interrupted"
+    except _Terminated as e:
+        out["result"], out["error"] = "error", str(e)
+    except Exception as e:  # report, never a traceback instead of the JSON line
+        out["result"], out["error"] = "error", f"{type(e).__name__}: {e}"
+    out["seconds"] = round(time.perf_counter() - t0, 6)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if ring is not None:
+        try:
+            for x, _ in held:
+                x.release()
+            held.clear()
+            out["counters"] = ring.stats()
+        except Exception:
+            pass
+        ring.close()
+    if st is not None:
+        out.update(heaps=st.heaps, bytes=st.bytes, checksum=st.checksum, verify_errors=st.verify_errors,
+                   incomplete=st.incomplete, first_heap_cnt=st.first or 0, last_heap_cnt=st.last or 0,
+                   heap_cnt_out_of_order=st.out_of_order)
+    sys.stdout.write(json.dumps(out, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+    return EXIT[out["result"]]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

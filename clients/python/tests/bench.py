@@ -1,0 +1,87 @@
+"""Rough consumer throughput against a pre-filled fake ring (not a test; run by hand).
+
+    /usr/bin/python3 tests/bench.py [--heaps N] [--size B] [--items K]
+
+Fills a ring with N heaps (vectorised, so the producer is not the bottleneck) plus an END_OF_STREAM
+marker, then times: the per-heap iterator, next_batch, and the consume CLI in both modes.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import numpy as np  # noqa: E402
+
+from fake_producer import FakeProducer, pattern  # noqa: E402
+from ibvbridge import Ring, layout as L  # noqa: E402
+
+
+def fill(p, n, size, items):
+    sc = p.slot_count
+    assert n + 1 <= sc
+    pos = np.arange(n, dtype=np.uint64)
+    d = p.desc[:n]
+    d["seq"] = pos + 1
+    d["heap_cnt"] = pos + 1
+    d["heap_size"] = size
+    d["received"] = size
+    d["slot"] = pos
+    d["flags"] = L.FLAG_COMPLETE
+    d["item_count"] = items
+    d["packets"] = 1
+    if items:
+        p.items[:n, 0] = (0x1001, 0, 5, L.ITEM_IMMEDIATE, 0)
+        p.items["value"][:n, 0] = pos + 1
+    for b in range(256):  # pattern payloads: heap_cnt*31 & 0xff decides the bytes
+        rows = np.nonzero((((pos + 1) * 31) & 0xFF) == b)[0]
+        p.payload[rows, :size] = np.frombuffer(bytes(((b + i) & 0xFF) for i in range(size)),
+                                               np.uint8)
+    p.desc[n] = (n + 1, 0, 0, 0, 0, n, L.FLAG_END_OF_STREAM, 0, 0, 0)
+    p.head = n + 1
+    p.commit()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--heaps", type=int, default=1_000_000)
+    ap.add_argument("--size", type=int, default=64)
+    ap.add_argument("--items", type=int, default=1)
+    ap.add_argument("--batch", type=int, default=4096)
+    a = ap.parse_args()
+    sc = 1 << (a.heaps + 1).bit_length()
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as d:
+        p = FakeProducer(d, "bench", slot_count=sc, slot_size=max(64, (a.size + 63) // 64 * 64), max_items=2)
+        fill(p, a.heaps, a.size, a.items)
+        res = {}
+        with Ring.attach(p.ctl_path) as ring:
+            t = time.perf_counter()
+            n = 0
+            for h in ring:
+                n += 1
+            res["iterate"] = n / (time.perf_counter() - t)
+        p.c64[L.OFF_TAIL >> 3] = 0
+        with Ring.attach(p.ctl_path) as ring:
+            t = time.perf_counter()
+            n = 0
+            for b in ring.batches(a.batch):
+                n += len(b)
+            res["next_batch"] = n / (time.perf_counter() - t)
+        for mode in ([], ["--batch", str(a.batch)], ["--verify"], ["--verify", "--batch", str(a.batch)]):
+            p.c64[L.OFF_TAIL >> 3] = 0
+            out = subprocess.run([sys.executable, "-m", "ibvbridge.consume", "--ring", p.ctl_path, *mode],
+                                 capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(
+                                     os.path.abspath(__file__))))
+            j = json.loads(out.stdout)
+            assert j["result"] == "eos" and j["heaps"] == a.heaps and j["verify_errors"] == 0, j
+            res["consume " + " ".join(mode)] = j["heaps"] / j["seconds"]
+        p.close()
+    for k, v in res.items():
+        print(f"{k:32s} {v:12,.0f} heaps/s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,5 @@
+package main
+
+import "syscall"
+
+var syscallZero = syscall.Signal(0)

@@ -1,0 +1,432 @@
+package interop_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ibvbridge/ibvbridge/ring"
+	"github.com/ibvbridge/ibvbridge/ring/ringtest"
+)
+
+var (
+	repoRoot string
+	goTool   string // bin of ./cmd/ibvbridge built for this test run
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("INTEROP_CHILD_DIR") != "" {
+		childProducer()
+		return
+	}
+	_, file, _, _ := runtime.Caller(0)
+	repoRoot = filepath.Dir(filepath.Dir(file))
+	dir, err := os.MkdirTemp("", "interop")
+	if err != nil {
+		panic(err)
+	}
+	goTool = filepath.Join(dir, "ibvbridge")
+	build := exec.Command("go", "build", "-o", goTool, "./cmd/ibvbridge")
+	build.Dir = repoRoot
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build ibvbridge: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// consumers lists the consumer implementations; a missing C or Python build is a failure under
+// `make test` (IBVBRIDGE_REQUIRE_CLIENTS=1) and a skip for a bare `go test`.
+func consumers(t *testing.T) []string {
+	kinds := []string{"go"}
+	cTool := filepath.Join(repoRoot, "clients/c/build/ibvb-consume")
+	if _, err := os.Stat(cTool); err == nil {
+		kinds = append(kinds, "c")
+	} else if os.Getenv("IBVBRIDGE_REQUIRE_CLIENTS") != "" {
+		t.Fatalf("C consumer %s missing: %v", cTool, err)
+	} else {
+		t.Logf("skipping the C consumer: %s not built (make build)", cTool)
+	}
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		kinds = append(kinds, "python")
+	} else if os.Getenv("IBVBRIDGE_REQUIRE_CLIENTS") != "" {
+		t.Fatal("/usr/bin/python3 missing")
+	}
+	return kinds
+}
+
+type result struct {
+	Heaps        uint64            `json:"heaps"`
+	Bytes        uint64            `json:"bytes"`
+	Checksum     uint64            `json:"checksum"`
+	VerifyErrors uint64            `json:"verify_errors"`
+	Incomplete   uint64            `json:"incomplete"`
+	FirstHeapCnt uint64            `json:"first_heap_cnt"`
+	LastHeapCnt  uint64            `json:"last_heap_cnt"`
+	OutOfOrder   uint64            `json:"heap_cnt_out_of_order"`
+	Result       string            `json:"result"`
+	Error        string            `json:"error"`
+	Counters     map[string]uint64 `json:"counters"`
+	SessionID    uint64            `json:"session_id"`
+	exitCode     int
+}
+
+func consumerCmd(t *testing.T, kind, ctlPath string, extra ...string) *exec.Cmd {
+	args := append([]string{"--ring", ctlPath, "--verify", "--timeout-ms", "10000"}, extra...)
+	var cmd *exec.Cmd
+	switch kind {
+	case "go":
+		cmd = exec.Command(goTool, append([]string{"consume"}, args...)...)
+	case "c":
+		cmd = exec.Command(filepath.Join(repoRoot, "clients/c/build/ibvb-consume"), args...)
+	case "python":
+		cmd = exec.Command("/usr/bin/python3", append([]string{"-m", "ibvbridge.consume"}, args...)...)
+		cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(repoRoot, "clients/python"), "PYENV_VERSION=system")
+	}
+	return cmd
+}
+
+// startConsumer starts a consumer process; wait returns its JSON result.
+func startConsumer(t *testing.T, kind, ctlPath string, extra ...string) (wait func() result) {
+	t.Helper()
+	cmd := consumerCmd(t, kind, ctlPath, extra...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() {
+		select {
+		case <-done:
+		default:
+			cmd.Process.Kill()
+		}
+	})
+	return func() result {
+		t.Helper()
+		timer := time.AfterFunc(60*time.Second, func() { cmd.Process.Kill() })
+		err := cmd.Wait()
+		timer.Stop()
+		close(done)
+		var r result
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			r.exitCode = ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("%s consumer: %v", kind, err)
+		}
+		lines := bytes.Split(bytes.TrimSpace(out.Bytes()), []byte("\n"))
+		if jerr := json.Unmarshal(lines[len(lines)-1], &r); jerr != nil {
+			t.Fatalf("%s consumer printed %q (stderr %q): %v", kind, out.String(), errb.String(), jerr)
+		}
+		return r
+	}
+}
+
+func waitAttached(t *testing.T, p *ring.Producer) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		info, err := ring.Inspect(p.CtlPath(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.ConsumerPID != 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("consumer did not attach")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func newRing(t *testing.T, name string, cfg ring.Config) *ring.Producer {
+	t.Helper()
+	if cfg.Dir == "" {
+		cfg.Dir = t.TempDir()
+	}
+	if cfg.SlotCount == 0 {
+		cfg.SlotCount = 16
+	}
+	if cfg.SlotSize == 0 {
+		cfg.SlotSize = 8192
+	}
+	p, err := ring.Create(name, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// sizeOf gives heap cnt a size that varies, including sizes that are not multiples of 8.
+func sizeOf(cnt uint64, max int) int { return 1 + int(cnt*977)%max }
+
+func checkCounters(t *testing.T, kind string, got map[string]uint64, want ring.Stats) {
+	t.Helper()
+	for _, c := range ring.Counters() {
+		if got[c.String()] != want.Get(c) {
+			t.Errorf("%s consumer: counter %s = %d, producer says %d", kind, c, got[c.String()], want.Get(c))
+		}
+	}
+}
+
+func TestEveryConsumerReadsEveryByte(t *testing.T) {
+	for _, kind := range consumers(t) {
+		t.Run(kind, func(t *testing.T) {
+			p := newRing(t, "all-"+kind, ring.Config{Policy: ring.PolicyBlock})
+			wait := startConsumer(t, kind, p.CtlPath())
+			waitAttached(t, p)
+			const n = 3000
+			var sum, bytes uint64
+			for cnt := uint64(1); cnt <= n; cnt++ {
+				pb := ringtest.Publisher{P: p, Size: sizeOf(cnt, 8192), Fill: true}
+				s, err := pb.Publish(cnt, uint64(time.Now().UnixNano()))
+				if err != nil {
+					t.Fatal(err)
+				}
+				sum += s
+				bytes += uint64(pb.Size)
+			}
+			p.Add(ring.CounterMalformedPackets, 7) // every counter travels, not just the ones publishing sets
+			if err := p.PublishEndOfStream(5 * time.Second); err != nil {
+				t.Fatal(err)
+			}
+			r := wait()
+			if r.Result != "eos" || r.exitCode != 0 || r.Heaps != n || r.Bytes != bytes || r.Checksum != sum ||
+				r.VerifyErrors != 0 || r.OutOfOrder != 0 || r.FirstHeapCnt != 1 || r.LastHeapCnt != n {
+				t.Fatalf("%s consumer: %+v (want %d heaps, %d bytes, checksum %#x)", kind, r, n, bytes, sum)
+			}
+			checkCounters(t, kind, r.Counters, p.Stats())
+		})
+	}
+}
+
+func TestWrappedCursors(t *testing.T) {
+	for _, kind := range consumers(t) {
+		t.Run(kind, func(t *testing.T) {
+			p := newRing(t, "wrap-"+kind, ring.Config{Policy: ring.PolicyBlock, InitialPosition: ^uint64(0) - 20})
+			wait := startConsumer(t, kind, p.CtlPath())
+			waitAttached(t, p)
+			pb := ringtest.Publisher{P: p, Size: 200, Fill: true}
+			for cnt := uint64(1); cnt <= 100; cnt++ {
+				if _, err := pb.Publish(cnt, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p.PublishEndOfStream(5 * time.Second)
+			if r := wait(); r.Result != "eos" || r.Heaps != 100 || r.VerifyErrors != 0 {
+				t.Fatalf("%+v", r)
+			}
+		})
+	}
+}
+
+func TestFullRingDropPolicyCountsExactly(t *testing.T) {
+	for _, kind := range consumers(t) {
+		t.Run(kind, func(t *testing.T) {
+			p := newRing(t, "drop-"+kind, ring.Config{SlotCount: 8})
+			// A slow consumer: 2 ms per heap while the producer offers a heap every 100 µs.
+			wait := startConsumer(t, kind, p.CtlPath(), "--sleep-us", "2000")
+			waitAttached(t, p)
+			pb := ringtest.Publisher{P: p, Size: 512, Fill: true}
+			const n = 400
+			var dropped uint64
+			for cnt := uint64(1); cnt <= n; cnt++ {
+				if _, err := pb.Publish(cnt, 0); errors.Is(err, ring.ErrFull) {
+					dropped++
+					p.Add(ring.CounterDroppedHeaps, 1)
+				} else if err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
+			if err := p.PublishEndOfStream(10 * time.Second); err != nil {
+				t.Fatal(err)
+			}
+			r := wait()
+			if dropped == 0 {
+				t.Fatal("the slow consumer never filled the ring: the test proves nothing")
+			}
+			if r.Heaps+dropped != n || r.Counters["dropped_heaps"] != dropped || r.VerifyErrors != 0 || r.OutOfOrder != 0 {
+				t.Fatalf("received %d + dropped %d != %d; %+v", r.Heaps, dropped, n, r)
+			}
+		})
+	}
+}
+
+func TestFullRingBlockPolicyLosesNothing(t *testing.T) {
+	for _, kind := range consumers(t) {
+		t.Run(kind, func(t *testing.T) {
+			p := newRing(t, "block-"+kind, ring.Config{SlotCount: 4, Policy: ring.PolicyBlock})
+			wait := startConsumer(t, kind, p.CtlPath(), "--sleep-us", "300", "--hold", "2")
+			waitAttached(t, p)
+			pb := ringtest.Publisher{P: p, Size: 1000, Fill: true}
+			for cnt := uint64(1); cnt <= 300; cnt++ {
+				if _, err := pb.Publish(cnt, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p.PublishEndOfStream(10 * time.Second)
+			if r := wait(); r.Result != "eos" || r.Heaps != 300 || r.VerifyErrors != 0 || r.Counters["dropped_heaps"] != 0 {
+				t.Fatalf("%+v", r)
+			}
+		})
+	}
+}
+
+func TestConsumerAttachesMidStream(t *testing.T) {
+	for _, kind := range consumers(t) {
+		t.Run(kind, func(t *testing.T) {
+			p := newRing(t, "mid-"+kind, ring.Config{SlotCount: 16})
+			pb := ringtest.Publisher{P: p, Size: 64, Fill: true}
+			for cnt := uint64(1); cnt <= 40; cnt++ { // nobody reads: 16 fit, 24 are dropped
+				if _, err := pb.Publish(cnt, 0); errors.Is(err, ring.ErrFull) {
+					p.Add(ring.CounterDroppedHeaps, 1)
+				}
+			}
+			// A first consumer reads five and leaves; the next continues from there.
+			if r := startConsumer(t, kind, p.CtlPath(), "--max-heaps", "5")(); r.Result != "max" || r.Heaps != 5 || r.LastHeapCnt != 5 {
+				t.Fatalf("first consumer: %+v", r)
+			}
+			wait := startConsumer(t, kind, p.CtlPath())
+			waitAttached(t, p)
+			for cnt := uint64(41); cnt <= 50; cnt++ {
+				for {
+					if _, err := pb.Publish(cnt, 0); err == nil {
+						break
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+			p.PublishEndOfStream(5 * time.Second)
+			r := wait()
+			if r.Result != "eos" || r.FirstHeapCnt != 6 || r.Heaps != 11+10 || r.VerifyErrors != 0 || r.Counters["dropped_heaps"] != 24 {
+				t.Fatalf("second consumer: %+v", r)
+			}
+		})
+	}
+}
+
+// childProducer is this test binary re-executed as a producer process, for kill -9.
+func childProducer() {
+	p, err := ring.Create("killed", ring.Config{Dir: os.Getenv("INTEROP_CHILD_DIR"), SlotCount: 8, SlotSize: 4096})
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	pb := ringtest.Publisher{P: p, Size: 333, Fill: true}
+	for cnt := uint64(1); cnt <= 5; cnt++ {
+		pb.Publish(cnt, 0)
+	}
+	fmt.Println("ready")
+	time.Sleep(time.Minute)
+}
+
+func TestProducerKilled(t *testing.T) {
+	for _, kind := range consumers(t) {
+		t.Run(kind, func(t *testing.T) {
+			dir := t.TempDir()
+			child := exec.Command(os.Args[0], "-test.run=^$")
+			child.Env = append(os.Environ(), "INTEROP_CHILD_DIR="+dir)
+			out, _ := child.StdoutPipe()
+			if err := child.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer child.Process.Kill()
+			buf := make([]byte, 16)
+			if n, _ := out.Read(buf); string(buf[:n]) != "ready\n" {
+				t.Fatalf("child: %q", buf[:n])
+			}
+			ctl := ring.CtlPath(dir, "killed")
+			wait := startConsumer(t, kind, ctl)
+			for { // the consumer has read all five heaps and sleeps on the futex
+				info, err := ring.Inspect(ctl, "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if info.Tail-info.Head == 0 && info.ConsumerPID != 0 {
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			time.Sleep(100 * time.Millisecond)
+			killed := time.Now()
+			child.Process.Signal(syscall.SIGKILL)
+			child.Wait()
+			r := wait()
+			if d := time.Since(killed); d > 1500*time.Millisecond { // 1 s to notice, plus process exit
+				t.Fatalf("%s consumer took %v to notice the dead producer", kind, d)
+			}
+			if r.Result != "producer_gone" || r.exitCode != 2 || r.Heaps != 5 || r.VerifyErrors != 0 {
+				t.Fatalf("%+v exit %d", r, r.exitCode)
+			}
+		})
+	}
+}
+
+// TestGoldenLayout checks that Go, C and Python name the same offsets with the same values.
+func TestGoldenLayout(t *testing.T) {
+	want := ring.LayoutTable()
+	tables := map[string]*exec.Cmd{}
+	for _, kind := range consumers(t) {
+		switch kind {
+		case "c":
+			tables[kind] = exec.Command(filepath.Join(repoRoot, "clients/c/build/layout_dump"))
+		case "python":
+			cmd := exec.Command("/usr/bin/python3", "-m", "ibvbridge.layout")
+			cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(repoRoot, "clients/python"), "PYENV_VERSION=system")
+			tables[kind] = cmd
+		}
+	}
+	for kind, cmd := range tables {
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s layout dump: %v", kind, err)
+		}
+		got := map[string]uint64{}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			f := strings.Fields(line)
+			if len(f) != 2 {
+				t.Fatalf("%s layout line %q", kind, line)
+			}
+			v, err := strconv.ParseUint(f[1], 0, 64)
+			if err != nil {
+				t.Fatalf("%s layout line %q: %v", kind, line, err)
+			}
+			got[f[0]] = v
+		}
+		var diffs []string
+		for k, v := range want {
+			if g, ok := got[k]; !ok {
+				diffs = append(diffs, fmt.Sprintf("%s missing (Go %d)", k, v))
+			} else if g != v {
+				diffs = append(diffs, fmt.Sprintf("%s = %d, Go %d", k, g, v))
+			}
+		}
+		for k := range got {
+			if _, ok := want[k]; !ok {
+				diffs = append(diffs, fmt.Sprintf("%s only in %s", k, kind))
+			}
+		}
+		sort.Strings(diffs)
+		if len(diffs) > 0 {
+			t.Errorf("%s layout differs from Go:\n%s", kind, strings.Join(diffs, "\n"))
+		}
+	}
+}
