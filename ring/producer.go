@@ -512,8 +512,8 @@ func (p *Producer) PublishEndOfStream(timeout time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("publish end of stream on %s: %w", p.name, err)
 	}
+	p.Set(CounterEndOfStream, 1) // before the marker: a consumer that sees it reads the counter set
 	p.Publish(s, HeapInfo{Flags: FlagEndOfStream, TimestampNs: realtimeNanos()})
-	p.Set(CounterEndOfStream, 1)
 	return nil
 }
 
