@@ -245,7 +245,10 @@ func TestWaitWakesAndTimesOut(t *testing.T) {
 	if time.Since(start) < 30*time.Millisecond {
 		t.Fatal("returned before the timeout")
 	}
+	done := make(chan struct{})
+	defer func() { <-done }() // the producer's memory must outlive the publisher goroutine
 	go func() {
+		defer close(done)
 		time.Sleep(50 * time.Millisecond) // past the spin: the consumer is asleep on the futex
 		pb := ringtest.Publisher{P: p, Size: 32, Fill: true}
 		pb.Publish(7, 0)
