@@ -430,3 +430,34 @@ func TestGoldenLayout(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyCatchesBadBytes proves every consumer's --verify can fail: one complete heap with a wrong
+// byte is an error, an incomplete heap (holes are unspecified) is counted but not verified.
+func TestVerifyCatchesBadBytes(t *testing.T) {
+	for _, kind := range consumers(t) {
+		t.Run(kind, func(t *testing.T) {
+			p := newRing(t, "bad-"+kind, ring.Config{Policy: ring.PolicyBlock})
+			wait := startConsumer(t, kind, p.CtlPath())
+			waitAttached(t, p)
+			publish := func(cnt uint64, flags uint32, corrupt bool) {
+				s, err := p.Acquire()
+				if err != nil {
+					t.Fatal(err)
+				}
+				ringtest.FillPattern(s.Payload[:100], cnt)
+				if corrupt {
+					s.Payload[37] ^= 0xFF
+				}
+				p.Publish(s, ring.HeapInfo{HeapCnt: cnt, HeapSize: 100, Received: 100, Flags: flags, Packets: 1})
+			}
+			publish(1, ring.FlagComplete, false)
+			publish(2, ring.FlagComplete, true)
+			publish(3, ring.FlagIncomplete, true)
+			p.PublishEndOfStream(5 * time.Second)
+			r := wait()
+			if r.Heaps != 3 || r.VerifyErrors != 1 || r.Incomplete != 1 {
+				t.Fatalf("%s consumer: %+v, want 3 heaps, 1 verify error, 1 incomplete", kind, r)
+			}
+		})
+	}
+}

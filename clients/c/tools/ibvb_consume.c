@@ -193,7 +193,7 @@ int main(int argc, char **argv)
 			sum += checksum(h.payload, h.received);
 			if (h.flags & IBVB_FLAG_INCOMPLETE)
 				incomplete++;
-			if (verify) {
+			if (verify && !(h.flags & IBVB_FLAG_INCOMPLETE)) { /* holes hold unspecified bytes */
 				int ok = pattern_ok(h.payload, h.received, h.heap_cnt);
 				const struct ibvb_item *it = ibvb_find_item(&h, ITEM_VERIFY_ID);
 				if (it && (!ibvb_item_is_immediate(it) || it->value != h.heap_cnt))

@@ -11,7 +11,8 @@ Exit status: 0 eos / max, 2 producer_gone, 3 timeout, 1 anything else.
 checksum: wrapping uint64 sum over all heaps of payload[0:received] read as little-endian uint64 words
 (the last partial word zero-padded). --verify: byte i of payload[0:received] must be
 (heap_cnt*31 + i) & 0xff and item 0x1001, if present, immediate with value == heap_cnt; each heap failing
-either check counts one verify error. heap_cnt_out_of_order counts heaps whose heap_cnt is not greater
+either check counts one verify error. Incomplete heaps are not verified: their holes hold unspecified
+bytes. heap_cnt_out_of_order counts heaps whose heap_cnt is not greater
 than the previous heap's. first/last_heap_cnt are 0 when no heap was read. seconds runs from the end of
 attach to the end of reading.
 """
@@ -76,7 +77,7 @@ class Stats:
             self.out_of_order += 1
         self.last = cnt
         self.heaps += 1
-        if self.verify:
+        if self.verify and not h.flags & L.FLAG_INCOMPLETE:  # holes hold unspecified bytes
             b = (cnt * 31) & 0xFF
             ok = bytes(pl) == self._pat[b:b + n]
             if ok:
@@ -125,6 +126,7 @@ class Stats:
             bad = diff.any(axis=1)
             found, items = b.find_item(VERIFY_ITEM)
             bad |= found & (((items["flags"] & L.ITEM_IMMEDIATE) == 0) | (items["value"] != hc))
+            bad &= (flags & L.FLAG_INCOMPLETE) == 0  # holes hold unspecified bytes
             self.verify_errors += int(np.count_nonzero(bad))
 
 
