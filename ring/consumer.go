@@ -378,20 +378,5 @@ func (c *Consumer) Close() error {
 }
 
 func (c *Consumer) unmap() error {
-	var errs []error
-	if c.data != nil {
-		errs = append(errs, unix.Munmap(c.data))
-		c.data = nil
-	}
-	if c.ctl != nil {
-		errs = append(errs, unix.Munmap(c.ctl))
-		c.ctl = nil
-	}
-	for _, f := range []*os.File{c.ctlFile, c.consF} {
-		if f != nil {
-			errs = append(errs, f.Close())
-		}
-	}
-	c.ctlFile, c.consF = nil, nil
-	return errors.Join(errs...)
+	return unmapAndClose([]*[]byte{&c.data, &c.ctl}, []**os.File{&c.ctlFile, &c.consF})
 }

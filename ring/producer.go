@@ -579,20 +579,5 @@ func (p *Producer) Close() error {
 
 // release unmaps and closes everything, dropping the locks.
 func (p *Producer) release() error {
-	var errs []error
-	if p.ctl != nil {
-		errs = append(errs, unix.Munmap(p.ctl))
-		p.ctl = nil
-	}
-	if p.data != nil {
-		errs = append(errs, unix.Munmap(p.data))
-		p.data = nil
-	}
-	for _, f := range []*os.File{p.ctlFile, p.dataFile, p.lockFile} {
-		if f != nil {
-			errs = append(errs, f.Close())
-		}
-	}
-	p.ctlFile, p.dataFile, p.lockFile = nil, nil, nil
-	return errors.Join(errs...)
+	return unmapAndClose([]*[]byte{&p.ctl, &p.data}, []**os.File{&p.ctlFile, &p.dataFile, &p.lockFile})
 }

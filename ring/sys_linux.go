@@ -99,3 +99,22 @@ func isHugetlbfs(dir string) (bool, int) {
 }
 
 func unsafePointer(b []byte, off int) unsafe.Pointer { return unsafe.Pointer(&b[off]) }
+
+// unmapAndClose unmaps and closes what is set, clearing each so a second call is harmless, and joins the
+// errors.
+func unmapAndClose(maps []*[]byte, files []**os.File) error {
+	var errs []error
+	for _, m := range maps {
+		if *m != nil {
+			errs = append(errs, unix.Munmap(*m))
+			*m = nil
+		}
+	}
+	for _, f := range files {
+		if *f != nil {
+			errs = append(errs, (*f).Close())
+			*f = nil
+		}
+	}
+	return errors.Join(errs...)
+}
