@@ -1,9 +1,11 @@
 // Package spead owns the SPEAD wire format (SPEAD version 4, 64-bit item pointers, flavours SPEAD-64-40 and
 // SPEAD-64-48): decoding one packet into a zero-copy view, parsing item descriptors, and encoding heaps into
-// packets the way spead2_send lays them out.
+// packets the way spead2_send lays them out; and assembling heaps from packets straight into the slots of
+// a shared-memory ring (Assembler).
 //
-// The hot path is Decode: it allocates nothing, never panics, and reads the flavour from each packet's own
+// The hot path starts with Decode: it allocates nothing, never panics, and reads the flavour from each packet's own
 // header, because real senders mix flavours within one stream (spead2_send's stop heap honours --addr-bits
-// while its data heaps do not). Everything that concerns a heap as a whole (reassembly, item lengths) is the
-// heap assembler's business, not this package's.
+// while its data heaps do not). Everything that concerns a heap as a whole (reassembly, duplicate detection,
+// item lengths, descriptors, stream stop) is the Assembler's, which follows spead2's receive rules; its doc
+// comment lists them.
 package spead

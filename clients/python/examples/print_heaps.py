@@ -44,13 +44,15 @@ def main():
     ap.add_argument("--timeout", type=float, default=10.0, help="attach timeout, seconds")
     a = ap.parse_args()
     n = nbytes = 0
-    t0 = tlast = time.monotonic()
+    t0 = tlast = None  # rates count from the first heap, not from attach
     last_n = last_b = 0
     try:
         with ibvbridge.Ring.attach(a.ring, timeout=a.timeout) as ring:
             print(f"attached to {ring.ctl_path}: session {ring.session_id:#x}, producer pid {ring.producer_pid}, "
                   f"{ring.slot_count} slots x {ring.slot_size} B", flush=True)
             for heap in ring:
+                if t0 is None:
+                    t0 = tlast = time.monotonic()
                 n += 1
                 nbytes += heap.received
                 if n <= a.first:
@@ -73,7 +75,7 @@ def main():
         return 2
     except KeyboardInterrupt:
         return 130
-    dt = time.monotonic() - t0
+    dt = time.monotonic() - t0 if t0 is not None else 0.0
     print(f"end of stream: {n} heaps, {nbytes} bytes in {dt:.2f} s; dropped {st['dropped_heaps']}, "
           f"incomplete {st['incomplete_heaps']}")
     return 0

@@ -1,0 +1,701 @@
+package spead
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/ibvbridge/ibvbridge/ring"
+)
+
+// AssemblerConfig tunes an Assembler.
+type AssemblerConfig struct {
+	// MaxHeaps is the live-heap window (spead2's max_heaps, default 4): how many heaps may be under
+	// assembly at once. A packet of a new heap when the window is full evicts the oldest live heap.
+	MaxHeaps int
+	// Incomplete publishes heaps that end with missing payload, flagged INCOMPLETE; without it they are
+	// counted (incomplete_heaps and discarded_incomplete_heaps) and dropped.
+	Incomplete bool
+	// EOSTimeout bounds the wait for a free slot for the end-of-stream marker (default 1 s).
+	EOSTimeout time.Duration
+	// Log receives warnings that are not per-packet (item descriptors that do not fit the metadata
+	// area, an end-of-stream marker that found no slot); nil: silent.
+	Log *zerolog.Logger
+}
+
+const (
+	defaultMaxHeaps   = 4
+	defaultEOSTimeout = time.Second
+
+	// initialRanges is the preallocated size of a live heap's set of received payload ranges. Packets
+	// usually arrive in order and coalesce into one range; the set grows (allocating, off the common
+	// path) only under heavy reordering, up to maxRanges.
+	initialRanges = 16
+	// maxRanges bounds the range set: a packet that would need more disjoint ranges is dropped, so a
+	// hostile sender cannot make a heap's bookkeeping grow without limit.
+	maxRanges = 4096
+	// extraPointers is room in a live heap's pointer list beyond the ring's max_items for pointers that
+	// never reach the item table (null padding items) but still delimit address items.
+	extraPointers = 64
+)
+
+// Assembler reassembles SPEAD heaps from packets directly into the slots of a ring and publishes them
+// as they complete. It implements transport.Sink: one goroutine feeds it.
+//
+// Semantics (spead2's receive rules where the ring spec does not say otherwise):
+//   - Each live heap owns a ring slot from its first packet; payload is copied once, straight into the
+//     slot at its heap offset. If no slot is free (drop policy, or a blocked Acquire interrupted) the heap
+//     is dropped: dropped_heaps counts it once and the window remembers its cnt so later packets of it
+//     are ignored, not re-counted. As in spead2, a packet of a heap that already left the window (it
+//     completed or was evicted) starts a new heap.
+//   - A packet whose payload range overlaps one already received is a duplicate (duplicate_packets) and
+//     is ignored, as spead2 rejects exact and partial overlaps alike. Zero-length payloads are never
+//     duplicates. A packet inconsistent with its heap (another heap length or flavour, or a heap length
+//     below what the heap already holds) is rejected as spead2 does and counted as malformed with
+//     ReasonOther. A heap whose payload is already split into maxRanges disjoint ranges drops packets
+//     that would add another (RangeOverflows counts them); the heap then ends incomplete.
+//   - A heap with a HEAP_LENGTH is complete when all its bytes arrived and no item address lies past
+//     its end; it is published at once. A heap without one (NO_HEAP_SIZE) can only end at eviction,
+//     Flush or stream stop; it is then published as COMPLETE if its payload is contiguous from 0 to its
+//     furthest byte or item address (spead2 hands such a heap to the user as a heap, though its stats
+//     file it under incomplete), else it is incomplete. Its heap_size is the bytes received.
+//   - A heap larger than the slot keeps its first slot_size bytes and is flagged TRUNCATED
+//     (truncated_heaps); completeness still counts every byte of the heap, so a truncated heap whose
+//     bytes all arrived is COMPLETE|TRUNCATED. Its received field is the bytes kept (at most
+//     slot_size), address items are clipped to the slot and items starting past it are left out.
+//   - Item table: the heap's item pointers in wire order, deduplicated across packets, without ids
+//     0x1–0x4 and null items; an address item's length is the distance to the next address (null items
+//     included) in address order, ties in wire order, the last one running to the heap size; zero-length
+//     address items are left out, as spead2 does. More pointers than the table holds set ITEMS_OVERFLOW.
+//   - Item descriptors (0x5) that arrived whole are parsed into the stream's descriptor table (later ones
+//     replace earlier ones with the same id), which is written to the ring's metadata area.
+//   - The packet counter counts packets accepted into a heap, the stop packet included (as spead2_recv
+//     counts it); packets of dropped heaps, duplicates, malformed and range-overflow packets are not.
+//   - Stream stop (item 0x6 = 2): the stop heap is not published; every live heap is flushed, the
+//     end-of-stream marker is published and Done is closed. Packets after the stop are ignored and
+//     counted only by PacketsAfterStop: the stream is over and the ring's counters describe it.
+type Assembler struct {
+	p        *ring.Producer
+	cfg      AssemblerConfig
+	slotSize uint64
+
+	pkt     Packet // decoded in place: reusing it keeps Decode allocation-free
+	window  []liveHeap
+	lastHit int    // window index of the previous packet's heap: consecutive packets usually share it
+	arrival uint64 // first-arrival sequence number, for oldest-first eviction
+
+	// Scratch for item lengths at publication, sized for the largest pointer list.
+	sortScratch []addressRef
+	lengths     []uint64
+
+	descriptors     map[uint64]ring.ItemDescriptor
+	descriptorOrder []uint64
+
+	malformed        [NumReasons]atomic.Uint64
+	badDescriptors   atomic.Uint64
+	rangeOverflows   atomic.Uint64
+	packetsAfterStop atomic.Uint64
+
+	stopped bool
+	done    chan struct{}
+}
+
+// heapState is the state of one window entry.
+type heapState uint8
+
+const (
+	heapFree       heapState = iota
+	heapAssembling           // owns a slot
+	heapDropped              // no slot was free: later packets of this cnt are ignored
+)
+
+// liveHeap is one heap under assembly. Its slices are allocated once, at NewAssembler, and reused.
+type liveHeap struct {
+	state      heapState
+	cnt        uint64
+	arrival    uint64
+	slot       *ring.Slot
+	flavour    Flavour
+	heapLength uint64
+	hasLength  bool
+	// extent is spead2's min_length: the furthest payload byte or item address seen. A heap is complete
+	// only if it does not exceed the heap length.
+	extent       uint64
+	received     uint64 // payload bytes accepted, including those past the slot
+	stored       uint64 // of those, the bytes inside the slot
+	packets      uint32
+	firstNanos   int64
+	ranges       []byteRange // received payload, sorted, disjoint and coalesced
+	pointers     []uint64    // raw item pointers except ids 0x1–0x4, wire order, deduplicated across packets
+	pointersLost bool
+}
+
+// byteRange is a half-open range of heap payload offsets.
+type byteRange struct{ start, end uint64 }
+
+// addressRef is an address item (or null item) for the length computation: its address and its index
+// in the heap's pointer list.
+type addressRef struct {
+	address uint64
+	index   int
+}
+
+// NewAssembler returns an assembler publishing into p. MaxHeaps may not exceed the ring's slot count:
+// every live heap holds a slot, and with the block policy a window larger than the pool would wait for
+// slots only the assembler itself can free.
+func NewAssembler(p *ring.Producer, cfg AssemblerConfig) (*Assembler, error) {
+	if p == nil {
+		return nil, errors.New("spead: new assembler: nil ring producer")
+	}
+	if cfg.MaxHeaps == 0 {
+		cfg.MaxHeaps = defaultMaxHeaps
+	}
+	if cfg.EOSTimeout == 0 {
+		cfg.EOSTimeout = defaultEOSTimeout
+	}
+	geo := p.Geometry()
+	if cfg.MaxHeaps < 1 || uint64(cfg.MaxHeaps) > geo.SlotCount {
+		return nil, fmt.Errorf("spead: new assembler on ring %s: max heaps %d must be in 1..%d (the ring's slot count)",
+			p.Name(), cfg.MaxHeaps, geo.SlotCount)
+	}
+	maxPointers := int(geo.MaxItems) + extraPointers
+	a := &Assembler{
+		p:           p,
+		cfg:         cfg,
+		slotSize:    uint64(p.SlotSize()),
+		window:      make([]liveHeap, cfg.MaxHeaps),
+		sortScratch: make([]addressRef, 0, maxPointers),
+		lengths:     make([]uint64, maxPointers),
+		descriptors: map[uint64]ring.ItemDescriptor{},
+		done:        make(chan struct{}),
+	}
+	for i := range a.window {
+		a.window[i].ranges = make([]byteRange, 0, initialRanges)
+		a.window[i].pointers = make([]uint64, 0, maxPointers)
+	}
+	return a, nil
+}
+
+// Done is closed when the stream stopped: a stream-stop item was received, the live heaps were flushed
+// and the end-of-stream marker published.
+func (a *Assembler) Done() <-chan struct{} { return a.done }
+
+// MalformedByReason returns the rejected packets per reason; they sum to the ring's malformed_packets.
+// ReasonOther counts packets inconsistent with their heap. Safe from any goroutine.
+func (a *Assembler) MalformedByReason() [NumReasons]uint64 {
+	var out [NumReasons]uint64
+	for i := range out {
+		out[i] = a.malformed[i].Load()
+	}
+	return out
+}
+
+// BadDescriptors counts item descriptors (item 0x5) that arrived whole but did not parse; they are not
+// packets, so the ring's malformed_packets does not count them. Safe from any goroutine.
+func (a *Assembler) BadDescriptors() uint64 { return a.badDescriptors.Load() }
+
+// RangeOverflows counts packets dropped because their heap already had maxRanges disjoint payload
+// ranges (pathological reordering or a hostile sender). Safe from any goroutine.
+func (a *Assembler) RangeOverflows() uint64 { return a.rangeOverflows.Load() }
+
+// PacketsAfterStop counts packets ignored because they arrived after the stream stopped. Safe from any
+// goroutine.
+func (a *Assembler) PacketsAfterStop() uint64 { return a.packetsAfterStop.Load() }
+
+// Packet takes one SPEAD packet (a UDP payload) received at recvNanos. It implements transport.Sink and
+// allocates nothing unless the packet carries item descriptors.
+func (a *Assembler) Packet(payload []byte, recvNanos int64) {
+	if a.stopped {
+		a.packetsAfterStop.Add(1)
+		return
+	}
+	pkt := &a.pkt
+	if err := Decode(payload, pkt); err != nil {
+		a.reject(ReasonOf(err))
+		return
+	}
+	if pkt.IsStreamStop() {
+		a.stop(pkt)
+		return
+	}
+	h := a.find(pkt.HeapCnt)
+	if h == nil {
+		h = a.begin(pkt.HeapCnt, pkt.Flavour, recvNanos)
+	}
+	if h.state == heapDropped {
+		return
+	}
+	a.add(h, pkt)
+}
+
+// reject counts a malformed or inconsistent packet.
+func (a *Assembler) reject(r Reason) {
+	a.malformed[r].Add(1)
+	a.p.Add(ring.CounterMalformedPackets, 1)
+}
+
+// find returns the window entry of heap cnt, or nil.
+func (a *Assembler) find(cnt uint64) *liveHeap {
+	if h := &a.window[a.lastHit]; h.state != heapFree && h.cnt == cnt {
+		return h
+	}
+	for i := range a.window {
+		if h := &a.window[i]; h.state != heapFree && h.cnt == cnt {
+			a.lastHit = i
+			return h
+		}
+	}
+	return nil
+}
+
+// begin opens a window entry for a new heap, evicting the oldest live heap if the window is full, and
+// takes a slot for it. With no slot free the entry is marked dropped, so the heap's later packets are
+// recognised and ignored.
+func (a *Assembler) begin(cnt uint64, flavour Flavour, recvNanos int64) *liveHeap {
+	free, oldest := -1, -1
+	for i := range a.window {
+		h := &a.window[i]
+		if h.state == heapFree {
+			free = i
+			break
+		}
+		if oldest < 0 || h.arrival < a.window[oldest].arrival {
+			oldest = i
+		}
+	}
+	if free < 0 {
+		// Evict before acquiring: the evicted heap's slot may be the one the new heap needs.
+		a.finish(&a.window[oldest])
+		free = oldest
+	}
+	h := &a.window[free]
+	a.lastHit = free
+	a.arrival++
+	h.cnt, h.arrival = cnt, a.arrival
+	slot, err := a.p.Acquire()
+	if err != nil {
+		// ErrFull (drop policy) or ErrClosed (interrupted while blocked): either way the heap cannot be
+		// received into the ring. Remember it so its other packets are not counted again.
+		h.state = heapDropped
+		a.p.Add(ring.CounterDroppedHeaps, 1)
+		return h
+	}
+	h.state = heapAssembling
+	h.slot = slot
+	h.flavour = flavour
+	h.heapLength, h.hasLength = 0, false
+	h.extent, h.received, h.stored, h.packets = 0, 0, 0, 0
+	h.firstNanos = recvNanos
+	h.ranges = h.ranges[:0]
+	h.pointers = h.pointers[:0]
+	h.pointersLost = false
+	return h
+}
+
+// add adds an accepted packet of heap h (spead2's live_heap::add_packet) and publishes the heap if it is
+// now complete.
+func (a *Assembler) add(h *liveHeap, pkt *Packet) {
+	if !a.consistent(h, pkt) {
+		a.reject(ReasonOther)
+		return
+	}
+	start := pkt.PayloadOffset
+	end := start + uint64(len(pkt.Payload))
+	if start != end {
+		switch h.addRange(start, end) {
+		case rangeDuplicate:
+			a.p.Add(ring.CounterDuplicatePackets, 1)
+			return
+		case rangeOverflow:
+			a.rangeOverflows.Add(1)
+			return
+		}
+	}
+	if !h.hasLength && pkt.HasHeapLength {
+		h.heapLength, h.hasLength = pkt.HeapLength, true
+	}
+	h.extent = max(h.extent, end)
+	a.addPointers(h, pkt)
+	if start < a.slotSize {
+		h.stored += uint64(copy(h.slot.Payload[start:], pkt.Payload))
+	}
+	h.received += uint64(len(pkt.Payload))
+	h.packets++
+	a.p.Add(ring.CounterPackets, 1)
+	a.p.Add(ring.CounterBytes, uint64(len(pkt.Payload)))
+	if h.hasLength && h.received == h.heapLength && h.extent <= h.heapLength {
+		a.publish(h, true)
+	}
+}
+
+// consistent applies spead2's sanity checks of a packet against the heap it joins.
+func (a *Assembler) consistent(h *liveHeap, pkt *Packet) bool {
+	if pkt.Flavour != h.flavour {
+		return false
+	}
+	if pkt.HasHeapLength {
+		if h.hasLength && pkt.HeapLength != h.heapLength {
+			return false
+		}
+		if pkt.HeapLength < h.extent {
+			return false
+		}
+	}
+	return true
+}
+
+// addPointers appends the packet's item pointers to the heap's list, skipping the per-packet ids
+// 0x1–0x4 and pointers an earlier packet of the heap already gave.
+func (a *Assembler) addPointers(h *liveHeap, pkt *Packet) {
+	ps := pkt.Pointers
+	// Decode found immediate heap cnt, payload offset and payload length, and maybe heap length, each
+	// with a distinct id: if that is all the pointers there are, the packet has nothing for the list.
+	// This is every packet but a heap's first in spead2_send's layout.
+	specials := 3
+	if pkt.HasHeapLength {
+		specials = 4
+	}
+	if ps.Len() == specials {
+		return
+	}
+	seen := len(h.pointers)
+	for i := range ps.Len() {
+		raw := ps.Raw(i)
+		ip := pkt.Flavour.splitPointer(raw)
+		if ip.ID >= HeapCntID && ip.ID <= PayloadLengthID {
+			// spead2 keeps such an addressed pointer out of the item list but lets its address bound
+			// the heap (min_length).
+			if !ip.Immediate {
+				h.extent = max(h.extent, ip.Value)
+			}
+			continue
+		}
+		if seen > 0 && slices.Contains(h.pointers[:seen], raw) {
+			continue
+		}
+		if len(h.pointers) == cap(h.pointers) {
+			h.pointersLost = true
+			continue
+		}
+		if !ip.Immediate {
+			h.extent = max(h.extent, ip.Value)
+		}
+		h.pointers = append(h.pointers, raw)
+	}
+}
+
+// rangeResult is the outcome of recording a packet's payload range.
+type rangeResult uint8
+
+const (
+	rangeAdded rangeResult = iota
+	rangeDuplicate
+	rangeOverflow
+)
+
+// addRange records [start, end) as received unless it overlaps a range already received. The set stays
+// sorted and coalesced, so in-order packets keep it at one range and the common case is a single
+// comparison with the last range.
+func (h *liveHeap) addRange(start, end uint64) rangeResult {
+	rs := h.ranges
+	n := len(rs)
+	if n > 0 && rs[n-1].end <= start {
+		if rs[n-1].end == start {
+			rs[n-1].end = end
+			return rangeAdded
+		}
+		return h.insertRange(n, start, end)
+	}
+	// First range after start: everything before it starts at or before start.
+	i, _ := slices.BinarySearchFunc(rs, start, func(r byteRange, s uint64) int {
+		switch {
+		case r.start <= s:
+			return -1
+		default:
+			return 1
+		}
+	})
+	if i > 0 && rs[i-1].end > start {
+		return rangeDuplicate
+	}
+	if i < n && rs[i].start < end {
+		return rangeDuplicate
+	}
+	joinPrev := i > 0 && rs[i-1].end == start
+	joinNext := i < n && rs[i].start == end
+	switch {
+	case joinPrev && joinNext:
+		rs[i-1].end = rs[i].end
+		h.ranges = slices.Delete(rs, i, i+1)
+	case joinPrev:
+		rs[i-1].end = end
+	case joinNext:
+		rs[i].start = start
+	default:
+		return h.insertRange(i, start, end)
+	}
+	return rangeAdded
+}
+
+func (h *liveHeap) insertRange(i int, start, end uint64) rangeResult {
+	if len(h.ranges) >= maxRanges {
+		return rangeOverflow
+	}
+	h.ranges = slices.Insert(h.ranges, i, byteRange{start, end})
+	return rangeAdded
+}
+
+// covered reports whether [start, end) was received entirely.
+func (h *liveHeap) covered(start, end uint64) bool {
+	if start == end {
+		return true
+	}
+	for _, r := range h.ranges {
+		if r.start <= start && end <= r.end {
+			return true
+		}
+	}
+	return false
+}
+
+// complete reports whether an ending heap has all its payload. Without a heap length that means the
+// payload is contiguous up to its furthest byte or item address (spead2's is_contiguous); ranges never
+// overlap, so the byte count is enough.
+func (h *liveHeap) complete() bool {
+	if h.hasLength {
+		return h.received == h.heapLength && h.extent <= h.heapLength
+	}
+	return h.received == h.extent
+}
+
+// finish ends a live heap that is leaving the window (eviction, Flush, stream stop): it is published, or
+// counted and discarded if it is incomplete and the configuration does not want incomplete heaps.
+func (a *Assembler) finish(h *liveHeap) {
+	switch h.state {
+	case heapAssembling:
+		complete := h.complete()
+		if !complete && !a.cfg.Incomplete {
+			a.p.Add(ring.CounterIncompleteHeaps, 1)
+			a.p.Add(ring.CounterDiscardedIncompleteHeaps, 1)
+			a.p.Discard(h.slot)
+			a.release(h)
+			return
+		}
+		a.publish(h, complete)
+	case heapDropped:
+		a.release(h)
+	}
+}
+
+// release frees a window entry.
+func (a *Assembler) release(h *liveHeap) {
+	h.state = heapFree
+	h.slot = nil
+}
+
+// publish writes h's item table and descriptor into the ring and frees its window entry.
+func (a *Assembler) publish(h *liveHeap, complete bool) {
+	heapSize := h.heapLength
+	flags := uint32(0)
+	if !h.hasLength {
+		heapSize = h.received
+		flags |= ring.FlagNoHeapSize
+	}
+	// Item lengths run to the heap's end as far as it is known: its length, else its furthest extent.
+	itemsEnd := h.heapLength
+	if !h.hasLength {
+		itemsEnd = h.extent
+	}
+	if complete {
+		flags |= ring.FlagComplete
+	} else {
+		flags |= ring.FlagIncomplete
+		a.p.Add(ring.CounterIncompleteHeaps, 1)
+	}
+	if itemsEnd > a.slotSize {
+		flags |= ring.FlagTruncated
+		a.p.Add(ring.CounterTruncatedHeaps, 1)
+	}
+	flags |= a.fillItems(h, itemsEnd)
+	if h.pointersLost {
+		flags |= ring.FlagItemsOverflow
+	}
+	a.p.Publish(h.slot, ring.HeapInfo{
+		HeapCnt:     h.cnt,
+		HeapSize:    heapSize,
+		Received:    h.stored,
+		TimestampNs: uint64(h.firstNanos),
+		Flags:       flags,
+		Packets:     h.packets,
+	})
+	a.p.Add(ring.CounterHeaps, 1)
+	a.release(h)
+}
+
+// fillItems writes h's item table into its slot (spec §5) and returns the flags it implies.
+func (a *Assembler) fillItems(h *liveHeap, itemsEnd uint64) (flags uint32) {
+	immediateBytes := uint64(h.flavour.ImmediateBytes())
+	ptrs := h.pointers
+	a.addressLengths(h, itemsEnd)
+	hasDescriptors := false
+	for i, raw := range ptrs {
+		ip := h.flavour.splitPointer(raw)
+		if ip.ID == NullID {
+			continue
+		}
+		it := ring.Item{ID: ip.ID, Value: ip.Value}
+		if ip.Immediate {
+			it.Length, it.Flags = immediateBytes, ring.ItemImmediate
+		} else {
+			length := a.lengths[i]
+			if length == 0 || ip.Value >= a.slotSize {
+				continue // empty (spead2 skips it) or wholly past the slot of a truncated heap
+			}
+			it.Length = min(length, a.slotSize-ip.Value)
+		}
+		if ip.ID == DescriptorID {
+			hasDescriptors = true
+		}
+		h.slot.AddItem(it)
+	}
+	if hasDescriptors {
+		flags |= ring.FlagHasDescriptors
+		a.readDescriptors(h)
+	}
+	return flags
+}
+
+// addressLengths sets a.lengths[i] for every address pointer i of h: the distance to the next address
+// in address order (ties in wire order), the last running to itemsEnd, never past itemsEnd.
+func (a *Assembler) addressLengths(h *liveHeap, itemsEnd uint64) {
+	refs := a.sortScratch[:0]
+	for i, raw := range h.pointers {
+		if ip := h.flavour.splitPointer(raw); !ip.Immediate {
+			refs = append(refs, addressRef{address: ip.Value, index: i})
+		}
+	}
+	if len(refs) > 1 {
+		// (address, wire index) is a total order, so an unstable sort gives the stable result.
+		slices.SortFunc(refs, func(x, y addressRef) int {
+			if x.address != y.address {
+				if x.address < y.address {
+					return -1
+				}
+				return 1
+			}
+			return x.index - y.index
+		})
+	}
+	for k, r := range refs {
+		end := itemsEnd
+		if k+1 < len(refs) {
+			end = min(refs[k+1].address, itemsEnd)
+		}
+		a.lengths[r.index] = 0
+		if r.address < end {
+			a.lengths[r.index] = end - r.address
+		}
+	}
+	a.sortScratch = refs[:0]
+}
+
+// readDescriptors parses the item descriptors of h that arrived whole and, if any did, rewrites the
+// stream's descriptor table in the ring. Descriptors are rare, so this path may allocate.
+func (a *Assembler) readDescriptors(h *liveHeap) {
+	changed := false
+	for _, it := range h.slot.Items() {
+		if it.ID != DescriptorID || it.Immediate() {
+			continue
+		}
+		end := it.Value + it.Length
+		if !h.covered(it.Value, end) {
+			continue
+		}
+		d, err := ParseDescriptor(h.slot.Payload[it.Value:end])
+		if err != nil {
+			a.badDescriptors.Add(1)
+			continue
+		}
+		if _, known := a.descriptors[d.ID]; !known {
+			a.descriptorOrder = append(a.descriptorOrder, d.ID)
+		}
+		a.descriptors[d.ID] = ringDescriptor(d)
+		changed = true
+	}
+	if !changed {
+		return
+	}
+	all := make([]ring.ItemDescriptor, 0, len(a.descriptorOrder))
+	for _, id := range a.descriptorOrder {
+		all = append(all, a.descriptors[id])
+	}
+	if err := a.p.SetDescriptors(all); err != nil && a.cfg.Log != nil {
+		a.cfg.Log.Warn().Err(err).Msg("spead: item descriptors not published to the ring")
+	}
+}
+
+// ringDescriptor converts a parsed descriptor to the ring's record: the format back to its raw wire
+// form, the shape from the numpy header when there is one (it supersedes the shape field).
+func ringDescriptor(d Descriptor) ring.ItemDescriptor {
+	rd := ring.ItemDescriptor{ID: d.ID, Name: d.Name, Description: d.Description, DType: d.DType}
+	if len(d.Format) > 0 {
+		size := formatFieldSize(d.Flavour)
+		rd.Format = make([]byte, size*len(d.Format))
+		for i, ff := range d.Format {
+			rd.Format[i*size] = ff.Code
+			storeBE(rd.Format[i*size+1:(i+1)*size], ff.Bits)
+		}
+	}
+	if d.DType != "" {
+		rd.Shape, rd.ShapeKnown = d.NumpyShape()
+	} else {
+		rd.Shape, rd.ShapeKnown = d.Shape, true
+	}
+	return rd
+}
+
+// Flush ends the input: every live heap is published, or counted and discarded if incomplete and
+// incomplete heaps are not wanted. It does not publish the end-of-stream marker: only a stream-stop item
+// says the stream ended; the caller decides what the end of its input means.
+func (a *Assembler) Flush() {
+	a.flushWindow()
+}
+
+// flushWindow finishes the live heaps in order of first arrival, so a consumer sees older heaps first.
+func (a *Assembler) flushWindow() {
+	for {
+		oldest := -1
+		for i := range a.window {
+			if h := &a.window[i]; h.state != heapFree && (oldest < 0 || h.arrival < a.window[oldest].arrival) {
+				oldest = i
+			}
+		}
+		if oldest < 0 {
+			return
+		}
+		a.finish(&a.window[oldest])
+	}
+}
+
+// stop handles a stream-stop packet: its heap is not data and is never published; the live heaps are
+// flushed, the end-of-stream marker published and Done closed.
+func (a *Assembler) stop(pkt *Packet) {
+	a.stopped = true
+	if h := a.find(pkt.HeapCnt); h != nil && h.state == heapAssembling {
+		a.p.Discard(h.slot)
+		a.release(h)
+	} else if h != nil {
+		a.release(h)
+	}
+	a.p.Add(ring.CounterPackets, 1)
+	a.p.Add(ring.CounterBytes, uint64(len(pkt.Payload)))
+	a.flushWindow()
+	if err := a.p.PublishEndOfStream(a.cfg.EOSTimeout); err != nil && a.cfg.Log != nil {
+		a.cfg.Log.Warn().Err(err).Msg("spead: stream stopped but the end-of-stream marker found no slot")
+	}
+	close(a.done)
+}

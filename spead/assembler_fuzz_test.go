@@ -1,0 +1,203 @@
+package spead_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ibvbridge/ibvbridge/ring"
+	"github.com/ibvbridge/ibvbridge/spead"
+)
+
+// Fuzz input framing: one configuration byte, then packets, each a 2-byte big-endian length and that many
+// bytes (the last one clipped to what is left).
+//
+// Configuration byte: bits 0–1 MaxHeaps-1, bit 2 Incomplete, bits 3–4 slot size 256<<n.
+func fuzzConfig(b byte) (maxHeaps int, incomplete bool, slotSize int) {
+	return int(b&3) + 1, b&4 != 0, 256 << ((b >> 3) & 3)
+}
+
+func splitFuzzPackets(data []byte) [][]byte {
+	var out [][]byte
+	for len(data) >= 2 {
+		n := min(int(binary.BigEndian.Uint16(data)), len(data)-2)
+		out = append(out, data[2:2+n])
+		data = data[2+n:]
+	}
+	return out
+}
+
+func joinFuzzPackets(config byte, packets ...[]byte) []byte {
+	out := []byte{config}
+	for _, p := range packets {
+		out = binary.BigEndian.AppendUint16(out, uint16(len(p)))
+		out = append(out, p...)
+	}
+	return out
+}
+
+func addAssemblerSeeds(f *testing.F) {
+	perHeap := encodeHeaps(f, spead.Flavour64_40, 128, patternHeap(1, 700), patternHeap(2, 300), spead.StreamStopHeap(3))
+	all := func(hs ...[][]byte) [][]byte {
+		var out [][]byte
+		for _, h := range hs {
+			out = append(out, h...)
+		}
+		return out
+	}
+	stream := all(perHeap...)
+	f.Add(joinFuzzPackets(0, stream...))
+	f.Add(joinFuzzPackets(0x04|0x01, stream[1:]...))                                       // heap 1 loses a packet
+	f.Add(joinFuzzPackets(0x07, append([][]byte{stream[3]}, stream...)...))                // a duplicate first
+	f.Add(joinFuzzPackets(0x18, all(perHeap[1], perHeap[0])...))                           // big slots, no stop
+	f.Add(joinFuzzPackets(0x04, noLengthPacket(7, 0, make([]byte, 40), addr40(0x1000, 0)), // no heap length
+		noLengthPacket(7, 60, make([]byte, 20)), noLengthPacket(8, 0, []byte{1})))
+	d, err := spead.DescriptorHeap(1, spead.Flavour64_48, spead.Descriptor{ID: 0x1000, Name: "x", Shape: []int64{2}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(joinFuzzPackets(0x08, encodeAll(f, spead.Flavour64_48, 1024, &d)...))
+	f.Add(joinFuzzPackets(0x02, validPacket(), validPacket()))
+}
+
+// FuzzAssembler feeds arbitrary packet sequences to an assembler on a small drop-policy ring drained now
+// and then: it must never panic, every heap a consumer reads must be valid, and the counters must agree
+// with what was read.
+func FuzzAssembler(f *testing.F) {
+	addAssemblerSeeds(f)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) == 0 {
+			return
+		}
+		maxHeaps, incomplete, slotSize := fuzzConfig(data[0])
+		packets := splitFuzzPackets(data[1:])
+		p, c := testRing(t, ring.Config{Dir: shmDir(t), SlotCount: 8, SlotSize: slotSize, MaxItems: 4, MetaSize: 4096, Policy: ring.PolicyDrop})
+		a, err := spead.NewAssembler(p, spead.AssemblerConfig{MaxHeaps: maxHeaps, Incomplete: incomplete, EOSTimeout: time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var read fuzzTally
+		eos := false
+		for i, b := range packets {
+			a.Packet(b, int64(i))
+			if i%3 == 2 && !eos {
+				eos = read.drain(t, c, uint64(slotSize))
+			}
+		}
+		a.Flush()
+		if !eos {
+			eos = read.drain(t, c, uint64(slotSize))
+		}
+		if !eos {
+			stopped := false
+			select {
+			case <-a.Done():
+				stopped = true
+			default:
+			}
+			if stopped && c.Stats().Get(ring.CounterEndOfStream) == 1 {
+				t.Fatal("end of stream counted but never read")
+			}
+			if err := p.PublishEndOfStream(time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if !read.drain(t, c, uint64(slotSize)) {
+				t.Fatal("no end of stream after publishing it")
+			}
+		}
+		s := c.Stats()
+		if s.Get(ring.CounterHeaps) != read.heaps {
+			t.Errorf("heaps counter %d, consumer read %d", s.Get(ring.CounterHeaps), read.heaps)
+		}
+		if s.Get(ring.CounterIncompleteHeaps) != read.incomplete+s.Get(ring.CounterDiscardedIncompleteHeaps) {
+			t.Errorf("incomplete %d != read incomplete %d + discarded %d", s.Get(ring.CounterIncompleteHeaps), read.incomplete,
+				s.Get(ring.CounterDiscardedIncompleteHeaps))
+		}
+		if incomplete && s.Get(ring.CounterDiscardedIncompleteHeaps) != 0 || !incomplete && read.incomplete != 0 {
+			t.Errorf("incomplete=%v: %d read incomplete, %d discarded", incomplete, read.incomplete, s.Get(ring.CounterDiscardedIncompleteHeaps))
+		}
+		if s.Get(ring.CounterTruncatedHeaps) != read.truncated {
+			t.Errorf("truncated counter %d, read %d", s.Get(ring.CounterTruncatedHeaps), read.truncated)
+		}
+		if read.packets > s.Get(ring.CounterPackets) || s.Get(ring.CounterPackets) > uint64(len(packets)) {
+			t.Errorf("packets counter %d: heaps hold %d, %d were sent", s.Get(ring.CounterPackets), read.packets, len(packets))
+		}
+		var packetReasons uint64
+		for _, n := range a.MalformedByReason() {
+			packetReasons += n
+		}
+		if packetReasons != s.Get(ring.CounterMalformedPackets) {
+			t.Errorf("malformed counter %d, by reason %d", s.Get(ring.CounterMalformedPackets), packetReasons)
+		}
+		accounted := s.Get(ring.CounterPackets) + s.Get(ring.CounterMalformedPackets) + s.Get(ring.CounterDuplicatePackets) + a.PacketsAfterStop()
+		if accounted > uint64(len(packets)) {
+			t.Errorf("%d packets accounted for, %d sent", accounted, len(packets))
+		}
+	})
+}
+
+// fuzzTally is what the fuzz consumer read.
+type fuzzTally struct {
+	heaps, incomplete, truncated, packets uint64
+}
+
+// drain reads and validates every published heap; it reports whether it read the end of stream.
+func (ft *fuzzTally) drain(t *testing.T, c *ring.Consumer, slotSize uint64) bool {
+	t.Helper()
+	for {
+		h, ok, err := c.TryNext()
+		if errors.Is(err, ring.ErrEndOfStream) {
+			return true
+		}
+		if err != nil {
+			t.Fatal(err) // the consumer's own validation (spec §7.3) failed
+		}
+		if !ok {
+			return false
+		}
+		if err := validateFuzzHeap(h, slotSize); err != nil {
+			t.Fatalf("heap %d: %v (%+v)", h.HeapCnt, err, h)
+		}
+		ft.heaps++
+		ft.packets += uint64(h.Packets)
+		if h.Flags&ring.FlagIncomplete != 0 {
+			ft.incomplete++
+		}
+		if h.Flags&ring.FlagTruncated != 0 {
+			ft.truncated++
+		}
+		c.Release(h)
+	}
+}
+
+func validateFuzzHeap(h ring.Heap, slotSize uint64) error {
+	complete, incomplete := h.Flags&ring.FlagComplete != 0, h.Flags&ring.FlagIncomplete != 0
+	truncated := h.Flags&ring.FlagTruncated != 0
+	switch {
+	case complete == incomplete:
+		return fmt.Errorf("flags %#x: not exactly one of COMPLETE and INCOMPLETE", h.Flags)
+	case h.Flags&ring.FlagEndOfStream != 0:
+		return fmt.Errorf("flags %#x on a data heap", h.Flags)
+	case h.Packets == 0:
+		return errors.New("no packets")
+	case h.Received > h.HeapSize:
+		return fmt.Errorf("received %d of %d", h.Received, h.HeapSize)
+	case complete && !truncated && h.Received != h.HeapSize:
+		return fmt.Errorf("complete with %d of %d bytes", h.Received, h.HeapSize)
+	case !truncated && h.HeapSize > slotSize:
+		return fmt.Errorf("heap size %d in a %d-byte slot without TRUNCATED", h.HeapSize, slotSize)
+	}
+	for _, it := range h.Items {
+		switch {
+		case it.ID <= spead.PayloadLengthID:
+			return fmt.Errorf("item %+v: ids 0x0–0x4 stay out of the table", it)
+		case it.Immediate() && it.Length != 5 && it.Length != 6:
+			return fmt.Errorf("immediate item %+v", it)
+		case !it.Immediate() && it.Length == 0:
+			return fmt.Errorf("empty address item %+v", it)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,398 @@
+//go:build linux
+
+// Package udp owns the kernel-socket transport: receiving SPEAD datagrams on one or more UDP sockets
+// (unicast or IPv4 multicast) with batched recvmmsg reads, and sending them with sendmmsg. It is the
+// portable path every host has; the kernel-bypass transports plug in beside it.
+//
+// The sockets are raw file descriptors driven by one goroutine over epoll rather than net.UDPConn with
+// x/net/ipv4's ReadBatch: ReadBatch allocates a *net.UDPAddr per message (it parses every source address),
+// and the Sink is not safe for concurrent use, so one reader goroutine over all sockets needs no locking.
+package udp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
+
+	"github.com/ibvbridge/ibvbridge/transport"
+)
+
+// Defaults, as spead2's UDP reader has them.
+const (
+	DefaultBufferSize    = 8 << 20 // socket receive buffer
+	DefaultMaxPacketSize = 9200    // largest datagram accepted; larger ones are counted as truncated
+	DefaultBatch         = 64      // messages per recvmmsg
+)
+
+// Config describes the sockets of one stream.
+type Config struct {
+	Endpoints []Endpoint
+	// Interface is the local address of the interface that joins multicast groups; invalid lets the
+	// kernel choose by its routing table.
+	Interface     netip.Addr
+	BufferSize    int // SO_RCVBUF to request; 0: DefaultBufferSize
+	MaxPacketSize int // 0: DefaultMaxPacketSize
+	Batch         int // 0: DefaultBatch
+	Log           *zerolog.Logger
+}
+
+// Stats are the transport's counters. Kernel drops are the sockets' receive-queue overflows as the kernel
+// counts them (/proc/net/udp): datagrams lost before we could read them.
+type Stats struct {
+	Packets     uint64 `json:"packets"`
+	Bytes       uint64 `json:"bytes"`
+	Batches     uint64 `json:"batches"`
+	Truncated   uint64 `json:"truncated"`
+	Errors      uint64 `json:"errors"`
+	KernelDrops uint64 `json:"kernel_drops"`
+	BufferSize  int    `json:"buffer_size"` // effective receive buffer per socket
+}
+
+// Map returns the counters for a JSON object.
+func (s Stats) Map() map[string]uint64 {
+	return map[string]uint64{"packets": s.Packets, "bytes": s.Bytes, "batches": s.Batches,
+		"truncated": s.Truncated, "errors": s.Errors, "kernel_drops": s.KernelDrops,
+		"buffer_size": uint64(s.BufferSize)}
+}
+
+// mmsghdr is struct mmsghdr of recvmmsg(2) on 64-bit Linux.
+type mmsghdr struct {
+	hdr unix.Msghdr
+	n   uint32
+	_   [4]byte
+}
+
+type socket struct {
+	fd    int
+	ep    Endpoint
+	inode uint64
+	hdrs  []mmsghdr
+	iovs  []unix.Iovec
+	bufs  [][]byte
+}
+
+// Source receives on a set of UDP sockets. Open binds them, so address errors appear before anything else
+// is set up.
+type Source struct {
+	cfg     Config
+	socks   []*socket
+	epfd    int
+	wakeFD  int // eventfd: a cancelled context wakes the epoll wait through it
+	bufSize int
+
+	stopping atomic.Bool
+	packets  atomic.Uint64
+	bytes    atomic.Uint64
+	batches  atomic.Uint64
+	trunc    atomic.Uint64
+	errs     atomic.Uint64
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ transport.Source = (*Source)(nil)
+
+// Open creates, configures and binds one socket per endpoint and joins the multicast groups.
+func Open(cfg Config) (s *Source, err error) {
+	if len(cfg.Endpoints) == 0 {
+		return nil, errors.New("udp: no endpoints")
+	}
+	if cfg.BufferSize <= 0 {
+		cfg.BufferSize = DefaultBufferSize
+	}
+	if cfg.MaxPacketSize <= 0 {
+		cfg.MaxPacketSize = DefaultMaxPacketSize
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = DefaultBatch
+	}
+	s = &Source{cfg: cfg, epfd: -1, wakeFD: -1}
+	defer func() {
+		if err != nil {
+			s.Close()
+			s = nil
+		}
+	}()
+	var ifAddr [4]byte
+	ifIndex := 0
+	if cfg.Interface.IsValid() {
+		ifi, err := InterfaceByAddr(cfg.Interface)
+		if err != nil {
+			return s, err
+		}
+		ifAddr, ifIndex = cfg.Interface.As4(), ifi.Index
+	}
+	if s.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
+		return s, fmt.Errorf("udp: epoll: %w", err)
+	}
+	if s.wakeFD, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
+		return s, fmt.Errorf("udp: eventfd: %w", err)
+	}
+	if err = s.watch(s.wakeFD, -1); err != nil {
+		return s, err
+	}
+	for i, ep := range cfg.Endpoints {
+		sk, err := s.openSocket(ep, ifAddr, ifIndex)
+		if err != nil {
+			return s, err
+		}
+		s.socks = append(s.socks, sk)
+		if err = s.watch(sk.fd, i); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+func (s *Source) watch(fd, index int) error {
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(index)}
+	if err := unix.EpollCtl(s.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		return fmt.Errorf("udp: epoll add: %w", err)
+	}
+	return nil
+}
+
+func (s *Source) openSocket(ep Endpoint, ifAddr [4]byte, ifIndex int) (*socket, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	if err != nil {
+		return nil, fmt.Errorf("udp: socket for %s: %w", ep, err)
+	}
+	sk := &socket{fd: fd, ep: ep}
+	fail := func(what string, err error) (*socket, error) {
+		unix.Close(fd)
+		return nil, fmt.Errorf("udp: %s %s: %w", what, ep, err)
+	}
+	// Several receivers of one multicast group on a host is normal (spead2 does the same); for unicast a
+	// second bind of the same port must fail, so only multicast sockets share.
+	if ep.Multicast() {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
+			return fail("SO_REUSEADDR on", err)
+		}
+	}
+	s.setBuffer(fd, ep)
+	sa := &unix.SockaddrInet4{Port: int(ep.Port)}
+	if ep.Addr.IsValid() {
+		sa.Addr = ep.Addr.As4()
+	}
+	if err := unix.Bind(fd, sa); err != nil {
+		return fail("bind", err)
+	}
+	if ep.Multicast() {
+		mreq := &unix.IPMreqn{Multiaddr: ep.Addr.As4(), Address: ifAddr, Ifindex: int32(ifIndex)}
+		if err := unix.SetsockoptIPMreqn(fd, unix.IPPROTO_IP, unix.IP_ADD_MEMBERSHIP, mreq); err != nil {
+			return fail("join multicast group", err)
+		}
+	}
+	if bound, err := unix.Getsockname(fd); err == nil {
+		if in4, ok := bound.(*unix.SockaddrInet4); ok {
+			sk.ep.Port = uint16(in4.Port)
+		}
+	}
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) == nil {
+		sk.inode = st.Ino
+	}
+	n, size := s.cfg.Batch, s.cfg.MaxPacketSize
+	sk.hdrs = make([]mmsghdr, n)
+	sk.iovs = make([]unix.Iovec, n)
+	sk.bufs = make([][]byte, n)
+	// One allocation for every buffer of the batch, cache-line aligned per message.
+	stride := (size + 63) &^ 63
+	mem := make([]byte, n*stride)
+	for i := range n {
+		sk.bufs[i] = mem[i*stride : i*stride+size : i*stride+size]
+		sk.iovs[i].Base = &sk.bufs[i][0]
+		sk.iovs[i].SetLen(size)
+		sk.hdrs[i].hdr.Iov = &sk.iovs[i]
+		sk.hdrs[i].hdr.SetIovlen(1)
+	}
+	return sk, nil
+}
+
+// setBuffer requests the receive buffer. As root SO_RCVBUFFORCE passes net.core.rmem_max; otherwise the
+// kernel silently caps SO_RCVBUF, so read it back and say so: a small buffer is the commonest cause of loss.
+func (s *Source) setBuffer(fd int, ep Endpoint) {
+	want := s.cfg.BufferSize
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, want) != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, want)
+	}
+	got, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF)
+	if err != nil {
+		return
+	}
+	got /= 2 // the kernel doubles the request for its bookkeeping and reports the doubled value
+	s.bufSize = got
+	if got < want && s.cfg.Log != nil {
+		s.cfg.Log.Warn().Str("endpoint", ep.String()).Int("requested", want).Int("granted", got).
+			Msg("socket receive buffer capped by net.core.rmem_max; raise it (sysctl -w net.core.rmem_max=N) or run as root")
+	}
+}
+
+// InterfaceByAddr finds the interface that has local address a.
+func InterfaceByAddr(a netip.Addr) (*net.Interface, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, fmt.Errorf("udp: list interfaces: %w", err)
+	}
+	for i := range ifs {
+		addrs, err := ifs[i].Addrs()
+		if err != nil {
+			continue
+		}
+		for _, ad := range addrs {
+			if pfx, err := netip.ParsePrefix(ad.String()); err == nil && pfx.Addr().Unmap() == a {
+				return &ifs[i], nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("udp: no interface has address %s", a)
+}
+
+// LocalEndpoints are the bound endpoints (with the ports the kernel chose for port 0).
+func (s *Source) LocalEndpoints() []Endpoint {
+	eps := make([]Endpoint, len(s.socks))
+	for i, sk := range s.socks {
+		eps[i] = sk.ep
+	}
+	return eps
+}
+
+// BufferSize is the effective receive buffer of the sockets.
+func (s *Source) BufferSize() int { return s.bufSize }
+
+// maxBatchesPerWake bounds how long one busy socket keeps the reader before the others (and the stop
+// flag) get a look.
+const maxBatchesPerWake = 16
+
+// Run reads every socket and hands each datagram to sink until ctx is cancelled or a socket fails.
+func (s *Source) Run(ctx context.Context, sink transport.Sink) error {
+	stop := context.AfterFunc(ctx, s.wake)
+	defer stop()
+	events := make([]unix.EpollEvent, len(s.socks)+1)
+	for {
+		if s.stopping.Load() {
+			return ctx.Err()
+		}
+		n, err := unix.EpollWait(s.epfd, events, -1)
+		if err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return fmt.Errorf("udp: epoll wait: %w", err)
+		}
+		for _, ev := range events[:n] {
+			if ev.Fd < 0 {
+				continue // the wake eventfd: the loop head sees stopping
+			}
+			if err := s.drain(s.socks[ev.Fd], sink); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (s *Source) wake() {
+	s.stopping.Store(true)
+	var one = [8]byte{1}
+	_, _ = unix.Write(s.wakeFD, one[:])
+}
+
+// drain reads batches from one socket until it is empty (or has had its share).
+func (s *Source) drain(sk *socket, sink transport.Sink) error {
+	for range maxBatchesPerWake {
+		n, err := recvmmsg(sk.fd, sk.hdrs)
+		if err != nil {
+			switch {
+			case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EINTR):
+				return nil
+			case errors.Is(err, unix.ENOMEM), errors.Is(err, unix.ENOBUFS), errors.Is(err, unix.ECONNREFUSED):
+				// Transient: count it and carry on, as a receiver must not die of one bad moment.
+				s.errs.Add(1)
+				return nil
+			}
+			s.errs.Add(1)
+			return fmt.Errorf("udp: recvmmsg on %s: %w", sk.ep, err)
+		}
+		now := time.Now().UnixNano()
+		var bytes, trunc uint64
+		for i := range n {
+			h := &sk.hdrs[i]
+			if h.hdr.Flags&unix.MSG_TRUNC != 0 {
+				trunc++
+				continue
+			}
+			bytes += uint64(h.n)
+			sink.Packet(sk.bufs[i][:h.n], now)
+		}
+		s.packets.Add(uint64(n) - trunc)
+		s.bytes.Add(bytes)
+		s.batches.Add(1)
+		if trunc > 0 {
+			s.trunc.Add(trunc)
+		}
+		if n < len(sk.hdrs) || s.stopping.Load() {
+			return nil
+		}
+	}
+	return nil
+}
+
+// recvmmsg reads up to len(hdrs) datagrams without blocking. The call is direct (x/sys has no wrapper), and
+// reuses the same headers every time, so it allocates nothing.
+func recvmmsg(fd int, hdrs []mmsghdr) (int, error) {
+	n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&hdrs[0])),
+		uintptr(len(hdrs)), unix.MSG_DONTWAIT, 0, 0)
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), nil
+}
+
+// Stats reads the counters; safe from any goroutine.
+func (s *Source) Stats() Stats {
+	st := Stats{Packets: s.packets.Load(), Bytes: s.bytes.Load(), Batches: s.batches.Load(),
+		Truncated: s.trunc.Load(), Errors: s.errs.Load(), BufferSize: s.bufSize}
+	var inodes []uint64
+	for _, sk := range s.socks {
+		inodes = append(inodes, sk.inode)
+	}
+	st.KernelDrops = kernelDrops(inodes)
+	return st
+}
+
+// Close closes the sockets; safe to call more than once, and after Run has returned.
+func (s *Source) Close() error {
+	s.closeOnce.Do(func() {
+		var errs []error
+		for _, sk := range s.socks {
+			errs = append(errs, unix.Close(sk.fd))
+		}
+		for _, fd := range []int{s.epfd, s.wakeFD} {
+			if fd >= 0 {
+				errs = append(errs, unix.Close(fd))
+			}
+		}
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}
+
+// kernelDrops sums the drops column of /proc/net/udp for the given socket inodes.
+func kernelDrops(inodes []uint64) uint64 {
+	b, err := os.ReadFile("/proc/net/udp")
+	if err != nil {
+		return 0
+	}
+	return parseDrops(b, inodes)
+}

@@ -1,0 +1,268 @@
+package udp
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"net"
+	"net/netip"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// countSink records what the source delivers; the source calls it from one goroutine, the test reads it
+// from another, hence the lock.
+type countSink struct {
+	mu      sync.Mutex
+	n       int
+	perTag  map[uint32]int
+	lastSeq map[uint32]int64
+	reorder int
+	keep    bool
+}
+
+func (s *countSink) Packet(p []byte, ns int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n++
+	if !s.keep || len(p) < 8 {
+		return
+	}
+	tag, seq := binary.LittleEndian.Uint32(p), int64(binary.LittleEndian.Uint32(p[4:]))
+	s.perTag[tag]++
+	if last, ok := s.lastSeq[tag]; ok && seq != last+1 {
+		s.reorder++
+	}
+	s.lastSeq[tag] = seq
+}
+
+func (s *countSink) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
+}
+
+func newCountSink() *countSink {
+	return &countSink{perTag: map[uint32]int{}, lastSeq: map[uint32]int64{}, keep: true}
+}
+
+func loopback(t *testing.T, n int, cfg Config) *Source {
+	t.Helper()
+	for range n {
+		cfg.Endpoints = append(cfg.Endpoints, Endpoint{Addr: netip.MustParseAddr("127.0.0.1")})
+	}
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// run starts the source and returns a function that cancels it and checks it stops promptly.
+func run(t *testing.T, s *Source, sink *countSink) func() {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, sink) }()
+	return func() {
+		cancel()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("Run returned %v, want context.Canceled", err)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatal("Run did not stop within 2 s of cancel")
+		}
+	}
+}
+
+func waitCount(t *testing.T, sink *countSink, want int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for sink.count() < want && time.Now().Before(deadline) {
+		time.Sleep(2 * time.Millisecond)
+	}
+	if got := sink.count(); got != want {
+		t.Fatalf("sink got %d packets, want %d", got, want)
+	}
+}
+
+func sender(t *testing.T, ep Endpoint) *Sender {
+	t.Helper()
+	s, err := NewSender(SenderConfig{Dest: netip.AddrPortFrom(ep.Addr, ep.Port)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestSeveralEndpointsBatched(t *testing.T) {
+	const perEndpoint = 2000
+	s := loopback(t, 3, Config{})
+	sink := newCountSink()
+	stop := run(t, s, sink)
+	defer stop()
+	eps := s.LocalEndpoints()
+	pkts := make([][]byte, 50)
+	for i := range pkts {
+		pkts[i] = make([]byte, 1000)
+	}
+	for tag, ep := range eps {
+		snd := sender(t, ep)
+		for seq := 0; seq < perEndpoint; seq += len(pkts) {
+			for i, p := range pkts {
+				binary.LittleEndian.PutUint32(p, uint32(tag))
+				binary.LittleEndian.PutUint32(p[4:], uint32(seq+i))
+			}
+			if err := snd.Send(pkts); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitCount(t, sink, 3*perEndpoint)
+	for tag := range eps {
+		if got := sink.perTag[uint32(tag)]; got != perEndpoint {
+			t.Errorf("endpoint %d: %d packets, want %d", tag, got, perEndpoint)
+		}
+	}
+	if sink.reorder != 0 {
+		t.Errorf("%d packets out of order within a socket", sink.reorder)
+	}
+	st := s.Stats()
+	if st.Packets != 3*perEndpoint || st.Bytes != 3*perEndpoint*1000 || st.Truncated != 0 || st.Errors != 0 {
+		t.Errorf("stats %+v", st)
+	}
+	if st.Batches >= st.Packets {
+		t.Logf("no batching seen: %d batches for %d packets (a fast reader may see one packet per call)", st.Batches, st.Packets)
+	}
+}
+
+func TestTruncatedDatagramsCounted(t *testing.T) {
+	s := loopback(t, 1, Config{MaxPacketSize: 100})
+	sink := newCountSink()
+	sink.keep = false
+	stop := run(t, s, sink)
+	defer stop()
+	snd := sender(t, s.LocalEndpoints()[0])
+	if err := snd.Send([][]byte{make([]byte, 200), make([]byte, 100), make([]byte, 101), make([]byte, 50)}); err != nil {
+		t.Fatal(err)
+	}
+	waitCount(t, sink, 2)
+	deadline := time.Now().Add(2 * time.Second)
+	for s.Stats().Truncated < 2 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if st := s.Stats(); st.Truncated != 2 || st.Packets != 2 || st.Bytes != 150 {
+		t.Errorf("stats %+v: want 2 truncated, 2 packets of 150 bytes", st)
+	}
+}
+
+func TestPortInUse(t *testing.T) {
+	s := loopback(t, 1, Config{})
+	_, err := Open(Config{Endpoints: s.LocalEndpoints()})
+	if !errors.Is(err, unix.EADDRINUSE) {
+		t.Fatalf("second bind: %v, want EADDRINUSE", err)
+	}
+}
+
+func TestStopsWhenIdle(t *testing.T) {
+	s := loopback(t, 2, Config{})
+	stop := run(t, s, newCountSink())
+	time.Sleep(20 * time.Millisecond)
+	stop()
+}
+
+func TestBufferSize(t *testing.T) {
+	s := loopback(t, 1, Config{BufferSize: 1 << 20})
+	if s.BufferSize() < 64<<10 {
+		t.Errorf("buffer %d", s.BufferSize())
+	}
+}
+
+// TestNoAllocsPerPacket: a steady stream costs no allocation per packet in the reader (the sender is
+// allocation-free after its first batch too).
+func TestNoAllocsPerPacket(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	s := loopback(t, 1, Config{})
+	sink := newCountSink()
+	sink.keep = false
+	stop := run(t, s, sink)
+	defer stop()
+	snd := sender(t, s.LocalEndpoints()[0])
+	pkts := make([][]byte, 64)
+	for i := range pkts {
+		pkts[i] = make([]byte, 512)
+	}
+	sent := 0
+	send := func(batches int) {
+		for range batches {
+			if err := snd.Send(pkts); err != nil {
+				t.Fatal(err)
+			}
+			sent += len(pkts)
+			for sink.count() < sent-1000 { // keep within the socket buffer
+				runtime.Gosched()
+			}
+		}
+		waitCount(t, sink, sent)
+	}
+	send(10)
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	send(300)
+	runtime.ReadMemStats(&m1)
+	if per := float64(m1.Mallocs-m0.Mallocs) / float64(300*len(pkts)); per > 0.01 {
+		t.Errorf("%.3f allocations per packet (%d over %d packets)", per, m1.Mallocs-m0.Mallocs, 300*len(pkts))
+	}
+}
+
+func TestParseEndpoint(t *testing.T) {
+	good := map[string]Endpoint{
+		"7148":           {Port: 7148},
+		"127.0.0.1:7148": {Addr: netip.MustParseAddr("127.0.0.1"), Port: 7148},
+		"239.1.2.3:1":    {Addr: netip.MustParseAddr("239.1.2.3"), Port: 1},
+		":9000":          {Port: 9000},
+	}
+	for in, want := range good {
+		got, err := ParseEndpoint(in)
+		if err != nil || got != want {
+			t.Errorf("ParseEndpoint(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "0", "65536", "x", "host:7148", "::1:7148", "127.0.0.1:", "1.2.3:4"} {
+		if _, err := ParseEndpoint(in); err == nil {
+			t.Errorf("ParseEndpoint(%q) accepted", in)
+		}
+	}
+	if !(Endpoint{Addr: netip.MustParseAddr("239.1.2.3")}).Multicast() {
+		t.Error("239.1.2.3 not multicast")
+	}
+}
+
+func TestParseDrops(t *testing.T) {
+	text := "   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n" +
+		"  1: 0100007F:1BEC 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4242 2 0000000000000000 17\n" +
+		"  2: 0100007F:1BED 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4243 2 0000000000000000 5\n"
+	if got := parseDrops([]byte(text), []uint64{4242, 9999}); got != 17 {
+		t.Errorf("drops %d, want 17", got)
+	}
+}
+
+func TestInterfaceByAddr(t *testing.T) {
+	ifi, err := InterfaceByAddr(netip.MustParseAddr("127.0.0.1"))
+	if err != nil || ifi.Flags&net.FlagLoopback == 0 {
+		t.Errorf("127.0.0.1: %v, %v", ifi, err)
+	}
+	if _, err := InterfaceByAddr(netip.MustParseAddr("192.0.2.77")); err == nil {
+		t.Error("found an interface for 192.0.2.77")
+	}
+}
