@@ -824,3 +824,27 @@ func TestEndOfStreamWhileHoldingHeaps(t *testing.T) {
 		t.Fatalf("tail %d head %d after everything was released", i.Tail, i.Head)
 	}
 }
+
+func TestRemove(t *testing.T) {
+	cfg := testConfig(t)
+	p := mustCreate(t, "rm", cfg)
+	if err := ring.Remove(cfg.Dir, cfg.Dir, "rm"); !errors.Is(err, ring.ErrInUse) {
+		t.Fatalf("remove with a live producer: %v", err)
+	}
+	p.Close()
+	c, err := ring.Attach(p.CtlPath(), ring.AttachOptions{Timeout: -1})
+	if err == nil { // the producer removed its files on Close: nothing to attach to
+		c.Close()
+		t.Fatal("attached to a closed ring")
+	}
+	if err := ring.Remove(cfg.Dir, cfg.Dir, "rm"); err != nil {
+		t.Fatal(err)
+	}
+	left, _ := filepath.Glob(filepath.Join(cfg.Dir, "ibvbridge.rm.*"))
+	if len(left) != 0 {
+		t.Fatalf("left behind: %v", left)
+	}
+	if err := ring.Remove(cfg.Dir, cfg.Dir, "../x"); !errors.Is(err, ring.ErrBadName) {
+		t.Fatalf("bad name: %v", err)
+	}
+}

@@ -142,6 +142,7 @@ func medianRingBench(runs []ringBenchResult) ringBenchResult {
 func benchRingOnce(o ringBenchOptions, measureIdle bool) (ringBenchResult, error) {
 	res := ringBenchResult{Consumer: o.consumer, HeapSize: o.heapSize, Heaps: o.heaps, Slots: o.slots, Batch: o.batch}
 	name := fmt.Sprintf("bench-%d", os.Getpid())
+	defer ring.Remove("", "", name) // after p.Close (defers run last-in first-out)
 	p, err := ring.Create(name, ring.Config{SlotCount: o.slots, SlotSize: o.heapSize, MaxItems: 4, Policy: ring.PolicyBlock})
 	if err != nil {
 		return res, err

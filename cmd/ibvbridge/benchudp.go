@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -153,12 +152,7 @@ func udpBenchRun(self, consumer string, heapSize, packetSize int, heaps uint64, 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	defer func() { // the ring package keeps a name's lock files after Close; each run's name is new
-		left, _ := filepath.Glob(filepath.Join(ring.DefaultDir, "*."+name+".*"))
-		for _, f := range left {
-			os.Remove(f)
-		}
-	}()
+	defer ring.Remove("", "", name) // each run's name is new: leave nothing behind in /dev/shm
 	var recvOut, recvErr, consOut, sendOut bytes.Buffer
 	recv := exec.CommandContext(ctx, self, "recv", "--ring", name, "--slots", strconv.Itoa(slots),
 		"--slot-size", strconv.Itoa(slotSize), "--max-heaps", "8", "--log-format", "json", "127.0.0.1:"+strconv.Itoa(port))

@@ -28,13 +28,8 @@ var ringSeq atomic.Int64
 // testRing is a ring name unique to this test process and call.
 func testRing(t *testing.T, tag string) string {
 	name := fmt.Sprintf("t%d-%s-%d", os.Getpid(), tag, ringSeq.Add(1))
-	// The ring package keeps a name's lock files after Close; a test's unique names would pile up.
-	t.Cleanup(func() {
-		left, _ := filepath.Glob(filepath.Join(ring.DefaultDir, "*."+name+".*"))
-		for _, f := range left {
-			os.Remove(f)
-		}
-	})
+	// Unique names per test: remove what is left of them afterwards.
+	t.Cleanup(func() { ring.Remove("", "", name) })
 	return name
 }
 

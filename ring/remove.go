@@ -1,0 +1,61 @@
+package ring
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Remove deletes what is left of ring name in dir (and its data file in hugeDir) once nobody uses it: the
+// zero-byte .lock and .cons files a producer and consumer leave behind by design (spec §1), and the
+// control and data files of a producer that died. It refuses with ErrInUse or ErrBusy while a producer or
+// consumer holds its lock. Tools that make a fresh ring name per run (benchmarks, tests) call it so names
+// do not pile up in /dev/shm.
+func Remove(dir, hugeDir, name string) error {
+	if err := ValidateName(name); err != nil {
+		return err
+	}
+	if dir == "" {
+		dir = DefaultDir
+	}
+	if hugeDir == "" {
+		hugeDir = DefaultHugeDir
+	}
+	base := baseName(name)
+	var held []*os.File
+	defer func() {
+		for _, f := range held {
+			f.Close()
+		}
+	}()
+	// Hold both locks while unlinking, so no producer or consumer can start on these inodes meanwhile.
+	for _, l := range []struct {
+		path string
+		busy error
+	}{{lockPath(dir, name), ErrInUse}, {filepath.Join(dir, base+".cons"), ErrBusy}} {
+		f, err := os.OpenFile(l.path, os.O_RDWR, 0)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("remove ring %s: %w", name, err)
+		}
+		held = append(held, f)
+		taken, err := lockExclusive(f)
+		if err != nil {
+			return fmt.Errorf("remove ring %s: %w", name, err)
+		}
+		if taken {
+			return fmt.Errorf("remove ring %s: %w", name, l.busy)
+		}
+	}
+	var errs []error
+	for _, p := range []string{lockPath(dir, name), filepath.Join(dir, base+".cons"), CtlPath(dir, name),
+		filepath.Join(dir, base+".dat"), filepath.Join(hugeDir, base+".dat")} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
