@@ -84,8 +84,11 @@ type result struct {
 	exitCode     int
 }
 
-func consumerCmd(t *testing.T, kind, ctlPath string, extra ...string) *exec.Cmd {
-	args := append([]string{"--ring", ctlPath, "--verify", "--timeout-ms", "10000"}, extra...)
+func consumerCmd(t *testing.T, kind, ctlPath string, verify bool, extra ...string) *exec.Cmd {
+	args := append([]string{"--ring", ctlPath, "--timeout-ms", "10000"}, extra...)
+	if verify {
+		args = append(args, "--verify")
+	}
 	var cmd *exec.Cmd
 	switch kind {
 	case "go":
@@ -99,10 +102,15 @@ func consumerCmd(t *testing.T, kind, ctlPath string, extra ...string) *exec.Cmd 
 	return cmd
 }
 
-// startConsumer starts a consumer process; wait returns its JSON result.
+// startConsumer starts a consumer process that verifies the test pattern; wait returns its JSON result.
 func startConsumer(t *testing.T, kind, ctlPath string, extra ...string) (wait func() result) {
 	t.Helper()
-	cmd := consumerCmd(t, kind, ctlPath, extra...)
+	return startConsumerVerify(t, kind, ctlPath, true, extra...)
+}
+
+func startConsumerVerify(t *testing.T, kind, ctlPath string, verify bool, extra ...string) (wait func() result) {
+	t.Helper()
+	cmd := consumerCmd(t, kind, ctlPath, verify, extra...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Start(); err != nil {

@@ -17,6 +17,7 @@ var (
 	ErrProducerGone = errors.New("producer gone")
 	ErrEndOfStream  = errors.New("end of stream")
 	ErrFull         = errors.New("ring full")
+	ErrNoConsumer   = errors.New("no consumer attached")
 	ErrClosed       = errors.New("ring closed")
 	ErrNoHugePages  = errors.New("no hugepages available")
 	ErrBadConfig    = errors.New("bad ring configuration")

@@ -63,8 +63,12 @@ func ParsePolicy(s string) (Policy, error) {
 	return 0, fmt.Errorf("%w: policy %q: want drop or block", ErrBadConfig, s)
 }
 
-// Inspect reads ring nameOrPath's header, cursors and counters without attaching.
+// Inspect reads ring nameOrPath's header, cursors and counters without attaching. A name is looked up in
+// dir ("" for /dev/shm).
 func Inspect(nameOrPath, dir string) (Info, error) {
+	if dir == "" {
+		dir = DefaultDir
+	}
 	path := nameOrPath
 	if !strings.Contains(nameOrPath, "/") {
 		if err := ValidateName(nameOrPath); err != nil {

@@ -465,6 +465,55 @@ func (p *Producer) waitForRelease(timeout time.Duration) error {
 	}
 }
 
+// Unread is the number of published positions the consumer has not released yet.
+func (p *Producer) Unread() uint64 { return p.pos - atomic.LoadUint64(p.tail) }
+
+// WaitDrained waits until the consumer has released everything published, so closing the ring loses
+// nothing. It returns ErrNoConsumer as soon as no consumer is attached (nobody would ever drain it), and
+// ErrClosed when stop is closed or Interrupt is called. It sleeps on the producer futex, which a consumer
+// that releases wakes.
+func (p *Producer) WaitDrained(stop <-chan struct{}) error {
+	for {
+		if p.Unread() == 0 {
+			return nil
+		}
+		if !p.ConsumerAttached() {
+			return ErrNoConsumer
+		}
+		select {
+		case <-stop:
+			return ErrClosed
+		default:
+		}
+		if p.interrupted.Load() {
+			return ErrClosed
+		}
+		f := atomic.LoadUint32(p.prodFutex)
+		atomic.StoreUint32(p.prodWait, 1)
+		if p.Unread() == 0 {
+			atomic.StoreUint32(p.prodWait, 0)
+			return nil
+		}
+		futexWaitOn(p.prodFutex, f, 50*time.Millisecond) // short: stop is a channel, not a futex
+	}
+}
+
+// ConsumerAttached reports whether a consumer holds the ring's consumer lock (a dead one does not: the
+// kernel dropped its lock).
+func (p *Producer) ConsumerAttached() bool {
+	cons, err := consPathFor(p.ctlPath)
+	if err != nil {
+		return false
+	}
+	f, err := os.Open(cons)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	held, err := lockHeld(f)
+	return err == nil && held
+}
+
 // Discard returns any acquired slot to the pool unpublished (a heap dropped after its slot was taken).
 func (p *Producer) Discard(s *Slot) {
 	p.free[p.freeW%uint64(len(p.free))] = s.Index

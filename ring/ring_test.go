@@ -848,3 +848,47 @@ func TestRemove(t *testing.T) {
 		t.Fatalf("bad name: %v", err)
 	}
 }
+
+func TestWaitDrained(t *testing.T) {
+	cfg := testConfig(t)
+	p := mustCreate(t, "drain", cfg)
+	c := mustAttach(t, "drain", cfg)
+	for cnt := uint64(1); cnt <= 3; cnt++ {
+		publish(t, p, cnt, 8)
+	}
+	if !p.ConsumerAttached() {
+		t.Fatal("attached consumer not seen")
+	}
+	stop := make(chan struct{})
+	close(stop)
+	if err := p.WaitDrained(stop); !errors.Is(err, ring.ErrClosed) || p.Unread() != 3 {
+		t.Fatalf("stopped wait: %v, unread %d", err, p.Unread())
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.WaitDrained(nil) }()
+	for i := 0; i < 3; i++ {
+		h, err := c.Next(time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+		c.Release(h)
+	}
+	c.Next(10 * time.Millisecond) // finds nothing: hands the released slots back
+	select {
+	case err := <-done:
+		if err != nil || p.Unread() != 0 {
+			t.Fatalf("drained: %v, unread %d", err, p.Unread())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("WaitDrained did not return after the consumer released everything")
+	}
+	publish(t, p, 4, 8)
+	c.Close()
+	if p.ConsumerAttached() {
+		t.Fatal("detached consumer still seen")
+	}
+	if err := p.WaitDrained(nil); !errors.Is(err, ring.ErrNoConsumer) {
+		t.Fatalf("nobody to drain: %v", err)
+	}
+}

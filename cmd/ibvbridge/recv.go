@@ -99,6 +99,7 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	logFormat := fs.String("log-format", "console", "console or json (json: final counters as one JSON object on stdout)")
 	statsEvery := fs.Duration("stats-interval", 0, "log the counters this often (0: off)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
+	waitConsumer := fs.Duration("wait-consumer", 0, "wait up to this long for a consumer to attach before receiving (file replay into a reader)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -226,6 +227,16 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 		Int("slots", *slots).Int("slot_size", p.SlotSize()).Bool("hugepages", p.Huge()).
 		Str("policy", policyName(pol)).Msg("receiving")
 
+	if *waitConsumer > 0 {
+		deadline := time.Now().Add(*waitConsumer)
+		for !p.ConsumerAttached() {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("no consumer attached to ring %q within %v (--wait-consumer)", *name, *waitConsumer)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		log.Info().Msg("consumer attached")
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
@@ -246,6 +257,9 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 			}
 			res.MalformedBy[spead.Reason(r).String()] = n
 		}
+	}
+	if pol == ring.PolicyBlock && res.Result != "interrupted" && res.Result != "error" {
+		waitForConsumer(p, sigs, &log) // block policy: closing now would take unread heaps with it
 	}
 	res.PacketsAfterStop = asm.PacketsAfterStop()
 	res.ring = p.Stats().Map()
@@ -348,6 +362,30 @@ wait:
 		}
 	}
 	return res
+}
+
+// waitForConsumer keeps the ring open until the attached consumer has released every heap (block policy:
+// closing would take unread heaps with it), until it detaches, or until a signal says stop. With no
+// consumer attached there is nobody to wait for: the unread heaps are reported and recv exits.
+func waitForConsumer(p *ring.Producer, sigs <-chan os.Signal, log *zerolog.Logger) {
+	if p.Unread() == 0 {
+		return
+	}
+	if p.ConsumerAttached() {
+		log.Info().Uint64("unread_heaps", p.Unread()).Msg("input done; waiting for the consumer to read the ring (Ctrl-C to stop)")
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-sigs:
+			close(stop)
+		case <-done:
+		}
+	}()
+	if err := p.WaitDrained(stop); err != nil {
+		log.Warn().Uint64("unread_heaps", p.Unread()).Str("reason", err.Error()).Msg("closing the ring with heaps no consumer read")
+	}
 }
 
 func logStats(log *zerolog.Logger, p *ring.Producer, src recvSource) {

@@ -1,0 +1,150 @@
+//go:build linux
+
+package xdp
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ibvbridge/ibvbridge/verbs"
+)
+
+// Completion ids: the socket's index in the high bits, the frame's UMEM address (within that socket's
+// part) in the low ones.
+const (
+	idShift  = 48
+	addrMask = 1<<idShift - 1
+)
+
+// queue drives a Source's sockets as one verbs.Queue, so verbs.RunRecvLoop, the loop the ibverbs transport
+// uses, runs them from one goroutine (the Sink is not safe for concurrent use). Poll takes from every
+// socket's rx ring, round robin; Repost gives frames back to their own socket's fill ring; Wait sleeps in
+// poll(2) on every socket and an eventfd that cancellation writes.
+type queue struct {
+	socks  []*xsk
+	descs  []unix.XDPDesc
+	addrs  []uint64
+	pfds   []unix.PollFd // one per socket, then the eventfd
+	wakeFD int
+	next   int
+	now    int64 // CLOCK_REALTIME of the last non-empty poll: AF_XDP frames carry no timestamp
+
+	fillStarved atomic.Uint64
+	kicks       atomic.Uint64
+}
+
+var _ verbs.Queue = (*queue)(nil)
+
+func newQueue(socks []*xsk, wakeFD, batch int) *queue {
+	q := &queue{socks: socks, wakeFD: wakeFD, descs: make([]unix.XDPDesc, batch), addrs: make([]uint64, batch)}
+	for _, x := range socks {
+		q.pfds = append(q.pfds, unix.PollFd{Fd: int32(x.fd), Events: unix.POLLIN})
+	}
+	q.pfds = append(q.pfds, unix.PollFd{Fd: int32(wakeFD), Events: unix.POLLIN})
+	return q
+}
+
+// Poll implements verbs.Queue. It never blocks.
+func (q *queue) Poll(out []verbs.Completion) (int, error) {
+	if len(q.descs) < len(out) {
+		q.descs = make([]unix.XDPDesc, len(out))
+	}
+	n := 0
+	for k := range q.socks {
+		if n == len(out) {
+			break
+		}
+		i := (q.next + k) % len(q.socks)
+		m := q.socks[i].take(q.descs[:len(out)-n])
+		for j, d := range q.descs[:m] {
+			out[n+j] = verbs.Completion{ID: uint64(i)<<idShift | d.Addr, Len: d.Len}
+		}
+		n += m
+	}
+	q.next = (q.next + 1) % len(q.socks)
+	if n > 0 {
+		q.now = time.Now().UnixNano()
+		return n, nil
+	}
+	for _, x := range q.socks {
+		if x.kick() {
+			q.kicks.Add(1)
+		}
+	}
+	return 0, nil
+}
+
+// Repost implements verbs.Queue: the frames go back to their sockets' fill rings, one batch per socket.
+func (q *queue) Repost(ids []uint64) error {
+	if len(q.addrs) < len(ids) {
+		q.addrs = make([]uint64, len(ids))
+	}
+	for start := 0; start < len(ids); {
+		sock := ids[start] >> idShift
+		end := start
+		for end < len(ids) && ids[end]>>idShift == sock {
+			q.addrs[end-start] = ids[end] & addrMask
+			end++
+		}
+		x := q.socks[sock]
+		if x.give(q.addrs[:end-start]) {
+			q.fillStarved.Add(1)
+		}
+		if x.kick() {
+			q.kicks.Add(1)
+		}
+		start = end
+	}
+	return nil
+}
+
+// Arm implements verbs.Queue. poll(2) on an AF_XDP socket is level-triggered (POLLIN while the rx ring is
+// not empty), so there is nothing to arm and no wakeup to lose.
+func (q *queue) Arm() error { return nil }
+
+// Wait implements verbs.Queue: poll(2) until a socket has frames, the eventfd is written (the Source's run
+// context was cancelled) or ctx is done. ctx is also checked every waitCheck, for a ctx other than the
+// Run's.
+func (q *queue) Wait(ctx context.Context) error {
+	const waitCheck = 200 // ms
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n, err := unix.Poll(q.pfds, waitCheck)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			continue
+		}
+		if q.pfds[len(q.pfds)-1].Revents != 0 {
+			var b [8]byte
+			_, _ = unix.Read(q.wakeFD, b[:])
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		for _, p := range q.pfds[:len(q.pfds)-1] {
+			if p.Revents&(unix.POLLERR|unix.POLLNVAL) != 0 {
+				return unix.EBADFD
+			}
+		}
+		return nil
+	}
+}
+
+// Slot implements verbs.Queue: the frame's bytes, from where the kernel put it to the end of its chunk.
+func (q *queue) Slot(id uint64) []byte {
+	x := q.socks[id>>idShift]
+	addr := id & addrMask
+	end := addr&^(x.frameSize-1) + x.frameSize
+	return x.umem[addr:end:end]
+}
