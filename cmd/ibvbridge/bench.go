@@ -20,15 +20,17 @@ import (
 
 func runBench(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usageError("usage: ibvbridge bench ring|udp [flags]")
+		return usageError("usage: ibvbridge bench ring|udp|xdp [flags]")
 	}
 	switch args[0] {
 	case "ring":
 		return runBenchRing(args[1:], stdout, stderr)
 	case "udp":
 		return runBenchUDP(args[1:], stdout, stderr)
+	case "xdp":
+		return runBenchXDP(args[1:], stdout, stderr)
 	}
-	return usageError("unknown benchmark %q (want ring or udp)", args[0])
+	return usageError("unknown benchmark %q (want ring, udp or xdp)", args[0])
 }
 
 // ringBenchResult is what `bench ring --json` prints.

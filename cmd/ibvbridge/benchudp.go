@@ -30,6 +30,10 @@ type udpRun struct {
 	KernelDrop uint64  `json:"kernel_drops"`
 	Seconds    float64 `json:"seconds"`
 	Lossless   bool    `json:"lossless"`
+	// RecvCPUNsPerPacket is recv's own CPU time (user + system) per packet: what the receive path costs,
+	// even when the sender limits the rate. Kernel work done in softirq context on the sender's CPU is not
+	// in it.
+	RecvCPUNsPerPacket float64 `json:"recv_cpu_ns_per_packet"`
 }
 
 // udpBenchSize is the result for one heap size: the highest lossless rate found and every run made.
@@ -41,6 +45,7 @@ type udpBenchSize struct {
 	PacketsPerS  float64  `json:"packets_per_s"`
 	UnpacedGbps  float64  `json:"unpaced_sent_gbps"`
 	UnpacedLoss  float64  `json:"unpaced_loss_fraction"`
+	RecvCPUNs    float64  `json:"recv_cpu_ns_per_packet"` // of the fastest lossless run
 	Runs         []udpRun `json:"runs"`
 	LosslessSeen bool     `json:"lossless_seen"`
 }
@@ -56,13 +61,9 @@ func runBenchUDP(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	var heapSizes []int
-	for _, s := range strings.Split(*sizes, ",") {
-		n, err := parseByteSize(s)
-		if err != nil || n < 1 {
-			return usageError("--heap-sizes: %q is not a size", s)
-		}
-		heapSizes = append(heapSizes, n)
+	heapSizes, err := parseSizeList(*sizes)
+	if err != nil {
+		return err
 	}
 	if *runs < 1 {
 		return usageError("--runs must be positive")
@@ -73,52 +74,9 @@ func runBenchUDP(args []string, stdout, stderr io.Writer) error {
 	}
 	var results []udpBenchSize
 	for _, hs := range heapSizes {
-		res := udpBenchSize{HeapSize: hs, PacketSize: *packet}
-		heaps := uint64(max(64, min(200_000, *bytesPerRun/hs)))
-		try := func(rate float64) (udpRun, error) {
-			r, err := udpBenchRun(self, *consumer, hs, *packet, heaps, rate, stderr)
-			if err == nil {
-				res.Runs = append(res.Runs, r)
-				fmt.Fprintf(stderr, "bench udp: heap %d B rate %.3g Gb/s: sent %.3f Gb/s, %d/%d heaps consumed, lossless %v\n",
-					hs, rate, r.SentGbps, r.HeapsCons, r.HeapsSent, r.Lossless)
-			}
-			return r, err
-		}
-		accept := func(r udpRun) {
-			if r.Lossless && r.SentGbps > res.MaxGbps {
-				res.MaxGbps, res.LosslessSeen = r.SentGbps, true
-				res.HeapsPerS = float64(r.HeapsSent) / r.Seconds
-				res.PacketsPerS = float64(r.Packets) / r.Seconds
-			}
-		}
-		first, err := try(0)
+		res, err := searchLossless(loopbackPath, self, *consumer, hs, *packet, *bytesPerRun, *runs, "bench udp", stderr)
 		if err != nil {
 			return err
-		}
-		res.UnpacedGbps = first.SentGbps
-		res.UnpacedLoss = 1 - float64(first.HeapsCons)/float64(first.HeapsSent)
-		accept(first)
-		// Search between the best lossless rate (lo) and the lowest lossy one (hi): step down by 0.6 until
-		// a run is lossless, then bisect.
-		lo, hi := 0.0, first.SentGbps
-		for i := 1; i < *runs && !first.Lossless; i++ {
-			rate := hi * 0.6
-			if lo > 0 {
-				rate = (lo + hi) / 2
-			}
-			r, err := try(rate)
-			if err != nil {
-				return err
-			}
-			if r.Lossless {
-				lo = rate
-				accept(r)
-			} else {
-				hi = rate
-			}
-			if lo > 0 && hi-lo < 0.05*hi {
-				break
-			}
 		}
 		results = append(results, res)
 	}
@@ -138,12 +96,83 @@ func runBenchUDP(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// udpBenchRun runs recv, a consumer and send on 127.0.0.1 once. Every wait is bounded.
-func udpBenchRun(self, consumer string, heapSize, packetSize int, heaps uint64, rate float64, stderr io.Writer) (udpRun, error) {
-	run := udpRun{RateGbps: rate, HeapsSent: heaps}
-	port, err := freeUDPPort()
+// benchPath says where a benchmark's stream flows: loopback by default; `bench xdp` runs recv and send in
+// two network namespaces joined by a veth pair.
+type benchPath struct {
+	recvWrap, sendWrap []string // command prefixes, e.g. ip netns exec NS
+	recvArgs           []string // transport flags for recv
+	dest               string   // the address recv listens on and send sends to
+	port               int      // 0: a free loopback port
+}
+
+var loopbackPath = benchPath{dest: "127.0.0.1"}
+
+func wrapped(ctx context.Context, wrap []string, self string, args ...string) *exec.Cmd {
+	all := append(append(append([]string{}, wrap...), self), args...)
+	return exec.CommandContext(ctx, all[0], all[1:]...)
+}
+
+// searchLossless finds the highest send rate over path that loses nothing: one unpaced run, then steps
+// down by 0.6 until a run is lossless, then bisects, within runs runs.
+func searchLossless(path benchPath, self, consumer string, hs, packet, bytesPerRun, runs int, label string, stderr io.Writer) (udpBenchSize, error) {
+	res := udpBenchSize{HeapSize: hs, PacketSize: packet}
+	heaps := uint64(max(64, min(200_000, bytesPerRun/hs)))
+	try := func(rate float64) (udpRun, error) {
+		r, err := udpBenchRun(path, self, consumer, hs, packet, heaps, rate, stderr)
+		if err == nil {
+			res.Runs = append(res.Runs, r)
+			fmt.Fprintf(stderr, "%s: heap %d B rate %.3g Gb/s: sent %.3f Gb/s, %d/%d heaps consumed, lossless %v\n",
+				label, hs, rate, r.SentGbps, r.HeapsCons, r.HeapsSent, r.Lossless)
+		}
+		return r, err
+	}
+	accept := func(r udpRun) {
+		if r.Lossless && r.SentGbps > res.MaxGbps {
+			res.MaxGbps, res.LosslessSeen = r.SentGbps, true
+			res.HeapsPerS = float64(r.HeapsSent) / r.Seconds
+			res.PacketsPerS = float64(r.Packets) / r.Seconds
+			res.RecvCPUNs = r.RecvCPUNsPerPacket
+		}
+	}
+	first, err := try(0)
 	if err != nil {
-		return run, err
+		return res, err
+	}
+	res.UnpacedGbps = first.SentGbps
+	res.UnpacedLoss = 1 - float64(first.HeapsCons)/float64(first.HeapsSent)
+	accept(first)
+	lo, hi := 0.0, first.SentGbps
+	for i := 1; i < runs && !first.Lossless; i++ {
+		rate := hi * 0.6
+		if lo > 0 {
+			rate = (lo + hi) / 2
+		}
+		r, err := try(rate)
+		if err != nil {
+			return res, err
+		}
+		if r.Lossless {
+			lo = rate
+			accept(r)
+		} else {
+			hi = rate
+		}
+		if lo > 0 && hi-lo < 0.05*hi {
+			break
+		}
+	}
+	return res, nil
+}
+
+// udpBenchRun runs recv, a consumer and send once over path. Every wait is bounded.
+func udpBenchRun(path benchPath, self, consumer string, heapSize, packetSize int, heaps uint64, rate float64, stderr io.Writer) (udpRun, error) {
+	run := udpRun{RateGbps: rate, HeapsSent: heaps}
+	port := path.port
+	if port == 0 {
+		var err error
+		if port, err = freeUDPPort(); err != nil {
+			return run, err
+		}
 	}
 	name := fmt.Sprintf("benchudp-%d-%d", os.Getpid(), port)
 	slots, slotSize := 4096, 1<<16
@@ -153,9 +182,11 @@ func udpBenchRun(self, consumer string, heapSize, packetSize int, heaps uint64, 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	defer ring.Remove("", "", name) // each run's name is new: leave nothing behind in /dev/shm
-	var recvOut, recvErr, consOut, sendOut bytes.Buffer
-	recv := exec.CommandContext(ctx, self, "recv", "--ring", name, "--slots", strconv.Itoa(slots),
-		"--slot-size", strconv.Itoa(slotSize), "--max-heaps", "8", "--log-format", "json", "127.0.0.1:"+strconv.Itoa(port))
+	var recvOut, consOut, sendOut bytes.Buffer
+	var recvErr lockedBuffer
+	endpoint := path.dest + ":" + strconv.Itoa(port)
+	recv := wrapped(ctx, path.recvWrap, self, append(append([]string{"recv", "--ring", name, "--slots", strconv.Itoa(slots),
+		"--slot-size", strconv.Itoa(slotSize), "--max-heaps", "8", "--log-format", "json"}, path.recvArgs...), endpoint)...)
 	recv.Stdout, recv.Stderr = &recvOut, &recvErr
 	if err := recv.Start(); err != nil {
 		return run, fmt.Errorf("start recv: %w", err)
@@ -164,8 +195,9 @@ func udpBenchRun(self, consumer string, heapSize, packetSize int, heaps uint64, 
 	recvDone := make(chan error, 1)
 	go func() { recvDone <- recv.Wait() }()
 	ctl := ring.CtlPath(ring.DefaultDir, name)
-	if err := waitFor(10*time.Second, func() bool { _, err := os.Stat(ctl); return err == nil }); err != nil {
-		return run, fmt.Errorf("recv did not create ring %s: %s", name, recvErr.String())
+	// "receiving" is logged once the transport is open (a kernel-bypass one opens after the ring exists).
+	if err := waitFor(10*time.Second, func() bool { return strings.Contains(recvErr.String(), `"message":"receiving"`) }); err != nil {
+		return run, fmt.Errorf("recv did not start receiving on ring %s: %s", name, recvErr.String())
 	}
 	cons, err := consumerCommand(consumer, name, 4096)
 	if err != nil {
@@ -179,7 +211,7 @@ func udpBenchRun(self, consumer string, heapSize, packetSize int, heaps uint64, 
 	if err := waitFor(20*time.Second, func() bool { i, _ := ring.Inspect(ctl, ""); return i.ConsumerPID != 0 }); err != nil {
 		return run, fmt.Errorf("%s consumer did not attach", consumer)
 	}
-	send := exec.CommandContext(ctx, self, "send", "127.0.0.1:"+strconv.Itoa(port), "--heaps", strconv.FormatUint(heaps, 10),
+	send := wrapped(ctx, path.sendWrap, self, "send", endpoint, "--heaps", strconv.FormatUint(heaps, 10),
 		"--heap-size", strconv.Itoa(heapSize), "--packet-size", strconv.Itoa(packetSize),
 		"--rate", strconv.FormatFloat(rate, 'f', -1, 64), "--json")
 	send.Stdout, send.Stderr = &sendOut, stderr
@@ -202,6 +234,7 @@ func udpBenchRun(self, consumer string, heapSize, packetSize int, heaps uint64, 
 	if recvErrV != nil {
 		return run, fmt.Errorf("recv: %w: %s", recvErrV, recvErr.String())
 	}
+	recvCPU := recv.ProcessState.UserTime() + recv.ProcessState.SystemTime()
 	_ = cons.Wait() // it ends at the end of stream; its exit status says how, its JSON what it read
 	var rc map[string]any
 	if err := json.Unmarshal(lastLine(recvOut.Bytes()), &rc); err != nil {
@@ -215,6 +248,9 @@ func udpBenchRun(self, consumer string, heapSize, packetSize int, heaps uint64, 
 	var cr consumeResult
 	if err := json.Unmarshal(lastLine(consOut.Bytes()), &cr); err == nil {
 		run.HeapsCons = cr.Heaps
+	}
+	if run.Packets > 0 {
+		run.RecvCPUNsPerPacket = float64(recvCPU.Nanoseconds()) / float64(run.Packets)
 	}
 	run.Lossless = run.HeapsCons == heaps && run.HeapsRecv == heaps && run.Dropped == 0 && run.Incomplete == 0
 	return run, nil

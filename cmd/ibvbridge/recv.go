@@ -23,6 +23,7 @@ import (
 	"github.com/ibvbridge/ibvbridge/transport"
 	"github.com/ibvbridge/ibvbridge/transport/pcap"
 	"github.com/ibvbridge/ibvbridge/transport/udp"
+	"github.com/ibvbridge/ibvbridge/transport/xdp"
 )
 
 // Defaults of recv. The slot holds one heap: 2 MiB takes spead2's common 1 MiB heaps with their first
@@ -91,11 +92,12 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	policy := fs.String("policy", "", "full ring: drop (default) or block (default with --pcap)")
 	pcapFile := fs.String("pcap", "", "replay this pcap/pcapng file instead of receiving from sockets")
 	paced := fs.Bool("pcap-paced", false, "replay at the capture's own rate")
-	iface := fs.String("interface", "", "local IPv4 address of the interface that joins multicast groups")
+	iface := fs.String("interface", "", "local IPv4 address of the interface that joins multicast groups (xdp: its name or address)")
 	buffer := sizeFlag(fs, "buffer", udp.DefaultBufferSize, "socket receive buffer bytes")
 	maxPacket := sizeFlag(fs, "max-packet", udp.DefaultMaxPacketSize, "largest datagram; bigger ones are counted as truncated")
 	hugepages := fs.String("hugepages", "auto", "ring data on hugepages: auto, require or off")
-	transportName := fs.String("transport", "", "udp or pcap (default udp, or pcap with --pcap)")
+	transportName := fs.String("transport", "", "udp, pcap, xdp or ibv (default udp, or pcap with --pcap)")
+	xdpOpt := addXDPFlags(fs)
 	logFormat := fs.String("log-format", "console", "console or json (json: final counters as one JSON object on stdout)")
 	statsEvery := fs.Duration("stats-interval", 0, "log the counters this often (0: off)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
@@ -166,7 +168,7 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 		eps = append(eps, ep)
 	}
 	var ifAddr netip.Addr
-	if *iface != "" {
+	if *iface != "" && tr != "xdp" { // AF_XDP also takes an interface name
 		if ifAddr, err = netip.ParseAddr(*iface); err != nil || !ifAddr.Is4() {
 			return usageError("--interface %q: want the interface's local IPv4 address", *iface)
 		}
@@ -179,6 +181,8 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	defer signal.Stop(sigs)
 
 	var src recvSource
+	var packetArea int                                 // bytes of the ring's data file a transport writes frames into
+	var openAfterRing func([]byte) (recvSource, error) // a transport that needs that area
 	switch tr {
 	case "udp":
 		if *pcapFile != "" {
@@ -202,16 +206,32 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		src = pcapSource{s}
-	// Kernel-bypass transports plug in here: each is a transport.Source over frames it parses with frame.
-	case "xdp", "ibv":
-		return usageError("--transport %s is not available in this build (available: udp, pcap)", tr)
+	// Kernel-bypass transports: each is a transport.Source over frames it parses with frame, written by
+	// the NIC or kernel into the ring's packet area, so they open once the ring exists (openAfterRing).
+	case "xdp":
+		cfg, err := xdpOpt.config(*iface, eps, &log)
+		if err != nil {
+			return err
+		}
+		packetArea = xdp.RequiredUMEM(cfg)
+		openAfterRing = func(area []byte) (recvSource, error) {
+			s, err := xdp.Open(cfg, area)
+			if err != nil {
+				return nil, err
+			}
+			return xdpSource{s}, nil
+		}
+	case "ibv":
+		return usageError("--transport ibv is not available in this build (available: udp, pcap, xdp)")
 	default:
-		return usageError("--transport %q: want udp or pcap", tr)
+		return usageError("--transport %q: want udp, pcap, xdp or ibv", tr)
 	}
-	defer src.Close()
+	if src != nil {
+		defer src.Close()
+	}
 
 	p, err := ring.Create(*name, ring.Config{SlotCount: *slots, SlotSize: *slotSize, MaxItems: *maxItems,
-		Policy: pol, HugePages: hp, Log: &log})
+		Policy: pol, HugePages: hp, PacketArea: packetArea, Log: &log})
 	if err != nil {
 		if errors.Is(err, ring.ErrInUse) {
 			return fmt.Errorf("%w: another recv owns ring %q; pick another --ring name", err, *name)
@@ -219,6 +239,12 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer p.Close()
+	if openAfterRing != nil {
+		if src, err = openAfterRing(p.PacketArea()); err != nil {
+			return err
+		}
+		defer src.Close()
+	}
 	asm, err := spead.NewAssembler(p, spead.AssemblerConfig{MaxHeaps: *maxHeaps, Incomplete: *incomplete, Log: &log})
 	if err != nil {
 		return err

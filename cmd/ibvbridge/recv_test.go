@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -34,22 +33,6 @@ func testRing(t *testing.T, tag string) string {
 }
 
 // lockedBuffer collects a child's output while the test may read it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 func (l *lockedBuffer) Bytes() []byte { return []byte(l.String()) }
 
@@ -326,7 +309,10 @@ func TestRecvBadInput(t *testing.T) {
 		{[]string{"--ring", name}, "no endpoints"},
 		{[]string{"--ring", name, "--policy", "sometimes", port}, "--policy"},
 		{[]string{"--ring", name, "--transport", "ibv", port}, "not available in this build"},
-		{[]string{"--ring", name, "--transport", "xdp", port}, "not available in this build"},
+		{[]string{"--ring", name, "--transport", "xdp", port}, "--transport xdp needs --interface"},
+		{[]string{"--ring", name, "--transport", "xdp", "--interface", "nosuchif0", port}, "not found"},
+		{[]string{"--ring", name, "--transport", "xdp", "--interface", "lo", "--xdp-mode", "turbo", port}, "--xdp-mode"},
+		{[]string{"--ring", name, "--transport", "xdp", "--interface", "lo", "--zero-copy", "--copy", port}, "exclude each other"},
 		{[]string{"--ring", name, "--pcap", "/nonexistent.pcap"}, "no such file"},
 		{[]string{"--ring", name, "--interface", "eth0", port}, "--interface"},
 		{[]string{"--ring", name, "--interface", "192.0.2.77", "239.1.2.3:" + port}, "no interface has address"},
