@@ -469,3 +469,54 @@ func TestVerifyCatchesBadBytes(t *testing.T) {
 		})
 	}
 }
+
+// TestConsumerKilledWhileHolding: a consumer killed (-9) while it holds heaps frees the ring for the next
+// one, which gets the unreleased heaps again and continues; the producer never stopped (drop policy).
+func TestConsumerKilledWhileHolding(t *testing.T) {
+	for _, kind := range consumers(t) {
+		t.Run(kind, func(t *testing.T) {
+			p := newRing(t, "ckill-"+kind, ring.Config{SlotCount: 8})
+			pb := ringtest.Publisher{P: p, Size: 300, Fill: true}
+			cmd := consumerCmd(t, kind, p.CtlPath(), true, "--hold", "4", "--sleep-us", "1000000")
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			waitAttached(t, p)
+			for cnt := uint64(1); cnt <= 3; cnt++ {
+				if _, err := pb.Publish(cnt, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// It reads heap 1 at once, then sleeps a second holding it (its read position is private, so
+			// give it the time rather than watch for it).
+			time.Sleep(300 * time.Millisecond)
+			cmd.Process.Signal(syscall.SIGKILL)
+			cmd.Wait()
+			var dropped uint64
+			for cnt := uint64(4); cnt <= 20; cnt++ { // the producer carries on: 5 more fit, the rest are counted
+				if _, err := pb.Publish(cnt, 0); errors.Is(err, ring.ErrFull) {
+					dropped++
+					p.Add(ring.CounterDroppedHeaps, 1)
+				} else if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := p.PublishEndOfStream(0); !errors.Is(err, ring.ErrFull) { // full, and nobody reads
+				t.Fatalf("end of stream into a full ring: %v", err)
+			}
+			wait := startConsumer(t, kind, p.CtlPath())
+			for cnt := uint64(21); ; cnt++ { // room appears as the new consumer reads: end the stream then
+				if err := p.PublishEndOfStream(50 * time.Millisecond); err == nil {
+					break
+				}
+				if cnt > 200 {
+					t.Fatal("no room for the end-of-stream marker")
+				}
+			}
+			r := wait()
+			if dropped != 12 || r.FirstHeapCnt != 1 || r.Heaps != 8 || r.VerifyErrors != 0 || r.Counters["dropped_heaps"] != 12 {
+				t.Fatalf("dropped %d; next consumer %+v", dropped, r)
+			}
+		})
+	}
+}

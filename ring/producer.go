@@ -549,11 +549,11 @@ func (p *Producer) commit() {
 }
 
 // PublishEndOfStream publishes the end-of-stream marker (spec §4). It needs a free slot; with none free it
-// waits up to timeout for the consumer and otherwise returns ErrFull (Close still marks the ring CLOSED,
+// waits up to timeout (≤ 0: not at all) for the consumer and otherwise returns ErrFull (Close still marks the ring CLOSED,
 // which a consumer also reads as the end).
 func (p *Producer) PublishEndOfStream(timeout time.Duration) error {
 	s, err := p.Acquire()
-	if errors.Is(err, ErrFull) {
+	if errors.Is(err, ErrFull) && timeout > 0 { // waitForRelease(0) would wait for ever
 		if err = p.waitForRelease(timeout); err == nil {
 			s, err = p.Acquire()
 		}

@@ -90,4 +90,13 @@ func TestFlowLayoutMatchesC(t *testing.T) {
 	check("sizeof(ibvb_completion)", uint64(unsafe.Sizeof(comp)))
 	check("offsetof(ibvb_completion.len)", uint64(unsafe.Offsetof(comp.Len)))
 	check("offsetof(ibvb_completion.status)", uint64(unsafe.Offsetof(comp.Status)))
+
+	// The send queue posts &wrs[0] straight to C.
+	var wr SendWR
+	check("sizeof(ibvb_send_wr)", uint64(unsafe.Sizeof(wr)))
+	check("offsetof(ibvb_send_wr.slot)", uint64(unsafe.Offsetof(wr.Slot)))
+	check("offsetof(ibvb_send_wr.len)", uint64(unsafe.Offsetof(wr.Len)))
+	check("offsetof(ibvb_send_wr.flags)", uint64(unsafe.Offsetof(wr.Flags)))
+	check("IBV_SEND_SIGNALED", uint64(SendSignaled))
+	check("IBV_SEND_IP_CSUM", uint64(SendIPChecksum))
 }

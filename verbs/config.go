@@ -141,13 +141,17 @@ type FlagsSet struct {
 // value in the variable that wins is an error naming it (a lower-precedence
 // variable is not consulted, so a typo cannot silently fall through).
 func (c *RecvConfig) ApplyEnv(lookup func(string) (string, bool), set FlagsSet) error {
+	return applyEnv(lookup, set, &c.Interface, &c.CompVector)
+}
+
+func applyEnv(lookup func(string) (string, bool), set FlagsSet, iface *netip.Addr, compVector *int) error {
 	if !set.Interface {
 		if name, v, ok := firstEnv(lookup, EnvInterface, EnvSpead2Interface); ok {
 			a, err := netip.ParseAddr(v)
 			if err != nil || !a.Is4() {
 				return fmt.Errorf("ibverbs: %s=%q: not an IPv4 address", name, v)
 			}
-			c.Interface = a
+			*iface = a
 		}
 	}
 	if !set.CompVector {
@@ -156,7 +160,7 @@ func (c *RecvConfig) ApplyEnv(lookup func(string) (string, bool), set FlagsSet) 
 			if err != nil {
 				return fmt.Errorf("ibverbs: %s=%q: not an integer", name, v)
 			}
-			c.CompVector = n
+			*compVector = n
 		}
 	}
 	return nil

@@ -11,7 +11,13 @@
 //   - carving the ring's packet area into receive work-request slots (PlanRegion);
 //   - the poll/repost loop (RunRecvLoop), written against the small Queue
 //     interface so it is tested here with a fake queue, and the device Receiver
-//     that implements Queue with a raw packet QP.
+//     that implements Queue with a raw packet QP;
+//   - the send path (OpenSender, Sender), spead2's UdpIbvStream: SPEAD packets
+//     encoded and framed straight into registered buffers, posted in batches
+//     whose last work request is signaled, completions reaped in batches,
+//     hardware packet pacing (QP rate limit) or software pacing, IPv4 checksum
+//     offload when the NIC has it. Its batching, buffer reuse and pacing live in
+//     a pure-Go loop over the SendQueue interface, tested with a fake queue.
 //
 // This is the project's only cgo package, and the C is confined to
 // ibvb_shim.c and ibv_linux.go. Everything else is pure Go so it builds and is

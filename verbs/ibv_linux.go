@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/ibvbridge/ibvbridge/frame"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -77,6 +78,17 @@ func deviceCount() (int, error) {
 		return 0, ErrNoDevices
 	}
 	return n, nil
+}
+
+// CheckInterface is the cheap up-front check that addr's interface can use
+// ibverbs: libibverbs loads, it lists devices, and the interface has one
+// behind it. It opens nothing. The errors wrap ErrLibraryNotFound,
+// ErrNoDevices or ErrNoRDMADevice.
+func CheckInterface(addr netip.Addr) (netdev, ibdev string, port int, err error) {
+	if _, err := deviceCount(); err != nil {
+		return "", "", 0, err
+	}
+	return DeviceForAddr(addr)
 }
 
 // Devices opens every RDMA device, queries it and its ports, and probes
@@ -171,9 +183,11 @@ type Receiver struct {
 	joinFD   int
 	flows    []*Flow
 	closed   atomic.Bool
-	// Dropped counts frames Run discarded as not plain IPv4/UDP.
-	Dropped atomic.Uint64
-	Stats   LoopStats
+	// Dropped counts frames Run discarded as not plain IPv4/UDP; DroppedBy
+	// splits them by frame.Reason.
+	Dropped   atomic.Uint64
+	DroppedBy [frame.NumReasons]atomic.Uint64
+	Stats     LoopStats
 }
 
 // Flow is a flow steering rule attached to a Receiver's QP.
@@ -224,7 +238,7 @@ func OpenReceiver(cfg RecvConfig, packetArea []byte) (*Receiver, error) {
 	var step *C.char
 	r.rx = C.ibvb_rx_open(&p, &cerr, &step)
 	if r.rx == nil {
-		return nil, openError(C.GoString(step), syscall.Errno(cerr), ibdev, port, layout.Slots)
+		return nil, openError("receiver", C.GoString(step), syscall.Errno(cerr), ibdev, port, layout.Slots)
 	}
 	if err := r.setup(); err != nil {
 		r.Close()
@@ -233,17 +247,17 @@ func OpenReceiver(cfg RecvConfig, packetArea []byte) (*Receiver, error) {
 	return r, nil
 }
 
-func openError(step string, errno syscall.Errno, ibdev string, port, slots int) error {
+func openError(what, step string, errno syscall.Errno, ibdev string, port, slots int) error {
 	hint := ""
 	switch {
 	case step == "ibv_create_qp" && (errno == syscall.EINVAL || errno == syscall.EPERM):
 		hint = " (could be a permission problem - do you have CAP_NET_RAW?)"
 	case (step == "ibv_create_cq" || step == "ibv_create_qp") && errno == syscall.EINVAL:
-		hint = fmt.Sprintf(" (%d receive work requests may exceed the device's max_cqe/max_qp_wr; lower the buffer size)", slots)
+		hint = fmt.Sprintf(" (%d work requests may exceed the device's max_cqe/max_qp_wr; lower the buffer size)", slots)
 	case step == "ibv_reg_mr" && errno == syscall.ENOMEM:
 		hint = " (locked memory limit? raise RLIMIT_MEMLOCK / LimitMEMLOCK)"
 	}
-	return fmt.Errorf("ibverbs receiver on %s port %d: %s failed%s: %w", ibdev, port, step, hint, errno)
+	return fmt.Errorf("ibverbs %s on %s port %d: %s failed%s: %w", what, ibdev, port, step, hint, errno)
 }
 
 func (r *Receiver) setup() error {
@@ -428,6 +442,7 @@ func (r *Receiver) Run(ctx context.Context, sink transport.Sink) error {
 		udp, err := frame.Parse(f)
 		if err != nil { // VLAN tags, IP options, fragments, non-UDP: counted and skipped, as spead2 does
 			r.Dropped.Add(1)
+			r.DroppedBy[frame.ReasonOf(err)].Add(1)
 			return
 		}
 		sink.Packet(udp.Payload, time.Now().UnixNano())

@@ -4,14 +4,21 @@ package verbs
 
 import (
 	"context"
+	"net/netip"
 	"strconv"
 	"sync/atomic"
 
+	"github.com/ibvbridge/ibvbridge/frame"
 	"github.com/ibvbridge/ibvbridge/transport"
 )
 
 // Load reports ErrUnsupported: this build has no cgo (or is not Linux).
 func Load() error { return ErrUnsupported }
+
+// CheckInterface reports ErrUnsupported in this build.
+func CheckInterface(netip.Addr) (netdev, ibdev string, port int, err error) {
+	return "", "", 0, ErrUnsupported
+}
 
 // Devices reports ErrUnsupported in this build.
 func Devices() ([]Device, error) { return nil, ErrUnsupported }
@@ -21,6 +28,7 @@ type Receiver struct {
 	Netdev, IBDev string
 	Port          int
 	Dropped       atomic.Uint64
+	DroppedBy     [frame.NumReasons]atomic.Uint64
 	Stats         LoopStats
 }
 
@@ -56,3 +64,11 @@ var (
 	_ Queue            = (*Receiver)(nil)
 	_ transport.Source = (*Receiver)(nil)
 )
+
+// OpenSender validates cfg, then reports ErrUnsupported.
+func OpenSender(cfg SendConfig) (*Sender, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return nil, ErrUnsupported
+}

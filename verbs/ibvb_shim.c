@@ -531,6 +531,231 @@ void ibvb_rx_close(ibvb_rx *rx)
 	free(rx);
 }
 
+/* ---- send side ---- */
+
+struct ibvb_tx {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_mr *mr;
+	struct ibv_comp_channel *chan;
+	struct ibv_cq *send_cq;
+	struct ibv_cq *recv_cq;
+	struct ibv_qp *qp;
+	struct ibv_send_wr *wrs;
+	struct ibv_sge *sges;
+	struct ibv_wc *wc;
+	uint32_t slots;
+};
+
+ibvb_tx *ibvb_tx_open(const ibvb_tx_params *p, ibvb_tx_info *info, int *err_errno, const char **err_step)
+{
+	ibvb_tx *tx;
+	struct ibv_qp_init_attr qa;
+	struct ibv_qp_attr mod;
+	struct ibv_device_attr_ex attr;
+	uint32_t i;
+	int e;
+
+#define IBVB_TX_FAIL(step, code)                                             \
+	do {                                                                 \
+		*err_step = (step);                                          \
+		*err_errno = (code) ? (code) : EIO;                          \
+		ibvb_tx_close(tx);                                           \
+		return NULL;                                                 \
+	} while (0)
+
+	memset(info, 0, sizeof(*info));
+	tx = calloc(1, sizeof(*tx));
+	if (tx == NULL) {
+		*err_step = "calloc";
+		*err_errno = ENOMEM;
+		return NULL;
+	}
+	tx->slots = p->slots;
+	tx->ctx = ibvb_open_by_name(p->dev_name, &e);
+	if (tx->ctx == NULL)
+		IBVB_TX_FAIL("ibv_open_device", e);
+	e = ibvb_query_device_ex(tx->ctx, &attr);
+	if (e != 0)
+		IBVB_TX_FAIL("ibv_query_device", e);
+	info->device_cap_flags = attr.orig_attr.device_cap_flags;
+	info->raw_packet_caps = attr.raw_packet_caps;
+	info->pacing_min_kbps = attr.packet_pacing_caps.qp_rate_limit_min;
+	info->pacing_max_kbps = attr.packet_pacing_caps.qp_rate_limit_max;
+	info->pacing_qpts = attr.packet_pacing_caps.supported_qpts;
+	info->num_comp_vectors = tx->ctx->num_comp_vectors;
+	errno = 0;
+	tx->pd = p_ibv_alloc_pd(tx->ctx);
+	if (tx->pd == NULL)
+		IBVB_TX_FAIL("ibv_alloc_pd", errno);
+	errno = 0;
+	tx->mr = p_ibv_reg_mr(tx->pd, p->area, p->area_len, IBV_ACCESS_LOCAL_WRITE);
+	if (tx->mr == NULL)
+		IBVB_TX_FAIL("ibv_reg_mr", errno);
+	if (p->comp_vector >= 0) {
+		errno = 0;
+		tx->chan = p_ibv_create_comp_channel(tx->ctx);
+		if (tx->chan == NULL)
+			IBVB_TX_FAIL("ibv_create_comp_channel", errno);
+	}
+	errno = 0;
+	tx->send_cq = p_ibv_create_cq(tx->ctx, (int)p->slots, NULL, tx->chan,
+				      (p->comp_vector >= 0 && tx->ctx->num_comp_vectors > 0)
+					      ? p->comp_vector % tx->ctx->num_comp_vectors : 0);
+	if (tx->send_cq == NULL)
+		IBVB_TX_FAIL("ibv_create_cq", errno);
+	/* A QP needs a receive CQ even if it never receives. */
+	errno = 0;
+	tx->recv_cq = p_ibv_create_cq(tx->ctx, 1, NULL, NULL, 0);
+	if (tx->recv_cq == NULL)
+		IBVB_TX_FAIL("ibv_create_cq (recv)", errno);
+	memset(&qa, 0, sizeof(qa));
+	qa.send_cq = tx->send_cq;
+	qa.recv_cq = tx->recv_cq;
+	qa.qp_type = IBV_QPT_RAW_PACKET;
+	qa.cap.max_send_wr = p->slots;
+	qa.cap.max_recv_wr = 1;
+	qa.cap.max_send_sge = 1;
+	qa.cap.max_recv_sge = 1;
+	qa.sq_sig_all = 0; /* only IBV_SEND_SIGNALED work requests complete */
+	errno = 0;
+	tx->qp = p_ibv_create_qp(tx->pd, &qa);
+	if (tx->qp == NULL)
+		IBVB_TX_FAIL("ibv_create_qp", errno);
+	memset(&mod, 0, sizeof(mod));
+	mod.qp_state = IBV_QPS_INIT;
+	mod.port_num = (uint8_t)p->port;
+	e = p_ibv_modify_qp(tx->qp, &mod, IBV_QP_STATE | IBV_QP_PORT);
+	if (e != 0)
+		IBVB_TX_FAIL("ibv_modify_qp (INIT)", e);
+	memset(&mod, 0, sizeof(mod));
+	mod.qp_state = IBV_QPS_RTR;
+	e = p_ibv_modify_qp(tx->qp, &mod, IBV_QP_STATE);
+	if (e != 0)
+		IBVB_TX_FAIL("ibv_modify_qp (RTR)", e);
+	memset(&mod, 0, sizeof(mod));
+	mod.qp_state = IBV_QPS_RTS;
+	e = p_ibv_modify_qp(tx->qp, &mod, IBV_QP_STATE);
+	if (e != 0)
+		IBVB_TX_FAIL("ibv_modify_qp (RTS)", e);
+
+	tx->wrs = calloc(p->slots, sizeof(*tx->wrs));
+	tx->sges = calloc(p->slots, sizeof(*tx->sges));
+	tx->wc = calloc(p->slots, sizeof(*tx->wc));
+	if (tx->wrs == NULL || tx->sges == NULL || tx->wc == NULL)
+		IBVB_TX_FAIL("calloc", ENOMEM);
+	for (i = 0; i < p->slots; i++) {
+		tx->sges[i].addr = (uintptr_t)p->area + (uint64_t)i * p->stride;
+		tx->sges[i].lkey = tx->mr->lkey;
+		tx->wrs[i].sg_list = &tx->sges[i];
+		tx->wrs[i].num_sge = 1;
+		tx->wrs[i].opcode = IBV_WR_SEND;
+	}
+	return tx;
+#undef IBVB_TX_FAIL
+}
+
+int ibvb_tx_set_rate(ibvb_tx *tx, uint32_t kbps, uint16_t typical_pkt_sz, uint32_t max_burst)
+{
+	struct ibv_qp_rate_limit_attr rl;
+	struct ibv_qp_attr mod;
+	int e;
+
+	memset(&rl, 0, sizeof(rl));
+	rl.rate_limit = kbps;
+	rl.typical_pkt_sz = typical_pkt_sz;
+	rl.max_burst_sz = max_burst;
+	/* A verbs.h inline over the provider's ops: no symbol needed. */
+	e = ibv_modify_qp_rate_limit(tx->qp, &rl);
+	if (e != EOPNOTSUPP && e != ENOSYS)
+		return e;
+	memset(&mod, 0, sizeof(mod));
+	mod.qp_state = IBV_QPS_RTS;
+	mod.rate_limit = kbps;
+	return p_ibv_modify_qp(tx->qp, &mod, IBV_QP_STATE | IBV_QP_RATE_LIMIT);
+}
+
+int ibvb_tx_post(ibvb_tx *tx, const ibvb_send_wr *wrs, int n)
+{
+	struct ibv_send_wr *bad;
+	struct ibv_send_wr *w;
+	int i;
+
+	if (n <= 0)
+		return 0;
+	for (i = 0; i < n; i++) {
+		if (wrs[i].slot >= tx->slots)
+			return EINVAL;
+		w = &tx->wrs[wrs[i].slot];
+		w->wr_id = wrs[i].id;
+		w->send_flags = wrs[i].flags;
+		w->sg_list->length = wrs[i].len;
+		w->next = (i + 1 < n) ? &tx->wrs[wrs[i + 1].slot] : NULL;
+	}
+	return ibv_post_send(tx->qp, &tx->wrs[wrs[0].slot], &bad);
+}
+
+int ibvb_tx_poll(ibvb_tx *tx, ibvb_completion *out, int max)
+{
+	int n, i;
+
+	if (max > (int)tx->slots)
+		max = (int)tx->slots;
+	n = ibv_poll_cq(tx->send_cq, max, tx->wc);
+	for (i = 0; i < n; i++) {
+		out[i].id = tx->wc[i].wr_id;
+		out[i].len = tx->wc[i].byte_len;
+		out[i].status = tx->wc[i].status;
+	}
+	return n;
+}
+
+int ibvb_tx_arm(ibvb_tx *tx)
+{
+	return ibv_req_notify_cq(tx->send_cq, 0);
+}
+
+int ibvb_tx_channel_fd(ibvb_tx *tx)
+{
+	return tx->chan ? tx->chan->fd : -1;
+}
+
+int ibvb_tx_get_event(ibvb_tx *tx)
+{
+	struct ibv_cq *cq;
+	void *cq_ctx;
+
+	errno = 0;
+	if (p_ibv_get_cq_event(tx->chan, &cq, &cq_ctx) != 0)
+		return errno ? errno : EIO;
+	p_ibv_ack_cq_events(cq, 1);
+	return 0;
+}
+
+void ibvb_tx_close(ibvb_tx *tx)
+{
+	if (tx == NULL)
+		return;
+	if (tx->qp)
+		p_ibv_destroy_qp(tx->qp);
+	if (tx->recv_cq)
+		p_ibv_destroy_cq(tx->recv_cq);
+	if (tx->send_cq)
+		p_ibv_destroy_cq(tx->send_cq);
+	if (tx->chan)
+		p_ibv_destroy_comp_channel(tx->chan);
+	if (tx->mr)
+		p_ibv_dereg_mr(tx->mr);
+	if (tx->pd)
+		p_ibv_dealloc_pd(tx->pd);
+	if (tx->ctx)
+		p_ibv_close_device(tx->ctx);
+	free(tx->wrs);
+	free(tx->sges);
+	free(tx->wc);
+	free(tx);
+}
+
 /* ---- ABI table for tests ---- */
 
 #define IBVB_SZ(t) { "sizeof(" #t ")", sizeof(t) }
@@ -604,6 +829,12 @@ static const ibvb_abi_entry ibvb_abi[] = {
 	{ "IBV_LINK_LAYER_INFINIBAND", IBV_LINK_LAYER_INFINIBAND },
 	{ "IBV_LINK_LAYER_ETHERNET", IBV_LINK_LAYER_ETHERNET },
 	{ "IBV_WC_SUCCESS", IBV_WC_SUCCESS },
+	{ "IBV_SEND_SIGNALED", IBV_SEND_SIGNALED },
+	{ "IBV_SEND_IP_CSUM", IBV_SEND_IP_CSUM },
+	{ "sizeof(ibvb_send_wr)", sizeof(ibvb_send_wr) },
+	{ "offsetof(ibvb_send_wr.slot)", offsetof(ibvb_send_wr, slot) },
+	{ "offsetof(ibvb_send_wr.len)", offsetof(ibvb_send_wr, len) },
+	{ "offsetof(ibvb_send_wr.flags)", offsetof(ibvb_send_wr, flags) },
 	{ "sizeof(ibvb_completion)", sizeof(ibvb_completion) },
 	{ "offsetof(ibvb_completion.len)", offsetof(ibvb_completion, len) },
 	{ "offsetof(ibvb_completion.status)", offsetof(ibvb_completion, status) },

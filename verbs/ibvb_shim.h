@@ -91,6 +91,52 @@ int ibvb_rx_get_event(ibvb_rx *rx); /* 0: got and acked one event; else errno */
 void ibvb_rx_close(ibvb_rx *rx);
 const char *ibvb_wc_status_str(uint32_t status);
 
+/* ---- send side ---- */
+
+/* Same memory layout as the Go SendWR struct (checked by a test). */
+typedef struct {
+	uint64_t id;    /* wr_id: the frame's position */
+	uint32_t slot;  /* frame buffer index */
+	uint32_t len;   /* frame bytes */
+	uint32_t flags; /* IBV_SEND_* */
+	uint32_t pad;
+} ibvb_send_wr;
+
+typedef struct ibvb_tx ibvb_tx;
+
+typedef struct {
+	const char *dev_name;
+	int port;
+	void *area;       /* frame buffers, registered as one MR */
+	size_t area_len;
+	size_t stride;    /* distance between frame buffers */
+	uint32_t slots;
+	int comp_vector;  /* <0: no completion channel (busy poll) */
+} ibvb_tx_params;
+
+typedef struct {
+	uint64_t device_cap_flags;
+	uint32_t raw_packet_caps;
+	uint32_t pacing_min_kbps;
+	uint32_t pacing_max_kbps;
+	uint32_t pacing_qpts;
+	int num_comp_vectors;
+} ibvb_tx_info;
+
+/* ibvb_tx_open builds device context, PD, MR, channel, CQs and a raw packet
+ * QP taken to RTS, and reports the device's checksum and pacing caps. On
+ * failure it returns NULL with *err_errno and *err_step set. */
+ibvb_tx *ibvb_tx_open(const ibvb_tx_params *p, ibvb_tx_info *info, int *err_errno, const char **err_step);
+/* ibvb_tx_set_rate sets the QP's packet pacing (ibv_modify_qp_rate_limit,
+ * falling back to ibv_modify_qp with IBV_QP_RATE_LIMIT). 0 or errno. */
+int ibvb_tx_set_rate(ibvb_tx *tx, uint32_t kbps, uint16_t typical_pkt_sz, uint32_t max_burst);
+int ibvb_tx_post(ibvb_tx *tx, const ibvb_send_wr *wrs, int n);
+int ibvb_tx_poll(ibvb_tx *tx, ibvb_completion *out, int max);
+int ibvb_tx_arm(ibvb_tx *tx);
+int ibvb_tx_channel_fd(ibvb_tx *tx);
+int ibvb_tx_get_event(ibvb_tx *tx);
+void ibvb_tx_close(ibvb_tx *tx);
+
 /* ABI table for the layout test: sizeof/offsetof from the real verbs.h. */
 typedef struct {
 	const char *name;

@@ -66,6 +66,17 @@ func PlanRegion(base uintptr, length, maxSize, bufferSize int) (RegionLayout, er
 	return l, nil
 }
 
+// AreaSize is the packet area PlanRegion needs for BufferSize/MaxSize slots
+// wherever the area starts: the slots plus the worst-case alignment of the
+// first one. Size ring.Config.PacketArea with it. It is 0 for a bad size.
+func AreaSize(maxSize, bufferSize int) int {
+	if maxSize <= 0 || bufferSize <= 0 {
+		return 0
+	}
+	slots := max(1, bufferSize/maxSize)
+	return (SlotAlign - 1) + (slots-1)*alignUp(maxSize, SlotAlign) + maxSize
+}
+
 // PlanArea is PlanRegion for a slice.
 func PlanArea(area []byte, maxSize, bufferSize int) (RegionLayout, error) {
 	var base uintptr

@@ -98,6 +98,7 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	hugepages := fs.String("hugepages", "auto", "ring data on hugepages: auto, require or off")
 	transportName := fs.String("transport", "", "udp, pcap, xdp or ibv (default udp, or pcap with --pcap)")
 	xdpOpt := addXDPFlags(fs)
+	ibvOpt := addIBVFlags(fs, false) // ibv: --ibv, --ibv-* flags (transport_ibv.go)
 	logFormat := fs.String("log-format", "console", "console or json (json: final counters as one JSON object on stdout)")
 	statsEvery := fs.Duration("stats-interval", 0, "log the counters this often (0: off)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
@@ -136,7 +137,10 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	if *buffer < 0 {
 		return usageError("--buffer %d: want a size in bytes", *buffer)
 	}
-	tr := *transportName
+	tr, err := ibvOpt.transport(*transportName) // ibv: --ibv (spead2_recv's flag) means --transport ibv
+	if err != nil {
+		return err
+	}
 	switch {
 	case tr == "" && *pcapFile != "":
 		tr = "pcap"
@@ -221,8 +225,12 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 			}
 			return xdpSource{s}, nil
 		}
-	case "ibv":
-		return usageError("--transport ibv is not available in this build (available: udp, pcap, xdp)")
+	case "ibv": // transport_ibv.go: config and device checked here, the receiver opened on the packet area
+		s, err := newIBVSource(ibvOpt, pos, eps, *iface, *pcapFile)
+		if err != nil {
+			return err
+		}
+		packetArea, openAfterRing = s.packetAreaSize(), s.open
 	default:
 		return usageError("--transport %q: want udp, pcap, xdp or ibv", tr)
 	}

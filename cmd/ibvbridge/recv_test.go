@@ -308,7 +308,7 @@ func TestRecvBadInput(t *testing.T) {
 		{[]string{port}, "--ring is required"},
 		{[]string{"--ring", name}, "no endpoints"},
 		{[]string{"--ring", name, "--policy", "sometimes", port}, "--policy"},
-		{[]string{"--ring", name, "--transport", "ibv", port}, "not available in this build"},
+		{[]string{"--ring", name, "--transport", "ibv", port}, "receives multicast only"}, // ibv: full cases in transport_ibv_test.go
 		{[]string{"--ring", name, "--transport", "xdp", port}, "--transport xdp needs --interface"},
 		{[]string{"--ring", name, "--transport", "xdp", "--interface", "nosuchif0", port}, "not found"},
 		{[]string{"--ring", name, "--transport", "xdp", "--interface", "lo", "--xdp-mode", "turbo", port}, "--xdp-mode"},

@@ -46,6 +46,8 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 	batch := fs.Int("batch", 64, "packets per sendmmsg call")
 	noStop := fs.Bool("no-stop", false, "leave the stream open: no stream-stop heap at the end (tests)")
 	asJSON := fs.Bool("json", false, "print the summary as one JSON object")
+	transportName := fs.String("transport", "", "udp (sockets, the default) or ibv (raw frames through an RDMA NIC)")
+	ibvOpt := addIBVFlags(fs, true) // ibv: --ibv, --ibv-* flags (transport_ibv.go)
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -99,15 +101,35 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	s, err := udp.NewSender(udp.SenderConfig{Dest: netip.AddrPortFrom(ep.Addr, ep.Port), Interface: ifAddr, TTL: *ttl})
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	tr, err := ibvOpt.transport(*transportName) // ibv: --ibv (spead2_send's flag) means --transport ibv
 	if err != nil {
 		return err
 	}
-	defer s.Close()
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	ps := newPacketSender(s, enc, *batch, *rate)
+	var ps heapSender
+	switch tr {
+	case "", "udp":
+		s, err := udp.NewSender(udp.SenderConfig{Dest: netip.AddrPortFrom(ep.Addr, ep.Port), Interface: ifAddr, TTL: *ttl})
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		ps = newPacketSender(s, enc, *batch, *rate)
+	case "ibv": // transport_ibv.go: frames built straight into the NIC's registered buffers
+		cfg, err := ibvOpt.sendConfig(pos[0], ep, *iface, *ttl, *packetSize, *rate)
+		if err != nil {
+			return err
+		}
+		is, err := newIBVHeapSender(ctx, cfg, enc)
+		if err != nil {
+			return err
+		}
+		defer is.close()
+		ps = is
+	default:
+		return usageError("--transport %q: want udp or ibv", tr)
+	}
 	res := sendResult{}
 	for cnt := uint64(1); cnt <= *heaps && ctx.Err() == nil; cnt++ {
 		if err := ps.heap(g.heap(cnt)); err != nil {
@@ -124,8 +146,9 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 	if err := ps.flush(); err != nil {
 		return err
 	}
-	res.Packets, res.Bytes = ps.packets, ps.bytes
-	res.Seconds = time.Since(ps.start).Seconds()
+	var start time.Time
+	res.Packets, res.Bytes, start = ps.totals()
+	res.Seconds = time.Since(start).Seconds()
 	res.Gbps = float64(res.Bytes) * 8 / res.Seconds / 1e9
 	res.HeapsPS = float64(res.Heaps) / res.Seconds
 	if *asJSON {
@@ -196,6 +219,15 @@ func (g *heapGen) heap(cnt uint64) *spead.Heap {
 	}
 	return h
 }
+
+// heapSender is a transport's way of sending the generated heaps: udp's packetSender, ibv's ibvHeapSender.
+type heapSender interface {
+	heap(h *spead.Heap) error
+	flush() error
+	totals() (packets, bytes uint64, start time.Time)
+}
+
+func (ps *packetSender) totals() (uint64, uint64, time.Time) { return ps.packets, ps.bytes, ps.start }
 
 // packetSender packetizes heaps into a batch of preallocated buffers and sends full batches, paced by a
 // byte budget when a rate is set.

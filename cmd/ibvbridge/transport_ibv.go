@@ -1,0 +1,261 @@
+package main
+
+// The ibverbs transport of recv and send (--transport ibv). recv.go and send.go only call in here from their
+// transport switches; everything ibverbs-specific (flags, environment, validation, the device) is in this file.
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/transport"
+	"github.com/ibvbridge/ibvbridge/transport/udp"
+	"github.com/ibvbridge/ibvbridge/verbs"
+)
+
+// intFlag is an int flag that may be given under several names (spead2's and ours).
+type intFlag struct{ v int }
+
+func (f *intFlag) String() string     { return strconv.Itoa(f.v) }
+func (f *intFlag) Set(s string) error { n, err := strconv.Atoi(s); f.v = n; return err }
+
+// ibvFlags are the ibverbs flags of recv and send, with spead2_recv/spead2_send's spellings as aliases:
+// --ibv (= --transport ibv), --ibv-vector (= --ibv-comp-vector), --ibv-max-poll.
+type ibvFlags struct {
+	fs         *flag.FlagSet
+	use        *bool
+	buffer     *int
+	maxSize    *int // recv only
+	compVector intFlag
+	maxPoll    *int
+	noHWRate   *bool // send only
+}
+
+func addIBVFlags(fs *flag.FlagSet, send bool) *ibvFlags {
+	f := &ibvFlags{fs: fs, compVector: intFlag{verbs.DefaultCompVector}}
+	f.use = fs.Bool("ibv", false, "use ibverbs: same as --transport ibv (spead2's flag)")
+	if send {
+		f.buffer = sizeFlag(fs, "ibv-buffer", verbs.DefaultSendBufferSize, "ibverbs: registered send buffer bytes (frames = bytes / (packet size + 42))")
+		f.noHWRate = fs.Bool("ibv-no-hw-rate", false, "ibverbs: pace --rate in software even if the NIC can pace")
+	} else {
+		f.maxSize = sizeFlag(fs, "ibv-max-size", verbs.DefaultMaxSize, "ibverbs: largest Ethernet frame received")
+		f.buffer = sizeFlag(fs, "ibv-buffer", verbs.DefaultBufferSize, "ibverbs: receive buffer bytes in the ring's packet area (work requests = bytes / max size)")
+	}
+	usage := "ibverbs: completion vector for interrupts; < 0 busy-polls a core (env " + verbs.EnvCompVector + ", " + verbs.EnvSpead2CompVector + ")"
+	fs.Var(&f.compVector, "ibv-comp-vector", usage)
+	fs.Var(&f.compVector, "ibv-vector", "same as --ibv-comp-vector (spead2's flag)")
+	f.maxPoll = fs.Int("ibv-max-poll", verbs.DefaultMaxPoll, "ibverbs: polls before sleeping on the completion channel")
+	return f
+}
+
+// transport resolves --transport with --ibv: --ibv alone means ibv; with another transport it is a mistake.
+func (f *ibvFlags) transport(tr string) (string, error) {
+	if !*f.use {
+		return tr, nil
+	}
+	if tr != "" && tr != "ibv" {
+		return "", usageError("--ibv means --transport ibv: it does not go with --transport %s", tr)
+	}
+	return "ibv", nil
+}
+
+// set reports which env-overridable settings were given on the command line.
+func (f *ibvFlags) set() verbs.FlagsSet {
+	var s verbs.FlagsSet
+	f.fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "interface":
+			s.Interface = true
+		case "ibv-comp-vector", "ibv-vector":
+			s.CompVector = true
+		}
+	})
+	return s
+}
+
+// interfaceAndEnv applies flag > IBVBRIDGE_IBV_* > SPEAD2_IBV_* to the interface and completion vector.
+func (f *ibvFlags) interfaceAndEnv(iface string, addr *netip.Addr, compVector *int) error {
+	if iface != "" {
+		a, err := netip.ParseAddr(iface)
+		if err != nil || !a.Is4() {
+			return usageError("--interface %q: want the interface's local IPv4 address", iface)
+		}
+		*addr = a
+	}
+	*compVector = f.compVector.v
+	c := verbs.SendConfig{Interface: *addr, CompVector: *compVector}
+	if err := c.ApplyEnv(os.LookupEnv, f.set()); err != nil {
+		return usageError("%v", err)
+	}
+	*addr, *compVector = c.Interface, c.CompVector
+	if !addr.IsValid() {
+		return usageError("--transport ibv needs --interface ADDR, the local IPv4 address of the RDMA NIC's interface (or %s / %s)",
+			verbs.EnvInterface, verbs.EnvSpead2Interface)
+	}
+	if *f.maxPoll < 1 {
+		return usageError("--ibv-max-poll %d: want at least 1", *f.maxPoll)
+	}
+	if *f.buffer < 1 {
+		return usageError("--ibv-buffer %d: want a positive byte count", *f.buffer)
+	}
+	return nil
+}
+
+// recvConfig builds and checks the receive configuration, with no device access: multicast IPv4 endpoints
+// only, as spead2's udp_ibv reader.
+func (f *ibvFlags) recvConfig(pos []string, eps []udp.Endpoint, iface string) (verbs.RecvConfig, error) {
+	cfg := verbs.DefaultRecvConfig()
+	if len(eps) == 0 {
+		return cfg, usageError("no endpoints: give the multicast groups as GROUP:PORT")
+	}
+	for i, ep := range eps {
+		if !ep.Addr.IsValid() {
+			return cfg, usageError("endpoint %q: the ibverbs transport receives multicast only: give GROUP:PORT", pos[i])
+		}
+		ap := netip.AddrPortFrom(ep.Addr, ep.Port)
+		if err := verbs.ValidateEndpoint(ap); err != nil {
+			return cfg, usageError("%v (the ibverbs transport receives multicast only)", err)
+		}
+		cfg.Endpoints = append(cfg.Endpoints, ap)
+	}
+	if err := f.interfaceAndEnv(iface, &cfg.Interface, &cfg.CompVector); err != nil {
+		return cfg, err
+	}
+	if *f.maxSize < 64 || *f.maxSize > 65535 {
+		return cfg, usageError("--ibv-max-size %d: want 64..65535", *f.maxSize)
+	}
+	cfg.MaxSize, cfg.BufferSize, cfg.MaxPoll = *f.maxSize, *f.buffer, *f.maxPoll
+	if err := cfg.Validate(); err != nil {
+		return cfg, usageError("%v", err)
+	}
+	return cfg, nil
+}
+
+// ibvSource is recv's ibverbs transport. It exists in two steps: the configuration is checked and the
+// device found before the ring is created (packetAreaSize sizes the ring's packet area), then open starts
+// the receiver on the ring's packet area, so the NIC writes frames straight into the ring's data file.
+type ibvSource struct {
+	cfg verbs.RecvConfig
+	r   *verbs.Receiver
+}
+
+// newIBVSource checks everything that can be checked without opening the device: configuration errors
+// first (usage errors), then that libibverbs loads, has devices and one behind the interface.
+func newIBVSource(f *ibvFlags, pos []string, eps []udp.Endpoint, iface, pcapFile string) (*ibvSource, error) {
+	if pcapFile != "" {
+		return nil, usageError("--pcap replays a file: it does not go with --transport ibv")
+	}
+	cfg, err := f.recvConfig(pos, eps, iface)
+	if err != nil {
+		return nil, err
+	}
+	if _, _, _, err := verbs.CheckInterface(cfg.Interface); err != nil {
+		return nil, fmt.Errorf("ibverbs receiver on %s: %w", cfg.Interface, err)
+	}
+	return &ibvSource{cfg: cfg}, nil
+}
+
+// packetAreaSize is the ring packet area for the receive buffer: --ibv-buffer / --ibv-max-size slots of
+// --ibv-max-size bytes, each aligned, wherever the area starts.
+func (s *ibvSource) packetAreaSize() int { return verbs.AreaSize(s.cfg.MaxSize, s.cfg.BufferSize) }
+
+// open opens the receiver on the ring's packet area (recv's openAfterRing).
+func (s *ibvSource) open(area []byte) (recvSource, error) {
+	r, err := verbs.OpenReceiver(s.cfg, area)
+	if err != nil {
+		return nil, err
+	}
+	s.r = r
+	return s, nil
+}
+
+// Run receives until ctx is done, then releases the receiver at once: the NIC must stop writing into the
+// ring's packet area before recv unmaps the ring.
+func (s *ibvSource) Run(ctx context.Context, sink transport.Sink) error {
+	if s.r == nil {
+		return errors.New("ibverbs receiver not attached to the ring")
+	}
+	defer s.r.Close()
+	return s.r.Run(ctx, sink)
+}
+
+func (s *ibvSource) Close() error {
+	if s.r == nil {
+		return nil
+	}
+	return s.r.Close()
+}
+
+func (s *ibvSource) counters() map[string]uint64 {
+	if s.r == nil {
+		return map[string]uint64{}
+	}
+	return s.r.Counters()
+}
+
+// sendConfig builds and checks the send configuration, with no device access. dest is send's positional
+// HOST:PORT: it must name the destination (multicast group, or a unicast neighbour).
+func (f *ibvFlags) sendConfig(dest string, ep udp.Endpoint, iface string, ttl, packetSize int, gbps float64) (verbs.SendConfig, error) {
+	cfg := verbs.DefaultSendConfig()
+	// send.go fills in 127.0.0.1 for a bare port; a NIC cannot send there.
+	if given, err := udp.ParseEndpoint(dest); err == nil && !given.Addr.IsValid() || ep.Addr.IsLoopback() {
+		return cfg, usageError("destination %q: the ibverbs transport sends through a NIC: give GROUP:PORT (or a unicast HOST:PORT on the local link)", dest)
+	}
+	cfg.Endpoints = []netip.AddrPort{netip.AddrPortFrom(ep.Addr, ep.Port)}
+	if err := f.interfaceAndEnv(iface, &cfg.Interface, &cfg.CompVector); err != nil {
+		return cfg, err
+	}
+	if ttl > 0 {
+		cfg.TTL = ttl
+	}
+	cfg.MaxPacketSize, cfg.BufferSize, cfg.MaxPoll = packetSize, *f.buffer, *f.maxPoll
+	cfg.Rate = gbps * 1e9 / 8
+	cfg.NoHWRate = *f.noHWRate
+	if err := cfg.Validate(); err != nil {
+		return cfg, usageError("%v", err)
+	}
+	return cfg, nil
+}
+
+// ibvHeapSender is send's ibverbs path: the heaps send.go generates are packetized straight into the
+// sender's registered frame buffers.
+type ibvHeapSender struct {
+	ctx   context.Context
+	s     *verbs.Sender
+	enc   *spead.Encoder
+	start time.Time
+}
+
+func newIBVHeapSender(ctx context.Context, cfg verbs.SendConfig, enc *spead.Encoder) (*ibvHeapSender, error) {
+	s, err := verbs.OpenSender(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &ibvHeapSender{ctx: ctx, s: s, enc: enc, start: time.Now()}, nil
+}
+
+func (h *ibvHeapSender) heap(hp *spead.Heap) error { return h.s.SendHeap(h.ctx, h.enc, hp, 0) }
+
+// flush waits for the NIC to finish; an interrupted send still drains what is queued, briefly.
+func (h *ibvHeapSender) flush() error {
+	ctx := h.ctx
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+	}
+	return h.s.Flush(ctx)
+}
+
+func (h *ibvHeapSender) totals() (packets, bytes uint64, start time.Time) {
+	st := h.s.Stats()
+	return st.Packets, st.Bytes, h.start
+}
+
+func (h *ibvHeapSender) close() error { return h.s.Close() }
