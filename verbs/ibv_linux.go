@@ -404,14 +404,20 @@ func (r *Receiver) Wait(ctx context.Context) error {
 	if r.chanFile == nil {
 		return errors.New("busy-poll receiver has no completion channel")
 	}
-	if err := r.chanFile.SetReadDeadline(time.Time{}); err != nil {
+	return waitChannelEvent(ctx, r.chanFile, r.chanRaw, func() syscall.Errno { return syscall.Errno(C.ibvb_rx_get_event(r.rx)) })
+}
+
+// waitChannelEvent sleeps in Go's netpoller until the completion channel fd is readable, then takes the
+// event with getEvent (which reads and acks it; EAGAIN: not yet). Cancelling ctx ends the wait.
+func waitChannelEvent(ctx context.Context, f *os.File, raw syscall.RawConn, getEvent func() syscall.Errno) error {
+	if err := f.SetReadDeadline(time.Time{}); err != nil {
 		return err
 	}
-	stop := context.AfterFunc(ctx, func() { _ = r.chanFile.SetReadDeadline(time.Unix(1, 0)) })
+	stop := context.AfterFunc(ctx, func() { _ = f.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
 	var gerr syscall.Errno
-	err := r.chanRaw.Read(func(uintptr) bool {
-		e := syscall.Errno(C.ibvb_rx_get_event(r.rx))
+	err := raw.Read(func(uintptr) bool {
+		e := getEvent()
 		if e == syscall.EAGAIN {
 			return false
 		}

@@ -120,7 +120,7 @@ func RunRecvLoop(ctx context.Context, q Queue, cfg LoopConfig, frame func(id uin
 		}
 		st.Arms.Add(1)
 		if err := q.Arm(); err != nil {
-			return fmt.Errorf("ibverbs: arm completion queue: %w", err)
+			return fmt.Errorf("receive loop: arm for a wake-up: %w", err)
 		}
 		n, err := l.pollOnce()
 		if err != nil {
@@ -136,7 +136,7 @@ func RunRecvLoop(ctx context.Context, q Queue, cfg LoopConfig, frame func(id uin
 			if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
 				return ctxErr
 			}
-			return fmt.Errorf("ibverbs: wait for completion: %w", err)
+			return fmt.Errorf("receive loop: wait: %w", err)
 		}
 	}
 }
@@ -154,7 +154,7 @@ func (l *recvLoop) pollOnce() (int, error) {
 	n, err := l.q.Poll(l.wc)
 	l.st.Polls.Add(1)
 	if err != nil {
-		return 0, fmt.Errorf("ibverbs: poll completion queue: %w", err)
+		return 0, fmt.Errorf("receive loop: poll: %w", err)
 	}
 	if n == 0 {
 		l.st.Empty.Add(1)
@@ -178,7 +178,7 @@ func (l *recvLoop) pollOnce() (int, error) {
 	// Slots go back only after the callback is done with them, in one
 	// post_recv chain: posting is a doorbell write, so batching matters.
 	if err := l.q.Repost(l.ids[:n]); err != nil {
-		return 0, fmt.Errorf("ibverbs: repost %d receive slots: %w", n, err)
+		return 0, fmt.Errorf("receive loop: repost %d slots: %w", n, err)
 	}
 	l.st.Reposts.Add(1)
 	l.st.Frames.Add(uint64(n) - bad)

@@ -287,15 +287,15 @@ func TestLoopBadCompletions(t *testing.T) {
 func TestLoopQueueErrors(t *testing.T) {
 	boom := errors.New("boom")
 	err := RunRecvLoop(context.Background(), errQueue{poll: boom}, LoopConfig{}, func(uint64, []byte) {})
-	if !errors.Is(err, boom) || err.Error() != "ibverbs: poll completion queue: boom" {
+	if !errors.Is(err, boom) || err.Error() != "receive loop: poll: boom" {
 		t.Fatalf("poll: %v", err)
 	}
 	err = RunRecvLoop(context.Background(), errQueue{arm: boom}, LoopConfig{}, func(uint64, []byte) {})
-	if !errors.Is(err, boom) || err.Error() != "ibverbs: arm completion queue: boom" {
+	if !errors.Is(err, boom) || err.Error() != "receive loop: arm for a wake-up: boom" {
 		t.Fatalf("arm: %v", err)
 	}
 	err = RunRecvLoop(context.Background(), errQueue{wait: boom}, LoopConfig{}, func(uint64, []byte) {})
-	if !errors.Is(err, boom) || err.Error() != "ibverbs: wait for completion: boom" {
+	if !errors.Is(err, boom) || err.Error() != "receive loop: wait: boom" {
 		t.Fatalf("wait: %v", err)
 	}
 }

@@ -16,7 +16,6 @@ import (
 	"net/netip"
 	"os"
 	"syscall"
-	"time"
 	"unsafe"
 
 	"github.com/ibvbridge/ibvbridge/frame"
@@ -213,30 +212,7 @@ func (q *txQueue) Wait(ctx context.Context) error {
 	if q.chanFile == nil {
 		return errors.New("busy-poll sender has no completion channel")
 	}
-	if err := q.chanFile.SetReadDeadline(time.Time{}); err != nil {
-		return err
-	}
-	stop := context.AfterFunc(ctx, func() { _ = q.chanFile.SetReadDeadline(time.Unix(1, 0)) })
-	defer stop()
-	var gerr syscall.Errno
-	err := q.chanRaw.Read(func(uintptr) bool {
-		e := syscall.Errno(C.ibvb_tx_get_event(q.tx))
-		if e == syscall.EAGAIN {
-			return false
-		}
-		gerr = e
-		return true
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return err
-	}
-	if gerr != 0 {
-		return fmt.Errorf("ibv_get_cq_event: %w", gerr)
-	}
-	return nil
+	return waitChannelEvent(ctx, q.chanFile, q.chanRaw, func() syscall.Errno { return syscall.Errno(C.ibvb_tx_get_event(q.tx)) })
 }
 
 // Slot implements SendQueue.
