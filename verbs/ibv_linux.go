@@ -291,23 +291,29 @@ func (r *Receiver) setup() error {
 // Wait sleeps in epoll and cancels through a deadline, with no thread parked
 // in read(2). The dup shares the open file description: O_NONBLOCK set here
 // also makes ibv_get_cq_event return EAGAIN instead of blocking.
-func (r *Receiver) openChannel() error {
-	fd := int(C.ibvb_rx_channel_fd(r.rx))
+func (r *Receiver) openChannel() (err error) {
+	r.chanFile, r.chanRaw, err = channelFile(int(C.ibvb_rx_channel_fd(r.rx)))
+	return err
+}
+
+// channelFile dups a completion channel fd into a non-blocking *os.File for the netpoller.
+func channelFile(fd int) (*os.File, syscall.RawConn, error) {
 	dup, err := syscall.Dup(fd)
 	if err != nil {
-		return fmt.Errorf("ibverbs: dup completion channel: %w", err)
+		return nil, nil, fmt.Errorf("ibverbs: dup completion channel: %w", err)
 	}
 	syscall.CloseOnExec(dup)
 	if err := syscall.SetNonblock(dup, true); err != nil {
 		syscall.Close(dup)
-		return fmt.Errorf("ibverbs: completion channel non-blocking: %w", err)
+		return nil, nil, fmt.Errorf("ibverbs: completion channel non-blocking: %w", err)
 	}
-	r.chanFile = os.NewFile(uintptr(dup), "ibv_comp_channel")
-	r.chanRaw, err = r.chanFile.SyscallConn()
+	f := os.NewFile(uintptr(dup), "ibv_comp_channel")
+	raw, err := f.SyscallConn()
 	if err != nil {
-		return fmt.Errorf("ibverbs: completion channel: %w", err)
+		f.Close()
+		return nil, nil, fmt.Errorf("ibverbs: completion channel: %w", err)
 	}
-	return nil
+	return f, raw, nil
 }
 
 // join makes the IGMP memberships with an unbound UDP socket, as spead2 does:

@@ -154,23 +154,9 @@ func OpenSender(cfg SendConfig) (*Sender, error) {
 	return s, nil
 }
 
-func (q *txQueue) openChannel() error {
-	fd := int(C.ibvb_tx_channel_fd(q.tx))
-	dup, err := syscall.Dup(fd)
-	if err != nil {
-		return fmt.Errorf("ibverbs: dup completion channel: %w", err)
-	}
-	syscall.CloseOnExec(dup)
-	if err := syscall.SetNonblock(dup, true); err != nil {
-		syscall.Close(dup)
-		return fmt.Errorf("ibverbs: completion channel non-blocking: %w", err)
-	}
-	q.chanFile = os.NewFile(uintptr(dup), "ibv_comp_channel")
-	q.chanRaw, err = q.chanFile.SyscallConn()
-	if err != nil {
-		return fmt.Errorf("ibverbs: completion channel: %w", err)
-	}
-	return nil
+func (q *txQueue) openChannel() (err error) {
+	q.chanFile, q.chanRaw, err = channelFile(int(C.ibvb_tx_channel_fd(q.tx)))
+	return err
 }
 
 // Post implements SendQueue.
