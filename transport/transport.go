@@ -1,8 +1,15 @@
-// Package transport defines the one small interface every packet source (UDP sockets, pcap replay, AF_XDP,
-// ibverbs) uses to feed the heap assembler. Data flows one way: a Source pushes SPEAD packets into a Sink.
+// Package transport owns the seams between packet I/O and the rest of ibvbridge: the Source/Sink pair every
+// packet source (UDP sockets, pcap replay, AF_XDP, ibverbs) feeds the heap assembler through, the
+// HeapSender every sender implements, and the Endpoint a stream arrives at. Data flows one way: a Source
+// pushes SPEAD packets into a Sink. The implementations live in the subpackages udp, pcap, xdp and ibv.
 package transport
 
-import "context"
+import (
+	"context"
+	"time"
+
+	"github.com/ibvbridge/ibvbridge/spead"
+)
 
 // Sink consumes SPEAD packets: the UDP payloads, without any Ethernet/IP/UDP header. The heap assembler
 // implements it. A Sink is not safe for concurrent use: one Source goroutine feeds it.
@@ -18,4 +25,38 @@ type Source interface {
 	Run(ctx context.Context, sink Sink) error
 	// Close releases the source's sockets, maps and programs; it is safe to call more than once.
 	Close() error
+}
+
+// Counted is a Source that counts what it did. Counters may be called from any goroutine while Run runs;
+// the names are stable (they appear in recv's JSON result under "transport_counters").
+type Counted interface {
+	Counters() map[string]uint64
+}
+
+// AreaSource is a kernel-bypass source whose frames land in memory the ring provides: the NIC (ibverbs)
+// or the kernel (AF_XDP's UMEM) writes them into the ring's packet area, so no buffer of ours sits between
+// the wire and the assembler. A receiver sizes the ring's packet area with AreaSize before it creates the
+// ring, then opens the source on that area. The area must outlive the source.
+type AreaSource interface {
+	AreaSize() int
+	Open(area []byte) (Source, error)
+}
+
+// HeapSender sends SPEAD heaps: packetizes each heap and puts the packets on the wire, paced to its
+// configured rate. It is for one goroutine.
+type HeapSender interface {
+	// SendHeap packetizes h and queues or sends its packets; h may be reused once it returns.
+	SendHeap(ctx context.Context, h *spead.Heap) error
+	// Flush sends what is queued and returns once it has left.
+	Flush(ctx context.Context) error
+	// Totals counts what left since the sender was opened.
+	Totals() SendTotals
+	Close() error
+}
+
+// SendTotals is what a HeapSender sent.
+type SendTotals struct {
+	Packets uint64
+	Bytes   uint64    // UDP payload bytes
+	Start   time.Time // when the sender was opened: rates are measured from here
 }

@@ -163,9 +163,9 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	default:
 		return usageError("--policy %q: want drop or block", *policy)
 	}
-	var eps []udp.Endpoint
+	var eps []transport.Endpoint
 	for _, a := range pos {
-		ep, err := udp.ParseEndpoint(a)
+		ep, err := transport.ParseEndpoint(a)
 		if err != nil {
 			return usageError("%v", err)
 		}

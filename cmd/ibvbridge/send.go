@@ -14,6 +14,7 @@ import (
 
 	"github.com/ibvbridge/ibvbridge/ring/ringtest"
 	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/transport"
 	"github.com/ibvbridge/ibvbridge/transport/udp"
 )
 
@@ -55,7 +56,7 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 	if len(pos) != 1 {
 		return usageError("want exactly one destination HOST:PORT, got %d (see -h)", len(pos))
 	}
-	ep, err := udp.ParseEndpoint(pos[0])
+	ep, err := transport.ParseEndpoint(pos[0])
 	if err != nil {
 		return usageError("%v", err)
 	}

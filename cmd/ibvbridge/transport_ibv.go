@@ -15,7 +15,6 @@ import (
 
 	"github.com/ibvbridge/ibvbridge/spead"
 	"github.com/ibvbridge/ibvbridge/transport"
-	"github.com/ibvbridge/ibvbridge/transport/udp"
 	"github.com/ibvbridge/ibvbridge/verbs"
 )
 
@@ -109,7 +108,7 @@ func (f *ibvFlags) interfaceAndEnv(iface string, addr *netip.Addr, compVector *i
 
 // recvConfig builds and checks the receive configuration, with no device access: multicast IPv4 endpoints
 // only, as spead2's udp_ibv reader.
-func (f *ibvFlags) recvConfig(pos []string, eps []udp.Endpoint, iface string) (verbs.RecvConfig, error) {
+func (f *ibvFlags) recvConfig(pos []string, eps []transport.Endpoint, iface string) (verbs.RecvConfig, error) {
 	cfg := verbs.DefaultRecvConfig()
 	if len(eps) == 0 {
 		return cfg, usageError("no endpoints: give the multicast groups as GROUP:PORT")
@@ -147,7 +146,7 @@ type ibvSource struct {
 
 // newIBVSource checks everything that can be checked without opening the device: configuration errors
 // first (usage errors), then that libibverbs loads, has devices and one behind the interface.
-func newIBVSource(f *ibvFlags, pos []string, eps []udp.Endpoint, iface, pcapFile string) (*ibvSource, error) {
+func newIBVSource(f *ibvFlags, pos []string, eps []transport.Endpoint, iface, pcapFile string) (*ibvSource, error) {
 	if pcapFile != "" {
 		return nil, usageError("--pcap replays a file: it does not go with --transport ibv")
 	}
@@ -201,10 +200,10 @@ func (s *ibvSource) counters() map[string]uint64 {
 
 // sendConfig builds and checks the send configuration, with no device access. dest is send's positional
 // HOST:PORT: it must name the destination (multicast group, or a unicast neighbour).
-func (f *ibvFlags) sendConfig(dest string, ep udp.Endpoint, iface string, ttl, packetSize int, gbps float64) (verbs.SendConfig, error) {
+func (f *ibvFlags) sendConfig(dest string, ep transport.Endpoint, iface string, ttl, packetSize int, gbps float64) (verbs.SendConfig, error) {
 	cfg := verbs.DefaultSendConfig()
 	// send.go fills in 127.0.0.1 for a bare port; a NIC cannot send there.
-	if given, err := udp.ParseEndpoint(dest); err == nil && !given.Addr.IsValid() || ep.Addr.IsLoopback() {
+	if given, err := transport.ParseEndpoint(dest); err == nil && !given.Addr.IsValid() || ep.Addr.IsLoopback() {
 		return cfg, usageError("destination %q: the ibverbs transport sends through a NIC: give GROUP:PORT (or a unicast HOST:PORT on the local link)", dest)
 	}
 	cfg.Endpoints = []netip.AddrPort{netip.AddrPortFrom(ep.Addr, ep.Port)}

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/ibvbridge/ibvbridge/ring"
-	"github.com/ibvbridge/ibvbridge/transport/udp"
+	"github.com/ibvbridge/ibvbridge/transport"
 	"github.com/ibvbridge/ibvbridge/verbs"
 )
 
@@ -225,7 +225,7 @@ func TestIBVPacketAreaSizing(t *testing.T) {
 		if err := fs.Parse(append(c.flags, "--interface", "192.0.2.2")); err != nil {
 			t.Fatal(err)
 		}
-		eps := []udp.Endpoint{{Addr: mustAddr(t, "239.1.2.3"), Port: 7148}}
+		eps := []transport.Endpoint{{Addr: mustAddr(t, "239.1.2.3"), Port: 7148}}
 		cfg, err := f.recvConfig([]string{"239.1.2.3:7148"}, eps, "192.0.2.2")
 		if err != nil {
 			t.Fatal(err)

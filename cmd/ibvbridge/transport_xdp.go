@@ -8,7 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/ibvbridge/ibvbridge/transport/udp"
+	"github.com/ibvbridge/ibvbridge/transport"
 	"github.com/ibvbridge/ibvbridge/transport/xdp"
 )
 
@@ -36,7 +36,7 @@ func addXDPFlags(fs *flag.FlagSet) *xdpOptions {
 }
 
 // config checks the flags before anything is opened.
-func (o *xdpOptions) config(iface string, eps []udp.Endpoint, log *zerolog.Logger) (xdp.Config, error) {
+func (o *xdpOptions) config(iface string, eps []transport.Endpoint, log *zerolog.Logger) (xdp.Config, error) {
 	cfg := xdp.Config{Interface: iface, Mode: o.mode, ZeroCopy: o.zeroCopy, Copy: o.copy, Frames: o.frames,
 		MaxPoll: o.maxPoll, BusyPoll: o.busyPoll, Log: log}
 	if iface == "" {

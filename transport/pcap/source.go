@@ -21,7 +21,6 @@ import (
 
 	"github.com/ibvbridge/ibvbridge/frame"
 	"github.com/ibvbridge/ibvbridge/transport"
-	"github.com/ibvbridge/ibvbridge/transport/udp"
 )
 
 // Config describes a replay.
@@ -29,7 +28,7 @@ type Config struct {
 	Path string
 	// Endpoints filter the datagrams by destination port (and address, when the endpoint has one); none
 	// keeps every UDP datagram.
-	Endpoints []udp.Endpoint
+	Endpoints []transport.Endpoint
 	// Paced replays at the capture's own rate (timestamps relative to the first packet).
 	Paced bool
 }
@@ -268,3 +267,6 @@ func (s *Source) Close() error {
 	s.f = nil
 	return err
 }
+
+// Counters implements transport.Counted.
+func (s *Source) Counters() map[string]uint64 { return s.Stats().Map() }

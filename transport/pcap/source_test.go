@@ -13,7 +13,7 @@ import (
 	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/ibvbridge/ibvbridge/frame/frametest"
-	"github.com/ibvbridge/ibvbridge/transport/udp"
+	"github.com/ibvbridge/ibvbridge/transport"
 )
 
 type countSink struct {
@@ -60,13 +60,13 @@ func TestEndpointFilter(t *testing.T) {
 	path := filepath.Join(frametest.Dir(t), c.Name)
 	frames := frametest.ReadFrames(t, path)
 	port := uint16(frames[0][36])<<8 | uint16(frames[0][37]) // UDP destination port
-	ep, _ := udp.ParseEndpoint("127.0.0.1:" + itoa(int(port)))
-	if sink, _ := replay(t, Config{Path: path, Endpoints: []udp.Endpoint{ep}}); sink.n != c.Frames {
+	ep, _ := transport.ParseEndpoint("127.0.0.1:" + itoa(int(port)))
+	if sink, _ := replay(t, Config{Path: path, Endpoints: []transport.Endpoint{ep}}); sink.n != c.Frames {
 		t.Errorf("matching endpoint: %d packets, want %d", sink.n, c.Frames)
 	}
-	other, _ := udp.ParseEndpoint(itoa(int(port) + 1))
-	wrongHost, _ := udp.ParseEndpoint("10.1.2.3:" + itoa(int(port)))
-	sink, st := replay(t, Config{Path: path, Endpoints: []udp.Endpoint{other, wrongHost}})
+	other, _ := transport.ParseEndpoint(itoa(int(port) + 1))
+	wrongHost, _ := transport.ParseEndpoint("10.1.2.3:" + itoa(int(port)))
+	sink, st := replay(t, Config{Path: path, Endpoints: []transport.Endpoint{other, wrongHost}})
 	if sink.n != 0 || st.Filtered != uint64(c.Frames) {
 		t.Errorf("other endpoints: %d packets, %d filtered; want 0, %d", sink.n, st.Filtered, c.Frames)
 	}

@@ -36,7 +36,7 @@ const (
 
 // Config describes the sockets of one stream.
 type Config struct {
-	Endpoints []Endpoint
+	Endpoints []transport.Endpoint
 	// Interface is the local address of the interface that joins multicast groups; invalid lets the
 	// kernel choose by its routing table.
 	Interface     netip.Addr
@@ -74,7 +74,7 @@ type mmsghdr struct {
 
 type socket struct {
 	fd    int
-	ep    Endpoint
+	ep    transport.Endpoint
 	inode uint64
 	hdrs  []mmsghdr
 	iovs  []unix.Iovec
@@ -163,7 +163,7 @@ func (s *Source) watch(fd, index int) error {
 	return nil
 }
 
-func (s *Source) openSocket(ep Endpoint, ifAddr [4]byte, ifIndex int) (*socket, error) {
+func (s *Source) openSocket(ep transport.Endpoint, ifAddr [4]byte, ifIndex int) (*socket, error) {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
 	if err != nil {
 		return nil, fmt.Errorf("udp: socket for %s: %w", ep, err)
@@ -222,7 +222,7 @@ func (s *Source) openSocket(ep Endpoint, ifAddr [4]byte, ifIndex int) (*socket, 
 
 // setBuffer requests the receive buffer. As root SO_RCVBUFFORCE passes net.core.rmem_max; otherwise the
 // kernel silently caps SO_RCVBUF, so read it back and say so: a small buffer is the commonest cause of loss.
-func (s *Source) setBuffer(fd int, ep Endpoint) {
+func (s *Source) setBuffer(fd int, ep transport.Endpoint) {
 	want := s.cfg.BufferSize
 	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, want) != nil {
 		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, want)
@@ -260,8 +260,8 @@ func InterfaceByAddr(a netip.Addr) (*net.Interface, error) {
 }
 
 // LocalEndpoints are the bound endpoints (with the ports the kernel chose for port 0).
-func (s *Source) LocalEndpoints() []Endpoint {
-	eps := make([]Endpoint, len(s.socks))
+func (s *Source) LocalEndpoints() []transport.Endpoint {
+	eps := make([]transport.Endpoint, len(s.socks))
 	for i, sk := range s.socks {
 		eps[i] = sk.ep
 	}
@@ -396,3 +396,11 @@ func kernelDrops(inodes []uint64) uint64 {
 	}
 	return parseDrops(b, inodes)
 }
+
+// Counters implements transport.Counted.
+func (s *Source) Counters() map[string]uint64 { return s.Stats().Map() }
+
+var _ interface {
+	transport.Source
+	transport.Counted
+} = (*Source)(nil)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ibvbridge/ibvbridge/transport"
 	"golang.org/x/sys/unix"
 )
 
@@ -53,7 +54,7 @@ func newCountSink() *countSink {
 func loopback(t *testing.T, n int, cfg Config) *Source {
 	t.Helper()
 	for range n {
-		cfg.Endpoints = append(cfg.Endpoints, Endpoint{Addr: netip.MustParseAddr("127.0.0.1")})
+		cfg.Endpoints = append(cfg.Endpoints, transport.Endpoint{Addr: netip.MustParseAddr("127.0.0.1")})
 	}
 	s, err := Open(cfg)
 	if err != nil {
@@ -93,7 +94,7 @@ func waitCount(t *testing.T, sink *countSink, want int) {
 	}
 }
 
-func sender(t *testing.T, ep Endpoint) *Sender {
+func sender(t *testing.T, ep transport.Endpoint) *Sender {
 	t.Helper()
 	s, err := NewSender(SenderConfig{Dest: netip.AddrPortFrom(ep.Addr, ep.Port)})
 	if err != nil {
@@ -222,29 +223,6 @@ func TestNoAllocsPerPacket(t *testing.T) {
 	runtime.ReadMemStats(&m1)
 	if per := float64(m1.Mallocs-m0.Mallocs) / float64(300*len(pkts)); per > 0.01 {
 		t.Errorf("%.3f allocations per packet (%d over %d packets)", per, m1.Mallocs-m0.Mallocs, 300*len(pkts))
-	}
-}
-
-func TestParseEndpoint(t *testing.T) {
-	good := map[string]Endpoint{
-		"7148":           {Port: 7148},
-		"127.0.0.1:7148": {Addr: netip.MustParseAddr("127.0.0.1"), Port: 7148},
-		"239.1.2.3:1":    {Addr: netip.MustParseAddr("239.1.2.3"), Port: 1},
-		":9000":          {Port: 9000},
-	}
-	for in, want := range good {
-		got, err := ParseEndpoint(in)
-		if err != nil || got != want {
-			t.Errorf("ParseEndpoint(%q) = %v, %v; want %v", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "0", "65536", "x", "host:7148", "::1:7148", "127.0.0.1:", "1.2.3:4"} {
-		if _, err := ParseEndpoint(in); err == nil {
-			t.Errorf("ParseEndpoint(%q) accepted", in)
-		}
-	}
-	if !(Endpoint{Addr: netip.MustParseAddr("239.1.2.3")}).Multicast() {
-		t.Error("239.1.2.3 not multicast")
 	}
 }
 

@@ -39,7 +39,7 @@ func BenchmarkReceive(b *testing.B) {
 			var xs *Source
 			err := inNetns(p.a, func() (err error) {
 				if mode == "kernel-udp" { // the udp transport, for comparison
-					s, err = udp.Open(udp.Config{Endpoints: []udp.Endpoint{{Addr: addrA, Port: 7148}}})
+					s, err = udp.Open(udp.Config{Endpoints: []transport.Endpoint{{Addr: addrA, Port: 7148}}})
 					return err
 				}
 				xs, err = Open(Config{Interface: ifA, Mode: mode, Endpoints: []netip.AddrPort{netip.MustParseAddrPort("10.99.0.1:7148")}}, nil)

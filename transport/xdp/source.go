@@ -734,3 +734,6 @@ func (s *Source) teardown() error {
 
 // Interface returns the name of the interface the source receives on.
 func (s *Source) Interface() string { return s.ifname }
+
+// Counters implements transport.Counted.
+func (s *Source) Counters() map[string]uint64 { return s.Stats().Map() }
