@@ -3,21 +3,17 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/netip"
 	"os"
 	"os/signal"
 	"runtime/pprof"
-	"strconv"
-	"strings"
 	"syscall"
-	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/ibvbridge/ibvbridge/bridge"
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/spead"
 	"github.com/ibvbridge/ibvbridge/transport"
@@ -33,49 +29,6 @@ const (
 	defaultSlotSize = 2 << 20
 	minSlotSize     = 1 << 10
 )
-
-// recvSource is what recv needs of a transport besides transport.Source: its counters.
-type recvSource interface {
-	transport.Source
-	counters() map[string]uint64
-}
-
-type udpSource struct{ *udp.Source }
-
-func (s udpSource) counters() map[string]uint64 { return s.Stats().Map() }
-
-type pcapSource struct{ *pcap.Source }
-
-func (s pcapSource) counters() map[string]uint64 { return s.Stats().Map() }
-
-// recvResult is the final counters object `recv --log-format json` prints on stdout as its last line:
-// the ring's counters at the top level (the spec's names), the transport's under "transport_counters".
-type recvResult struct {
-	Ring              string            `json:"ring"`
-	Transport         string            `json:"transport"`
-	Result            string            `json:"result"` // stream_stop, end_of_input, interrupted, error
-	Seconds           float64           `json:"seconds"`
-	TransportCounters map[string]uint64 `json:"transport_counters"`
-	MalformedBy       map[string]uint64 `json:"malformed_by_reason,omitempty"`
-	PacketsAfterStop  uint64            `json:"packets_after_stop"`
-	ring              map[string]uint64
-}
-
-func (r recvResult) MarshalJSON() ([]byte, error) {
-	type plain recvResult
-	b, err := json.Marshal(plain(r))
-	if err != nil {
-		return nil, err
-	}
-	m := map[string]any{}
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, err
-	}
-	for k, v := range r.ring {
-		m[k] = v
-	}
-	return json.Marshal(m)
-}
 
 func runRecv(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("recv", stderr)
@@ -152,16 +105,13 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	pol := ring.PolicyDrop
-	switch *policy {
-	case "":
-		if tr == "pcap" {
-			pol = ring.PolicyBlock // replay: nothing need be lost, the file waits for the consumer
+	if tr == "pcap" {
+		pol = ring.PolicyBlock // replay: nothing need be lost, the file waits for the consumer
+	}
+	if *policy != "" {
+		if pol, err = ring.ParsePolicy(*policy); err != nil {
+			return usageError("--policy %q: want drop or block", *policy)
 		}
-	case "drop":
-	case "block":
-		pol = ring.PolicyBlock
-	default:
-		return usageError("--policy %q: want drop or block", *policy)
 	}
 	var eps []transport.Endpoint
 	for _, a := range pos {
@@ -178,15 +128,24 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
+	if *cpuProfile != "" { // before anything is opened: a bad path fails without leaving anything behind
+		stop, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+
 	// Signals are ours from before the ring exists: a SIGINT that arrives while it is being created must
 	// still end in a clean stop, not the default exit that would leave the ring behind.
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 
-	var src recvSource
-	var packetArea int                                 // bytes of the ring's data file a transport writes frames into
-	var openAfterRing func([]byte) (recvSource, error) // a transport that needs that area
+	cfg := bridge.Config{Ring: *name,
+		RingCfg:      ring.Config{SlotCount: *slots, SlotSize: *slotSize, MaxItems: *maxItems, Policy: pol, HugePages: hp},
+		Assembler:    spead.AssemblerConfig{MaxHeaps: *maxHeaps, Incomplete: *incomplete},
+		WaitConsumer: *waitConsumer, StatsInterval: *statsEvery, Log: &log}
 	switch tr {
 	case "udp":
 		if *pcapFile != "" {
@@ -195,110 +154,46 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 		if len(eps) == 0 {
 			return usageError("no endpoints: give host:port or port (or --pcap FILE)")
 		}
-		s, err := udp.Open(udp.Config{Endpoints: eps, Interface: ifAddr, BufferSize: *buffer,
+		cfg.Source, err = udp.Open(udp.Config{Endpoints: eps, Interface: ifAddr, BufferSize: *buffer,
 			MaxPacketSize: *maxPacket, Log: &log})
-		if err != nil {
-			return err
-		}
-		src = udpSource{s}
 	case "pcap":
 		if *pcapFile == "" {
 			return usageError("--transport pcap needs --pcap FILE")
 		}
-		s, err := pcap.Open(pcap.Config{Path: *pcapFile, Endpoints: eps, Paced: *paced})
-		if err != nil {
-			return err
-		}
-		src = pcapSource{s}
-	// Kernel-bypass transports: each is a transport.Source over frames it parses with frame, written by
-	// the NIC or kernel into the ring's packet area, so they open once the ring exists (openAfterRing).
+		cfg.Source, err = pcap.Open(pcap.Config{Path: *pcapFile, Endpoints: eps, Paced: *paced})
+	// Kernel-bypass transports receive into the ring's packet area: the pipeline opens them once the
+	// ring exists.
 	case "xdp":
-		cfg, err := xdpOpt.config(*iface, eps, &log)
-		if err != nil {
-			return err
+		var xc xdp.Config
+		if xc, err = xdpOpt.config(*iface, eps, &log); err == nil {
+			cfg.AreaSource = xdp.AreaSource{Config: xc}
 		}
-		packetArea = xdp.RequiredUMEM(cfg)
-		openAfterRing = func(area []byte) (recvSource, error) {
-			s, err := xdp.Open(cfg, area)
-			if err != nil {
-				return nil, err
-			}
-			return xdpSource{s}, nil
-		}
-	case "ibv": // transport_ibv.go: config and device checked here, the receiver opened on the packet area
-		s, err := newIBVSource(ibvOpt, pos, eps, *iface, *pcapFile)
-		if err != nil {
-			return err
-		}
-		packetArea, openAfterRing = s.packetAreaSize(), s.open
+	case "ibv": // transport_ibv.go: configuration and device checked here, before the ring exists
+		cfg.AreaSource, err = newIBVSource(ibvOpt, pos, eps, *iface, *pcapFile)
 	default:
 		return usageError("--transport %q: want udp, pcap, xdp or ibv", tr)
 	}
-	if src != nil {
-		defer src.Close()
-	}
-
-	p, err := ring.Create(*name, ring.Config{SlotCount: *slots, SlotSize: *slotSize, MaxItems: *maxItems,
-		Policy: pol, HugePages: hp, PacketArea: packetArea, Log: &log})
-	if err != nil {
-		if errors.Is(err, ring.ErrInUse) {
-			return fmt.Errorf("%w: another recv owns ring %q; pick another --ring name", err, *name)
-		}
-		return err
-	}
-	defer p.Close()
-	if openAfterRing != nil {
-		if src, err = openAfterRing(p.PacketArea()); err != nil {
-			return err
-		}
-		defer src.Close()
-	}
-	asm, err := spead.NewAssembler(p, spead.AssemblerConfig{MaxHeaps: *maxHeaps, Incomplete: *incomplete, Log: &log})
 	if err != nil {
 		return err
 	}
+	rcv, err := bridge.Open(cfg)
+	if err != nil {
+		return err
+	}
+	defer rcv.Close()
+	p := rcv.Producer()
 	log.Info().Str("ring", *name).Str("transport", tr).Strs("endpoints", pos).Str("file", *pcapFile).
 		Int("slots", *slots).Int("slot_size", p.SlotSize()).Bool("hugepages", p.Huge()).
-		Str("policy", policyName(pol)).Msg("receiving")
-
-	if *waitConsumer > 0 {
-		deadline := time.Now().Add(*waitConsumer)
-		for !p.ConsumerAttached() {
-			if time.Now().After(deadline) {
-				return fmt.Errorf("no consumer attached to ring %q within %v (--wait-consumer)", *name, *waitConsumer)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		log.Info().Msg("consumer attached")
+		Str("policy", pol.String()).Msg("receiving")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go stopOnSignals(sigs, cancel, rcv, &log)
+	res, err := rcv.Run(ctx)
+	if err != nil {
+		return err
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
-	}
-	res := receive(p, asm, src, pol, sigs, *statsEvery, &log)
-	res.Ring, res.Transport = *name, tr
-	for r, n := range asm.MalformedByReason() {
-		if n > 0 {
-			if res.MalformedBy == nil {
-				res.MalformedBy = map[string]uint64{}
-			}
-			res.MalformedBy[spead.Reason(r).String()] = n
-		}
-	}
-	if pol == ring.PolicyBlock && res.Result != "interrupted" && res.Result != "error" {
-		waitForConsumer(p, sigs, &log) // block policy: closing now would take unread heaps with it
-	}
-	res.PacketsAfterStop = asm.PacketsAfterStop()
-	res.ring = p.Stats().Map()
-	res.TransportCounters = src.counters()
-	if err := p.Close(); err != nil {
+	res.Transport = tr
+	if err := rcv.Close(); err != nil {
 		log.Warn().Err(err).Msg("closing the ring")
 	}
 	if *logFormat == "json" {
@@ -306,138 +201,46 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	} else {
-		ev := log.Info().Str("result", res.Result).Float64("seconds", res.Seconds)
+		ev := log.Info().Str("result", string(res.Outcome)).Float64("seconds", res.Seconds)
 		for _, c := range ring.Counters() {
-			ev = ev.Uint64(c.String(), res.ring[c.String()])
+			ev = ev.Uint64(c.String(), res.RingCounters[c.String()])
 		}
 		ev.Interface("transport", res.TransportCounters).Msg("stopped")
 	}
-	if res.Result == "error" {
+	if res.Outcome == bridge.OutcomeError {
 		return &exitError{code: 1}
 	}
 	return nil
 }
 
-// receive runs the source into the assembler until the stream stops, the input ends, a signal arrives or
-// the source fails; then it finishes the stream in the ring. Only the source goroutine touches the
-// assembler while the source runs; the rest happens after it has returned.
-func receive(p *ring.Producer, asm *spead.Assembler, src recvSource, pol ring.Policy, sigs <-chan os.Signal,
-	statsEvery time.Duration, log *zerolog.Logger) recvResult {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	srcDone := make(chan error, 1)
-	start := time.Now()
-	go func() { srcDone <- src.Run(ctx, asm) }()
-	var tick <-chan time.Time
-	if statsEvery > 0 {
-		t := time.NewTicker(statsEvery)
-		defer t.Stop()
-		tick = t.C
-	}
-	var res recvResult
-	var runErr error
-	signalled := false
-wait:
-	for {
-		select {
-		case <-asm.Done():
-			res.Result = "stream_stop"
-			cancel()
-			runErr = <-srcDone
-			break wait
-		case runErr = <-srcDone:
-			res.Result = "end_of_input"
-			break wait
-		case s := <-sigs:
-			if signalled {
-				log.Warn().Str("signal", s.String()).Msg("second signal: exiting at once")
-				p.Close()
-				os.Exit(1)
-			}
-			signalled = true
-			log.Info().Str("signal", s.String()).Msg("stopping")
-			res.Result = "interrupted"
-			cancel()
-			if pol == ring.PolicyBlock {
-				p.Interrupt() // a heap waiting for a slot gives up, so the source returns
-			}
-			select {
-			case runErr = <-srcDone:
-			case <-time.After(5 * time.Second):
-				// The source still owns the assembler: leave the stream as it is; Close ends it.
-				log.Error().Msg("the source did not stop within 5 s")
-				res.Result, res.Seconds = "error", time.Since(start).Seconds()
-				return res
-			}
-			break wait
-		case <-tick:
-			logStats(log, p, src)
-		}
-	}
-	res.Seconds = time.Since(start).Seconds()
-	if runErr != nil && !errors.Is(runErr, context.Canceled) {
-		log.Error().Err(runErr).Msg("receive failed")
-		res.Result = "error"
-	}
-	select {
-	case <-asm.Done():
-		if res.Result != "error" {
-			res.Result = "stream_stop" // the stop packet raced a signal or the end of the file
-		}
-	default:
-		// The input ended without a stream stop: publish what is live and tell consumers the stream is over.
-		asm.Flush()
-		timeout := time.Second
-		if pol == ring.PolicyBlock && res.Result == "end_of_input" {
-			timeout = time.Minute // a replay waits for its consumer to make room, as it did all along
-		}
-		if err := p.PublishEndOfStream(timeout); err != nil {
-			log.Warn().Err(err).Msg("no slot for the end-of-stream marker; closing the ring ends the stream")
-		}
-	}
-	return res
-}
-
-// waitForConsumer keeps the ring open until the attached consumer has released every heap (block policy:
-// closing would take unread heaps with it), until it detaches, or until a signal says stop. With no
-// consumer attached there is nobody to wait for: the unread heaps are reported and recv exits.
-func waitForConsumer(p *ring.Producer, sigs <-chan os.Signal, log *zerolog.Logger) {
-	if p.Unread() == 0 {
+// stopOnSignals turns the first SIGINT/SIGTERM into a clean stop (cancel), and a second into an exit at
+// once, after closing the ring so that nothing is left behind.
+func stopOnSignals(sigs <-chan os.Signal, cancel context.CancelFunc, rcv *bridge.Receiver, log *zerolog.Logger) {
+	s, ok := <-sigs
+	if !ok {
 		return
 	}
-	if p.ConsumerAttached() {
-		log.Info().Uint64("unread_heaps", p.Unread()).Msg("input done; waiting for the consumer to read the ring (Ctrl-C to stop)")
+	log.Info().Str("signal", s.String()).Msg("stopping")
+	cancel()
+	if s, ok = <-sigs; !ok {
+		return
 	}
-	stop, done := make(chan struct{}), make(chan struct{})
-	defer close(done)
-	go func() {
-		select {
-		case <-sigs:
-			close(stop)
-		case <-done:
-		}
-	}()
-	if err := p.WaitDrained(stop); err != nil {
-		log.Warn().Uint64("unread_heaps", p.Unread()).Str("reason", err.Error()).Msg("closing the ring with heaps no consumer read")
-	}
+	log.Warn().Str("signal", s.String()).Msg("second signal: exiting at once")
+	rcv.Close()
+	os.Exit(1)
 }
 
-func logStats(log *zerolog.Logger, p *ring.Producer, src recvSource) {
-	st := p.Stats()
-	ev := log.Info()
-	for _, c := range ring.Counters() {
-		if c != ring.CounterEndOfStream {
-			ev = ev.Uint64(c.String(), st.Get(c))
-		}
+// startCPUProfile writes a CPU profile to path until the returned function is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
 	}
-	ev.Interface("transport", src.counters()).Msg("stats")
-}
-
-func policyName(p ring.Policy) string {
-	if p == ring.PolicyBlock {
-		return "block"
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
 	}
-	return "drop"
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 func parseHugePages(s string) (ring.HugePages, error) {
@@ -450,68 +253,4 @@ func parseHugePages(s string) (ring.HugePages, error) {
 		return ring.HugePagesOff, nil
 	}
 	return 0, usageError("--hugepages %q: want auto, require or off", s)
-}
-
-// parseInterspersed parses flags that may come before, between or after positional arguments
-// (`send HOST:PORT --heaps 10`), returning the positionals in order.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := parseFlags(fs, args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		// flag stops at "--" (consumed, everything after is positional) or at the first non-flag.
-		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
-}
-
-// byteSize is a flag holding a byte count written as 4096, 64K, 4M, 1G (binary multiples) or 4MiB.
-type byteSize int
-
-func (b *byteSize) String() string { return strconv.Itoa(int(*b)) }
-
-func (b *byteSize) Set(s string) error {
-	n, err := parseByteSize(s)
-	if err != nil {
-		return err
-	}
-	*b = byteSize(n)
-	return nil
-}
-
-func parseByteSize(s string) (int, error) {
-	t := strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(strings.TrimSpace(s)), "IB"), "B")
-	mult := 1
-	if t != "" {
-		switch t[len(t)-1] {
-		case 'K':
-			mult = 1 << 10
-		case 'M':
-			mult = 1 << 20
-		case 'G':
-			mult = 1 << 30
-		}
-		if mult > 1 {
-			t = t[:len(t)-1]
-		}
-	}
-	n, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || n < 0 || n > (1<<40)/int64(mult) {
-		return 0, fmt.Errorf("%q is not a byte count (e.g. 4096, 64K, 4M)", s)
-	}
-	return int(n) * mult, nil
-}
-
-func sizeFlag(fs *flag.FlagSet, name string, def int, usage string) *int {
-	b := byteSize(def)
-	fs.Var(&b, name, usage)
-	return (*int)(&b)
 }

@@ -146,7 +146,7 @@ type ibvSource struct {
 
 // newIBVSource checks everything that can be checked without opening the device: configuration errors
 // first (usage errors), then that libibverbs loads, has devices and one behind the interface.
-func newIBVSource(f *ibvFlags, pos []string, eps []transport.Endpoint, iface, pcapFile string) (*ibvSource, error) {
+func newIBVSource(f *ibvFlags, pos []string, eps []transport.Endpoint, iface, pcapFile string) (transport.AreaSource, error) {
 	if pcapFile != "" {
 		return nil, usageError("--pcap replays a file: it does not go with --transport ibv")
 	}

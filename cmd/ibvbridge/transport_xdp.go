@@ -68,7 +68,3 @@ func (o *xdpOptions) config(iface string, eps []transport.Endpoint, log *zerolog
 	}
 	return cfg, nil
 }
-
-type xdpSource struct{ *xdp.Source }
-
-func (s xdpSource) counters() map[string]uint64 { return s.Stats().Map() }

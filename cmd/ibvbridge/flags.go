@@ -1,0 +1,72 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// parseInterspersed parses flags that may come before, between or after positional arguments
+// (`send HOST:PORT --heaps 10`), returning the positionals in order.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := parseFlags(fs, args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		// flag stops at "--" (consumed, everything after is positional) or at the first non-flag.
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// byteSize is a flag holding a byte count written as 4096, 64K, 4M, 1G (binary multiples) or 4MiB.
+type byteSize int
+
+func (b *byteSize) String() string { return strconv.Itoa(int(*b)) }
+
+func (b *byteSize) Set(s string) error {
+	n, err := parseByteSize(s)
+	if err != nil {
+		return err
+	}
+	*b = byteSize(n)
+	return nil
+}
+
+func parseByteSize(s string) (int, error) {
+	t := strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(strings.TrimSpace(s)), "IB"), "B")
+	mult := 1
+	if t != "" {
+		switch t[len(t)-1] {
+		case 'K':
+			mult = 1 << 10
+		case 'M':
+			mult = 1 << 20
+		case 'G':
+			mult = 1 << 30
+		}
+		if mult > 1 {
+			t = t[:len(t)-1]
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n < 0 || n > (1<<40)/int64(mult) {
+		return 0, fmt.Errorf("%q is not a byte count (e.g. 4096, 64K, 4M)", s)
+	}
+	return int(n) * mult, nil
+}
+
+func sizeFlag(fs *flag.FlagSet, name string, def int, usage string) *int {
+	b := byteSize(def)
+	fs.Var(&b, name, usage)
+	return (*int)(&b)
+}

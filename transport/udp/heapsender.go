@@ -1,0 +1,157 @@
+//go:build linux
+
+package udp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/transport"
+)
+
+// HeapSenderConfig describes a HeapSender.
+type HeapSenderConfig struct {
+	SenderConfig
+	Encoder *spead.Encoder // packetizes heaps: flavour and largest packet
+	Batch   int            // packets per sendmmsg call (default 64)
+	Rate    float64        // bits per second of UDP payload; 0: as fast as the socket takes them
+}
+
+// MaxBatch is the most packets one sendmmsg call takes (send --batch).
+const MaxBatch = 1024
+
+// maxLag is how far behind its budget a paced sender may be before it gives the time up.
+const maxLag = 2 * time.Millisecond
+
+// HeapSender is the socket path of transport.HeapSender: heaps are packetized into a batch of
+// preallocated buffers and full batches leave in one sendmmsg, paced by a byte budget when a rate is set.
+// It allocates nothing per heap.
+type HeapSender struct {
+	s       *Sender
+	enc     *spead.Encoder
+	bufs    [][]byte
+	pkts    [][]byte
+	bps     float64
+	start   time.Time // the pacing budget's origin; moves forward when the sender falls behind
+	opened  time.Time
+	timer   *time.Timer
+	packets uint64
+	bytes   uint64
+}
+
+var _ transport.HeapSender = (*HeapSender)(nil)
+
+// OpenHeapSender opens a socket connected to cfg.Dest and the batch buffers.
+func OpenHeapSender(cfg HeapSenderConfig) (*HeapSender, error) {
+	if cfg.Encoder == nil {
+		return nil, errors.New("udp: heap sender needs an encoder")
+	}
+	batch := cfg.Batch
+	if batch == 0 {
+		batch = 64
+	}
+	if batch < 1 || batch > MaxBatch {
+		return nil, fmt.Errorf("udp: batch %d: want 1..%d", batch, MaxBatch)
+	}
+	if cfg.Rate < 0 {
+		return nil, fmt.Errorf("udp: rate %g b/s: want >= 0", cfg.Rate)
+	}
+	s, err := NewSender(cfg.SenderConfig)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	hs := &HeapSender{s: s, enc: cfg.Encoder, bps: cfg.Rate, start: now, opened: now, pkts: make([][]byte, 0, batch)}
+	size := cfg.Encoder.MaxPacketSize()
+	mem := make([]byte, batch*size)
+	for i := range batch {
+		hs.bufs = append(hs.bufs, mem[i*size:(i+1)*size])
+	}
+	return hs, nil
+}
+
+// SendHeap implements transport.HeapSender.
+func (hs *HeapSender) SendHeap(ctx context.Context, h *spead.Heap) error {
+	if err := hs.enc.Reset(h); err != nil {
+		return err
+	}
+	for {
+		buf := hs.bufs[len(hs.pkts)]
+		n, err := hs.enc.Next(buf)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		hs.pkts = append(hs.pkts, buf[:n])
+		if len(hs.pkts) == cap(hs.pkts) {
+			if err := hs.Flush(ctx); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// Flush implements transport.HeapSender: the queued packets leave once the bytes before them have had
+// their time. A cancelled ctx ends the wait (the packets stay queued).
+func (hs *HeapSender) Flush(ctx context.Context) error {
+	if len(hs.pkts) == 0 {
+		return nil
+	}
+	var n uint64
+	for _, p := range hs.pkts {
+		n += uint64(len(p))
+	}
+	if hs.bps > 0 {
+		if err := hs.pace(ctx); err != nil {
+			return err
+		}
+	}
+	if err := hs.s.Send(hs.pkts); err != nil {
+		return err
+	}
+	hs.packets += uint64(len(hs.pkts))
+	hs.bytes += n
+	hs.pkts = hs.pkts[:0]
+	return nil
+}
+
+// pace is a token bucket on bytes. It sleeps rather than spins: on a small host the receiver and its
+// consumer need the cores, and the budget makes up for a sleep's overshoot with a burst of at most one
+// batch. A sender that fell behind (descheduled) does not catch up at full speed: that burst would
+// overflow the receiver's socket buffer, so past maxLag the budget restarts from now.
+func (hs *HeapSender) pace(ctx context.Context) error {
+	due := hs.start.Add(time.Duration(float64(hs.bytes) * 8 / hs.bps * 1e9))
+	d := time.Until(due)
+	if d <= 0 {
+		if -d > maxLag {
+			hs.start = hs.start.Add(-d - maxLag)
+		}
+		return ctx.Err()
+	}
+	if hs.timer == nil {
+		hs.timer = time.NewTimer(d)
+	} else {
+		hs.timer.Reset(d)
+	}
+	select {
+	case <-hs.timer.C:
+		return nil
+	case <-ctx.Done():
+		hs.timer.Stop()
+		return ctx.Err()
+	}
+}
+
+// Totals implements transport.HeapSender.
+func (hs *HeapSender) Totals() transport.SendTotals {
+	return transport.SendTotals{Packets: hs.packets, Bytes: hs.bytes, Start: hs.opened}
+}
+
+// Close implements transport.HeapSender.
+func (hs *HeapSender) Close() error { return hs.s.Close() }
