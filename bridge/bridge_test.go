@@ -48,8 +48,10 @@ func (s *replaySource) Run(ctx context.Context, sink transport.Sink) error {
 	return nil
 }
 
-func (s *replaySource) Close() error                { s.closed.Add(1); return nil }
-func (s *replaySource) Counters() map[string]uint64 { return map[string]uint64{"packets": s.sent.Load()} }
+func (s *replaySource) Close() error { s.closed.Add(1); return nil }
+func (s *replaySource) Counters() map[string]uint64 {
+	return map[string]uint64{"packets": s.sent.Load()}
+}
 
 // encode packetizes heaps 1..n of size bytes (and a stream stop after them if stop).
 func encode(t *testing.T, n int, size int, stop bool) [][]byte {
