@@ -3,9 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/netip"
 	"os/signal"
 	"strings"
@@ -16,6 +16,7 @@ import (
 	"github.com/ibvbridge/ibvbridge/spead"
 	"github.com/ibvbridge/ibvbridge/transport"
 	"github.com/ibvbridge/ibvbridge/transport/udp"
+	"github.com/ibvbridge/ibvbridge/verbs"
 )
 
 // sendResult is the summary `send --json` prints.
@@ -77,7 +78,7 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 		return usageError("--heap-size must be positive")
 	case *heaps < 1:
 		return usageError("--heaps must be positive")
-	case *rate < 0:
+	case !(*rate >= 0) || math.IsInf(*rate, 0): // NaN fails the first test
 		return usageError("--rate %g: want Gb/s >= 0", *rate)
 	case *items < 1 || *items > *heapSize:
 		return usageError("--items %d: want 1..heap size", *items)
@@ -108,48 +109,30 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var ps heapSender
+	var hs transport.HeapSender
 	switch tr {
 	case "", "udp":
-		s, err := udp.NewSender(udp.SenderConfig{Dest: netip.AddrPortFrom(ep.Addr, ep.Port), Interface: ifAddr, TTL: *ttl})
-		if err != nil {
-			return err
-		}
-		defer s.Close()
-		ps = newPacketSender(s, enc, *batch, *rate)
+		hs, err = udp.OpenHeapSender(udp.HeapSenderConfig{Encoder: enc, Batch: *batch, Rate: *rate * 1e9,
+			SenderConfig: udp.SenderConfig{Dest: netip.AddrPortFrom(ep.Addr, ep.Port), Interface: ifAddr, TTL: *ttl}})
 	case "ibv": // transport_ibv.go: frames built straight into the NIC's registered buffers
-		cfg, err := ibvOpt.sendConfig(pos[0], ep, *iface, *ttl, *packetSize, *rate)
-		if err != nil {
-			return err
+		var cfg verbs.SendConfig
+		if cfg, err = ibvOpt.sendConfig(pos[0], ep, *iface, *ttl, *packetSize, *rate); err == nil {
+			hs, err = newIBVHeapSenderTmp(cfg, enc)
 		}
-		is, err := newIBVHeapSender(ctx, cfg, enc)
-		if err != nil {
-			return err
-		}
-		defer is.close()
-		ps = is
 	default:
 		return usageError("--transport %q: want udp or ibv", tr)
 	}
-	res := sendResult{}
-	for cnt := uint64(1); cnt <= *heaps && ctx.Err() == nil; cnt++ {
-		if err := ps.heap(g.heap(cnt)); err != nil {
-			return err
-		}
-		res.Heaps++
-	}
-	if !*noStop {
-		stopHeap := spead.StreamStopHeap(*heaps + 1)
-		if err := ps.heap(&stopHeap); err != nil {
-			return err
-		}
-	}
-	if err := ps.flush(); err != nil {
+	if err != nil {
 		return err
 	}
-	var start time.Time
-	res.Packets, res.Bytes, start = ps.totals()
-	res.Seconds = time.Since(start).Seconds()
+	defer hs.Close()
+	res := sendResult{}
+	if res.Heaps, err = transport.SendStream(ctx, hs, *heaps, g.heap, !*noStop); err != nil {
+		return err
+	}
+	tot := hs.Totals()
+	res.Packets, res.Bytes = tot.Packets, tot.Bytes
+	res.Seconds = time.Since(tot.Start).Seconds()
 	res.Gbps = float64(res.Bytes) * 8 / res.Seconds / 1e9
 	res.HeapsPS = float64(res.Heaps) / res.Seconds
 	if *asJSON {
@@ -219,90 +202,4 @@ func (g *heapGen) heap(cnt uint64) *spead.Heap {
 		h.Items[0].Value = cnt
 	}
 	return h
-}
-
-// heapSender is a transport's way of sending the generated heaps: udp's packetSender, ibv's ibvHeapSender.
-type heapSender interface {
-	heap(h *spead.Heap) error
-	flush() error
-	totals() (packets, bytes uint64, start time.Time)
-}
-
-func (ps *packetSender) totals() (uint64, uint64, time.Time) { return ps.packets, ps.bytes, ps.start }
-
-// packetSender packetizes heaps into a batch of preallocated buffers and sends full batches, paced by a
-// byte budget when a rate is set.
-type packetSender struct {
-	s       *udp.Sender
-	enc     *spead.Encoder
-	bufs    [][]byte
-	pkts    [][]byte
-	bps     float64 // bits per second; 0: unpaced
-	start   time.Time
-	packets uint64
-	bytes   uint64
-}
-
-func newPacketSender(s *udp.Sender, enc *spead.Encoder, batch int, gbps float64) *packetSender {
-	ps := &packetSender{s: s, enc: enc, bps: gbps * 1e9, start: time.Now(), pkts: make([][]byte, 0, batch)}
-	mem := make([]byte, batch*enc.MaxPacketSize())
-	for i := range batch {
-		ps.bufs = append(ps.bufs, mem[i*enc.MaxPacketSize():(i+1)*enc.MaxPacketSize()])
-	}
-	return ps
-}
-
-func (ps *packetSender) heap(h *spead.Heap) error {
-	if err := ps.enc.Reset(h); err != nil {
-		return err
-	}
-	for {
-		buf := ps.bufs[len(ps.pkts)]
-		n, err := ps.enc.Next(buf)
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		ps.pkts = append(ps.pkts, buf[:n])
-		if len(ps.pkts) == cap(ps.pkts) {
-			if err := ps.flush(); err != nil {
-				return err
-			}
-		}
-	}
-}
-
-// maxLag is how far behind its budget a paced sender may be before it gives the time up.
-const maxLag = 2 * time.Millisecond
-
-func (ps *packetSender) flush() error {
-	if len(ps.pkts) == 0 {
-		return nil
-	}
-	var n uint64
-	for _, p := range ps.pkts {
-		n += uint64(len(p))
-	}
-	if ps.bps > 0 {
-		// Token bucket on bytes: this batch may leave once the bytes before it have had their time.
-		due := ps.start.Add(time.Duration(float64(ps.bytes) * 8 / ps.bps * 1e9))
-		// Sleep rather than spin: on a small host the receiver and its consumer need the cores, and the
-		// budget makes up for a sleep's overshoot with a burst that is at most one batch.
-		// A sender that fell behind (descheduled) does not catch up at full speed: that burst would
-		// overflow the receiver's socket buffer. Past maxLag the budget restarts from now.
-		if d := time.Until(due); d > 0 {
-			time.Sleep(d)
-		} else if -d > maxLag {
-			ps.start = ps.start.Add(-d - maxLag)
-		}
-	}
-	if err := ps.s.Send(ps.pkts); err != nil {
-		return err
-	}
-	ps.packets += uint64(len(ps.pkts))
-	ps.bytes += n
-	ps.pkts = ps.pkts[:0]
-	return nil
 }

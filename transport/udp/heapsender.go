@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"time"
 
 	"github.com/ibvbridge/ibvbridge/spead"
@@ -23,6 +24,10 @@ type HeapSenderConfig struct {
 
 // MaxBatch is the most packets one sendmmsg call takes (send --batch).
 const MaxBatch = 1024
+
+// maxPaceDelay caps one pacing wait's arithmetic (not its interruptibility: a cancelled context ends any
+// wait at once).
+const maxPaceDelay = 24 * time.Hour
 
 // maxLag is how far behind its budget a paced sender may be before it gives the time up.
 const maxLag = 2 * time.Millisecond
@@ -57,8 +62,8 @@ func OpenHeapSender(cfg HeapSenderConfig) (*HeapSender, error) {
 	if batch < 1 || batch > MaxBatch {
 		return nil, fmt.Errorf("udp: batch %d: want 1..%d", batch, MaxBatch)
 	}
-	if cfg.Rate < 0 {
-		return nil, fmt.Errorf("udp: rate %g b/s: want >= 0", cfg.Rate)
+	if !(cfg.Rate >= 0) || math.IsInf(cfg.Rate, 0) { // NaN fails the first test
+		return nil, fmt.Errorf("udp: rate %g b/s: want a finite rate >= 0", cfg.Rate)
 	}
 	s, err := NewSender(cfg.SenderConfig)
 	if err != nil {
@@ -126,8 +131,9 @@ func (hs *HeapSender) Flush(ctx context.Context) error {
 // batch. A sender that fell behind (descheduled) does not catch up at full speed: that burst would
 // overflow the receiver's socket buffer, so past maxLag the budget restarts from now.
 func (hs *HeapSender) pace(ctx context.Context) error {
-	due := hs.start.Add(time.Duration(float64(hs.bytes) * 8 / hs.bps * 1e9))
-	d := time.Until(due)
+	// In float seconds first: at a tiny rate the due time overflows a Duration.
+	dueSecs := min(float64(hs.bytes)*8/hs.bps, maxPaceDelay.Seconds())
+	d := time.Duration(dueSecs*1e9) - time.Since(hs.start)
 	if d <= 0 {
 		if -d > maxLag {
 			hs.start = hs.start.Add(-d - maxLag)

@@ -1,0 +1,108 @@
+package udp
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/transport"
+)
+
+func openHeapSender(t *testing.T, dest transport.Endpoint, rate float64) *HeapSender {
+	t.Helper()
+	enc, err := spead.NewEncoder(spead.Flavour64_48, 1472)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs, err := OpenHeapSender(HeapSenderConfig{Encoder: enc, Batch: 8, Rate: rate,
+		SenderConfig: SenderConfig{Dest: netip.AddrPortFrom(dest.Addr, dest.Port)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hs.Close() })
+	return hs
+}
+
+// TestHeapSenderStream sends a whole stream through SendStream to a socket source: every packet the
+// sender counts arrives, and the totals add up.
+func TestHeapSenderStream(t *testing.T) {
+	src := loopback(t, 1, Config{})
+	sink := newCountSink()
+	sink.keep = false
+	stop := run(t, src, sink)
+	defer stop()
+	hs := openHeapSender(t, src.LocalEndpoints()[0], 0)
+	payload := make([]byte, 10000) // 7 packets of 1472 bytes at most
+	h := spead.Heap{Items: []spead.Item{{ID: 0x1000, Data: payload}}}
+	sent, err := transport.SendStream(context.Background(), hs, 20, func(cnt uint64) *spead.Heap { h.Cnt = cnt; return &h }, true)
+	if err != nil || sent != 20 {
+		t.Fatalf("sent %d heaps, err %v", sent, err)
+	}
+	tot := hs.Totals()
+	if tot.Packets != 20*7+1 || tot.Start.IsZero() {
+		t.Fatalf("totals %+v: want %d packets", tot, 20*7+1)
+	}
+	waitCount(t, sink, int(tot.Packets))
+	if st := src.Stats(); st.Bytes != tot.Bytes {
+		t.Errorf("received %d bytes, sender counted %d", st.Bytes, tot.Bytes)
+	}
+}
+
+// TestHeapSenderPacing checks the token bucket's lower bound, which holds however loaded the machine is:
+// bytes sent by time t never exceed rate·t plus the one batch that may leave at once.
+func TestHeapSenderPacing(t *testing.T) {
+	src := loopback(t, 1, Config{})
+	sink := newCountSink()
+	sink.keep = false
+	stop := run(t, src, sink)
+	defer stop()
+	const rate = 40e6 // bits/s
+	hs := openHeapSender(t, src.LocalEndpoints()[0], rate)
+	h := spead.Heap{Items: []spead.Item{{ID: 0x1000, Data: make([]byte, 1400)}}}
+	start := time.Now()
+	if _, err := transport.SendStream(context.Background(), hs, 100, func(cnt uint64) *spead.Heap { h.Cnt = cnt; return &h }, false); err != nil {
+		t.Fatal(err)
+	}
+	elapsed := time.Since(start)
+	tot := hs.Totals()
+	batchBytes := float64(tot.Bytes) / float64(tot.Packets) * 8 // the sender's batch is 8 packets
+	if min := time.Duration((float64(tot.Bytes) - batchBytes) * 8 / rate * float64(time.Second)); elapsed < min {
+		t.Errorf("%d bytes in %v at %g b/s: faster than the rate allows (at least %v)", tot.Bytes, elapsed, rate, min)
+	}
+}
+
+// TestHeapSenderCancelEndsPacingWait: a rate so low that the next batch is due in years still stops at
+// once when the context is cancelled (send --rate 1e-12 and Ctrl-C).
+func TestHeapSenderCancelEndsPacingWait(t *testing.T) {
+	hs := openHeapSender(t, transport.Endpoint{Addr: netip.MustParseAddr("127.0.0.1"), Port: 9}, 1e-3)
+	h := spead.Heap{Items: []spead.Item{{ID: 0x1000, Data: make([]byte, 1400)}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	start := time.Now()
+	var err error
+	for cnt := uint64(1); cnt < 100 && err == nil; cnt++ {
+		h.Cnt = cnt
+		err = hs.SendHeap(ctx, &h)
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v, want context.Canceled", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("cancel took %v to end the wait", d)
+	}
+}
+
+func TestHeapSenderRejectsBadRates(t *testing.T) {
+	enc, _ := spead.NewEncoder(spead.Flavour64_48, 1472)
+	for _, r := range []float64{-1, math.NaN(), math.Inf(1)} {
+		_, err := OpenHeapSender(HeapSenderConfig{Encoder: enc, Rate: r,
+			SenderConfig: SenderConfig{Dest: netip.MustParseAddrPort("127.0.0.1:9")}})
+		if err == nil {
+			t.Errorf("rate %g accepted", r)
+		}
+	}
+}
