@@ -92,6 +92,8 @@ type Assembler struct {
 	sortScratch []addressRef
 	lengths     []uint64
 
+	recent recentHeaps // cnts of the heaps most recently published complete
+
 	descriptors     map[uint64]ring.ItemDescriptor
 	descriptorOrder []uint64
 
@@ -131,6 +133,7 @@ type liveHeap struct {
 	firstNanos   int64
 	ranges       []byteRange // received payload, sorted, disjoint and coalesced
 	pointers     []uint64    // raw item pointers except ids 0x1–0x4, wire order, deduplicated across packets
+	seen         pointerSet  // the same pointers, for an O(1) duplicate test whatever the heap's item count
 	pointersLost bool
 }
 
@@ -172,10 +175,12 @@ func NewAssembler(p *ring.Producer, cfg AssemblerConfig) (*Assembler, error) {
 		lengths:     make([]uint64, maxPointers),
 		descriptors: map[uint64]ring.ItemDescriptor{},
 		done:        make(chan struct{}),
+		recent:      newRecentHeaps(recentHeapsFor(cfg.MaxHeaps)),
 	}
 	for i := range a.window {
 		a.window[i].ranges = make([]byteRange, 0, initialRanges)
 		a.window[i].pointers = make([]uint64, 0, maxPointers)
+		a.window[i].seen = newPointerSet(maxPointers)
 	}
 	return a, nil
 }
@@ -224,6 +229,12 @@ func (a *Assembler) Packet(payload []byte, recvNanos int64) {
 	}
 	h := a.find(pkt.HeapCnt)
 	if h == nil {
+		if a.recent.contains(pkt.HeapCnt) {
+			// A late copy of a heap already published whole: every byte of it arrived, so this packet
+			// can only repeat some. Starting a heap for it would publish a phantom incomplete copy.
+			a.p.Add(ring.CounterDuplicatePackets, 1)
+			return
+		}
 		h = a.begin(pkt.HeapCnt, pkt.Flavour, recvNanos)
 	}
 	if h.state == heapDropped {
@@ -292,6 +303,7 @@ func (a *Assembler) begin(cnt uint64, flavour Flavour, recvNanos int64) *liveHea
 	h.firstNanos = recvNanos
 	h.ranges = h.ranges[:0]
 	h.pointers = h.pointers[:0]
+	h.seen.reset()
 	h.pointersLost = false
 	return h
 }
@@ -374,7 +386,7 @@ func (a *Assembler) addPointers(h *liveHeap, pkt *Packet) {
 			}
 			continue
 		}
-		if seen > 0 && slices.Contains(h.pointers[:seen], raw) {
+		if seen > 0 && h.seen.contains(raw) {
 			continue
 		}
 		if len(h.pointers) == cap(h.pointers) {
@@ -385,6 +397,10 @@ func (a *Assembler) addPointers(h *liveHeap, pkt *Packet) {
 			h.extent = max(h.extent, ip.Value)
 		}
 		h.pointers = append(h.pointers, raw)
+	}
+	// Only now: within one packet pointers are not deduplicated, across packets they are.
+	for _, raw := range h.pointers[seen:] {
+		h.seen.add(raw)
 	}
 }
 
@@ -533,6 +549,9 @@ func (a *Assembler) publish(h *liveHeap, complete bool) {
 		Packets:     h.packets,
 	})
 	a.p.Add(ring.CounterHeaps, 1)
+	if complete {
+		a.recent.add(h.cnt)
+	}
 	a.release(h)
 }
 
@@ -681,16 +700,14 @@ func (a *Assembler) flushWindow() {
 	}
 }
 
-// stop handles a stream-stop packet: its heap is not data and is never published; the live heaps are
-// flushed, the end-of-stream marker published and Done closed.
+// stop handles a stream-stop packet: the stop packet itself is not data and is never published; the live
+// heaps are flushed (published, or counted and discarded), the end-of-stream marker published and Done
+// closed.
 func (a *Assembler) stop(pkt *Packet) {
 	a.stopped = true
-	if h := a.find(pkt.HeapCnt); h != nil && h.state == heapAssembling {
-		a.p.Discard(h.slot)
-		a.release(h)
-	} else if h != nil {
-		a.release(h)
-	}
+	// A live heap with the stop's cnt (data packets of the stop heap, or a data heap whose cnt the stop
+	// reuses) cannot be complete — a complete heap has left the window — so flushWindow below counts it as
+	// incomplete (and publishes it with Incomplete), as spead2 does: it must not vanish uncounted.
 	a.p.Add(ring.CounterPackets, 1)
 	a.p.Add(ring.CounterBytes, uint64(len(pkt.Payload)))
 	a.flushWindow()
