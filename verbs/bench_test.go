@@ -10,6 +10,7 @@ import (
 
 	"github.com/ibvbridge/ibvbridge/frame"
 	"github.com/ibvbridge/ibvbridge/frame/frametest"
+	"github.com/ibvbridge/ibvbridge/internal/rxloop"
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/spead"
 )
@@ -18,12 +19,12 @@ import (
 // posted, without allocating: the cost above the device, and nothing else.
 type nicSendQueue struct {
 	slots [][]byte
-	done  []Completion // fixed capacity: the signaled chains not yet polled
+	done  []rxloop.Completion // fixed capacity: the signaled chains not yet polled
 	wrs   uint64
 }
 
 func newNICSendQueue(slots, frameSize int) *nicSendQueue {
-	q := &nicSendQueue{done: make([]Completion, 0, slots)}
+	q := &nicSendQueue{done: make([]rxloop.Completion, 0, slots)}
 	mem := make([]byte, slots*frameSize)
 	for i := range slots {
 		q.slots = append(q.slots, mem[i*frameSize:(i+1)*frameSize])
@@ -34,10 +35,10 @@ func newNICSendQueue(slots, frameSize int) *nicSendQueue {
 func (q *nicSendQueue) Slot(i uint32) []byte { return q.slots[i] }
 func (q *nicSendQueue) Post(wrs []SendWR) error {
 	q.wrs += uint64(len(wrs))
-	q.done = append(q.done, Completion{ID: wrs[len(wrs)-1].ID})
+	q.done = append(q.done, rxloop.Completion{ID: wrs[len(wrs)-1].ID})
 	return nil
 }
-func (q *nicSendQueue) Poll(out []Completion) (int, error) {
+func (q *nicSendQueue) Poll(out []rxloop.Completion) (int, error) {
 	n := copy(out, q.done)
 	q.done = q.done[:copy(q.done, q.done[n:])]
 	return n, nil
@@ -128,14 +129,14 @@ type captureQueue struct {
 	cancel context.CancelFunc
 }
 
-func (q *captureQueue) Poll(out []Completion) (int, error) {
+func (q *captureQueue) Poll(out []rxloop.Completion) (int, error) {
 	n := 0
 	for n < len(out) && q.sent < q.limit {
 		if q.next == len(q.slots) {
 			q.next = 0
 			q.bumpCnts()
 		}
-		out[n] = Completion{ID: uint64(q.next), Len: uint32(len(q.slots[q.next]))}
+		out[n] = rxloop.Completion{ID: uint64(q.next), Len: uint32(len(q.slots[q.next]))}
 		q.next++
 		q.sent++
 		n++
@@ -229,7 +230,7 @@ func BenchmarkRecvPath(b *testing.B) {
 			var r Receiver // only its counters: the callback is Receiver.Run's
 			b.ReportAllocs()
 			b.ResetTimer()
-			err = RunRecvLoop(ctx, q, LoopConfig{BusyPoll: true, Stats: &r.Stats}, func(_ uint64, f []byte) {
+			err = rxloop.Run(ctx, q, rxloop.Config{BusyPoll: true, Stats: &r.Stats}, func(_ uint64, f []byte) {
 				u, err := frame.Parse(f)
 				if err != nil {
 					r.Dropped.Add(1)

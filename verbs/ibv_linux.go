@@ -14,7 +14,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ibvbridge/ibvbridge/frame"
 	"net/netip"
 	"os"
 	"sync"
@@ -22,6 +21,9 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/ibvbridge/ibvbridge/frame"
+	"github.com/ibvbridge/ibvbridge/internal/rxloop"
 
 	"github.com/ibvbridge/ibvbridge/transport"
 )
@@ -187,7 +189,7 @@ type Receiver struct {
 	// splits them by frame.Reason.
 	Dropped   atomic.Uint64
 	DroppedBy [frame.NumReasons]atomic.Uint64
-	Stats     LoopStats
+	Stats     rxloop.Stats
 }
 
 // Flow is a flow steering rule attached to a Receiver's QP.
@@ -371,7 +373,7 @@ func (f *Flow) Destroy() error {
 func (r *Receiver) Layout() RegionLayout { return r.layout }
 
 // Poll implements Queue.
-func (r *Receiver) Poll(out []Completion) (int, error) {
+func (r *Receiver) Poll(out []rxloop.Completion) (int, error) {
 	if len(out) == 0 {
 		return 0, nil
 	}
@@ -449,8 +451,8 @@ func (r *Receiver) Slot(id uint64) []byte { return r.layout.Slot(r.area, int(id)
 // each UDP payload to sink. Frames that are not plain IPv4/UDP are counted in
 // Dropped.
 func (r *Receiver) Run(ctx context.Context, sink transport.Sink) error {
-	cfg := LoopConfig{MaxPoll: r.cfg.MaxPoll, BusyPoll: r.cfg.BusyPoll(), Stats: &r.Stats}
-	return RunRecvLoop(ctx, r, cfg, func(_ uint64, f []byte) {
+	cfg := rxloop.Config{MaxPoll: r.cfg.MaxPoll, BusyPoll: r.cfg.BusyPoll(), Stats: &r.Stats}
+	return rxloop.Run(ctx, r, cfg, func(_ uint64, f []byte) {
 		udp, err := frame.Parse(f)
 		if err != nil { // VLAN tags, IP options, fragments, non-UDP: counted and skipped, as spead2 does
 			r.Dropped.Add(1)
@@ -482,7 +484,7 @@ func (r *Receiver) Close() error {
 }
 
 // StatusString names a completion status (ibv_wc_status_str).
-func StatusString(s Status) string {
+func StatusString(s rxloop.Status) string {
 	if Load() != nil {
 		return fmt.Sprintf("status %d", uint32(s))
 	}
@@ -504,6 +506,6 @@ func cABITable() map[string]uint64 {
 
 // Verify interface satisfaction at compile time.
 var (
-	_ Queue            = (*Receiver)(nil)
+	_ rxloop.Queue     = (*Receiver)(nil)
 	_ transport.Source = (*Receiver)(nil)
 )

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ibvbridge/ibvbridge/frame"
+	"github.com/ibvbridge/ibvbridge/internal/rxloop"
 	"github.com/ibvbridge/ibvbridge/transport"
 )
 
@@ -29,7 +30,7 @@ type Receiver struct {
 	Port          int
 	Dropped       atomic.Uint64
 	DroppedBy     [frame.NumReasons]atomic.Uint64
-	Stats         LoopStats
+	Stats         rxloop.Stats
 }
 
 // Flow is unavailable in this build.
@@ -49,7 +50,7 @@ func OpenReceiver(cfg RecvConfig, packetArea []byte) (*Receiver, error) {
 func (r *Receiver) AddFlow(*FlowRule) (*Flow, error)          { return nil, ErrUnsupported }
 func (f *Flow) Destroy() error                                { return ErrUnsupported }
 func (r *Receiver) Layout() RegionLayout                      { return RegionLayout{} }
-func (r *Receiver) Poll([]Completion) (int, error)            { return 0, ErrUnsupported }
+func (r *Receiver) Poll([]rxloop.Completion) (int, error)     { return 0, ErrUnsupported }
 func (r *Receiver) Repost([]uint64) error                     { return ErrUnsupported }
 func (r *Receiver) Arm() error                                { return ErrUnsupported }
 func (r *Receiver) Wait(context.Context) error                { return ErrUnsupported }
@@ -58,10 +59,10 @@ func (r *Receiver) Run(context.Context, transport.Sink) error { return ErrUnsupp
 func (r *Receiver) Close() error                              { return nil }
 
 // StatusString names a completion status.
-func StatusString(s Status) string { return "status " + strconv.FormatUint(uint64(s), 10) }
+func StatusString(s rxloop.Status) string { return "status " + strconv.FormatUint(uint64(s), 10) }
 
 var (
-	_ Queue            = (*Receiver)(nil)
+	_ rxloop.Queue     = (*Receiver)(nil)
 	_ transport.Source = (*Receiver)(nil)
 )
 

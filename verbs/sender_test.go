@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ibvbridge/ibvbridge/frame"
+	"github.com/ibvbridge/ibvbridge/internal/rxloop"
 	"github.com/ibvbridge/ibvbridge/spead"
 )
 
@@ -26,7 +27,7 @@ type fakeSendQueue struct {
 	inFlight []bool
 	snap     [][]byte // frame bytes at post time
 	posted   []SendWR // in order, not yet completed
-	done     []Completion
+	done     []rxloop.Completion
 	auto     bool
 	armed    bool
 	onWait   func() // the "NIC" finishing while the sender sleeps
@@ -90,13 +91,13 @@ func (q *fakeSendQueue) complete(n int) {
 		}
 		q.inFlight[w.Slot] = false
 		if w.Flags&SendSignaled != 0 {
-			q.done = append(q.done, Completion{ID: w.ID})
+			q.done = append(q.done, rxloop.Completion{ID: w.ID})
 			n--
 		}
 	}
 }
 
-func (q *fakeSendQueue) Poll(out []Completion) (int, error) {
+func (q *fakeSendQueue) Poll(out []rxloop.Completion) (int, error) {
 	if q.auto {
 		q.complete(-1)
 	}
@@ -243,7 +244,7 @@ type slowPoller struct {
 	polls *int
 }
 
-func (s *slowPoller) Poll(out []Completion) (int, error) {
+func (s *slowPoller) Poll(out []rxloop.Completion) (int, error) {
 	*s.polls++
 	if *s.polls%5 == 0 {
 		s.complete(1)
@@ -271,7 +272,7 @@ func TestSendLoopFailedCompletion(t *testing.T) {
 
 type failingQueue struct{ *fakeSendQueue }
 
-func (f *failingQueue) Poll(out []Completion) (int, error) {
+func (f *failingQueue) Poll(out []rxloop.Completion) (int, error) {
 	n, err := f.fakeSendQueue.Poll(out)
 	for i := range out[:n] {
 		out[i].Status = 5 // IBV_WC_WR_FLUSH_ERR
