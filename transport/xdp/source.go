@@ -24,9 +24,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ibvbridge/ibvbridge/frame"
+	"github.com/ibvbridge/ibvbridge/internal/netif"
 	"github.com/ibvbridge/ibvbridge/internal/rxloop"
 	"github.com/ibvbridge/ibvbridge/transport"
-	"github.com/ibvbridge/ibvbridge/verbs"
 )
 
 // Attach modes for Config.Mode.
@@ -287,11 +287,11 @@ func Open(cfg Config, umem []byte) (s *Source, err error) {
 
 func resolveInterface(name string) (string, int, error) {
 	if a, err := netip.ParseAddr(name); err == nil {
-		n, err := verbs.InterfaceForAddr(a)
+		ifi, err := netif.ByAddr(a)
 		if err != nil {
 			return "", 0, fmt.Errorf("xdp: interface %s: %w: %w", name, ErrInterfaceNotFound, err)
 		}
-		name = n
+		name = ifi.Name
 	}
 	ifi, err := net.InterfaceByName(name)
 	if err != nil {
