@@ -22,10 +22,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/ibvbridge/ibvbridge/frame"
 	"github.com/ibvbridge/ibvbridge/internal/rxloop"
-
-	"github.com/ibvbridge/ibvbridge/transport"
 )
 
 var (
@@ -170,8 +167,9 @@ func convertDevice(in *C.ibvb_device_info) Device {
 }
 
 // Receiver receives the configured multicast streams with a raw packet QP
-// into the caller's packet area. It implements Queue (RunRecvLoop drives it)
-// and transport.Source. Poll, Repost, Arm and Wait are for one goroutine.
+// into the caller's packet area. It is the device rxloop.Queue:
+// transport/ibv's Source runs rxloop.Run over it. Poll, Repost, Arm and Wait
+// are for one goroutine.
 type Receiver struct {
 	rx       *C.ibvb_rx
 	cfg      RecvConfig
@@ -185,11 +183,6 @@ type Receiver struct {
 	joinFD   int
 	flows    []*Flow
 	closed   atomic.Bool
-	// Dropped counts frames Run discarded as not plain IPv4/UDP; DroppedBy
-	// splits them by frame.Reason.
-	Dropped   atomic.Uint64
-	DroppedBy [frame.NumReasons]atomic.Uint64
-	Stats     rxloop.Stats
 }
 
 // Flow is a flow steering rule attached to a Receiver's QP.
@@ -447,24 +440,8 @@ func waitChannelEvent(ctx context.Context, f *os.File, raw syscall.RawConn, getE
 // Slot implements Queue.
 func (r *Receiver) Slot(id uint64) []byte { return r.layout.Slot(r.area, int(id)) }
 
-// Run implements transport.Source: it receives until ctx is done, handing
-// each UDP payload to sink. Frames that are not plain IPv4/UDP are counted in
-// Dropped.
-func (r *Receiver) Run(ctx context.Context, sink transport.Sink) error {
-	cfg := rxloop.Config{MaxPoll: r.cfg.MaxPoll, BusyPoll: r.cfg.BusyPoll(), Stats: &r.Stats}
-	return rxloop.Run(ctx, r, cfg, func(_ uint64, f []byte) {
-		udp, err := frame.Parse(f)
-		if err != nil { // VLAN tags, IP options, fragments, non-UDP: counted and skipped, as spead2 does
-			r.Dropped.Add(1)
-			r.DroppedBy[frame.ReasonOf(err)].Add(1)
-			return
-		}
-		sink.Packet(udp.Payload, time.Now().UnixNano())
-	})
-}
-
 // Close leaves the groups and releases flows, QP, CQs, channel, MR, PD and
-// device. Call it after Run/RunRecvLoop has returned. Safe to call twice.
+// device. Call it after rxloop.Run has returned. Safe to call twice.
 func (r *Receiver) Close() error {
 	if r.closed.Swap(true) {
 		return nil
@@ -504,8 +481,4 @@ func cABITable() map[string]uint64 {
 	return m
 }
 
-// Verify interface satisfaction at compile time.
-var (
-	_ rxloop.Queue     = (*Receiver)(nil)
-	_ transport.Source = (*Receiver)(nil)
-)
+var _ rxloop.Queue = (*Receiver)(nil)

@@ -143,7 +143,7 @@ func OpenSender(cfg SendConfig) (*Sender, error) {
 		}
 	}
 
-	s, err := newSender(q, cfg, SendLoopConfig{Rate: swRate}, src, macs, ipCsum)
+	s, err := NewSender(q, cfg, SendLoopConfig{Rate: swRate}, src, macs, ipCsum)
 	if err != nil {
 		release()
 		return nil, err

@@ -34,7 +34,7 @@ type SendWR struct {
 // SendQueue is a send queue as the sender sees it: frame buffers in
 // registered memory, a post_send that takes a batch, a completion queue to
 // poll and an edge-triggered wakeup. The device sender implements it with a
-// raw packet QP; tests use a fake.
+// raw packet QP; tests use verbstest's fakes.
 //
 // Send work requests complete in posting order. Only signaled ones produce a
 // completion, and a completion with ID p means every frame up to position p
@@ -331,7 +331,7 @@ func (l *sendLoop) reap(ctx context.Context, want uint64) error {
 			return fmt.Errorf("ibverbs: arm send completion queue: %w", err)
 		}
 		// A completion between the last empty poll and the arm raised no
-		// event: look once more before sleeping (see RunRecvLoop).
+		// event: look once more before sleeping (see rxloop.Run).
 		n, err := l.pollOnce()
 		if err != nil {
 			return err

@@ -230,7 +230,13 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		packetArea, openAfterRing = s.packetAreaSize(), s.open
+		packetArea, openAfterRing = s.AreaSize(), func(area []byte) (recvSource, error) {
+			src, err := s.Open(area)
+			if err != nil {
+				return nil, err
+			}
+			return ibvRecvSource{src}, nil
+		}
 	default:
 		return usageError("--transport %q: want udp, pcap, xdp or ibv", tr)
 	}

@@ -122,12 +122,12 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		is, err := newIBVHeapSender(ctx, cfg, enc)
+		hs, err := newIBVHeapSender(cfg, enc)
 		if err != nil {
 			return err
 		}
-		defer is.close()
-		ps = is
+		defer hs.Close()
+		ps = transportHeapSender{ctx, hs}
 	default:
 		return usageError("--transport %q: want udp or ibv", tr)
 	}
@@ -221,11 +221,24 @@ func (g *heapGen) heap(cnt uint64) *spead.Heap {
 	return h
 }
 
-// heapSender is a transport's way of sending the generated heaps: udp's packetSender, ibv's ibvHeapSender.
+// heapSender is a transport's way of sending the generated heaps: udp's packetSender, ibv's HeapSender.
 type heapSender interface {
 	heap(h *spead.Heap) error
 	flush() error
 	totals() (packets, bytes uint64, start time.Time)
+}
+
+// transportHeapSender is a transport.HeapSender as a heapSender, sending under ctx.
+type transportHeapSender struct {
+	ctx context.Context
+	transport.HeapSender
+}
+
+func (t transportHeapSender) heap(h *spead.Heap) error { return t.SendHeap(t.ctx, h) }
+func (t transportHeapSender) flush() error             { return t.Flush(t.ctx) }
+func (t transportHeapSender) totals() (uint64, uint64, time.Time) {
+	tot := t.Totals()
+	return tot.Packets, tot.Bytes, tot.Start
 }
 
 func (ps *packetSender) totals() (uint64, uint64, time.Time) { return ps.packets, ps.bytes, ps.start }
