@@ -365,7 +365,7 @@ func (f *Flow) Destroy() error {
 // Layout is how the packet area was divided.
 func (r *Receiver) Layout() RegionLayout { return r.layout }
 
-// Poll implements Queue.
+// Poll implements rxloop.Queue.
 func (r *Receiver) Poll(out []rxloop.Completion) (int, error) {
 	if len(out) == 0 {
 		return 0, nil
@@ -377,7 +377,7 @@ func (r *Receiver) Poll(out []rxloop.Completion) (int, error) {
 	return int(n), nil
 }
 
-// Repost implements Queue.
+// Repost implements rxloop.Queue.
 func (r *Receiver) Repost(ids []uint64) error {
 	if len(ids) == 0 {
 		return nil
@@ -388,7 +388,7 @@ func (r *Receiver) Repost(ids []uint64) error {
 	return nil
 }
 
-// Arm implements Queue.
+// Arm implements rxloop.Queue.
 func (r *Receiver) Arm() error {
 	if r.chanFile == nil {
 		return errors.New("busy-poll receiver has no completion channel")
@@ -399,7 +399,7 @@ func (r *Receiver) Arm() error {
 	return nil
 }
 
-// Wait implements Queue: it sleeps until the armed CQ raises an event,
+// Wait implements rxloop.Queue: it sleeps until the armed CQ raises an event,
 // reads it and acks it.
 func (r *Receiver) Wait(ctx context.Context) error {
 	if r.chanFile == nil {
@@ -437,7 +437,7 @@ func waitChannelEvent(ctx context.Context, f *os.File, raw syscall.RawConn, getE
 	return nil
 }
 
-// Slot implements Queue.
+// Slot implements rxloop.Queue.
 func (r *Receiver) Slot(id uint64) []byte { return r.layout.Slot(r.area, int(id)) }
 
 // Close leaves the groups and releases flows, QP, CQs, channel, MR, PD and
