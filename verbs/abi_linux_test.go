@@ -5,6 +5,8 @@ package verbs
 import (
 	"testing"
 	"unsafe"
+
+	"github.com/ibvbridge/ibvbridge/internal/rxloop"
 )
 
 // TestFlowLayoutMatchesC proves the pure-Go flow encoding against sizeof and
@@ -83,10 +85,10 @@ func TestFlowLayoutMatchesC(t *testing.T) {
 	check("IBV_QPT_RAW_PACKET", qptRawPacket)
 	check("IBV_LINK_LAYER_INFINIBAND", uint64(LinkLayerInfiniBand))
 	check("IBV_LINK_LAYER_ETHERNET", uint64(LinkLayerEthernet))
-	check("IBV_WC_SUCCESS", uint64(StatusSuccess))
+	check("IBV_WC_SUCCESS", uint64(rxloop.StatusSuccess))
 
 	// Receiver.Poll hands &out[0] straight to C.
-	var comp Completion
+	var comp rxloop.Completion
 	check("sizeof(ibvb_completion)", uint64(unsafe.Sizeof(comp)))
 	check("offsetof(ibvb_completion.len)", uint64(unsafe.Offsetof(comp.Len)))
 	check("offsetof(ibvb_completion.status)", uint64(unsafe.Offsetof(comp.Status)))

@@ -6,14 +6,16 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/ibvbridge/ibvbridge/internal/rxloop"
 )
 
 // Defaults follow spead2's udp_ibv_config so a configuration tuned for spead2
 // behaves the same here.
 const (
-	DefaultMaxSize    = 9200             // spead2 udp_ibv default max_size
-	DefaultBufferSize = 16 * 1024 * 1024 // spead2 udp_ibv default buffer_size
-	DefaultMaxPoll    = 10               // spead2 udp_ibv default max_poll
+	DefaultMaxSize    = 9200                  // spead2 udp_ibv default max_size
+	DefaultBufferSize = 16 * 1024 * 1024      // spead2 udp_ibv default buffer_size
+	DefaultMaxPoll    = rxloop.DefaultMaxPoll // spead2 udp_ibv default max_poll
 	DefaultCompVector = 0
 )
 

@@ -1,23 +1,26 @@
-// Package verbs is ibvbridge's kernel-bypass receive path over ibverbs (RDMA
-// raw packet QPs), modelled on spead2's udp_ibv reader. It owns:
+// Package verbs is ibvbridge's ibverbs device layer (RDMA raw packet QPs),
+// modelled on spead2's udp_ibv reader and UdpIbvStream. It owns:
 //
 //   - run-time binding to libibverbs.so.1 (Load): the library is dlopen()ed, never
 //     linked, so the ibvbridge binary starts on hosts without rdma-core and only
 //     the ibverbs transport reports ErrLibraryNotFound;
 //   - device discovery (Devices, Format) and the interface → RDMA device → port
-//     mapping (InterfaceForAddr, DeviceForNetdev) that spead2 gets from rdma_cm;
-//   - receive configuration and its environment variables (RecvConfig, ApplyEnv);
+//     mapping (DeviceForAddr, DeviceForNetdev) that spead2 gets from rdma_cm;
+//   - receive and send configuration and their environment variables
+//     (RecvConfig, SendConfig, ApplyEnv);
 //   - flow steering rules in the exact struct ibv_flow_attr byte layout (FlowRule);
 //   - carving the ring's packet area into receive work-request slots (PlanRegion);
-//   - the poll/repost loop (RunRecvLoop), written against the small Queue
-//     interface so it is tested here with a fake queue, and the device Receiver
-//     that implements Queue with a raw packet QP;
-//   - the send path (OpenSender, Sender), spead2's UdpIbvStream: SPEAD packets
-//     encoded and framed straight into registered buffers, posted in batches
-//     whose last work request is signaled, completions reaped in batches,
-//     hardware packet pacing (QP rate limit) or software pacing, IPv4 checksum
-//     offload when the NIC has it. Its batching, buffer reuse and pacing live in
-//     a pure-Go loop over the SendQueue interface, tested with a fake queue.
+//   - the device Receiver: PD, MR, CQ, completion channel, raw packet QP, flows
+//     and IGMP joins, exposed as an internal/rxloop Queue that transport/ibv runs;
+//   - the frame-level send path (OpenSender, Sender): UDP payloads written
+//     straight into registered frame buffers, framed, posted in batches whose
+//     last work request is signaled, completions reaped in batches, hardware
+//     packet pacing (QP rate limit) or software pacing, IPv4 checksum offload
+//     when the NIC has it. Its batching, buffer reuse and pacing live in a
+//     pure-Go loop over the SendQueue interface, tested with verbstest's fakes.
+//
+// It knows nothing of SPEAD, rings or the transport interfaces: transport/ibv
+// builds the ibverbs transport (heaps, sinks, counters) on top of it.
 //
 // This is the project's only cgo package, and the C is confined to
 // ibvb_shim.c and ibv_linux.go. Everything else is pure Go so it builds and is

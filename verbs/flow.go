@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+
+	"github.com/ibvbridge/ibvbridge/frame"
 )
 
 // FlowType is enum ibv_flow_attr_type.
@@ -411,16 +413,6 @@ func putEthFilter(d []byte, dst, src [6]byte, etherType, vlan uint16) {
 	binary.BigEndian.PutUint16(d[14:], vlan)
 }
 
-// MulticastMAC is the Ethernet address IPv4 multicast group a is sent to
-// (RFC 1112 / RFC 7042: 01:00:5e plus the group's low 23 bits).
-func MulticastMAC(a netip.Addr) (net.HardwareAddr, error) {
-	if !a.Is4() || !a.IsMulticast() {
-		return nil, fmt.Errorf("%s is not an IPv4 multicast address", a)
-	}
-	b := a.As4()
-	return net.HardwareAddr{0x01, 0x00, 0x5e, b[1] & 0x7f, b[2], b[3]}, nil
-}
-
 // FlowRulesForEndpoints builds spead2's rule per endpoint: destination MAC of
 // the group, ether type IPv4, destination IP, UDP destination port.
 func FlowRulesForEndpoints(endpoints []netip.AddrPort, port int) ([]*FlowRule, error) {
@@ -429,8 +421,8 @@ func FlowRulesForEndpoints(endpoints []netip.AddrPort, port int) ([]*FlowRule, e
 		if err := ValidateEndpoint(ep); err != nil {
 			return nil, err
 		}
-		mac, _ := MulticastMAC(ep.Addr())
-		r := NewFlowRule(port).DstMAC(mac).EtherType(0x0800).DstIP(ep.Addr()).UDP().DstPort(ep.Port())
+		mac, _ := frame.MulticastMAC(ep.Addr()) // ValidateEndpoint: a multicast group
+		r := NewFlowRule(port).DstMAC(mac[:]).EtherType(0x0800).DstIP(ep.Addr()).UDP().DstPort(ep.Port())
 		if err := r.Err(); err != nil {
 			return nil, fmt.Errorf("endpoint %s: %w", ep, err)
 		}

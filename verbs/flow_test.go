@@ -111,16 +111,6 @@ func TestFlowRuleErrors(t *testing.T) {
 	}
 }
 
-func TestMulticastMAC(t *testing.T) {
-	mac, err := MulticastMAC(netip.MustParseAddr("239.255.130.4"))
-	if err != nil || mac.String() != "01:00:5e:7f:82:04" {
-		t.Fatalf("got %v %v", mac, err)
-	}
-	if _, err := MulticastMAC(netip.MustParseAddr("10.0.0.1")); err == nil {
-		t.Fatal("unicast accepted")
-	}
-}
-
 func TestFlowRulesForEndpointsRejects(t *testing.T) {
 	for _, ep := range []string{"10.0.0.1:7148", "[ff02::1]:7148"} {
 		_, err := FlowRulesForEndpoints([]netip.AddrPort{netip.MustParseAddrPort(ep)}, 1)

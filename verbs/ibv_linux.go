@@ -14,7 +14,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ibvbridge/ibvbridge/frame"
 	"net/netip"
 	"os"
 	"sync"
@@ -23,7 +22,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/ibvbridge/ibvbridge/transport"
+	"github.com/ibvbridge/ibvbridge/internal/rxloop"
 )
 
 var (
@@ -168,8 +167,9 @@ func convertDevice(in *C.ibvb_device_info) Device {
 }
 
 // Receiver receives the configured multicast streams with a raw packet QP
-// into the caller's packet area. It implements Queue (RunRecvLoop drives it)
-// and transport.Source. Poll, Repost, Arm and Wait are for one goroutine.
+// into the caller's packet area. It is the device rxloop.Queue:
+// transport/ibv's Source runs rxloop.Run over it. Poll, Repost, Arm and Wait
+// are for one goroutine.
 type Receiver struct {
 	rx       *C.ibvb_rx
 	cfg      RecvConfig
@@ -183,11 +183,6 @@ type Receiver struct {
 	joinFD   int
 	flows    []*Flow
 	closed   atomic.Bool
-	// Dropped counts frames Run discarded as not plain IPv4/UDP; DroppedBy
-	// splits them by frame.Reason.
-	Dropped   atomic.Uint64
-	DroppedBy [frame.NumReasons]atomic.Uint64
-	Stats     LoopStats
 }
 
 // Flow is a flow steering rule attached to a Receiver's QP.
@@ -370,8 +365,8 @@ func (f *Flow) Destroy() error {
 // Layout is how the packet area was divided.
 func (r *Receiver) Layout() RegionLayout { return r.layout }
 
-// Poll implements Queue.
-func (r *Receiver) Poll(out []Completion) (int, error) {
+// Poll implements rxloop.Queue.
+func (r *Receiver) Poll(out []rxloop.Completion) (int, error) {
 	if len(out) == 0 {
 		return 0, nil
 	}
@@ -382,7 +377,7 @@ func (r *Receiver) Poll(out []Completion) (int, error) {
 	return int(n), nil
 }
 
-// Repost implements Queue.
+// Repost implements rxloop.Queue.
 func (r *Receiver) Repost(ids []uint64) error {
 	if len(ids) == 0 {
 		return nil
@@ -393,7 +388,7 @@ func (r *Receiver) Repost(ids []uint64) error {
 	return nil
 }
 
-// Arm implements Queue.
+// Arm implements rxloop.Queue.
 func (r *Receiver) Arm() error {
 	if r.chanFile == nil {
 		return errors.New("busy-poll receiver has no completion channel")
@@ -404,7 +399,7 @@ func (r *Receiver) Arm() error {
 	return nil
 }
 
-// Wait implements Queue: it sleeps until the armed CQ raises an event,
+// Wait implements rxloop.Queue: it sleeps until the armed CQ raises an event,
 // reads it and acks it.
 func (r *Receiver) Wait(ctx context.Context) error {
 	if r.chanFile == nil {
@@ -442,27 +437,11 @@ func waitChannelEvent(ctx context.Context, f *os.File, raw syscall.RawConn, getE
 	return nil
 }
 
-// Slot implements Queue.
+// Slot implements rxloop.Queue.
 func (r *Receiver) Slot(id uint64) []byte { return r.layout.Slot(r.area, int(id)) }
 
-// Run implements transport.Source: it receives until ctx is done, handing
-// each UDP payload to sink. Frames that are not plain IPv4/UDP are counted in
-// Dropped.
-func (r *Receiver) Run(ctx context.Context, sink transport.Sink) error {
-	cfg := LoopConfig{MaxPoll: r.cfg.MaxPoll, BusyPoll: r.cfg.BusyPoll(), Stats: &r.Stats}
-	return RunRecvLoop(ctx, r, cfg, func(_ uint64, f []byte) {
-		udp, err := frame.Parse(f)
-		if err != nil { // VLAN tags, IP options, fragments, non-UDP: counted and skipped, as spead2 does
-			r.Dropped.Add(1)
-			r.DroppedBy[frame.ReasonOf(err)].Add(1)
-			return
-		}
-		sink.Packet(udp.Payload, time.Now().UnixNano())
-	})
-}
-
 // Close leaves the groups and releases flows, QP, CQs, channel, MR, PD and
-// device. Call it after Run/RunRecvLoop has returned. Safe to call twice.
+// device. Call it after rxloop.Run has returned. Safe to call twice.
 func (r *Receiver) Close() error {
 	if r.closed.Swap(true) {
 		return nil
@@ -482,7 +461,7 @@ func (r *Receiver) Close() error {
 }
 
 // StatusString names a completion status (ibv_wc_status_str).
-func StatusString(s Status) string {
+func StatusString(s rxloop.Status) string {
 	if Load() != nil {
 		return fmt.Sprintf("status %d", uint32(s))
 	}
@@ -502,8 +481,4 @@ func cABITable() map[string]uint64 {
 	return m
 }
 
-// Verify interface satisfaction at compile time.
-var (
-	_ Queue            = (*Receiver)(nil)
-	_ transport.Source = (*Receiver)(nil)
-)
+var _ rxloop.Queue = (*Receiver)(nil)

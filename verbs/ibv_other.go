@@ -6,10 +6,8 @@ import (
 	"context"
 	"net/netip"
 	"strconv"
-	"sync/atomic"
 
-	"github.com/ibvbridge/ibvbridge/frame"
-	"github.com/ibvbridge/ibvbridge/transport"
+	"github.com/ibvbridge/ibvbridge/internal/rxloop"
 )
 
 // Load reports ErrUnsupported: this build has no cgo (or is not Linux).
@@ -27,9 +25,6 @@ func Devices() ([]Device, error) { return nil, ErrUnsupported }
 type Receiver struct {
 	Netdev, IBDev string
 	Port          int
-	Dropped       atomic.Uint64
-	DroppedBy     [frame.NumReasons]atomic.Uint64
-	Stats         LoopStats
 }
 
 // Flow is unavailable in this build.
@@ -46,24 +41,20 @@ func OpenReceiver(cfg RecvConfig, packetArea []byte) (*Receiver, error) {
 	return nil, ErrUnsupported
 }
 
-func (r *Receiver) AddFlow(*FlowRule) (*Flow, error)          { return nil, ErrUnsupported }
-func (f *Flow) Destroy() error                                { return ErrUnsupported }
-func (r *Receiver) Layout() RegionLayout                      { return RegionLayout{} }
-func (r *Receiver) Poll([]Completion) (int, error)            { return 0, ErrUnsupported }
-func (r *Receiver) Repost([]uint64) error                     { return ErrUnsupported }
-func (r *Receiver) Arm() error                                { return ErrUnsupported }
-func (r *Receiver) Wait(context.Context) error                { return ErrUnsupported }
-func (r *Receiver) Slot(uint64) []byte                        { return nil }
-func (r *Receiver) Run(context.Context, transport.Sink) error { return ErrUnsupported }
-func (r *Receiver) Close() error                              { return nil }
+func (r *Receiver) AddFlow(*FlowRule) (*Flow, error)      { return nil, ErrUnsupported }
+func (f *Flow) Destroy() error                            { return ErrUnsupported }
+func (r *Receiver) Layout() RegionLayout                  { return RegionLayout{} }
+func (r *Receiver) Poll([]rxloop.Completion) (int, error) { return 0, ErrUnsupported }
+func (r *Receiver) Repost([]uint64) error                 { return ErrUnsupported }
+func (r *Receiver) Arm() error                            { return ErrUnsupported }
+func (r *Receiver) Wait(context.Context) error            { return ErrUnsupported }
+func (r *Receiver) Slot(uint64) []byte                    { return nil }
+func (r *Receiver) Close() error                          { return nil }
 
 // StatusString names a completion status.
-func StatusString(s Status) string { return "status " + strconv.FormatUint(uint64(s), 10) }
+func StatusString(s rxloop.Status) string { return "status " + strconv.FormatUint(uint64(s), 10) }
 
-var (
-	_ Queue            = (*Receiver)(nil)
-	_ transport.Source = (*Receiver)(nil)
-)
+var _ rxloop.Queue = (*Receiver)(nil)
 
 // OpenSender validates cfg, then reports ErrUnsupported.
 func OpenSender(cfg SendConfig) (*Sender, error) {

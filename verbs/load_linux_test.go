@@ -11,6 +11,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/ibvbridge/ibvbridge/internal/rxloop"
 )
 
 const helperEnv = "IBVBRIDGE_VERBS_TEST_HELPER"
@@ -129,10 +131,10 @@ func TestNoLinkTimeLibibverbs(t *testing.T) {
 
 func TestStatusString(t *testing.T) {
 	haveLibibverbs(t)
-	if s := StatusString(StatusSuccess); s != "success" {
+	if s := StatusString(rxloop.StatusSuccess); s != "success" {
 		t.Fatalf("%q", s)
 	}
-	if s := StatusString(Status(4)); s == "" {
+	if s := StatusString(rxloop.Status(4)); s == "" {
 		t.Fatal("empty")
 	}
 }

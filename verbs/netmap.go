@@ -4,50 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/ibvbridge/ibvbridge/internal/netif"
 )
-
-// InterfaceForAddr returns the name of the network interface that has the
-// IPv4 address ip, which is how spead2 (and ibvbridge) are told where to
-// receive.
-func InterfaceForAddr(ip netip.Addr) (string, error) {
-	return interfaceForAddr(ip, net.Interfaces)
-}
-
-func interfaceForAddr(ip netip.Addr, list func() ([]net.Interface, error)) (string, error) {
-	if !ip.Is4() {
-		return "", fmt.Errorf("interface address %s is not an IPv4 address", ip)
-	}
-	ifs, err := list()
-	if err != nil {
-		return "", fmt.Errorf("list interfaces: %w", err)
-	}
-	for _, ifi := range ifs {
-		addrs, err := ifi.Addrs()
-		if err != nil {
-			continue
-		}
-		for _, a := range addrs {
-			var ipa net.IP
-			switch v := a.(type) {
-			case *net.IPNet:
-				ipa = v.IP
-			case *net.IPAddr:
-				ipa = v.IP
-			}
-			if got, ok := netip.AddrFromSlice(ipa); ok && got.Unmap() == ip {
-				return ifi.Name, nil
-			}
-		}
-	}
-	return "", fmt.Errorf("interface address %s not found", ip)
-}
 
 // DeviceForNetdev returns the RDMA device and 1-based port behind network
 // interface netdev, read from sysfs. The error for a plain NIC matches
@@ -56,12 +21,19 @@ func DeviceForNetdev(netdev string) (ibdev string, port int, err error) {
 	return deviceForNetdev("/sys", netdev)
 }
 
-// DeviceForAddr combines InterfaceForAddr and DeviceForNetdev.
+// DeviceForAddr returns the network interface that has the IPv4 address ip
+// (which is how spead2, and ibvbridge, are told where to receive and send)
+// and the RDMA device and port behind it (DeviceForNetdev). The error wraps
+// netif.ErrNoInterface when no interface has ip.
 func DeviceForAddr(ip netip.Addr) (netdev, ibdev string, port int, err error) {
-	netdev, err = InterfaceForAddr(ip)
+	if !ip.Is4() {
+		return "", "", 0, fmt.Errorf("interface address %s is not an IPv4 address", ip)
+	}
+	ifi, err := netif.ByAddr(ip)
 	if err != nil {
 		return "", "", 0, err
 	}
+	netdev = ifi.Name
 	ibdev, port, err = DeviceForNetdev(netdev)
 	if err != nil {
 		if nd := (*NoDeviceError)(nil); errors.As(err, &nd) {

@@ -2,12 +2,13 @@ package verbs
 
 import (
 	"errors"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ibvbridge/ibvbridge/internal/netif"
 )
 
 func writeFile(t *testing.T, path, content string) {
@@ -85,25 +86,16 @@ func TestDeviceForNetdevErrors(t *testing.T) {
 	}
 }
 
-func TestInterfaceForAddr(t *testing.T) {
-	lo, err := InterfaceForAddr(netip.MustParseAddr("127.0.0.1"))
-	if err != nil {
-		t.Skipf("no loopback IPv4 address here: %v", err)
-	}
-	if lo == "" {
-		t.Fatal("empty name")
-	}
-	_, err = InterfaceForAddr(netip.MustParseAddr("192.0.2.123"))
-	if err == nil || err.Error() != "interface address 192.0.2.123 not found" {
-		t.Fatalf("got %v", err)
-	}
-	_, err = InterfaceForAddr(netip.MustParseAddr("::1"))
+// TestDeviceForAddrRejects: only IPv4 addresses, and a missing interface is
+// netif's error.
+func TestDeviceForAddrRejects(t *testing.T) {
+	_, _, _, err := DeviceForAddr(netip.MustParseAddr("::1"))
 	if err == nil || err.Error() != "interface address ::1 is not an IPv4 address" {
 		t.Fatalf("got %v", err)
 	}
-	_, err = interfaceForAddr(netip.MustParseAddr("10.0.0.1"), func() ([]net.Interface, error) { return nil, errors.New("netlink down") })
-	if err == nil || !strings.Contains(err.Error(), "netlink down") {
-		t.Fatalf("got %v", err)
+	_, _, _, err = DeviceForAddr(netip.MustParseAddr("192.0.2.123"))
+	if !errors.Is(err, netif.ErrNoInterface) {
+		t.Fatalf("got %v, want netif.ErrNoInterface", err)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"unsafe"
 
 	"github.com/ibvbridge/ibvbridge/frame"
+	"github.com/ibvbridge/ibvbridge/internal/rxloop"
 )
 
 // txQueue is the device SendQueue: a raw packet QP in RTS with its frame
@@ -142,7 +143,7 @@ func OpenSender(cfg SendConfig) (*Sender, error) {
 		}
 	}
 
-	s, err := newSender(q, cfg, SendLoopConfig{Rate: swRate}, src, macs, ipCsum)
+	s, err := NewSender(q, cfg, SendLoopConfig{Rate: swRate}, src, macs, ipCsum)
 	if err != nil {
 		release()
 		return nil, err
@@ -171,7 +172,7 @@ func (q *txQueue) Post(wrs []SendWR) error {
 }
 
 // Poll implements SendQueue.
-func (q *txQueue) Poll(out []Completion) (int, error) {
+func (q *txQueue) Poll(out []rxloop.Completion) (int, error) {
 	if len(out) == 0 {
 		return 0, nil
 	}

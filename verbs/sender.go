@@ -13,7 +13,6 @@ import (
 	"strings"
 
 	"github.com/ibvbridge/ibvbridge/frame"
-	"github.com/ibvbridge/ibvbridge/spead"
 )
 
 // Send defaults, as spead2's udp_ibv_config and stream_config.
@@ -237,10 +236,11 @@ type SenderInfo struct {
 	Pacing        string // "none", "hardware" or "software", with why software
 }
 
-// Sender transmits SPEAD packets as raw Ethernet frames through a raw
-// packet QP: headers (frame.Builder) and packet (spead.Encoder) are written
-// straight into registered frame buffers and posted in batches. One
-// goroutine uses a Sender.
+// Sender transmits UDP payloads (SPEAD packets) as raw Ethernet frames
+// through a raw packet QP: the caller writes the payload straight into a
+// registered frame buffer (Buffer), the Sender adds the headers
+// (frame.Builder) and posts frames in batches (Commit). transport/ibv's
+// HeapSender packetizes heaps with it. One goroutine uses a Sender.
 type Sender struct {
 	loop     *sendLoop
 	builders []frame.Builder
@@ -251,9 +251,17 @@ type Sender struct {
 	closer   func() error
 }
 
-// newSender assembles the part of a Sender above the device. headers gives
-// the source addresses; dstMACs is per endpoint.
-func newSender(q SendQueue, cfg SendConfig, loopCfg SendLoopConfig, src frame.Header, dstMACs [][6]byte, ipCsum bool) (*Sender, error) {
+// NewSender assembles a Sender over any send queue: OpenSender passes the
+// device's, tests a fake (verbstest). src gives the source addresses;
+// dstMACs has one destination MAC per cfg.Endpoints entry; ipCsum leaves
+// the IPv4 header checksums to the NIC.
+func NewSender(q SendQueue, cfg SendConfig, loopCfg SendLoopConfig, src frame.Header, dstMACs [][6]byte, ipCsum bool) (*Sender, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(dstMACs) != len(cfg.Endpoints) {
+		return nil, fmt.Errorf("ibverbs: %d destination MACs for %d endpoints", len(dstMACs), len(cfg.Endpoints))
+	}
 	loopCfg.Slots = cfg.Slots()
 	loopCfg.FrameSize = cfg.FrameSize()
 	loopCfg.MaxPoll = cfg.MaxPoll
@@ -313,32 +321,12 @@ func (s *Sender) CommitTo(ctx context.Context, ep, n int) error {
 	return s.loop.commit(ctx, frame.HeaderLen+n, n)
 }
 
-// SendHeap packetizes h with enc (whose packet size must not exceed
-// MaxPacketSize) straight into frame buffers and queues them for endpoint
-// ep. The frames are posted in batches: Flush sends the rest.
-func (s *Sender) SendHeap(ctx context.Context, enc *spead.Encoder, h *spead.Heap, ep int) error {
-	if enc.MaxPacketSize() > s.maxPkt {
-		return fmt.Errorf("ibverbs: encoder packets of %d bytes exceed the max packet size %d", enc.MaxPacketSize(), s.maxPkt)
-	}
-	if err := enc.Reset(h); err != nil {
-		return err
-	}
-	for enc.More() {
-		buf, err := s.Buffer(ctx)
-		if err != nil {
-			return err
-		}
-		n, err := enc.Next(buf)
-		if err != nil {
-			s.loop.acquired = false // the buffer was not used
-			return err
-		}
-		if err := s.CommitTo(ctx, ep, n); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+// Discard gives back the buffer Buffer returned, unsent: for when the
+// payload could not be written.
+func (s *Sender) Discard() { s.loop.acquired = false }
+
+// MaxPacketSize is the largest payload a frame carries (SendConfig's).
+func (s *Sender) MaxPacketSize() int { return s.maxPkt }
 
 // Flush posts what is queued and waits until the NIC has sent every frame.
 func (s *Sender) Flush(ctx context.Context) error { return s.loop.flush(ctx) }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/ibvbridge/ibvbridge/internal/rxloop"
 )
 
 // SendFlags are per-work-request send flags, with enum ibv_send_flags' values
@@ -32,7 +34,7 @@ type SendWR struct {
 // SendQueue is a send queue as the sender sees it: frame buffers in
 // registered memory, a post_send that takes a batch, a completion queue to
 // poll and an edge-triggered wakeup. The device sender implements it with a
-// raw packet QP; tests use a fake.
+// raw packet QP; tests use verbstest's fakes.
 //
 // Send work requests complete in posting order. Only signaled ones produce a
 // completion, and a completion with ID p means every frame up to position p
@@ -41,7 +43,7 @@ type SendQueue interface {
 	// Post posts wrs as one chain (one doorbell).
 	Post(wrs []SendWR) error
 	// Poll fills out with up to len(out) send completions; it never blocks.
-	Poll(out []Completion) (int, error)
+	Poll(out []rxloop.Completion) (int, error)
 	// Arm requests one wakeup for the next completion.
 	Arm() error
 	// Wait blocks until a wakeup requested by Arm fires or ctx is done.
@@ -163,7 +165,7 @@ type sendLoop struct {
 	tail     uint64
 	acquired bool
 	pending  []SendWR
-	wc       []Completion
+	wc       []rxloop.Completion
 	clock    Clock
 	paceNs   float64 // ns per byte; 0: unpaced
 	paceT0   time.Duration
@@ -200,7 +202,7 @@ func newSendLoop(q SendQueue, cfg SendLoopConfig) (*sendLoop, error) {
 		slots:   uint64(cfg.Slots),
 		batch:   batch,
 		pending: make([]SendWR, 0, batch),
-		wc:      make([]Completion, max(16, min(cfg.Slots, 256))),
+		wc:      make([]rxloop.Completion, max(16, min(cfg.Slots, 256))),
 		clock:   cfg.Clock,
 	}
 	if l.clock == nil {
@@ -329,7 +331,7 @@ func (l *sendLoop) reap(ctx context.Context, want uint64) error {
 			return fmt.Errorf("ibverbs: arm send completion queue: %w", err)
 		}
 		// A completion between the last empty poll and the arm raised no
-		// event: look once more before sleeping (see RunRecvLoop).
+		// event: look once more before sleeping (see rxloop.Run).
 		n, err := l.pollOnce()
 		if err != nil {
 			return err
@@ -360,7 +362,7 @@ func (l *sendLoop) pollOnce() (int, error) {
 	}
 	for i := range l.wc[:n] {
 		c := &l.wc[i]
-		if c.Status != StatusSuccess {
+		if c.Status != rxloop.StatusSuccess {
 			return 0, fmt.Errorf("%w: frame %d: %s", ErrSendFailed, c.ID, StatusString(c.Status))
 		}
 		if c.ID < l.head || c.ID >= l.posted {

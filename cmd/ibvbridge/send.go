@@ -117,7 +117,7 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 	case "ibv": // transport_ibv.go: frames built straight into the NIC's registered buffers
 		var cfg verbs.SendConfig
 		if cfg, err = ibvOpt.sendConfig(pos[0], ep, *iface, *ttl, *packetSize, *rate); err == nil {
-			hs, err = newIBVHeapSenderTmp(cfg, enc)
+			hs, err = newIBVHeapSender(cfg, enc)
 		}
 	default:
 		return usageError("--transport %q: want udp or ibv", tr)

@@ -1,20 +1,18 @@
 package main
 
 // The ibverbs transport of recv and send (--transport ibv). recv.go and send.go only call in here from their
-// transport switches; everything ibverbs-specific (flags, environment, validation, the device) is in this file.
+// transport switches; the command-line side (flags, environment, validation) is in this file, the transport
+// itself in package transport/ibv.
 
 import (
-	"context"
-	"errors"
 	"flag"
-	"fmt"
 	"net/netip"
 	"os"
 	"strconv"
-	"time"
 
 	"github.com/ibvbridge/ibvbridge/spead"
 	"github.com/ibvbridge/ibvbridge/transport"
+	"github.com/ibvbridge/ibvbridge/transport/ibv"
 	"github.com/ibvbridge/ibvbridge/verbs"
 )
 
@@ -136,16 +134,9 @@ func (f *ibvFlags) recvConfig(pos []string, eps []transport.Endpoint, iface stri
 	return cfg, nil
 }
 
-// ibvSource is recv's ibverbs transport. It exists in two steps: the configuration is checked and the
-// device found before the ring is created (packetAreaSize sizes the ring's packet area), then open starts
-// the receiver on the ring's packet area, so the NIC writes frames straight into the ring's data file.
-type ibvSource struct {
-	cfg verbs.RecvConfig
-	r   *verbs.Receiver
-}
-
 // newIBVSource checks everything that can be checked without opening the device: configuration errors
-// first (usage errors), then that libibverbs loads, has devices and one behind the interface.
+// first (usage errors), then that libibverbs loads, has devices and one behind the interface. The source
+// opens on the ring's packet area once the ring exists.
 func newIBVSource(f *ibvFlags, pos []string, eps []transport.Endpoint, iface, pcapFile string) (transport.AreaSource, error) {
 	if pcapFile != "" {
 		return nil, usageError("--pcap replays a file: it does not go with --transport ibv")
@@ -154,48 +145,7 @@ func newIBVSource(f *ibvFlags, pos []string, eps []transport.Endpoint, iface, pc
 	if err != nil {
 		return nil, err
 	}
-	if _, _, _, err := verbs.CheckInterface(cfg.Interface); err != nil {
-		return nil, fmt.Errorf("ibverbs receiver on %s: %w", cfg.Interface, err)
-	}
-	return &ibvSource{cfg: cfg}, nil
-}
-
-// packetAreaSize is the ring packet area for the receive buffer: --ibv-buffer / --ibv-max-size slots of
-// --ibv-max-size bytes, each aligned, wherever the area starts.
-func (s *ibvSource) packetAreaSize() int { return verbs.AreaSize(s.cfg.MaxSize, s.cfg.BufferSize) }
-
-// open opens the receiver on the ring's packet area (recv's openAfterRing).
-func (s *ibvSource) open(area []byte) (recvSource, error) {
-	r, err := verbs.OpenReceiver(s.cfg, area)
-	if err != nil {
-		return nil, err
-	}
-	s.r = r
-	return s, nil
-}
-
-// Run receives until ctx is done, then releases the receiver at once: the NIC must stop writing into the
-// ring's packet area before recv unmaps the ring.
-func (s *ibvSource) Run(ctx context.Context, sink transport.Sink) error {
-	if s.r == nil {
-		return errors.New("ibverbs receiver not attached to the ring")
-	}
-	defer s.r.Close()
-	return s.r.Run(ctx, sink)
-}
-
-func (s *ibvSource) Close() error {
-	if s.r == nil {
-		return nil
-	}
-	return s.r.Close()
-}
-
-func (s *ibvSource) counters() map[string]uint64 {
-	if s.r == nil {
-		return map[string]uint64{}
-	}
-	return s.r.Counters()
+	return ibv.NewSource(cfg)
 }
 
 // sendConfig builds and checks the send configuration, with no device access. dest is send's positional
@@ -222,39 +172,8 @@ func (f *ibvFlags) sendConfig(dest string, ep transport.Endpoint, iface string, 
 	return cfg, nil
 }
 
-// ibvHeapSender is send's ibverbs path: the heaps send.go generates are packetized straight into the
+// newIBVHeapSender is send's ibverbs path: the heaps send.go generates are packetized straight into the
 // sender's registered frame buffers.
-type ibvHeapSender struct {
-	ctx   context.Context
-	s     *verbs.Sender
-	enc   *spead.Encoder
-	start time.Time
+func newIBVHeapSender(cfg verbs.SendConfig, enc *spead.Encoder) (transport.HeapSender, error) {
+	return ibv.OpenHeapSender(cfg, enc)
 }
-
-func newIBVHeapSender(ctx context.Context, cfg verbs.SendConfig, enc *spead.Encoder) (*ibvHeapSender, error) {
-	s, err := verbs.OpenSender(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &ibvHeapSender{ctx: ctx, s: s, enc: enc, start: time.Now()}, nil
-}
-
-func (h *ibvHeapSender) heap(hp *spead.Heap) error { return h.s.SendHeap(h.ctx, h.enc, hp, 0) }
-
-// flush waits for the NIC to finish; an interrupted send still drains what is queued, briefly.
-func (h *ibvHeapSender) flush() error {
-	ctx := h.ctx
-	if ctx.Err() != nil {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-	}
-	return h.s.Flush(ctx)
-}
-
-func (h *ibvHeapSender) totals() (packets, bytes uint64, start time.Time) {
-	st := h.s.Stats()
-	return st.Packets, st.Bytes, h.start
-}
-
-func (h *ibvHeapSender) close() error { return h.s.Close() }

@@ -230,8 +230,7 @@ func TestIBVPacketAreaSizing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := &ibvSource{cfg: cfg}
-		size := s.packetAreaSize()
+		size := verbs.AreaSize(cfg.MaxSize, cfg.BufferSize) // ibv.Source's AreaSize
 		dir := t.TempDir()
 		p, err := ring.Create("area", ring.Config{Dir: dir, SlotCount: 4, SlotSize: 4096, PacketArea: size, HugePages: ring.HugePagesOff})
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"unsafe"
 
+	"github.com/ibvbridge/ibvbridge/internal/netif"
 	"golang.org/x/sys/unix"
 )
 
@@ -55,10 +56,10 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 			}
 		}
 		if cfg.Interface.IsValid() {
-			ifi, err := InterfaceByAddr(cfg.Interface)
+			ifi, err := netif.ByAddr(cfg.Interface)
 			if err != nil {
 				unix.Close(fd)
-				return nil, err
+				return nil, fmt.Errorf("udp: %w", err)
 			}
 			mreq := &unix.IPMreqn{Address: cfg.Interface.As4(), Ifindex: int32(ifi.Index)}
 			if err := unix.SetsockoptIPMreqn(fd, unix.IPPROTO_IP, unix.IP_MULTICAST_IF, mreq); err != nil {

@@ -13,7 +13,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"sync"
@@ -24,6 +23,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
+	"github.com/ibvbridge/ibvbridge/internal/netif"
 	"github.com/ibvbridge/ibvbridge/transport"
 )
 
@@ -127,9 +127,9 @@ func Open(cfg Config) (s *Source, err error) {
 	var ifAddr [4]byte
 	ifIndex := 0
 	if cfg.Interface.IsValid() {
-		ifi, err := InterfaceByAddr(cfg.Interface)
+		ifi, err := netif.ByAddr(cfg.Interface)
 		if err != nil {
-			return s, err
+			return s, fmt.Errorf("udp: %w", err)
 		}
 		ifAddr, ifIndex = cfg.Interface.As4(), ifi.Index
 	}
@@ -237,26 +237,6 @@ func (s *Source) setBuffer(fd int, ep transport.Endpoint) {
 		s.cfg.Log.Warn().Str("endpoint", ep.String()).Int("requested", want).Int("granted", got).
 			Msg("socket receive buffer capped by net.core.rmem_max; raise it (sysctl -w net.core.rmem_max=N) or run as root")
 	}
-}
-
-// InterfaceByAddr finds the interface that has local address a.
-func InterfaceByAddr(a netip.Addr) (*net.Interface, error) {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return nil, fmt.Errorf("udp: list interfaces: %w", err)
-	}
-	for i := range ifs {
-		addrs, err := ifs[i].Addrs()
-		if err != nil {
-			continue
-		}
-		for _, ad := range addrs {
-			if pfx, err := netip.ParsePrefix(ad.String()); err == nil && pfx.Addr().Unmap() == a {
-				return &ifs[i], nil
-			}
-		}
-	}
-	return nil, fmt.Errorf("udp: no interface has address %s", a)
 }
 
 // LocalEndpoints are the bound endpoints (with the ports the kernel chose for port 0).

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"net"
 	"net/netip"
 	"runtime"
 	"sync"
@@ -232,15 +231,5 @@ func TestParseDrops(t *testing.T) {
 		"  2: 0100007F:1BED 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4243 2 0000000000000000 5\n"
 	if got := parseDrops([]byte(text), []uint64{4242, 9999}); got != 17 {
 		t.Errorf("drops %d, want 17", got)
-	}
-}
-
-func TestInterfaceByAddr(t *testing.T) {
-	ifi, err := InterfaceByAddr(netip.MustParseAddr("127.0.0.1"))
-	if err != nil || ifi.Flags&net.FlagLoopback == 0 {
-		t.Errorf("127.0.0.1: %v, %v", ifi, err)
-	}
-	if _, err := InterfaceByAddr(netip.MustParseAddr("192.0.2.77")); err == nil {
-		t.Error("found an interface for 192.0.2.77")
 	}
 }

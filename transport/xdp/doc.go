@@ -3,7 +3,8 @@
 // else to the kernel stack; attaching it (native or generic XDP, through a bpf_link the kernel removes when
 // the process dies) and replacing one a crashed run left behind; the AF_XDP sockets themselves (UMEM over
 // the ring's packet area, fill/rx rings, XDP_STATISTICS); the multicast joins that make IGMP work; and a
-// transport.Source that runs the sockets with verbs.RunRecvLoop, the loop the ibverbs transport uses.
+// transport.Source that runs the sockets with internal/rxloop's completion loop, the one the ibverbs
+// transport uses.
 //
 // What the XDP program matches: untagged Ethernet II, IPv4 without options (IHL 5), unfragmented UDP
 // whose (destination address, destination port) is an endpoint, or whose port is that of an endpoint

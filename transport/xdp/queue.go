@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ibvbridge/ibvbridge/verbs"
+	"github.com/ibvbridge/ibvbridge/internal/rxloop"
 )
 
 // Completion ids: the socket's index in the high bits, the frame's UMEM address (within that socket's
@@ -20,7 +20,7 @@ const (
 	addrMask = 1<<idShift - 1
 )
 
-// queue drives a Source's sockets as one verbs.Queue, so verbs.RunRecvLoop, the loop the ibverbs transport
+// queue drives a Source's sockets as one rxloop.Queue, so rxloop.Run, the loop the ibverbs transport
 // uses, runs them from one goroutine (the Sink is not safe for concurrent use). Poll takes from every
 // socket's rx ring, round robin; Repost gives frames back to their own socket's fill ring; Wait sleeps in
 // poll(2) on every socket and an eventfd that cancellation writes.
@@ -37,7 +37,7 @@ type queue struct {
 	kicks       atomic.Uint64
 }
 
-var _ verbs.Queue = (*queue)(nil)
+var _ rxloop.Queue = (*queue)(nil)
 
 func newQueue(socks []*xsk, wakeFD, batch int) *queue {
 	q := &queue{socks: socks, wakeFD: wakeFD, descs: make([]unix.XDPDesc, batch), addrs: make([]uint64, batch)}
@@ -48,8 +48,8 @@ func newQueue(socks []*xsk, wakeFD, batch int) *queue {
 	return q
 }
 
-// Poll implements verbs.Queue. It never blocks.
-func (q *queue) Poll(out []verbs.Completion) (int, error) {
+// Poll implements rxloop.Queue. It never blocks.
+func (q *queue) Poll(out []rxloop.Completion) (int, error) {
 	if len(q.descs) < len(out) {
 		q.descs = make([]unix.XDPDesc, len(out))
 	}
@@ -61,7 +61,7 @@ func (q *queue) Poll(out []verbs.Completion) (int, error) {
 		i := (q.next + k) % len(q.socks)
 		m := q.socks[i].take(q.descs[:len(out)-n])
 		for j, d := range q.descs[:m] {
-			out[n+j] = verbs.Completion{ID: uint64(i)<<idShift | d.Addr, Len: d.Len}
+			out[n+j] = rxloop.Completion{ID: uint64(i)<<idShift | d.Addr, Len: d.Len}
 		}
 		n += m
 	}
@@ -78,7 +78,7 @@ func (q *queue) Poll(out []verbs.Completion) (int, error) {
 	return 0, nil
 }
 
-// Repost implements verbs.Queue: the frames go back to their sockets' fill rings, one batch per socket.
+// Repost implements rxloop.Queue: the frames go back to their sockets' fill rings, one batch per socket.
 func (q *queue) Repost(ids []uint64) error {
 	if len(q.addrs) < len(ids) {
 		q.addrs = make([]uint64, len(ids))
@@ -102,11 +102,11 @@ func (q *queue) Repost(ids []uint64) error {
 	return nil
 }
 
-// Arm implements verbs.Queue. poll(2) on an AF_XDP socket is level-triggered (POLLIN while the rx ring is
+// Arm implements rxloop.Queue. poll(2) on an AF_XDP socket is level-triggered (POLLIN while the rx ring is
 // not empty), so there is nothing to arm and no wakeup to lose.
 func (q *queue) Arm() error { return nil }
 
-// Wait implements verbs.Queue: poll(2) until a socket has frames, the eventfd is written (the Source's run
+// Wait implements rxloop.Queue: poll(2) until a socket has frames, the eventfd is written (the Source's run
 // context was cancelled) or ctx is done. ctx is also checked every waitCheck, for a ctx other than the
 // Run's.
 func (q *queue) Wait(ctx context.Context) error {
@@ -141,7 +141,7 @@ func (q *queue) Wait(ctx context.Context) error {
 	}
 }
 
-// Slot implements verbs.Queue: the frame's bytes, from where the kernel put it to the end of its chunk.
+// Slot implements rxloop.Queue: the frame's bytes, from where the kernel put it to the end of its chunk.
 func (q *queue) Slot(id uint64) []byte {
 	x := q.socks[id>>idShift]
 	addr := id & addrMask

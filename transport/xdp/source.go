@@ -24,8 +24,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ibvbridge/ibvbridge/frame"
+	"github.com/ibvbridge/ibvbridge/internal/netif"
+	"github.com/ibvbridge/ibvbridge/internal/rxloop"
 	"github.com/ibvbridge/ibvbridge/transport"
-	"github.com/ibvbridge/ibvbridge/verbs"
 )
 
 // Attach modes for Config.Mode.
@@ -62,7 +63,7 @@ type Config struct {
 	FrameSize int
 	// Frames is the number of UMEM frames per queue, a power of two (default 4096).
 	Frames int
-	// MaxPoll and BusyPoll are verbs.LoopConfig's: polls before sleeping, or spin without sleeping.
+	// MaxPoll and BusyPoll are rxloop.Config's: polls before sleeping, or spin without sleeping.
 	MaxPoll  int
 	BusyPoll bool
 	// Batch is the frames taken per poll and returned per fill-ring update (default 64).
@@ -196,7 +197,7 @@ type Source struct {
 	wakeFD  int
 	q       *queue
 
-	loop    verbs.LoopStats
+	loop    rxloop.Stats
 	packets atomic.Uint64
 	bytes   atomic.Uint64
 	skipped [frame.NumReasons]atomic.Uint64
@@ -286,11 +287,11 @@ func Open(cfg Config, umem []byte) (s *Source, err error) {
 
 func resolveInterface(name string) (string, int, error) {
 	if a, err := netip.ParseAddr(name); err == nil {
-		n, err := verbs.InterfaceForAddr(a)
+		ifi, err := netif.ByAddr(a)
 		if err != nil {
 			return "", 0, fmt.Errorf("xdp: interface %s: %w: %w", name, ErrInterfaceNotFound, err)
 		}
-		name = n
+		name = ifi.Name
 	}
 	ifi, err := net.InterfaceByName(name)
 	if err != nil {
@@ -604,7 +605,7 @@ func (s *Source) Run(ctx context.Context, sink transport.Sink) error {
 	defer stop()
 
 	q := s.q
-	err := verbs.RunRecvLoop(runCtx, q, verbs.LoopConfig{
+	err := rxloop.Run(runCtx, q, rxloop.Config{
 		MaxPoll: s.cfg.MaxPoll, BusyPoll: s.cfg.BusyPoll, Batch: s.cfg.Batch, Stats: &s.loop,
 	}, func(_ uint64, f []byte) {
 		u, err := frame.Parse(f)
