@@ -160,7 +160,7 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 		if *pcapFile == "" {
 			return usageError("--transport pcap needs --pcap FILE")
 		}
-		cfg.Source, err = pcap.Open(pcap.Config{Path: *pcapFile, Endpoints: eps, Paced: *paced})
+		cfg.Source, err = pcap.Open(pcap.Config{Path: *pcapFile, Endpoints: eps, Paced: *paced, Log: &log})
 	// Kernel-bypass transports receive into the ring's packet area: the pipeline opens them once the
 	// ring exists.
 	case "xdp":

@@ -18,6 +18,7 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
+	"github.com/rs/zerolog"
 
 	"github.com/ibvbridge/ibvbridge/frame"
 	"github.com/ibvbridge/ibvbridge/transport"
@@ -31,15 +32,20 @@ type Config struct {
 	Endpoints []transport.Endpoint
 	// Paced replays at the capture's own rate (timestamps relative to the first packet).
 	Paced bool
+	// Log receives the warning for a capture that ends inside a record; nil: silent (it is counted).
+	Log *zerolog.Logger
 }
 
 // Stats are the replay's counters: frames read, datagrams delivered, and frames skipped by reason.
 type Stats struct {
-	Frames    uint64                   `json:"frames"`
-	Packets   uint64                   `json:"packets"`
-	Bytes     uint64                   `json:"bytes"`
-	Filtered  uint64                   `json:"filtered"`   // UDP, but not to an endpoint of the stream
-	LinkTypes uint64                   `json:"bad_link"`   // frames of an unsupported link type
+	Frames    uint64 `json:"frames"`
+	Packets   uint64 `json:"packets"`
+	Bytes     uint64 `json:"bytes"`
+	Filtered  uint64 `json:"filtered"` // UDP, but not to an endpoint of the stream
+	LinkTypes uint64 `json:"bad_link"` // frames of an unsupported link type
+	// Truncated is 1 when the file ends inside a record: cut off mid-write, or a record or block length
+	// that runs past the end. What follows the last whole record is not replayed.
+	Truncated uint64                   `json:"truncated_records"`
 	Skipped   [frame.NumReasons]uint64 `json:"-"`          // by frame.Reason
 	SkippedBy map[string]uint64        `json:"skipped_by"` // Skipped, by reason name (non-zero only)
 }
@@ -47,7 +53,7 @@ type Stats struct {
 // Map returns the counters for a JSON object (reasons as "skipped_<reason>").
 func (s Stats) Map() map[string]uint64 {
 	m := map[string]uint64{"frames": s.Frames, "packets": s.Packets, "bytes": s.Bytes,
-		"filtered": s.Filtered, "bad_link": s.LinkTypes}
+		"filtered": s.Filtered, "bad_link": s.LinkTypes, "truncated_records": s.Truncated}
 	for r, n := range s.Skipped {
 		if n > 0 {
 			m["skipped_"+frame.Reason(r).String()] = n
@@ -72,8 +78,8 @@ type Source struct {
 	scratch  []byte // raw IP and SLL2 frames get a synthetic Ethernet header here
 	stopping atomic.Bool
 
-	frames, packets, bytes, filtered, badLink atomic.Uint64
-	skipped                                   [frame.NumReasons]atomic.Uint64
+	frames, packets, bytes, filtered, badLink, truncated atomic.Uint64
+	skipped                                              [frame.NumReasons]atomic.Uint64
 }
 
 var _ transport.Source = (*Source)(nil)
@@ -143,8 +149,17 @@ func (s *Source) Run(ctx context.Context, sink transport.Sink) error {
 			return ctx.Err()
 		}
 		data, ci, err := s.r.ZeroCopyReadPacketData()
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			// A capture cut off mid-packet (tcpdump killed) ends where the last whole packet does.
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			// A capture cut off mid-record (tcpdump killed), or a corrupt record or block length, ends where
+			// the last whole record does: replay what was whole, but say so and count it.
+			s.truncated.Store(1)
+			if s.cfg.Log != nil {
+				s.cfg.Log.Warn().Str("file", s.cfg.Path).Uint64("frames", s.frames.Load()).
+					Msg("pcap: the capture ends inside a record (cut off, or a corrupt length): the rest is not replayed")
+			}
 			return nil
 		}
 		if err != nil {
@@ -248,7 +263,8 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // Stats reads the counters; safe from any goroutine.
 func (s *Source) Stats() Stats {
 	st := Stats{Frames: s.frames.Load(), Packets: s.packets.Load(), Bytes: s.bytes.Load(),
-		Filtered: s.filtered.Load(), LinkTypes: s.badLink.Load(), SkippedBy: map[string]uint64{}}
+		Filtered: s.filtered.Load(), LinkTypes: s.badLink.Load(), Truncated: s.truncated.Load(),
+		SkippedBy: map[string]uint64{}}
 	for r := range st.Skipped {
 		st.Skipped[r] = s.skipped[r].Load()
 		if st.Skipped[r] > 0 {
