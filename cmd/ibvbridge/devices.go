@@ -12,16 +12,21 @@ import (
 func runDevices(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("devices", stderr)
 	asJSON := fs.Bool("json", false, "print the devices as JSON")
-	if err := parseFlags(fs, args); err != nil {
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 0 {
-		return usageError("devices takes no arguments")
+	if len(pos) != 0 {
+		return usageError("devices takes no arguments, got %q", pos[0])
 	}
 	devs, err := verbs.Devices()
 	switch {
 	case errors.Is(err, verbs.ErrNoDevices):
-		// Not an error of the command: the machine has none. Say so and why.
+		// Not an error of the command: the machine has none. Say so and why; JSON readers get an empty list.
+		if *asJSON {
+			fmt.Fprintln(stderr, err)
+			return json.NewEncoder(stdout).Encode([]verbs.Device{})
+		}
 		fmt.Fprintln(stdout, err)
 		return nil
 	case err != nil:

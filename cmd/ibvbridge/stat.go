@@ -14,13 +14,14 @@ func runStat(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("stat", stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	dir := fs.String("dir", ring.DefaultDir, "directory of ring control files")
-	if err := parseFlags(fs, args); err != nil {
+	pos, err := parseInterspersed(fs, args) // `stat NAME --json` as well as `stat --json NAME`
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
+	if len(pos) != 1 {
 		return usageError("usage: ibvbridge stat [--json] RING")
 	}
-	info, err := ring.Inspect(fs.Arg(0), *dir)
+	info, err := ring.Inspect(pos[0], *dir)
 	if err != nil {
 		return err
 	}
