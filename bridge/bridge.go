@@ -160,20 +160,15 @@ func (r *Receiver) Run(ctx context.Context) (Result, error) {
 		}
 	}
 	r.receive(ctx, &res)
-	for i, n := range r.asm.MalformedByReason() {
-		if n > 0 {
-			if res.MalformedBy == nil {
-				res.MalformedBy = map[string]uint64{}
-			}
-			res.MalformedBy[spead.Reason(i).String()] = n
-		}
+	if m := r.MalformedByReason(); len(m) > 0 {
+		res.MalformedBy = m
 	}
 	if r.p.Policy() == ring.PolicyBlock && res.Outcome != OutcomeInterrupted && res.Outcome != OutcomeError {
 		r.waitDrained(ctx) // block policy: closing now would take unread heaps with it
 	}
 	res.PacketsAfterStop = r.asm.PacketsAfterStop()
 	res.RingCounters = r.p.Stats().Map()
-	res.TransportCounters = r.transportCounters()
+	res.TransportCounters = r.TransportCounters()
 	return res, nil
 }
 
@@ -279,7 +274,21 @@ func (r *Receiver) waitDrained(ctx context.Context) {
 	}
 }
 
-func (r *Receiver) transportCounters() map[string]uint64 {
+// MalformedByReason returns the packets the decoder or assembler rejected, by reason name (non-zero
+// only). Safe from any goroutine.
+func (r *Receiver) MalformedByReason() map[string]uint64 {
+	m := map[string]uint64{}
+	for i, n := range r.asm.MalformedByReason() {
+		if n > 0 {
+			m[spead.Reason(i).String()] = n
+		}
+	}
+	return m
+}
+
+// TransportCounters returns the source's counters (empty for a source that keeps none). Safe from any
+// goroutine.
+func (r *Receiver) TransportCounters() map[string]uint64 {
 	if c, ok := r.src.(transport.Counted); ok {
 		return c.Counters()
 	}
@@ -294,7 +303,7 @@ func (r *Receiver) logStats() {
 			ev = ev.Uint64(c.String(), st.Get(c))
 		}
 	}
-	ev.Interface("transport", r.transportCounters()).Msg("stats")
+	ev.Interface("transport", r.TransportCounters()).Msg("stats")
 }
 
 // MarshalJSON puts the ring's counters at the top level beside the run's own fields.

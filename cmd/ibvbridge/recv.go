@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ibvbridge/ibvbridge/bridge"
+	"github.com/ibvbridge/ibvbridge/metrics"
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/spead"
 	"github.com/ibvbridge/ibvbridge/transport"
@@ -56,6 +57,7 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	statsEvery := fs.Duration("stats-interval", 0, "log the counters this often (0: off)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	waitConsumer := fs.Duration("wait-consumer", 0, "wait up to this long for a consumer to attach before receiving (file replay into a reader)")
+	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. :9100 or 127.0.0.1:9100)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -176,11 +178,24 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var collector *metrics.Collector
+	if *metricsAddr != "" { // bound before the ring exists: a busy port leaves nothing behind
+		collector = metrics.NewCollector(*name, tr)
+		srv, err := metrics.Listen(*metricsAddr, collector, &log)
+		if err != nil {
+			closeSource(cfg.Source)
+			return err
+		}
+		defer srv.Close()
+	}
 	rcv, err := bridge.Open(cfg)
 	if err != nil {
 		return err
 	}
 	defer rcv.Close()
+	if collector != nil {
+		collector.Attach(rcv)
+	}
 	p := rcv.Producer()
 	log.Info().Str("ring", *name).Str("transport", tr).Strs("endpoints", pos).Str("file", *pcapFile).
 		Int("slots", *slots).Int("slot_size", p.SlotSize()).Bool("hugepages", p.Huge()).
@@ -228,6 +243,14 @@ func stopOnSignals(sigs <-chan os.Signal, cancel context.CancelFunc, rcv *bridge
 	log.Warn().Str("signal", s.String()).Msg("second signal: exiting at once")
 	rcv.Close()
 	os.Exit(1)
+}
+
+// closeSource closes a source that was opened but never handed to the pipeline (nil for kernel-bypass
+// sources, which open later).
+func closeSource(s transport.Source) {
+	if s != nil {
+		s.Close()
+	}
 }
 
 // startCPUProfile writes a CPU profile to path until the returned function is called.

@@ -1,0 +1,160 @@
+// Package metrics owns recv's Prometheus exposition: a collector that reads a receive pipeline's counters
+// when it is scraped — the packet path pays nothing for it — and the HTTP server for /metrics.
+//
+// Names: every ring counter (spec §2.6) is ibvbridge_<counter>_total{ring}, malformed packets are split by
+// reason, every transport counter is ibvbridge_transport_<counter>_total{ring,transport}, and the ring's
+// state is in gauges (slots, unread heaps, end of stream, producer start time).
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+
+	"github.com/ibvbridge/ibvbridge/ring"
+)
+
+// Pipeline is what the collector reads; bridge.Receiver implements it. Every method is called at scrape
+// time from the HTTP server's goroutine and must be safe for that.
+type Pipeline interface {
+	Producer() *ring.Producer
+	TransportCounters() map[string]uint64
+	MalformedByReason() map[string]uint64
+}
+
+// transportGauges are transport counters that are levels, not totals.
+var transportGauges = map[string]bool{"buffer_size": true, "zero_copy": true}
+
+// Collector is a prometheus.Collector over one pipeline. Its metrics are unchecked (Describe sends
+// nothing): the transport's counter names are known only at scrape time.
+type Collector struct {
+	ring      string
+	transport string
+	p         atomic.Pointer[Pipeline]
+	start     time.Time
+}
+
+// NewCollector makes the collector of a pipeline receiving into ring over transport. It reports nothing
+// until Attach gives it the pipeline: recv binds the metrics address before it creates the ring, so a busy
+// port fails before anything exists.
+func NewCollector(ringName, transportName string) *Collector {
+	return &Collector{ring: ringName, transport: transportName, start: time.Now()}
+}
+
+// Attach starts collecting pipeline p; safe while scrapes run.
+func (c *Collector) Attach(p Pipeline) { c.p.Store(&p) }
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(chan<- *prometheus.Desc) {}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	pp := c.p.Load()
+	if pp == nil {
+		return
+	}
+	p := *pp
+	prod := p.Producer()
+	st := prod.Stats()
+	ringLabel := []string{"ring"}
+	for _, k := range ring.Counters() {
+		switch k {
+		case ring.CounterEndOfStream:
+			c.gauge(ch, "ibvbridge_end_of_stream", "1 once the stream has ended (end-of-stream published)", ringLabel, float64(st.Get(k)), c.ring)
+		case ring.CounterMalformedPackets:
+			// By reason below; their sum is this counter.
+		default:
+			c.counter(ch, "ibvbridge_"+k.String()+"_total", "ring counter "+k.String()+" (docs/ring-layout.md §2.6)", ringLabel, float64(st.Get(k)), c.ring)
+		}
+	}
+	byReason := p.MalformedByReason()
+	if len(byReason) == 0 && st.Get(ring.CounterMalformedPackets) == 0 {
+		byReason = map[string]uint64{"none": 0} // the series exists from the start, so rate() works at once
+	}
+	for reason, n := range byReason {
+		c.counter(ch, "ibvbridge_malformed_packets_total", "packets the SPEAD decoder or assembler rejected, by reason",
+			[]string{"ring", "reason"}, float64(n), c.ring, reason)
+	}
+	geo := prod.Geometry()
+	c.gauge(ch, "ibvbridge_ring_slots", "payload slots in the ring", ringLabel, float64(geo.SlotCount), c.ring)
+	c.gauge(ch, "ibvbridge_ring_slot_bytes", "payload bytes per slot", ringLabel, float64(geo.SlotSize), c.ring)
+	c.gauge(ch, "ibvbridge_ring_unread_heaps", "heaps published and not yet released by the consumer (the ring's fill)",
+		ringLabel, float64(prod.Unread()), c.ring)
+	c.gauge(ch, "ibvbridge_start_time_seconds", "when this recv started (Unix time)", ringLabel, float64(c.start.UnixNano())/1e9, c.ring)
+	tl := []string{"ring", "transport"}
+	for name, v := range p.TransportCounters() {
+		n := sanitize(name)
+		if transportGauges[name] {
+			c.gauge(ch, "ibvbridge_transport_"+n, "transport level "+name, tl, float64(v), c.ring, c.transport)
+		} else {
+			c.counter(ch, "ibvbridge_transport_"+n+"_total", "transport counter "+name, tl, float64(v), c.ring, c.transport)
+		}
+	}
+}
+
+func (c *Collector) counter(ch chan<- prometheus.Metric, name, help string, labels []string, v float64, values ...string) {
+	ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(name, help, labels, nil), prometheus.CounterValue, v, values...)
+}
+
+func (c *Collector) gauge(ch chan<- prometheus.Metric, name, help string, labels []string, v float64, values ...string) {
+	ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(name, help, labels, nil), prometheus.GaugeValue, v, values...)
+}
+
+// sanitize makes a counter name a valid metric-name part: [a-zA-Z0-9_], everything else '_'.
+func sanitize(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' {
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+// Server serves /metrics for one collector, with the Go runtime's and the process's own metrics beside it.
+type Server struct {
+	srv *http.Server
+	ln  net.Listener
+}
+
+// Listen binds addr (host:port; ":9100" for every address) and starts serving; a serving error after
+// that is logged to log (nil: dropped). The error names the address.
+func Listen(addr string, c *Collector, log *zerolog.Logger) (*Server, error) {
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(c); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: listen on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	s := &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln: ln}
+	go func() {
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && log != nil {
+			log.Error().Err(err).Str("addr", addr).Msg("metrics server stopped")
+		}
+	}()
+	return s, nil
+}
+
+// Addr is the address the server listens on (useful with port 0).
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Close stops the server, letting a scrape in flight finish for up to a second.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	return s.srv.Shutdown(ctx)
+}

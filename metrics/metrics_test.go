@@ -1,0 +1,89 @@
+package metrics
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/ibvbridge/ibvbridge/ring"
+)
+
+type fakePipeline struct {
+	p         *ring.Producer
+	transport map[string]uint64
+	malformed map[string]uint64
+}
+
+func (f fakePipeline) Producer() *ring.Producer             { return f.p }
+func (f fakePipeline) TransportCounters() map[string]uint64 { return f.transport }
+func (f fakePipeline) MalformedByReason() map[string]uint64 { return f.malformed }
+
+func scrape(t *testing.T, s *Server) string {
+	t.Helper()
+	resp, err := http.Get("http://" + s.Addr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d, err %v", resp.StatusCode, err)
+	}
+	return string(b)
+}
+
+func TestScrape(t *testing.T) {
+	name := fmt.Sprintf("metrics-%d", os.Getpid())
+	p, err := ring.Create(name, ring.Config{Dir: t.TempDir(), SlotCount: 8, SlotSize: 4096, HugePages: ring.HugePagesOff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c := NewCollector(name, "udp")
+	s, err := Listen("127.0.0.1:0", c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if body := scrape(t, s); strings.Contains(body, "ibvbridge_heaps_total") {
+		t.Errorf("ring metrics before the pipeline is attached:\n%s", body)
+	}
+	p.Add(ring.CounterHeaps, 3)
+	p.Add(ring.CounterMalformedPackets, 5)
+	c.Attach(fakePipeline{p: p, transport: map[string]uint64{"kernel_drops": 7, "buffer_size": 1 << 20, "skipped_bad ip": 2},
+		malformed: map[string]uint64{"short header": 5}})
+	body := scrape(t, s)
+	for _, want := range []string{
+		fmt.Sprintf(`ibvbridge_heaps_total{ring=%q} 3`, name),
+		fmt.Sprintf(`ibvbridge_malformed_packets_total{reason="short header",ring=%q} 5`, name),
+		fmt.Sprintf(`ibvbridge_transport_kernel_drops_total{ring=%q,transport="udp"} 7`, name),
+		fmt.Sprintf(`ibvbridge_transport_buffer_size{ring=%q,transport="udp"} 1.048576e+06`, name),
+		fmt.Sprintf(`ibvbridge_transport_skipped_bad_ip_total{ring=%q,transport="udp"} 2`, name),
+		fmt.Sprintf(`ibvbridge_ring_slots{ring=%q} 8`, name),
+		fmt.Sprintf(`ibvbridge_ring_unread_heaps{ring=%q} 0`, name),
+		fmt.Sprintf(`ibvbridge_end_of_stream{ring=%q} 0`, name),
+		"# TYPE ibvbridge_dropped_heaps_total counter",
+		"go_goroutines ",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("scrape lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("scrape:\n%s", body)
+	}
+}
+
+func TestListenBusyPort(t *testing.T) {
+	s, err := Listen("127.0.0.1:0", NewCollector("x", "udp"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := Listen(s.Addr().String(), NewCollector("x", "udp"), nil); err == nil || !strings.Contains(err.Error(), s.Addr().String()) {
+		t.Errorf("second listen on %s: %v, want an error naming the address", s.Addr(), err)
+	}
+}
