@@ -6,7 +6,7 @@ export PYENV_VERSION := system
 PYTHON := /usr/bin/python3
 GO ?= go
 
-.PHONY: all setup build test test-go test-c test-python test-interop fuzz demo bench clean
+.PHONY: all setup build test test-go test-c test-python test-interop fuzz demo bench clean install install-systemd
 
 all: build
 
@@ -24,6 +24,8 @@ test: setup build
 	$(MAKE) -s -C clients/c test
 	@echo "== Python client tests"
 	cd clients/python && $(PYTHON) -m pytest -q tests
+	@echo "== systemd unit"
+	scripts/check-unit.sh
 	@echo "== Go tests (race detector), cross-language tests and fuzz seed corpora"
 	IBVBRIDGE_REQUIRE_CLIENTS=1 $(GO) test -race -count=1 ./...
 
@@ -43,6 +45,22 @@ bench: build
 	bin/ibvbridge bench ring --consumer c --heap-size 64
 	bin/ibvbridge bench ring --consumer python --heap-size 64 --batch 4096
 	bin/ibvbridge bench ring --consumer c --heap-size 1048576
+
+PREFIX ?= /usr/local
+install: build
+	install -D -m 0755 bin/ibvbridge $(DESTDIR)$(PREFIX)/bin/ibvbridge
+	$(MAKE) -s -C clients/c install PREFIX=$(PREFIX) DESTDIR=$(DESTDIR)
+
+# The template unit, an example configuration, the hugepage sysctl and the ibvbridge user and group
+# (README "Running under systemd"). Existing configuration files are left as they are.
+install-systemd: install
+	getent group ibvbridge >/dev/null || groupadd --system ibvbridge
+	id -u ibvbridge >/dev/null 2>&1 || useradd --system --gid ibvbridge --home-dir /nonexistent --shell /usr/sbin/nologin ibvbridge
+	install -D -m 0644 deploy/systemd/ibvbridge@.service $(DESTDIR)/etc/systemd/system/ibvbridge@.service
+	install -d -m 0755 $(DESTDIR)/etc/ibvbridge
+	[ -e $(DESTDIR)/etc/ibvbridge/example.conf ] || install -m 0644 deploy/etc/example.conf $(DESTDIR)/etc/ibvbridge/example.conf
+	[ -e $(DESTDIR)/etc/sysctl.d/60-ibvbridge.conf ] || install -D -m 0644 deploy/etc/sysctl.conf $(DESTDIR)/etc/sysctl.d/60-ibvbridge.conf
+	-systemctl daemon-reload
 
 clean:
 	rm -rf bin

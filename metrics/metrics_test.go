@@ -1,10 +1,12 @@
 package metrics
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -85,5 +87,52 @@ func TestListenBusyPort(t *testing.T) {
 	defer s.Close()
 	if _, err := Listen(s.Addr().String(), NewCollector("x", "udp"), nil); err == nil || !strings.Contains(err.Error(), s.Addr().String()) {
 		t.Errorf("second listen on %s: %v, want an error naming the address", s.Addr(), err)
+	}
+}
+
+// TestDashboardQueriesExportedMetrics: every metric the Grafana dashboard in deploy/ queries is one this
+// package exports (for a UDP receiver), so the dashboard cannot silently show empty panels.
+func TestDashboardQueriesExportedMetrics(t *testing.T) {
+	b, err := os.ReadFile("../deploy/grafana/ibvbridge-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("dashboard JSON: %v", err)
+	}
+	name := fmt.Sprintf("dash-%d", os.Getpid())
+	p, err := ring.Create(name, ring.Config{Dir: t.TempDir(), SlotCount: 8, SlotSize: 4096, HugePages: ring.HugePagesOff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c := NewCollector(name, "udp")
+	c.Attach(fakePipeline{p: p, transport: map[string]uint64{"packets": 0, "kernel_drops": 0}})
+	s, err := Listen("127.0.0.1:0", c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	body := scrape(t, s)
+	metricName := regexp.MustCompile(`ibvbridge_[a-z_]+`)
+	queried := 0
+	for _, pn := range dash.Panels {
+		for _, tg := range pn.Targets {
+			for _, m := range metricName.FindAllString(tg.Expr, -1) {
+				queried++
+				if !strings.Contains(body, "\n"+m+"{") {
+					t.Errorf("panel %q queries %s, which is not exported", pn.Title, m)
+				}
+			}
+		}
+	}
+	if queried == 0 {
+		t.Fatal("the dashboard queries no ibvbridge metric")
 	}
 }
