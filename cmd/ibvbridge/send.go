@@ -46,6 +46,7 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 	iface := fs.String("interface", "", "local IPv4 address of the interface multicast leaves by")
 	pattern := fs.Bool("pattern", false, "payload = the ring test pattern, plus immediate item 0x1001 = heap cnt (for consume --verify)")
 	batch := fs.Int("batch", 64, "packets per sendmmsg call")
+	gso := fs.Bool("gso", true, "udp: send runs of full-size packets as one message the kernel segments (UDP GSO); --gso=false: a syscall slot per packet")
 	noStop := fs.Bool("no-stop", false, "leave the stream open: no stream-stop heap at the end (tests)")
 	asJSON := fs.Bool("json", false, "print the summary as one JSON object")
 	transportName := fs.String("transport", "", "udp (sockets, the default) or ibv (raw frames through an RDMA NIC)")
@@ -112,7 +113,7 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 	var hs transport.HeapSender
 	switch tr {
 	case "", "udp":
-		hs, err = udp.OpenHeapSender(udp.HeapSenderConfig{Encoder: enc, Batch: *batch, Rate: *rate * 1e9,
+		hs, err = udp.OpenHeapSender(udp.HeapSenderConfig{Encoder: enc, Batch: *batch, Rate: *rate * 1e9, GSO: *gso,
 			SenderConfig: udp.SenderConfig{Dest: netip.AddrPortFrom(ep.Addr, ep.Port), Interface: ifAddr, TTL: *ttl}})
 	case "ibv": // transport_ibv.go: frames built straight into the NIC's registered buffers
 		var cfg verbs.SendConfig

@@ -20,6 +20,10 @@ type HeapSenderConfig struct {
 	Encoder *spead.Encoder // packetizes heaps: flavour and largest packet
 	Batch   int            // packets per sendmmsg call (default 64)
 	Rate    float64        // bits per second of UDP payload; 0: as fast as the socket takes them
+	// GSO sends runs of full-size packets as one message the kernel segments (UDP_SEGMENT): the
+	// per-packet cost of the stack is paid once per run. Where the kernel refuses it, the sender falls
+	// back to a datagram per message and GSOActive reports false.
+	GSO bool
 }
 
 // MaxBatch is the most packets one sendmmsg call takes (send --batch).
@@ -46,6 +50,12 @@ type HeapSender struct {
 	timer   *time.Timer
 	packets uint64
 	bytes   uint64
+
+	mem      []byte   // the batch buffers, contiguous
+	gso      bool     // the socket segments messages (UDP_SEGMENT = the encoder's packet size)
+	segSize  int      // full-size packet length: only runs of these may share a message
+	maxSegs  int      // packets per GSO message
+	messages [][]byte // the batch as GSO messages, reused
 }
 
 var _ transport.HeapSender = (*HeapSender)(nil)
@@ -72,9 +82,16 @@ func OpenHeapSender(cfg HeapSenderConfig) (*HeapSender, error) {
 	now := time.Now()
 	hs := &HeapSender{s: s, enc: cfg.Encoder, bps: cfg.Rate, start: now, opened: now, pkts: make([][]byte, 0, batch)}
 	size := cfg.Encoder.MaxPacketSize()
+	// One contiguous batch buffer: consecutive full-size packets are then adjacent, one GSO message.
 	mem := make([]byte, batch*size)
 	for i := range batch {
-		hs.bufs = append(hs.bufs, mem[i*size:(i+1)*size])
+		hs.bufs = append(hs.bufs, mem[i*size:(i+1)*size:(i+1)*size])
+	}
+	hs.mem = mem
+	if cfg.GSO && s.EnableGSO(size) == nil {
+		hs.gso, hs.segSize = true, size
+		hs.maxSegs = max(1, min(MaxGSOSegments, MaxGSOBytes/size))
+		hs.messages = make([][]byte, 0, batch)
 	}
 	return hs, nil
 }
@@ -117,7 +134,7 @@ func (hs *HeapSender) Flush(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := hs.s.Send(hs.pkts); err != nil {
+	if err := hs.s.Send(hs.wire()); err != nil {
 		return err
 	}
 	hs.packets += uint64(len(hs.pkts))
@@ -125,6 +142,31 @@ func (hs *HeapSender) Flush(ctx context.Context) error {
 	hs.pkts = hs.pkts[:0]
 	return nil
 }
+
+// wire returns the batch as the socket takes it: the packets themselves, or with GSO the packets merged
+// into messages. Packet k of the batch lies at mem[k*segSize:], so a run of full-size packets is one
+// contiguous message; a shorter packet (a heap's last) ends its run — the kernel lets only the last
+// segment be short — and so do the run's size limits.
+func (hs *HeapSender) wire() [][]byte {
+	if !hs.gso {
+		return hs.pkts
+	}
+	msgs := hs.messages[:0]
+	start := 0 // first packet of the open run
+	for k, p := range hs.pkts {
+		segs := k - start + 1
+		last := k == len(hs.pkts)-1
+		if last || len(p) < hs.segSize || segs == hs.maxSegs {
+			msgs = append(msgs, hs.mem[start*hs.segSize:k*hs.segSize+len(p)])
+			start = k + 1
+		}
+	}
+	hs.messages = msgs
+	return msgs
+}
+
+// GSOActive reports whether the socket segments messages (HeapSenderConfig.GSO, and the kernel agreed).
+func (hs *HeapSender) GSOActive() bool { return hs.gso }
 
 // pace is a token bucket on bytes. It sleeps rather than spins: on a small host the receiver and its
 // consumer need the cores, and the budget makes up for a sleep's overshoot with a burst of at most one

@@ -3,6 +3,7 @@ package udp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"net/netip"
 	"testing"
@@ -13,12 +14,16 @@ import (
 )
 
 func openHeapSender(t *testing.T, dest transport.Endpoint, rate float64) *HeapSender {
+	return openHeapSenderGSO(t, dest, rate, false)
+}
+
+func openHeapSenderGSO(t *testing.T, dest transport.Endpoint, rate float64, gso bool) *HeapSender {
 	t.Helper()
 	enc, err := spead.NewEncoder(spead.Flavour64_48, 1472)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs, err := OpenHeapSender(HeapSenderConfig{Encoder: enc, Batch: 8, Rate: rate,
+	hs, err := OpenHeapSender(HeapSenderConfig{Encoder: enc, Batch: 8, Rate: rate, GSO: gso,
 		SenderConfig: SenderConfig{Dest: netip.AddrPortFrom(dest.Addr, dest.Port)}})
 	if err != nil {
 		t.Fatal(err)
@@ -27,28 +32,52 @@ func openHeapSender(t *testing.T, dest transport.Endpoint, rate float64) *HeapSe
 	return hs
 }
 
-// TestHeapSenderStream sends a whole stream through SendStream to a socket source: every packet the
-// sender counts arrives, and the totals add up.
+// TestHeapSenderStream sends a whole stream through SendStream to a socket source, with and without GSO:
+// every packet the sender counts arrives as its own datagram of the right size, and the totals add up.
 func TestHeapSenderStream(t *testing.T) {
-	src := loopback(t, 1, Config{})
-	sink := newCountSink()
-	sink.keep = false
-	stop := run(t, src, sink)
-	defer stop()
-	hs := openHeapSender(t, src.LocalEndpoints()[0], 0)
-	payload := make([]byte, 10000) // 7 packets of 1472 bytes at most
-	h := spead.Heap{Items: []spead.Item{{ID: 0x1000, Data: payload}}}
-	sent, err := transport.SendStream(context.Background(), hs, 20, func(cnt uint64) *spead.Heap { h.Cnt = cnt; return &h }, true)
-	if err != nil || sent != 20 {
-		t.Fatalf("sent %d heaps, err %v", sent, err)
+	for _, gso := range []bool{false, true} {
+		t.Run(fmt.Sprintf("gso=%v", gso), func(t *testing.T) {
+			src := loopback(t, 1, Config{})
+			sink := newCountSink()
+			sink.keep = false
+			stop := run(t, src, sink)
+			defer stop()
+			hs := openHeapSenderGSO(t, src.LocalEndpoints()[0], 0, gso)
+			if hs.GSOActive() != gso {
+				t.Fatalf("GSO active %v, asked %v (this kernel has UDP_SEGMENT)", hs.GSOActive(), gso)
+			}
+			payload := make([]byte, 10000) // 7 packets of 1472 bytes at most, the last one shorter
+			h := spead.Heap{Items: []spead.Item{{ID: 0x1000, Data: payload}}}
+			sent, err := transport.SendStream(context.Background(), hs, 20, func(cnt uint64) *spead.Heap { h.Cnt = cnt; return &h }, true)
+			if err != nil || sent != 20 {
+				t.Fatalf("sent %d heaps, err %v", sent, err)
+			}
+			tot := hs.Totals()
+			if tot.Packets != 20*7+1 || tot.Start.IsZero() {
+				t.Fatalf("totals %+v: want %d packets", tot, 20*7+1)
+			}
+			waitCount(t, sink, int(tot.Packets))
+			if st := src.Stats(); st.Bytes != tot.Bytes || st.Truncated != 0 {
+				t.Errorf("received %d bytes (%d truncated), sender counted %d", st.Bytes, st.Truncated, tot.Bytes)
+			}
+		})
 	}
-	tot := hs.Totals()
-	if tot.Packets != 20*7+1 || tot.Start.IsZero() {
-		t.Fatalf("totals %+v: want %d packets", tot, 20*7+1)
+}
+
+// wire groups adjacent full-size packets into GSO messages; a short packet ends a run, and so does the
+// segment limit.
+func TestHeapSenderGSOMessages(t *testing.T) {
+	hs := &HeapSender{gso: true, segSize: 10, maxSegs: 3, mem: make([]byte, 100)}
+	lens := []int{10, 10, 4, 10, 10, 10, 10, 7}
+	for k, n := range lens {
+		hs.pkts = append(hs.pkts, hs.mem[k*10:k*10+n])
 	}
-	waitCount(t, sink, int(tot.Packets))
-	if st := src.Stats(); st.Bytes != tot.Bytes {
-		t.Errorf("received %d bytes, sender counted %d", st.Bytes, tot.Bytes)
+	var got []int
+	for _, m := range hs.wire() {
+		got = append(got, len(m))
+	}
+	if want := []int{24, 30, 17}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("message lengths %v, want %v", got, want)
 	}
 }
 

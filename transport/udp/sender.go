@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"unsafe"
 
 	"github.com/ibvbridge/ibvbridge/internal/netif"
@@ -76,6 +77,24 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 	}
 	return s, nil
 }
+
+// EnableGSO asks the kernel to cut every message Send is given into datagrams of segSize bytes (UDP
+// generic segmentation offload, Linux ≥ 4.18): one message then carries up to MaxGSOSegments datagrams
+// through the stack once. A message no longer than segSize is one datagram as before. It fails with
+// ENOPROTOOPT where the kernel lacks it.
+func (s *Sender) EnableGSO(segSize int) error {
+	if err := unix.SetsockoptInt(s.fd, unix.SOL_UDP, unix.UDP_SEGMENT, segSize); err != nil {
+		return os.NewSyscallError("setsockopt UDP_SEGMENT", err)
+	}
+	return nil
+}
+
+// MaxGSOSegments is the most datagrams one GSO message may carry (the kernel's UDP_MAX_SEGMENTS is 64 on
+// older kernels), and MaxGSOBytes the most payload bytes (an IPv4 datagram's limit).
+const (
+	MaxGSOSegments = 64
+	MaxGSOBytes    = 65507
+)
 
 // Send sends every packet, in order, blocking while the socket buffer is full. The header arrays grow to
 // the largest batch seen and are then reused: no allocation per packet.
