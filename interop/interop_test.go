@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/ibvbridge/ibvbridge/ring"
-	"github.com/ibvbridge/ibvbridge/ring/ringtest"
+	"github.com/ibvbridge/ibvbridge/ring/pattern"
 )
 
 var (
@@ -203,7 +203,7 @@ func TestEveryConsumerReadsEveryByte(t *testing.T) {
 			const n = 3000
 			var sum, bytes uint64
 			for cnt := uint64(1); cnt <= n; cnt++ {
-				pb := ringtest.Publisher{P: p, Size: sizeOf(cnt, 8192), Fill: true}
+				pb := pattern.Publisher{P: p, Size: sizeOf(cnt, 8192), Fill: true}
 				s, err := pb.Publish(cnt, uint64(time.Now().UnixNano()))
 				if err != nil {
 					t.Fatal(err)
@@ -231,7 +231,7 @@ func TestWrappedCursors(t *testing.T) {
 			p := newRing(t, "wrap-"+kind, ring.Config{Policy: ring.PolicyBlock, InitialPosition: ^uint64(0) - 20})
 			wait := startConsumer(t, kind, p.CtlPath())
 			waitAttached(t, p)
-			pb := ringtest.Publisher{P: p, Size: 200, Fill: true}
+			pb := pattern.Publisher{P: p, Size: 200, Fill: true}
 			for cnt := uint64(1); cnt <= 100; cnt++ {
 				if _, err := pb.Publish(cnt, 0); err != nil {
 					t.Fatal(err)
@@ -252,7 +252,7 @@ func TestFullRingDropPolicyCountsExactly(t *testing.T) {
 			// A slow consumer: 2 ms per heap while the producer offers a heap every 100 µs.
 			wait := startConsumer(t, kind, p.CtlPath(), "--sleep-us", "2000")
 			waitAttached(t, p)
-			pb := ringtest.Publisher{P: p, Size: 512, Fill: true}
+			pb := pattern.Publisher{P: p, Size: 512, Fill: true}
 			const n = 400
 			var dropped uint64
 			for cnt := uint64(1); cnt <= n; cnt++ {
@@ -284,7 +284,7 @@ func TestFullRingBlockPolicyLosesNothing(t *testing.T) {
 			p := newRing(t, "block-"+kind, ring.Config{SlotCount: 4, Policy: ring.PolicyBlock})
 			wait := startConsumer(t, kind, p.CtlPath(), "--sleep-us", "300", "--hold", "2")
 			waitAttached(t, p)
-			pb := ringtest.Publisher{P: p, Size: 1000, Fill: true}
+			pb := pattern.Publisher{P: p, Size: 1000, Fill: true}
 			for cnt := uint64(1); cnt <= 300; cnt++ {
 				if _, err := pb.Publish(cnt, 0); err != nil {
 					t.Fatal(err)
@@ -302,7 +302,7 @@ func TestConsumerAttachesMidStream(t *testing.T) {
 	for _, kind := range consumers(t) {
 		t.Run(kind, func(t *testing.T) {
 			p := newRing(t, "mid-"+kind, ring.Config{SlotCount: 16})
-			pb := ringtest.Publisher{P: p, Size: 64, Fill: true}
+			pb := pattern.Publisher{P: p, Size: 64, Fill: true}
 			for cnt := uint64(1); cnt <= 40; cnt++ { // nobody reads: 16 fit, 24 are dropped
 				if _, err := pb.Publish(cnt, 0); errors.Is(err, ring.ErrFull) {
 					p.Add(ring.CounterDroppedHeaps, 1)
@@ -338,7 +338,7 @@ func childProducer() {
 		fmt.Println("error", err)
 		os.Exit(1)
 	}
-	pb := ringtest.Publisher{P: p, Size: 333, Fill: true}
+	pb := pattern.Publisher{P: p, Size: 333, Fill: true}
 	for cnt := uint64(1); cnt <= 5; cnt++ {
 		pb.Publish(cnt, 0)
 	}
@@ -452,7 +452,7 @@ func TestVerifyCatchesBadBytes(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				ringtest.FillPattern(s.Payload[:100], cnt)
+				pattern.FillPattern(s.Payload[:100], cnt)
 				if corrupt {
 					s.Payload[37] ^= 0xFF
 				}
@@ -476,7 +476,7 @@ func TestConsumerKilledWhileHolding(t *testing.T) {
 	for _, kind := range consumers(t) {
 		t.Run(kind, func(t *testing.T) {
 			p := newRing(t, "ckill-"+kind, ring.Config{SlotCount: 8})
-			pb := ringtest.Publisher{P: p, Size: 300, Fill: true}
+			pb := pattern.Publisher{P: p, Size: 300, Fill: true}
 			cmd := consumerCmd(t, kind, p.CtlPath(), true, "--hold", "4", "--sleep-us", "1000000")
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)

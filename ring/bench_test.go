@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/ibvbridge/ibvbridge/ring"
-	"github.com/ibvbridge/ibvbridge/ring/ringtest"
+	"github.com/ibvbridge/ibvbridge/ring/pattern"
 )
 
 // BenchmarkHandoff64B measures one 64-byte heap through the ring between two goroutines (producer and Go
@@ -37,7 +37,7 @@ func BenchmarkHandoff64B(b *testing.B) {
 			c.Release(h)
 		}
 	}()
-	pb := ringtest.Publisher{P: p, Size: 64}
+	pb := pattern.Publisher{P: p, Size: 64}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		if _, err := pb.Publish(uint64(i), 0); err != nil {

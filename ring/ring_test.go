@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ibvbridge/ibvbridge/ring"
-	"github.com/ibvbridge/ibvbridge/ring/ringtest"
+	"github.com/ibvbridge/ibvbridge/ring/pattern"
 )
 
 // The test binary doubles as a producer process for the kill -9 tests.
@@ -35,7 +35,7 @@ func childProducer(dir, name string) {
 		os.Stdout.WriteString("error " + err.Error() + "\n")
 		os.Exit(1)
 	}
-	pb := ringtest.Publisher{P: p, Size: 100, Fill: true}
+	pb := pattern.Publisher{P: p, Size: 100, Fill: true}
 	for cnt := uint64(1); cnt <= 3; cnt++ {
 		if _, err := pb.Publish(cnt, 0); err != nil {
 			os.Exit(1)
@@ -72,7 +72,7 @@ func mustAttach(t *testing.T, name string, cfg ring.Config) *ring.Consumer {
 
 func publish(t *testing.T, p *ring.Producer, cnt uint64, size int) {
 	t.Helper()
-	pb := ringtest.Publisher{P: p, Size: size, Fill: true}
+	pb := pattern.Publisher{P: p, Size: size, Fill: true}
 	if _, err := pb.Publish(cnt, uint64(time.Now().UnixNano())); err != nil {
 		t.Fatalf("publish %d: %v", cnt, err)
 	}
@@ -83,14 +83,14 @@ func checkHeap(t *testing.T, h ring.Heap, cnt uint64, size int) {
 	if h.HeapCnt != cnt || h.Received != uint64(size) || len(h.Payload) != size || h.Flags != ring.FlagComplete {
 		t.Fatalf("heap %+v, want cnt %d size %d", h, cnt, size)
 	}
-	if i := ringtest.VerifyPattern(h.Payload, cnt); i >= 0 {
+	if i := pattern.VerifyPattern(h.Payload, cnt); i >= 0 {
 		t.Fatalf("heap %d: byte %d is wrong", cnt, i)
 	}
-	it, ok := h.Item(ringtest.CntItemID)
+	it, ok := h.Item(pattern.CntItemID)
 	if !ok || !it.Immediate() || it.Value != cnt {
 		t.Fatalf("heap %d: cnt item %+v", cnt, it)
 	}
-	pl, ok := h.Item(ringtest.PayloadItemID)
+	pl, ok := h.Item(pattern.PayloadItemID)
 	if !ok || pl.Immediate() || len(h.ItemBytes(pl)) != size {
 		t.Fatalf("heap %d: payload item %+v", cnt, pl)
 	}
@@ -142,7 +142,7 @@ func TestHeldSlotsSurviveFullLapDropPolicy(t *testing.T) {
 		held = append(held, h)
 	}
 	dropped := 0
-	pb := ringtest.Publisher{P: p, Size: 256, Fill: true}
+	pb := pattern.Publisher{P: p, Size: 256, Fill: true}
 	for cnt := uint64(9); cnt <= 20; cnt++ {
 		if _, err := pb.Publish(cnt, 0); errors.Is(err, ring.ErrFull) {
 			p.Add(ring.CounterDroppedHeaps, 1)
@@ -185,7 +185,7 @@ func TestBlockPolicyLosesNothing(t *testing.T) {
 	const n = 2000
 	done := make(chan error, 1)
 	go func() {
-		pb := ringtest.Publisher{P: p, Size: 64, Fill: true}
+		pb := pattern.Publisher{P: p, Size: 64, Fill: true}
 		for cnt := uint64(1); cnt <= n; cnt++ {
 			if _, err := pb.Publish(cnt, 0); err != nil {
 				done <- err
@@ -250,7 +250,7 @@ func TestWaitWakesAndTimesOut(t *testing.T) {
 	go func() {
 		defer close(done)
 		time.Sleep(50 * time.Millisecond) // past the spin: the consumer is asleep on the futex
-		pb := ringtest.Publisher{P: p, Size: 32, Fill: true}
+		pb := pattern.Publisher{P: p, Size: 32, Fill: true}
 		pb.Publish(7, 0)
 	}()
 	h, err := c.Next(5 * time.Second)
@@ -519,7 +519,7 @@ func TestFutexWordWraps(t *testing.T) {
 	defer func() { <-done }()
 	go func() { // one goroutine owns the producer; each heap comes after the consumer fell asleep
 		defer close(done)
-		pb := ringtest.Publisher{P: p, Size: 8, Fill: true}
+		pb := pattern.Publisher{P: p, Size: 8, Fill: true}
 		for cnt := uint64(1); cnt <= 4; cnt++ {
 			time.Sleep(60 * time.Millisecond)
 			pb.Publish(cnt, 0)
@@ -668,7 +668,7 @@ func TestConcurrentProducerConsumer(t *testing.T) {
 	var dropped uint64
 	go func() {
 		defer wg.Done()
-		pb := ringtest.Publisher{P: p, Size: 24, Fill: true}
+		pb := pattern.Publisher{P: p, Size: 24, Fill: true}
 		for cnt := uint64(1); cnt <= n; cnt++ {
 			if _, err := pb.Publish(cnt, 0); errors.Is(err, ring.ErrFull) {
 				dropped++
@@ -782,10 +782,10 @@ func TestDiscardOutOfOrder(t *testing.T) {
 	if !seen[slots[3].Index] || !seen[slots[0].Index] {
 		t.Fatalf("discarded slots not reused: %v", seen)
 	}
-	ringtest.FillPattern(slots[5].Payload[:10], 9)
+	pattern.FillPattern(slots[5].Payload[:10], 9)
 	p.Publish(slots[5], ring.HeapInfo{HeapCnt: 9, HeapSize: 10, Received: 10, Flags: ring.FlagComplete})
 	h, err := c.Next(time.Second)
-	if err != nil || h.Slot != slots[5].Index || ringtest.VerifyPattern(h.Payload, 9) >= 0 {
+	if err != nil || h.Slot != slots[5].Index || pattern.VerifyPattern(h.Payload, 9) >= 0 {
 		t.Fatalf("%+v %v", h, err)
 	}
 }

@@ -88,7 +88,8 @@ for life in 1 2 3; do
   drop=$(json "$work/recv$life.json" 'dropped_heaps')
   disc=$(json "$work/recv$life.json" 'discarded_incomplete_heaps')
   kdrop=$(json "$work/recv$life.json" 'transport_counters["kernel_drops"]')
-  last=$(json "$work/cons.json" 'f"{result} verify_errors={verify_errors} heaps={heaps}"' 2>/dev/null || echo "no output")
+  last=$(json "$work/cons.json" 'f"{result} verify_errors={verify_errors} heaps={heaps} {error}"' 2>/dev/null || echo "no output")
+  last="$last (${kinds[k % 3]})"
   read -r rmin rmax < <(printf '%s\n' "${rss[@]:4}" "${rss[0]:-0}" | sort -n | sed -n '1p;$p' | paste -sd' ')
   accounted=$((pub + drop + disc))
   echo "lifetime $life: sent $heaps heaps in $((SECONDS - start)) s; published $pub + dropped $drop + discarded $disc = $accounted; kernel drops $kdrop packets; consumers killed $kills; last consumer: $last; recv RSS ${rss[0]:-?}..$rmax KiB"

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/ibvbridge/ibvbridge/ring"
-	"github.com/ibvbridge/ibvbridge/ring/ringtest"
+	"github.com/ibvbridge/ibvbridge/ring/pattern"
 )
 
 func runBench(args []string, stdout, stderr io.Writer) error {
@@ -185,7 +185,7 @@ func benchRingOnce(o ringBenchOptions, measureIdle bool) (ringBenchResult, error
 	// core from the producer or the consumer (there may be only two).
 	debug.FreeOSMemory()
 
-	pb := ringtest.Publisher{P: p, Size: o.heapSize}
+	pb := pattern.Publisher{P: p, Size: o.heapSize}
 	var sum uint64
 	start := time.Now()
 	for cnt := uint64(1); cnt <= o.heaps; cnt++ {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/ibvbridge/ibvbridge/ring"
-	"github.com/ibvbridge/ibvbridge/ring/ringtest"
+	"github.com/ibvbridge/ibvbridge/ring/pattern"
 )
 
 // consumeResult is the one JSON object every consumer tool (this one, clients/c's ibvb-consume and
@@ -32,7 +32,7 @@ type consumeResult struct {
 func runConsume(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("consume", stderr)
 	name := fs.String("ring", "", "ring name or control-file path (required)")
-	verify := fs.Bool("verify", false, "check every byte of complete heaps against the test pattern (ringtest)")
+	verify := fs.Bool("verify", false, "check every byte of complete heaps against the test pattern (send --pattern)")
 	maxHeaps := fs.Uint64("max-heaps", 0, "stop after this many heaps (0: until end of stream)")
 	timeoutMs := fs.Int("timeout-ms", 10000, "attach timeout and per-heap wait timeout")
 	hold := fs.Int("hold", 0, "keep up to N heaps unreleased (a consumer that reads ahead)")
@@ -91,11 +91,11 @@ func consumeRing(name string, verify bool, maxHeaps uint64, timeout time.Duratio
 		res.Heaps++
 		res.LastHeapCnt = h.HeapCnt
 		res.Bytes += h.Received
-		res.Checksum += ringtest.Checksum(h.Payload)
+		res.Checksum += pattern.Checksum(h.Payload)
 		if h.Flags&ring.FlagIncomplete != 0 {
 			res.Incomplete++
 		}
-		if verify && h.Flags&ring.FlagIncomplete == 0 && !patternOK(&h) { // holes hold unspecified bytes
+		if verify && h.Flags&ring.FlagIncomplete == 0 && !pattern.Verify(&h) { // holes hold unspecified bytes
 			res.VerifyErrors++
 		}
 		if sleep > 0 {
@@ -118,14 +118,4 @@ func consumeRing(name string, verify bool, maxHeaps uint64, timeout time.Duratio
 	}
 	res.Counters = c.Stats().Map()
 	return res
-}
-
-func patternOK(h *ring.Heap) bool {
-	if ringtest.VerifyPattern(h.Payload, h.HeapCnt) >= 0 {
-		return false
-	}
-	if it, ok := h.Item(ringtest.CntItemID); ok && (!it.Immediate() || it.Value != h.HeapCnt) {
-		return false
-	}
-	return true
 }

@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ibvbridge/ibvbridge/ring/ringtest"
+	"github.com/ibvbridge/ibvbridge/ring/pattern"
 	"github.com/ibvbridge/ibvbridge/spead"
 	"github.com/ibvbridge/ibvbridge/transport"
 	"github.com/ibvbridge/ibvbridge/transport/udp"
@@ -44,7 +44,7 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 	descriptors := fs.Bool("descriptors", false, "put item descriptors in the first heap, as spead2_send does")
 	ttl := fs.Int("ttl", 0, "IP TTL (multicast TTL for a group; 0: kernel default)")
 	iface := fs.String("interface", "", "local IPv4 address of the interface multicast leaves by")
-	pattern := fs.Bool("pattern", false, "payload = the ring test pattern, plus immediate item 0x1001 = heap cnt (for consume --verify)")
+	withPattern := fs.Bool("pattern", false, "payload = the ring test pattern, plus immediate item 0x1001 = heap cnt (for consume --verify)")
 	batch := fs.Int("batch", 64, "packets per sendmmsg call")
 	gso := fs.Bool("gso", true, "udp: send runs of full-size packets as one message the kernel segments (UDP GSO); --gso=false: a syscall slot per packet")
 	noStop := fs.Bool("no-stop", false, "leave the stream open: no stream-stop heap at the end (tests)")
@@ -100,7 +100,7 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError("--packet-size %d: %v", *packetSize, err)
 	}
-	g, err := newHeapGen(flavour, *heapSize, *items, *pattern, *descriptors)
+	g, err := pattern.NewHeapGen(flavour, *heapSize, *items, *withPattern, *descriptors)
 	if err != nil {
 		return err
 	}
@@ -128,7 +128,7 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 	}
 	defer hs.Close()
 	res := sendResult{}
-	if res.Heaps, err = transport.SendStream(ctx, hs, *heaps, g.heap, !*noStop); err != nil {
+	if res.Heaps, err = transport.SendStream(ctx, hs, *heaps, g.Heap, !*noStop); err != nil {
 		return err
 	}
 	tot := hs.Totals()
@@ -142,65 +142,4 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "sent %d heaps, %d packets, %d bytes in %.3f s: %.3f Gb/s, %.0f heaps/s\n",
 		res.Heaps, res.Packets, res.Bytes, res.Seconds, res.Gbps, res.HeapsPS)
 	return nil
-}
-
-// heapGen builds the heaps of a generated stream, reusing one Heap and one payload buffer.
-type heapGen struct {
-	payload []byte
-	h       spead.Heap
-	first   spead.Heap // heap 1 when it also carries descriptors
-	pattern bool
-}
-
-func newHeapGen(f spead.Flavour, heapSize, nItems int, pattern, descriptors bool) (*heapGen, error) {
-	g := &heapGen{payload: make([]byte, heapSize), pattern: pattern}
-	if pattern {
-		g.h.Items = append(g.h.Items, spead.Item{ID: ringtest.CntItemID, Immediate: true})
-	} else {
-		ringtest.FillPattern(g.payload, 0) // fixed, recognisable bytes
-	}
-	var descs []spead.Descriptor
-	if pattern {
-		descs = append(descs, spead.Descriptor{ID: ringtest.CntItemID, Name: "heap_cnt",
-			Description: "the heap's cnt (test pattern)", Format: []spead.FormatField{{Code: 'u', Bits: uint64(f)}}, Flavour: f})
-	}
-	off := 0
-	for i := range nItems {
-		size := heapSize / nItems
-		if i == nItems-1 {
-			size = heapSize - off
-		}
-		id := uint64(ringtest.PayloadItemID + i)
-		if pattern && i > 0 {
-			id++ // 0x1001 is the heap cnt
-		}
-		g.h.Items = append(g.h.Items, spead.Item{ID: id, Data: g.payload[off : off+size]})
-		descs = append(descs, spead.Descriptor{ID: id, Name: fmt.Sprintf("Test item %d", i),
-			Description: fmt.Sprintf("%d bytes of generated payload", size),
-			DType:       fmt.Sprintf("{'descr': '|u1', 'fortran_order': False, 'shape': (%d,)}", size), Flavour: f})
-		off += size
-	}
-	if descriptors {
-		dh, err := spead.DescriptorHeap(1, f, descs...)
-		if err != nil {
-			return nil, fmt.Errorf("descriptor heap: %w", err)
-		}
-		// The descriptors follow the data items, so the payload still starts with the data.
-		g.first.Items = append(append([]spead.Item{}, g.h.Items...), dh.Items...)
-	}
-	return g, nil
-}
-
-// heap returns heap cnt, ready to encode; valid until the next call.
-func (g *heapGen) heap(cnt uint64) *spead.Heap {
-	h := &g.h
-	if cnt == 1 && g.first.Items != nil {
-		h = &g.first
-	}
-	h.Cnt = cnt
-	if g.pattern {
-		ringtest.FillPattern(g.payload, cnt)
-		h.Items[0].Value = cnt
-	}
-	return h
 }

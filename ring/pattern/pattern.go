@@ -1,7 +1,9 @@
-// Package ringtest owns the synthetic heaps that tests and benchmarks push through a ring: a payload
-// pattern every consumer (Go, C, Python) can verify byte for byte, and the checksum that proves a consumer
-// read every byte it was given.
-package ringtest
+// Package pattern owns the synthetic stream ibvbridge uses to prove a path end to end: a payload pattern
+// every consumer (Go, C, Python) can verify byte for byte, the checksum that proves a consumer read every
+// byte it was given, the heaps `send` generates (HeapGen, plain or patterned), and the check a consumer
+// makes of a patterned heap (Verify). `send --pattern`, `consume --verify`, the benchmarks and the tests
+// all use it.
+package pattern
 
 import (
 	"encoding/binary"
@@ -99,4 +101,17 @@ func (pb *Publisher) Publish(cnt uint64, nowNanos uint64) (uint64, error) {
 	pb.P.Add(ring.CounterPackets, 1)
 	pb.P.Add(ring.CounterBytes, uint64(pb.Size))
 	return sum, nil
+}
+
+// Verify reports whether a complete heap of a patterned stream is intact: its payload is heap cnt's
+// pattern and its cnt item, if it has one, carries the heap's cnt. An incomplete heap's holes hold
+// unspecified bytes: check only complete ones.
+func Verify(h *ring.Heap) bool {
+	if VerifyPattern(h.Payload, h.HeapCnt) >= 0 {
+		return false
+	}
+	if it, ok := h.Item(CntItemID); ok && (!it.Immediate() || it.Value != h.HeapCnt) {
+		return false
+	}
+	return true
 }

@@ -1,0 +1,76 @@
+package pattern
+
+import (
+	"fmt"
+
+	"github.com/ibvbridge/ibvbridge/spead"
+)
+
+// HeapGen builds the heaps of a generated stream (`ibvbridge send`), reusing one Heap and one payload
+// buffer: heap cnt N has nItems address items splitting heapSize bytes, ids 0x1000 onwards. With the
+// pattern, the payload is heap N's pattern and immediate item 0x1001 carries N, so Verify can check it;
+// without, every heap carries the same fixed bytes. With descriptors, heap 1 also carries the items'
+// descriptors, after the data items (as spead2_send puts them in its first heap).
+type HeapGen struct {
+	payload []byte
+	h       spead.Heap
+	first   spead.Heap // heap 1 when it also carries descriptors
+	pattern bool
+}
+
+// NewHeapGen makes the generator.
+func NewHeapGen(f spead.Flavour, heapSize, nItems int, pattern, descriptors bool) (*HeapGen, error) {
+	if heapSize < 1 || nItems < 1 || nItems > heapSize {
+		return nil, fmt.Errorf("pattern: %d items in a %d-byte heap: want 1..heap size items", nItems, heapSize)
+	}
+	g := &HeapGen{payload: make([]byte, heapSize), pattern: pattern}
+	if pattern {
+		g.h.Items = append(g.h.Items, spead.Item{ID: CntItemID, Immediate: true})
+	} else {
+		FillPattern(g.payload, 0) // fixed, recognisable bytes
+	}
+	var descs []spead.Descriptor
+	if pattern {
+		descs = append(descs, spead.Descriptor{ID: CntItemID, Name: "heap_cnt",
+			Description: "the heap's cnt (test pattern)", Format: []spead.FormatField{{Code: 'u', Bits: uint64(f)}}, Flavour: f})
+	}
+	off := 0
+	for i := range nItems {
+		size := heapSize / nItems
+		if i == nItems-1 {
+			size = heapSize - off
+		}
+		id := uint64(PayloadItemID + i)
+		if pattern && i > 0 {
+			id++ // 0x1001 is the heap cnt
+		}
+		g.h.Items = append(g.h.Items, spead.Item{ID: id, Data: g.payload[off : off+size]})
+		descs = append(descs, spead.Descriptor{ID: id, Name: fmt.Sprintf("Test item %d", i),
+			Description: fmt.Sprintf("%d bytes of generated payload", size),
+			DType:       fmt.Sprintf("{'descr': '|u1', 'fortran_order': False, 'shape': (%d,)}", size), Flavour: f})
+		off += size
+	}
+	if descriptors {
+		dh, err := spead.DescriptorHeap(1, f, descs...)
+		if err != nil {
+			return nil, fmt.Errorf("descriptor heap: %w", err)
+		}
+		// The descriptors follow the data items, so the payload still starts with the data.
+		g.first.Items = append(append([]spead.Item{}, g.h.Items...), dh.Items...)
+	}
+	return g, nil
+}
+
+// Heap returns heap cnt, ready to encode; valid until the next call.
+func (g *HeapGen) Heap(cnt uint64) *spead.Heap {
+	h := &g.h
+	if cnt == 1 && g.first.Items != nil {
+		h = &g.first
+	}
+	h.Cnt = cnt
+	if g.pattern {
+		FillPattern(g.payload, cnt)
+		h.Items[0].Value = cnt
+	}
+	return h
+}

@@ -1,0 +1,104 @@
+package pattern_test
+
+import (
+	"errors"
+	"io"
+	"testing"
+
+	"github.com/ibvbridge/ibvbridge/ring"
+	"github.com/ibvbridge/ibvbridge/ring/pattern"
+	"github.com/ibvbridge/ibvbridge/spead"
+)
+
+func TestFillVerifyChecksum(t *testing.T) {
+	b := make([]byte, 1000)
+	pattern.FillPattern(b, 7)
+	if i := pattern.VerifyPattern(b, 7); i != -1 {
+		t.Fatalf("fresh pattern differs at %d", i)
+	}
+	if b[10] != pattern.PatternByte(7, 10) {
+		t.Errorf("byte 10 = %d, PatternByte says %d", b[10], pattern.PatternByte(7, 10))
+	}
+	sum := pattern.Checksum(b)
+	b[999]++
+	if pattern.VerifyPattern(b, 7) != 999 || pattern.Checksum(b) == sum {
+		t.Error("a changed last byte went unnoticed")
+	}
+}
+
+// Verify accepts an intact patterned heap and refuses one whose payload or cnt item is wrong.
+func TestVerify(t *testing.T) {
+	heap := func(cnt, itemCnt uint64, payload []byte) *ring.Heap {
+		return &ring.Heap{HeapCnt: cnt, Payload: payload,
+			Items: []ring.Item{{ID: pattern.PayloadItemID, Length: uint64(len(payload))},
+				{ID: pattern.CntItemID, Value: itemCnt, Length: 5, Flags: ring.ItemImmediate}}}
+	}
+	p := make([]byte, 64)
+	pattern.FillPattern(p, 3)
+	if !pattern.Verify(heap(3, 3, p)) {
+		t.Error("intact heap refused")
+	}
+	if pattern.Verify(heap(4, 4, p)) {
+		t.Error("heap 3's payload accepted as heap 4's")
+	}
+	if pattern.Verify(heap(3, 9, p)) {
+		t.Error("wrong cnt item accepted")
+	}
+}
+
+// HeapGen's heaps encode to a stream whose payload is the pattern and whose cnt item is the heap's cnt;
+// with descriptors, heap 1 carries them after the data items.
+func TestHeapGen(t *testing.T) {
+	g, err := pattern.NewHeapGen(spead.Flavour64_48, 3000, 3, true, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cnt := range []uint64{1, 2} {
+		h := g.Heap(cnt)
+		if h.Cnt != cnt {
+			t.Fatalf("cnt %d, want %d", h.Cnt, cnt)
+		}
+		var payload []byte
+		var cntItem uint64
+		descriptors := 0
+		for _, it := range h.Items {
+			switch {
+			case it.ID == pattern.CntItemID:
+				cntItem = it.Value
+			case it.ID == spead.DescriptorID:
+				descriptors++
+			default:
+				payload = append(payload, it.Data...)
+			}
+		}
+		if len(payload) != 3000 || pattern.VerifyPattern(payload, cnt) != -1 || cntItem != cnt {
+			t.Errorf("heap %d: %d payload bytes, pattern ok %v, cnt item %d", cnt, len(payload), pattern.VerifyPattern(payload, cnt) == -1, cntItem)
+		}
+		if want := map[uint64]int{1: 4, 2: 0}[cnt]; descriptors != want {
+			t.Errorf("heap %d: %d descriptors, want %d", cnt, descriptors, want)
+		}
+		enc, err := spead.NewEncoder(spead.Flavour64_48, 1472)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := enc.Reset(h); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 1472)
+		packets := 0
+		for {
+			if _, err := enc.Next(buf); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			packets++
+		}
+		if packets < 3 {
+			t.Errorf("heap %d: %d packets", cnt, packets)
+		}
+	}
+	if _, err := pattern.NewHeapGen(spead.Flavour64_48, 2, 3, false, false); err == nil {
+		t.Error("3 items in a 2-byte heap accepted")
+	}
+}
