@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ibvbridge/ibvbridge/bench"
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/ring/pattern"
 )
@@ -68,20 +69,10 @@ func consumers(t *testing.T) []string {
 	return kinds
 }
 
+// result is a consumer tool's JSON summary and the process's exit status.
 type result struct {
-	Heaps        uint64            `json:"heaps"`
-	Bytes        uint64            `json:"bytes"`
-	Checksum     uint64            `json:"checksum"`
-	VerifyErrors uint64            `json:"verify_errors"`
-	Incomplete   uint64            `json:"incomplete"`
-	FirstHeapCnt uint64            `json:"first_heap_cnt"`
-	LastHeapCnt  uint64            `json:"last_heap_cnt"`
-	OutOfOrder   uint64            `json:"heap_cnt_out_of_order"`
-	Result       string            `json:"result"`
-	Error        string            `json:"error"`
-	Counters     map[string]uint64 `json:"counters"`
-	SessionID    uint64            `json:"session_id"`
-	exitCode     int
+	bench.ConsumeResult
+	exitCode int
 }
 
 func consumerCmd(t *testing.T, kind, ctlPath string, verify bool, extra ...string) *exec.Cmd {

@@ -3,8 +3,6 @@ package interop_test
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,20 +14,15 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
 
+	"github.com/ibvbridge/ibvbridge/bench"
 	"github.com/ibvbridge/ibvbridge/frame"
 	"github.com/ibvbridge/ibvbridge/frame/frametest"
+	"github.com/ibvbridge/ibvbridge/internal/testutil"
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/spead"
 )
 
-func freeUDPPort(t *testing.T) string {
-	c, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	return strconv.Itoa(c.LocalAddr().(*net.UDPAddr).Port)
-}
+func freeUDPPort(t *testing.T) string { return strconv.Itoa(testutil.FreeUDPPort(t)) }
 
 // startRecv runs `ibvbridge recv` with JSON logs; wait returns its final counters (the last stdout line).
 func startRecv(t *testing.T, args ...string) (wait func() map[string]any) {
@@ -49,23 +42,14 @@ func startRecv(t *testing.T, args ...string) (wait func() map[string]any) {
 			t.Fatalf("recv: %v\n%s", err, errb.String())
 		}
 		var m map[string]any
-		if err := json.Unmarshal(bytes.TrimSpace(lastLineOf(out.Bytes())), &m); err != nil {
+		if err := json.Unmarshal(bench.LastLine(out.Bytes()), &m); err != nil {
 			t.Fatalf("recv output %q: %v", out.String(), err)
 		}
 		return m
 	}
 }
 
-func lastLineOf(b []byte) []byte {
-	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
-	return lines[len(lines)-1]
-}
-
-func uniqueRing(t *testing.T, tag string) string {
-	name := fmt.Sprintf("interop-%d-%s", os.Getpid(), tag)
-	t.Cleanup(func() { ring.Remove("", "", name) })
-	return name
-}
+func uniqueRing(t *testing.T, tag string) string { return testutil.UniqueRing(t, "interop-"+tag) }
 
 func waitRing(t *testing.T, name string) {
 	t.Helper()

@@ -70,3 +70,16 @@ func sizeFlag(fs *flag.FlagSet, name string, def int, usage string) *int {
 	fs.Var(&b, name, usage)
 	return (*int)(&b)
 }
+
+// parseSizeList reads a comma-separated list of byte sizes ("8K,1M").
+func parseSizeList(list string) ([]int, error) {
+	var out []int
+	for _, s := range strings.Split(list, ",") {
+		n, err := parseByteSize(s)
+		if err != nil || n < 1 {
+			return nil, usageError("%q is not a size", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}

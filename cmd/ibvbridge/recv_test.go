@@ -13,28 +13,18 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/ibvbridge/ibvbridge/bench"
 	"github.com/ibvbridge/ibvbridge/frame/frametest"
+	"github.com/ibvbridge/ibvbridge/internal/testutil"
 	"github.com/ibvbridge/ibvbridge/ring"
 )
 
-var ringSeq atomic.Int64
-
-// testRing is a ring name unique to this test process and call.
-func testRing(t *testing.T, tag string) string {
-	name := fmt.Sprintf("t%d-%s-%d", os.Getpid(), tag, ringSeq.Add(1))
-	// Unique names per test: remove what is left of them afterwards.
-	t.Cleanup(func() { ring.Remove("", "", name) })
-	return name
-}
-
-// lockedBuffer collects a child's output while the test may read it.
-
-func (l *lockedBuffer) Bytes() []byte { return []byte(l.String()) }
+// testRing is a ring name unique to this test process and call, removed when the test ends.
+func testRing(t *testing.T, tag string) string { return testutil.UniqueRing(t, tag) }
 
 // runCmd runs the binary with a time bound and returns stdout, stderr and the exit code.
 func runCmd(t *testing.T, timeout time.Duration, args ...string) (string, string, int) {
@@ -60,7 +50,7 @@ func runCmd(t *testing.T, timeout time.Duration, args ...string) (string, string
 func finalCounters(t *testing.T, stdout string) map[string]any {
 	t.Helper()
 	var m map[string]any
-	if err := json.Unmarshal(lastLine([]byte(stdout)), &m); err != nil {
+	if err := json.Unmarshal(bench.LastLine([]byte(stdout)), &m); err != nil {
 		t.Fatalf("final counters %q: %v", stdout, err)
 	}
 	return m
@@ -126,8 +116,8 @@ func TestRecvPcapWithConsumer(t *testing.T) {
 
 type proc struct {
 	cmd  *exec.Cmd
-	out  *lockedBuffer
-	err  *lockedBuffer
+	out  *bench.LockedBuffer
+	err  *bench.LockedBuffer
 	done chan struct{} // closed when the process has exited; exit holds Wait's error
 	exit error
 }
@@ -143,7 +133,7 @@ func (p *proc) exited() bool {
 
 func startProc(t *testing.T, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(binary(t), args...), out: &lockedBuffer{}, err: &lockedBuffer{}, done: make(chan struct{})}
+	p := &proc{cmd: exec.Command(binary(t), args...), out: &bench.LockedBuffer{}, err: &bench.LockedBuffer{}, done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.err
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -173,7 +163,7 @@ func (p *proc) wait(t *testing.T, d time.Duration) int {
 }
 
 // startRecv starts recv and waits until its ring exists (so its sockets are bound).
-func startRecv(t *testing.T, args ...string) (*proc, *lockedBuffer) {
+func startRecv(t *testing.T, args ...string) (*proc, *bench.LockedBuffer) {
 	t.Helper()
 	p := startProc(t, append([]string{"recv"}, args...)...)
 	name := args[slices.Index(args, "--ring")+1]
@@ -192,7 +182,7 @@ func startRecv(t *testing.T, args ...string) (*proc, *lockedBuffer) {
 	}
 }
 
-func waitRecv(t *testing.T, p *proc, out *lockedBuffer, d time.Duration) map[string]any {
+func waitRecv(t *testing.T, p *proc, out *bench.LockedBuffer, d time.Duration) map[string]any {
 	t.Helper()
 	if code := p.wait(t, d); code != 0 {
 		t.Fatalf("recv exit %d: %s", code, p.err.String())
@@ -220,24 +210,17 @@ func startConsumer(t *testing.T, name string, verify bool) *proc {
 	}
 }
 
-func waitConsumer(t *testing.T, p *proc) consumeResult {
+func waitConsumer(t *testing.T, p *proc) bench.ConsumeResult {
 	t.Helper()
 	p.wait(t, 30*time.Second)
-	var cr consumeResult
-	if err := json.Unmarshal(lastLine(p.out.Bytes()), &cr); err != nil {
+	var cr bench.ConsumeResult
+	if err := json.Unmarshal(bench.LastLine(p.out.Bytes()), &cr); err != nil {
 		t.Fatalf("consumer output %q: %v", p.out.String(), err)
 	}
 	return cr
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	p, err := freeUDPPort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strconv.Itoa(p)
-}
+func freePort(t *testing.T) string { return strconv.Itoa(testutil.FreeUDPPort(t)) }
 
 // TestSendRecvConsumeVerify: loopback send → recv → Go consumer, every byte checked against the pattern.
 func TestSendRecvConsumeVerify(t *testing.T) {
@@ -428,7 +411,7 @@ func TestMulticastNetns(t *testing.T) {
 	if err := recv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitFor(10*time.Second, func() bool { _, err := os.Stat(ring.CtlPath(ring.DefaultDir, name)); return err == nil }); err != nil {
+	if !testutil.WaitFor(10*time.Second, func() bool { _, err := os.Stat(ring.CtlPath(ring.DefaultDir, name)); return err == nil }) {
 		t.Fatalf("recv in the namespace: %s", errb.String())
 	}
 	cons := startConsumer(t, name, true) // the ring is shared memory: the consumer needs no namespace
@@ -460,9 +443,9 @@ func TestBenchUDPShort(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	var res struct {
-		Sizes []udpBenchSize `json:"sizes"`
+		Sizes []bench.UDPSize `json:"sizes"`
 	}
-	if err := json.Unmarshal(lastLine([]byte(stdout)), &res); err != nil || len(res.Sizes) != 1 || len(res.Sizes[0].Runs) == 0 {
+	if err := json.Unmarshal(bench.LastLine([]byte(stdout)), &res); err != nil || len(res.Sizes) != 1 || len(res.Sizes[0].Runs) == 0 {
 		t.Fatalf("output %q: %v", stdout, err)
 	}
 }

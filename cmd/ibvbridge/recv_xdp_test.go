@@ -4,59 +4,45 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ibvbridge/ibvbridge/bench"
+	"github.com/ibvbridge/ibvbridge/internal/testnet"
+	"github.com/ibvbridge/ibvbridge/internal/testutil"
 )
 
 // TestRecvXDPOverVeth runs `recv --transport xdp` in one network namespace and `send` in another, joined
 // by a veth pair (addresses only inside them), for unicast and multicast, and a consumer checks every byte.
 // After recv exits the interface carries no XDP program.
 func TestRecvXDPOverVeth(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: network namespaces and XDP (make test runs as root)")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs the ip tool (iproute2; make test installs it)")
-	}
-	pair, err := newVethPair("ibvb-rt-" + strconv.Itoa(os.Getpid()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pair.remove()
+	pair := testutil.VethPair(t, testnet.VethConfig{})
 	for _, tc := range []struct{ name, dest, flavour string }{
-		{"unicast", pair.recvAddr, "64-40"},
+		{"unicast", pair.RecvAddr.String(), "64-40"},
 		{"multicast", "239.77.0.1", "64-48"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			name := testRing(t, "xdp-"+tc.name)
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			args := []string{"recv", "--ring", name, "--transport", "xdp", "--interface", pair.recvIf, "--slots", "256",
+			args := []string{"recv", "--ring", name, "--transport", "xdp", "--interface", pair.RecvIf, "--slots", "256",
 				"--slot-size", "64K", "--hugepages", "off", "--log-format", "json"}
-			recv := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", pair.recvNS, binary(t)}, append(args, tc.dest+":7148")...)...)
+			recv := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", pair.RecvNS, binary(t)}, append(args, tc.dest+":7148")...)...)
 			var rout bytes.Buffer
-			var rerr lockedBuffer
+			var rerr bench.LockedBuffer
 			recv.Stdout, recv.Stderr = &rout, &rerr
 			if err := recv.Start(); err != nil {
 				t.Fatal(err)
 			}
 			defer recv.Process.Kill()
 			// Logged once the AF_XDP socket is open: the ring exists a little earlier.
-			if err := waitFor(10*time.Second, func() bool { return strings.Contains(rerr.String(), `"message":"receiving"`) }); err != nil {
+			if !testutil.WaitFor(10*time.Second, func() bool { return strings.Contains(rerr.String(), `"message":"receiving"`) }) {
 				t.Fatalf("recv did not start receiving: %s", rerr.String())
 			}
 			cons := startConsumer(t, name, true)
-			if tc.dest != pair.recvAddr { // the sender needs a route for the group out of its veth
-				if out, err := exec.Command("ip", "-n", pair.sendNS, "route", "add", "224.0.0.0/4", "dev", pair.sendIf).CombinedOutput(); err != nil {
-					t.Fatalf("route: %v %s", err, out)
-				}
-				defer exec.Command("ip", "-n", pair.sendNS, "route", "del", "224.0.0.0/4", "dev", pair.sendIf).Run()
-			}
-			send := exec.CommandContext(ctx, "ip", "netns", "exec", pair.sendNS, binary(t), "send", tc.dest+":7148",
+			send := exec.CommandContext(ctx, "ip", "netns", "exec", pair.SendNS, binary(t), "send", tc.dest+":7148",
 				"--heaps", "300", "--heap-size", "20000", "--items", "2", "--packet-size", "1472", "--flavour", tc.flavour,
 				"--pattern", "--rate", "0.2", "--ttl", "4")
 			if out, err := send.CombinedOutput(); err != nil {
@@ -66,7 +52,7 @@ func TestRecvXDPOverVeth(t *testing.T) {
 				t.Fatalf("recv: %v\n%s", err, rerr.String())
 			}
 			var m map[string]any
-			if err := json.Unmarshal(lastLine(rout.Bytes()), &m); err != nil {
+			if err := json.Unmarshal(bench.LastLine(rout.Bytes()), &m); err != nil {
 				t.Fatalf("recv output %q: %v", rout.String(), err)
 			}
 			cr := waitConsumer(t, cons)
@@ -79,9 +65,9 @@ func TestRecvXDPOverVeth(t *testing.T) {
 			if cr.Heaps != 300 || cr.VerifyErrors != 0 || cr.Result != "eos" {
 				t.Fatalf("consumer %+v", cr)
 			}
-			out, _ := exec.Command("ip", "-n", pair.recvNS, "link", "show", "dev", pair.recvIf).CombinedOutput()
+			out, _ := exec.Command("ip", "-n", pair.RecvNS, "link", "show", "dev", pair.RecvIf).CombinedOutput()
 			if strings.Contains(string(out), "xdp") || strings.Contains(string(out), "prog/") {
-				t.Fatalf("XDP program left on %s after recv exited:\n%s", pair.recvIf, out)
+				t.Fatalf("XDP program left on %s after recv exited:\n%s", pair.RecvIf, out)
 			}
 		})
 	}

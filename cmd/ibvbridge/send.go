@@ -12,22 +12,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ibvbridge/ibvbridge/bench"
 	"github.com/ibvbridge/ibvbridge/ring/pattern"
 	"github.com/ibvbridge/ibvbridge/spead"
 	"github.com/ibvbridge/ibvbridge/transport"
 	"github.com/ibvbridge/ibvbridge/transport/udp"
 	"github.com/ibvbridge/ibvbridge/verbs"
 )
-
-// sendResult is the summary `send --json` prints.
-type sendResult struct {
-	Heaps   uint64  `json:"heaps"`
-	Packets uint64  `json:"packets"`
-	Bytes   uint64  `json:"bytes"`
-	Seconds float64 `json:"seconds"`
-	Gbps    float64 `json:"gbps"`
-	HeapsPS float64 `json:"heaps_per_s"`
-}
 
 func runSend(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("send", stderr)
@@ -127,7 +118,7 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer hs.Close()
-	res := sendResult{}
+	res := bench.SendResult{}
 	if res.Heaps, err = transport.SendStream(ctx, hs, *heaps, g.Heap, !*noStop); err != nil {
 		return err
 	}

@@ -13,25 +13,18 @@ import (
 	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/ibvbridge/ibvbridge/frame/frametest"
+	"github.com/ibvbridge/ibvbridge/internal/testutil"
 	"github.com/ibvbridge/ibvbridge/transport"
 )
 
-type countSink struct {
-	n      int
-	bytes  int
-	lastTS int64
-}
-
-func (s *countSink) Packet(p []byte, ns int64) { s.n++; s.bytes += len(p); s.lastTS = ns }
-
-func replay(t *testing.T, cfg Config) (*countSink, Stats) {
+func replay(t *testing.T, cfg Config) (*testutil.RecordingSink, Stats) {
 	t.Helper()
 	s, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	sink := &countSink{}
+	sink := testutil.NewRecordingSink(false)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := s.Run(ctx, sink); err != nil {
@@ -45,11 +38,11 @@ func TestCaptures(t *testing.T) {
 	for _, c := range frametest.Captures {
 		t.Run(c.Name, func(t *testing.T) {
 			sink, st := replay(t, Config{Path: filepath.Join(dir, c.Name)})
-			if sink.n != c.Frames || st.Packets != uint64(c.Frames) || st.Frames != uint64(c.Frames) {
-				t.Errorf("delivered %d packets, stats %+v; want %d", sink.n, st, c.Frames)
+			if sink.Count() != c.Frames || st.Packets != uint64(c.Frames) || st.Frames != uint64(c.Frames) {
+				t.Errorf("delivered %d packets, stats %+v; want %d", sink.Count(), st, c.Frames)
 			}
-			if sink.lastTS < time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano() {
-				t.Errorf("timestamp %d is not the capture's", sink.lastTS)
+			if sink.LastNanos() < time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano() {
+				t.Errorf("timestamp %d is not the capture's", sink.LastNanos())
 			}
 		})
 	}
@@ -61,14 +54,14 @@ func TestEndpointFilter(t *testing.T) {
 	frames := frametest.ReadFrames(t, path)
 	port := uint16(frames[0][36])<<8 | uint16(frames[0][37]) // UDP destination port
 	ep, _ := transport.ParseEndpoint("127.0.0.1:" + itoa(int(port)))
-	if sink, _ := replay(t, Config{Path: path, Endpoints: []transport.Endpoint{ep}}); sink.n != c.Frames {
-		t.Errorf("matching endpoint: %d packets, want %d", sink.n, c.Frames)
+	if sink, _ := replay(t, Config{Path: path, Endpoints: []transport.Endpoint{ep}}); sink.Count() != c.Frames {
+		t.Errorf("matching endpoint: %d packets, want %d", sink.Count(), c.Frames)
 	}
 	other, _ := transport.ParseEndpoint(itoa(int(port) + 1))
 	wrongHost, _ := transport.ParseEndpoint("10.1.2.3:" + itoa(int(port)))
 	sink, st := replay(t, Config{Path: path, Endpoints: []transport.Endpoint{other, wrongHost}})
-	if sink.n != 0 || st.Filtered != uint64(c.Frames) {
-		t.Errorf("other endpoints: %d packets, %d filtered; want 0, %d", sink.n, st.Filtered, c.Frames)
+	if sink.Count() != 0 || st.Filtered != uint64(c.Frames) {
+		t.Errorf("other endpoints: %d packets, %d filtered; want 0, %d", sink.Count(), st.Filtered, c.Frames)
 	}
 }
 
@@ -151,8 +144,8 @@ func TestFormatsAndLinkTypes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			path := writeCapture(t, frames, tc.ng, tc.lt, time.Microsecond)
 			sink, st := replay(t, Config{Path: path})
-			if sink.n != len(frames) || st.Frames != uint64(len(frames)+1) {
-				t.Errorf("%d packets of %d frames, want %d of %d", sink.n, st.Frames, len(frames), len(frames)+1)
+			if sink.Count() != len(frames) || st.Frames != uint64(len(frames)+1) {
+				t.Errorf("%d packets of %d frames, want %d of %d", sink.Count(), st.Frames, len(frames), len(frames)+1)
 			}
 			if st.Skipped[2] != 1 { // frame.ReasonNotIPv4
 				t.Errorf("skipped %v, want one 'not ipv4'", st.Map())
@@ -170,8 +163,8 @@ func TestPaced(t *testing.T) {
 	if el := time.Since(start); el < 190*time.Millisecond || el > 2*time.Second {
 		t.Errorf("paced replay of 200 ms of capture took %v", el)
 	}
-	if sink.n != 5 {
-		t.Errorf("%d packets", sink.n)
+	if sink.Count() != 5 {
+		t.Errorf("%d packets", sink.Count())
 	}
 }
 
@@ -186,7 +179,7 @@ func TestCancel(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	if err := s.Run(ctx, &countSink{}); !errors.Is(err, context.DeadlineExceeded) {
+	if err := s.Run(ctx, testutil.NewRecordingSink(false)); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Run: %v", err)
 	}
 	if time.Since(start) > time.Second {

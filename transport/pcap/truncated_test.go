@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ibvbridge/ibvbridge/frame/frametest"
+	"github.com/ibvbridge/ibvbridge/internal/testutil"
 )
 
 // A capture that ends inside a record — cut off mid-write, or a pcapng block whose length runs past the
@@ -55,7 +56,7 @@ func TestTruncatedCaptureWarnsAndCounts(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			if err := s.Run(context.Background(), nopSink{}); err != nil {
+			if err := s.Run(context.Background(), testutil.NewRecordingSink(false)); err != nil {
 				t.Fatalf("Run: %v, want the end of the input", err)
 			}
 			st := s.Stats()
@@ -73,14 +74,10 @@ func TestTruncatedCaptureWarnsAndCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if err := s.Run(context.Background(), nopSink{}); err != nil || s.Stats().Truncated != 0 {
+	if err := s.Run(context.Background(), testutil.NewRecordingSink(false)); err != nil || s.Stats().Truncated != 0 {
 		t.Errorf("whole capture: err %v, truncated %d", err, s.Stats().Truncated)
 	}
 }
-
-type nopSink struct{}
-
-func (nopSink) Packet([]byte, int64) {}
 
 func readFrames(t *testing.T, pcapFile []byte, n int) [][]byte {
 	t.Helper()

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ibvbridge/ibvbridge/internal/testutil"
 	"github.com/ibvbridge/ibvbridge/spead"
 	"github.com/ibvbridge/ibvbridge/transport"
 )
@@ -38,8 +39,7 @@ func TestHeapSenderStream(t *testing.T) {
 	for _, gso := range []bool{false, true} {
 		t.Run(fmt.Sprintf("gso=%v", gso), func(t *testing.T) {
 			src := loopback(t, 1, Config{})
-			sink := newCountSink()
-			sink.keep = false
+			sink := testutil.NewRecordingSink(false)
 			stop := run(t, src, sink)
 			defer stop()
 			hs := openHeapSenderGSO(t, src.LocalEndpoints()[0], 0, gso)
@@ -85,8 +85,7 @@ func TestHeapSenderGSOMessages(t *testing.T) {
 // bytes sent by time t never exceed rate·t plus the one batch that may leave at once.
 func TestHeapSenderPacing(t *testing.T) {
 	src := loopback(t, 1, Config{})
-	sink := newCountSink()
-	sink.keep = false
+	sink := testutil.NewRecordingSink(false)
 	stop := run(t, src, sink)
 	defer stop()
 	const rate = 40e6 // bits/s

@@ -6,48 +6,30 @@ import (
 	"errors"
 	"net/netip"
 	"runtime"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/ibvbridge/ibvbridge/internal/testutil"
 	"github.com/ibvbridge/ibvbridge/transport"
 	"golang.org/x/sys/unix"
 )
 
-// countSink records what the source delivers; the source calls it from one goroutine, the test reads it
-// from another, hence the lock.
-type countSink struct {
-	mu      sync.Mutex
-	n       int
-	perTag  map[uint32]int
-	lastSeq map[uint32]int64
-	reorder int
-	keep    bool
-}
-
-func (s *countSink) Packet(p []byte, ns int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.n++
-	if !s.keep || len(p) < 8 {
-		return
+// perSocket tallies kept packets by the tag in their first 4 bytes (the sending socket) and counts
+// sequence numbers (the next 4 bytes) that do not follow the previous one of their tag.
+func perSocket(pkts [][]byte) (perTag map[uint32]int, reorder int) {
+	perTag, lastSeq := map[uint32]int{}, map[uint32]int64{}
+	for _, p := range pkts {
+		if len(p) < 8 {
+			continue
+		}
+		tag, seq := binary.LittleEndian.Uint32(p), int64(binary.LittleEndian.Uint32(p[4:]))
+		perTag[tag]++
+		if last, ok := lastSeq[tag]; ok && seq != last+1 {
+			reorder++
+		}
+		lastSeq[tag] = seq
 	}
-	tag, seq := binary.LittleEndian.Uint32(p), int64(binary.LittleEndian.Uint32(p[4:]))
-	s.perTag[tag]++
-	if last, ok := s.lastSeq[tag]; ok && seq != last+1 {
-		s.reorder++
-	}
-	s.lastSeq[tag] = seq
-}
-
-func (s *countSink) count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.n
-}
-
-func newCountSink() *countSink {
-	return &countSink{perTag: map[uint32]int{}, lastSeq: map[uint32]int64{}, keep: true}
+	return perTag, reorder
 }
 
 func loopback(t *testing.T, n int, cfg Config) *Source {
@@ -64,7 +46,7 @@ func loopback(t *testing.T, n int, cfg Config) *Source {
 }
 
 // run starts the source and returns a function that cancels it and checks it stops promptly.
-func run(t *testing.T, s *Source, sink *countSink) func() {
+func run(t *testing.T, s *Source, sink transport.Sink) func() {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -82,14 +64,10 @@ func run(t *testing.T, s *Source, sink *countSink) func() {
 	}
 }
 
-func waitCount(t *testing.T, sink *countSink, want int) {
+func waitCount(t *testing.T, sink *testutil.RecordingSink, want int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for sink.count() < want && time.Now().Before(deadline) {
-		time.Sleep(2 * time.Millisecond)
-	}
-	if got := sink.count(); got != want {
-		t.Fatalf("sink got %d packets, want %d", got, want)
+	if !sink.WaitCount(want, 5*time.Second) || sink.Count() != want {
+		t.Fatalf("sink got %d packets, want %d", sink.Count(), want)
 	}
 }
 
@@ -106,7 +84,7 @@ func sender(t *testing.T, ep transport.Endpoint) *Sender {
 func TestSeveralEndpointsBatched(t *testing.T) {
 	const perEndpoint = 2000
 	s := loopback(t, 3, Config{})
-	sink := newCountSink()
+	sink := testutil.NewRecordingSink(true)
 	stop := run(t, s, sink)
 	defer stop()
 	eps := s.LocalEndpoints()
@@ -127,13 +105,14 @@ func TestSeveralEndpointsBatched(t *testing.T) {
 		}
 	}
 	waitCount(t, sink, 3*perEndpoint)
+	perTag, reorder := perSocket(sink.Packets())
 	for tag := range eps {
-		if got := sink.perTag[uint32(tag)]; got != perEndpoint {
+		if got := perTag[uint32(tag)]; got != perEndpoint {
 			t.Errorf("endpoint %d: %d packets, want %d", tag, got, perEndpoint)
 		}
 	}
-	if sink.reorder != 0 {
-		t.Errorf("%d packets out of order within a socket", sink.reorder)
+	if reorder != 0 {
+		t.Errorf("%d packets out of order within a socket", reorder)
 	}
 	st := s.Stats()
 	if st.Packets != 3*perEndpoint || st.Bytes != 3*perEndpoint*1000 || st.Truncated != 0 || st.Errors != 0 {
@@ -146,8 +125,7 @@ func TestSeveralEndpointsBatched(t *testing.T) {
 
 func TestTruncatedDatagramsCounted(t *testing.T) {
 	s := loopback(t, 1, Config{MaxPacketSize: 100})
-	sink := newCountSink()
-	sink.keep = false
+	sink := testutil.NewRecordingSink(false)
 	stop := run(t, s, sink)
 	defer stop()
 	snd := sender(t, s.LocalEndpoints()[0])
@@ -174,7 +152,7 @@ func TestPortInUse(t *testing.T) {
 
 func TestStopsWhenIdle(t *testing.T) {
 	s := loopback(t, 2, Config{})
-	stop := run(t, s, newCountSink())
+	stop := run(t, s, testutil.NewRecordingSink(false))
 	time.Sleep(20 * time.Millisecond)
 	stop()
 }
@@ -193,8 +171,7 @@ func TestNoAllocsPerPacket(t *testing.T) {
 		t.Skip("short")
 	}
 	s := loopback(t, 1, Config{})
-	sink := newCountSink()
-	sink.keep = false
+	sink := testutil.NewRecordingSink(false)
 	stop := run(t, s, sink)
 	defer stop()
 	snd := sender(t, s.LocalEndpoints()[0])
@@ -209,7 +186,7 @@ func TestNoAllocsPerPacket(t *testing.T) {
 				t.Fatal(err)
 			}
 			sent += len(pkts)
-			for sink.count() < sent-1000 { // keep within the socket buffer
+			for sink.Count() < sent-1000 { // keep within the socket buffer
 				runtime.Gosched()
 			}
 		}

@@ -5,23 +5,14 @@ package xdp
 import (
 	"context"
 	"net/netip"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ibvbridge/ibvbridge/internal/testnet"
+	"github.com/ibvbridge/ibvbridge/internal/testutil"
 	"github.com/ibvbridge/ibvbridge/transport"
 	"github.com/ibvbridge/ibvbridge/transport/udp"
 )
-
-type countSink struct {
-	n     atomic.Uint64
-	bytes uint64
-}
-
-func (c *countSink) Packet(p []byte, _ int64) {
-	c.bytes += uint64(len(p))
-	c.n.Add(1)
-}
 
 // BenchmarkReceive blasts 1024-byte datagrams (sendmmsg, 64 a call) across the veth pair into a Source and
 // reports the receive rate and the loss. Both ends share the machine's cores, so the sender's rate bounds
@@ -37,7 +28,7 @@ func BenchmarkReceive(b *testing.B) {
 				Close() error
 			}
 			var xs *Source
-			err := inNetns(p.a, func() (err error) {
+			err := testnet.InNetns(p.RecvNS, func() (err error) {
 				if mode == "kernel-udp" { // the udp transport, for comparison
 					s, err = udp.Open(udp.Config{Endpoints: []transport.Endpoint{{Addr: addrA, Port: 7148}}})
 					return err
@@ -51,12 +42,12 @@ func BenchmarkReceive(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer s.Close()
-			sink := &countSink{}
+			sink := testutil.NewRecordingSink(false)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			go s.Run(ctx, sink)
 			var snd *udp.Sender
-			p.must(b, p.b, func() (err error) {
+			must(b, p.SendNS, func() (err error) {
 				snd, err = udp.NewSender(udp.SenderConfig{Dest: netip.MustParseAddrPort("10.99.0.1:7148")})
 				return err
 			})
@@ -67,7 +58,7 @@ func BenchmarkReceive(b *testing.B) {
 			}
 			snd.Send(batch[:1]) // ARP
 			time.Sleep(100 * time.Millisecond)
-			base := sink.n.Load()
+			base := uint64(sink.Count())
 			b.SetBytes(1024)
 			b.ResetTimer()
 			start := time.Now()
@@ -77,10 +68,10 @@ func BenchmarkReceive(b *testing.B) {
 				}
 			}
 			sendDone := time.Since(start)
-			last, lastChange := sink.n.Load(), time.Now()
+			last, lastChange := uint64(sink.Count()), time.Now()
 			for uint64(b.N) > last-base && time.Since(lastChange) < 50*time.Millisecond {
 				time.Sleep(time.Millisecond)
-				if n := sink.n.Load(); n != last {
+				if n := uint64(sink.Count()); n != last {
 					last, lastChange = n, time.Now()
 				}
 			}

@@ -21,49 +21,13 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"github.com/ibvbridge/ibvbridge/internal/testnet"
+	"github.com/ibvbridge/ibvbridge/internal/testutil"
 	"github.com/rs/zerolog"
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 )
-
-// collector is a Sink that keeps a copy of every payload.
-type collector struct {
-	mu   sync.Mutex
-	pkts [][]byte
-	n    chan struct{}
-}
-
-func newCollector() *collector { return &collector{n: make(chan struct{}, 1)} }
-
-func (c *collector) Packet(p []byte, recvNanos int64) {
-	c.mu.Lock()
-	c.pkts = append(c.pkts, append([]byte(nil), p...))
-	c.mu.Unlock()
-	select {
-	case c.n <- struct{}{}:
-	default:
-	}
-}
-
-func (c *collector) count() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.pkts)
-}
-
-// waitFor waits until the collector has n packets, or timeout.
-func (c *collector) waitFor(n int, timeout time.Duration) bool {
-	deadline := time.After(timeout)
-	for c.count() < n {
-		select {
-		case <-c.n:
-		case <-deadline:
-			return false
-		}
-	}
-	return true
-}
 
 // payload is packet i to endpoint e: a header (endpoint, sequence) and a size-varying pattern.
 func payload(e, i int) []byte {
@@ -77,11 +41,11 @@ func payload(e, i int) []byte {
 	return b
 }
 
-// startSource opens a Source in p.a and runs it; the returned stop cancels it and checks Run's result.
-func startSource(t *testing.T, p *vethPair, cfg Config, sink *collector) (*Source, func()) {
+// startSource opens a Source in p.RecvNS and runs it; the returned stop cancels it and checks Run's result.
+func startSource(t *testing.T, p *vethPair, cfg Config, sink *testutil.RecordingSink) (*Source, func()) {
 	t.Helper()
 	var s *Source
-	err := inNetns(p.a, func() (err error) {
+	err := testnet.InNetns(p.RecvNS, func() (err error) {
 		s, err = Open(cfg, nil)
 		return err
 	})
@@ -114,7 +78,7 @@ func startSource(t *testing.T, p *vethPair, cfg Config, sink *collector) (*Sourc
 func udpConn(t *testing.T, ns, laddr string) *net.UDPConn {
 	t.Helper()
 	var c *net.UDPConn
-	err := inNetns(ns, func() error {
+	err := testnet.InNetns(ns, func() error {
 		a, err := net.ResolveUDPAddr("udp4", laddr)
 		if err != nil {
 			return err
@@ -134,7 +98,7 @@ func udpConn(t *testing.T, ns, laddr string) *net.UDPConn {
 func ping(t *testing.T, p *vethPair) {
 	t.Helper()
 	var c *icmp.PacketConn
-	p.must(t, p.b, func() (err error) {
+	must(t, p.SendNS, func() (err error) {
 		c, err = icmp.ListenPacket("ip4:icmp", "0.0.0.0")
 		return err
 	})
@@ -177,29 +141,29 @@ func TestReceive(t *testing.T) {
 				netip.MustParseAddrPort("239.9.9.9:7149"),
 				netip.AddrPortFrom(netip.Addr{}, 7150), // port only: any address
 			}
-			sink := newCollector()
+			sink := testutil.NewRecordingSink(true)
 			var logBuf bytes.Buffer
 			log := zerolog.New(&syncWriter{w: &logBuf})
 			s, stop := startSource(t, p, Config{Interface: iface, Mode: mode, Endpoints: endpoints, Log: &log}, sink)
 			if st := s.Stats(); st.Mode != mode {
 				t.Fatalf("attached in %q mode, want %q", st.Mode, mode)
 			}
-			if st := xdpOn(t, p.a, ifA); !st.any() {
+			if st := xdpOn(t, p.RecvNS, ifA); !st.any() {
 				t.Fatal("no XDP program on the interface after Open")
 			}
-			checkIGMP(t, p.a, "239.9.9.9")
+			checkIGMP(t, p.RecvNS, "239.9.9.9")
 
 			// The kernel path keeps working: ICMP (and ARP before it), and UDP to a port we do not take.
 			ping(t, p)
-			other := udpConn(t, p.a, "10.99.0.1:7151")
+			other := udpConn(t, p.RecvNS, "10.99.0.1:7151")
 
 			const perEndpoint = 500
 			dsts := []string{"10.99.0.1:7148", "239.9.9.9:7149", "10.99.0.1:7150"}
 			conns := make([]*net.UDPConn, len(dsts))
 			for e, d := range dsts {
-				conns[e] = dial(t, p.b, d)
+				conns[e] = dial(t, p.SendNS, d)
 			}
-			otherSender := dial(t, p.b, "10.99.0.1:7151")
+			otherSender := dial(t, p.SendNS, "10.99.0.1:7151")
 			for i := range perEndpoint {
 				for e, c := range conns {
 					if _, err := c.Write(payload(e, i)); err != nil {
@@ -214,8 +178,8 @@ func TestReceive(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := perEndpoint * len(dsts)
-			if !sink.waitFor(want, 10*time.Second) {
-				t.Fatalf("received %d of %d packets; stats %+v", sink.count(), want, s.Stats())
+			if !sink.WaitCount(want, 10*time.Second) {
+				t.Fatalf("received %d of %d packets; stats %+v", sink.Count(), want, s.Stats())
 			}
 			other.SetReadDeadline(time.Now().Add(5 * time.Second))
 			buf := make([]byte, 100)
@@ -227,8 +191,8 @@ func TestReceive(t *testing.T) {
 			stop()
 
 			next := make([]int, len(dsts))
-			sink.mu.Lock()
-			for k, got := range sink.pkts {
+			got := sink.Packets()
+			for k, got := range got {
 				if len(got) < 8 {
 					t.Fatalf("packet %d: %d bytes", k, len(got))
 				}
@@ -241,9 +205,8 @@ func TestReceive(t *testing.T) {
 				}
 				next[e]++
 			}
-			sink.mu.Unlock()
-			if len(sink.pkts) != want {
-				t.Fatalf("%d packets, want %d", len(sink.pkts), want)
+			if len(got) != want {
+				t.Fatalf("%d packets, want %d", len(got), want)
 			}
 
 			st := s.Stats()
@@ -257,7 +220,7 @@ func TestReceive(t *testing.T) {
 			if err := s.Close(); err != nil {
 				t.Fatalf("Close: %v", err)
 			}
-			if st := xdpOn(t, p.a, ifA); st.any() {
+			if st := xdpOn(t, p.RecvNS, ifA); st.any() {
 				t.Fatalf("XDP program still attached after Close: %+v", st)
 			}
 			if final := s.Stats(); final.Packets != uint64(want) {
@@ -288,7 +251,7 @@ func (w *syncWriter) String() string {
 func dial(t *testing.T, ns, dst string) *net.UDPConn {
 	t.Helper()
 	var c *net.UDPConn
-	err := inNetns(ns, func() error {
+	err := testnet.InNetns(ns, func() error {
 		a, err := net.ResolveUDPAddr("udp4", dst)
 		if err != nil {
 			return err
@@ -309,8 +272,7 @@ func checkIGMP(t *testing.T, ns, group string) {
 	g := netip.MustParseAddr(group).As4()
 	want := fmt.Sprintf("%08X", binary.LittleEndian.Uint32(g[:]))
 	var text string
-	p := &vethPair{}
-	p.must(t, ns, func() error {
+	must(t, ns, func() error {
 		b, err := os.ReadFile("/proc/thread-self/net/igmp")
 		text = string(b)
 		return err
@@ -335,7 +297,7 @@ func TestKill9(t *testing.T) {
 	p := newVethPair(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", p.a, os.Args[0], "-test.run=^$", "-test.count=1")
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", p.RecvNS, os.Args[0], "-test.run=^$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "IBVB_XDP_HELPER="+ifA)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
@@ -368,7 +330,7 @@ func TestKill9(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("helper did not attach within 20s")
 	}
-	if st := xdpOn(t, p.a, ifA); !st.any() {
+	if st := xdpOn(t, p.RecvNS, ifA); !st.any() {
 		t.Fatal("helper is ready but no XDP program is attached")
 	}
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -376,22 +338,22 @@ func TestKill9(t *testing.T) {
 	}
 	_ = cmd.Wait()
 	deadline := time.Now().Add(5 * time.Second)
-	for xdpOn(t, p.a, ifA).any() {
+	for xdpOn(t, p.RecvNS, ifA).any() {
 		if time.Now().After(deadline) {
 			t.Fatal("XDP program still attached 5s after the attaching process was killed")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	ping(t, p)
-	sink := newCollector()
+	sink := testutil.NewRecordingSink(true)
 	_, stop := startSource(t, p, Config{Interface: ifA, Endpoints: []netip.AddrPort{netip.MustParseAddrPort("10.99.0.1:7148")}, Frames: 256}, sink)
 	defer stop()
-	c := dial(t, p.b, "10.99.0.1:7148")
+	c := dial(t, p.SendNS, "10.99.0.1:7148")
 	for i := range 10 {
 		c.Write(payload(0, i))
 	}
-	if !sink.waitFor(10, 5*time.Second) {
-		t.Fatalf("fresh run after kill -9 received %d of 10", sink.count())
+	if !sink.WaitCount(10, 5*time.Second) {
+		t.Fatalf("fresh run after kill -9 received %d of 10", sink.Count())
 	}
 }
 
@@ -417,7 +379,7 @@ func helperProcess(iface string) {
 		fmt.Println("ERROR", err)
 		os.Exit(1)
 	}
-	go s.Run(context.Background(), newCollector())
+	go s.Run(context.Background(), testutil.NewRecordingSink(true))
 	fmt.Println("READY")
 	time.Sleep(30 * time.Second) // killed long before
 	os.Exit(2)
@@ -427,7 +389,7 @@ func helperProcess(iface string) {
 // close and its process exits, which is how a program gets left behind.
 func attachLegacy(t *testing.T, p *vethPair, name string) uint32 {
 	t.Helper()
-	p.must(t, p.a, func() error {
+	must(t, p.RecvNS, func() error {
 		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: name, Type: ebpf.XDP, License: "MIT",
 			Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, xdpPass), asm.Return()}})
 		if err != nil {
@@ -440,7 +402,7 @@ func attachLegacy(t *testing.T, p *vethPair, name string) uint32 {
 		}
 		return setXDPFD(idx, prog.FD(), unix.XDP_FLAGS_SKB_MODE)
 	})
-	st := xdpOn(t, p.a, ifA)
+	st := xdpOn(t, p.RecvNS, ifA)
 	if st.SKBProgID == 0 {
 		t.Fatalf("legacy attach left no program: %+v", st)
 	}
@@ -458,7 +420,7 @@ func TestReplacesStaleProgram(t *testing.T) {
 	logBuf.w = new(bytes.Buffer)
 	log := zerolog.New(&logBuf)
 	var s *Source
-	err := inNetns(p.a, func() (err error) {
+	err := testnet.InNetns(p.RecvNS, func() (err error) {
 		s, err = Open(Config{Interface: ifA, Endpoints: ep, Frames: 256, Log: &log}, nil)
 		return err
 	})
@@ -469,11 +431,11 @@ func TestReplacesStaleProgram(t *testing.T) {
 	if !strings.Contains(logBuf.String(), "left behind") {
 		t.Errorf("no warning about the stale program; log:\n%s", logBuf.String())
 	}
-	if st := xdpOn(t, p.a, ifA); st.SKBProgID == old || !st.any() {
+	if st := xdpOn(t, p.RecvNS, ifA); st.SKBProgID == old || !st.any() {
 		t.Errorf("after Open: %+v (stale id %d)", st, old)
 	}
 	// A second receiver on the same interface finds our live bpf_link: in use, not stale.
-	err = inNetns(p.a, func() error {
+	err = testnet.InNetns(p.RecvNS, func() error {
 		s2, err := Open(Config{Interface: ifA, Endpoints: ep, Frames: 256}, nil)
 		if err == nil {
 			s2.Close()
@@ -484,12 +446,12 @@ func TestReplacesStaleProgram(t *testing.T) {
 		t.Errorf("second Open on the same interface: %v, want ErrInUse", err)
 	}
 	s.Close()
-	if st := xdpOn(t, p.a, ifA); st.any() {
+	if st := xdpOn(t, p.RecvNS, ifA); st.any() {
 		t.Fatalf("program left after Close: %+v", st)
 	}
 
 	foreign := attachLegacy(t, p, "other_xdp")
-	err = inNetns(p.a, func() error {
+	err = testnet.InNetns(p.RecvNS, func() error {
 		s, err := Open(Config{Interface: ifA, Endpoints: ep, Frames: 256}, nil)
 		if err == nil {
 			s.Close()
@@ -499,7 +461,7 @@ func TestReplacesStaleProgram(t *testing.T) {
 	if !errors.Is(err, ErrForeignProgram) || !strings.Contains(err.Error(), "other_xdp") {
 		t.Fatalf("Open over a foreign program: %v, want ErrForeignProgram naming it", err)
 	}
-	if st := xdpOn(t, p.a, ifA); st.SKBProgID != foreign {
+	if st := xdpOn(t, p.RecvNS, ifA); st.SKBProgID != foreign {
 		t.Fatalf("foreign program touched: %+v, want id %d", st, foreign)
 	}
 }
@@ -512,7 +474,7 @@ func TestZeroCopy(t *testing.T) {
 	var logBuf syncWriter
 	logBuf.w = new(bytes.Buffer)
 	log := zerolog.New(&logBuf)
-	err := inNetns(p.a, func() error {
+	err := testnet.InNetns(p.RecvNS, func() error {
 		s, err := Open(Config{Interface: ifA, Mode: ModeNative, Endpoints: ep, Frames: 256, Log: &log}, nil)
 		if err != nil {
 			return err
@@ -529,7 +491,7 @@ func TestZeroCopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = inNetns(p.a, func() error {
+	err = testnet.InNetns(p.RecvNS, func() error {
 		s, err := Open(Config{Interface: ifA, Mode: ModeNative, ZeroCopy: true, Endpoints: ep, Frames: 256}, nil)
 		if err == nil {
 			zc := s.Stats().ZeroCopy
@@ -545,7 +507,7 @@ func TestZeroCopy(t *testing.T) {
 		t.Fatalf("zero-copy demanded: %v, want ErrZeroCopyUnsupported", err)
 	}
 	t.Logf("zero-copy demanded: %v", err)
-	if st := xdpOn(t, p.a, ifA); st.any() {
+	if st := xdpOn(t, p.RecvNS, ifA); st.any() {
 		t.Fatalf("program left after a failed Open: %+v", st)
 	}
 }
@@ -578,7 +540,7 @@ func TestOpenErrors(t *testing.T) {
 	}
 	t.Run("queue out of range", func(t *testing.T) {
 		p := newVethPair(t)
-		err := inNetns(p.a, func() error {
+		err := testnet.InNetns(p.RecvNS, func() error {
 			s, err := Open(Config{Interface: ifA, Queues: []int{0, 3}, Endpoints: ep}, nil)
 			if err == nil {
 				s.Close()
@@ -599,13 +561,13 @@ func TestOpenErrors(t *testing.T) {
 // arrive, through the one loop.
 func TestMultiQueue(t *testing.T) {
 	p := newVethPairQueues(t, 2)
-	sink := newCollector()
+	sink := testutil.NewRecordingSink(true)
 	s, stop := startSource(t, p, Config{Interface: ifA, Mode: ModeNative, Queues: []int{0, 1},
 		Endpoints: []netip.AddrPort{netip.MustParseAddrPort("10.99.0.1:7148")}, Frames: 1024}, sink)
 	const flows, perFlow = 32, 20
 	var conns []*net.UDPConn
 	for range flows {
-		conns = append(conns, dial(t, p.b, "10.99.0.1:7148")) // a source port each: hashed to either tx queue
+		conns = append(conns, dial(t, p.SendNS, "10.99.0.1:7148")) // a source port each: hashed to either tx queue
 	}
 	for i := range perFlow {
 		for f, c := range conns {
@@ -615,8 +577,8 @@ func TestMultiQueue(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond) // this test is about queues, not overruns (counted: RxFillRingEmpty)
 	}
-	if !sink.waitFor(flows*perFlow, 10*time.Second) {
-		t.Fatalf("received %d of %d; stats %+v", sink.count(), flows*perFlow, s.Stats())
+	if !sink.WaitCount(flows*perFlow, 10*time.Second) {
+		t.Fatalf("received %d of %d; stats %+v", sink.Count(), flows*perFlow, s.Stats())
 	}
 	stop()
 	st := s.Stats()
@@ -632,16 +594,16 @@ func TestMultiQueue(t *testing.T) {
 // TestOversizeCounted: a frame larger than a UMEM frame is dropped by the kernel, and counted.
 func TestOversizeCounted(t *testing.T) {
 	p := newVethPair(t)
-	for _, x := range [][2]string{{p.a, ifA}, {p.b, ifB}} {
+	for _, x := range [][2]string{{p.RecvNS, ifA}, {p.SendNS, ifB}} {
 		if out, err := exec.Command("ip", "-n", x[0], "link", "set", x[1], "mtu", "9000").CombinedOutput(); err != nil {
 			t.Fatalf("set mtu: %v\n%s", err, out)
 		}
 	}
-	sink := newCollector()
+	sink := testutil.NewRecordingSink(true)
 	s, stop := startSource(t, p, Config{Interface: ifA, Mode: ModeGeneric, FrameSize: 2048, Frames: 256,
 		Endpoints: []netip.AddrPort{netip.MustParseAddrPort("10.99.0.1:7148")}}, sink)
 	defer stop()
-	c := dial(t, p.b, "10.99.0.1:7148")
+	c := dial(t, p.SendNS, "10.99.0.1:7148")
 	big := make([]byte, 4000) // 4042-byte frame: larger than 2048 - 256
 	if _, err := c.Write(big); err != nil {
 		t.Fatal(err)
@@ -649,7 +611,7 @@ func TestOversizeCounted(t *testing.T) {
 	if _, err := c.Write(payload(0, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if !sink.waitFor(1, 5*time.Second) {
+	if !sink.WaitCount(1, 5*time.Second) {
 		t.Fatal("small packet after the oversize one not received")
 	}
 	deadline := time.Now().Add(2 * time.Second)
@@ -665,7 +627,7 @@ func TestOversizeCounted(t *testing.T) {
 func TestBusyPollAndClose(t *testing.T) {
 	p := newVethPair(t)
 	var s *Source
-	err := inNetns(p.a, func() (err error) {
+	err := testnet.InNetns(p.RecvNS, func() (err error) {
 		s, err = Open(Config{Interface: ifA, BusyPoll: true, Frames: 256,
 			Endpoints: []netip.AddrPort{netip.MustParseAddrPort("10.99.0.1:7148")}}, nil)
 		return err
@@ -674,15 +636,15 @@ func TestBusyPollAndClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink := newCollector()
+	sink := testutil.NewRecordingSink(true)
 	done := make(chan error, 1)
 	go func() { done <- s.Run(context.Background(), sink) }()
-	c := dial(t, p.b, "10.99.0.1:7148")
+	c := dial(t, p.SendNS, "10.99.0.1:7148")
 	for i := range 50 {
 		c.Write(payload(0, i))
 	}
-	if !sink.waitFor(50, 5*time.Second) {
-		t.Fatalf("busy poll received %d of 50", sink.count())
+	if !sink.WaitCount(50, 5*time.Second) {
+		t.Fatalf("busy poll received %d of 50", sink.Count())
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)

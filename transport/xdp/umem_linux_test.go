@@ -14,6 +14,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/ibvbridge/ibvbridge/internal/testnet"
+	"github.com/ibvbridge/ibvbridge/internal/testutil"
 	"github.com/ibvbridge/ibvbridge/ring"
 )
 
@@ -54,7 +56,7 @@ func TestUMEMInRingPacketArea(t *testing.T) {
 			log := zerolog.New(&logBuf)
 			cfg.Log = &log
 			var s *Source
-			err = inNetns(p.a, func() (err error) {
+			err = testnet.InNetns(p.RecvNS, func() (err error) {
 				s, err = Open(cfg, area)
 				return err
 			})
@@ -68,17 +70,17 @@ func TestUMEMInRingPacketArea(t *testing.T) {
 			if !inArea && !strings.Contains(logBuf.String(), "UMEM allocated") {
 				t.Fatalf("UMEM not in the packet area and no log line saying so:\n%s", logBuf.String())
 			}
-			sink := newCollector()
+			sink := testutil.NewRecordingSink(true)
 			done := make(chan error, 1)
 			go func() { done <- s.Run(t.Context(), sink) }()
-			c := dial(t, p.b, "10.99.0.1:7148")
+			c := dial(t, p.SendNS, "10.99.0.1:7148")
 			for i := range 100 {
 				c.Write(payload(0, i))
 			}
-			if !sink.waitFor(100, 5*time.Second) {
-				t.Fatalf("received %d of 100", sink.count())
+			if !sink.WaitCount(100, 5*time.Second) {
+				t.Fatalf("received %d of 100", sink.Count())
 			}
-			for i, got := range sink.pkts[:100] {
+			for i, got := range sink.Packets()[:100] {
 				if !bytes.Equal(got, payload(0, i)) {
 					t.Fatalf("packet %d differs", i)
 				}

@@ -1,0 +1,111 @@
+package bench
+
+import (
+	"errors"
+	"time"
+
+	"github.com/ibvbridge/ibvbridge/ring"
+	"github.com/ibvbridge/ibvbridge/ring/pattern"
+)
+
+// ConsumeResult is the one JSON object every consumer tool (`ibvbridge consume`, clients/c's
+// ibvb-consume and Python's ibvbridge.consume) prints when it stops: the cross-language tests and the
+// benchmarks compare them.
+type ConsumeResult struct {
+	Heaps        uint64            `json:"heaps"`
+	Bytes        uint64            `json:"bytes"`
+	Checksum     uint64            `json:"checksum"`
+	VerifyErrors uint64            `json:"verify_errors"`
+	Incomplete   uint64            `json:"incomplete"`
+	FirstHeapCnt uint64            `json:"first_heap_cnt"`
+	LastHeapCnt  uint64            `json:"last_heap_cnt"`
+	OutOfOrder   uint64            `json:"heap_cnt_out_of_order"`
+	Seconds      float64           `json:"seconds"`
+	Result       string            `json:"result"`
+	Error        string            `json:"error"`
+	Counters     map[string]uint64 `json:"counters"`
+	SessionID    uint64            `json:"session_id"`
+	exitCode     int
+}
+
+// ExitCode is the consumer tools' exit status for this result: 0 end of stream (or --max-heaps reached),
+// 1 error, 2 producer gone, 3 timeout.
+func (r *ConsumeResult) ExitCode() int { return r.exitCode }
+
+// ConsumeOptions tune Consume.
+type ConsumeOptions struct {
+	Verify   bool          // check every byte of complete heaps against the test pattern
+	MaxHeaps uint64        // stop after this many heaps (0: until end of stream)
+	Timeout  time.Duration // attach timeout and per-heap wait timeout
+	Hold     int           // keep up to Hold heaps unreleased (a consumer that reads ahead)
+	Sleep    time.Duration // per heap (a slow consumer, for tests)
+	Dir      string        // ring directory ("" for the default)
+}
+
+// Consume reads ring name as its consumer until the end of stream (or o.MaxHeaps), checksumming every
+// heap and, with o.Verify, checking the pattern; `ibvbridge consume` prints the result.
+func Consume(name string, o ConsumeOptions) *ConsumeResult {
+	verify, maxHeaps, timeout, hold, sleep := o.Verify, o.MaxHeaps, o.Timeout, max(o.Hold, 0), o.Sleep
+	res := &ConsumeResult{Result: "error"}
+	c, err := ring.Attach(name, ring.AttachOptions{Timeout: timeout, Dir: o.Dir})
+	if err != nil {
+		res.Error, res.exitCode = err.Error(), 1
+		return res
+	}
+	defer c.Close()
+	res.SessionID = c.SessionID()
+	var start time.Time
+	held := make([]ring.Heap, 0, hold+1)
+	for maxHeaps == 0 || res.Heaps < maxHeaps {
+		h, err := c.Next(timeout)
+		if err != nil {
+			switch {
+			case errors.Is(err, ring.ErrEndOfStream):
+				res.Result = "eos"
+			case errors.Is(err, ring.ErrProducerGone):
+				res.Result, res.exitCode = "producer_gone", 2
+			case errors.Is(err, ring.ErrTimeout):
+				res.Result, res.exitCode = "timeout", 3
+			default:
+				res.exitCode = 1
+			}
+			res.Error = err.Error()
+			break
+		}
+		if res.Heaps == 0 {
+			start = time.Now()
+			res.FirstHeapCnt = h.HeapCnt
+		} else if h.HeapCnt <= res.LastHeapCnt {
+			res.OutOfOrder++
+		}
+		res.Heaps++
+		res.LastHeapCnt = h.HeapCnt
+		res.Bytes += h.Received
+		res.Checksum += pattern.Checksum(h.Payload)
+		if h.Flags&ring.FlagIncomplete != 0 {
+			res.Incomplete++
+		}
+		if verify && h.Flags&ring.FlagIncomplete == 0 && !pattern.Verify(&h) { // holes hold unspecified bytes
+			res.VerifyErrors++
+		}
+		if sleep > 0 {
+			time.Sleep(sleep)
+		}
+		held = append(held, h)
+		if len(held) > hold {
+			c.Release(held[0])
+			held = held[1:]
+		}
+	}
+	if res.Result == "error" && res.exitCode == 0 {
+		res.Result = "max"
+	}
+	if len(held) > 0 && hold == 0 {
+		c.Release(held[len(held)-1])
+	}
+	if res.Heaps > 0 {
+		res.Seconds = time.Since(start).Seconds()
+	}
+	res.Counters = c.Stats().Map()
+	return res
+}

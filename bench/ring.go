@@ -1,0 +1,213 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"sort"
+	"time"
+
+	"github.com/ibvbridge/ibvbridge/ring"
+	"github.com/ibvbridge/ibvbridge/ring/pattern"
+)
+
+// RingResult is one ring benchmark run, or the medians of several (what `bench ring --json` prints).
+type RingResult struct {
+	Consumer        string  `json:"consumer"`
+	HeapSize        int     `json:"heap_size"`
+	Heaps           uint64  `json:"heaps"`
+	Slots           int     `json:"slots"`
+	HugePages       bool    `json:"hugepages"`
+	Seconds         float64 `json:"seconds"`
+	HeapsPerS       float64 `json:"heaps_per_s"`
+	BytesPerS       float64 `json:"bytes_per_s"`
+	MemcpyBytesPerS float64 `json:"memcpy_bytes_per_s"`
+	MemcpyRatio     float64 `json:"memcpy_ratio"`
+	HeapsLost       uint64  `json:"heaps_lost"`
+	ChecksumOK      bool    `json:"checksum_ok"`
+	IdleCPUPercent  float64 `json:"idle_cpu_percent"`
+	Batch           int     `json:"batch,omitempty"`
+	Runs            int     `json:"runs"`
+}
+
+// RingOptions describe a ring benchmark: a Go producer publishing Heaps pattern heaps of HeapSize bytes
+// into a block-policy ring that a consumer process reads.
+type RingOptions struct {
+	Consumer string        // go, c or python
+	HeapSize int           // payload bytes per heap
+	Heaps    uint64        // per run; 0: about 4 GiB or 20 M heaps, whichever is fewer
+	Slots    int           // 0: 4096 for small heaps, 256 for 64 KiB and more
+	Batch    int           // python consumer: heaps per next_batch call (0: per-heap iteration)
+	Idle     time.Duration // measure the waiting consumer's CPU for this long before the first run (0: skip)
+	Repeat   int           // runs; the result is their medians (default 3)
+}
+
+func (o *RingOptions) setDefaults() error {
+	if o.HeapSize < 1 {
+		return fmt.Errorf("%w: heap size must be positive", ErrBadOption)
+	}
+	if o.Repeat == 0 {
+		o.Repeat = 3
+	}
+	if o.Repeat < 1 {
+		return fmt.Errorf("%w: repeat must be at least 1", ErrBadOption)
+	}
+	if o.Heaps == 0 {
+		o.Heaps = min(20_000_000, uint64(4<<30)/uint64(o.HeapSize))
+	}
+	if o.Slots == 0 {
+		o.Slots = 4096
+		if o.HeapSize >= 64<<10 {
+			o.Slots = 256
+		}
+	}
+	return nil
+}
+
+// Ring runs the ring benchmark o.Repeat times, calling each (if set) after every run, and returns the
+// medians. A cancelled ctx stops the run in progress; its ring is removed either way.
+func Ring(ctx context.Context, env Env, o RingOptions, each func(run int, r RingResult)) (RingResult, error) {
+	if err := o.setDefaults(); err != nil {
+		return RingResult{}, err
+	}
+	var runs []RingResult
+	for i := range o.Repeat {
+		r, err := ringOnce(ctx, env, o, i == 0)
+		if err != nil {
+			return RingResult{}, err
+		}
+		runs = append(runs, r)
+		if each != nil {
+			each(i+1, r)
+		}
+	}
+	return MedianRing(runs), nil
+}
+
+// PrintRing writes one result as a line of `bench ring`'s table.
+func PrintRing(w io.Writer, label string, r RingResult) {
+	fmt.Fprintf(w, "%-7s consumer %-6s heap %8d B  %10.0f heaps/s  %6.2f GB/s  memcpy %6.2f GB/s  ratio %4.2f  lost %d  checksum %s  idle CPU %.1f%%  hugepages %v\n",
+		label, r.Consumer, r.HeapSize, r.HeapsPerS, r.BytesPerS/1e9, r.MemcpyBytesPerS/1e9,
+		r.MemcpyRatio, r.HeapsLost, okWord(r.ChecksumOK), r.IdleCPUPercent, r.HugePages)
+}
+
+// MedianRing takes each figure's median over the runs; losses and checksum failures of any run count.
+func MedianRing(runs []RingResult) RingResult {
+	m := runs[0]
+	med := func(f func(r RingResult) float64) float64 {
+		v := make([]float64, len(runs))
+		for i, r := range runs {
+			v[i] = f(r)
+		}
+		sort.Float64s(v)
+		return v[len(v)/2]
+	}
+	m.Runs = len(runs)
+	m.HeapsPerS = med(func(r RingResult) float64 { return r.HeapsPerS })
+	m.BytesPerS = med(func(r RingResult) float64 { return r.BytesPerS })
+	m.MemcpyBytesPerS = med(func(r RingResult) float64 { return r.MemcpyBytesPerS })
+	m.MemcpyRatio = med(func(r RingResult) float64 { return r.MemcpyRatio })
+	m.Seconds = med(func(r RingResult) float64 { return r.Seconds })
+	for _, r := range runs {
+		m.HeapsLost = max(m.HeapsLost, r.HeapsLost)
+		m.ChecksumOK = m.ChecksumOK && r.ChecksumOK
+	}
+	return m
+}
+
+// ringOnce runs one producer → consumer-process stream. The memcpy reference is measured right
+// before and right after the stream and averaged, so a change in the machine's load hits both figures.
+func ringOnce(ctx context.Context, env Env, o RingOptions, measureIdle bool) (RingResult, error) {
+	res := RingResult{Consumer: o.Consumer, HeapSize: o.HeapSize, Heaps: o.Heaps, Slots: o.Slots, Batch: o.Batch}
+	name := fmt.Sprintf("bench-%d", os.Getpid())
+	defer ring.Remove("", "", name) // after p.Close (defers run last-in first-out)
+	p, err := ring.Create(name, ring.Config{SlotCount: o.Slots, SlotSize: o.HeapSize, MaxItems: 4, Policy: ring.PolicyBlock})
+	if err != nil {
+		return res, err
+	}
+	defer p.Close()
+	res.HugePages = p.Huge()
+	cmd, err := ConsumerCommand(env, o.Consumer, name, o.Batch)
+	if err != nil {
+		return res, err
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return res, fmt.Errorf("start %s consumer: %w", o.Consumer, err)
+	}
+	defer cmd.Process.Kill()
+	insp := func() ring.Info { i, _ := ring.Inspect(p.CtlPath(), ""); return i }
+	deadline := time.Now().Add(20 * time.Second)
+	for insp().ConsumerPID == 0 {
+		if time.Now().After(deadline) {
+			return res, fmt.Errorf("%s consumer did not attach within 20 s", o.Consumer)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if measureIdle && o.Idle > 0 {
+		time.Sleep(50 * time.Millisecond) // past the consumer's spin
+		t0, err := cpuTime(cmd.Process.Pid)
+		if err != nil {
+			return res, err
+		}
+		time.Sleep(o.Idle)
+		t1, _ := cpuTime(cmd.Process.Pid)
+		res.IdleCPUPercent = 100 * (t1 - t0).Seconds() / o.Idle.Seconds()
+	}
+	workingSet := o.Slots * o.HeapSize
+	before := memcpyRate(workingSet)
+	// Collect the reference buffers now: a GC or scavenger running during the stream would take a
+	// core from the producer or the consumer (there may be only two).
+	debug.FreeOSMemory()
+
+	pb := pattern.Publisher{P: p, Size: o.HeapSize}
+	var sum uint64
+	start := time.Now()
+	for cnt := uint64(1); cnt <= o.Heaps; cnt++ {
+		if cnt%4096 == 0 && ctx.Err() != nil {
+			return res, fmt.Errorf("bench ring: %w", ctx.Err())
+		}
+		s, err := pb.Publish(cnt, 0)
+		if err != nil {
+			return res, fmt.Errorf("publish heap %d: %w", cnt, err)
+		}
+		sum += s
+	}
+	if err := p.PublishEndOfStream(time.Minute); err != nil {
+		return res, err
+	}
+	// The run ends when the consumer has released everything (block policy: nothing is dropped).
+	for i := insp(); i.Tail != i.Head && cmdRunning(cmd); i = insp() {
+		time.Sleep(20 * time.Microsecond)
+	}
+	res.Seconds = time.Since(start).Seconds()
+	if err := cmd.Wait(); err != nil {
+		return res, fmt.Errorf("%s consumer: %w (output %s)", o.Consumer, err, out.String())
+	}
+	res.MemcpyBytesPerS = (before + memcpyRate(workingSet)) / 2
+	var cr ConsumeResult
+	if err := json.Unmarshal(LastLine(out.Bytes()), &cr); err != nil {
+		return res, fmt.Errorf("%s consumer output %q: %w", o.Consumer, out.String(), err)
+	}
+	res.HeapsPerS = float64(cr.Heaps) / res.Seconds
+	res.BytesPerS = float64(cr.Bytes) / res.Seconds
+	res.MemcpyRatio = res.BytesPerS / res.MemcpyBytesPerS
+	res.HeapsLost = o.Heaps - cr.Heaps
+	res.ChecksumOK = cr.Checksum == sum && cr.Heaps == o.Heaps
+	if !res.ChecksumOK {
+		return res, fmt.Errorf("consumer checksum %#x over %d heaps, producer %#x over %d", cr.Checksum, cr.Heaps, sum, o.Heaps)
+	}
+	return res, nil
+}
+
+func okWord(ok bool) string {
+	if ok {
+		return "ok"
+	}
+	return "MISMATCH"
+}

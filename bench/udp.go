@@ -1,0 +1,310 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ibvbridge/ibvbridge/internal/testnet"
+	"github.com/ibvbridge/ibvbridge/ring"
+)
+
+// UDPRun is one run of `bench udp` or `bench xdp`: send at a rate, receive, consume.
+type UDPRun struct {
+	RateGbps   float64 `json:"rate_gbps"` // requested; 0: unpaced
+	SentGbps   float64 `json:"sent_gbps"`
+	HeapsSent  uint64  `json:"heaps_sent"`
+	HeapsRecv  uint64  `json:"heaps_received"`
+	HeapsCons  uint64  `json:"heaps_consumed"`
+	Packets    uint64  `json:"packets"`
+	Dropped    uint64  `json:"dropped_heaps"`
+	Incomplete uint64  `json:"incomplete_heaps"`
+	KernelDrop uint64  `json:"kernel_drops"`
+	Seconds    float64 `json:"seconds"`
+	Lossless   bool    `json:"lossless"`
+	// RecvCPUNsPerPacket is recv's own CPU time (user + system) per packet: what the receive path costs,
+	// even when the sender limits the rate. Kernel work done in softirq context on the sender's CPU is not
+	// in it.
+	RecvCPUNsPerPacket float64 `json:"recv_cpu_ns_per_packet"`
+}
+
+// UDPSize is the result for one heap size: the highest lossless rate found and every run made.
+type UDPSize struct {
+	HeapSize     int      `json:"heap_size"`
+	PacketSize   int      `json:"packet_size"`
+	MaxGbps      float64  `json:"max_lossless_gbps"`
+	HeapsPerS    float64  `json:"heaps_per_s"`
+	PacketsPerS  float64  `json:"packets_per_s"`
+	UnpacedGbps  float64  `json:"unpaced_sent_gbps"`
+	UnpacedLoss  float64  `json:"unpaced_loss_fraction"`
+	RecvCPUNs    float64  `json:"recv_cpu_ns_per_packet"` // of the fastest lossless run
+	Runs         []UDPRun `json:"runs"`
+	LosslessSeen bool     `json:"lossless_seen"`
+}
+
+// Path says where a benchmark's stream flows: loopback by default; `bench xdp` runs recv and send in
+// two network namespaces joined by a veth pair.
+type Path struct {
+	RecvWrap, SendWrap []string // command prefixes, e.g. ip netns exec NS
+	RecvArgs           []string // transport flags for recv
+	Dest               string   // the address recv listens on and send sends to
+	Port               int      // 0: a free loopback port
+}
+
+// Loopback is the path of `bench udp`.
+var Loopback = Path{Dest: "127.0.0.1"}
+
+// UDPOptions describe a lossless-rate search per heap size.
+type UDPOptions struct {
+	HeapSizes   []int
+	PacketSize  int    // UDP payload per packet
+	BytesPerRun int    // payload bytes per run (bounds each run)
+	Runs        int    // runs per heap size: one unpaced, then a search on the rate
+	Consumer    string // go, c or python
+	Label       string // progress prefix (default "bench udp")
+}
+
+func (o *UDPOptions) check() error {
+	switch {
+	case len(o.HeapSizes) == 0:
+		return fmt.Errorf("%w: no heap sizes", ErrBadOption)
+	case o.Runs < 1:
+		return fmt.Errorf("%w: runs must be positive", ErrBadOption)
+	case o.PacketSize < 64 || o.PacketSize > 65507:
+		return fmt.Errorf("%w: packet size %d: want 64..65507 bytes of UDP payload", ErrBadOption, o.PacketSize)
+	case o.BytesPerRun < 1:
+		return fmt.Errorf("%w: bytes per run must be positive", ErrBadOption)
+	}
+	for _, hs := range o.HeapSizes {
+		if hs < 1 {
+			return fmt.Errorf("%w: heap size %d", ErrBadOption, hs)
+		}
+	}
+	if o.Label == "" {
+		o.Label = "bench udp"
+	}
+	return nil
+}
+
+// UDP searches each heap size's highest lossless rate over path.
+func UDP(ctx context.Context, env Env, path Path, o UDPOptions) ([]UDPSize, error) {
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	if _, err := ConsumerCommand(env, o.Consumer, "x", 0); err != nil {
+		return nil, err
+	}
+	var out []UDPSize
+	for _, hs := range o.HeapSizes {
+		r, err := SearchLossless(ctx, env, path, o, hs)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// PrintUDP writes `bench udp`'s table.
+func PrintUDP(w io.Writer, results []UDPSize) {
+	fmt.Fprintf(w, "%10s %8s %12s %12s %14s %13s %12s %5s\n", "heap", "packet", "max Gb/s", "heaps/s", "packets/s",
+		"unpaced Gb/s", "unpaced loss", "runs")
+	for _, r := range results {
+		maxs := fmt.Sprintf("%.2f", r.MaxGbps)
+		if !r.LosslessSeen {
+			maxs = "none"
+		}
+		fmt.Fprintf(w, "%10d %8d %12s %12.0f %14.0f %13.2f %11.2f%% %5d\n", r.HeapSize, r.PacketSize, maxs,
+			r.HeapsPerS, r.PacketsPerS, r.UnpacedGbps, 100*r.UnpacedLoss, len(r.Runs))
+	}
+}
+
+func wrapped(ctx context.Context, wrap []string, self string, args ...string) *exec.Cmd {
+	all := append(append(append([]string{}, wrap...), self), args...)
+	return exec.CommandContext(ctx, all[0], all[1:]...)
+}
+
+// SearchLossless finds the highest send rate over path that loses nothing for heap size hs: one unpaced
+// run, then steps down by 0.6 until a run is lossless, then bisects, within o.Runs runs.
+func SearchLossless(ctx context.Context, env Env, path Path, o UDPOptions, hs int) (UDPSize, error) {
+	return searchLossless(o, hs, func(heaps uint64, rate float64) (UDPRun, error) {
+		return udpRun(ctx, env, path, o.Consumer, hs, o.PacketSize, heaps, rate)
+	}, env)
+}
+
+// searchLossless is the search itself, over any run function (tests give it a model of a receiver).
+func searchLossless(o UDPOptions, hs int, run func(heaps uint64, rate float64) (UDPRun, error), env Env) (UDPSize, error) {
+	res := UDPSize{HeapSize: hs, PacketSize: o.PacketSize}
+	heaps := uint64(max(64, min(200_000, o.BytesPerRun/hs)))
+	runs := o.Runs
+	try := func(rate float64) (UDPRun, error) {
+		r, err := run(heaps, rate)
+		if err == nil {
+			res.Runs = append(res.Runs, r)
+			env.logf("%s: heap %d B rate %.3g Gb/s: sent %.3f Gb/s, %d/%d heaps consumed, lossless %v\n",
+				o.Label, hs, rate, r.SentGbps, r.HeapsCons, r.HeapsSent, r.Lossless)
+		}
+		return r, err
+	}
+	accept := func(r UDPRun) {
+		if r.Lossless && r.SentGbps > res.MaxGbps {
+			res.MaxGbps, res.LosslessSeen = r.SentGbps, true
+			res.HeapsPerS = float64(r.HeapsSent) / r.Seconds
+			res.PacketsPerS = float64(r.Packets) / r.Seconds
+			res.RecvCPUNs = r.RecvCPUNsPerPacket
+		}
+	}
+	first, err := try(0)
+	if err != nil {
+		return res, err
+	}
+	res.UnpacedGbps = first.SentGbps
+	res.UnpacedLoss = 1 - float64(first.HeapsCons)/float64(first.HeapsSent)
+	accept(first)
+	lo, hi := 0.0, first.SentGbps
+	for i := 1; i < runs && !first.Lossless; i++ {
+		rate := hi * 0.6
+		if lo > 0 {
+			rate = (lo + hi) / 2
+		}
+		r, err := try(rate)
+		if err != nil {
+			return res, err
+		}
+		if r.Lossless {
+			lo = rate
+			accept(r)
+		} else {
+			hi = rate
+		}
+		if lo > 0 && hi-lo < 0.05*hi {
+			break
+		}
+	}
+	return res, nil
+}
+
+// udpRun runs recv, a consumer and send once over path. Every wait is bounded, and every process is
+// gone and its ring removed when it returns, whatever happened.
+func udpRun(ctx context.Context, env Env, path Path, consumer string, heapSize, packetSize int, heaps uint64, rate float64) (UDPRun, error) {
+	run := UDPRun{RateGbps: rate, HeapsSent: heaps}
+	self, err := env.binary()
+	if err != nil {
+		return run, err
+	}
+	port := path.Port
+	if port == 0 {
+		if port, err = testnet.FreeUDPPort(); err != nil {
+			return run, err
+		}
+	}
+	name := fmt.Sprintf("benchudp-%d-%d", os.Getpid(), port)
+	slots, slotSize := 4096, 1<<16
+	if heapSize > 32<<10 {
+		slots, slotSize = 128, heapSize+64<<10
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	defer ring.Remove("", "", name) // each run's name is new: leave nothing behind (runs after the kills below)
+	var recvOut, consOut, sendOut bytes.Buffer
+	var recvErr LockedBuffer
+	endpoint := path.Dest + ":" + strconv.Itoa(port)
+	recv := wrapped(ctx, path.RecvWrap, self, append(append([]string{"recv", "--ring", name, "--slots", strconv.Itoa(slots),
+		"--slot-size", strconv.Itoa(slotSize), "--max-heaps", "8", "--log-format", "json"}, path.RecvArgs...), endpoint)...)
+	recv.Stdout, recv.Stderr = &recvOut, &recvErr
+	if err := recv.Start(); err != nil {
+		return run, fmt.Errorf("start recv: %w", err)
+	}
+	recvDone := make(chan error, 1)
+	go func() { recvDone <- recv.Wait() }()
+	// On every return: recv killed and reaped before its ring is removed (a live recv holds the ring's lock).
+	defer func() {
+		if recv.ProcessState == nil {
+			_ = recv.Process.Kill()
+			<-recvDone
+		}
+	}()
+	ctl := ring.CtlPath(ring.DefaultDir, name)
+	// "receiving" is logged once the transport is open (a kernel-bypass one opens after the ring exists).
+	if err := waitFor(10*time.Second, func() bool { return strings.Contains(recvErr.String(), `"message":"receiving"`) }); err != nil {
+		return run, fmt.Errorf("recv did not start receiving on ring %s: %s", name, recvErr.String())
+	}
+	cons, err := ConsumerCommand(env, consumer, name, 4096)
+	if err != nil {
+		return run, err
+	}
+	cons.Stdout, cons.Stderr = &consOut, env.Log
+	if err := cons.Start(); err != nil {
+		return run, fmt.Errorf("start consumer: %w", err)
+	}
+	defer func() {
+		if cons.ProcessState == nil {
+			_ = cons.Process.Kill()
+			_ = cons.Wait()
+		}
+	}()
+	if err := waitFor(20*time.Second, func() bool { i, _ := ring.Inspect(ctl, ""); return i.ConsumerPID != 0 }); err != nil {
+		return run, fmt.Errorf("%s consumer did not attach", consumer)
+	}
+	send := wrapped(ctx, path.SendWrap, self, "send", endpoint, "--heaps", strconv.FormatUint(heaps, 10),
+		"--heap-size", strconv.Itoa(heapSize), "--packet-size", strconv.Itoa(packetSize),
+		"--rate", strconv.FormatFloat(rate, 'f', -1, 64), "--json")
+	send.Stdout, send.Stderr = &sendOut, env.Log
+	if err := send.Run(); err != nil {
+		return run, fmt.Errorf("send: %w", err)
+	}
+	var sr SendResult
+	if err := json.Unmarshal(LastLine(sendOut.Bytes()), &sr); err != nil {
+		return run, fmt.Errorf("send output %q: %w", sendOut.String(), err)
+	}
+	run.SentGbps, run.Seconds = sr.Gbps, sr.Seconds
+	// A lossy run may have lost the stop heap itself: give recv a moment, then stop it.
+	var recvErrV error
+	select {
+	case recvErrV = <-recvDone:
+	case <-time.After(3 * time.Second):
+		_ = recv.Process.Signal(syscall.SIGINT)
+		recvErrV = <-recvDone // bounded by ctx: CommandContext kills it
+	}
+	if recvErrV != nil {
+		return run, fmt.Errorf("recv: %w: %s", recvErrV, recvErr.String())
+	}
+	recvCPU := recv.ProcessState.UserTime() + recv.ProcessState.SystemTime()
+	_ = cons.Wait() // it ends at the end of stream; its exit status says how, its JSON what it read
+	var rc map[string]any
+	if err := json.Unmarshal(LastLine(recvOut.Bytes()), &rc); err != nil {
+		return run, fmt.Errorf("recv output %q: %w", recvOut.String(), err)
+	}
+	num := func(m map[string]any, k string) uint64 { f, _ := m[k].(float64); return uint64(f) }
+	run.HeapsRecv, run.Dropped, run.Incomplete = num(rc, "heaps"), num(rc, "dropped_heaps"), num(rc, "incomplete_heaps")
+	if tc, ok := rc["transport_counters"].(map[string]any); ok {
+		run.Packets, run.KernelDrop = num(tc, "packets"), num(tc, "kernel_drops")
+	}
+	var cr ConsumeResult
+	if err := json.Unmarshal(LastLine(consOut.Bytes()), &cr); err == nil {
+		run.HeapsCons = cr.Heaps
+	}
+	if run.Packets > 0 {
+		run.RecvCPUNsPerPacket = float64(recvCPU.Nanoseconds()) / float64(run.Packets)
+	}
+	run.Lossless = run.HeapsCons == heaps && run.HeapsRecv == heaps && run.Dropped == 0 && run.Incomplete == 0
+	return run, nil
+}
+
+// SendResult is the summary `ibvbridge send --json` prints.
+type SendResult struct {
+	Heaps   uint64  `json:"heaps"`
+	Packets uint64  `json:"packets"`
+	Bytes   uint64  `json:"bytes"`
+	Seconds float64 `json:"seconds"`
+	Gbps    float64 `json:"gbps"`
+	HeapsPS float64 `json:"heaps_per_s"`
+}
