@@ -23,6 +23,18 @@ func (f fakePipeline) Producer() *ring.Producer             { return f.p }
 func (f fakePipeline) TransportCounters() map[string]uint64 { return f.transport }
 func (f fakePipeline) MalformedByReason() map[string]uint64 { return f.malformed }
 
+// testProducer is a small ring in a temporary directory, closed when the test ends.
+func testProducer(t *testing.T) (string, *ring.Producer) {
+	t.Helper()
+	name := fmt.Sprintf("metrics-%d", os.Getpid())
+	p, err := ring.Create(name, ring.Config{Dir: t.TempDir(), SlotCount: 8, SlotSize: 4096, HugePages: ring.HugePagesOff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return name, p
+}
+
 func scrape(t *testing.T, s *Server) string {
 	t.Helper()
 	resp, err := http.Get("http://" + s.Addr().String() + "/metrics")
@@ -38,12 +50,7 @@ func scrape(t *testing.T, s *Server) string {
 }
 
 func TestScrape(t *testing.T) {
-	name := fmt.Sprintf("metrics-%d", os.Getpid())
-	p, err := ring.Create(name, ring.Config{Dir: t.TempDir(), SlotCount: 8, SlotSize: 4096, HugePages: ring.HugePagesOff})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	name, p := testProducer(t)
 	c := NewCollector(name, "udp")
 	s, err := Listen("127.0.0.1:0", c, nil)
 	if err != nil {
@@ -106,12 +113,7 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 	if err := json.Unmarshal(b, &dash); err != nil {
 		t.Fatalf("dashboard JSON: %v", err)
 	}
-	name := fmt.Sprintf("dash-%d", os.Getpid())
-	p, err := ring.Create(name, ring.Config{Dir: t.TempDir(), SlotCount: 8, SlotSize: 4096, HugePages: ring.HugePagesOff})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	name, p := testProducer(t)
 	c := NewCollector(name, "udp")
 	c.Attach(fakePipeline{p: p, transport: map[string]uint64{"packets": 0, "kernel_drops": 0}})
 	s, err := Listen("127.0.0.1:0", c, nil)

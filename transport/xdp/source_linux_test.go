@@ -21,6 +21,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"github.com/ibvbridge/ibvbridge/bench"
 	"github.com/ibvbridge/ibvbridge/internal/testnet"
 	"github.com/ibvbridge/ibvbridge/internal/testutil"
 	"github.com/rs/zerolog"
@@ -142,8 +143,8 @@ func TestReceive(t *testing.T) {
 				netip.AddrPortFrom(netip.Addr{}, 7150), // port only: any address
 			}
 			sink := testutil.NewRecordingSink(true)
-			var logBuf bytes.Buffer
-			log := zerolog.New(&syncWriter{w: &logBuf})
+			var logBuf bench.LockedBuffer
+			log := zerolog.New(&logBuf)
 			s, stop := startSource(t, p, Config{Interface: iface, Mode: mode, Endpoints: endpoints, Log: &log}, sink)
 			if st := s.Stats(); st.Mode != mode {
 				t.Fatalf("attached in %q mode, want %q", st.Mode, mode)
@@ -229,23 +230,6 @@ func TestReceive(t *testing.T) {
 			ping(t, p)
 		})
 	}
-}
-
-type syncWriter struct {
-	mu sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (w *syncWriter) Write(b []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.w.Write(b)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.w.String()
 }
 
 func dial(t *testing.T, ns, dst string) *net.UDPConn {
@@ -416,8 +400,7 @@ func TestReplacesStaleProgram(t *testing.T) {
 	ep := []netip.AddrPort{netip.MustParseAddrPort("10.99.0.1:7148")}
 
 	old := attachLegacy(t, p, ProgramName)
-	var logBuf syncWriter
-	logBuf.w = new(bytes.Buffer)
+	var logBuf bench.LockedBuffer
 	log := zerolog.New(&logBuf)
 	var s *Source
 	err := testnet.InNetns(p.RecvNS, func() (err error) {
@@ -471,8 +454,7 @@ func TestReplacesStaleProgram(t *testing.T) {
 func TestZeroCopy(t *testing.T) {
 	p := newVethPair(t)
 	ep := []netip.AddrPort{netip.MustParseAddrPort("10.99.0.1:7148")}
-	var logBuf syncWriter
-	logBuf.w = new(bytes.Buffer)
+	var logBuf bench.LockedBuffer
 	log := zerolog.New(&logBuf)
 	err := testnet.InNetns(p.RecvNS, func() error {
 		s, err := Open(Config{Interface: ifA, Mode: ModeNative, Endpoints: ep, Frames: 256, Log: &log}, nil)

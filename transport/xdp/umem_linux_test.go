@@ -14,6 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/ibvbridge/ibvbridge/bench"
 	"github.com/ibvbridge/ibvbridge/internal/testnet"
 	"github.com/ibvbridge/ibvbridge/internal/testutil"
 	"github.com/ibvbridge/ibvbridge/ring"
@@ -51,8 +52,7 @@ func TestUMEMInRingPacketArea(t *testing.T) {
 				}
 			})
 			area := prod.PacketArea()
-			var logBuf syncWriter
-			logBuf.w = new(bytes.Buffer)
+			var logBuf bench.LockedBuffer
 			log := zerolog.New(&logBuf)
 			cfg.Log = &log
 			var s *Source
