@@ -37,14 +37,16 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-consumer() { # consumer KIND OUT: start one consumer of the ring in the background, echo its pid
+# start_consumer KIND OUT: start one consumer of the ring in the background (a child of this shell, so it
+# can be waited for); its pid is in $cons, its stderr in OUT.err.
+start_consumer() {
   local kind=$1 out=$2
   case $kind in
-  go) "$BIN" consume --ring "$RING" --verify --timeout-ms 5000 >"$out" 2>/dev/null & ;;
-  c) "$CCONS" --ring "$RING" --verify --timeout-ms 5000 >"$out" 2>/dev/null & ;;
-  python) "$PY" -m ibvbridge.consume --ring "$RING" --verify --timeout-ms 5000 >"$out" 2>/dev/null & ;;
+  go) "$BIN" consume --ring "$RING" --verify --timeout-ms 5000 >"$out" 2>"$out.err" & ;;
+  c) "$CCONS" --ring "$RING" --verify --timeout-ms 5000 >"$out" 2>"$out.err" & ;;
+  python) "$PY" -m ibvbridge.consume --ring "$RING" --verify --timeout-ms 5000 >"$out" 2>"$out.err" & ;;
   esac
-  echo $!
+  cons=$!
 }
 
 json() { "$PY" -c 'import json,sys; d=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); print(eval(sys.argv[2], {}, d))' "$@"; }
@@ -64,7 +66,7 @@ for life in 1 2 3; do
   send=$!
   pids+=("$send")
   rss=() kills=0 k=0 start=$SECONDS
-  cons=$(consumer "${kinds[k % 3]}" "$work/cons.json")
+  start_consumer "${kinds[k % 3]}" "$work/cons$life-$k.json"
   while kill -0 "$send" 2>/dev/null; do
     sleep $((2 + RANDOM % 4))
     rss+=("$(ps -o rss= -p "$recv" 2>/dev/null || echo 0)")
@@ -72,7 +74,7 @@ for life in 1 2 3; do
     kill -9 "$cons" 2>/dev/null || true
     wait "$cons" 2>/dev/null || true
     kills=$((kills + 1)) k=$((k + 1))
-    cons=$(consumer "${kinds[k % 3]}" "$work/cons.json")
+    start_consumer "${kinds[k % 3]}" "$work/cons$life-$k.json"
   done
   wait "$send"
   # The last consumer reads to the end of stream; recv exits once the stop heap is in.
@@ -88,7 +90,8 @@ for life in 1 2 3; do
   drop=$(json "$work/recv$life.json" 'dropped_heaps')
   disc=$(json "$work/recv$life.json" 'discarded_incomplete_heaps')
   kdrop=$(json "$work/recv$life.json" 'transport_counters["kernel_drops"]')
-  last=$(json "$work/cons.json" 'f"{result} verify_errors={verify_errors} heaps={heaps} {error}"' 2>/dev/null || echo "no output")
+  last=$(json "$work/cons$life-$k.json" 'f"{result} verify_errors={verify_errors} heaps={heaps} {error}"' 2>/dev/null ||
+    echo "no output; stderr: $(tail -c 300 "$work/cons$life-$k.json.err")")
   last="$last (${kinds[k % 3]})"
   read -r rmin rmax < <(printf '%s\n' "${rss[@]:4}" "${rss[0]:-0}" | sort -n | sed -n '1p;$p' | paste -sd' ')
   accounted=$((pub + drop + disc))
