@@ -144,6 +144,11 @@ func (q *Queue) replayPoll(out []rxloop.Completion) int {
 	n := 0
 	for n < len(out) && (q.Limit <= 0 || q.sent < q.Limit) {
 		if q.next == len(q.slots) {
+			if n > 0 {
+				// The frames of this batch are delivered after Poll returns: a pass ends its batch, so
+				// OnWrap (which may rewrite the frames) runs only once every frame of the pass is out.
+				break
+			}
 			q.next = 0
 			if q.OnWrap != nil {
 				q.OnWrap()
