@@ -103,8 +103,7 @@ func MedianRing(runs []RingResult) RingResult {
 		for i, r := range runs {
 			v[i] = f(r)
 		}
-		sort.Float64s(v)
-		return v[len(v)/2]
+		return median(v)
 	}
 	m.Runs = len(runs)
 	m.HeapsPerS = med(func(r RingResult) float64 { return r.HeapsPerS })
@@ -210,4 +209,13 @@ func okWord(ok bool) string {
 		return "ok"
 	}
 	return "MISMATCH"
+}
+
+// median is the middle value (the upper one of an even count); it sorts v.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	sort.Float64s(v)
+	return v[len(v)/2]
 }

@@ -34,20 +34,25 @@ type UDPRun struct {
 	// even when the sender limits the rate. Kernel work done in softirq context on the sender's CPU is not
 	// in it.
 	RecvCPUNsPerPacket float64 `json:"recv_cpu_ns_per_packet"`
+	RecvCPUSecPerGB    float64 `json:"recv_cpu_s_per_gb"`        // recv's CPU per GB of payload received
+	ConsCPUNsPerHeap   float64 `json:"consumer_cpu_ns_per_heap"` // the consumer process's CPU per heap read
 }
 
 // UDPSize is the result for one heap size: the highest lossless rate found and every run made.
 type UDPSize struct {
-	HeapSize     int      `json:"heap_size"`
-	PacketSize   int      `json:"packet_size"`
-	MaxGbps      float64  `json:"max_lossless_gbps"`
-	HeapsPerS    float64  `json:"heaps_per_s"`
-	PacketsPerS  float64  `json:"packets_per_s"`
-	UnpacedGbps  float64  `json:"unpaced_sent_gbps"`
-	UnpacedLoss  float64  `json:"unpaced_loss_fraction"`
-	RecvCPUNs    float64  `json:"recv_cpu_ns_per_packet"` // of the fastest lossless run
-	Runs         []UDPRun `json:"runs"`
-	LosslessSeen bool     `json:"lossless_seen"`
+	HeapSize    int     `json:"heap_size"`
+	PacketSize  int     `json:"packet_size"`
+	MaxGbps     float64 `json:"max_lossless_gbps"`
+	HeapsPerS   float64 `json:"heaps_per_s"`
+	PacketsPerS float64 `json:"packets_per_s"`
+	UnpacedGbps float64 `json:"unpaced_sent_gbps"`
+	UnpacedLoss float64 `json:"unpaced_loss_fraction"`
+	RecvCPUNs   float64 `json:"recv_cpu_ns_per_packet"` // of the fastest lossless run (fixed rate: median)
+	// Fixed rate only: medians over the runs.
+	RecvCPUSecPerGB  float64  `json:"recv_cpu_s_per_gb,omitempty"`
+	ConsCPUNsPerHeap float64  `json:"consumer_cpu_ns_per_heap,omitempty"`
+	Runs             []UDPRun `json:"runs"`
+	LosslessSeen     bool     `json:"lossless_seen"`
 }
 
 // Path says where a benchmark's stream flows: loopback by default; `bench xdp` runs recv and send in
@@ -57,6 +62,9 @@ type Path struct {
 	RecvArgs           []string // transport flags for recv
 	Dest               string   // the address recv listens on and send sends to
 	Port               int      // 0: a free loopback port
+	// RecvBinary, if set, is the ibvbridge whose recv receives (a baseline build); send and the consumer
+	// stay Env's, so both receivers get the same traffic.
+	RecvBinary string
 }
 
 // Loopback is the path of `bench udp`.
@@ -70,6 +78,9 @@ type UDPOptions struct {
 	Runs        int    // runs per heap size: one unpaced, then a search on the rate
 	Consumer    string // go, c or python
 	Label       string // progress prefix (default "bench udp")
+	// Rate, if positive, replaces the search: every run offers this load (Gb/s), and the result is the
+	// runs' median CPU costs — a fixed offered load is how two receivers are compared.
+	Rate float64
 }
 
 func (o *UDPOptions) check() error {
@@ -88,10 +99,131 @@ func (o *UDPOptions) check() error {
 			return fmt.Errorf("%w: heap size %d", ErrBadOption, hs)
 		}
 	}
+	if o.Rate < 0 {
+		return fmt.Errorf("%w: rate %g Gb/s", ErrBadOption, o.Rate)
+	}
 	if o.Label == "" {
 		o.Label = "bench udp"
 	}
 	return nil
+}
+
+// FixedRate runs heap size hs o.Runs times at o.Rate over path and summarises the median CPU costs.
+func FixedRate(ctx context.Context, env Env, path Path, o UDPOptions, hs int) (UDPSize, error) {
+	res := UDPSize{HeapSize: hs, PacketSize: o.PacketSize}
+	heaps := uint64(max(64, min(200_000, o.BytesPerRun/hs)))
+	for range o.Runs {
+		r, err := udpRun(ctx, env, path, o.Consumer, hs, o.PacketSize, heaps, o.Rate)
+		if err != nil {
+			return res, err
+		}
+		env.logf("%s: heap %d B at %.3g Gb/s: sent %.3f Gb/s, %d/%d heaps consumed, recv %.0f ns/packet %.3f s/GB, consumer %.0f ns/heap\n",
+			o.Label, hs, o.Rate, r.SentGbps, r.HeapsCons, r.HeapsSent, r.RecvCPUNsPerPacket, r.RecvCPUSecPerGB, r.ConsCPUNsPerHeap)
+		res.Runs = append(res.Runs, r)
+	}
+	res.summarise()
+	return res, nil
+}
+
+// summarise sets the fixed-rate figures: medians over the runs, lossless only if every run was.
+func (s *UDPSize) summarise() {
+	med := func(f func(UDPRun) float64) float64 {
+		v := make([]float64, 0, len(s.Runs))
+		for _, r := range s.Runs {
+			v = append(v, f(r))
+		}
+		return median(v)
+	}
+	s.MaxGbps = med(func(r UDPRun) float64 { return r.SentGbps })
+	s.RecvCPUNs = med(func(r UDPRun) float64 { return r.RecvCPUNsPerPacket })
+	s.RecvCPUSecPerGB = med(func(r UDPRun) float64 { return r.RecvCPUSecPerGB })
+	s.ConsCPUNsPerHeap = med(func(r UDPRun) float64 { return r.ConsCPUNsPerHeap })
+	s.HeapsPerS = med(func(r UDPRun) float64 { return float64(r.HeapsSent) / r.Seconds })
+	s.PacketsPerS = med(func(r UDPRun) float64 { return float64(r.Packets) / r.Seconds })
+	s.LosslessSeen = len(s.Runs) > 0
+	for _, r := range s.Runs {
+		s.LosslessSeen = s.LosslessSeen && r.Lossless
+	}
+}
+
+// Comparison is one heap size received by this ibvbridge and by a baseline build on the same traffic.
+type Comparison struct {
+	HeapSize int     `json:"heap_size"`
+	Ours     UDPSize `json:"ours"`
+	Baseline UDPSize `json:"baseline"`
+	// Ratios, ours over baseline (below 1: ours costs less).
+	RecvCPUPerByte   float64 `json:"recv_cpu_per_byte_ratio"`
+	RecvCPUPerPacket float64 `json:"recv_cpu_per_packet_ratio"`
+	ConsCPUPerHeap   float64 `json:"consumer_cpu_per_heap_ratio"`
+}
+
+// Compare runs every heap size at o.Rate with this ibvbridge's recv and with baseline's, alternating run
+// by run so both see the same machine state, with the same sender and consumer.
+func Compare(ctx context.Context, env Env, path Path, o UDPOptions, baseline string) ([]Comparison, error) {
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	if o.Rate <= 0 {
+		return nil, fmt.Errorf("%w: a comparison needs a fixed rate (--rate)", ErrBadOption)
+	}
+	if _, err := os.Stat(baseline); err != nil {
+		return nil, fmt.Errorf("%w: baseline: %v", ErrBadOption, err)
+	}
+	base := path
+	base.RecvBinary = baseline
+	one := o
+	one.Runs = 1
+	var out []Comparison
+	for _, hs := range o.HeapSizes {
+		c := Comparison{HeapSize: hs, Ours: UDPSize{HeapSize: hs, PacketSize: o.PacketSize},
+			Baseline: UDPSize{HeapSize: hs, PacketSize: o.PacketSize}}
+		for range o.Runs {
+			for _, side := range []struct {
+				path  Path
+				into  *UDPSize
+				label string
+			}{{path, &c.Ours, "ours"}, {base, &c.Baseline, "baseline"}} {
+				one.Label = o.Label + " (" + side.label + ")"
+				r, err := FixedRate(ctx, env, side.path, one, hs)
+				if err != nil {
+					return nil, err
+				}
+				side.into.Runs = append(side.into.Runs, r.Runs...)
+			}
+		}
+		c.Ours.summarise()
+		c.Baseline.summarise()
+		ratio := func(a, b float64) float64 {
+			if b == 0 {
+				return 0
+			}
+			return a / b
+		}
+		c.RecvCPUPerByte = ratio(c.Ours.RecvCPUSecPerGB, c.Baseline.RecvCPUSecPerGB)
+		c.RecvCPUPerPacket = ratio(c.Ours.RecvCPUNs, c.Baseline.RecvCPUNs)
+		c.ConsCPUPerHeap = ratio(c.Ours.ConsCPUNsPerHeap, c.Baseline.ConsCPUNsPerHeap)
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// PrintFixedRate writes the table of fixed-rate results (and, given comparisons, both sides and ratios).
+func PrintFixedRate(w io.Writer, results []UDPSize, cmp []Comparison) {
+	fmt.Fprintf(w, "%10s %8s %10s %9s %14s %12s %16s %8s\n", "heap", "packet", "receiver", "sent Gb/s",
+		"recv ns/packet", "recv s/GB", "consumer ns/heap", "lossless")
+	row := func(label string, r UDPSize) {
+		fmt.Fprintf(w, "%10d %8d %10s %9.2f %14.0f %12.3f %16.0f %8v\n", r.HeapSize, r.PacketSize, label, r.MaxGbps,
+			r.RecvCPUNs, r.RecvCPUSecPerGB, r.ConsCPUNsPerHeap, r.LosslessSeen)
+	}
+	for _, r := range results {
+		row("ours", r)
+	}
+	for _, c := range cmp {
+		row("ours", c.Ours)
+		row("baseline", c.Baseline)
+		fmt.Fprintf(w, "%10s %8s %10s recv CPU per byte %.2f×, per packet %.2f×, consumer CPU per heap %.2f× the baseline's\n",
+			"", "", "", c.RecvCPUPerByte, c.RecvCPUPerPacket, c.ConsCPUPerHeap)
+	}
 }
 
 // UDP searches each heap size's highest lossless rate over path.
@@ -104,7 +236,11 @@ func UDP(ctx context.Context, env Env, path Path, o UDPOptions) ([]UDPSize, erro
 	}
 	var out []UDPSize
 	for _, hs := range o.HeapSizes {
-		r, err := SearchLossless(ctx, env, path, o, hs)
+		search := SearchLossless
+		if o.Rate > 0 {
+			search = FixedRate
+		}
+		r, err := search(ctx, env, path, o, hs)
 		if err != nil {
 			return nil, err
 		}
@@ -217,7 +353,11 @@ func udpRun(ctx context.Context, env Env, path Path, consumer string, heapSize, 
 	var recvOut, consOut, sendOut bytes.Buffer
 	var recvErr LockedBuffer
 	endpoint := path.Dest + ":" + strconv.Itoa(port)
-	recv := wrapped(ctx, path.RecvWrap, self, append(append([]string{"recv", "--ring", name, "--slots", strconv.Itoa(slots),
+	recvBin := self
+	if path.RecvBinary != "" {
+		recvBin = path.RecvBinary
+	}
+	recv := wrapped(ctx, path.RecvWrap, recvBin, append(append([]string{"recv", "--ring", name, "--slots", strconv.Itoa(slots),
 		"--slot-size", strconv.Itoa(slotSize), "--max-heaps", "8", "--log-format", "json"}, path.RecvArgs...), endpoint)...)
 	recv.Stdout, recv.Stderr = &recvOut, &recvErr
 	if err := recv.Start(); err != nil {
@@ -279,6 +419,7 @@ func udpRun(ctx context.Context, env Env, path Path, consumer string, heapSize, 
 	}
 	recvCPU := recv.ProcessState.UserTime() + recv.ProcessState.SystemTime()
 	_ = cons.Wait() // it ends at the end of stream; its exit status says how, its JSON what it read
+	consCPU := cons.ProcessState.UserTime() + cons.ProcessState.SystemTime()
 	var rc map[string]any
 	if err := json.Unmarshal(LastLine(recvOut.Bytes()), &rc); err != nil {
 		return run, fmt.Errorf("recv output %q: %w", recvOut.String(), err)
@@ -294,6 +435,12 @@ func udpRun(ctx context.Context, env Env, path Path, consumer string, heapSize, 
 	}
 	if run.Packets > 0 {
 		run.RecvCPUNsPerPacket = float64(recvCPU.Nanoseconds()) / float64(run.Packets)
+	}
+	if b := num(rc, "bytes"); b > 0 {
+		run.RecvCPUSecPerGB = recvCPU.Seconds() / (float64(b) / 1e9)
+	}
+	if run.HeapsCons > 0 {
+		run.ConsCPUNsPerHeap = float64(consCPU.Nanoseconds()) / float64(run.HeapsCons)
 	}
 	run.Lossless = run.HeapsCons == heaps && run.HeapsRecv == heaps && run.Dropped == 0 && run.Incomplete == 0
 	return run, nil

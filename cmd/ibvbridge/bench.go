@@ -93,6 +93,8 @@ func runBenchUDP(ctx context.Context, env bench.Env, args []string, stdout, stde
 	fs := newFlagSet("bench udp", stderr)
 	var o bench.UDPOptions
 	sizes, asJSON := udpFlags(fs, &o, 8972, 512<<20, 7)
+	fs.Float64Var(&o.Rate, "rate", 0, "offer this load (Gb/s) in every run instead of searching, and report CPU costs (medians of --runs)")
+	baseline := fs.String("baseline", "", "with --rate: also receive the same traffic with this ibvbridge binary (e.g. main built from git), alternating runs, and print the ratios")
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
@@ -100,12 +102,27 @@ func runBenchUDP(ctx context.Context, env bench.Env, args []string, stdout, stde
 	if o.HeapSizes, err = parseSizeList(*sizes); err != nil {
 		return err
 	}
+	if *baseline != "" {
+		cmp, err := bench.Compare(ctx, env, bench.Loopback, o, *baseline)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return json.NewEncoder(stdout).Encode(map[string]any{"consumer": o.Consumer, "rate_gbps": o.Rate, "comparisons": cmp})
+		}
+		bench.PrintFixedRate(stdout, nil, cmp)
+		return nil
+	}
 	results, err := bench.UDP(ctx, env, bench.Loopback, o)
 	if err != nil {
 		return err
 	}
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(map[string]any{"consumer": o.Consumer, "sizes": results})
+	}
+	if o.Rate > 0 {
+		bench.PrintFixedRate(stdout, results, nil)
+		return nil
 	}
 	bench.PrintUDP(stdout, results)
 	return nil
