@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 )
 
 // Remove deletes what is left of ring name in dir (and its data file in hugeDir) once nobody uses it: the
@@ -58,4 +60,39 @@ func Remove(dir, hugeDir, name string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// List returns the names of the rings in dir ("" for /dev/shm) that have any file left: a control file
+// (a live ring, or a dead producer's), or only the lock files a stopped ring leaves by design. Sorted.
+func List(dir string) ([]string, error) {
+	if dir == "" {
+		dir = DefaultDir
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("list rings in %s: %w", dir, err)
+	}
+	prefix, suffix := "ibvbridge.", fmt.Sprintf(".v%d", MajorVersion)
+	seen := map[string]bool{}
+	var names []string
+	for _, e := range ents {
+		n := e.Name()
+		ext := filepath.Ext(n)
+		switch ext {
+		case ".ctl", ".lock", ".cons", ".dat":
+		default:
+			continue
+		}
+		base := strings.TrimSuffix(n, ext)
+		if !strings.HasPrefix(base, prefix) || !strings.HasSuffix(base, suffix) {
+			continue
+		}
+		name := strings.TrimSuffix(strings.TrimPrefix(base, prefix), suffix)
+		if ValidateName(name) == nil && !seen[name] {
+			seen[name] = true
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	return names, nil
 }

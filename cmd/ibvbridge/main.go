@@ -1,5 +1,5 @@
 // Command ibvbridge receives SPEAD streams into a shared-memory ring that C, Python and Go consumers read
-// zero-copy. Subcommands: recv, send, stat, consume, devices, bench.
+// zero-copy. Subcommands: recv, send, stat, ls, rm, consume, devices, bench.
 package main
 
 import (
@@ -37,7 +37,9 @@ func commands() []command {
 	return []command{
 		{"recv", "receive SPEAD streams into a ring", runRecv},
 		{"send", "send a generated SPEAD stream", runSend},
-		{"stat", "show a ring's geometry, cursors and counters", runStat},
+		{"stat", "show a ring's geometry, cursors and counters (--watch: live)", runStat},
+		{"ls", "list the rings on this host", runLs},
+		{"rm", "remove rings nobody holds (NAME... or --stale)", runRm},
 		{"consume", "read a ring as its consumer (verification and benchmarks)", runConsume},
 		{"devices", "list RDMA devices and their capabilities", runDevices},
 		{"bench", "benchmarks: ring, udp", runBench},

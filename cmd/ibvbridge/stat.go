@@ -1,33 +1,95 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
+	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/ibvbridge/ibvbridge/ring"
 )
 
 func runStat(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("stat", stderr)
-	asJSON := fs.Bool("json", false, "print one JSON object")
+	asJSON := fs.Bool("json", false, "print one JSON object (with --watch: one per refresh)")
 	dir := fs.String("dir", ring.DefaultDir, "directory of ring control files")
+	watch := fs.Bool("watch", false, "refresh until the ring closes or Ctrl-C: rates, fill, lag, drops, heartbeat")
+	interval := fs.Duration("interval", time.Second, "with --watch: refresh this often")
 	pos, err := parseInterspersed(fs, args) // `stat NAME --json` as well as `stat --json NAME`
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
-		return usageError("usage: ibvbridge stat [--json] RING")
+		return usageError("usage: ibvbridge stat [--json] [--watch] RING")
+	}
+	if *interval <= 0 {
+		return usageError("--interval %v: want a positive duration", *interval)
 	}
 	info, err := ring.Inspect(pos[0], *dir)
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		return json.NewEncoder(stdout).Encode(info)
+	if !*watch {
+		if *asJSON {
+			return json.NewEncoder(stdout).Encode(info)
+		}
+		return printInfo(stdout, info, nil)
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	clear := !*asJSON && isTerminal(stdout)
+	prev, prevAt := info, time.Now()
+	t := time.NewTicker(*interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		cur, err := ring.Inspect(pos[0], *dir)
+		if errors.Is(err, ring.ErrNotFound) {
+			fmt.Fprintf(stderr, "ibvbridge stat: ring %s is gone: its producer stopped\n", pos[0])
+			return nil // a stopped recv removes its ring: the watch is over, not failed
+		}
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		r := rates(prev, cur, now.Sub(prevAt))
+		prev, prevAt = cur, now
+		if *asJSON {
+			if err := json.NewEncoder(stdout).Encode(struct {
+				ring.Info
+				Rates ringRates `json:"rates"`
+			}{cur, r}); err != nil {
+				return err
+			}
+		} else {
+			if clear {
+				fmt.Fprint(stdout, "\033[H\033[2J")
+			} else {
+				fmt.Fprintln(stdout)
+			}
+			if err := printInfo(stdout, cur, &r); err != nil {
+				return err
+			}
+		}
+		if cur.State == "closed" || !cur.ProducerAlive {
+			return nil
+		}
+	}
+}
+
+func printInfo(stdout io.Writer, info ring.Info, r *ringRates) error {
 	w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(w, "ring\t%s\n", info.Name)
 	fmt.Fprintf(w, "layout\tv%d.%d\n", info.Major, info.Minor)
@@ -39,8 +101,26 @@ func runStat(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(w, "slots\t%d x %d bytes, %d items each\n", info.Geometry.SlotCount, info.Geometry.SlotSize, info.Geometry.MaxItems)
 	fmt.Fprintf(w, "data\t%s (%d bytes, page %d)\n", info.DataPath, info.Geometry.DataFileSize, info.Geometry.PageSize)
 	fmt.Fprintf(w, "cursors\thead %d, tail %d, unreleased %d\n", info.Head, info.Tail, info.Head-info.Tail)
+	if r != nil {
+		fill := 0.0
+		if info.Geometry.SlotCount > 0 {
+			fill = 100 * float64(info.Head-info.Tail) / float64(info.Geometry.SlotCount)
+		}
+		fmt.Fprintf(w, "rates\t%.0f heaps/s, %.0f packets/s, %.3f Gb/s, %.0f dropped heaps/s\n", r.HeapsPerS, r.PacketsPerS, r.Gbps, r.DropsPerS)
+		fmt.Fprintf(w, "fill\t%.1f %% (consumer lag %d heaps)\n", fill, info.Head-info.Tail)
+	}
 	for _, c := range ring.Counters() {
 		fmt.Fprintf(w, "%s\t%d\n", c, info.Counters[c.String()])
 	}
 	return w.Flush()
+}
+
+// isTerminal reports whether w is a terminal (the watch view then redraws in place).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }
