@@ -1,6 +1,7 @@
 package spead_test
 
 import (
+	"encoding/binary"
 	"slices"
 	"testing"
 
@@ -95,5 +96,32 @@ func TestAssemblerRepeatedPointers(t *testing.T) {
 	}
 	if len(got[0].items) != distinct || got[0].has(ring.FlagItemsOverflow) {
 		t.Errorf("%d items (flags %#x), want the %d distinct ones", len(got[0].items), got[0].flags, distinct)
+	}
+}
+
+// BenchmarkRepeatedPointers: packets that each repeat ~1000 item pointers of their heap (the audit's
+// hostile sender). The duplicate test is a hash lookup, so a packet costs O(its pointers), not
+// O(pointers × the heap's item count).
+func BenchmarkRepeatedPointers(b *testing.B) {
+	const repeats = 1000
+	ptrs := []uint64{imm40(1, 1), imm40(2, 1<<20), imm40(3, 0), imm40(4, 4)}
+	for i := range uint64(repeats) {
+		ptrs = append(ptrs, imm40(0x2000+i%60, i))
+	}
+	p, _ := testRing(b, ring.Config{SlotCount: 8, SlotSize: 1 << 20, MaxItems: 64})
+	a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	packets := make([][]byte, 4096)
+	for i := range packets {
+		ptrs[2] = imm40(3, uint64(i)*4) // a new 4-byte range of the same heap each time
+		packets[i] = rawPacket(3, 5, ptrs, []byte{1, 2, 3, 4})
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		pkt := packets[i%len(packets)]
+		binary.BigEndian.PutUint64(pkt[8:], imm40(1, uint64(i/len(packets)+1))) // each pass a new heap: no duplicates
+		a.Packet(pkt, 0)
 	}
 }
