@@ -454,4 +454,6 @@ type SendResult struct {
 	Seconds float64 `json:"seconds"`
 	Gbps    float64 `json:"gbps"`
 	HeapsPS float64 `json:"heaps_per_s"`
+	// SkippedIncomplete (send --ring): heaps the ring held incomplete or truncated, not sent.
+	SkippedIncomplete uint64 `json:"skipped_incomplete,omitempty"`
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/ibvbridge/ibvbridge/bench"
+	"github.com/ibvbridge/ibvbridge/relay"
+	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/ring/pattern"
 	"github.com/ibvbridge/ibvbridge/spead"
 	"github.com/ibvbridge/ibvbridge/transport"
@@ -23,7 +26,7 @@ import (
 func runSend(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("send", stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: ibvbridge send HOST:PORT [flags]")
+		fmt.Fprintln(fs.Output(), "usage: ibvbridge send HOST:PORT [flags]\n       ibvbridge send --ring NAME HOST:PORT [flags]   (transmit a ring's heaps)")
 		fs.PrintDefaults()
 	}
 	heapSize := sizeFlag(fs, "heap-size", 4<<20, "payload bytes per heap (suffixes K, M, G)")
@@ -42,9 +45,25 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, "print the summary as one JSON object")
 	transportName := fs.String("transport", "", "udp (sockets, the default) or ibv (raw frames through an RDMA NIC)")
 	ibvOpt := addIBVFlags(fs, true) // ibv: --ibv, --ibv-* flags (transport_ibv.go)
+	ringName := fs.String("ring", "", "transmit the heaps of this ring, as its consumer, instead of a generated stream; the stream stops when the ring ends")
+	incomplete := fs.Bool("incomplete", false, "with --ring: also send heaps the ring holds incomplete or truncated (default: skip and count them)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
+	}
+	if *ringName != "" { // the generator's flags describe a stream --ring does not generate
+		var conflict string
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "heap-size", "heaps", "items", "descriptors", "pattern":
+				conflict = f.Name
+			}
+		})
+		if conflict != "" {
+			return usageError("--%s describes a generated stream: it does not go with --ring", conflict)
+		}
+	} else if *incomplete {
+		return usageError("--incomplete goes with --ring")
 	}
 	if len(pos) != 1 {
 		return usageError("want exactly one destination HOST:PORT, got %d (see -h)", len(pos))
@@ -91,9 +110,11 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError("--packet-size %d: %v", *packetSize, err)
 	}
-	g, err := pattern.NewHeapGen(flavour, *heapSize, *items, *withPattern, *descriptors)
-	if err != nil {
-		return err
+	var g *pattern.HeapGen
+	if *ringName == "" {
+		if g, err = pattern.NewHeapGen(flavour, *heapSize, *items, *withPattern, *descriptors); err != nil {
+			return err
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -119,7 +140,11 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 	}
 	defer hs.Close()
 	res := bench.SendResult{}
-	if res.Heaps, err = transport.SendStream(ctx, hs, *heaps, g.Heap, !*noStop); err != nil {
+	if *ringName != "" {
+		if res.Heaps, res.SkippedIncomplete, err = sendRing(ctx, *ringName, hs, relay.Config{Incomplete: *incomplete, NoStop: *noStop}); err != nil {
+			return err
+		}
+	} else if res.Heaps, err = transport.SendStream(ctx, hs, *heaps, g.Heap, !*noStop); err != nil {
 		return err
 	}
 	tot := hs.Totals()
@@ -132,5 +157,19 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "sent %d heaps, %d packets, %d bytes in %.3f s: %.3f Gb/s, %.0f heaps/s\n",
 		res.Heaps, res.Packets, res.Bytes, res.Seconds, res.Gbps, res.HeapsPS)
+	if res.SkippedIncomplete > 0 {
+		fmt.Fprintf(stdout, "skipped %d incomplete or truncated heaps of the ring (--incomplete sends them)\n", res.SkippedIncomplete)
+	}
 	return nil
+}
+
+// sendRing transmits ring name through hs (relay.Run) until the ring ends or ctx is cancelled.
+func sendRing(ctx context.Context, name string, hs transport.HeapSender, cfg relay.Config) (heaps, skipped uint64, err error) {
+	c, err := ring.Attach(name, ring.AttachOptions{Timeout: 10 * time.Second})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer c.Close()
+	res, err := relay.Run(ctx, c, hs, cfg)
+	return res.Heaps, res.SkippedIncomplete, err
 }
