@@ -7,18 +7,32 @@
  *
  * A heap's payload and items are views into the ring, valid until the heap is released.
  *
- * C11 (uses <stdatomic.h>); not usable from C++ as is.
+ * C11 (<stdatomic.h>) or C++11 and later (<atomic>): the shared words are IBVB_ATOMIC(T) — _Atomic T in
+ * C, std::atomic<T> in C++, same size and alignment — and the inline functions reach them through the
+ * ibvb__load/store/fence macros below, so one header serves both languages.
  */
 #ifndef IBVBRIDGE_H
 #define IBVBRIDGE_H
 
 #include <errno.h>
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
-#error "ibvbridge.h is a C11 header (it uses _Atomic); wrap it in a C translation unit"
+#include <atomic>
+#define IBVB_ATOMIC(T) std::atomic<T>
+#define ibvb__load(p, mo) ((p)->load(std::memory_order_##mo))
+#define ibvb__store(p, v, mo) ((p)->store((v), std::memory_order_##mo))
+#define ibvb__fence() std::atomic_thread_fence(std::memory_order_seq_cst)
+#define IBVB__STATIC_ASSERT(c, m) static_assert(c, m)
+extern "C" {
+#else
+#include <stdatomic.h>
+#define IBVB_ATOMIC(T) _Atomic T
+#define ibvb__load(p, mo) atomic_load_explicit((p), memory_order_##mo)
+#define ibvb__store(p, v, mo) atomic_store_explicit((p), (v), memory_order_##mo)
+#define ibvb__fence() atomic_thread_fence(memory_order_seq_cst)
+#define IBVB__STATIC_ASSERT(c, m) _Static_assert(c, m)
 #endif
 
 #define IBVB_VERSION_MAJOR_LIB 1 /* library version */
@@ -118,14 +132,14 @@ enum ibvb_counter {
 /* ---- shared structures ----------------------------------------------------------------------- */
 
 /* Control file (spec §2), mapped read-write by the consumer. Fields another process writes while we
- * run are _Atomic. */
+ * run are atomic. */
 struct ibvb_ctl {
 	/* 0x000 header */
-	_Atomic uint64_t magic;
+	IBVB_ATOMIC(uint64_t) magic;
 	uint16_t major;
 	uint16_t minor;
 	uint32_t ctl_size;
-	_Atomic uint32_t state;
+	IBVB_ATOMIC(uint32_t) state;
 	uint32_t policy;
 	uint64_t session_id;
 	uint64_t producer_pid;
@@ -150,28 +164,28 @@ struct ibvb_ctl {
 	/* 0x100 */
 	char data_path[IBVB_DATA_PATH_MAX];
 	/* 0x200 producer cursor */
-	_Atomic uint64_t head;
+	IBVB_ATOMIC(uint64_t) head;
 	uint8_t pad_head[120];
 	/* 0x280 consumer wake */
-	_Atomic uint32_t consumer_waiting;
-	_Atomic uint32_t consumer_futex;
+	IBVB_ATOMIC(uint32_t) consumer_waiting;
+	IBVB_ATOMIC(uint32_t) consumer_futex;
 	uint8_t pad_cwake[120];
 	/* 0x300 consumer cursor */
-	_Atomic uint64_t tail;
+	IBVB_ATOMIC(uint64_t) tail;
 	uint8_t pad_tail[120];
 	/* 0x380 producer wake */
-	_Atomic uint32_t producer_waiting;
-	_Atomic uint32_t producer_futex;
+	IBVB_ATOMIC(uint32_t) producer_waiting;
+	IBVB_ATOMIC(uint32_t) producer_futex;
 	uint8_t pad_pwake[120];
 	/* 0x400 consumer info */
-	_Atomic uint64_t consumer_pid;
-	_Atomic uint64_t consumer_attach_ns;
+	IBVB_ATOMIC(uint64_t) consumer_pid;
+	IBVB_ATOMIC(uint64_t) consumer_attach_ns;
 	uint8_t pad_cinfo[112];
 	/* 0x480 producer info */
-	_Atomic uint64_t heartbeat_ns;
+	IBVB_ATOMIC(uint64_t) heartbeat_ns;
 	uint8_t pad_pinfo[120];
 	/* 0x500 stats */
-	_Atomic uint64_t stats[IBVB_STATS_SLOTS];
+	IBVB_ATOMIC(uint64_t) stats[IBVB_STATS_SLOTS];
 	/* 0x600 */
 	uint8_t reserved[IBVB_CTL_SIZE - 0x600];
 };
@@ -201,7 +215,7 @@ struct ibvb_item {
 
 /* Stream-metadata area header (spec §6) and record header. */
 struct ibvb_meta_header {
-	_Atomic uint64_t seq;
+	IBVB_ATOMIC(uint64_t) seq;
 	uint64_t length;
 };
 struct ibvb_meta_record_header {
@@ -215,10 +229,10 @@ struct ibvb_meta_record_header {
 };
 #define IBVB_META_NDIM_UNKNOWN 0xFFFFFFFFu
 
-#define IBVB__CHECK(T, f, off) _Static_assert(offsetof(T, f) == (off), #T "." #f " offset")
-_Static_assert(sizeof(_Atomic uint64_t) == 8 && sizeof(_Atomic uint32_t) == 4, "atomic sizes");
-_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2, "lock-free atomics required");
-_Static_assert(sizeof(struct ibvb_ctl) == IBVB_CTL_SIZE, "ctl size");
+#define IBVB__CHECK(T, f, off) IBVB__STATIC_ASSERT(offsetof(T, f) == (off), #T "." #f " offset")
+IBVB__STATIC_ASSERT(sizeof(IBVB_ATOMIC(uint64_t)) == 8 && sizeof(IBVB_ATOMIC(uint32_t)) == 4, "atomic sizes");
+IBVB__STATIC_ASSERT(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2, "lock-free atomics required");
+IBVB__STATIC_ASSERT(sizeof(struct ibvb_ctl) == IBVB_CTL_SIZE, "ctl size");
 IBVB__CHECK(struct ibvb_ctl, magic, IBVB_OFF_MAGIC);
 IBVB__CHECK(struct ibvb_ctl, major, IBVB_OFF_MAJOR);
 IBVB__CHECK(struct ibvb_ctl, minor, IBVB_OFF_MINOR);
@@ -257,7 +271,7 @@ IBVB__CHECK(struct ibvb_ctl, heartbeat_ns, IBVB_OFF_HEARTBEAT_NS);
 IBVB__CHECK(struct ibvb_ctl, stats, IBVB_OFF_STATS);
 IBVB__CHECK(struct ibvb_ctl, reserved, IBVB_OFF_CTL_RESERVED);
 
-_Static_assert(sizeof(struct ibvb_desc) == IBVB_DESC_SIZE, "descriptor size");
+IBVB__STATIC_ASSERT(sizeof(struct ibvb_desc) == IBVB_DESC_SIZE, "descriptor size");
 IBVB__CHECK(struct ibvb_desc, seq, 0x00);
 IBVB__CHECK(struct ibvb_desc, heap_cnt, 0x08);
 IBVB__CHECK(struct ibvb_desc, heap_size, 0x10);
@@ -269,17 +283,17 @@ IBVB__CHECK(struct ibvb_desc, item_count, 0x30);
 IBVB__CHECK(struct ibvb_desc, packets, 0x34);
 IBVB__CHECK(struct ibvb_desc, reserved, 0x38);
 
-_Static_assert(sizeof(struct ibvb_item) == IBVB_ITEM_SIZE, "item size");
+IBVB__STATIC_ASSERT(sizeof(struct ibvb_item) == IBVB_ITEM_SIZE, "item size");
 IBVB__CHECK(struct ibvb_item, id, 0x00);
 IBVB__CHECK(struct ibvb_item, value, 0x08);
 IBVB__CHECK(struct ibvb_item, length, 0x10);
 IBVB__CHECK(struct ibvb_item, flags, 0x18);
 IBVB__CHECK(struct ibvb_item, reserved, 0x1C);
 
-_Static_assert(sizeof(struct ibvb_meta_header) == IBVB_META_HEADER_SIZE, "meta header size");
+IBVB__STATIC_ASSERT(sizeof(struct ibvb_meta_header) == IBVB_META_HEADER_SIZE, "meta header size");
 IBVB__CHECK(struct ibvb_meta_header, seq, 0x00);
 IBVB__CHECK(struct ibvb_meta_header, length, 0x08);
-_Static_assert(sizeof(struct ibvb_meta_record_header) == 0x20, "meta record header size");
+IBVB__STATIC_ASSERT(sizeof(struct ibvb_meta_record_header) == 0x20, "meta record header size");
 IBVB__CHECK(struct ibvb_meta_record_header, record_size, 0x00);
 IBVB__CHECK(struct ibvb_meta_record_header, ndim, 0x04);
 IBVB__CHECK(struct ibvb_meta_record_header, id, 0x08);
@@ -402,16 +416,17 @@ int ibvb__corrupt_desc(struct ibvb_ring *r, uint64_t pos, const char *what, uint
 
 /* ---- hot path (inline) ----------------------------------------------------------------------- */
 
+/* The producer's session id (new at every producer start; compare to notice a restart). */
 static inline uint64_t ibvb_session_id(const struct ibvb_ring *r) { return r->session_id; }
+/* The producer's pid, for messages only (liveness is ibvb_producer_alive). */
 static inline uint64_t ibvb_producer_pid(const struct ibvb_ring *r) { return r->ctl->producer_pid; }
+/* Geometry: payload slots, bytes per slot, item-table entries per slot. */
 static inline uint64_t ibvb_slot_count(const struct ibvb_ring *r) { return r->slot_count; }
 static inline uint64_t ibvb_slot_size(const struct ibvb_ring *r) { return r->slot_size; }
 static inline uint32_t ibvb_max_items(const struct ibvb_ring *r) { return r->max_items; }
 /* Positions read (peeked) but not yet released. */
 static inline uint64_t ibvb_held(const struct ibvb_ring *r) { return r->read - r->released; }
 
-/* Release every held position up to and including h->position (in position order). The views of those
- * heaps must not be touched afterwards. Releasing an already released position does nothing. */
 /* Stores the released position to the shared tail and wakes a waiting producer. ibvb_release calls it
  * once per batch of releases (a store per heap would cost the producer a cache miss per heap); peek calls
  * it when it finds nothing to read, wait before it sleeps, detach before it leaves. */
@@ -420,12 +435,14 @@ static inline void ibvb_flush_release(struct ibvb_ring *r)
 	if (r->stored == r->released)
 		return;
 	r->stored = r->released;
-	atomic_store_explicit(&r->ctl->tail, r->released, memory_order_release);
-	atomic_thread_fence(memory_order_seq_cst);
-	if (__builtin_expect(atomic_load_explicit(&r->ctl->producer_waiting, memory_order_relaxed) != 0, 0))
+	ibvb__store(&r->ctl->tail, r->released, release);
+	ibvb__fence();
+	if (__builtin_expect(ibvb__load(&r->ctl->producer_waiting, relaxed) != 0, 0))
 		ibvb__wake_producer(r);
 }
 
+/* Release every held position up to and including h->position (in position order). The views of those
+ * heaps must not be touched afterwards. Releasing an already released position does nothing. */
 static inline void ibvb_release(struct ibvb_ring *r, const struct ibvb_heap *h)
 {
 	uint64_t t = h->position + 1;
@@ -459,13 +476,13 @@ static inline int ibvb_peek(struct ibvb_ring *r, struct ibvb_heap *h)
 {
 	uint64_t pos = r->read;
 	if (pos == r->cached_head) {
-		r->cached_head = atomic_load_explicit(&r->ctl->head, memory_order_acquire);
+		r->cached_head = ibvb__load(&r->ctl->head, acquire);
 		if (pos == r->cached_head) {
 			ibvb_flush_release(r); /* caught up: hand the released slots back now */
-			if (atomic_load_explicit(&r->ctl->state, memory_order_acquire) != IBVB_STATE_CLOSED)
+			if (ibvb__load(&r->ctl->state, acquire) != IBVB_STATE_CLOSED)
 				return -EAGAIN;
 			/* CLOSED is stored after the last head: re-read it before calling the ring drained. */
-			r->cached_head = atomic_load_explicit(&r->ctl->head, memory_order_acquire);
+			r->cached_head = ibvb__load(&r->ctl->head, acquire);
 			if (pos == r->cached_head)
 				return -ENODATA;
 		}
@@ -517,11 +534,33 @@ static inline int ibvb_peek(struct ibvb_ring *r, struct ibvb_heap *h)
 	return 0;
 }
 
+/* ---- batches (liburing's io_uring_for_each_cqe + io_uring_cq_advance) ------------------------- */
+
+/* ibvb_for_each_heap(r, h, rc): run the loop body once for every heap published now, without waiting,
+ * *h filled each time (h: struct ibvb_heap *). The heaps stay held: release them together afterwards
+ * with ibvb_advance (or one by one with ibvb_release). The loop ends when ibvb_peek stops returning 0;
+ * rc (an int lvalue) then holds why: -EAGAIN nothing more yet, -ENODATA end of stream, -EBADMSG a
+ * corrupt descriptor. At most slot_count heaps can be held: a body that holds heaps must advance. */
+#define ibvb_for_each_heap(r, h, rc) for ((rc) = ibvb_peek((r), (h)); (rc) == 0; (rc) = ibvb_peek((r), (h)))
+
+/* Release the n oldest held heaps, in position order (n larger than ibvb_held releases them all). Their
+ * views must not be touched afterwards. One call, one batched tail store. */
+static inline void ibvb_advance(struct ibvb_ring *r, uint64_t n)
+{
+	struct ibvb_heap h;
+	uint64_t held = r->read - r->released;
+	if (n == 0 || held == 0)
+		return;
+	h.position = r->released + (n < held ? n : held) - 1;
+	ibvb_release(r, &h);
+}
+
 /* ---- items ----------------------------------------------------------------------------------- */
 
+/* 1 if the item's value is the value itself (an immediate), 0 if it is an offset into the payload. */
 static inline int ibvb_item_is_immediate(const struct ibvb_item *it) { return (it->flags & IBVB_ITEM_IMMEDIATE) != 0; }
 
-/* First item with this id, or NULL. */
+/* First item with this id in h's table, or NULL. */
 static inline const struct ibvb_item *ibvb_find_item(const struct ibvb_heap *h, uint64_t id)
 {
 	for (uint32_t i = 0; i < h->item_count; i++)
@@ -537,5 +576,9 @@ static inline const void *ibvb_item_ptr(const struct ibvb_heap *h, const struct 
 }
 
 #define ibvb_for_each_item(h, it) for ((it) = (h)->items; (it) < (h)->items + (h)->item_count; (it)++)
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
 
 #endif /* IBVBRIDGE_H */
