@@ -215,8 +215,28 @@ class Heap:
     """A heap read from the ring. Its payload and item views are valid until ``release()`` (or the end of a
     ``with`` block, or the next step of ``for heap in ring``); ``copy()`` what must outlive it."""
 
-    __slots__ = ("_ring", "_entry", "_buf", "_mv", "_base", "_raw_items", "position", "heap_cnt", "heap_size",
-                 "received", "timestamp_ns", "slot", "flags", "item_count", "packets", "_released", "_descmap")
+    __slots__ = ("_ring", "_entry", "_buf", "_mv", "_base", "_raw", "_items_off", "position", "heap_cnt",
+                 "heap_size", "received", "timestamp_ns", "slot", "flags", "item_count", "packets", "_released",
+                 "_descmap")
+
+    @property
+    def _raw_items(self):
+        """The item table as (id, value, length, flags) tuples, parsed and checked on first use (spec §7.3:
+        an address item past the slot is a corrupt ring), so a loop that never looks at items pays
+        nothing for them."""
+        raw = self._raw
+        if raw is None:
+            self._check_live()
+            n = self.item_count
+            o = self._items_off
+            raw = [t[:4] for t in _iter_items(self._mv[o:o + n * L.ITEM_SIZE])] if n else []
+            ss = self._ring._geo.slot_size
+            for iid, value, length, iflags in raw:
+                if not iflags & L.ITEM_IMMEDIATE and (value > ss or length > ss - value):
+                    raise CorruptRing(f"corrupt descriptor at position {self.position}: item {iid:#x} "
+                                      f"[{value}, +{length}) past slot_size {ss}")
+            self._raw = raw
+        return raw
 
     # ----- flags
     complete = property(lambda self: bool(self.flags & L.FLAG_COMPLETE))
@@ -318,7 +338,8 @@ class Heap:
         if end > self.received:
             buf = bytes(self._mv[self._base:self._base + end])
         h._ring, h._entry, h._buf, h._mv, h._base = None, None, buf, memoryview(buf), 0
-        h._raw_items = list(self._raw_items)
+        h._raw = list(self._raw_items)
+        h._items_off = 0
         for f in ("position", "heap_cnt", "heap_size", "received", "timestamp_ns", "slot", "flags",
                   "item_count", "packets"):
             setattr(h, f, getattr(self, f))
@@ -333,7 +354,10 @@ class Heap:
             self._released = True
             r = self._ring
             if r is not None and not r._closed:
-                r._release_entry(self._entry)
+                if self._entry is None:
+                    r._release_through(self.position)  # handed out by the iterator's fast path
+                else:
+                    r._release_entry(self._entry)
 
     def __enter__(self):
         return self
@@ -745,7 +769,8 @@ class Ring:
         h._buf = self._data_mm
         h._mv = self._dmv
         h._base = self._pay_base + slot * g.slot_size
-        h._raw_items = raw
+        h._raw = raw
+        h._items_off = 0
         h.position = pos
         h.heap_cnt = heap_cnt
         h.heap_size = heap_size
@@ -761,20 +786,82 @@ class Ring:
 
     def heaps(self, timeout=None):
         """Iterate over heaps until end of stream, releasing each when the loop advances or is left.
-        ``timeout`` applies to each wait (Timeout is raised)."""
+        ``timeout`` applies to each wait (Timeout is raised).
+
+        While no other heap is held, this takes a fast path: one descriptor unpack and one Heap per
+        published position, the item table parsed only if the loop looks at items, and the release a
+        cursor update (stored to the shared tail once per batch). Anything else — waiting, end of stream,
+        heaps held from next() — goes through next()."""
+        self._check_open()
+        g = self._geo
+        mask, desc_base, items_base, stride = self._mask, self._desc_base, self._items_base, self._item_stride
+        pay_base, slot_size, slot_count, max_items = self._pay_base, g.slot_size, g.slot_count, g.max_items
+        mm, dmv, unpack, new = self._data_mm, self._dmv, _unpack_desc, Heap.__new__
+        eos_flag = L.FLAG_END_OF_STREAM
         heap = None
         try:
             while True:
-                try:
-                    heap = self.next(timeout)
-                except EndOfStream:
-                    return
-                yield heap
-                heap.release()
+                pos = self._read
+                if self._pending or self._eos or self._cached_head == pos and self._available() == 0:
+                    try:
+                        heap = self.next(timeout)
+                    except EndOfStream:
+                        return
+                    yield heap
+                    heap.release()
+                    heap = None
+                    continue
+                (seq, heap_cnt, heap_size, received, ts, slot, flags, icount, packets,
+                 _) = unpack(mm, desc_base + (pos & mask) * 64)
+                if (seq != (pos + 1) & _M64 or slot >= slot_count or received > slot_size or icount > max_items
+                        or flags & eos_flag):
+                    try:
+                        heap = self.next(timeout)  # next() reports the corruption, or takes the marker
+                    except EndOfStream:
+                        return
+                    yield heap
+                    heap.release()
+                    heap = None
+                    continue
+                self._read = (pos + 1) & _M64
+                h = new(Heap)
+                h._ring = self
+                h._entry = None
+                h._buf = mm
+                h._mv = dmv
+                h._base = pay_base + slot * slot_size
+                h._raw = None
+                h._items_off = items_base + slot * stride
+                h.position = pos
+                h.heap_cnt = heap_cnt
+                h.heap_size = heap_size
+                h.received = received
+                h.timestamp_ns = ts
+                h.slot = slot
+                h.flags = flags
+                h.item_count = icount
+                h.packets = packets
+                h._released = False
+                h._descmap = None
+                heap = h
+                yield h
+                if not h._released:
+                    h._released = True
+                    self._release_through(pos)
                 heap = None
         finally:
             if heap is not None:
                 heap.release()
+
+    def _release_through(self, pos):
+        """Release a fast-path heap. The iterator hands one out only when every older position is released,
+        so releasing it releases through pos, whatever next() handed out after it (those stay held)."""
+        end = (pos + 1) & _M64
+        if ((end - self._released_to) & _M64) > ((self._read - self._released_to) & _M64) or end == self._released_to:
+            return  # released already
+        self._released_to = end
+        if ((end - self._stored) & _M64) >= self._release_batch:
+            self._flush_release()
 
     __iter__ = heaps
 

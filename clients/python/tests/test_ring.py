@@ -665,3 +665,63 @@ def test_incomplete_and_flags(make_producer):
     with attach(p) as ring, ring.next() as h:
         assert h.incomplete and h.truncated and h.no_heap_size and not h.complete
         assert h.heap_size == 10 and h.received == 2
+
+
+# ---- the iterator's fast path (per-heap iteration without per-heap bookkeeping)
+
+def test_iteration_fast_path_items_and_release(make_producer):
+    p = make_producer(slot_count=8)
+    for i in range(6):
+        p.publish(i, bytes([i]) * 8, items=[addr(0x10, 0, 8)])
+    p.publish_eos()
+    seen = []
+    with attach(p) as ring:
+        for heap in ring:
+            seen.append((heap.heap_cnt, bytes(heap.payload), heap.find(0x10).length))
+            assert ring._released_to == heap.position  # the previous heap went back when the loop moved on
+        ring._flush_release()
+        assert ring.tail == 7  # six heaps and the end-of-stream marker
+    assert seen == [(i, bytes([i]) * 8, 8) for i in range(6)]
+
+
+def test_iteration_mixed_with_next_keeps_position_order(make_producer):
+    p = make_producer(slot_count=8)
+    for i in range(4):
+        p.publish(i, b"a")
+    with attach(p) as ring:
+        it = iter(ring)
+        h0 = next(it)  # fast path
+        h1 = ring.next()  # held by the caller across the loop step
+        h2 = next(it)  # h0 released by the step; h1 still held, so h2 comes from next()
+        assert (h0.released, h1.released, h2.heap_cnt) == (True, False, 2)
+        ring._flush_release()
+        assert ring.tail == 1  # h1 (position 1) still held
+        h1.release()
+        h3 = next(it)  # releases h2
+        ring._flush_release()
+        assert ring.tail == 3 and h3.heap_cnt == 3
+
+
+def test_iteration_explicit_release_and_held_view(make_producer):
+    p = make_producer(slot_count=8)
+    for i in range(3):
+        p.publish(i, b"xyz")
+    p.publish_eos()
+    with attach(p) as ring:
+        kept = None
+        for heap in ring:
+            heap.release()  # releasing inside the body is allowed, and idempotent with the step's
+            heap.release()
+            kept = heap
+        with pytest.raises(RingError):
+            kept.payload  # a released heap's memory is the producer's again
+
+
+def test_iteration_item_past_slot_is_corrupt_when_read(make_producer):
+    p = make_producer(slot_count=8, slot_size=256, max_items=8)
+    p.publish(0, b"x", items=[addr(0x10, 200, 57)])
+    with attach(p) as ring:
+        for heap in ring:
+            with pytest.raises(CorruptRing):
+                heap.find(0x10)
+            break
