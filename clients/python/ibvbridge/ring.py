@@ -763,14 +763,20 @@ class Ring:
             self._eos = True
             self._release_entry(ent)
             raise EndOfStream("end of stream")
+        h = self._heap(ent, pos, heap_cnt, heap_size, received, ts, slot, flags, icount, packets)
+        h._raw = raw
+        return h
+
+    def _heap(self, entry, pos, heap_cnt, heap_size, received, ts, slot, flags, icount, packets):
+        """A Heap over slot's payload and item table; entry is its release bookkeeping (None: fast path)."""
         h = Heap.__new__(Heap)
         h._ring = self
-        h._entry = ent
+        h._entry = entry
         h._buf = self._data_mm
         h._mv = self._dmv
-        h._base = self._pay_base + slot * g.slot_size
-        h._raw = raw
-        h._items_off = 0
+        h._base = self._pay_base + slot * self._geo.slot_size
+        h._raw = None
+        h._items_off = self._items_base + slot * self._item_stride
         h.position = pos
         h.heap_cnt = heap_cnt
         h.heap_size = heap_size
@@ -794,9 +800,9 @@ class Ring:
         heaps held from next() — goes through next()."""
         self._check_open()
         g = self._geo
-        mask, desc_base, items_base, stride = self._mask, self._desc_base, self._items_base, self._item_stride
-        pay_base, slot_size, slot_count, max_items = self._pay_base, g.slot_size, g.slot_count, g.max_items
-        mm, dmv, unpack, new = self._data_mm, self._dmv, _unpack_desc, Heap.__new__
+        mask, desc_base = self._mask, self._desc_base
+        slot_size, slot_count, max_items = g.slot_size, g.slot_count, g.max_items
+        mm, unpack, make = self._data_mm, _unpack_desc, self._heap
         eos_flag = L.FLAG_END_OF_STREAM
         heap = None
         try:
@@ -824,25 +830,7 @@ class Ring:
                     heap = None
                     continue
                 self._read = (pos + 1) & _M64
-                h = new(Heap)
-                h._ring = self
-                h._entry = None
-                h._buf = mm
-                h._mv = dmv
-                h._base = pay_base + slot * slot_size
-                h._raw = None
-                h._items_off = items_base + slot * stride
-                h.position = pos
-                h.heap_cnt = heap_cnt
-                h.heap_size = heap_size
-                h.received = received
-                h.timestamp_ns = ts
-                h.slot = slot
-                h.flags = flags
-                h.item_count = icount
-                h.packets = packets
-                h._released = False
-                h._descmap = None
+                h = make(None, pos, heap_cnt, heap_size, received, ts, slot, flags, icount, packets)
                 heap = h
                 yield h
                 if not h._released:
