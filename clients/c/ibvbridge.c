@@ -24,6 +24,7 @@
 
 #define WAIT_SLICE_NS 250000000LL /* spec §7.4: futex sleeps are at most 250 ms */
 #define SPIN_NS 30000LL           /* spin ~30 µs before sleeping */
+#define ACTIVE_NAPS 8             /* a stream whose head moved within this many naps is active */
 #define RETRY_NS 10000000LL       /* attach: poll every 10 ms */
 
 static _Thread_local char errbuf[512];
@@ -329,6 +330,7 @@ int ibvb_attach(struct ibvb_ring **out, const char *arg, int timeout_ms)
 	r->max_items = c->max_items;
 	r->data_size = fsz;
 	r->session_id = c->session_id;
+	r->max_latency_ns = IBVB_DEFAULT_MAX_LATENCY_NS;
 	r->ctl_fd = ctl_fd;
 	r->data_fd = data_fd;
 	r->cons_fd = cons_fd;
@@ -405,6 +407,8 @@ static int after_producer_gone(struct ibvb_ring *r, struct ibvb_heap *h)
 		    (unsigned long long)r->ctl->producer_pid);
 }
 
+void ibvb_set_max_latency(struct ibvb_ring *r, int64_t ns) { r->max_latency_ns = ns > 0 ? ns : 0; }
+
 int ibvb_wait(struct ibvb_ring *r, struct ibvb_heap *h, int timeout_ms)
 {
 	int rc = ibvb_peek(r, h);
@@ -415,6 +419,27 @@ int ibvb_wait(struct ibvb_ring *r, struct ibvb_heap *h, int timeout_ms)
 	struct ibvb_ctl *c = r->ctl;
 
 	for (;;) {
+		/* A stream that is moving: nap instead of spinning or asking for a wake (ibvb_set_max_latency). */
+		if (r->max_latency_ns > 0) {
+			int64_t now = mono_ns();
+			uint64_t head = atomic_load_explicit(&c->head, memory_order_acquire);
+			if (head != r->active_head) {
+				r->active_head = head;
+				r->active_ns = now;
+			}
+			if (now - r->active_ns < ACTIVE_NAPS * r->max_latency_ns && now < deadline) {
+				int64_t nap = r->max_latency_ns < deadline - now ? r->max_latency_ns : deadline - now;
+				struct timespec ts = {nap / 1000000000LL, nap % 1000000000LL};
+				if (nanosleep(&ts, NULL) < 0 && errno == EINTR) {
+					if ((rc = ibvb_peek(r, h)) != -EAGAIN)
+						return rc;
+					return fail(-EINTR, "wait interrupted by a signal");
+				}
+				if ((rc = ibvb_peek(r, h)) != -EAGAIN)
+					return rc;
+				continue;
+			}
+		}
 		/* Spin briefly: a cross-core futex wake costs tens of µs. */
 		int64_t spin_end = mono_ns() + SPIN_NS;
 		for (;;) {

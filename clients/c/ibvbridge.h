@@ -324,6 +324,9 @@ struct ibvb_ring {
 	uint64_t stored;                  /* last value stored to tail */
 	uint64_t release_batch;           /* releases per tail store (spec 7.3 step 5) */
 	uint64_t session_id;
+	int64_t max_latency_ns;           /* ibvb_set_max_latency: nap this long while the stream is active */
+	int64_t active_ns;                /* when ibvb_wait last saw head move */
+	uint64_t active_head;             /* the head it saw then */
 	int ctl_fd, data_fd, cons_fd;
 	char ctl_path[IBVB_DATA_PATH_MAX + 16];
 };
@@ -384,6 +387,15 @@ void ibvb_detach(struct ibvb_ring *r);
  * -ETIMEDOUT; -EPIPE producer gone (after everything it published was read); -EINTR a signal
  * interrupted the sleep; -EBADMSG corrupt descriptor. */
 int ibvb_wait(struct ibvb_ring *r, struct ibvb_heap *h, int timeout_ms);
+/* Cheap waiting: while the stream is active (head moved within the last few naps), ibvb_wait naps up to
+ * ns instead of spinning and asking the producer for a wake per heap, then takes every heap that arrived
+ * meanwhile: a heap may wait up to ns longer, and the consumer's CPU per heap drops with the rate. An idle
+ * stream still sleeps on the futex (0 % CPU, woken at once by the next heap). 0 turns naps off (spin, then
+ * futex: the lowest latency) and is the default, as in the Go and Python clients. Measured here with 64-byte
+ * heaps at 40 k heaps/s (bench udp --rate 0.036 --heap-sizes 64): 2.2 µs of consumer CPU per heap without
+ * naps, 1.7 µs with 200 µs naps. */
+#define IBVB_DEFAULT_MAX_LATENCY_NS 0
+void ibvb_set_max_latency(struct ibvb_ring *r, int64_t ns);
 /* Message for the last failing call in this thread ("" if none). */
 const char *ibvb_last_error(void);
 /* Producer liveness (spec §7.6): 1 alive, 0 gone, -errno. */

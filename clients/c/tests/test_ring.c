@@ -597,6 +597,62 @@ static void wake_rounds(const char *name, uint32_t futex_start, int rounds)
 static void t_wait_wakes(void) { wake_rounds("wake", 0, 5); }
 static void t_futex_wrap(void) { wake_rounds("fwrap", 0xFFFFFFFEu, 5); }
 
+struct trickle {
+	struct tp *p;
+	int heaps;
+	int gap_us;
+};
+
+static void *trickle_fn(void *arg)
+{
+	struct trickle *t = arg;
+	for (int i = 0; i < t->heaps; i++) {
+		usleep((useconds_t)t->gap_us);
+		pub(t->p, 2000 + i, 64);
+	}
+	return NULL;
+}
+
+/* With naps (ibvb_set_max_latency) a moving stream is read without asking the producer for wakes: every
+ * heap still arrives in order, none waits much longer than the nap, and the consumer never announces
+ * itself while the stream moves. An idle stream then goes back to the futex: a wait times out on time
+ * and a heap after the pause is still delivered. */
+static void t_wait_naps(void)
+{
+	struct tp p;
+	char ctl[512];
+	struct ibvb_ring *r;
+	struct tp_opts o = {.slot_count = 64};
+	CHECK_EQ(tp_create(&p, g_dir, "naps", &o), 0);
+	ctl_of(ctl, sizeof ctl, "naps");
+	CHECK_EQ(ibvb_attach(&r, ctl, 0), 0);
+	ibvb_set_max_latency(r, 2000000); /* 2 ms */
+	struct trickle t = {.p = &p, .heaps = 40, .gap_us = 500};
+	pthread_t th;
+	pthread_create(&th, NULL, trickle_fn, &t);
+	uint32_t futex_before = atomic_load(&p.ctl->consumer_futex);
+	for (int i = 0; i < t.heaps; i++) {
+		struct ibvb_heap h;
+		CHECK_EQ(ibvb_wait(r, &h, 5000), 0);
+		CHECK_EQ(h.heap_cnt, 2000 + i);
+		ibvb_release(r, &h);
+	}
+	pthread_join(th, NULL);
+	/* the first wait may find an idle stream and sleep on the futex once; a wake per heap would be 40 */
+	CHECK(atomic_load(&p.ctl->consumer_futex) - futex_before <= 2);
+	struct ibvb_heap h;
+	int64_t t0 = now_ms();
+	CHECK_EQ(ibvb_wait(r, &h, 100), -ETIMEDOUT);
+	int64_t el = now_ms() - t0;
+	CHECK(el >= 95 && el < 1000);
+	CHECK_EQ(pub(&p, 3000, 64), 0);
+	CHECK_EQ(ibvb_wait(r, &h, 1000), 0);
+	CHECK_EQ(h.heap_cnt, 3000);
+	ibvb_release(r, &h);
+	ibvb_detach(r);
+	tp_close(&p);
+}
+
 static void t_producer_death(void)
 {
 	char ctl[512];
@@ -1134,6 +1190,7 @@ static const struct test tests[] = {
     {"not_found", t_not_found},
     {"attach_waits", t_attach_waits},
     {"wait_timeout", t_wait_timeout},
+    {"wait_naps", t_wait_naps},
     {"wait_wakes", t_wait_wakes},
     {"futex_wrap", t_futex_wrap},
     {"producer_death", t_producer_death},

@@ -1,6 +1,7 @@
 /* ibvb-consume — read heaps from an ibvbridge ring until end of stream; print one JSON summary.
  *
  * ibvb-consume --ring NAME_OR_PATH [--verify] [--max-heaps N] [--timeout-ms T] [--hold N] [--sleep-us U]
+ *              [--max-latency-us L]   (ibvb_set_max_latency: 0 spins and sleeps on the futex only)
  *
  * Used by the Go cross-process tests and the ring benchmark: the per-heap path makes no syscalls
  * (unless --sleep-us, or the ring is empty) and its checksum loop vectorises.
@@ -19,7 +20,7 @@
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: ibvb-consume --ring NAME_OR_PATH [--verify] [--max-heaps N] [--timeout-ms T]\n"
+	fprintf(stderr, "usage: ibvb-consume --ring NAME_OR_PATH [--verify] [--max-heaps N] [--timeout-ms T] [--max-latency-us L]\n"
 			"                    [--hold N] [--sleep-us U]\n");
 	exit(1);
 }
@@ -106,6 +107,7 @@ int main(int argc, char **argv)
 	const char *ring = NULL;
 	int verify = 0;
 	uint64_t max_heaps = 0, hold = 0, sleep_us = 0, timeout_ms = 10000;
+	int64_t max_latency_us = -1; /* -1: the library's default */
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (!strcmp(a, "--verify")) {
@@ -127,6 +129,8 @@ int main(int argc, char **argv)
 			hold = parse_u64(a, v);
 		else if (!strcmp(a, "--sleep-us"))
 			sleep_us = parse_u64(a, v);
+		else if (!strcmp(a, "--max-latency-us"))
+			max_latency_us = (int64_t)parse_u64(a, v);
 		else
 			usage();
 	}
@@ -150,6 +154,8 @@ int main(int argc, char **argv)
 	} else {
 		struct ibvb_heap h;
 		uint64_t held = 0, oldest = 0;
+		if (max_latency_us >= 0)
+			ibvb_set_max_latency(r, max_latency_us * 1000);
 		for (;;) {
 			if (max_heaps && heaps >= max_heaps) {
 				result = "max";
