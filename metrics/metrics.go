@@ -89,7 +89,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.gauge(ch, "ibvbridge_ring_slots", "payload slots in the ring", ringLabel, float64(geo.SlotCount), c.ring)
 	c.gauge(ch, "ibvbridge_ring_slot_bytes", "payload bytes per slot", ringLabel, float64(geo.SlotSize), c.ring)
 	c.gauge(ch, "ibvbridge_ring_unread_heaps", "heaps published and not yet released by the consumer (the ring's fill)",
-		ringLabel, float64(prod.Unread()), c.ring)
+		ringLabel, float64(prod.Backlog()), c.ring)
 	c.gauge(ch, "ibvbridge_start_time_seconds", "when this recv started (Unix time)", ringLabel, float64(c.start.UnixNano())/1e9, c.ring)
 	tl := []string{"ring", "transport"}
 	for name, v := range p.TransportCounters() {

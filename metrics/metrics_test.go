@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/ibvbridge/ibvbridge/ring"
+	"github.com/ibvbridge/ibvbridge/ring/pattern"
 )
 
 type fakePipeline struct {
@@ -136,5 +137,35 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 	}
 	if queried == 0 {
 		t.Fatal("the dashboard queries no ibvbridge metric")
+	}
+}
+
+// Scrapes while the producer publishes: under -race this fails if Collect reads producer state that only
+// the producer's goroutine may touch.
+func TestScrapeWhilePublishing(t *testing.T) {
+	name, p := testProducer(t)
+	c := NewCollector(name, "udp")
+	c.Attach(fakePipeline{p: p, transport: map[string]uint64{}})
+	s, err := Listen("127.0.0.1:0", c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pb := pattern.Publisher{P: p, Size: 64}
+		for cnt := uint64(1); cnt <= 2000; cnt++ {
+			pb.Publish(cnt, 0) // drop policy, no consumer: the ring fills, later heaps are refused
+		}
+	}()
+	for range 5 {
+		if body := scrape(t, s); !strings.Contains(body, "ibvbridge_ring_unread_heaps") {
+			t.Fatal("no fill gauge")
+		}
+	}
+	<-done
+	if body := scrape(t, s); !strings.Contains(body, fmt.Sprintf(`ibvbridge_ring_unread_heaps{ring=%q} 8`, name)) {
+		t.Errorf("a full 8-slot ring should show 8 unread heaps:\n%s", body)
 	}
 }

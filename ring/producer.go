@@ -468,8 +468,13 @@ func (p *Producer) waitForRelease(timeout time.Duration) error {
 	}
 }
 
-// Unread is the number of published positions the consumer has not released yet.
+// Unread is the number of published positions the consumer has not released yet. For the producer's
+// goroutine (it reads the producer's private position); other goroutines use Backlog.
 func (p *Producer) Unread() uint64 { return p.pos - atomic.LoadUint64(p.tail) }
+
+// Backlog is Unread from the shared cursors, safe from any goroutine (a metrics scrape): it may lag the
+// producer by the heaps it is publishing at that moment.
+func (p *Producer) Backlog() uint64 { return atomic.LoadUint64(p.head) - atomic.LoadUint64(p.tail) }
 
 // WaitDrained waits until the consumer has released everything published, so closing the ring loses
 // nothing. It returns ErrNoConsumer as soon as no consumer is attached (nobody would ever drain it), and
