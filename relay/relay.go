@@ -43,13 +43,13 @@ func Run(ctx context.Context, c *ring.Consumer, hs transport.HeapSender, cfg Con
 	var res Result
 	var heap spead.Heap
 	for {
+		if ctx.Err() != nil { // also on a busy ring, which never lets Next time out
+			res.Interrupted = true
+			return res, finish(hs, cfg, &res)
+		}
 		h, err := c.Next(wait)
 		switch {
 		case errors.Is(err, ring.ErrTimeout):
-			if ctx.Err() != nil {
-				res.Interrupted = true
-				return res, finish(hs, cfg, &res)
-			}
 			continue
 		case errors.Is(err, ring.ErrEndOfStream):
 			res.EndOfStream = true
