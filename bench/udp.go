@@ -365,9 +365,10 @@ func udpRun(ctx context.Context, env Env, path Path, consumer string, heapSize, 
 	}
 	recvDone := make(chan error, 1)
 	go func() { recvDone <- recv.Wait() }()
+	recvReaped := false
 	// On every return: recv killed and reaped before its ring is removed (a live recv holds the ring's lock).
 	defer func() {
-		if recv.ProcessState == nil {
+		if !recvReaped {
 			_ = recv.Process.Kill()
 			<-recvDone
 		}
@@ -414,6 +415,7 @@ func udpRun(ctx context.Context, env Env, path Path, consumer string, heapSize, 
 		_ = recv.Process.Signal(syscall.SIGINT)
 		recvErrV = <-recvDone // bounded by ctx: CommandContext kills it
 	}
+	recvReaped = true
 	if recvErrV != nil {
 		return run, fmt.Errorf("recv: %w: %s", recvErrV, recvErr.String())
 	}
