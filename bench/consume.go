@@ -40,6 +40,8 @@ type ConsumeOptions struct {
 	Hold     int           // keep up to Hold heaps unreleased (a consumer that reads ahead)
 	Sleep    time.Duration // per heap (a slow consumer, for tests)
 	Dir      string        // ring directory ("" for the default)
+	// MaxLatency: nap this long while the stream moves instead of a producer wake per heap (0: off).
+	MaxLatency time.Duration
 }
 
 // Consume reads ring name as its consumer until the end of stream (or o.MaxHeaps), checksumming every
@@ -47,7 +49,7 @@ type ConsumeOptions struct {
 func Consume(name string, o ConsumeOptions) *ConsumeResult {
 	verify, maxHeaps, timeout, hold, sleep := o.Verify, o.MaxHeaps, o.Timeout, max(o.Hold, 0), o.Sleep
 	res := &ConsumeResult{Result: "error"}
-	c, err := ring.Attach(name, ring.AttachOptions{Timeout: timeout, Dir: o.Dir})
+	c, err := ring.Attach(name, ring.AttachOptions{Timeout: timeout, Dir: o.Dir, MaxLatency: o.MaxLatency})
 	if err != nil {
 		res.Error, res.exitCode = err.Error(), 1
 		return res

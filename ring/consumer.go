@@ -18,6 +18,10 @@ type AttachOptions struct {
 	Timeout time.Duration
 	// Dir is where rings are looked up by name (default /dev/shm).
 	Dir string
+	// MaxLatency, if positive, lets Next nap up to this long while the stream is moving instead of
+	// spinning and asking the producer for a wake per heap: less CPU per heap, up to MaxLatency more
+	// latency. An idle stream still sleeps on the futex. 0 (the default): spin, then futex.
+	MaxLatency time.Duration
 }
 
 // Consumer reads heaps from a ring. It is not safe for concurrent use.
@@ -44,11 +48,16 @@ type Consumer struct {
 	read       uint64 // next position to read
 	cachedHead uint64
 	released   uint64 // released position, published to tail in batches
-	stored     uint64 // last value stored to tail
-	batch      uint64 // releases per tail store
-	eosPending bool   // an end-of-stream marker was read but not yet released
-	eosPos     uint64
-	gone       bool
+
+	maxLatency    time.Duration // AttachOptions.MaxLatency
+	futexAtAttach uint32        // consumer_futex when attached: Wakes counts from here
+	activeHead    uint64        // head when napWhileActive last saw it move, and when
+	activeAt      time.Time
+	stored        uint64 // last value stored to tail
+	batch         uint64 // releases per tail store
+	eosPending    bool   // an end-of-stream marker was read but not yet released
+	eosPos        uint64
+	gone          bool
 }
 
 // Heap is a heap read from the ring. Its Payload and Items view ring memory (read-only) and are valid
@@ -106,7 +115,7 @@ func Attach(nameOrPath string, opt AttachOptions) (c *Consumer, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c = &Consumer{name: name}
+	c = &Consumer{name: name, maxLatency: opt.MaxLatency}
 	defer func() {
 		if err != nil {
 			c.unmap()
@@ -193,6 +202,7 @@ func (c *Consumer) mapData() error {
 	g, ct := c.hdr.Geometry, c.ctl
 	c.head, c.tail, c.state = u64at(ct, offHead), u64at(ct, offTail), u32at(ct, offState)
 	c.consWait, c.consFutex = u32at(ct, offConsWaiting), u32at(ct, offConsFutex)
+	c.futexAtAttach = atomic.LoadUint32(c.consFutex)
 	c.prodWait, c.prodFutex = u32at(ct, offProdWaiting), u32at(ct, offProdFutex)
 	c.stats = (*[StatsSlots]uint64)(unsafe.Pointer(&ct[offStats]))
 	c.descs = unsafe.Slice((*descriptor)(unsafe.Pointer(&c.data[g.DescOffset])), g.SlotCount)
@@ -274,6 +284,12 @@ func (c *Consumer) Next(timeout time.Duration) (Heap, error) {
 	c.flushRelease() // about to wait: the producer may be waiting for these slots
 	start := time.Now()
 	for {
+		if c.napWhileActive(start, timeout) {
+			if h, ok, err := c.TryNext(); ok || err != nil {
+				return h, err
+			}
+			continue
+		}
 		for spins := 0; ; spins++ {
 			if h, ok, err := c.TryNext(); ok || err != nil {
 				return h, err
@@ -313,6 +329,38 @@ func (c *Consumer) Next(timeout time.Duration) (Heap, error) {
 			}
 		}
 	}
+}
+
+// Wakes is how many times the producer has woken this consumer since it attached (the movement of the
+// consumer futex word, spec §7.4): what a sleeping consumer costs the producer in syscalls.
+func (c *Consumer) Wakes() uint32 { return atomic.LoadUint32(c.consFutex) - c.futexAtAttach }
+
+// activeNaps is how many naps without head moving make a stream idle again (back to the futex).
+const activeNaps = 8
+
+// napWhileActive naps MaxLatency when the stream moved recently (AttachOptions.MaxLatency), instead of
+// spinning and asking the producer for a wake per heap; it reports whether it napped.
+func (c *Consumer) napWhileActive(start time.Time, timeout time.Duration) bool {
+	if c.maxLatency <= 0 {
+		return false
+	}
+	now := time.Now()
+	if head := atomic.LoadUint64(c.head); head != c.activeHead {
+		c.activeHead, c.activeAt = head, now
+	}
+	if now.Sub(c.activeAt) >= activeNaps*c.maxLatency {
+		return false
+	}
+	nap := c.maxLatency
+	if timeout >= 0 {
+		left := timeout - now.Sub(start)
+		if left <= 0 {
+			return false
+		}
+		nap = min(nap, left)
+	}
+	time.Sleep(nap)
+	return true
 }
 
 // checkProducer reports ErrProducerGone once the producer's lock on the control file's inode is gone and

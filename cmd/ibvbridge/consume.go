@@ -17,6 +17,7 @@ func runConsume(args []string, stdout, stderr io.Writer) error {
 	timeoutMs := fs.Int("timeout-ms", 10000, "attach timeout and per-heap wait timeout")
 	hold := fs.Int("hold", 0, "keep up to N heaps unreleased (a consumer that reads ahead)")
 	sleepUs := fs.Int("sleep-us", 0, "sleep this long per heap (a slow consumer, for tests)")
+	maxLatencyUs := fs.Int("max-latency-us", 0, "nap this long while the stream moves instead of a producer wake per heap (0: off)")
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
@@ -29,9 +30,12 @@ func runConsume(args []string, stdout, stderr io.Writer) error {
 		return usageError("--hold %d: want a number of heaps >= 0", *hold)
 	case *sleepUs < 0:
 		return usageError("--sleep-us %d: want microseconds >= 0", *sleepUs)
+	case *maxLatencyUs < 0:
+		return usageError("--max-latency-us %d: want microseconds >= 0", *maxLatencyUs)
 	}
 	res := bench.Consume(*name, bench.ConsumeOptions{Verify: *verify, MaxHeaps: *maxHeaps,
-		Timeout: time.Duration(*timeoutMs) * time.Millisecond, Hold: *hold, Sleep: time.Duration(*sleepUs) * time.Microsecond})
+		Timeout: time.Duration(*timeoutMs) * time.Millisecond, Hold: *hold, Sleep: time.Duration(*sleepUs) * time.Microsecond,
+		MaxLatency: time.Duration(*maxLatencyUs) * time.Microsecond})
 	if err := json.NewEncoder(stdout).Encode(res); err != nil {
 		return err
 	}

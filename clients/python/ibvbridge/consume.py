@@ -136,6 +136,8 @@ def main(argv=None):
     ap.add_argument("--verify", action="store_true", help="check the test pattern and item 0x1001")
     ap.add_argument("--max-heaps", type=int, default=0, help="stop after N heaps (0: no limit)")
     ap.add_argument("--timeout-ms", type=float, default=10000, help="attach timeout and per-wait timeout")
+    ap.add_argument("--max-latency-us", type=float, default=0,
+                    help="nap this long while the stream moves instead of a producer wake per heap (0: off)")
     ap.add_argument("--hold", type=int, default=0, help="keep up to N heaps unreleased")
     ap.add_argument("--sleep-us", type=float, default=0, help="sleep after each heap (each batch with --batch)")
     ap.add_argument("--batch", type=int, default=0, help="use next_batch with up to N heaps")
@@ -151,7 +153,7 @@ def main(argv=None):
     held = collections.deque()
     held_n = 0
     try:
-        ring = Ring.attach(a.ring, timeout=timeout)
+        ring = Ring.attach(a.ring, timeout=timeout, max_latency=a.max_latency_us / 1e6)
         out["session_id"] = ring.session_id
         st = Stats(a.verify, ring.slot_size)
         if a.batch and np is None:

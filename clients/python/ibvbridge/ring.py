@@ -37,6 +37,7 @@ _M64 = (1 << 64) - 1
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$")
 DEFAULT_DIR = "/dev/shm"
 SPIN_SECONDS = 50e-6  # spin before sleeping (spec §7.4)
+ACTIVE_NAPS = 8  # a stream whose head moved within this many naps is active (max_latency)
 
 # word indexes into the control file, for memoryview.cast("Q") / cast("I")
 _Q_HEAD = L.OFF_HEAD >> 3
@@ -481,13 +482,19 @@ class Ring:
 
     # ------------------------------------------------------------------ attach (spec §7.2)
     @classmethod
-    def attach(cls, name_or_path, timeout=10.0, directory=DEFAULT_DIR):
+    def attach(cls, name_or_path, timeout=10.0, directory=DEFAULT_DIR, max_latency=0.0):
         """Attach to a ring by name (files in ``directory``, default /dev/shm) or by control-file path.
 
         Waits up to ``timeout`` seconds for the control file to appear (RingNotFound) and to become READY
         (Timeout). Raises VersionMismatch, CorruptRing (checked before the data file is opened), RingBusy.
+
+        ``max_latency`` (seconds), if positive, lets waits nap that long while the stream is moving instead
+        of asking the producer for a wake per heap: less CPU per heap, up to that much more latency. An
+        idle stream still sleeps on the futex. 0 (the default): spin, then futex.
         """
         self = cls()
+        self._max_latency = max(0.0, float(max_latency))
+        self._active_head, self._active_at = None, 0.0
         ctl = ctl_path_for(name_or_path, directory)
         self.name = name_or_path
         self.ctl_path = ctl
@@ -928,6 +935,18 @@ class Ring:
         deadline = float("inf") if timeout is None else now + timeout
         c64, c32 = self._c64, self._c32
         read = self._read
+        nap = self._max_latency
+        while nap:  # a moving stream: nap instead of spinning and asking for a wake per heap
+            h = c64[_Q_HEAD]
+            if h != read:
+                self._set_head(h)
+                return
+            now = time.monotonic()
+            if h != self._active_head:
+                self._active_head, self._active_at = h, now
+            if now - self._active_at >= ACTIVE_NAPS * nap or now >= deadline:
+                break
+            time.sleep(min(nap, deadline - now))
         spin_until = now + min(SPIN_SECONDS, timeout if timeout is not None else SPIN_SECONDS)
         while time.monotonic() < spin_until:
             h = c64[_Q_HEAD]

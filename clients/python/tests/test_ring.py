@@ -725,3 +725,30 @@ def test_iteration_item_past_slot_is_corrupt_when_read(make_producer):
             with pytest.raises(CorruptRing):
                 heap.find(0x10)
             break
+
+
+def test_max_latency_naps_instead_of_wakes(make_producer):
+    p = make_producer(slot_count=64)
+    n = 40
+
+    def trickle():
+        for i in range(n):
+            time.sleep(0.0005)
+            p.publish(i, b"z" * 8)
+
+    with Ring.attach(p.ctl_path, timeout=1, max_latency=0.002) as ring:
+        futex0 = ring._c32[L.OFF_CONSUMER_FUTEX >> 2]
+        th = threading.Thread(target=trickle)
+        th.start()
+        got = []
+        for _ in range(n):
+            with ring.next(timeout=5) as h:
+                got.append(h.heap_cnt)
+        th.join()
+        assert got == list(range(n))
+        wakes = (ring._c32[L.OFF_CONSUMER_FUTEX >> 2] - futex0) & 0xFFFFFFFF
+        assert wakes <= 2, f"{wakes} producer wakes for {n} heaps of a moving stream"
+        t0 = time.monotonic()
+        with pytest.raises(Timeout):
+            ring.next(timeout=0.1)
+        assert 0.09 <= time.monotonic() - t0 < 1.0
