@@ -30,9 +30,10 @@ type UDPRun struct {
 	KernelDrop uint64  `json:"kernel_drops"`
 	Seconds    float64 `json:"seconds"`
 	Lossless   bool    `json:"lossless"`
-	// RecvCPUNsPerPacket is recv's own CPU time (user + system) per packet: what the receive path costs,
-	// even when the sender limits the rate. Kernel work done in softirq context on the sender's CPU is not
-	// in it.
+	// RecvCPUNsPerPacket is recv's own CPU time (user + system) per packet while the stream runs (from
+	// the sender's start to recv's exit; start-up excluded): what the receive path costs, even when the
+	// sender limits the rate. Kernel work done in softirq context on the sender's CPU is not in it. The
+	// clock tick (10 ms) bounds its resolution: make runs long enough (--bytes).
 	RecvCPUNsPerPacket float64 `json:"recv_cpu_ns_per_packet"`
 	RecvCPUSecPerGB    float64 `json:"recv_cpu_s_per_gb"`        // recv's CPU per GB of payload received
 	ConsCPUNsPerHeap   float64 `json:"consumer_cpu_ns_per_heap"` // the consumer process's CPU per heap read
@@ -399,6 +400,10 @@ func udpRun(ctx context.Context, env Env, path Path, consumer string, heapSize, 
 		"--heap-size", strconv.Itoa(heapSize), "--packet-size", strconv.Itoa(packetSize),
 		"--rate", strconv.FormatFloat(rate, 'f', -1, 64), "--json")
 	send.Stdout, send.Stderr = &sendOut, env.Log
+	// CPU from here on is the stream's: recv's start-up (the ring's memory populated and zeroed) and the
+	// consumer's (a Python import) would otherwise dominate a short run's figures per packet.
+	recvCPU0, _ := cpuTime(recv.Process.Pid)
+	consCPU0, _ := cpuTime(cons.Process.Pid)
 	if err := send.Run(); err != nil {
 		return run, fmt.Errorf("send: %w", err)
 	}
@@ -419,9 +424,9 @@ func udpRun(ctx context.Context, env Env, path Path, consumer string, heapSize, 
 	if recvErrV != nil {
 		return run, fmt.Errorf("recv: %w: %s", recvErrV, recvErr.String())
 	}
-	recvCPU := recv.ProcessState.UserTime() + recv.ProcessState.SystemTime()
+	recvCPU := recv.ProcessState.UserTime() + recv.ProcessState.SystemTime() - recvCPU0
 	_ = cons.Wait() // it ends at the end of stream; its exit status says how, its JSON what it read
-	consCPU := cons.ProcessState.UserTime() + cons.ProcessState.SystemTime()
+	consCPU := cons.ProcessState.UserTime() + cons.ProcessState.SystemTime() - consCPU0
 	var rc map[string]any
 	if err := json.Unmarshal(LastLine(recvOut.Bytes()), &rc); err != nil {
 		return run, fmt.Errorf("recv output %q: %w", recvOut.String(), err)

@@ -49,6 +49,7 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	iface := fs.String("interface", "", "local IPv4 address of the interface that joins multicast groups (xdp: its name or address)")
 	buffer := sizeFlag(fs, "buffer", udp.DefaultBufferSize, "socket receive buffer bytes")
 	maxPacket := sizeFlag(fs, "max-packet", udp.DefaultMaxPacketSize, "largest datagram; bigger ones are counted as truncated")
+	gro := fs.Bool("gro", true, "udp: let the kernel hand over runs of datagrams as one message (UDP GRO); --gro=false: one datagram per message")
 	hugepages := fs.String("hugepages", "auto", "ring data on hugepages: auto, require or off")
 	transportName := fs.String("transport", "", "udp, pcap, xdp or ibv (default udp, or pcap with --pcap)")
 	xdpOpt := addXDPFlags(fs)
@@ -157,7 +158,7 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 			return usageError("no endpoints: give host:port or port (or --pcap FILE)")
 		}
 		cfg.Source, err = udp.Open(udp.Config{Endpoints: eps, Interface: ifAddr, BufferSize: *buffer,
-			MaxPacketSize: *maxPacket, Log: &log})
+			MaxPacketSize: *maxPacket, GRO: *gro, Log: &log})
 	case "pcap":
 		if *pcapFile == "" {
 			return usageError("--transport pcap needs --pcap FILE")

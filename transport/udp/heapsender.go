@@ -37,8 +37,8 @@ const maxPaceDelay = 24 * time.Hour
 const maxLag = 2 * time.Millisecond
 
 // HeapSender is the socket path of transport.HeapSender: heaps are packetized into a batch of
-// preallocated buffers and full batches leave in one sendmmsg, paced by a byte budget when a rate is set.
-// It allocates nothing per heap.
+// preallocated buffers and full batches leave in one sendmmsg, paced by a byte budget when a rate is set;
+// with GSO each run of equal-length packets is one message. It allocates nothing per heap.
 type HeapSender struct {
 	s       *Sender
 	enc     *spead.Encoder
@@ -51,11 +51,8 @@ type HeapSender struct {
 	packets uint64
 	bytes   uint64
 
-	mem      []byte   // the batch buffers, contiguous
-	gso      bool     // the socket segments messages (UDP_SEGMENT = the encoder's packet size)
-	segSize  int      // full-size packet length: only runs of these may share a message
-	maxSegs  int      // packets per GSO message
-	messages [][]byte // the batch as GSO messages, reused
+	gso  bool       // runs of equal-length packets leave as one message each (SendRuns)
+	runs [][][]byte // the batch cut into runs, reused
 }
 
 var _ transport.HeapSender = (*HeapSender)(nil)
@@ -82,16 +79,13 @@ func OpenHeapSender(cfg HeapSenderConfig) (*HeapSender, error) {
 	now := time.Now()
 	hs := &HeapSender{s: s, enc: cfg.Encoder, bps: cfg.Rate, start: now, opened: now, pkts: make([][]byte, 0, batch)}
 	size := cfg.Encoder.MaxPacketSize()
-	// One contiguous batch buffer: consecutive full-size packets are then adjacent, one GSO message.
 	mem := make([]byte, batch*size)
 	for i := range batch {
 		hs.bufs = append(hs.bufs, mem[i*size:(i+1)*size:(i+1)*size])
 	}
-	hs.mem = mem
 	if cfg.GSO && s.EnableGSO(size) == nil {
-		hs.gso, hs.segSize = true, size
-		hs.maxSegs = max(1, min(MaxGSOSegments, MaxGSOBytes/size))
-		hs.messages = make([][]byte, 0, batch)
+		hs.gso = true
+		hs.runs = make([][][]byte, 0, batch)
 	}
 	return hs, nil
 }
@@ -134,7 +128,11 @@ func (hs *HeapSender) Flush(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := hs.s.Send(hs.wire()); err != nil {
+	if hs.gso {
+		if err := hs.s.SendRuns(hs.cutRuns()); err != nil {
+			return err
+		}
+	} else if err := hs.s.Send(hs.pkts); err != nil {
 		return err
 	}
 	hs.packets += uint64(len(hs.pkts))
@@ -143,26 +141,25 @@ func (hs *HeapSender) Flush(ctx context.Context) error {
 	return nil
 }
 
-// wire returns the batch as the socket takes it: the packets themselves, or with GSO the packets merged
-// into messages. Packet k of the batch lies at mem[k*segSize:], so a run of full-size packets is one
-// contiguous message; a shorter packet (a heap's last) ends its run — the kernel lets only the last
-// segment be short — and so do the run's size limits.
-func (hs *HeapSender) wire() [][]byte {
-	if !hs.gso {
-		return hs.pkts
-	}
-	msgs := hs.messages[:0]
-	start := 0 // first packet of the open run
-	for k, p := range hs.pkts {
-		segs := k - start + 1
-		last := k == len(hs.pkts)-1
-		if last || len(p) < hs.segSize || segs == hs.maxSegs {
-			msgs = append(msgs, hs.mem[start*hs.segSize:k*hs.segSize+len(p)])
-			start = k + 1
+// cutRuns cuts the batch into GSO runs: consecutive packets of one length (a heap's packets but its
+// last), closed by a shorter packet — the kernel lets only a run's last datagram be short — or by the
+// message limits (MaxGSOSegments datagrams, MaxGSOBytes). One-packet heaps of one size make runs too.
+func (hs *HeapSender) cutRuns() [][][]byte {
+	runs := hs.runs[:0]
+	pkts := hs.pkts
+	for start := 0; start < len(pkts); {
+		seg := len(pkts[start])
+		end, bytes := start+1, seg
+		for end < len(pkts) && end-start < MaxGSOSegments && bytes+len(pkts[end]) <= MaxGSOBytes &&
+			len(pkts[end]) <= seg && len(pkts[end-1]) == seg {
+			bytes += len(pkts[end])
+			end++
 		}
+		runs = append(runs, pkts[start:end])
+		start = end
 	}
-	hs.messages = msgs
-	return msgs
+	hs.runs = runs
+	return runs
 }
 
 // GSOActive reports whether the socket segments messages (HeapSenderConfig.GSO, and the kernel agreed).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,20 +65,45 @@ func TestHeapSenderStream(t *testing.T) {
 	}
 }
 
-// wire groups adjacent full-size packets into GSO messages; a short packet ends a run, and so does the
-// segment limit.
-func TestHeapSenderGSOMessages(t *testing.T) {
-	hs := &HeapSender{gso: true, segSize: 10, maxSegs: 3, mem: make([]byte, 100)}
-	lens := []int{10, 10, 4, 10, 10, 10, 10, 7}
-	for k, n := range lens {
-		hs.pkts = append(hs.pkts, hs.mem[k*10:k*10+n])
+// cutRuns groups consecutive packets of one length into GSO runs; a shorter packet ends a run, and so do
+// the segment and byte limits.
+func TestHeapSenderGSORuns(t *testing.T) {
+	hs := &HeapSender{gso: true}
+	mk := func(lens ...int) {
+		hs.pkts = hs.pkts[:0]
+		for _, n := range lens {
+			hs.pkts = append(hs.pkts, make([]byte, n))
+		}
 	}
-	var got []int
-	for _, m := range hs.wire() {
-		got = append(got, len(m))
+	shape := func() string {
+		var out []string
+		for _, r := range hs.cutRuns() {
+			var l []string
+			for _, p := range r {
+				l = append(l, fmt.Sprint(len(p)))
+			}
+			out = append(out, strings.Join(l, "+"))
+		}
+		return strings.Join(out, " ")
 	}
-	if want := []int{24, 30, 17}; fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("message lengths %v, want %v", got, want)
+	mk(10, 10, 4, 10, 10, 10, 7, 8, 8, 8)
+	if got, want := shape(), "10+10+4 10+10+10+7 8+8+8"; got != want {
+		t.Errorf("runs %q, want %q", got, want)
+	}
+	lens := make([]int, 70)
+	for i := range lens {
+		lens[i] = 100
+	}
+	mk(lens...)
+	if runs := hs.cutRuns(); len(runs) != 2 || len(runs[0]) != MaxGSOSegments {
+		t.Errorf("70 equal packets: %d runs, first %d long; want 2, %d", len(runs), len(runs[0]), MaxGSOSegments)
+	}
+	for i := range lens[:10] {
+		lens[i] = 9000
+	}
+	mk(lens[:10]...)
+	if runs := hs.cutRuns(); len(runs[0]) != MaxGSOBytes/9000 {
+		t.Errorf("9000-byte packets: runs of %d, want %d (the byte limit)", len(runs[0]), MaxGSOBytes/9000)
 	}
 }
 
@@ -132,5 +158,43 @@ func TestHeapSenderRejectsBadRates(t *testing.T) {
 		if err == nil {
 			t.Errorf("rate %g accepted", r)
 		}
+	}
+}
+
+// TestGROReceive: a GSO sender's runs reach a GRO socket as multi-datagram messages (on loopback the
+// kernel hands the super-packet over whole), and the source cuts them back into exactly the datagrams sent.
+func TestGROReceive(t *testing.T) {
+	for _, gro := range []bool{false, true} {
+		t.Run(fmt.Sprintf("gro=%v", gro), func(t *testing.T) {
+			src := loopback(t, 1, Config{GRO: gro})
+			sink := testutil.NewRecordingSink(true)
+			stop := run(t, src, sink)
+			defer stop()
+			hs := openHeapSenderGSO(t, src.LocalEndpoints()[0], 0, true)
+			payload := make([]byte, 10000)
+			for i := range payload {
+				payload[i] = byte(i)
+			}
+			h := spead.Heap{Items: []spead.Item{{ID: 0x1000, Data: payload}}}
+			if _, err := transport.SendStream(context.Background(), hs, 30, func(cnt uint64) *spead.Heap { h.Cnt = cnt; return &h }, true); err != nil {
+				t.Fatal(err)
+			}
+			tot := hs.Totals()
+			waitCount(t, sink, int(tot.Packets))
+			var bytes uint64
+			for _, p := range sink.Packets() {
+				if len(p) > 1472 {
+					t.Fatalf("a %d-byte packet: GRO messages were not cut back into datagrams", len(p))
+				}
+				bytes += uint64(len(p))
+			}
+			st := src.Stats()
+			if bytes != tot.Bytes || st.Packets != tot.Packets {
+				t.Errorf("received %d packets, %d bytes; sent %d, %d", st.Packets, bytes, tot.Packets, tot.Bytes)
+			}
+			if gro && st.Coalesced == 0 || !gro && st.Coalesced != 0 {
+				t.Errorf("gro=%v: %d datagrams arrived coalesced", gro, st.Coalesced)
+			}
+		})
 	}
 }

@@ -27,6 +27,10 @@ type Sender struct {
 	fd   int
 	hdrs []mmsghdr
 	iovs []unix.Iovec
+	// SendRuns' arrays: a header and a control buffer per run, an iovec per datagram.
+	rHdrs []mmsghdr
+	rIovs []unix.Iovec
+	rCtl  []byte
 }
 
 // NewSender opens a socket connected to cfg.Dest.
@@ -78,15 +82,57 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 	return s, nil
 }
 
-// EnableGSO asks the kernel to cut every message Send is given into datagrams of segSize bytes (UDP
-// generic segmentation offload, Linux ≥ 4.18): one message then carries up to MaxGSOSegments datagrams
-// through the stack once. A message no longer than segSize is one datagram as before. It fails with
-// ENOPROTOOPT where the kernel lacks it.
+// EnableGSO checks that the kernel segments UDP messages (UDP generic segmentation offload, Linux ≥
+// 4.18), so SendRuns can be used: it sets the socket's default segment size, which SendRuns overrides
+// per message. It fails with ENOPROTOOPT where the kernel lacks it.
 func (s *Sender) EnableGSO(segSize int) error {
 	if err := unix.SetsockoptInt(s.fd, unix.SOL_UDP, unix.UDP_SEGMENT, segSize); err != nil {
 		return os.NewSyscallError("setsockopt UDP_SEGMENT", err)
 	}
 	return nil
+}
+
+// segCmsgSpace is one message's control buffer: a cmsghdr and the u16 segment size, aligned.
+const segCmsgSpace = 24
+
+// SendRuns sends runs of datagrams, each run as one message the kernel cuts back into its datagrams
+// (UDP_SEGMENT set on the message to the run's first datagram's length; every datagram of a run but the
+// last must be that long, the last no longer). A run of one datagram is sent as it is. EnableGSO must have
+// succeeded. The arrays grow to the largest batch seen and are then reused: no allocation per packet.
+func (s *Sender) SendRuns(runs [][][]byte) error {
+	npkts := 0
+	for _, r := range runs {
+		npkts += len(r)
+	}
+	if len(runs) > len(s.rHdrs) {
+		s.rHdrs = make([]mmsghdr, len(runs))
+		s.rCtl = make([]byte, len(runs)*segCmsgSpace)
+	}
+	if npkts > len(s.rIovs) {
+		s.rIovs = make([]unix.Iovec, npkts)
+	}
+	k := 0
+	for i, r := range runs {
+		h := &s.rHdrs[i]
+		h.hdr.Iov = &s.rIovs[k]
+		h.hdr.SetIovlen(len(r))
+		for _, p := range r {
+			s.rIovs[k].Base = unsafe.SliceData(p)
+			s.rIovs[k].SetLen(len(p))
+			k++
+		}
+		h.hdr.Control, h.hdr.Controllen = nil, 0
+		if len(r) > 1 {
+			ctl := s.rCtl[i*segCmsgSpace : (i+1)*segCmsgSpace]
+			cm := (*unix.Cmsghdr)(unsafe.Pointer(&ctl[0]))
+			cm.Level, cm.Type = unix.SOL_UDP, unix.UDP_SEGMENT
+			cm.SetLen(unix.CmsgLen(2))
+			*(*uint16)(unsafe.Pointer(&ctl[unix.CmsgLen(0)])) = uint16(len(r[0]))
+			h.hdr.Control = &ctl[0]
+			h.hdr.SetControllen(unix.CmsgSpace(2))
+		}
+	}
+	return s.sendmmsg(s.rHdrs[:len(runs)])
 }
 
 // MaxGSOSegments is the most datagrams one GSO message may carry (the kernel's UDP_MAX_SEGMENTS is 64 on
@@ -111,9 +157,14 @@ func (s *Sender) Send(pkts [][]byte) error {
 		s.iovs[i].Base = unsafe.SliceData(p)
 		s.iovs[i].SetLen(len(p))
 	}
-	for done := 0; done < len(pkts); {
-		n, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&s.hdrs[done])),
-			uintptr(len(pkts)-done), 0, 0, 0)
+	return s.sendmmsg(s.hdrs[:len(pkts)])
+}
+
+// sendmmsg sends every message, in order, blocking while the socket buffer is full.
+func (s *Sender) sendmmsg(hdrs []mmsghdr) error {
+	for done := 0; done < len(hdrs); {
+		n, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&hdrs[done])),
+			uintptr(len(hdrs)-done), 0, 0, 0)
 		if errno != 0 {
 			// ECONNREFUSED: an ICMP port-unreachable from an earlier datagram (nobody listening yet); a
 			// stream sender carries on, as spead2 does. ENOBUFS: the qdisc is full for a moment.
