@@ -83,3 +83,19 @@ func parseSizeList(list string) ([]int, error) {
 	}
 	return out, nil
 }
+
+// parseCPUs reads --cpus: comma-separated CPU numbers ("" is none).
+func parseCPUs(list string) ([]int, error) {
+	if list == "" {
+		return nil, nil
+	}
+	var out []int
+	for _, f := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 || n >= 1024 {
+			return nil, usageError("--cpus %q: want CPU numbers like 0,1", list)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}

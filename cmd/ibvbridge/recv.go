@@ -49,6 +49,8 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	iface := fs.String("interface", "", "local IPv4 address of the interface that joins multicast groups (xdp: its name or address)")
 	buffer := sizeFlag(fs, "buffer", udp.DefaultBufferSize, "socket receive buffer bytes")
 	maxPacket := sizeFlag(fs, "max-packet", udp.DefaultMaxPacketSize, "largest datagram; bigger ones are counted as truncated")
+	threads := fs.Int("threads", 1, "udp: receive threads (spead2_recv's flag); each owns a share of the endpoints, all feed one ring")
+	cpus := fs.String("cpus", "", "udp: pin receive thread k to the k-th CPU of this comma-separated list")
 	gro := fs.Bool("gro", true, "udp: let the kernel hand over runs of datagrams as one message (UDP GRO); --gro=false: one datagram per message")
 	hugepages := fs.String("hugepages", "auto", "ring data on hugepages: auto, require or off")
 	transportName := fs.String("transport", "", "udp, pcap, xdp or ibv (default udp, or pcap with --pcap)")
@@ -157,8 +159,15 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 		if len(eps) == 0 {
 			return usageError("no endpoints: give host:port or port (or --pcap FILE)")
 		}
+		var cpuList []int
+		if cpuList, err = parseCPUs(*cpus); err != nil {
+			return err
+		}
+		if *threads < 1 || *threads > len(eps) {
+			return usageError("--threads %d: want 1..%d (a thread owns whole endpoints; give more endpoints for more threads)", *threads, len(eps))
+		}
 		cfg.Source, err = udp.Open(udp.Config{Endpoints: eps, Interface: ifAddr, BufferSize: *buffer,
-			MaxPacketSize: *maxPacket, GRO: *gro, Log: &log})
+			MaxPacketSize: *maxPacket, GRO: *gro, Threads: *threads, CPUs: cpuList, Log: &log})
 	case "pcap":
 		if *pcapFile == "" {
 			return usageError("--transport pcap needs --pcap FILE")

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,7 +49,13 @@ type Config struct {
 	// 64 KiB of datagrams, which the source cuts back into packets. Where the kernel refuses, each
 	// datagram is its own message as before.
 	GRO bool
-	Log *zerolog.Logger
+	// Threads receive in parallel (spead2_recv's --threads): worker k owns endpoints k, k+Threads, …,
+	// each on its own OS thread with its own epoll, all feeding the one sink (under a lock: the heap
+	// assembler is one state machine). 0 or 1: one receiver. More threads than endpoints is an error.
+	Threads int
+	// CPUs, if set, pins worker k to CPUs[k % len(CPUs)].
+	CPUs []int
+	Log  *zerolog.Logger
 }
 
 // Stats are the transport's counters. Kernel drops are the sockets' receive-queue overflows as the kernel
@@ -101,8 +108,8 @@ const maxGROMessage = 65535
 type Source struct {
 	cfg     Config
 	socks   []*socket
-	epfd    int
-	wakeFD  int // eventfd: a cancelled context wakes the epoll wait through it
+	epfds   []int // one epoll per worker; worker k watches sockets k, k+len(epfds), …
+	wakeFD  int   // eventfd: a cancelled context wakes every worker's epoll wait through it
 	bufSize int
 
 	stopping atomic.Bool
@@ -133,7 +140,11 @@ func Open(cfg Config) (s *Source, err error) {
 	if cfg.Batch <= 0 {
 		cfg.Batch = DefaultBatch
 	}
-	s = &Source{cfg: cfg, epfd: -1, wakeFD: -1}
+	threads := max(cfg.Threads, 1)
+	if threads > len(cfg.Endpoints) {
+		return nil, fmt.Errorf("udp: %d receive threads for %d endpoints: a thread owns whole endpoints", threads, len(cfg.Endpoints))
+	}
+	s = &Source{cfg: cfg, wakeFD: -1}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -149,14 +160,18 @@ func Open(cfg Config) (s *Source, err error) {
 		}
 		ifAddr, ifIndex = cfg.Interface.As4(), ifi.Index
 	}
-	if s.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
-		return s, fmt.Errorf("udp: epoll: %w", err)
-	}
 	if s.wakeFD, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
 		return s, fmt.Errorf("udp: eventfd: %w", err)
 	}
-	if err = s.watch(s.wakeFD, -1); err != nil {
-		return s, err
+	for range threads {
+		epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+		if err != nil {
+			return s, fmt.Errorf("udp: epoll: %w", err)
+		}
+		s.epfds = append(s.epfds, epfd)
+		if err = watch(epfd, s.wakeFD, -1); err != nil {
+			return s, err
+		}
 	}
 	for i, ep := range cfg.Endpoints {
 		sk, err := s.openSocket(ep, ifAddr, ifIndex)
@@ -164,16 +179,16 @@ func Open(cfg Config) (s *Source, err error) {
 			return s, err
 		}
 		s.socks = append(s.socks, sk)
-		if err = s.watch(sk.fd, i); err != nil {
+		if err = watch(s.epfds[i%threads], sk.fd, i); err != nil {
 			return s, err
 		}
 	}
 	return s, nil
 }
 
-func (s *Source) watch(fd, index int) error {
+func watch(epfd, fd, index int) error {
 	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(index)}
-	if err := unix.EpollCtl(s.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		return fmt.Errorf("udp: epoll add: %w", err)
 	}
 	return nil
@@ -282,16 +297,67 @@ func (s *Source) BufferSize() int { return s.bufSize }
 // flag) get a look.
 const maxBatchesPerWake = 16
 
-// Run reads every socket and hands each datagram to sink until ctx is cancelled or a socket fails.
+// Run reads every socket and hands each datagram to sink until ctx is cancelled or a socket fails. With
+// several threads, each worker runs on its own locked OS thread and the sink is called under a lock.
 func (s *Source) Run(ctx context.Context, sink transport.Sink) error {
 	stop := context.AfterFunc(ctx, s.wake)
 	defer stop()
+	if len(s.epfds) == 1 {
+		return s.runWorker(ctx, 0, sink)
+	}
+	shared := &lockedSink{sink: sink}
+	errs := make(chan error, len(s.epfds))
+	for k := range s.epfds {
+		go func() { errs <- s.runWorker(ctx, k, shared) }()
+	}
+	var first error
+	for range s.epfds {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+			s.wake() // one worker failed: stop the others
+		}
+	}
+	if first != nil && ctx.Err() != nil && errors.Is(first, ctx.Err()) {
+		return ctx.Err()
+	}
+	return first
+}
+
+// lockedSink serialises several workers' packets into one sink.
+type lockedSink struct {
+	mu   sync.Mutex
+	sink transport.Sink
+}
+
+func (l *lockedSink) Packet(p []byte, ns int64) {
+	l.mu.Lock()
+	l.sink.Packet(p, ns)
+	l.mu.Unlock()
+}
+
+// runWorker is one receive thread: its epoll, its sockets, pinned to its CPU when asked.
+func (s *Source) runWorker(ctx context.Context, k int, sink transport.Sink) error {
+	if len(s.epfds) > 1 || len(s.cfg.CPUs) > 0 {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+	}
+	if len(s.cfg.CPUs) > 0 {
+		var set unix.CPUSet
+		set.Set(s.cfg.CPUs[k%len(s.cfg.CPUs)])
+		if err := unix.SchedSetaffinity(0, &set); err != nil {
+			return fmt.Errorf("udp: receive thread %d on CPU %d: %w", k, s.cfg.CPUs[k%len(s.cfg.CPUs)],
+				os.NewSyscallError("sched_setaffinity", err))
+		}
+	}
 	events := make([]unix.EpollEvent, len(s.socks)+1)
 	for {
 		if s.stopping.Load() {
-			return ctx.Err()
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			return errors.New("udp: stopped by another receive thread's failure")
 		}
-		n, err := unix.EpollWait(s.epfd, events, -1)
+		n, err := unix.EpollWait(s.epfds[k], events, -1)
 		if err != nil {
 			if errors.Is(err, unix.EINTR) {
 				continue
@@ -429,7 +495,7 @@ func (s *Source) Close() error {
 		for _, sk := range s.socks {
 			errs = append(errs, unix.Close(sk.fd))
 		}
-		for _, fd := range []int{s.epfd, s.wakeFD} {
+		for _, fd := range append(append([]int{}, s.epfds...), s.wakeFD) {
 			if fd >= 0 {
 				errs = append(errs, unix.Close(fd))
 			}

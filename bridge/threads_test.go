@@ -1,0 +1,112 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/ibvbridge/ibvbridge/ring"
+	"github.com/ibvbridge/ibvbridge/ring/pattern"
+	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/transport"
+	"github.com/ibvbridge/ibvbridge/transport/udp"
+)
+
+// A stream spread over four endpoints (heap k to endpoint k mod 4, as spead2_send's substreams) received
+// with 1..4 threads comes out whole: every heap exactly once, every byte of its pattern intact.
+func TestThreadsSpreadStream(t *testing.T) {
+	const endpoints, heaps, size = 4, 400, 20000
+	for threads := 1; threads <= endpoints; threads++ {
+		t.Run(fmt.Sprintf("threads=%d", threads), func(t *testing.T) {
+			var eps []transport.Endpoint
+			for range endpoints {
+				eps = append(eps, transport.Endpoint{Addr: netip.MustParseAddr("127.0.0.1")})
+			}
+			src, err := udp.Open(udp.Config{Endpoints: eps, Threads: threads, GRO: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := testConfig(t, src)
+			cfg.RingCfg.SlotCount, cfg.RingCfg.SlotSize = 512, 32<<10
+			cfg.Assembler.MaxHeaps = 16 // heaps of four substreams are in flight at once
+			r, err := Open(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			c, err := ring.Attach(cfg.Ring, ring.AttachOptions{Dir: cfg.RingCfg.Dir, Timeout: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			seen := make(map[uint64]int)
+			bad := 0
+			drained := make(chan error, 1)
+			go func() {
+				for {
+					h, err := c.Next(10 * time.Second)
+					if errors.Is(err, ring.ErrEndOfStream) {
+						drained <- nil
+						return
+					}
+					if err != nil {
+						drained <- err
+						return
+					}
+					seen[h.HeapCnt]++
+					if !pattern.Verify(&h) {
+						bad++
+					}
+					c.Release(h)
+				}
+			}()
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan Result, 1)
+			go func() { res, _ := r.Run(ctx); done <- res }()
+			local := src.LocalEndpoints()
+			enc, _ := spead.NewEncoder(spead.Flavour64_40, 8972)
+			senders := make([]*udp.HeapSender, endpoints)
+			for i := range senders {
+				if senders[i], err = udp.OpenHeapSender(udp.HeapSenderConfig{Encoder: enc, GSO: true, Rate: 0.4e9,
+					SenderConfig: udp.SenderConfig{Dest: netip.AddrPortFrom(local[i].Addr, local[i].Port)}}); err != nil {
+					t.Fatal(err)
+				}
+				defer senders[i].Close()
+			}
+			g, err := pattern.NewHeapGen(spead.Flavour64_40, size, 1, true, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for cnt := uint64(1); cnt <= heaps; cnt++ {
+				if err := senders[cnt%endpoints].SendHeap(ctx, g.Heap(cnt)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, s := range senders {
+				if err := s.Flush(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			time.Sleep(200 * time.Millisecond) // the last datagrams reach the sockets
+			cancel()
+			res := <-done
+			if err := <-drained; err != nil {
+				t.Fatal(err)
+			}
+			if res.Outcome != OutcomeInterrupted || res.TransportCounters["kernel_drops"] != 0 {
+				t.Fatalf("outcome %s, transport %v", res.Outcome, res.TransportCounters)
+			}
+			for cnt := uint64(1); cnt <= heaps; cnt++ {
+				if seen[cnt] != 1 {
+					t.Fatalf("heap %d delivered %d times (ring counters %v)", cnt, seen[cnt], res.RingCounters)
+				}
+			}
+			if len(seen) != heaps || bad != 0 {
+				t.Errorf("%d distinct heaps, %d with a broken pattern", len(seen), bad)
+			}
+		})
+	}
+}
