@@ -20,6 +20,7 @@ var (
 	ErrNoConsumer   = errors.New("no consumer attached")
 	ErrClosed       = errors.New("ring closed")
 	ErrNoHugePages  = errors.New("no hugepages available")
+	ErrNoSpace      = errors.New("not enough memory for the ring")
 	ErrBadConfig    = errors.New("bad ring configuration")
 	// ErrTimeout is returned when a wait's deadline passes; it matches os.ErrDeadlineExceeded.
 	ErrTimeout = fmt.Errorf("ring wait: %w", os.ErrDeadlineExceeded)

@@ -252,6 +252,20 @@ func (p *Producer) createData() error {
 			os.Remove(path)
 			return fmt.Errorf("size data file %s to %d: %w", path, p.geo.DataFileSize, err)
 		}
+		// Reserve every block now: on tmpfs, MAP_POPULATE stops quietly when the filesystem fills and a
+		// later touch is SIGBUS; fallocate fails here instead, with a size to report. (hugetlbfs reserves
+		// its pages at mmap, which fails with ENOMEM just as clearly.)
+		if pageSize == os.Getpagesize() {
+			if err := unix.Fallocate(int(f.Fd()), 0, 0, int64(p.geo.DataFileSize)); err != nil {
+				f.Close()
+				os.Remove(path)
+				if errors.Is(err, unix.ENOSPC) {
+					return fmt.Errorf("%w: the ring needs %d MiB in %s and only %d MiB are free: use fewer or smaller slots",
+						ErrNoSpace, p.geo.DataFileSize>>20, dir, freeBytes(dir)>>20)
+				}
+				return fmt.Errorf("reserve %d bytes for %s: %w", p.geo.DataFileSize, path, os.NewSyscallError("fallocate", err))
+			}
+		}
 		// MAP_POPULATE: a hugepage shortage fails here rather than as SIGBUS on first touch.
 		b, err := mmapFile(f, int(p.geo.DataFileSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_POPULATE)
 		if err != nil {

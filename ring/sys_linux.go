@@ -87,6 +87,15 @@ func mmapFile(f *os.File, size int, prot, flags int) ([]byte, error) {
 	return b, nil
 }
 
+// freeBytes is what a filesystem has free for an unprivileged file (0 if unknown), for messages.
+func freeBytes(dir string) uint64 {
+	var st unix.Statfs_t
+	if unix.Statfs(dir, &st) != nil {
+		return 0
+	}
+	return st.Bavail * uint64(st.Bsize)
+}
+
 func realtimeNanos() uint64 { return uint64(time.Now().UnixNano()) }
 
 // isHugetlbfs reports whether dir is a hugetlbfs mount, and its page size.
