@@ -67,22 +67,35 @@ func TestSendStopsOnSignalWhilePacing(t *testing.T) {
 // bench udp with an option that fails after recv started leaves no ring behind; bench ring stopped by
 // SIGTERM removes its ring.
 func TestBenchLeavesNoRing(t *testing.T) {
-	before, _ := filepath.Glob(filepath.Join(ring.DefaultDir, "ibvbridge.bench*"))
-	p := startProc(t, "bench", "ring", "--consumer", "go", "--heap-size", "64", "--heaps", "200000000", "--idle", "0")
-	if !testutil.WaitFor(20*time.Second, func() bool {
+	ctls := func() []string {
 		m, _ := filepath.Glob(filepath.Join(ring.DefaultDir, "ibvbridge.bench-*.ctl"))
-		return len(m) > len(before)
+		return m
+	}
+	before := ctls()
+	p := startProc(t, "bench", "ring", "--consumer", "go", "--heap-size", "64", "--heaps", "200000000", "--idle", "0")
+	var made string
+	if !testutil.WaitFor(20*time.Second, func() bool {
+		for _, f := range ctls() {
+			if !contains(before, f) {
+				made = f
+				return true
+			}
+		}
+		return false
 	}) {
-		t.Fatal("bench ring made no ring")
+		t.Fatalf("bench ring made no ring: %s", p.err.String())
 	}
 	time.Sleep(200 * time.Millisecond)
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	p.wait(t, 20*time.Second)
-	after, _ := filepath.Glob(filepath.Join(ring.DefaultDir, "ibvbridge.bench-*"))
-	for _, f := range after {
-		if !strings.HasSuffix(f, ".lock") && !strings.HasSuffix(f, ".cons") && !contains(before, f) {
-			t.Errorf("bench ring left %s after SIGTERM", f)
+	base := strings.TrimSuffix(made, ".ctl")
+	for _, ext := range []string{".ctl", ".dat"} {
+		if _, err := os.Stat(base + ext); err == nil {
+			t.Errorf("bench ring left %s after SIGTERM", base+ext)
 		}
+	}
+	if _, err := os.Stat(filepath.Join(ring.DefaultHugeDir, filepath.Base(base)+".dat")); err == nil {
+		t.Errorf("bench ring left its hugepage data file after SIGTERM")
 	}
 }
 
