@@ -286,6 +286,17 @@ func (r *Receiver) MalformedByReason() map[string]uint64 {
 	return m
 }
 
+// ThreadCounters returns each receive thread's counters when the source has several (nil otherwise). Safe
+// from any goroutine.
+func (r *Receiver) ThreadCounters() []map[string]uint64 {
+	if c, ok := r.src.(transport.ThreadCounted); ok {
+		if t := c.ThreadCounters(); len(t) > 1 {
+			return t
+		}
+	}
+	return nil
+}
+
 // TransportCounters returns the source's counters (empty for a source that keeps none). Safe from any
 // goroutine.
 func (r *Receiver) TransportCounters() map[string]uint64 {

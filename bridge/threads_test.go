@@ -107,6 +107,18 @@ func TestThreadsSpreadStream(t *testing.T) {
 			if len(seen) != heaps || bad != 0 {
 				t.Errorf("%d distinct heaps, %d with a broken pattern", len(seen), bad)
 			}
+			// Each thread's share is counted (metrics label them), and the shares add up.
+			per := r.ThreadCounters()
+			if threads == 1 && per != nil || threads > 1 && len(per) != threads {
+				t.Fatalf("%d threads: %d per-thread counter sets", threads, len(per))
+			}
+			var sum uint64
+			for _, m := range per {
+				sum += m["packets"]
+			}
+			if threads > 1 && sum != res.TransportCounters["packets"] {
+				t.Errorf("per-thread packets add up to %d, the source counted %d", sum, res.TransportCounters["packets"])
+			}
 		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,8 @@ type Pipeline interface {
 	Producer() *ring.Producer
 	TransportCounters() map[string]uint64
 	MalformedByReason() map[string]uint64
+	// ThreadCounters is each receive thread's share (nil with one thread).
+	ThreadCounters() []map[string]uint64
 }
 
 // transportGauges are transport counters that are levels, not totals.
@@ -91,6 +94,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.gauge(ch, "ibvbridge_ring_unread_heaps", "heaps published and not yet released by the consumer (the ring's fill)",
 		ringLabel, float64(prod.Backlog()), c.ring)
 	c.gauge(ch, "ibvbridge_start_time_seconds", "when this recv started (Unix time)", ringLabel, float64(c.start.UnixNano())/1e9, c.ring)
+	if threads := p.ThreadCounters(); len(threads) > 1 {
+		for k, m := range threads {
+			for name, v := range m {
+				c.counter(ch, "ibvbridge_transport_thread_"+sanitize(name)+"_total", "per receive thread: "+name,
+					[]string{"ring", "transport", "thread"}, float64(v), c.ring, c.transport, strconv.Itoa(k))
+			}
+		}
+	}
 	tl := []string{"ring", "transport"}
 	for name, v := range p.TransportCounters() {
 		n := sanitize(name)

@@ -18,11 +18,13 @@ type fakePipeline struct {
 	p         *ring.Producer
 	transport map[string]uint64
 	malformed map[string]uint64
+	threads   []map[string]uint64
 }
 
 func (f fakePipeline) Producer() *ring.Producer             { return f.p }
 func (f fakePipeline) TransportCounters() map[string]uint64 { return f.transport }
 func (f fakePipeline) MalformedByReason() map[string]uint64 { return f.malformed }
+func (f fakePipeline) ThreadCounters() []map[string]uint64  { return f.threads }
 
 // testProducer is a small ring in a temporary directory, closed when the test ends.
 func testProducer(t *testing.T) (string, *ring.Producer) {
@@ -64,7 +66,8 @@ func TestScrape(t *testing.T) {
 	p.Add(ring.CounterHeaps, 3)
 	p.Add(ring.CounterMalformedPackets, 5)
 	c.Attach(fakePipeline{p: p, transport: map[string]uint64{"kernel_drops": 7, "buffer_size": 1 << 20, "skipped_bad ip": 2},
-		malformed: map[string]uint64{"short header": 5}})
+		malformed: map[string]uint64{"short header": 5},
+		threads:   []map[string]uint64{{"packets": 10}, {"packets": 11}}})
 	body := scrape(t, s)
 	for _, want := range []string{
 		fmt.Sprintf(`ibvbridge_heaps_total{ring=%q} 3`, name),
@@ -73,6 +76,7 @@ func TestScrape(t *testing.T) {
 		fmt.Sprintf(`ibvbridge_transport_buffer_size{ring=%q,transport="udp"} 1.048576e+06`, name),
 		fmt.Sprintf(`ibvbridge_transport_skipped_bad_ip_total{ring=%q,transport="udp"} 2`, name),
 		fmt.Sprintf(`ibvbridge_ring_slots{ring=%q} 8`, name),
+		fmt.Sprintf(`ibvbridge_transport_thread_packets_total{ring=%q,thread="1",transport="udp"} 11`, name),
 		fmt.Sprintf(`ibvbridge_ring_unread_heaps{ring=%q} 0`, name),
 		fmt.Sprintf(`ibvbridge_end_of_stream{ring=%q} 0`, name),
 		"# TYPE ibvbridge_dropped_heaps_total counter",

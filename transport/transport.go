@@ -33,6 +33,12 @@ type Counted interface {
 	Counters() map[string]uint64
 }
 
+// ThreadCounted is a Source that receives on several threads and counts each one's share (metrics label
+// them by thread). Safe from any goroutine.
+type ThreadCounted interface {
+	ThreadCounters() []map[string]uint64
+}
+
 // AreaSource is a kernel-bypass source whose frames land in memory the ring provides: the NIC (ibverbs)
 // or the kernel (AF_XDP's UMEM) writes them into the ring's packet area, so no buffer of ours sits between
 // the wire and the assembler. A receiver sizes the ring's packet area with AreaSize before it creates the

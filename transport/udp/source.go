@@ -95,6 +95,8 @@ type socket struct {
 	bufs  [][]byte
 	gro   bool   // UDP_GRO is on: a message may hold several datagrams
 	ctl   []byte // per message, room for the UDP_GRO control message
+
+	packets, bytes atomic.Uint64 // this socket's share of the Source's counters (per-thread metrics)
 }
 
 // groCmsgSpace is the control buffer of one message: a cmsghdr and the int segment size, aligned.
@@ -433,6 +435,8 @@ func (s *Source) drain(sk *socket, sink transport.Sink) error {
 			}
 		}
 		s.packets.Add(packets)
+		sk.packets.Add(packets)
+		sk.bytes.Add(bytes)
 		if coalesced > 0 {
 			s.merged.Add(coalesced)
 		}
@@ -512,6 +516,20 @@ func kernelDrops(inodes []uint64) uint64 {
 		return 0
 	}
 	return parseDrops(b, inodes)
+}
+
+// ThreadCounters implements transport.ThreadCounted: packets and bytes per receive thread.
+func (s *Source) ThreadCounters() []map[string]uint64 {
+	out := make([]map[string]uint64, len(s.epfds))
+	for k := range out {
+		out[k] = map[string]uint64{"packets": 0, "bytes": 0}
+	}
+	for i, sk := range s.socks {
+		m := out[i%len(out)]
+		m["packets"] += sk.packets.Load()
+		m["bytes"] += sk.bytes.Load()
+	}
+	return out
 }
 
 // Counters implements transport.Counted.
