@@ -63,3 +63,20 @@ func TestSendRingInterrupted(t *testing.T) {
 		t.Errorf("--ring with --heaps: exit %d: %s", code, stderr)
 	}
 }
+
+// consume --verify checks a --pattern --descriptors stream without a false error on the heap that carries
+// the descriptors (they follow the pattern bytes in its payload).
+func TestVerifyWithDescriptors(t *testing.T) {
+	name, port := testRing(t, "vdesc"), freePort(t)
+	recv, out := startRecv(t, "--ring", name, "--slots", "64", "--slot-size", "80K", "--hugepages", "off",
+		"--log-format", "json", "127.0.0.1:"+port)
+	cons := startConsumer(t, name, true)
+	if _, stderr, code := runCmd(t, 30*time.Second, "send", "127.0.0.1:"+port, "--heaps", "20", "--heap-size", "64K",
+		"--items", "3", "--pattern", "--descriptors", "--rate", "0.5", "--packet-size", "8972"); code != 0 {
+		t.Fatalf("send: %s", stderr)
+	}
+	waitRecv(t, recv, out, 30*time.Second)
+	if cr := waitConsumer(t, cons); cr.Heaps != 20 || cr.VerifyErrors != 0 {
+		t.Errorf("consumer %+v: want 20 heaps, no verify errors", cr)
+	}
+}

@@ -18,6 +18,9 @@ const (
 	CntItemID     = 0x1001
 )
 
+// descriptorItemID is SPEAD's item descriptor item (spead.DescriptorID; ring imports no spead here).
+const descriptorItemID = 0x5
+
 // PatternByte is byte i of the payload of heap cnt: (cnt*31 + i) mod 256.
 func PatternByte(cnt uint64, i int) byte { return byte(cnt*31 + uint64(i)) }
 
@@ -103,11 +106,18 @@ func (pb *Publisher) Publish(cnt uint64, nowNanos uint64) (uint64, error) {
 	return sum, nil
 }
 
-// Verify reports whether a complete heap of a patterned stream is intact: its payload is heap cnt's
-// pattern and its cnt item, if it has one, carries the heap's cnt. An incomplete heap's holes hold
-// unspecified bytes: check only complete ones.
+// Verify reports whether a complete heap of a patterned stream is intact: its payload — up to its item
+// descriptors, which `send --descriptors` appends after the data — is heap cnt's pattern, and its cnt
+// item, if it has one, carries the heap's cnt. An incomplete heap's holes hold unspecified bytes: check
+// only complete ones.
 func Verify(h *ring.Heap) bool {
-	if VerifyPattern(h.Payload, h.HeapCnt) >= 0 {
+	data := h.Payload
+	for _, it := range h.Items {
+		if it.ID == descriptorItemID && !it.Immediate() && it.Value < uint64(len(data)) {
+			data = data[:it.Value]
+		}
+	}
+	if VerifyPattern(data, h.HeapCnt) >= 0 {
 		return false
 	}
 	if it, ok := h.Item(CntItemID); ok && (!it.Immediate() || it.Value != h.HeapCnt) {

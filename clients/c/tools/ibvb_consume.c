@@ -200,7 +200,13 @@ int main(int argc, char **argv)
 			if (h.flags & IBVB_FLAG_INCOMPLETE)
 				incomplete++;
 			if (verify && !(h.flags & IBVB_FLAG_INCOMPLETE)) { /* holes hold unspecified bytes */
-				int ok = pattern_ok(h.payload, h.received, h.heap_cnt);
+				/* The pattern covers the payload before the heap's item descriptors (send --descriptors
+				 * appends them after the data). */
+				uint64_t plen = h.received;
+				for (uint32_t k = 0; k < h.item_count; k++)
+					if (h.items[k].id == 0x5 && !ibvb_item_is_immediate(&h.items[k]) && h.items[k].value < plen)
+						plen = h.items[k].value;
+				int ok = pattern_ok(h.payload, plen, h.heap_cnt);
 				const struct ibvb_item *it = ibvb_find_item(&h, ITEM_VERIFY_ID);
 				if (it && (!ibvb_item_is_immediate(it) || it->value != h.heap_cnt))
 					ok = 0;

@@ -79,7 +79,10 @@ class Stats:
         self.heaps += 1
         if self.verify and not h.flags & L.FLAG_INCOMPLETE:  # holes hold unspecified bytes
             b = (cnt * 31) & 0xFF
-            ok = bytes(pl) == self._pat[b:b + n]
+            m = n
+            if h.flags & L.FLAG_HAS_DESCRIPTORS:  # the pattern covers the payload before the descriptors
+                m = min([n] + [it.value for it in h.items if it.id == 0x5 and not it.immediate])
+            ok = bytes(pl[:m]) == self._pat[b:b + m]
             if ok:
                 it = h.find(VERIFY_ITEM)
                 ok = it is None or (it.immediate and it.value == cnt)
@@ -123,6 +126,12 @@ class Stats:
             diff = arr != expect
             if not full:
                 diff &= mask
+            if (flags & L.FLAG_HAS_DESCRIPTORS).any():  # the pattern covers the payload before descriptors
+                items, valid = b.item_table()
+                if items.shape[1]:
+                    isdesc = valid & (items["id"] == 5) & ((items["flags"] & L.ITEM_IMMEDIATE) == 0)
+                    lim = np.where(isdesc, items["value"], np.uint64(nb)).min(axis=1)
+                    diff &= np.arange(nb, dtype=np.uint64)[None, :] < lim[:, None]
             bad = diff.any(axis=1)
             found, items = b.find_item(VERIFY_ITEM)
             bad |= found & (((items["flags"] & L.ITEM_IMMEDIATE) == 0) | (items["value"] != hc))
