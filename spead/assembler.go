@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/rs/zerolog"
 
@@ -93,6 +94,16 @@ type Assembler struct {
 	lengths     []uint64
 
 	recent recentHeaps // cnts of the heaps most recently published complete
+
+	// Direct placement (Place / Placed): the heap the latest packet joined, where its next payload is
+	// expected, that packet's payload and header lengths.
+	placeHeap *liveHeap
+	placeCnt  uint64
+	placeNext uint64
+	placeLen  uint64
+	hdrLen    int
+	scratch   []byte // a misplaced datagram is joined back here
+	placing   bool   // add() is taking a packet whose payload Placed found already in place
 
 	descriptors     map[uint64]ring.ItemDescriptor
 	descriptorOrder []uint64
@@ -243,6 +254,63 @@ func (a *Assembler) Packet(payload []byte, recvNanos int64) {
 	a.add(h, pkt)
 }
 
+// Place implements transport.Placer: while a heap is filling in order, the next datagrams' payloads are
+// expected right after its last one, each as long as it, up to the heap's end (or the slot's): regions of
+// its slot that hold nothing received yet, so a wrong guess overwrites nothing. It returns the header
+// length the guess assumes and how many regions it filled (0: no guess; read as usual).
+func (a *Assembler) Place(dst [][]byte) (hdrLen, n int) {
+	h := a.placeHeap
+	if a.stopped || h == nil || h.state != heapAssembling || h.cnt != a.placeCnt || a.placeLen == 0 || a.hdrLen == 0 {
+		return 0, 0
+	}
+	if rs := h.ranges; len(rs) == 0 || rs[len(rs)-1].end != a.placeNext {
+		return 0, 0 // not filling in order: something past the expected offset arrived already
+	}
+	limit := a.slotSize
+	if h.hasLength {
+		limit = min(limit, h.heapLength)
+	}
+	for off := a.placeNext; n < len(dst) && off < limit; n++ {
+		end := min(off+a.placeLen, limit)
+		dst[n] = h.slot.Payload[off:end:end]
+		off = end
+	}
+	return a.hdrLen, n
+}
+
+// Fits implements transport.Placer: whether the datagram read as hdr + region[:payloadLen] is the packet
+// Place expected there — its payload at its own offset in its own heap's slot — so Placed can take it
+// without a copy. It changes nothing.
+func (a *Assembler) Fits(hdr, region []byte, payloadLen int) bool {
+	var pkt Packet
+	h := a.placeHeap
+	return !a.stopped && h != nil && h.state == heapAssembling && payloadLen > 0 && payloadLen <= len(region) &&
+		DecodeSplit(hdr, region[:payloadLen], &pkt) == nil && !pkt.IsStreamStop() && pkt.HeapCnt == a.placeCnt &&
+		h.cnt == pkt.HeapCnt && pkt.PayloadOffset < a.slotSize &&
+		unsafe.SliceData(pkt.Payload) == unsafe.SliceData(h.slot.Payload[pkt.PayloadOffset:])
+}
+
+// Placed implements transport.Placer: it takes a datagram Fits approved, its payload already where it
+// belongs, without copying it. (A datagram that does not fit is joined back and taken as Packet takes
+// one; a source should have copied such datagrams out before taking any of a read's packets, since taking
+// one may move bytes into a region another still occupies.)
+func (a *Assembler) Placed(hdr, region []byte, payloadLen int, recvNanos int64) bool {
+	if !a.Fits(hdr, region, payloadLen) {
+		if a.scratch == nil {
+			a.scratch = make([]byte, 0, 1<<16)
+		}
+		a.scratch = append(append(a.scratch[:0], hdr...), region[:min(payloadLen, len(region))]...)
+		a.Packet(a.scratch, recvNanos)
+		return false
+	}
+	pkt := &a.pkt
+	_ = DecodeSplit(hdr, region[:payloadLen], pkt) // Fits decoded it already
+	a.placing = true
+	a.add(a.placeHeap, pkt)
+	a.placing = false
+	return true
+}
+
 // reject counts a malformed or inconsistent packet.
 func (a *Assembler) reject(r Reason) {
 	a.malformed[r].Add(1)
@@ -333,12 +401,18 @@ func (a *Assembler) add(h *liveHeap, pkt *Packet) {
 	h.extent = max(h.extent, end)
 	a.addPointers(h, pkt)
 	if start < a.slotSize {
-		h.stored += uint64(copy(h.slot.Payload[start:], pkt.Payload))
+		if a.placing {
+			h.stored += min(uint64(len(pkt.Payload)), a.slotSize-start) // already there (Placed)
+		} else {
+			h.stored += uint64(copy(h.slot.Payload[start:], pkt.Payload))
+		}
 	}
 	h.received += uint64(len(pkt.Payload))
 	h.packets++
 	a.p.Add(ring.CounterPackets, 1)
 	a.p.Add(ring.CounterBytes, uint64(len(pkt.Payload)))
+	a.placeHeap, a.placeCnt, a.placeNext, a.placeLen = h, h.cnt, end, uint64(len(pkt.Payload))
+	a.hdrLen = pkt.Size - len(pkt.Payload)
 	if h.hasLength && h.received == h.heapLength && h.extent <= h.heapLength {
 		a.publish(h, true)
 	}

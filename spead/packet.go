@@ -82,32 +82,63 @@ func Decode(buf []byte, p *Packet) error {
 // DecodePrefix decodes the SPEAD packet at the start of buf, allowing bytes after it (packets back to back
 // in memory, or an embedded descriptor packet); p.Size tells where the packet ends.
 func DecodePrefix(buf []byte, p *Packet) error {
+	pointersEnd, payloadLength, err := decodeHeader(buf, p)
+	if err != nil {
+		return err
+	}
+	// Values are at most 48 bits, so the comparison cannot overflow.
+	if payloadLength > uint64(len(buf)-pointersEnd) {
+		return ErrPayloadPastEnd
+	}
+	p.Size = pointersEnd + int(payloadLength)
+	p.Payload = buf[pointersEnd:p.Size:p.Size]
+	return nil
+}
+
+// DecodeSplit decodes a datagram read in two pieces: hdr holds exactly its header and item pointers,
+// payload exactly its payload (a source that read the payload straight into place). It fails as Decode
+// would on the joined bytes, with ErrSizeMismatch when hdr is not exactly the header.
+func DecodeSplit(hdr, payload []byte, p *Packet) error {
+	pointersEnd, payloadLength, err := decodeHeader(hdr, p)
+	if err != nil {
+		return err
+	}
+	if pointersEnd != len(hdr) || payloadLength != uint64(len(payload)) {
+		return ErrSizeMismatch
+	}
+	p.Size = len(hdr) + len(payload)
+	p.Payload = payload[:len(payload):len(payload)]
+	return nil
+}
+
+// decodeHeader decodes the header and item pointers at the start of buf; it returns where the pointers
+// end and the payload length item's value.
+func decodeHeader(buf []byte, p *Packet) (pointersEnd int, payloadLength uint64, err error) {
 	*p = Packet{}
 	if len(buf) < headerSize {
-		return ErrShortHeader
+		return 0, 0, ErrShortHeader
 	}
 	if buf[0] != magic {
-		return ErrBadMagic
+		return 0, 0, ErrBadMagic
 	}
 	if buf[1] != version {
-		return ErrBadVersion
+		return 0, 0, ErrBadVersion
 	}
 	// Byte 2 is the item pointer width minus the heap address width, byte 3 the heap address width, both
 	// in bytes; only 64-bit item pointers with 40- or 48-bit addresses are supported.
 	flavour := Flavour(buf[3] * 8)
 	if int(buf[2])+int(buf[3]) != pointerSize || !flavour.Valid() {
-		return ErrUnsupportedFlavour
+		return 0, 0, ErrUnsupportedFlavour
 	}
 	nItems := int(binary.BigEndian.Uint16(buf[6:8]))
-	pointersEnd := headerSize + nItems*pointerSize
+	pointersEnd = headerSize + nItems*pointerSize
 	if pointersEnd > len(buf) {
-		return ErrItemsPastEnd
+		return 0, 0, ErrItemsPastEnd
 	}
 	p.Flavour = flavour
 	p.Pointers = ItemPointers{raw: buf[headerSize:pointersEnd], flavour: flavour}
 
 	var haveCnt, haveOffset, haveLength bool
-	var payloadLength uint64
 	for i := range nItems {
 		ip := p.Pointers.At(i)
 		// Like spead2, special items count only in immediate form; an addressed one is an ordinary item.
@@ -129,20 +160,15 @@ func DecodePrefix(buf []byte, p *Packet) error {
 	}
 	switch {
 	case !haveCnt:
-		return ErrMissingHeapCnt
+		return 0, 0, ErrMissingHeapCnt
 	case !haveOffset:
-		return ErrMissingPayloadOffset
+		return 0, 0, ErrMissingPayloadOffset
 	case !haveLength:
-		return ErrMissingPayloadLength
+		return 0, 0, ErrMissingPayloadLength
 	}
-	// Values are at most 48 bits, so neither comparison below can overflow.
-	if payloadLength > uint64(len(buf)-pointersEnd) {
-		return ErrPayloadPastEnd
-	}
+	// Values are at most 48 bits, so the sum cannot overflow.
 	if p.HasHeapLength && p.PayloadOffset+payloadLength > p.HeapLength {
-		return ErrPayloadPastHeap
+		return 0, 0, ErrPayloadPastHeap
 	}
-	p.Size = pointersEnd + int(payloadLength)
-	p.Payload = buf[pointersEnd:p.Size:p.Size]
-	return nil
+	return pointersEnd, payloadLength, nil
 }

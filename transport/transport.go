@@ -33,6 +33,24 @@ type Counted interface {
 	Counters() map[string]uint64
 }
 
+// Placer is a Sink that can say where the next packets' payloads belong, so that a source reads each
+// payload straight into place (the heap assembler: into its ring slot) instead of into a buffer it is then
+// copied from. One goroutine calls it, as any Sink.
+type Placer interface {
+	Sink
+	// Place fills dst with up to len(dst) regions where the next datagrams' payloads are expected, in
+	// arrival order, each datagram assumed to start with a hdrLen-byte header. n == 0: no guess.
+	Place(dst [][]byte) (hdrLen, n int)
+	// Fits reports, changing nothing, whether a datagram read in two pieces — its first len(hdr) bytes in
+	// hdr, its other payloadLen bytes at the start of region (one Place returned) — is the packet
+	// expected there. A source copies out every datagram of a read that does not fit before it hands
+	// any of them over: taking one may move bytes into a region another still occupies.
+	Fits(hdr, region []byte, payloadLen int) bool
+	// Placed takes a datagram that Fits approved, without copying its payload. (One that does not fit is
+	// joined back and taken as Packet would; it reports false then.)
+	Placed(hdr, region []byte, payloadLen int, recvNanos int64) bool
+}
+
 // ThreadCounted is a Source that receives on several threads and counts each one's share (metrics label
 // them by thread). Safe from any goroutine.
 type ThreadCounted interface {

@@ -70,13 +70,18 @@ type Stats struct {
 	BufferSize  int    `json:"buffer_size"` // effective receive buffer per socket
 	// Coalesced counts datagrams that arrived inside a multi-datagram GRO message.
 	Coalesced uint64 `json:"gro_coalesced"`
+	// Placed counts datagrams whose payload was read straight into place (no copy); PlacementMisses those
+	// read into a guessed place that was wrong, and then moved.
+	Placed          uint64 `json:"placed"`
+	PlacementMisses uint64 `json:"placement_misses"`
 }
 
 // Map returns the counters for a JSON object.
 func (s Stats) Map() map[string]uint64 {
 	return map[string]uint64{"packets": s.Packets, "bytes": s.Bytes, "batches": s.Batches,
 		"truncated": s.Truncated, "errors": s.Errors, "kernel_drops": s.KernelDrops,
-		"buffer_size": uint64(s.BufferSize), "gro_coalesced": s.Coalesced}
+		"buffer_size": uint64(s.BufferSize), "gro_coalesced": s.Coalesced, "placed": s.Placed,
+		"placement_misses": s.PlacementMisses}
 }
 
 // mmsghdr is struct mmsghdr of recvmmsg(2) on 64-bit Linux.
@@ -97,7 +102,23 @@ type socket struct {
 	ctl   []byte // per message, room for the UDP_GRO control message
 
 	packets, bytes atomic.Uint64 // this socket's share of the Source's counters (per-thread metrics)
+
+	// Direct placement (GRO sockets feeding a transport.Placer): one recvmsg whose iovecs alternate a
+	// header buffer and the region Place expects that datagram's payload in, then an overflow buffer.
+	regions [][]byte
+	hdrBufs []byte // maxPlace × maxPlaceHdr
+	piov    []unix.Iovec
+	pstart  []int // logical offset of each iovec piece
+	pmsg    unix.Msghdr
+	gather  []byte // the datagrams of a read that did not land where expected, copied out
+	dgrams  []placedDgram
 }
+
+// Direct placement limits: datagrams guessed per read, and the longest header guessed.
+const (
+	maxPlace    = 64
+	maxPlaceHdr = 512
+)
 
 // groCmsgSpace is the control buffer of one message: a cmsghdr and the int segment size, aligned.
 const groCmsgSpace = 24
@@ -121,6 +142,8 @@ type Source struct {
 	trunc    atomic.Uint64
 	errs     atomic.Uint64
 	merged   atomic.Uint64
+	placed   atomic.Uint64
+	misses   atomic.Uint64
 
 	closeOnce sync.Once
 	closeErr  error
@@ -241,6 +264,12 @@ func (s *Source) openSocket(ep transport.Endpoint, ifAddr [4]byte, ifIndex int) 
 		if err := unix.SetsockoptInt(fd, unix.SOL_UDP, unix.UDP_GRO, 1); err == nil {
 			sk.gro, size = true, max(size, maxGROMessage)
 			sk.ctl = make([]byte, n*groCmsgSpace)
+			sk.regions = make([][]byte, maxPlace)
+			sk.hdrBufs = make([]byte, maxPlace*maxPlaceHdr)
+			sk.piov = make([]unix.Iovec, 2*maxPlace+1)
+			sk.pstart = make([]int, 2*maxPlace+2)
+			sk.gather = make([]byte, 0, maxGROMessage)
+			sk.dgrams = make([]placedDgram, 0, maxPlace)
 		} else if s.cfg.Log != nil {
 			s.cfg.Log.Warn().Err(err).Str("endpoint", ep.String()).Msg("UDP GRO refused: a datagram per message")
 		}
@@ -385,13 +414,27 @@ func (s *Source) wake() {
 
 // drain reads batches from one socket until it is empty (or has had its share).
 func (s *Source) drain(sk *socket, sink transport.Sink) error {
+	placer, _ := sink.(transport.Placer)
 	for range maxBatchesPerWake {
+		hdrs := sk.hdrs
+		if placer != nil && sk.gro {
+			if hdrLen, k := placer.Place(sk.regions); k > 0 && hdrLen <= maxPlaceHdr {
+				more, err := s.readPlaced(sk, placer, hdrLen, k)
+				if err != nil || !more {
+					return err
+				}
+				continue
+			}
+			// No guess (a heap's first packets): read one message the usual way, so the next read can
+			// place again instead of a whole batch going through the copy.
+			hdrs = sk.hdrs[:1]
+		}
 		if sk.gro {
 			for i := range sk.hdrs {
 				sk.hdrs[i].hdr.SetControllen(groCmsgSpace) // the kernel overwrites it with what it used
 			}
 		}
-		n, err := recvmmsg(sk.fd, sk.hdrs)
+		n, err := recvmmsg(sk.fd, hdrs)
 		if err != nil {
 			switch {
 			case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EINTR):
@@ -445,11 +488,130 @@ func (s *Source) drain(sk *socket, sink transport.Sink) error {
 		if trunc > 0 {
 			s.trunc.Add(trunc)
 		}
-		if n < len(sk.hdrs) || s.stopping.Load() {
+		if n < len(hdrs) || s.stopping.Load() {
 			return nil
 		}
 	}
 	return nil
+}
+
+// readPlaced reads one GRO message with its guessed datagrams' payloads going straight to the k regions
+// Place returned, each after a hdrLen-byte header buffer, the rest into an overflow buffer. Each datagram
+// that landed exactly in its pieces goes to Placed; any other is joined back and goes to Packet. It
+// reports whether the socket may have more to read.
+func (s *Source) readPlaced(sk *socket, pl transport.Placer, hdrLen, k int) (bool, error) {
+	off := 0
+	for j := range k {
+		h := sk.hdrBufs[j*maxPlaceHdr : j*maxPlaceHdr+hdrLen]
+		sk.pstart[2*j] = off
+		sk.piov[2*j].Base, off = &h[0], off+hdrLen
+		sk.piov[2*j].SetLen(hdrLen)
+		r := sk.regions[j]
+		sk.pstart[2*j+1] = off
+		sk.piov[2*j+1].Base, off = &r[0], off+len(r)
+		sk.piov[2*j+1].SetLen(len(r))
+	}
+	sk.pstart[2*k] = off
+	sk.piov[2*k].Base = &sk.bufs[0][0] // overflow: the batch buffers are idle meanwhile
+	sk.piov[2*k].SetLen(len(sk.bufs[0]))
+	sk.pstart[2*k+1] = off + len(sk.bufs[0])
+	m := &sk.pmsg
+	m.Iov = &sk.piov[0]
+	m.SetIovlen(2*k + 1)
+	m.Control = &sk.ctl[0]
+	m.SetControllen(groCmsgSpace)
+	n, _, errno := unix.Syscall(unix.SYS_RECVMSG, uintptr(sk.fd), uintptr(unsafe.Pointer(m)), unix.MSG_DONTWAIT)
+	if errno != 0 {
+		switch errno {
+		case unix.EAGAIN, unix.EINTR:
+			return false, nil
+		case unix.ENOMEM, unix.ENOBUFS, unix.ECONNREFUSED:
+			s.errs.Add(1)
+			return false, nil
+		}
+		s.errs.Add(1)
+		return false, fmt.Errorf("udp: recvmsg on %s: %w", sk.ep, errno)
+	}
+	now := time.Now().UnixNano()
+	total := int(n)
+	seg := groSegment(sk.ctl[:groCmsgSpace], int(m.Controllen), total)
+	// Decide every datagram before taking any: one that did not land in place is copied out first (taking
+	// a datagram may move bytes into a region a later one still occupies).
+	// Only a leading run of datagrams is taken in place: each of those is the next packet of the one heap
+	// Place guessed, so taking them cannot evict that heap or hand its slot to another while a later one
+	// still sits in it; everything after the first datagram that does not fit is copied out.
+	ds := sk.dgrams[:0]
+	copied := sk.gather[:0]
+	inPlace := true
+	for d, start := 0, 0; start < total; d, start = d+1, start+seg {
+		end := min(start+seg, total)
+		size := end - start
+		dg := placedDgram{size: size}
+		if inPlace = inPlace && d < k && start == sk.pstart[2*d] && size > hdrLen && size-hdrLen <= len(sk.regions[d]) &&
+			(end == total || size == hdrLen+len(sk.regions[d])) &&
+			pl.Fits(sk.hdrBufs[d*maxPlaceHdr:d*maxPlaceHdr+hdrLen], sk.regions[d], size-hdrLen); inPlace {
+			dg.fits, dg.index = true, d
+		} else if size <= s.cfg.MaxPacketSize {
+			dg.index = len(copied)
+			copied = sk.appendPieces(copied, start, end, k)
+			dg.moved = start < sk.pstart[2*k] // part of it went into a guessed region
+		}
+		ds = append(ds, dg)
+	}
+	sk.dgrams = ds
+	var packets, bytes, placed, misses uint64
+	for _, dg := range ds {
+		if dg.size > s.cfg.MaxPacketSize {
+			s.trunc.Add(1)
+			continue
+		}
+		packets++
+		bytes += uint64(dg.size)
+		if dg.fits {
+			d := dg.index
+			if pl.Placed(sk.hdrBufs[d*maxPlaceHdr:d*maxPlaceHdr+hdrLen], sk.regions[d], dg.size-hdrLen, now) {
+				placed++
+			}
+			continue
+		}
+		if dg.moved {
+			misses++
+		}
+		pl.Packet(copied[dg.index:dg.index+dg.size], now)
+	}
+	s.packets.Add(packets)
+	s.bytes.Add(bytes)
+	sk.packets.Add(packets)
+	sk.bytes.Add(bytes)
+	s.batches.Add(1)
+	s.placed.Add(placed)
+	s.misses.Add(misses)
+	if packets > 1 {
+		s.merged.Add(packets)
+	}
+	return !s.stopping.Load(), nil
+}
+
+// placedDgram is one datagram of a placed read: taken in place (fits, region index), or copied out
+// (index into the copy buffer; moved: some of it had gone into a guessed region).
+type placedDgram struct {
+	size        int
+	index       int
+	fits, moved bool
+}
+
+// appendPieces appends the logical bytes [start, end) of the last placed read, from its iovec pieces.
+func (sk *socket) appendPieces(out []byte, start, end, k int) []byte {
+	for p := 0; p <= 2*k && start < end; p++ {
+		lo, hi := sk.pstart[p], sk.pstart[p+1]
+		if hi <= start || lo >= end {
+			continue
+		}
+		piece := unsafe.Slice((*byte)(sk.piov[p].Base), hi-lo)
+		a, b := max(start, lo)-lo, min(end, hi)-lo
+		out = append(out, piece[a:b]...)
+	}
+	return out
 }
 
 // groSegment reads the segment size from a message's UDP_GRO control message; without one the message is
@@ -483,7 +645,8 @@ func recvmmsg(fd int, hdrs []mmsghdr) (int, error) {
 // Stats reads the counters; safe from any goroutine.
 func (s *Source) Stats() Stats {
 	st := Stats{Packets: s.packets.Load(), Bytes: s.bytes.Load(), Batches: s.batches.Load(),
-		Truncated: s.trunc.Load(), Errors: s.errs.Load(), BufferSize: s.bufSize, Coalesced: s.merged.Load()}
+		Truncated: s.trunc.Load(), Errors: s.errs.Load(), BufferSize: s.bufSize, Coalesced: s.merged.Load(),
+		Placed: s.placed.Load(), PlacementMisses: s.misses.Load()}
 	var inodes []uint64
 	for _, sk := range s.socks {
 		inodes = append(inodes, sk.inode)
