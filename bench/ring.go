@@ -139,7 +139,13 @@ func ringOnce(ctx context.Context, env Env, o RingOptions, measureIdle bool) (Ri
 	if err := cmd.Start(); err != nil {
 		return res, fmt.Errorf("start %s consumer: %w", o.Consumer, err)
 	}
-	defer cmd.Process.Kill()
+	reaped := false
+	defer func() { // before the ring is closed and removed: a live consumer holds its lock file
+		if !reaped {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	}()
 	insp := func() ring.Info { i, _ := ring.Inspect(p.CtlPath(), ""); return i }
 	deadline := time.Now().Add(20 * time.Second)
 	for insp().ConsumerPID == 0 {
@@ -185,6 +191,7 @@ func ringOnce(ctx context.Context, env Env, o RingOptions, measureIdle bool) (Ri
 		time.Sleep(20 * time.Microsecond)
 	}
 	res.Seconds = time.Since(start).Seconds()
+	reaped = true
 	if err := cmd.Wait(); err != nil {
 		return res, fmt.Errorf("%s consumer: %w (output %s)", o.Consumer, err, out.String())
 	}

@@ -89,7 +89,7 @@ func TestBenchLeavesNoRing(t *testing.T) {
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	p.wait(t, 20*time.Second)
 	base := strings.TrimSuffix(made, ".ctl")
-	for _, ext := range []string{".ctl", ".dat"} {
+	for _, ext := range []string{".ctl", ".dat", ".lock", ".cons"} {
 		if _, err := os.Stat(base + ext); err == nil {
 			t.Errorf("bench ring left %s after SIGTERM", base+ext)
 		}
