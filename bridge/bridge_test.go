@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ibvbridge/ibvbridge/ring"
+	"github.com/ibvbridge/ibvbridge/ring/pattern"
 	"github.com/ibvbridge/ibvbridge/spead"
 	"github.com/ibvbridge/ibvbridge/transport"
 )
@@ -270,4 +271,30 @@ func TestOpenFailureLeavesNothing(t *testing.T) {
 	if src.closed.Load() == 0 {
 		t.Error("a failed Open did not close the source it was given")
 	}
+}
+
+// drainInBackground reads ring c to its end of stream on its own goroutine, counting each heap cnt and
+// the heaps that are not complete or fail the pattern; wait returns them once the stream has ended.
+func drainInBackground(c *ring.Consumer) (wait func() (seen map[uint64]int, bad int, err error)) {
+	seen, bad := map[uint64]int{}, 0
+	done := make(chan error, 1)
+	go func() {
+		for {
+			h, err := c.Next(10 * time.Second)
+			if errors.Is(err, ring.ErrEndOfStream) {
+				done <- nil
+				return
+			}
+			if err != nil {
+				done <- err
+				return
+			}
+			seen[h.HeapCnt]++
+			if h.Flags&ring.FlagComplete == 0 || !pattern.Verify(&h) {
+				bad++
+			}
+			c.Release(h)
+		}
+	}()
+	return func() (map[uint64]int, int, error) { err := <-done; return seen, bad, err }
 }

@@ -78,27 +78,7 @@ func TestPlacementUnderDisorder(t *testing.T) {
 			dups++
 		}
 	}
-	seen := map[uint64]int{}
-	bad := 0
-	drained := make(chan error, 1)
-	go func() {
-		for {
-			h, err := c.Next(10 * time.Second)
-			if errors.Is(err, ring.ErrEndOfStream) {
-				drained <- nil
-				return
-			}
-			if err != nil {
-				drained <- err
-				return
-			}
-			seen[h.HeapCnt]++
-			if h.Flags&ring.FlagComplete == 0 || !pattern.Verify(&h) {
-				bad++
-			}
-			c.Release(h)
-		}
-	}()
+	waitDrained := drainInBackground(c)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan Result, 1)
 	go func() { res, _ := r.Run(ctx); done <- res }()
@@ -116,7 +96,8 @@ func TestPlacementUnderDisorder(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	cancel()
 	res := <-done
-	if err := <-drained; err != nil {
+	seen, bad, err := waitDrained()
+	if err != nil {
 		t.Fatal(err)
 	}
 	for cnt := uint64(1); cnt <= heaps; cnt++ {

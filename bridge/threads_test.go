@@ -2,7 +2,6 @@ package bridge
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"testing"
@@ -42,27 +41,7 @@ func TestThreadsSpreadStream(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			seen := make(map[uint64]int)
-			bad := 0
-			drained := make(chan error, 1)
-			go func() {
-				for {
-					h, err := c.Next(10 * time.Second)
-					if errors.Is(err, ring.ErrEndOfStream) {
-						drained <- nil
-						return
-					}
-					if err != nil {
-						drained <- err
-						return
-					}
-					seen[h.HeapCnt]++
-					if !pattern.Verify(&h) {
-						bad++
-					}
-					c.Release(h)
-				}
-			}()
+			waitDrained := drainInBackground(c)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan Result, 1)
 			go func() { res, _ := r.Run(ctx); done <- res }()
@@ -93,7 +72,8 @@ func TestThreadsSpreadStream(t *testing.T) {
 			time.Sleep(200 * time.Millisecond) // the last datagrams reach the sockets
 			cancel()
 			res := <-done
-			if err := <-drained; err != nil {
+			seen, bad, err := waitDrained()
+			if err != nil {
 				t.Fatal(err)
 			}
 			if res.Outcome != OutcomeInterrupted || res.TransportCounters["kernel_drops"] != 0 {

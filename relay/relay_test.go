@@ -30,6 +30,23 @@ func (c *captureSender) Flush(context.Context) error  { c.flushes++; return nil 
 func (c *captureSender) Totals() transport.SendTotals { return transport.SendTotals{} }
 func (c *captureSender) Close() error                 { return nil }
 
+// testRing is a small ring and its consumer, closed when the test ends.
+func testRing(t *testing.T) (*ring.Producer, *ring.Consumer) {
+	t.Helper()
+	dir := t.TempDir()
+	p, err := ring.Create("relay", ring.Config{Dir: dir, SlotCount: 8, SlotSize: 4096, HugePages: ring.HugePagesOff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	c, err := ring.Attach("relay", ring.AttachOptions{Dir: dir, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return p, c
+}
+
 func publish(t *testing.T, p *ring.Producer, cnt uint64, payload []byte, flags uint32, items ...ring.Item) {
 	t.Helper()
 	s, err := p.Acquire()
@@ -47,17 +64,7 @@ func publish(t *testing.T, p *ring.Producer, cnt uint64, payload []byte, flags u
 // bytes — incomplete ones are skipped and counted, and the ring's end becomes a stream stop after the
 // last cnt sent.
 func TestRunRelaysHeaps(t *testing.T) {
-	dir := t.TempDir()
-	p, err := ring.Create("relay", ring.Config{Dir: dir, SlotCount: 8, SlotSize: 4096, HugePages: ring.HugePagesOff})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	c, err := ring.Attach("relay", ring.AttachOptions{Dir: dir, Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	p, c := testRing(t)
 	publish(t, p, 7, []byte("hello world!"), ring.FlagComplete,
 		ring.Item{ID: 0x1000, Value: 0, Length: 5}, ring.Item{ID: 0x1001, Value: 42, Length: 5, Flags: ring.ItemImmediate},
 		ring.Item{ID: 0x1002, Value: 6, Length: 6})
@@ -90,17 +97,7 @@ func TestRunRelaysHeaps(t *testing.T) {
 
 // A cancelled relay on an idle ring returns at once, interrupted, and still ends the stream downstream.
 func TestRunCancelled(t *testing.T) {
-	dir := t.TempDir()
-	p, err := ring.Create("relay", ring.Config{Dir: dir, SlotCount: 8, SlotSize: 4096, HugePages: ring.HugePagesOff})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	c, err := ring.Attach("relay", ring.AttachOptions{Dir: dir, Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	_, c := testRing(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
 	var cs captureSender

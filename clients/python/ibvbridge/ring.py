@@ -828,6 +828,7 @@ class Ring:
                  _) = unpack(mm, desc_base + (pos & mask) * 64)
                 if (seq != (pos + 1) & _M64 or slot >= slot_count or received > slot_size or icount > max_items
                         or flags & eos_flag):
+                    # The slow path again, written out: folding the two into one test costs ~10 % here.
                     try:
                         heap = self.next(timeout)  # next() reports the corruption, or takes the marker
                     except EndOfStream:
