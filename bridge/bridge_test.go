@@ -154,16 +154,7 @@ func TestStatsWhileReceiving(t *testing.T) {
 func TestEndOfInputPublishesEndOfStream(t *testing.T) {
 	src := &replaySource{packets: encode(t, 3, 100, false)}
 	cfg := testConfig(t, src)
-	r, err := Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	c, err := ring.Attach(cfg.Ring, ring.AttachOptions{Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	r, c := openWithConsumer(t, cfg)
 	res, err := r.Run(context.Background())
 	if err != nil || res.Outcome != OutcomeEndOfInput {
 		t.Fatalf("outcome %s, err %v; want end_of_input", res.Outcome, err)
@@ -297,4 +288,20 @@ func drainInBackground(c *ring.Consumer) (wait func() (seen map[uint64]int, bad 
 		}
 	}()
 	return func() (map[uint64]int, int, error) { err := <-done; return seen, bad, err }
+}
+
+// openWithConsumer opens the pipeline and attaches a consumer to its ring, both closed when the test ends.
+func openWithConsumer(t *testing.T, cfg Config) (*Receiver, *ring.Consumer) {
+	t.Helper()
+	r, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	c, err := ring.Attach(cfg.Ring, ring.AttachOptions{Dir: cfg.RingCfg.Dir, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return r, c
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/ring/pattern"
 	"github.com/ibvbridge/ibvbridge/spead"
 	"github.com/ibvbridge/ibvbridge/transport"
@@ -29,16 +28,7 @@ func TestPlacementUnderDisorder(t *testing.T) {
 	cfg := testConfig(t, src)
 	cfg.RingCfg.SlotCount, cfg.RingCfg.SlotSize = 256, 32<<10
 	cfg.Assembler.MaxHeaps = 8
-	r, err := Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	c, err := ring.Attach(cfg.Ring, ring.AttachOptions{Dir: cfg.RingCfg.Dir, Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	r, c := openWithConsumer(t, cfg)
 	// Packetize, then disorder: swap neighbours within a window of 4, and repeat every 37th packet.
 	enc, _ := spead.NewEncoder(spead.Flavour64_40, 1472)
 	g, err := pattern.NewHeapGen(spead.Flavour64_40, size, 2, true, false)

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/ring/pattern"
 	"github.com/ibvbridge/ibvbridge/spead"
 	"github.com/ibvbridge/ibvbridge/transport"
@@ -31,16 +30,7 @@ func TestThreadsSpreadStream(t *testing.T) {
 			cfg := testConfig(t, src)
 			cfg.RingCfg.SlotCount, cfg.RingCfg.SlotSize = 512, 32<<10
 			cfg.Assembler.MaxHeaps = 16 // heaps of four substreams are in flight at once
-			r, err := Open(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
-			c, err := ring.Attach(cfg.Ring, ring.AttachOptions{Dir: cfg.RingCfg.Dir, Timeout: time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			r, c := openWithConsumer(t, cfg)
 			waitDrained := drainInBackground(c)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan Result, 1)
