@@ -29,7 +29,7 @@ type ConsumeResult struct {
 }
 
 // ExitCode is the consumer tools' exit status for this result: 0 end of stream (or --max-heaps reached),
-// 1 error, 2 producer gone, 3 timeout.
+// 1 error, 2 producer gone, 3 timeout, 4 detached as overrun, 5 detached for another reason.
 func (r *ConsumeResult) ExitCode() int { return r.exitCode }
 
 // ConsumeOptions tune Consume.
@@ -40,6 +40,7 @@ type ConsumeOptions struct {
 	Hold     int           // keep up to Hold heaps unreleased (a consumer that reads ahead)
 	Sleep    time.Duration // per heap (a slow consumer, for tests)
 	Dir      string        // ring directory ("" for the default)
+	FromHead bool          // start at the newest heap, not the oldest the ring holds
 	// MaxLatency: nap this long while the stream moves instead of a producer wake per heap (0: off).
 	MaxLatency time.Duration
 }
@@ -49,7 +50,7 @@ type ConsumeOptions struct {
 func Consume(name string, o ConsumeOptions) *ConsumeResult {
 	verify, maxHeaps, timeout, hold, sleep := o.Verify, o.MaxHeaps, o.Timeout, max(o.Hold, 0), o.Sleep
 	res := &ConsumeResult{Result: "error"}
-	c, err := ring.Attach(name, ring.AttachOptions{Timeout: timeout, Dir: o.Dir, MaxLatency: o.MaxLatency})
+	c, err := ring.Attach(name, ring.AttachOptions{Timeout: timeout, Dir: o.Dir, MaxLatency: o.MaxLatency, FromHead: o.FromHead})
 	if err != nil {
 		res.Error, res.exitCode = err.Error(), 1
 		return res
@@ -68,6 +69,10 @@ func Consume(name string, o ConsumeOptions) *ConsumeResult {
 				res.Result, res.exitCode = "producer_gone", 2
 			case errors.Is(err, ring.ErrTimeout):
 				res.Result, res.exitCode = "timeout", 3
+			case errors.Is(err, ring.ErrOverrun):
+				res.Result, res.exitCode = "overrun", 4
+			case errors.Is(err, ring.ErrDetached):
+				res.Result, res.exitCode = "detached", 5
 			default:
 				res.exitCode = 1
 			}

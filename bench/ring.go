@@ -123,7 +123,7 @@ func MedianRing(runs []RingResult) RingResult {
 func ringOnce(ctx context.Context, env Env, o RingOptions, measureIdle bool) (RingResult, error) {
 	res := RingResult{Consumer: o.Consumer, HeapSize: o.HeapSize, Heaps: o.Heaps, Slots: o.Slots, Batch: o.Batch}
 	name := fmt.Sprintf("bench-%d", os.Getpid())
-	defer ring.Remove("", "", name) // after p.Close (defers run last-in first-out)
+	defer ring.Remove("", name) // after p.Close (defers run last-in first-out)
 	p, err := ring.Create(name, ring.Config{SlotCount: o.Slots, SlotSize: o.HeapSize, MaxItems: 4, Policy: ring.PolicyBlock})
 	if err != nil {
 		return res, err
@@ -146,9 +146,8 @@ func ringOnce(ctx context.Context, env Env, o RingOptions, measureIdle bool) (Ri
 			_ = cmd.Wait()
 		}
 	}()
-	insp := func() ring.Info { i, _ := ring.Inspect(p.CtlPath(), ""); return i }
 	deadline := time.Now().Add(20 * time.Second)
-	for insp().ConsumerPID == 0 {
+	for p.Consumers() == 0 {
 		if time.Now().After(deadline) {
 			return res, fmt.Errorf("%s consumer did not attach within 20 s", o.Consumer)
 		}
@@ -183,11 +182,11 @@ func ringOnce(ctx context.Context, env Env, o RingOptions, measureIdle bool) (Ri
 		}
 		sum += s
 	}
-	if err := p.PublishEndOfStream(time.Minute); err != nil {
+	if err := p.PublishEndOfStream(0, time.Minute); err != nil {
 		return res, err
 	}
 	// The run ends when the consumer has released everything (block policy: nothing is dropped).
-	for i := insp(); i.Tail != i.Head && cmdRunning(cmd); i = insp() {
+	for p.Unread() != 0 && cmdRunning(cmd) {
 		time.Sleep(20 * time.Microsecond)
 	}
 	res.Seconds = time.Since(start).Seconds()

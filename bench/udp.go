@@ -3,11 +3,13 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -350,7 +352,7 @@ func udpRun(ctx context.Context, env Env, path Path, consumer string, heapSize, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	defer ring.Remove("", "", name) // each run's name is new: leave nothing behind (runs after the kills below)
+	defer ring.Remove("", name) // each run's name is new: leave nothing behind (runs after the kills below)
 	var recvOut, consOut, sendOut bytes.Buffer
 	var recvErr LockedBuffer
 	endpoint := path.Dest + ":" + strconv.Itoa(port)
@@ -374,12 +376,19 @@ func udpRun(ctx context.Context, env Env, path Path, consumer string, heapSize, 
 			<-recvDone
 		}
 	}()
-	ctl := ring.CtlPath(ring.DefaultDir, name)
 	// "receiving" is logged once the transport is open (a kernel-bypass one opens after the ring exists).
 	if err := waitFor(10*time.Second, func() bool { return strings.Contains(recvErr.String(), `"message":"receiving"`) }); err != nil {
 		return run, fmt.Errorf("recv did not start receiving on ring %s: %s", name, recvErr.String())
 	}
-	cons, err := ConsumerCommand(env, consumer, name, 4096)
+	consEnv := env
+	if path.RecvBinary != "" {
+		// A baseline build may speak another ring layout: its own Go consumer reads its rings.
+		if consumer != "go" {
+			return run, fmt.Errorf("%w: a --baseline comparison reads with the baseline's own Go consumer (--consumer go)", ErrBadOption)
+		}
+		consEnv.Binary = path.RecvBinary
+	}
+	cons, err := ConsumerCommand(consEnv, consumer, name, 4096)
 	if err != nil {
 		return run, err
 	}
@@ -393,7 +402,7 @@ func udpRun(ctx context.Context, env Env, path Path, consumer string, heapSize, 
 			_ = cons.Wait()
 		}
 	}()
-	if err := waitFor(20*time.Second, func() bool { i, _ := ring.Inspect(ctl, ""); return i.ConsumerPID != 0 }); err != nil {
+	if err := waitFor(20*time.Second, func() bool { return consumerAttached(name) }); err != nil {
 		return run, fmt.Errorf("%s consumer did not attach", consumer)
 	}
 	send := wrapped(ctx, path.SendWrap, self, "send", endpoint, "--heaps", strconv.FormatUint(heaps, 10),
@@ -463,4 +472,20 @@ type SendResult struct {
 	HeapsPS float64 `json:"heaps_per_s"`
 	// SkippedIncomplete (send --ring): heaps the ring held incomplete or truncated, not sent.
 	SkippedIncomplete uint64 `json:"skipped_incomplete,omitempty"`
+}
+
+// consumerAttached reports whether ring name has a consumer: through the ring's consumer table, or, for a
+// baseline build of layout 1.0, the consumer pid of its control file (0x400 of /dev/shm/ibvbridge.NAME.v1.ctl).
+func consumerAttached(name string) bool {
+	if i, err := ring.Inspect(name, ""); err == nil {
+		return slices.ContainsFunc(i.Consumers, ring.ConsumerInfo.Attached)
+	}
+	f, err := os.Open("/dev/shm/ibvbridge." + name + ".v1.ctl")
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var pid [8]byte
+	_, err = f.ReadAt(pid[:], 0x400)
+	return err == nil && binary.LittleEndian.Uint64(pid[:]) != 0
 }

@@ -177,7 +177,7 @@ func (r *Receiver) waitConsumerAttached(ctx context.Context) error {
 	defer t.Stop()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
-	for !r.p.ConsumerAttached() {
+	for r.p.Consumers() == 0 {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -253,24 +253,29 @@ wait:
 		if r.p.Policy() == ring.PolicyBlock && res.Outcome == OutcomeEndOfInput {
 			timeout = time.Minute // a replay waits for its consumer to make room, as it did all along
 		}
-		if err := r.p.PublishEndOfStream(timeout); err != nil {
+		if err := r.p.PublishEndOfStream(0, timeout); err != nil {
 			r.log.Warn().Err(err).Msg("no slot for the end-of-stream marker; closing the ring ends the stream")
 		}
 	}
 }
 
-// waitDrained keeps the ring open until the attached consumer has released every heap, until it
-// detaches, or until ctx is cancelled. With no consumer attached there is nobody to wait for: the unread
-// heaps are reported and the run ends.
+// waitDrained keeps the ring open until every attached consumer has released every heap (the
+// end-of-stream marker included), until they have all detached, or until ctx is cancelled. With no
+// consumer attached there is nobody to wait for: the unread heaps are reported and the run ends.
 func (r *Receiver) waitDrained(ctx context.Context) {
+	if r.p.Consumers() == 0 {
+		if n := r.p.Backlog(); n > 0 {
+			r.log.Warn().Uint64("unread_heaps", n).Str("reason", "no consumer attached").Msg("closing the ring with heaps no consumer read")
+		}
+		return
+	}
 	if r.p.Unread() == 0 {
 		return
 	}
-	if r.p.ConsumerAttached() {
-		r.log.Info().Uint64("unread_heaps", r.p.Unread()).Msg("input done; waiting for the consumer to read the ring (Ctrl-C to stop)")
-	}
+	r.log.Info().Uint64("unread_heaps", r.p.Unread()).Int("consumers", r.p.Consumers()).
+		Msg("input done; waiting for the consumers to read the ring (Ctrl-C to stop)")
 	if err := r.p.WaitDrained(ctx.Done()); err != nil {
-		r.log.Warn().Uint64("unread_heaps", r.p.Unread()).Str("reason", err.Error()).Msg("closing the ring with heaps no consumer read")
+		r.log.Warn().Uint64("unread_heaps", r.p.Backlog()).Str("reason", err.Error()).Msg("closing the ring with heaps no consumer read")
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -96,7 +97,7 @@ var ringSeq atomic.Int64
 
 func testConfig(t *testing.T, src transport.Source) Config {
 	name := fmt.Sprintf("bridge-%d-%d", os.Getpid(), ringSeq.Add(1))
-	t.Cleanup(func() { ring.Remove("", "", name) })
+	t.Cleanup(func() { ring.Remove("", name) })
 	return Config{Ring: name, Source: src,
 		RingCfg: ring.Config{SlotCount: 64, SlotSize: 16 << 10, MaxItems: 8, HugePages: ring.HugePagesOff}}
 }
@@ -250,7 +251,7 @@ func TestOpenFailureLeavesNothing(t *testing.T) {
 	if _, err := Open(cfg); !errors.Is(err, boom) {
 		t.Fatalf("err %v, want the source's", err)
 	}
-	if _, err := os.Stat(ring.CtlPath(ring.DefaultDir, cfg.Ring)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(ring.DefaultDir(), ring.SocketName(cfg.Ring))); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a failed Open left the ring's control file: %v", err)
 	}
 	src := &replaySource{}

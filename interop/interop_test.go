@@ -140,11 +140,11 @@ func waitAttached(t *testing.T, p *ring.Producer) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		info, err := ring.Inspect(p.CtlPath(), "")
+		info, err := ring.Inspect(p.SocketPath(), "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info.ConsumerPID != 0 {
+		if info.Attached() > 0 {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -179,6 +179,9 @@ func sizeOf(cnt uint64, max int) int { return 1 + int(cnt*977)%max }
 func checkCounters(t *testing.T, kind string, got map[string]uint64, want ring.Stats) {
 	t.Helper()
 	for _, c := range ring.Counters() {
+		if c == ring.CounterConsumersAttached {
+			continue // a gauge: the consumer read it while attached, the producer after it left
+		}
 		if got[c.String()] != want.Get(c) {
 			t.Errorf("%s consumer: counter %s = %d, producer says %d", kind, c, got[c.String()], want.Get(c))
 		}
@@ -189,7 +192,7 @@ func TestEveryConsumerReadsEveryByte(t *testing.T) {
 	for _, kind := range consumers(t) {
 		t.Run(kind, func(t *testing.T) {
 			p := newRing(t, "all-"+kind, ring.Config{Policy: ring.PolicyBlock})
-			wait := startConsumer(t, kind, p.CtlPath())
+			wait := startConsumer(t, kind, p.SocketPath())
 			waitAttached(t, p)
 			const n = 3000
 			var sum, bytes uint64
@@ -203,7 +206,7 @@ func TestEveryConsumerReadsEveryByte(t *testing.T) {
 				bytes += uint64(pb.Size)
 			}
 			p.Add(ring.CounterMalformedPackets, 7) // every counter travels, not just the ones publishing sets
-			if err := p.PublishEndOfStream(5 * time.Second); err != nil {
+			if err := p.PublishEndOfStream(0, 5*time.Second); err != nil {
 				t.Fatal(err)
 			}
 			r := wait()
@@ -220,7 +223,7 @@ func TestWrappedCursors(t *testing.T) {
 	for _, kind := range consumers(t) {
 		t.Run(kind, func(t *testing.T) {
 			p := newRing(t, "wrap-"+kind, ring.Config{Policy: ring.PolicyBlock, InitialPosition: ^uint64(0) - 20})
-			wait := startConsumer(t, kind, p.CtlPath())
+			wait := startConsumer(t, kind, p.SocketPath())
 			waitAttached(t, p)
 			pb := pattern.Publisher{P: p, Size: 200, Fill: true}
 			for cnt := uint64(1); cnt <= 100; cnt++ {
@@ -228,7 +231,7 @@ func TestWrappedCursors(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			p.PublishEndOfStream(5 * time.Second)
+			p.PublishEndOfStream(0, 5*time.Second)
 			if r := wait(); r.Result != "eos" || r.Heaps != 100 || r.VerifyErrors != 0 {
 				t.Fatalf("%+v", r)
 			}
@@ -241,7 +244,7 @@ func TestFullRingDropPolicyCountsExactly(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			p := newRing(t, "drop-"+kind, ring.Config{SlotCount: 8})
 			// A slow consumer: 2 ms per heap while the producer offers a heap every 100 µs.
-			wait := startConsumer(t, kind, p.CtlPath(), "--sleep-us", "2000")
+			wait := startConsumer(t, kind, p.SocketPath(), "--sleep-us", "2000")
 			waitAttached(t, p)
 			pb := pattern.Publisher{P: p, Size: 512, Fill: true}
 			const n = 400
@@ -255,7 +258,7 @@ func TestFullRingDropPolicyCountsExactly(t *testing.T) {
 				}
 				time.Sleep(100 * time.Microsecond)
 			}
-			if err := p.PublishEndOfStream(10 * time.Second); err != nil {
+			if err := p.PublishEndOfStream(0, 10*time.Second); err != nil {
 				t.Fatal(err)
 			}
 			r := wait()
@@ -273,7 +276,7 @@ func TestFullRingBlockPolicyLosesNothing(t *testing.T) {
 	for _, kind := range consumers(t) {
 		t.Run(kind, func(t *testing.T) {
 			p := newRing(t, "block-"+kind, ring.Config{SlotCount: 4, Policy: ring.PolicyBlock})
-			wait := startConsumer(t, kind, p.CtlPath(), "--sleep-us", "300", "--hold", "2")
+			wait := startConsumer(t, kind, p.SocketPath(), "--sleep-us", "300", "--hold", "2")
 			waitAttached(t, p)
 			pb := pattern.Publisher{P: p, Size: 1000, Fill: true}
 			for cnt := uint64(1); cnt <= 300; cnt++ {
@@ -281,7 +284,7 @@ func TestFullRingBlockPolicyLosesNothing(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			p.PublishEndOfStream(10 * time.Second)
+			p.PublishEndOfStream(0, 10*time.Second)
 			if r := wait(); r.Result != "eos" || r.Heaps != 300 || r.VerifyErrors != 0 || r.Counters["dropped_heaps"] != 0 {
 				t.Fatalf("%+v", r)
 			}
@@ -294,16 +297,16 @@ func TestConsumerAttachesMidStream(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			p := newRing(t, "mid-"+kind, ring.Config{SlotCount: 16})
 			pb := pattern.Publisher{P: p, Size: 64, Fill: true}
-			for cnt := uint64(1); cnt <= 40; cnt++ { // nobody reads: 16 fit, 24 are dropped
-				if _, err := pb.Publish(cnt, 0); errors.Is(err, ring.ErrFull) {
-					p.Add(ring.CounterDroppedHeaps, 1)
+			for cnt := uint64(1); cnt <= 40; cnt++ { // nobody reads: the ring keeps the newest 16, nothing is dropped
+				if _, err := pb.Publish(cnt, 0); err != nil {
+					t.Fatal(err)
 				}
 			}
-			// A first consumer reads five and leaves; the next continues from there.
-			if r := startConsumer(t, kind, p.CtlPath(), "--max-heaps", "5")(); r.Result != "max" || r.Heaps != 5 || r.LastHeapCnt != 5 {
+			// A consumer attaching later starts at the oldest heap the ring still holds.
+			if r := startConsumer(t, kind, p.SocketPath(), "--max-heaps", "5")(); r.Result != "max" || r.Heaps != 5 || r.FirstHeapCnt != 25 || r.LastHeapCnt != 29 {
 				t.Fatalf("first consumer: %+v", r)
 			}
-			wait := startConsumer(t, kind, p.CtlPath())
+			wait := startConsumer(t, kind, p.SocketPath(), "--start", "head")
 			waitAttached(t, p)
 			for cnt := uint64(41); cnt <= 50; cnt++ {
 				for {
@@ -313,12 +316,60 @@ func TestConsumerAttachesMidStream(t *testing.T) {
 					time.Sleep(time.Millisecond)
 				}
 			}
-			p.PublishEndOfStream(5 * time.Second)
+			p.PublishEndOfStream(0, 5*time.Second)
 			r := wait()
-			if r.Result != "eos" || r.FirstHeapCnt != 6 || r.Heaps != 11+10 || r.VerifyErrors != 0 || r.Counters["dropped_heaps"] != 24 {
-				t.Fatalf("second consumer: %+v", r)
+			if r.Result != "eos" || r.FirstHeapCnt != 41 || r.Heaps != 10 || r.VerifyErrors != 0 || r.Counters["dropped_heaps"] != 0 {
+				t.Fatalf("consumer from head: %+v", r)
 			}
 		})
+	}
+}
+
+// TestManyConsumersThreeLanguages: eight consumers — Go, C and Python — read one ring at once; each sees
+// every heap byte for byte, the slowest pacing the block-policy producer.
+func TestManyConsumersThreeLanguages(t *testing.T) {
+	kinds := consumers(t)
+	p := newRing(t, "many", ring.Config{Policy: ring.PolicyBlock, MaxConsumers: 8})
+	var waits []func() result
+	var names []string
+	for i := range 8 {
+		kind := kinds[i%len(kinds)]
+		waits = append(waits, startConsumer(t, kind, p.SocketPath()))
+		names = append(names, kind)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for p.Consumers() < 8 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 8 consumers attached", p.Consumers())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	const n = 2000
+	var sum, nbytes uint64
+	for cnt := uint64(1); cnt <= n; cnt++ {
+		pb := pattern.Publisher{P: p, Size: sizeOf(cnt, 8192), Fill: true}
+		s, err := pb.Publish(cnt, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum += s
+		nbytes += uint64(pb.Size)
+	}
+	if err := p.PublishEndOfStream(0, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for i, wait := range waits {
+		r := wait()
+		if r.Result != "eos" || r.Heaps != n || r.Bytes != nbytes || r.Checksum != sum || r.VerifyErrors != 0 || r.OutOfOrder != 0 {
+			t.Errorf("consumer %d (%s): %+v", i, names[i], r)
+		}
+	}
+	info, err := ring.Inspect(p.SocketPath(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Counters["consumer_overruns"] != 0 || info.Counters["consumer_errors"] != 0 {
+		t.Fatalf("counters %v", info.Counters)
 	}
 }
 
@@ -342,7 +393,7 @@ func TestProducerKilled(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			dir := t.TempDir()
 			// The killed producer's data file may be on /dev/hugepages: a dead ring's files stay until removed.
-			t.Cleanup(func() { ring.Remove(dir, "", "killed") })
+			t.Cleanup(func() { ring.Remove(dir, "killed") })
 			child := exec.Command(os.Args[0], "-test.run=^$")
 			child.Env = append(os.Environ(), "INTEROP_CHILD_DIR="+dir)
 			out, _ := child.StdoutPipe()
@@ -354,14 +405,14 @@ func TestProducerKilled(t *testing.T) {
 			if n, _ := out.Read(buf); string(buf[:n]) != "ready\n" {
 				t.Fatalf("child: %q", buf[:n])
 			}
-			ctl := ring.CtlPath(dir, "killed")
+			ctl := filepath.Join(dir, ring.SocketName("killed"))
 			wait := startConsumer(t, kind, ctl)
 			for { // the consumer has read all five heaps and sleeps on the futex
 				info, err := ring.Inspect(ctl, "")
 				if err != nil {
 					t.Fatal(err)
 				}
-				if info.Tail-info.Head == 0 && info.ConsumerPID != 0 {
+				if info.Attached() == 1 && info.Consumers[0].Lag == 0 {
 					break
 				}
 				time.Sleep(5 * time.Millisecond)
@@ -438,7 +489,7 @@ func TestVerifyCatchesBadBytes(t *testing.T) {
 	for _, kind := range consumers(t) {
 		t.Run(kind, func(t *testing.T) {
 			p := newRing(t, "bad-"+kind, ring.Config{Policy: ring.PolicyBlock})
-			wait := startConsumer(t, kind, p.CtlPath())
+			wait := startConsumer(t, kind, p.SocketPath())
 			waitAttached(t, p)
 			publish := func(cnt uint64, flags uint32, corrupt bool) {
 				s, err := p.Acquire()
@@ -454,7 +505,7 @@ func TestVerifyCatchesBadBytes(t *testing.T) {
 			publish(1, ring.FlagComplete, false)
 			publish(2, ring.FlagComplete, true)
 			publish(3, ring.FlagIncomplete, true)
-			p.PublishEndOfStream(5 * time.Second)
+			p.PublishEndOfStream(0, 5*time.Second)
 			r := wait()
 			if r.Heaps != 3 || r.VerifyErrors != 1 || r.Incomplete != 1 {
 				t.Fatalf("%s consumer: %+v, want 3 heaps, 1 verify error, 1 incomplete", kind, r)
@@ -463,52 +514,48 @@ func TestVerifyCatchesBadBytes(t *testing.T) {
 	}
 }
 
-// TestConsumerKilledWhileHolding: a consumer killed (-9) while it holds heaps frees the ring for the next
-// one, which gets the unreleased heaps again and continues; the producer never stopped (drop policy).
+// TestConsumerKilledWhileHolding: a consumer killed (-9) while it holds heaps blocks nobody: the producer
+// (drop policy) carries on without a drop, and the next consumer attaches at once and reads the newest heaps.
 func TestConsumerKilledWhileHolding(t *testing.T) {
 	for _, kind := range consumers(t) {
 		t.Run(kind, func(t *testing.T) {
 			p := newRing(t, "ckill-"+kind, ring.Config{SlotCount: 8})
 			pb := pattern.Publisher{P: p, Size: 300, Fill: true}
-			cmd := consumerCmd(t, kind, p.CtlPath(), true, "--hold", "4", "--sleep-us", "1000000")
+			cmd := consumerCmd(t, kind, p.SocketPath(), true, "--hold", "4", "--sleep-us", "1000000")
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
 			waitAttached(t, p)
-			for cnt := uint64(1); cnt <= 3; cnt++ {
+			for cnt := uint64(1); cnt <= 8; cnt++ { // the ring is full of heaps it holds or has not read
 				if _, err := pb.Publish(cnt, 0); err != nil {
 					t.Fatal(err)
 				}
 			}
-			// It reads heap 1 at once, then sleeps a second holding it (its read position is private, so
-			// give it the time rather than watch for it).
-			time.Sleep(300 * time.Millisecond)
+			if _, err := pb.Publish(9, 0); !errors.Is(err, ring.ErrFull) {
+				t.Fatalf("publish into a ring its only consumer holds: %v", err)
+			}
+			p.Add(ring.CounterDroppedHeaps, 1)
+			time.Sleep(300 * time.Millisecond) // it reads heap 1, then sleeps a second holding it
 			cmd.Process.Signal(syscall.SIGKILL)
 			cmd.Wait()
-			var dropped uint64
-			for cnt := uint64(4); cnt <= 20; cnt++ { // the producer carries on: 5 more fit, the rest are counted
-				if _, err := pb.Publish(cnt, 0); errors.Is(err, ring.ErrFull) {
-					dropped++
-					p.Add(ring.CounterDroppedHeaps, 1)
-				} else if err != nil {
-					t.Fatal(err)
+			deadline := time.Now().Add(5 * time.Second)
+			for p.Consumers() != 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("the producer did not notice the killed consumer")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			for cnt := uint64(10); cnt <= 20; cnt++ { // nothing it held blocks the producer
+				if _, err := pb.Publish(cnt, 0); err != nil {
+					t.Fatalf("heap %d after the consumer died: %v", cnt, err)
 				}
 			}
-			if err := p.PublishEndOfStream(0); !errors.Is(err, ring.ErrFull) { // full, and nobody reads
-				t.Fatalf("end of stream into a full ring: %v", err)
+			if err := p.PublishEndOfStream(0, 0); err != nil {
+				t.Fatal(err)
 			}
-			wait := startConsumer(t, kind, p.CtlPath())
-			for cnt := uint64(21); ; cnt++ { // room appears as the new consumer reads: end the stream then
-				if err := p.PublishEndOfStream(50 * time.Millisecond); err == nil {
-					break
-				}
-				if cnt > 200 {
-					t.Fatal("no room for the end-of-stream marker")
-				}
-			}
-			r := wait()
-			if dropped != 12 || r.FirstHeapCnt != 1 || r.Heaps != 8 || r.VerifyErrors != 0 || r.Counters["dropped_heaps"] != 12 {
-				t.Fatalf("dropped %d; next consumer %+v", dropped, r)
+			r := startConsumer(t, kind, p.SocketPath())() // the ring keeps the newest 8 positions: 14..20 and the marker
+			if r.Result != "eos" || r.FirstHeapCnt != 14 || r.Heaps != 7 || r.VerifyErrors != 0 || r.Counters["dropped_heaps"] != 1 {
+				t.Fatalf("next consumer %+v", r)
 			}
 		})
 	}

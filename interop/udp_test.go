@@ -74,9 +74,9 @@ func TestUDPEndToEnd(t *testing.T) {
 			const heaps = 500
 			recv := startRecv(t, "--ring", name, "--slots", "1024", "--slot-size", "64K", "127.0.0.1:"+port)
 			waitRing(t, name)
-			wait := startConsumer(t, kind, ring.CtlPath(ring.DefaultDir, name))
+			wait := startConsumer(t, kind, filepath.Join(ring.DefaultDir(), ring.SocketName(name)))
 			for i := 0; ; i++ { // the stream starts once the consumer is attached
-				if info, err := ring.Inspect(name, ""); err == nil && info.ConsumerPID != 0 {
+				if info, err := ring.Inspect(name, ""); err == nil && info.Attached() > 0 {
 					break
 				}
 				if i > 2000 {
@@ -146,7 +146,7 @@ func TestPcapLossCountedExactly(t *testing.T) {
 				"--wait-consumer", "20s")
 			waitRing(t, name)
 			// spead2's payloads are not the test pattern: no --verify; the byte count and flags are the check.
-			r := startConsumerVerify(t, kind, ring.CtlPath(ring.DefaultDir, name), false)()
+			r := startConsumerVerify(t, kind, filepath.Join(ring.DefaultDir(), ring.SocketName(name)), false)()
 			m := recv()
 			if m["heaps"].(float64) != 16 || m["incomplete_heaps"].(float64) != 2 || m["packets"].(float64) != float64(len(frames)-3) {
 				t.Fatalf("recv counters %v", m)

@@ -70,7 +70,7 @@ func TestRunRelaysHeaps(t *testing.T) {
 		ring.Item{ID: 0x1002, Value: 6, Length: 6})
 	publish(t, p, 8, []byte("partial"), ring.FlagIncomplete, ring.Item{ID: 0x1000, Value: 0, Length: 7})
 	publish(t, p, 9, []byte("last"), ring.FlagComplete, ring.Item{ID: 0x1000, Value: 0, Length: 4})
-	if err := p.PublishEndOfStream(time.Second); err != nil {
+	if err := p.PublishEndOfStream(0, time.Second); err != nil {
 		t.Fatal(err)
 	}
 	var cs captureSender

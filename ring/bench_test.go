@@ -44,7 +44,7 @@ func BenchmarkHandoff64B(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	if err := p.PublishEndOfStream(5 * time.Second); err != nil {
+	if err := p.PublishEndOfStream(0, 5*time.Second); err != nil {
 		b.Fatal(err)
 	}
 	if err := <-done; err != nil {

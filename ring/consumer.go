@@ -4,7 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
+	"path/filepath"
+	"strconv"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -14,10 +15,12 @@ import (
 
 // AttachOptions tune Attach.
 type AttachOptions struct {
-	// Timeout bounds the wait for the ring to appear and become READY (default 10 s; <0: do not wait).
+	// Timeout bounds the wait for the ring's producer to appear and answer (default 10 s; <0: try once).
 	Timeout time.Duration
-	// Dir is where rings are looked up by name (default /dev/shm).
+	// Dir is where a ring is looked up by name ("": the spec's directories, §1.1).
 	Dir string
+	// FromHead starts at the newest heap instead of the oldest one the ring still holds (spec §7.1).
+	FromHead bool
 	// MaxLatency, if positive, lets Next nap up to this long while the stream is moving instead of
 	// spinning and asking the producer for a wake per heap: less CPU per heap, up to MaxLatency more
 	// latency. An idle stream still sleeps on the futex. 0 (the default): spin, then futex.
@@ -26,20 +29,24 @@ type AttachOptions struct {
 
 // Consumer reads heaps from a ring. It is not safe for concurrent use.
 type Consumer struct {
-	name    string
-	hdr     header
-	ctlFile *os.File
-	consF   *os.File
-	ctl     []byte
-	data    []byte
+	name   string
+	hdr    header
+	sock   int // the attachment: closing it detaches; its hang-up is the producer's death
+	ctl    []byte
+	data   []byte
+	region []byte
+	index  uint32
+	gen    uint32
 
 	head      *uint64
+	state     *uint32
+	prodWait  *uint32
+	rowState  *uint32
+	rowGen    *uint32
 	tail      *uint64
 	consWait  *uint32
 	consFutex *uint32
-	prodWait  *uint32
-	prodFutex *uint32
-	state     *uint32
+	relFutex  *uint32
 	stats     *[StatsSlots]uint64
 
 	descs      []descriptor
@@ -57,7 +64,6 @@ type Consumer struct {
 	batch         uint64 // releases per tail store
 	eosPending    bool   // an end-of-stream marker was read but not yet released
 	eosPos        uint64
-	gone          bool
 }
 
 // Heap is a heap read from the ring. Its Payload and Items view ring memory (read-only) and are valid
@@ -95,120 +101,261 @@ func (h *Heap) ItemBytes(it Item) []byte {
 	return full[it.Value : it.Value+it.Length : it.Value+it.Length]
 }
 
-// Attach opens ring nameOrPath (a name, or a control file path containing '/') as its one consumer
-// (spec §7.2).
+// Attach connects to ring nameOrPath (a name, or a socket path containing '/') as one of its consumers
+// (spec §9).
 func Attach(nameOrPath string, opt AttachOptions) (c *Consumer, err error) {
-	if opt.Timeout == 0 {
-		opt.Timeout = 10 * time.Second
+	role := hello{Major: MajorVersion, Minor: MinorVersion, Role: RoleConsumer, Start: StartOldest}
+	if opt.FromHead {
+		role.Start = StartHead
 	}
-	if opt.Dir == "" {
-		opt.Dir = DefaultDir
-	}
-	path, name := nameOrPath, nameOrPath
-	if !strings.Contains(nameOrPath, "/") {
-		if err := ValidateName(nameOrPath); err != nil {
-			return nil, err
-		}
-		path = CtlPath(opt.Dir, nameOrPath)
-	}
-	consPath, err := consPathFor(path)
+	a, err := dial(nameOrPath, opt.Dir, opt.Timeout, role)
 	if err != nil {
 		return nil, err
 	}
-	c = &Consumer{name: name, maxLatency: opt.MaxLatency}
+	c = &Consumer{name: a.name, sock: a.sock, maxLatency: opt.MaxLatency, index: a.w.Index, gen: a.w.Generation}
 	defer func() {
 		if err != nil {
 			c.unmap()
 			c = nil
 		}
 	}()
-	deadline := time.Now().Add(opt.Timeout)
-	for {
-		err = c.openCtl(path)
-		if err == nil || !(errors.Is(err, ErrNotFound) || errors.Is(err, errNotReady)) || time.Now().After(deadline) {
-			break
-		}
-		c.unmap()
-		time.Sleep(10 * time.Millisecond)
+	if err = c.mapAll(a); err != nil {
+		return c, fmt.Errorf("attach %s: %w", a.name, err)
 	}
-	if errors.Is(err, errNotReady) {
-		err = fmt.Errorf("%w: still initialising after %v", ErrNotFound, opt.Timeout)
-	}
-	if err != nil {
-		return c, fmt.Errorf("attach %s: %w", name, err)
-	}
-	if c.consF, err = os.OpenFile(consPath, os.O_RDWR|os.O_CREATE, 0o666); err != nil {
-		return c, fmt.Errorf("attach %s: consumer lock: %w", name, err)
-	}
-	held, err := lockExclusive(c.consF)
-	if err != nil {
-		return c, fmt.Errorf("attach %s: %w", name, err)
-	}
-	if held {
-		return c, fmt.Errorf("attach %s: %w (consumer pid %d)", name, ErrBusy, atomic.LoadUint64(u64at(c.ctl, offConsumerPID)))
-	}
-	if err = c.mapData(); err != nil {
-		return c, fmt.Errorf("attach %s: %w", name, err)
-	}
-	atomic.StoreUint64(u64at(c.ctl, offConsumerPID), uint64(os.Getpid()))
-	atomic.StoreUint64(u64at(c.ctl, offConsumerAttach), realtimeNanos())
 	c.released = atomic.LoadUint64(c.tail)
 	c.read, c.cachedHead, c.stored = c.released, c.released, c.released
 	// Storing tail once per batch rather than per heap keeps the producer from taking a cache miss on it
-	// per heap; an eighth of the ring keeps the producer supplied with free slots.
+	// per heap; an eighth of the ring keeps the producer supplied with free slots (spec §7.4).
 	c.batch = min(max(c.hdr.SlotCount/8, 1), 64)
 	return c, nil
 }
 
-func (c *Consumer) openCtl(path string) error {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("%w: %s (is the producer running?)", ErrNotFound, path)
-	}
-	if err != nil {
-		return err
-	}
-	c.ctlFile = f
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	if st.Size() < CtlSize { // mapping past the end would SIGBUS on access
-		return fmt.Errorf("%w: control file %s is %d bytes, want %d", ErrCorrupt, path, st.Size(), CtlSize)
-	}
-	if c.ctl, err = mmapFile(f, CtlSize, unix.PROT_READ|unix.PROT_WRITE, 0); err != nil {
-		return err
-	}
-	c.hdr, err = parseHeader(c.ctl)
-	return err
+// attachment is what the handshake hands over: the connected socket, the welcome and its descriptors.
+type attachment struct {
+	name string
+	sock int
+	w    welcome
+	fds  []int
 }
 
-func (c *Consumer) mapData() error {
-	f, err := os.Open(c.hdr.DataPath)
-	if err != nil {
-		return fmt.Errorf("open data file: %w", err)
+func (a *attachment) closeFDs() {
+	for _, fd := range a.fds {
+		unix.Close(fd)
 	}
-	defer f.Close() // the mapping outlives the descriptor
-	st, err := f.Stat()
+	a.fds = nil
+}
+
+// dial finds the ring's socket, connects (retrying while there is no producer, until timeout), checks who
+// serves it, and runs the handshake (spec §9 steps 1–3). On success the descriptors are the caller's.
+func dial(nameOrPath, dir string, timeout time.Duration, h hello) (*attachment, error) {
+	if timeout == 0 {
+		timeout = 10 * time.Second
+	}
+	deadline := time.Now().Add(timeout)
+	var path, name string
+	var err error
+	var sock int
+	for {
+		if path, name, err = SocketPath(nameOrPath, dir); err != nil {
+			return nil, err
+		}
+		sock, err = connectSeqpacket(path)
+		if err == nil || !(errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ECONNREFUSED)) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ECONNREFUSED) {
+		return nil, fmt.Errorf("attach %s: %w: no producer serves %s", name, ErrNotFound, path)
+	}
 	if err != nil {
+		return nil, fmt.Errorf("attach %s: connect %s: %w", name, path, err)
+	}
+	a := &attachment{name: name, sock: sock}
+	if err := a.handshake(path, h, time.Until(deadline)); err != nil {
+		a.closeFDs()
+		unix.Close(sock)
+		return nil, fmt.Errorf("attach %s: %w", name, err)
+	}
+	return a, nil
+}
+
+// connectSeqpacket connects to a Unix SOCK_SEQPACKET socket; a path too long for sockaddr_un is reached
+// through its directory's descriptor.
+func connectSeqpacket(path string) (int, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, os.NewSyscallError("socket", err)
+	}
+	target := path
+	if len(path) >= 100 {
+		dfd, err := unix.Open(filepath.Dir(path), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			unix.Close(fd)
+			return -1, os.NewSyscallError("open", err)
+		}
+		defer unix.Close(dfd)
+		target = "/proc/self/fd/" + strconv.Itoa(dfd) + "/" + filepath.Base(path)
+	}
+	if err := retryEINTR(func() error { return unix.Connect(fd, &unix.SockaddrUnix{Name: target}) }); err != nil {
+		unix.Close(fd)
+		return -1, os.NewSyscallError("connect", err)
+	}
+	return fd, nil
+}
+
+// retryEINTR repeats a system call a signal interrupted (the Go runtime's own preemption signals among them).
+func retryEINTR(call func() error) error {
+	for {
+		if err := call(); !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
+}
+
+// trustedProducer is the client's check of who serves the socket (spec §1.2): root, ourselves, or the
+// owner of a directory only its owner can write (a stranger may have bound a socket where we were sent).
+func trustedProducer(uid uint32, path string) bool {
+	if uid == 0 || int(uid) == os.Geteuid() {
+		return true
+	}
+	var st unix.Stat_t
+	return unix.Stat(filepath.Dir(path), &st) == nil && st.Uid == uid && st.Mode&0o022 == 0
+}
+
+func (a *attachment) handshake(path string, h hello, left time.Duration) error {
+	cred, err := unix.GetsockoptUcred(a.sock, unix.SOL_SOCKET, unix.SO_PEERCRED)
+	if err != nil {
+		return os.NewSyscallError("getsockopt(SO_PEERCRED)", err)
+	}
+	if !trustedProducer(cred.Uid, path) {
+		return fmt.Errorf("%w: %s is served by uid %d, which is not trusted (not root, not us, not the owner of its directory)",
+			ErrPermission, path, cred.Uid)
+	}
+	left = max(left, time.Second)
+	tv := unix.NsecToTimeval(left.Nanoseconds())
+	if err := unix.SetsockoptTimeval(a.sock, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		return os.NewSyscallError("setsockopt(SO_RCVTIMEO)", err)
+	}
+	if err := retryEINTR(func() error { _, err := unix.Write(a.sock, h.encode()); return err }); err != nil {
+		return fmt.Errorf("send hello: %w", os.NewSyscallError("write", err))
+	}
+	buf := make([]byte, ErrorRecordMax)
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	var n, oobn, flags int
+	err = retryEINTR(func() (err error) {
+		n, oobn, flags, _, err = unix.Recvmsg(a.sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, unix.EAGAIN) {
+			return fmt.Errorf("%w: the producer did not answer within %v", ErrProtocol, left)
+		}
+		return fmt.Errorf("receive welcome: %w", os.NewSyscallError("recvmsg", err))
+	}
+	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+		for i := range msgs {
+			if fds, err := unix.ParseUnixRights(&msgs[i]); err == nil {
+				a.fds = append(a.fds, fds...)
+			}
+		}
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: the producer closed the connection without an answer", ErrProtocol)
+	}
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
+		return fmt.Errorf("%w: the producer's answer was longer than the spec allows", ErrProtocol)
+	}
+	if a.w, err = decodeWelcome(buf[:n]); err != nil {
 		return err
 	}
-	if uint64(st.Size()) != c.hdr.DataFileSize {
-		return fmt.Errorf("%w: data file %s is %d bytes, header says %d", ErrCorrupt, c.hdr.DataPath, st.Size(), c.hdr.DataFileSize)
+	want := 3
+	if h.Role == RoleObserver {
+		want = 1
 	}
-	if c.data, err = mmapFile(f, int(c.hdr.DataFileSize), unix.PROT_READ, 0); err != nil {
+	if len(a.fds) != want {
+		return fmt.Errorf("%w: welcome carried %d descriptors, want %d", ErrProtocol, len(a.fds), want)
+	}
+	return nil
+}
+
+// mapControl checks and maps the control memory read-only and parses its header (spec §9 steps 4–5).
+func mapControl(a *attachment) ([]byte, header, error) {
+	if err := checkSealed(a.fds[0], "control", needReadOnly, a.w.CtlSize); err != nil {
+		return nil, header{}, err
+	}
+	if a.w.CtlSize < offTable || a.w.CtlSize > uint64(CtlSizeFor(MaxConsumersLimit)) {
+		return nil, header{}, fmt.Errorf("%w: ctl_size %d", ErrCorrupt, a.w.CtlSize)
+	}
+	ctl, err := unix.Mmap(a.fds[0], 0, int(a.w.CtlSize), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, header{}, fmt.Errorf("map control memory: %w", os.NewSyscallError("mmap", err))
+	}
+	h, err := parseHeader(ctl)
+	if err != nil {
+		unix.Munmap(ctl)
+		return nil, header{}, err
+	}
+	return ctl, h, nil
+}
+
+func (c *Consumer) mapAll(a *attachment) error {
+	defer a.closeFDs() // the mappings keep the memory
+	var err error
+	if c.ctl, c.hdr, err = mapControl(a); err != nil {
 		return err
 	}
-	g, ct := c.hdr.Geometry, c.ctl
-	c.head, c.tail, c.state = u64at(ct, offHead), u64at(ct, offTail), u32at(ct, offState)
-	c.consWait, c.consFutex = u32at(ct, offConsWaiting), u32at(ct, offConsFutex)
+	g := c.hdr.Geometry
+	if g.DataSize != a.w.DataSize || uint64(c.index) >= uint64(c.hdr.MaxConsumers) || a.w.RegionLength != RegionSize {
+		return fmt.Errorf("%w: welcome (data %d, row %d, region %d) disagrees with the header (data %d, %d rows)",
+			ErrCorrupt, a.w.DataSize, c.index, a.w.RegionLength, g.DataSize, c.hdr.MaxConsumers)
+	}
+	if err := checkSealed(a.fds[1], "data", needReadOnly, g.DataSize); err != nil {
+		return err
+	}
+	if err := checkSealed(a.fds[2], "consumer region", needRegion, RegionSize); err != nil {
+		return err
+	}
+	if c.data, err = unix.Mmap(a.fds[1], 0, int(g.DataSize), unix.PROT_READ, unix.MAP_SHARED); err != nil {
+		return fmt.Errorf("map data memory: %w", os.NewSyscallError("mmap", err))
+	}
+	if c.region, err = unix.Mmap(a.fds[2], 0, RegionSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
+		return fmt.Errorf("map consumer region: %w", os.NewSyscallError("mmap", err))
+	}
+	ct, rg := c.ctl, c.region
+	row := offTable + TableRowSize*int(c.index)
+	c.head, c.state, c.prodWait = u64at(ct, offHead), u32at(ct, offState), u32at(ct, offProdWaiting)
+	c.rowState, c.rowGen = u32at(ct, row+rowState), u32at(ct, row+rowGeneration)
+	c.tail, c.consWait, c.consFutex = u64at(rg, regTail), u32at(rg, regConsWaiting), u32at(rg, regConsFutex)
+	c.relFutex = u32at(rg, regReleaseFutex)
+	atomic.StoreUint64(u64at(rg, regSpinBudget), uint64(spinFor.Nanoseconds()))
 	c.futexAtAttach = atomic.LoadUint32(c.consFutex)
-	c.prodWait, c.prodFutex = u32at(ct, offProdWaiting), u32at(ct, offProdFutex)
 	c.stats = (*[StatsSlots]uint64)(unsafe.Pointer(&ct[offStats]))
 	c.descs = unsafe.Slice((*descriptor)(unsafe.Pointer(&c.data[g.DescOffset])), g.SlotCount)
 	c.items = unsafe.Slice((*Item)(unsafe.Pointer(&c.data[g.ItemsOffset])), g.SlotCount*uint64(g.MaxItems))
 	c.mask = g.SlotCount - 1
 	return nil
+}
+
+// Index is this consumer's row in the ring's consumer table.
+func (c *Consumer) Index() int { return int(c.index) }
+
+// detached reports why the producer detached this consumer (spec §7.6), nil while it is attached.
+func (c *Consumer) detached() error {
+	st := ConsumerState(atomic.LoadUint32(c.rowState))
+	if st == ConsumerAttached && atomic.LoadUint32(c.rowGen) == c.gen {
+		return nil
+	}
+	row := c.ctl[offTable+TableRowSize*int(c.index):]
+	switch {
+	case atomic.LoadUint32(c.rowGen) != c.gen:
+		return fmt.Errorf("ring %s: %w (its row was given to another consumer)", c.name, ErrDetached)
+	case st == ConsumerOverrun:
+		return fmt.Errorf("ring %s: %w, %d heaps lost", c.name, ErrOverrun, atomic.LoadUint64(u64at(row, rowLostHeaps)))
+	case st == ConsumerBadCursor:
+		return fmt.Errorf("ring %s: %w: invalid cursor", c.name, ErrDetached)
+	}
+	return fmt.Errorf("ring %s: %w (%s)", c.name, ErrDetached, st)
 }
 
 // SessionID identifies the producer run (the ring's epoch); ProducerPID is for messages.
@@ -224,6 +371,9 @@ func (c *Consumer) Stats() Stats { return readStats(c.stats, c.hdr.StatsCount) }
 func (c *Consumer) TryNext() (Heap, bool, error) {
 	if c.read == c.cachedHead {
 		c.cachedHead = atomic.LoadUint64(c.head)
+		if err := c.detached(); err != nil {
+			return Heap{}, false, err
+		}
 		if c.read == c.cachedHead {
 			c.flushRelease() // caught up: hand the released slots back now
 			return Heap{}, false, nil
@@ -234,6 +384,9 @@ func (c *Consumer) TryNext() (Heap, bool, error) {
 	}
 	h, err := c.heapAt(c.read)
 	if err != nil {
+		if derr := c.detached(); derr != nil { // a slot reused under a detached consumer looks corrupt
+			return Heap{}, false, derr
+		}
 		return Heap{}, false, err
 	}
 	c.read++
@@ -324,6 +477,9 @@ func (c *Consumer) Next(timeout time.Duration) (Heap, error) {
 		sliceStart := time.Now()
 		futexWaitOn(c.consFutex, f, slice)
 		if time.Since(sliceStart) >= slice {
+			if err := c.detached(); err != nil {
+				return Heap{}, err
+			}
 			if err := c.checkProducer(); err != nil {
 				return Heap{}, err
 			}
@@ -363,14 +519,10 @@ func (c *Consumer) napWhileActive(start time.Time, timeout time.Duration) bool {
 	return true
 }
 
-// checkProducer reports ErrProducerGone once the producer's lock on the control file's inode is gone and
-// everything it published has been read (spec §7.6).
+// checkProducer reports ErrProducerGone once the producer has hung up the attachment and everything it
+// published has been read (spec §7.6).
 func (c *Consumer) checkProducer() error {
-	held, err := lockHeld(c.ctlFile)
-	if err != nil {
-		return err
-	}
-	if held {
+	if c.ProducerAlive() {
 		return nil
 	}
 	if State(atomic.LoadUint32(c.state)) == StateClosed {
@@ -379,14 +531,32 @@ func (c *Consumer) checkProducer() error {
 	if atomic.LoadUint64(c.head) != c.read {
 		return nil // published heaps are still to be read
 	}
-	c.gone = true
 	return fmt.Errorf("ring %s: %w (pid %d)", c.name, ErrProducerGone, c.hdr.ProducerPID)
 }
 
-// ProducerAlive reports whether the producer of the attached ring still runs.
-func (c *Consumer) ProducerAlive() bool {
-	held, err := lockHeld(c.ctlFile)
-	return err == nil && held
+// ProducerAlive reports whether the producer still holds the attachment open.
+func (c *Consumer) ProducerAlive() bool { return socketAlive(c.sock) }
+
+// socketAlive polls a connected socket without waiting: a hang-up, an error or a read of 0 bytes is the
+// peer gone.
+func socketAlive(fd int) bool {
+	if fd < 0 {
+		return false
+	}
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLRDHUP}}
+	n, err := unix.Poll(pfd, 0)
+	if err != nil {
+		return errors.Is(err, unix.EINTR) // interrupted: ask again next time
+	}
+	if n == 0 {
+		return true
+	}
+	if pfd[0].Revents&(unix.POLLHUP|unix.POLLRDHUP|unix.POLLERR|unix.POLLNVAL) != 0 {
+		return false
+	}
+	var b [1]byte
+	m, _, err := unix.Recvfrom(fd, b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+	return !(err == nil && m == 0)
 }
 
 // Release gives back h and every heap read before it, in position order (spec §7.3 step 5). The shared
@@ -405,26 +575,39 @@ func (c *Consumer) Release(h Heap) {
 	}
 }
 
-// flushRelease publishes the released position to the producer (spec §7.3 step 5).
+// flushRelease publishes the released position to the producer and wakes it if it waits (spec §7.4).
 func (c *Consumer) flushRelease() {
 	if c.stored == c.released {
 		return
 	}
 	c.stored = c.released
-	atomic.StoreUint64(c.tail, c.released)
-	wakeIfWaiting(c.prodWait, c.prodFutex)
+	atomic.StoreUint64(c.tail, c.released) // sequentially consistent: the fence before reading producer_waiting
+	if atomic.LoadUint32(c.prodWait) != 0 {
+		atomic.StoreUint32(c.relFutex, atomic.LoadUint32(c.relFutex)+1)
+		futexWake(c.relFutex)
+	}
 }
 
-// Close detaches: the consumer lock is dropped so another consumer may attach and continue at the
-// released position.
+// Close detaches: what was released is handed back, and closing the connection tells the producer this
+// consumer holds nothing any more.
 func (c *Consumer) Close() error {
-	if c.ctl != nil {
+	if c.region != nil {
 		c.flushRelease()
-		atomic.StoreUint64(u64at(c.ctl, offConsumerPID), 0)
 	}
 	return c.unmap()
 }
 
 func (c *Consumer) unmap() error {
-	return unmapAndClose([]*[]byte{&c.data, &c.ctl}, []**os.File{&c.ctlFile, &c.consF})
+	var errs []error
+	for _, m := range []*[]byte{&c.data, &c.ctl, &c.region} {
+		if *m != nil {
+			errs = append(errs, unix.Munmap(*m))
+			*m = nil
+		}
+	}
+	if c.sock >= 0 {
+		errs = append(errs, unix.Close(c.sock))
+		c.sock = -1
+	}
+	return errors.Join(errs...)
 }

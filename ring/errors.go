@@ -8,10 +8,16 @@ import (
 
 // Errors a producer or consumer returns; test them with errors.Is.
 var (
-	ErrBadName      = errors.New("bad ring name")
-	ErrNotFound     = errors.New("ring not found")
-	ErrInUse        = errors.New("ring name in use by a live producer")
-	ErrBusy         = errors.New("ring busy: another consumer is attached")
+	ErrBadName    = errors.New("bad ring name")
+	ErrNotFound   = errors.New("ring not found")
+	ErrInUse      = errors.New("ring name in use by a live producer")
+	ErrBusy       = errors.New("ring busy: every consumer row is attached")
+	ErrPermission = errors.New("not permitted")
+	ErrClosing    = errors.New("ring closing: the stream has ended")
+	ErrProtocol   = errors.New("ring protocol error")
+	// ErrDetached: the producer detached this consumer (spec §7.6); ErrOverrun matches it too.
+	ErrDetached     = errors.New("detached by the producer")
+	ErrOverrun      = fmt.Errorf("overrun: %w after falling a whole ring behind", ErrDetached)
 	ErrVersion      = errors.New("unsupported ring layout version")
 	ErrCorrupt      = errors.New("corrupt ring")
 	ErrProducerGone = errors.New("producer gone")

@@ -1,55 +1,19 @@
 package ring
 
 import (
-	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math/bits"
-	"path/filepath"
-	"regexp"
-	"strings"
 	"sync/atomic"
 )
 
-// Default locations of ring files (spec §1).
-const (
-	DefaultDir     = "/dev/shm"
-	DefaultHugeDir = "/dev/hugepages"
-)
-
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$`)
-
-// ValidateName checks a ring name against the spec's rule, so the files it names stay inside their dir.
-func ValidateName(name string) error {
-	if !nameRE.MatchString(name) {
-		return fmt.Errorf("ring name %q: %w: use 1-64 characters from [A-Za-z0-9_.-], not starting with '.'", name, ErrBadName)
-	}
-	return nil
-}
-
-func baseName(name string) string { return fmt.Sprintf("ibvbridge.%s.v%d", name, MajorVersion) }
-
-// CtlPath is the control file of ring name in dir.
-func CtlPath(dir, name string) string { return filepath.Join(dir, baseName(name)+".ctl") }
-
-func lockPath(dir, name string) string { return filepath.Join(dir, baseName(name)+".lock") }
-
-// consPathFor derives the consumer lock file from a control file path (spec §1).
-func consPathFor(ctl string) (string, error) {
-	if !strings.HasSuffix(ctl, ".ctl") {
-		return "", fmt.Errorf("control file %s: %w: path must end in .ctl", ctl, ErrBadName)
-	}
-	return strings.TrimSuffix(ctl, ".ctl") + ".cons", nil
-}
-
-// Geometry is where everything lies in the data file.
+// Geometry is where everything lies in the data memory (spec §4).
 type Geometry struct {
 	SlotCount     uint64
 	SlotSize      uint64
 	MaxItems      uint32
 	PageSize      uint32
-	DataFileSize  uint64
+	DataSize      uint64
 	DescOffset    uint64
 	ItemsOffset   uint64
 	MetaOffset    uint64
@@ -76,7 +40,7 @@ func layoutGeometry(slotCount, slotSize uint64, maxItems uint32, metaSize, packe
 	off = alignUp(off+slotCount*slotSize, RegionAlign)
 	g.PacketOffset = off
 	off = alignUp(off+packetSize, RegionAlign)
-	g.DataFileSize = alignUp(off, uint64(pageSize))
+	g.DataSize = alignUp(off, uint64(pageSize))
 	return g
 }
 
@@ -103,8 +67,8 @@ func (g Geometry) Validate() error {
 	if g.PageSize < 4096 || g.PageSize&(g.PageSize-1) != 0 {
 		return bad("page_size %d is not a power of two >= 4096", g.PageSize)
 	}
-	if g.DataFileSize%uint64(g.PageSize) != 0 {
-		return bad("data_file_size %d is not a multiple of page_size %d", g.DataFileSize, g.PageSize)
+	if g.DataSize%uint64(g.PageSize) != 0 {
+		return bad("data_size %d is not a multiple of page_size %d", g.DataSize, g.PageSize)
 	}
 	if g.MetaSize < metaHeaderSize {
 		return bad("meta_size %d < %d", g.MetaSize, metaHeaderSize)
@@ -131,8 +95,8 @@ func (g Geometry) Validate() error {
 			return bad("%s offset %d is not %d-aligned", r.name, r.off, RegionAlign)
 		}
 		end := r.off + r.size
-		if end < r.off || end > g.DataFileSize {
-			return bad("%s [%d, +%d) runs past data_file_size %d", r.name, r.off, r.size, g.DataFileSize)
+		if end < r.off || end > g.DataSize {
+			return bad("%s [%d, +%d) runs past data_size %d", r.name, r.off, r.size, g.DataSize)
 		}
 		for _, o := range regions[:i] {
 			if r.size != 0 && o.size != 0 && r.off < o.off+o.size && o.off < end {
@@ -143,7 +107,7 @@ func (g Geometry) Validate() error {
 	return nil
 }
 
-// header is the decoded constant part of the control file.
+// header is the decoded constant part of the control memory.
 type header struct {
 	Major, Minor uint16
 	CtlSize      uint32
@@ -151,27 +115,21 @@ type header struct {
 	SessionID    uint64
 	ProducerPID  uint64
 	StartNanos   uint64
+	Features     uint64
 	StatsCount   uint32
-	DataPath     string
+	MaxConsumers uint32
 	Geometry
 }
 
-// ErrNotReady reports a control file whose magic or state says it is still being created.
-var errNotReady = errors.New("ring not ready")
-
-// parseHeader decodes and validates a control file's header. It returns errNotReady while the
-// producer is still initialising (magic 0 or state INIT) so the caller can wait.
+// parseHeader decodes and validates the control memory's header (spec §9 step 5) before anything else
+// is mapped: a corrupt header gives an error, never an out-of-bounds access.
 func parseHeader(ctl []byte) (header, error) {
 	var h header
-	if len(ctl) < CtlSize {
-		return h, fmt.Errorf("%w: control file is %d bytes, want %d", ErrCorrupt, len(ctl), CtlSize)
-	}
 	le := binary.LittleEndian
-	magic := le.Uint64(ctl[offMagic:])
-	if magic == 0 {
-		return h, errNotReady
+	if len(ctl) < offTable {
+		return h, fmt.Errorf("%w: control memory is %d bytes, want at least %d", ErrCorrupt, len(ctl), offTable)
 	}
-	if magic != Magic {
+	if magic := le.Uint64(ctl[offMagic:]); magic != Magic {
 		return h, fmt.Errorf("%w: bad magic %#x", ErrCorrupt, magic)
 	}
 	h.Major = le.Uint16(ctl[offMajor:])
@@ -179,12 +137,16 @@ func parseHeader(ctl []byte) (header, error) {
 	if h.Major != MajorVersion {
 		return h, &VersionError{Found: h.Major, Supported: MajorVersion}
 	}
-	if State(loadState(ctl)) == StateInit {
-		return h, errNotReady
+	if State(atomic.LoadUint32(u32at(ctl, offState))) == StateInit {
+		return h, fmt.Errorf("%w: state INIT in memory handed out", ErrCorrupt)
 	}
 	h.CtlSize = le.Uint32(ctl[offCtlSize:])
-	if h.CtlSize != CtlSize {
-		return h, fmt.Errorf("%w: ctl_size %d, want %d", ErrCorrupt, h.CtlSize, CtlSize)
+	h.MaxConsumers = le.Uint32(ctl[offMaxConsumers:])
+	if h.MaxConsumers < 1 || h.MaxConsumers > MaxConsumersLimit {
+		return h, fmt.Errorf("%w: max_consumers %d not in 1..%d", ErrCorrupt, h.MaxConsumers, MaxConsumersLimit)
+	}
+	if want := CtlSizeFor(int(h.MaxConsumers)); int(h.CtlSize) != want || len(ctl) != want {
+		return h, fmt.Errorf("%w: ctl_size %d (mapped %d), want %d for %d consumers", ErrCorrupt, h.CtlSize, len(ctl), want, h.MaxConsumers)
 	}
 	if d := le.Uint32(ctl[offDescSize:]); d != DescSize {
 		return h, fmt.Errorf("%w: desc_size %d, want %d", ErrCorrupt, d, DescSize)
@@ -196,13 +158,14 @@ func parseHeader(ctl []byte) (header, error) {
 	h.SessionID = le.Uint64(ctl[offSessionID:])
 	h.ProducerPID = le.Uint64(ctl[offProducerPID:])
 	h.StartNanos = le.Uint64(ctl[offProducerStart:])
+	h.Features = le.Uint64(ctl[offFeatures:])
 	h.StatsCount = le.Uint32(ctl[offStatsCount:])
 	h.Geometry = Geometry{
 		SlotCount:     le.Uint64(ctl[offSlotCount:]),
 		SlotSize:      le.Uint64(ctl[offSlotSize:]),
 		MaxItems:      le.Uint32(ctl[offMaxItems:]),
 		PageSize:      le.Uint32(ctl[offPageSize:]),
-		DataFileSize:  le.Uint64(ctl[offDataFileSize:]),
+		DataSize:      le.Uint64(ctl[offDataSize:]),
 		DescOffset:    le.Uint64(ctl[offDescOffset:]),
 		ItemsOffset:   le.Uint64(ctl[offItemsOffset:]),
 		MetaOffset:    le.Uint64(ctl[offMetaOffset:]),
@@ -214,13 +177,5 @@ func parseHeader(ctl []byte) (header, error) {
 	if err := h.Geometry.Validate(); err != nil {
 		return h, err
 	}
-	path := ctl[offDataPath : offDataPath+DataPathMax]
-	n := bytes.IndexByte(path, 0)
-	if n <= 0 || path[0] != '/' {
-		return h, fmt.Errorf("%w: data_path is not a NUL-terminated absolute path", ErrCorrupt)
-	}
-	h.DataPath = string(path[:n])
 	return h, nil
 }
-
-func loadState(ctl []byte) uint32 { return atomic.LoadUint32(u32at(ctl, offState)) }

@@ -1,19 +1,17 @@
 package ring
 
 import (
-	"errors"
 	"fmt"
-	"os"
-	"strings"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
 
-// Info is a read-only look at a ring, as `ibvbridge stat` shows it. Taking it neither attaches as the
-// consumer nor disturbs the producer.
+// Info is a read-only look at a ring, as `ibvbridge stat` shows it: taken as an observer (spec §1.2), it
+// neither attaches as a consumer nor disturbs the producer.
 type Info struct {
 	Name           string            `json:"name"`
+	Socket         string            `json:"socket"`
 	Major          uint16            `json:"major"`
 	Minor          uint16            `json:"minor"`
 	State          string            `json:"state"`
@@ -22,13 +20,30 @@ type Info struct {
 	ProducerPID    uint64            `json:"producer_pid"`
 	ProducerAlive  bool              `json:"producer_alive"`
 	HeartbeatAgeNs int64             `json:"heartbeat_age_ns"`
-	ConsumerPID    uint64            `json:"consumer_pid"`
-	DataPath       string            `json:"data_path"`
+	Features       uint64            `json:"features"`
+	MaxConsumers   uint32            `json:"max_consumers"`
 	Geometry       Geometry          `json:"geometry"`
 	Head           uint64            `json:"head"`
-	Tail           uint64            `json:"tail"`
+	Oldest         uint64            `json:"oldest"`
+	Consumers      []ConsumerInfo    `json:"consumers"`
 	Counters       map[string]uint64 `json:"counters"`
 }
+
+// ConsumerInfo is one non-free row of the consumer table (spec §2.2).
+type ConsumerInfo struct {
+	Index     int    `json:"index"`
+	State     string `json:"state"`
+	PID       uint64 `json:"pid"`
+	UID       uint64 `json:"uid"`
+	AttachNs  uint64 `json:"attach_ns"`
+	Position  uint64 `json:"position"` // released: what the producer last accepted from it
+	Lag       uint64 `json:"lag"`      // head − position
+	Wakes     uint64 `json:"wakes"`
+	LostHeaps uint64 `json:"lost_heaps"`
+}
+
+// Attached reports whether this row is an attached consumer (not a detached one's record).
+func (c ConsumerInfo) Attached() bool { return c.State == ConsumerAttached.String() }
 
 func (s State) String() string {
 	switch s {
@@ -63,58 +78,60 @@ func ParsePolicy(s string) (Policy, error) {
 	return 0, fmt.Errorf("%w: policy %q: want drop or block", ErrBadConfig, s)
 }
 
-// Inspect reads ring nameOrPath's header, cursors and counters without attaching. A name is looked up in
-// dir ("" for /dev/shm).
+// Inspect reads ring nameOrPath's header, cursors, consumer table and counters as an observer. A name
+// is looked up in dir ("": the spec's directories). A ring nobody serves is ErrNotFound, at once.
 func Inspect(nameOrPath, dir string) (Info, error) {
-	if dir == "" {
-		dir = DefaultDir
-	}
-	path := nameOrPath
-	if !strings.Contains(nameOrPath, "/") {
-		if err := ValidateName(nameOrPath); err != nil {
-			return Info{}, err
-		}
-		path = CtlPath(dir, nameOrPath)
-	}
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return Info{}, fmt.Errorf("stat %s: %w: %s", nameOrPath, ErrNotFound, path)
-	}
+	a, err := dial(nameOrPath, dir, -1, hello{Major: MajorVersion, Minor: MinorVersion, Role: RoleObserver})
 	if err != nil {
-		return Info{}, fmt.Errorf("stat %s: %w", nameOrPath, err)
+		return Info{}, fmt.Errorf("stat: %w", err)
 	}
-	defer f.Close()
-	st, err := f.Stat()
+	defer unix.Close(a.sock)
+	defer a.closeFDs()
+	ctl, h, err := mapControl(a)
 	if err != nil {
-		return Info{}, err
-	}
-	if st.Size() < CtlSize {
-		return Info{}, fmt.Errorf("stat %s: %w: control file is %d bytes", nameOrPath, ErrCorrupt, st.Size())
-	}
-	ctl, err := mmapFile(f, CtlSize, unix.PROT_READ, 0)
-	if err != nil {
-		return Info{}, err
+		return Info{}, fmt.Errorf("stat %s: %w", a.name, err)
 	}
 	defer unix.Munmap(ctl)
-	h, err := parseHeader(ctl)
-	if err != nil {
-		return Info{}, fmt.Errorf("stat %s: %w", nameOrPath, err)
-	}
-	alive, _ := lockHeld(f)
-	stats := readStats((*[StatsSlots]uint64)(unsafePointer(ctl, offStats)), h.StatsCount)
-	return Info{
-		Name: nameOrPath, Major: h.Major, Minor: h.Minor,
+	path, _, _ := SocketPath(nameOrPath, dir)
+	head := atomic.LoadUint64(u64at(ctl, offHead))
+	info := Info{
+		Name: a.name, Socket: path, Major: h.Major, Minor: h.Minor,
 		State:          State(atomic.LoadUint32(u32at(ctl, offState))).String(),
 		Policy:         h.Policy.String(),
 		SessionID:      h.SessionID,
 		ProducerPID:    h.ProducerPID,
-		ProducerAlive:  alive,
+		ProducerAlive:  true, // it answered
 		HeartbeatAgeNs: int64(realtimeNanos() - atomic.LoadUint64(u64at(ctl, offHeartbeat))),
-		ConsumerPID:    atomic.LoadUint64(u64at(ctl, offConsumerPID)),
-		DataPath:       h.DataPath,
+		Features:       h.Features,
+		MaxConsumers:   h.MaxConsumers,
 		Geometry:       h.Geometry,
-		Head:           atomic.LoadUint64(u64at(ctl, offHead)),
-		Tail:           atomic.LoadUint64(u64at(ctl, offTail)),
-		Counters:       stats.Map(),
-	}, nil
+		Head:           head,
+		Oldest:         atomic.LoadUint64(u64at(ctl, offOldest)),
+		Consumers:      []ConsumerInfo{},
+		Counters:       readStats((*[StatsSlots]uint64)(unsafePointer(ctl, offStats)), h.StatsCount).Map(),
+	}
+	for i := range int(h.MaxConsumers) {
+		row := ctl[offTable+TableRowSize*i:]
+		st := ConsumerState(atomic.LoadUint32(u32at(row, rowState)))
+		if st == ConsumerFree {
+			continue
+		}
+		pos := atomic.LoadUint64(u64at(row, rowReleased))
+		info.Consumers = append(info.Consumers, ConsumerInfo{Index: i, State: st.String(),
+			PID: atomic.LoadUint64(u64at(row, rowPID)), UID: atomic.LoadUint64(u64at(row, rowUID)),
+			AttachNs: atomic.LoadUint64(u64at(row, rowAttachNs)), Position: pos, Lag: head - pos,
+			Wakes: atomic.LoadUint64(u64at(row, rowWakes)), LostHeaps: atomic.LoadUint64(u64at(row, rowLostHeaps))})
+	}
+	return info, nil
+}
+
+// Attached counts the consumers attached now (rows of detached ones are history).
+func (i Info) Attached() int {
+	n := 0
+	for _, c := range i.Consumers {
+		if c.Attached() {
+			n++
+		}
+	}
+	return n
 }

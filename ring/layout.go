@@ -1,56 +1,101 @@
 package ring
 
+import "fmt"
+
 // This file is the ring layout of docs/ring-layout.md, version 1.0, as Go constants. The C header and the
 // Python layout module carry the same numbers; TestGolden* checks that all three agree.
 
 const (
 	Magic        uint64 = 0x474E495242564249 // "IBVBRING" little-endian
-	MajorVersion uint16 = 1
+	MajorVersion uint16 = 2
 	MinorVersion uint16 = 0
 
-	CtlSize = 4096
+	// Control memory (spec §2): header, producer blocks, stats, then the consumer table.
+	offMagic         = 0x00
+	offMajor         = 0x08
+	offMinor         = 0x0A
+	offCtlSize       = 0x0C
+	offState         = 0x10
+	offPolicy        = 0x14
+	offSessionID     = 0x18
+	offProducerPID   = 0x20
+	offProducerStart = 0x28
+	offSlotCount     = 0x30
+	offSlotSize      = 0x38
+	offMaxItems      = 0x40
+	offDescSize      = 0x44
+	offItemSize      = 0x48
+	offPageSize      = 0x4C
+	offDataSize      = 0x50
+	offDescOffset    = 0x58
+	offItemsOffset   = 0x60
+	offMetaOffset    = 0x68
+	offMetaSize      = 0x70
+	offPayloadOffset = 0x78
+	offPacketOffset  = 0x80
+	offPacketSize    = 0x88
+	offFeatures      = 0x90
+	offStatsCount    = 0x98
+	offMaxConsumers  = 0x9C
+	offHead          = 0x200
+	offProdWaiting   = 0x280
+	offHeartbeat     = 0x300
+	offOldest        = 0x308
+	offStats         = 0x500
+	offTable         = 0x1000
+	StatsSlots       = 32
 
-	// Header fields.
-	offMagic          = 0x00
-	offMajor          = 0x08
-	offMinor          = 0x0A
-	offCtlSize        = 0x0C
-	offState          = 0x10
-	offPolicy         = 0x14
-	offSessionID      = 0x18
-	offProducerPID    = 0x20
-	offProducerStart  = 0x28
-	offSlotCount      = 0x30
-	offSlotSize       = 0x38
-	offMaxItems       = 0x40
-	offDescSize       = 0x44
-	offItemSize       = 0x48
-	offPageSize       = 0x4C
-	offDataFileSize   = 0x50
-	offDescOffset     = 0x58
-	offItemsOffset    = 0x60
-	offMetaOffset     = 0x68
-	offMetaSize       = 0x70
-	offPayloadOffset  = 0x78
-	offPacketOffset   = 0x80
-	offPacketSize     = 0x88
-	offFeatures       = 0x90
-	offStatsCount     = 0x98
-	offDataPath       = 0x100
-	DataPathMax       = 256
-	offHead           = 0x200
-	offConsWaiting    = 0x280
-	offConsFutex      = 0x284
-	offTail           = 0x300
-	offProdWaiting    = 0x380
-	offProdFutex      = 0x384
-	offConsumerPID    = 0x400
-	offConsumerAttach = 0x408
-	offHeartbeat      = 0x480
-	offStats          = 0x500
-	StatsSlots        = 32
+	// Consumer table row (spec §2.2), at offTable + TableRowSize*index.
+	TableRowSize  = 128
+	rowState      = 0x00
+	rowGeneration = 0x04
+	rowPID        = 0x08
+	rowUID        = 0x10
+	rowAttachNs   = 0x18
+	rowReleased   = 0x20
+	rowWakes      = 0x28
+	rowLostHeaps  = 0x30
 
-	// Descriptor (one per position), in the data file.
+	// Consumer region (spec §3), one per attachment.
+	RegionSize         = 4096
+	regTail            = 0x000
+	regConsWaiting     = 0x080
+	regConsFutex       = 0x084
+	regReleaseFutex    = 0x100
+	regSpinBudget      = 0x180
+	MaxConsumersLimit  = 64
+	DefaultMaxConsumer = 8
+
+	// Handshake records (spec §1.2).
+	HelloSize        = 32
+	WelcomeSize      = 64
+	ErrorRecordMax   = 256
+	msgMagic         = 0x00
+	msgMajor         = 0x08
+	msgMinor         = 0x0A
+	helloRole        = 0x0C
+	helloStart       = 0x10
+	welcomeStatus    = 0x0C
+	welcomeIndex     = 0x10
+	welcomeGen       = 0x14
+	welcomeSession   = 0x18
+	welcomeCtlSize   = 0x20
+	welcomeDataSize  = 0x28
+	welcomeRegion    = 0x30
+	errorMessage     = 0x10
+	RoleConsumer     = 1
+	RoleObserver     = 2
+	StartOldest      = 0
+	StartHead        = 1
+	noConsumerIndex  = 0xFFFFFFFF
+	StatusOK         = 0
+	StatusVersion    = 1
+	StatusNotAllowed = 2
+	StatusBusy       = 3
+	StatusClosing    = 4
+	StatusProtocol   = 5
+
+	// Descriptor (one per position), in the data memory.
 	DescSize       = 64
 	descSeq        = 0x00
 	descHeapCnt    = 0x08
@@ -72,6 +117,41 @@ const (
 	MaxSlotCount = 1 << 24
 	MaxItems     = 65536
 )
+
+// CtlSizeFor is the control memory's size for a consumer table of maxConsumers rows (spec §2).
+func CtlSizeFor(maxConsumers int) int {
+	return int(alignUp(uint64(offTable+TableRowSize*maxConsumers), 4096))
+}
+
+// ConsumerState is a consumer-table row's state word (spec §2.2).
+type ConsumerState uint32
+
+const (
+	ConsumerFree      ConsumerState = 0
+	ConsumerAttached  ConsumerState = 1
+	ConsumerOverrun   ConsumerState = 2
+	ConsumerBadCursor ConsumerState = 3
+	ConsumerGone      ConsumerState = 4
+)
+
+func (s ConsumerState) String() string {
+	switch s {
+	case ConsumerFree:
+		return "free"
+	case ConsumerAttached:
+		return "attached"
+	case ConsumerOverrun:
+		return "overrun"
+	case ConsumerBadCursor:
+		return "bad-cursor"
+	case ConsumerGone:
+		return "gone"
+	}
+	return fmt.Sprintf("state(%d)", uint32(s))
+}
+
+// FeatureReplayTimestamps: descriptors' timestamp_ns is the capture's time, not the arrival time.
+const FeatureReplayTimestamps uint64 = 0x1
 
 // State is the ring's lifecycle state word.
 type State uint32
@@ -101,6 +181,7 @@ const (
 	FlagHasDescriptors uint32 = 0x10
 	FlagItemsOverflow  uint32 = 0x20
 	FlagNoHeapSize     uint32 = 0x40
+	FlagItemsCut       uint32 = 0x80
 )
 
 // ItemImmediate marks an item entry whose value is the item itself rather than a payload offset.
@@ -120,12 +201,16 @@ const (
 	CounterTruncatedHeaps
 	CounterDiscardedIncompleteHeaps
 	CounterEndOfStream
+	CounterConsumersAttached
+	CounterConsumerOverruns
+	CounterConsumerErrors
 	numCounters // stats_count of this minor version
 )
 
 var counterNames = [numCounters]string{
 	"packets", "bytes", "heaps", "incomplete_heaps", "dropped_heaps", "malformed_packets",
 	"duplicate_packets", "truncated_heaps", "discarded_incomplete_heaps", "end_of_stream",
+	"consumers_attached", "consumer_overruns", "consumer_errors",
 }
 
 // String returns the counter's name as the spec and the JSON output spell it.
@@ -172,31 +257,48 @@ type Item struct {
 // Immediate reports whether the item's value is carried in the item pointer itself.
 func (it Item) Immediate() bool { return it.Flags&ItemImmediate != 0 }
 
-// LayoutTable lists every constant and offset of the spec by name: header fields bare (the header's
-// ctl_size, desc_size, item_size and stats_count fields as "header.NAME", the bare names being the
-// values), descriptor fields "desc.NAME", item fields "item.NAME", metadata "meta.NAME" and
-// "meta_record.NAME", enumerations "state.*", "policy.*", "flag.*", "item_flag.*", "counter.*". The golden
-// cross-language test requires the C and Python clients' tables to be identical to it.
+// LayoutTable lists every constant and offset of the spec by name: control-memory header fields bare (the
+// header's ctl_size, desc_size, item_size, stats_count and max_consumers fields as "header.NAME"), the
+// consumer-table row "row.NAME", the consumer region "region.NAME", handshake records "hello.NAME" /
+// "welcome.NAME", descriptor fields "desc.NAME", item fields "item.NAME", metadata "meta.NAME" and
+// "meta_record.NAME", plain values "NAME_value" or as named, enumerations "state.*", "policy.*",
+// "consumer_state.*", "role.*", "start.*", "status.*", "flag.*", "item_flag.*", "feature.*", "counter.*".
+// The golden cross-language test requires the C and Python clients' tables to be identical to it.
 func LayoutTable() map[string]uint64 {
 	t := map[string]uint64{
 		"magic_value": Magic, "major_value": uint64(MajorVersion), "minor_value": uint64(MinorVersion),
-		"ctl_size": CtlSize, "desc_size": DescSize, "item_size": ItemSize, "data_path_max": DataPathMax,
-		"stats_slots": StatsSlots, "stats_count": uint64(numCounters), "region_align": RegionAlign,
-		"max_slot_count": MaxSlotCount, "max_items_limit": MaxItems, "meta_header_size": metaHeaderSize,
+		"desc_size": DescSize, "item_size": ItemSize, "stats_slots": StatsSlots,
+		"stats_count": uint64(numCounters), "region_align": RegionAlign, "max_slot_count": MaxSlotCount,
+		"max_items_limit": MaxItems, "meta_header_size": metaHeaderSize,
 		"meta_record_header_size": metaRecordFixed, "meta_ndim_unknown": 0xFFFFFFFF,
+		"row_size": TableRowSize, "region_size": RegionSize, "max_consumers_limit": MaxConsumersLimit,
+		"default_max_consumers": DefaultMaxConsumer, "hello_size": HelloSize, "welcome_size": WelcomeSize,
+		"error_record_max": ErrorRecordMax, "no_consumer_index": noConsumerIndex,
 
 		"magic": offMagic, "major": offMajor, "minor": offMinor, "header.ctl_size": offCtlSize, "state": offState,
 		"policy": offPolicy, "session_id": offSessionID, "producer_pid": offProducerPID,
 		"producer_start_ns": offProducerStart, "slot_count": offSlotCount, "slot_size": offSlotSize,
 		"max_items": offMaxItems, "header.desc_size": offDescSize, "header.item_size": offItemSize,
-		"page_size": offPageSize, "data_file_size": offDataFileSize, "desc_offset": offDescOffset,
+		"page_size": offPageSize, "data_size": offDataSize, "desc_offset": offDescOffset,
 		"items_offset": offItemsOffset, "meta_offset": offMetaOffset, "meta_size": offMetaSize,
 		"payload_offset": offPayloadOffset, "packet_offset": offPacketOffset, "packet_size": offPacketSize,
-		"features": offFeatures, "header.stats_count": offStatsCount, "data_path": offDataPath,
-		"head": offHead, "consumer_waiting": offConsWaiting, "consumer_futex": offConsFutex, "tail": offTail,
-		"producer_waiting": offProdWaiting, "producer_futex": offProdFutex, "consumer_pid": offConsumerPID,
-		"consumer_attach_ns": offConsumerAttach, "heartbeat_ns": offHeartbeat, "stats": offStats,
-		"ctl_reserved": offStats + 8*StatsSlots,
+		"features": offFeatures, "header.stats_count": offStatsCount, "header.max_consumers": offMaxConsumers,
+		"head": offHead, "producer_waiting": offProdWaiting, "heartbeat_ns": offHeartbeat, "oldest": offOldest,
+		"stats": offStats, "consumer_table": offTable,
+
+		"row.state": rowState, "row.generation": rowGeneration, "row.pid": rowPID, "row.uid": rowUID,
+		"row.attach_ns": rowAttachNs, "row.released": rowReleased, "row.wakes": rowWakes,
+		"row.lost_heaps": rowLostHeaps,
+		"region.tail":    regTail, "region.consumer_waiting": regConsWaiting, "region.consumer_futex": regConsFutex,
+		"region.release_futex": regReleaseFutex, "region.spin_budget_ns": regSpinBudget,
+
+		"hello.magic": msgMagic, "hello.major": msgMajor, "hello.minor": msgMinor, "hello.role": helloRole,
+		"hello.start":   helloStart,
+		"welcome.magic": msgMagic, "welcome.major": msgMajor, "welcome.minor": msgMinor,
+		"welcome.status": welcomeStatus, "welcome.consumer_index": welcomeIndex, "welcome.generation": welcomeGen,
+		"welcome.session_id": welcomeSession, "welcome.ctl_size": welcomeCtlSize,
+		"welcome.data_size": welcomeDataSize, "welcome.region_size": welcomeRegion,
+		"welcome.message": errorMessage,
 
 		"desc.seq": descSeq, "desc.heap_cnt": descHeapCnt, "desc.heap_size": descHeapSize,
 		"desc.received": descReceived, "desc.timestamp_ns": descTimestamp, "desc.slot": descSlot,
@@ -211,10 +313,19 @@ func LayoutTable() map[string]uint64 {
 
 		"state.init": uint64(StateInit), "state.ready": uint64(StateReady), "state.closed": uint64(StateClosed),
 		"policy.drop": uint64(PolicyDrop), "policy.block": uint64(PolicyBlock),
+		"consumer_state.free": uint64(ConsumerFree), "consumer_state.attached": uint64(ConsumerAttached),
+		"consumer_state.overrun": uint64(ConsumerOverrun), "consumer_state.bad_cursor": uint64(ConsumerBadCursor),
+		"consumer_state.gone": uint64(ConsumerGone),
+		"role.consumer":       RoleConsumer, "role.observer": RoleObserver,
+		"start.oldest": StartOldest, "start.head": StartHead,
+		"status.ok": StatusOK, "status.version": StatusVersion, "status.not_permitted": StatusNotAllowed,
+		"status.busy": StatusBusy, "status.closing": StatusClosing, "status.protocol": StatusProtocol,
 		"flag.complete": uint64(FlagComplete), "flag.incomplete": uint64(FlagIncomplete),
 		"flag.truncated": uint64(FlagTruncated), "flag.end_of_stream": uint64(FlagEndOfStream),
 		"flag.has_descriptors": uint64(FlagHasDescriptors), "flag.items_overflow": uint64(FlagItemsOverflow),
-		"flag.no_heap_size": uint64(FlagNoHeapSize), "item_flag.immediate": uint64(ItemImmediate),
+		"flag.no_heap_size": uint64(FlagNoHeapSize), "flag.items_cut": uint64(FlagItemsCut),
+		"item_flag.immediate":       uint64(ItemImmediate),
+		"feature.replay_timestamps": FeatureReplayTimestamps,
 	}
 	for _, c := range Counters() {
 		t["counter."+c.String()] = uint64(c)

@@ -5,8 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"os"
-	"path/filepath"
+	"os/user"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,15 +18,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// HugePages says where the data file may live.
+// HugePages says which pages back the data memory.
 type HugePages int
 
 const (
 	// HugePagesAuto uses hugetlbfs when it is mounted and has the pages, else /dev/shm with a warning.
 	HugePagesAuto HugePages = iota
-	// HugePagesRequire fails when hugepages cannot back the data file.
+	// HugePagesRequire fails when hugepages cannot back the data memory.
 	HugePagesRequire
-	// HugePagesOff puts the data file in the control directory (4 KiB pages).
+	// HugePagesOff uses 4 KiB pages.
 	HugePagesOff
 )
 
@@ -37,8 +39,14 @@ type Config struct {
 	PacketArea int    // bytes for a frame-level transport's packet buffers (default 0)
 	Policy     Policy // full-ring policy (default drop)
 	HugePages  HugePages
-	Dir        string // control and lock files (default /dev/shm)
-	HugeDir    string // hugetlbfs mount (default /dev/hugepages)
+	// Dir is the ring directory for the socket and the lock file (default DefaultDir(): spec §1.1).
+	Dir string
+	// MaxConsumers is how many consumers may attach at once (default 8, at most 64).
+	MaxConsumers int
+	// Group, if set, lets members of this group attach (socket mode 0660, SO_PEERCRED group check).
+	Group string
+	// ReplayTimestamps marks descriptors' timestamps as capture times (header feature REPLAY_TIMESTAMPS).
+	ReplayTimestamps bool
 	// InitialPosition starts the cursors somewhere other than 0: tests use values near 2^64 to prove
 	// that every client handles wrap-around.
 	InitialPosition uint64
@@ -59,10 +67,10 @@ func (c *Config) setDefaults() error {
 		c.MetaSize = 64 << 10
 	}
 	if c.Dir == "" {
-		c.Dir = DefaultDir
+		c.Dir = DefaultDir()
 	}
-	if c.HugeDir == "" {
-		c.HugeDir = DefaultHugeDir
+	if c.MaxConsumers == 0 {
+		c.MaxConsumers = DefaultMaxConsumer
 	}
 	switch {
 	case c.SlotCount < 1 || c.SlotCount > MaxSlotCount || c.SlotCount&(c.SlotCount-1) != 0:
@@ -75,6 +83,8 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("%w: metadata area %d bytes is too small", ErrBadConfig, c.MetaSize)
 	case c.PacketArea < 0:
 		return fmt.Errorf("%w: packet area %d bytes", ErrBadConfig, c.PacketArea)
+	case c.MaxConsumers < 1 || c.MaxConsumers > MaxConsumersLimit:
+		return fmt.Errorf("%w: max consumers %d must be in 1..%d", ErrBadConfig, c.MaxConsumers, MaxConsumersLimit)
 	case c.Policy != PolicyDrop && c.Policy != PolicyBlock:
 		return fmt.Errorf("%w: policy %d", ErrBadConfig, c.Policy)
 	}
@@ -122,46 +132,64 @@ func (s *Slot) ResetItems() { s.nItems, s.overflw = 0, false }
 
 const noSlot = ^uint32(0)
 
-// Producer creates a ring and publishes heaps into it. Its methods other than Close and Interrupt must be
-// called from one goroutine.
+// Producer creates a ring, serves its consumers and publishes heaps into it. Its methods other than
+// Close, Interrupt, Consumers, Backlog and Stats must be called from one goroutine (the hot path).
 type Producer struct {
-	name     string
-	cfg      Config
-	geo      Geometry
-	ctlPath  string
-	dataPath string
+	name string
+	cfg  Config
+	geo  Geometry
+	huge bool
+	sid  uint64
 
-	lockFile, ctlFile, dataFile *os.File
-	ctl, data                   []byte
+	dir      *ringDir
+	lockFile *os.File
+	ctlMem   shm // read-only for clients once sealed
+	dataMem  shm
+	ctl      []byte
+	data     []byte
+	ln       *net.UnixListener
+	gid      int // --group's gid, -1 without
 
-	head      *uint64
-	tail      *uint64
-	consWait  *uint32
-	consFutex *uint32
-	prodWait  *uint32
-	prodFutex *uint32
-	stats     *[StatsSlots]uint64
+	head     *uint64
+	oldest   *uint64
+	prodWait *uint32
+	stats    *[StatsSlots]uint64
 
 	descs   []descriptor
 	slots   []Slot
 	mask    uint64
 	pos     uint64   // next position to publish (private copy of head)
-	reclaim uint64   // positions below this have had their slots returned to the pool
 	posSlot []uint32 // slot named by each unreleased position
 	free    []uint32 // FIFO of free slots
 	freeR   uint64
 	freeW   uint64
 
+	// mu guards the consumer set, the table rows, reclaim and grave: admission (server goroutine) and
+	// reclaiming (hot path, only when the free pool is empty) must agree on which positions are held.
+	mu      sync.Mutex
+	reclaim uint64    // positions below this have had their slots returned to the pool
+	members []*member // attached consumers
+	grave   []*member // detached ones whose regions the hot path may still be reading
+	closing bool
+	setGen  uint64
+	snap    atomic.Pointer[memberSet] // attached consumers, for the hot path's lock-free wakes
+	hotSnap *memberSet                // the set the hot path last woke from
+	attachC chan struct{}             // a consumer attached (wakes a block producer with none)
+
+	waitWord    atomic.Pointer[uint32] // the futex word a blocked hot path sleeps on, for Interrupt
 	interrupted atomic.Bool
 	stopBeat    chan struct{}
 	beatDone    sync.WaitGroup
+	serveDone   sync.WaitGroup
+	handlers    sync.WaitGroup             // connection goroutines: they use the memfds until they end
+	conns       map[*net.UnixConn]struct{} // every open connection, under mu
 	closeOnce   sync.Once
 	closeErr    error
-	badTail     bool
 }
 
-// Create makes ring name and marks it READY (spec §7.1). A stale ring left by a dead producer is replaced;
-// a live producer's ring is refused with ErrInUse.
+// Create makes ring name: its memory (sized and reserved before anything is written), the sealed
+// descriptors consumers will receive, and the socket that serves them (spec §1). A live producer's ring
+// is refused with ErrInUse; a dead one's leftovers are replaced.
 func Create(name string, cfg Config) (p *Producer, err error) {
 	if binary.NativeEndian.Uint16([]byte{1, 0}) != 1 {
 		return nil, fmt.Errorf("create ring %s: the layout is little-endian and this host is not", name)
@@ -172,164 +200,107 @@ func Create(name string, cfg Config) (p *Producer, err error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, fmt.Errorf("create ring %s: %w", name, err)
 	}
-	p = &Producer{name: name, cfg: cfg, ctlPath: CtlPath(cfg.Dir, name)}
+	p = &Producer{name: name, cfg: cfg, gid: -1, ctlMem: shm{fd: -1}, dataMem: shm{fd: -1},
+		attachC: make(chan struct{}, 1), conns: map[*net.UnixConn]struct{}{}}
 	defer func() {
 		if err != nil {
 			p.release()
 			p = nil
 		}
 	}()
-	lp := lockPath(cfg.Dir, name)
-	if p.lockFile, err = os.OpenFile(lp, os.O_RDWR|os.O_CREATE, 0o666); err != nil {
+	if cfg.Group != "" {
+		g, gerr := user.LookupGroup(cfg.Group)
+		if gerr != nil {
+			return p, fmt.Errorf("create ring %s: %w: group %q: %v", name, ErrBadConfig, cfg.Group, gerr)
+		}
+		p.gid, _ = strconv.Atoi(g.Gid)
+	}
+	if p.dir, err = openRingDir(cfg.Dir); err != nil {
 		return p, fmt.Errorf("create ring %s: %w", name, err)
 	}
-	held, err := lockExclusive(p.lockFile)
-	if err != nil {
+	var held bool
+	if p.lockFile, held, err = p.dir.lock(name); err != nil {
 		return p, fmt.Errorf("create ring %s: %w", name, err)
 	}
 	if held {
-		return p, fmt.Errorf("create ring %s: %w (pid %d)", name, ErrInUse, stalePID(p.ctlPath))
+		return p, fmt.Errorf("create ring %s: %w (%s)", name, ErrInUse, p.SocketPath())
 	}
-	p.removeStale()
 	if err = p.createData(); err != nil {
 		return p, fmt.Errorf("create ring %s: %w", name, err)
 	}
 	if err = p.createCtl(); err != nil {
 		return p, fmt.Errorf("create ring %s: %w", name, err)
 	}
+	if err = p.listen(); err != nil {
+		return p, fmt.Errorf("create ring %s: %w", name, err)
+	}
 	p.stopBeat = make(chan struct{})
 	p.beatDone.Add(1)
 	go p.heartbeat()
+	p.serveDone.Add(1)
+	go p.serve()
 	return p, nil
 }
 
-// stalePID reads the producer pid from a control file, for messages; 0 if unreadable.
-func stalePID(ctlPath string) uint64 {
-	b := make([]byte, offProducerPID+8)
-	f, err := os.Open(ctlPath)
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	if _, err := f.ReadAt(b, 0); err != nil {
-		return 0
-	}
-	return binary.LittleEndian.Uint64(b[offProducerPID:])
-}
-
-// removeStale deletes the files of a producer that died without cleaning up. Holding the .lock makes us
-// the only process that may do this.
-func (p *Producer) removeStale() {
-	if _, err := os.Stat(p.ctlPath); err == nil {
-		if p.cfg.Log != nil {
-			p.cfg.Log.Warn().Str("ring", p.name).Uint64("old_pid", stalePID(p.ctlPath)).
-				Msg("replacing stale ring left by a producer that died")
-		}
-		_ = os.Remove(p.ctlPath)
-	}
-	base := baseName(p.name)
-	for _, dir := range []string{p.cfg.Dir, p.cfg.HugeDir} {
-		_ = os.Remove(filepath.Join(dir, base+".dat"))
-	}
-	tmps, _ := filepath.Glob(filepath.Join(p.cfg.Dir, base+".ctl.*.tmp"))
-	for _, t := range tmps {
-		_ = os.Remove(t)
-	}
-}
-
+// createData makes the data memory: a hugetlb memfd when asked and possible, else shmem (spec §1).
 func (p *Producer) createData() error {
 	c := &p.cfg
-	try := func(dir string, pageSize int) error {
+	lay := func(pageSize uint32) {
 		p.geo = layoutGeometry(uint64(c.SlotCount), uint64(c.SlotSize), uint32(c.MaxItems),
-			uint64(c.MetaSize), uint64(c.PacketArea), uint32(pageSize))
-		path := filepath.Join(dir, baseName(p.name)+".dat")
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
-		if err != nil {
-			return err
-		}
-		if err := f.Truncate(int64(p.geo.DataFileSize)); err != nil {
-			f.Close()
-			os.Remove(path)
-			return fmt.Errorf("size data file %s to %d: %w", path, p.geo.DataFileSize, err)
-		}
-		// Reserve every block now: on tmpfs, MAP_POPULATE stops quietly when the filesystem fills and a
-		// later touch is SIGBUS; fallocate fails here instead, with a size to report. (hugetlbfs reserves
-		// its pages at mmap, which fails with ENOMEM just as clearly.)
-		if pageSize == os.Getpagesize() {
-			if err := unix.Fallocate(int(f.Fd()), 0, 0, int64(p.geo.DataFileSize)); err != nil {
-				f.Close()
-				os.Remove(path)
-				if errors.Is(err, unix.ENOSPC) {
-					return fmt.Errorf("%w: the ring needs %d MiB in %s and only %d MiB are free: use fewer or smaller slots",
-						ErrNoSpace, p.geo.DataFileSize>>20, dir, freeBytes(dir)>>20)
-				}
-				return fmt.Errorf("reserve %d bytes for %s: %w", p.geo.DataFileSize, path, os.NewSyscallError("fallocate", err))
-			}
-		}
-		// MAP_POPULATE: a hugepage shortage fails here rather than as SIGBUS on first touch.
-		b, err := mmapFile(f, int(p.geo.DataFileSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_POPULATE)
-		if err != nil {
-			f.Close()
-			os.Remove(path)
-			return err
-		}
-		_ = f.Chmod(0o644)
-		p.dataFile, p.data, p.dataPath = f, b, path
-		return nil
+			uint64(c.MetaSize), uint64(c.PacketArea), pageSize)
 	}
+	memName := "ibvbridge." + p.name + ".data"
 	if c.HugePages != HugePagesOff {
-		huge, pageSize := isHugetlbfs(c.HugeDir)
-		var err error
-		if huge {
-			if err = try(c.HugeDir, pageSize); err == nil {
+		fd, pageSize, err := newHugeMemfd(memName)
+		if err == nil {
+			lay(pageSize)
+			var b []byte
+			if b, err = sizeAndMap(fd, p.geo.DataSize, true); err == nil {
+				p.dataMem, p.huge = shm{fd: fd, mem: b}, true
 				return nil
 			}
-		} else {
-			err = fmt.Errorf("%s is not a hugetlbfs mount", c.HugeDir)
+			unix.Close(fd)
 		}
 		if c.HugePages == HugePagesRequire {
+			if errors.Is(err, ErrNoHugePages) {
+				return err
+			}
 			return fmt.Errorf("%w: %v (see README: echo N > /proc/sys/vm/nr_hugepages)", ErrNoHugePages, err)
 		}
 		if c.Log != nil {
-			c.Log.Warn().Err(err).Str("ring", p.name).Str("fallback", c.Dir).
-				Msg("no hugepages for the ring data; using 4 KiB pages in the fallback directory")
+			c.Log.Warn().Err(err).Str("ring", p.name).Msg("no hugepages for the ring data; using 4 KiB pages")
 		}
 	}
-	return try(c.Dir, os.Getpagesize())
-}
-
-func (p *Producer) createCtl() error {
-	tmp := fmt.Sprintf("%s.%d.tmp", p.ctlPath, os.Getpid())
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o666)
+	lay(uint32(os.Getpagesize()))
+	s, err := newShm(memName, p.geo.DataSize)
 	if err != nil {
 		return err
 	}
-	p.ctlFile = f
-	_ = f.Chmod(0o666) // consumers write their cursor; the umask must not make that impossible
-	if err := f.Truncate(CtlSize); err != nil {
-		return fmt.Errorf("size %s: %w", tmp, err)
-	}
-	if held, err := lockExclusive(f); err != nil || held {
-		return fmt.Errorf("lock %s: held=%v: %w", tmp, held, err)
-	}
-	if p.ctl, err = mmapFile(f, CtlSize, unix.PROT_READ|unix.PROT_WRITE, 0); err != nil {
+	p.dataMem = *s
+	return nil
+}
+
+func (p *Producer) createCtl() error {
+	ctlSize := CtlSizeFor(p.cfg.MaxConsumers)
+	s, err := newShm("ibvbridge."+p.name+".ctl", uint64(ctlSize))
+	if err != nil {
 		return err
 	}
-	if len(p.dataPath) >= DataPathMax {
-		return fmt.Errorf("data path %s longer than %d bytes", p.dataPath, DataPathMax-1)
-	}
+	p.ctlMem = *s
+	p.ctl, p.data = p.ctlMem.mem, p.dataMem.mem
 	var sid [8]byte
 	for binary.LittleEndian.Uint64(sid[:]) == 0 {
 		if _, err := rand.Read(sid[:]); err != nil {
 			return fmt.Errorf("session id: %w", err)
 		}
 	}
+	p.sid = binary.LittleEndian.Uint64(sid[:])
 	le, c, g := binary.LittleEndian, p.ctl, p.geo
 	le.PutUint16(c[offMajor:], MajorVersion)
 	le.PutUint16(c[offMinor:], MinorVersion)
-	le.PutUint32(c[offCtlSize:], CtlSize)
+	le.PutUint32(c[offCtlSize:], uint32(ctlSize))
 	le.PutUint32(c[offPolicy:], uint32(p.cfg.Policy))
-	copy(c[offSessionID:], sid[:])
+	le.PutUint64(c[offSessionID:], p.sid)
 	le.PutUint64(c[offProducerPID:], uint64(os.Getpid()))
 	le.PutUint64(c[offProducerStart:], realtimeNanos())
 	le.PutUint64(c[offSlotCount:], g.SlotCount)
@@ -338,7 +309,7 @@ func (p *Producer) createCtl() error {
 	le.PutUint32(c[offDescSize:], DescSize)
 	le.PutUint32(c[offItemSize:], ItemSize)
 	le.PutUint32(c[offPageSize:], g.PageSize)
-	le.PutUint64(c[offDataFileSize:], g.DataFileSize)
+	le.PutUint64(c[offDataSize:], g.DataSize)
 	le.PutUint64(c[offDescOffset:], g.DescOffset)
 	le.PutUint64(c[offItemsOffset:], g.ItemsOffset)
 	le.PutUint64(c[offMetaOffset:], g.MetaOffset)
@@ -346,17 +317,23 @@ func (p *Producer) createCtl() error {
 	le.PutUint64(c[offPayloadOffset:], g.PayloadOffset)
 	le.PutUint64(c[offPacketOffset:], g.PacketOffset)
 	le.PutUint64(c[offPacketSize:], g.PacketSize)
+	if p.cfg.ReplayTimestamps {
+		le.PutUint64(c[offFeatures:], FeatureReplayTimestamps)
+	}
 	le.PutUint32(c[offStatsCount:], uint32(numCounters))
-	copy(c[offDataPath:offDataPath+DataPathMax-1], p.dataPath)
+	le.PutUint32(c[offMaxConsumers:], uint32(p.cfg.MaxConsumers))
 	le.PutUint64(c[offHeartbeat:], realtimeNanos())
 	p.bindShared()
 	atomic.StoreUint64(p.head, p.cfg.InitialPosition)
-	atomic.StoreUint64(p.tail, p.cfg.InitialPosition)
-	// magic before state, state READY last: a reader that sees READY sees the whole header.
+	atomic.StoreUint64(p.oldest, p.cfg.InitialPosition)
 	atomic.StoreUint64(u64at(c, offMagic), Magic)
 	atomic.StoreUint32(u32at(c, offState), uint32(StateReady))
-	if err := os.Rename(tmp, p.ctlPath); err != nil {
-		return fmt.Errorf("publish %s: %w", p.ctlPath, err)
+	// From here on no client can write, grow or shrink either memory; our own mappings stay writable.
+	if err := seal(p.dataMem.fd, sealsReadOnly); err != nil {
+		return fmt.Errorf("seal data memory: %w", err)
+	}
+	if err := seal(p.ctlMem.fd, sealsReadOnly); err != nil {
+		return fmt.Errorf("seal control memory: %w", err)
 	}
 	return nil
 }
@@ -364,9 +341,7 @@ func (p *Producer) createCtl() error {
 // bindShared points the producer's fields at the shared words and sets up its private slot pool.
 func (p *Producer) bindShared() {
 	c, g := p.ctl, p.geo
-	p.head, p.tail = u64at(c, offHead), u64at(c, offTail)
-	p.consWait, p.consFutex = u32at(c, offConsWaiting), u32at(c, offConsFutex)
-	p.prodWait, p.prodFutex = u32at(c, offProdWaiting), u32at(c, offProdFutex)
+	p.head, p.oldest, p.prodWait = u64at(c, offHead), u64at(c, offOldest), u32at(c, offProdWaiting)
 	p.stats = (*[StatsSlots]uint64)(unsafe.Pointer(&c[offStats]))
 	n := int(g.SlotCount)
 	p.mask = g.SlotCount - 1
@@ -383,6 +358,8 @@ func (p *Producer) bindShared() {
 	}
 	p.freeW = uint64(n)
 	p.pos, p.reclaim = p.cfg.InitialPosition, p.cfg.InitialPosition
+	p.snap.Store(&memberSet{})
+	p.hotSnap = p.snap.Load()
 }
 
 // Name is the ring's name; Geometry where its regions lie; SlotSize the payload bytes per slot.
@@ -390,54 +367,124 @@ func (p *Producer) Name() string       { return p.name }
 func (p *Producer) Geometry() Geometry { return p.geo }
 func (p *Producer) SlotSize() int      { return int(p.geo.SlotSize) }
 
-// DataPath is the data file (on hugetlbfs when available); CtlPath the control file.
-func (p *Producer) DataPath() string { return p.dataPath }
-func (p *Producer) CtlPath() string  { return p.ctlPath }
+// SocketPath is where consumers connect; Dir the ring directory.
+func (p *Producer) SocketPath() string { return p.cfg.Dir + "/" + SocketName(p.name) }
+func (p *Producer) Dir() string        { return p.cfg.Dir }
 
-// Huge reports whether the data file is backed by hugepages.
-func (p *Producer) Huge() bool { return p.geo.PageSize > 4096 }
+// SessionID is this producer run's random epoch.
+func (p *Producer) SessionID() uint64 { return p.sid }
+
+// Huge reports whether the data memory is backed by hugepages.
+func (p *Producer) Huge() bool { return p.huge }
 
 // Policy is what the producer does when the ring is full.
 func (p *Producer) Policy() Policy { return p.cfg.Policy }
 
-// PacketArea is the region of the data file reserved for a frame-level transport's receive buffers; it is
-// inside the one mapping a NIC registers.
+// PacketArea is the region of the data memory reserved for a frame-level transport's receive buffers; it
+// is inside the one mapping a NIC registers.
 func (p *Producer) PacketArea() []byte {
 	g := p.geo
 	return p.data[g.PacketOffset : g.PacketOffset+g.PacketSize : g.PacketOffset+g.PacketSize]
 }
 
-// reclaimReleased returns to the pool the slots of positions the consumer has released.
-func (p *Producer) reclaimReleased() {
-	t := atomic.LoadUint64(p.tail)
-	// A consumer can write anything into its cursor; never trust one outside [reclaim, pos].
-	if t-p.reclaim > p.pos-p.reclaim {
-		if !p.badTail && p.cfg.Log != nil {
-			p.cfg.Log.Error().Uint64("tail", t).Uint64("head", p.pos).Msg("consumer cursor out of range; ignoring it")
+// freeSlot returns a slot to the pool.
+func (p *Producer) freeSlot(s uint32) {
+	p.free[p.freeW%uint64(len(p.free))] = s
+	p.freeW++
+}
+
+// reclaimLocked reads every attached consumer's cursor (spec §7.2) and returns to the pool the slots of
+// the positions all of them have released. With nobody attached, drop reclaims the oldest position that
+// holds a slot (the ring keeps the newest heaps for a later consumer); block keeps everything. mu held.
+func (p *Producer) reclaimLocked() {
+	to := p.reclaim
+	if len(p.members) == 0 {
+		if p.cfg.Policy != PolicyDrop || p.freeR != p.freeW {
+			return
 		}
-		p.badTail = true
-		return
+		for to != p.pos && p.posSlot[to&p.mask] == noSlot {
+			to++
+		}
+		if to != p.pos {
+			to++
+		}
+	} else {
+		p.readCursorsLocked(p.pos)
+		if len(p.members) == 0 { // every member was detached just now
+			return
+		}
+		to = p.slowestLocked().released
 	}
-	for ; p.reclaim != t; p.reclaim++ {
-		s := p.posSlot[p.reclaim&p.mask]
-		if s != noSlot {
-			p.free[p.freeW%uint64(len(p.free))] = s
-			p.freeW++
+	for ; p.reclaim != to; p.reclaim++ {
+		if s := p.posSlot[p.reclaim&p.mask]; s != noSlot {
+			p.freeSlot(s)
+			p.posSlot[p.reclaim&p.mask] = noSlot
 		}
+	}
+	atomic.StoreUint64(p.oldest, p.reclaim)
+}
+
+// readCursorsLocked reads every attached consumer's cursor (spec §7.2): a valid one becomes its released
+// position (and its table row's), an invalid one detaches it. head bounds the valid range: the hot path
+// passes its own position, other goroutines the published head. It frees no slot: the pool is the hot
+// path's. mu held.
+func (p *Producer) readCursorsLocked(head uint64) {
+	for i := 0; i < len(p.members); {
+		m := p.members[i]
+		t := atomic.LoadUint64(m.tail)
+		// A consumer can write anything into its cursor: one outside [released, head] detaches it.
+		if t-m.released > head-m.released {
+			p.detachLocked(m, ConsumerBadCursor, fmt.Sprintf("cursor %d outside [%d, %d]", t, m.released, head))
+			continue // detachLocked removed members[i]
+		}
+		if t != m.released {
+			m.released = t
+			atomic.StoreUint64(u64at(m.row, rowReleased), t)
+		}
+		i++
 	}
 }
 
+// overrunLocked is the drop policy's answer to a full ring held by its slowest consumers (spec §7.3): if
+// another attached consumer is ahead of them, they are detached as overrun and the ring moves on; it
+// reports whether it freed anything. mu held, reclaimLocked just run.
+func (p *Producer) overrunLocked() bool {
+	ahead := false
+	for _, m := range p.members {
+		if m.released != p.reclaim {
+			ahead = true
+			break
+		}
+	}
+	if !ahead {
+		return false
+	}
+	for i := 0; i < len(p.members); {
+		if m := p.members[i]; m.released == p.reclaim {
+			atomic.StoreUint64(u64at(m.row, rowLostHeaps), p.pos-m.released)
+			p.detachLocked(m, ConsumerOverrun, fmt.Sprintf("%d heaps behind", p.pos-m.released))
+			continue
+		}
+		i++
+	}
+	p.reclaimLocked()
+	return p.freeR != p.freeW
+}
+
 // Acquire takes a free slot for a new heap. With the drop policy it returns ErrFull when none is free
-// (the caller counts the dropped heap); with the block policy it waits for the consumer, and returns
-// ErrClosed if Interrupt is called meanwhile.
+// (the caller counts the dropped heap); with the block policy it waits for the slowest consumer, and
+// returns ErrClosed if Interrupt is called meanwhile.
 func (p *Producer) Acquire() (*Slot, error) {
 	if p.freeR == p.freeW {
-		p.reclaimReleased()
+		p.mu.Lock()
+		p.reclaimLocked()
+		if p.freeR == p.freeW && p.cfg.Policy == PolicyDrop && !p.overrunLocked() {
+			p.mu.Unlock()
+			return nil, ErrFull
+		}
+		p.mu.Unlock()
 		if p.freeR == p.freeW {
-			if p.cfg.Policy == PolicyDrop {
-				return nil, ErrFull
-			}
-			if err := p.waitForRelease(0); err != nil {
+			if err := p.waitFor(p.slotFreeLocked, nil, 0); err != nil {
 				return nil, err
 			}
 		}
@@ -448,9 +495,15 @@ func (p *Producer) Acquire() (*Slot, error) {
 	return s, nil
 }
 
-// waitForRelease sleeps until the consumer frees a slot (the mirror of the consumer's wait, spec §7.5).
-// A zero timeout waits until Interrupt.
-func (p *Producer) waitForRelease(timeout time.Duration) error {
+func (p *Producer) slotFreeLocked() bool {
+	p.reclaimLocked()
+	return p.freeR != p.freeW
+}
+
+// waitFor sleeps until done (called with mu held) reports true: the mirror of the consumer's wait (spec
+// §7.4), on the release futex of the slowest consumer, or on an attach when none is attached. A zero
+// timeout waits until stop is closed or Interrupt is called (ErrClosed); a timeout that passes is ErrFull.
+func (p *Producer) waitFor(done func() bool, stop <-chan struct{}, timeout time.Duration) error {
 	var deadline time.Time
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
@@ -460,8 +513,16 @@ func (p *Producer) waitForRelease(timeout time.Duration) error {
 		if p.interrupted.Load() {
 			return ErrClosed
 		}
-		p.reclaimReleased()
-		if p.freeR != p.freeW {
+		select {
+		case <-stop:
+			return ErrClosed
+		default:
+		}
+		p.mu.Lock()
+		ok := done()
+		slow := p.slowestLocked()
+		p.mu.Unlock()
+		if ok {
 			return nil
 		}
 		now := time.Now()
@@ -471,79 +532,96 @@ func (p *Producer) waitForRelease(timeout time.Duration) error {
 		if now.Before(spinUntil) {
 			continue
 		}
-		f := atomic.LoadUint32(p.prodFutex)
-		atomic.StoreUint32(p.prodWait, 1)
-		p.reclaimReleased()
-		if p.freeR != p.freeW {
-			atomic.StoreUint32(p.prodWait, 0)
-			return nil
+		slice := maxWaitSlice
+		if stop != nil {
+			slice = 50 * time.Millisecond // stop is a channel, not a futex
 		}
-		futexWaitOn(p.prodFutex, f, maxWaitSlice)
+		if !deadline.IsZero() {
+			slice = max(min(slice, time.Until(deadline)), time.Millisecond)
+		}
+		if slow == nil {
+			select {
+			case <-p.attachC:
+			case <-stop:
+			case <-time.After(slice):
+			}
+			continue
+		}
+		f := atomic.LoadUint32(slow.relFutex)
+		atomic.StoreUint32(p.prodWait, 1) // sequentially consistent: the fence before the re-check
+		p.mu.Lock()
+		ok = done()
+		p.mu.Unlock()
+		if !ok {
+			p.waitWord.Store(slow.relFutex)
+			if !p.interrupted.Load() {
+				futexWaitOn(slow.relFutex, f, slice)
+			}
+			p.waitWord.Store(nil)
+		}
+		atomic.StoreUint32(p.prodWait, 0)
 	}
 }
 
-// Unread is the number of published positions the consumer has not released yet. For the producer's
-// goroutine (it reads the producer's private position); other goroutines use Backlog.
-func (p *Producer) Unread() uint64 { return p.pos - atomic.LoadUint64(p.tail) }
+// slowestLocked is the attached consumer that has released least, nil with none. mu held.
+func (p *Producer) slowestLocked() *member {
+	var slow *member
+	for _, m := range p.members {
+		if slow == nil || m.released-p.reclaim < slow.released-p.reclaim {
+			slow = m
+		}
+	}
+	return slow
+}
 
-// Backlog is Unread from the shared cursors, safe from any goroutine (a metrics scrape): it may lag the
-// producer by the heaps it is publishing at that moment.
-func (p *Producer) Backlog() uint64 { return atomic.LoadUint64(p.head) - atomic.LoadUint64(p.tail) }
+// Unread is how many published positions the slowest attached consumer has not released (0 with none
+// attached). For the hot path's goroutine.
+func (p *Producer) Unread() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.reclaimLocked()
+	if len(p.members) == 0 {
+		return 0
+	}
+	return p.pos - p.slowestLocked().released
+}
 
-// WaitDrained waits until the consumer has released everything published, so closing the ring loses
-// nothing. It returns ErrNoConsumer as soon as no consumer is attached (nobody would ever drain it), and
-// ErrClosed when stop is closed or Interrupt is called. It sleeps on the producer futex, which a consumer
-// that releases wakes.
+// Backlog is how many published heaps still hold their slots (head − oldest), safe from any goroutine
+// (a metrics scrape): what the slowest consumer has not released, or, with none attached, what a
+// consumer attaching at the oldest position would find.
+func (p *Producer) Backlog() uint64 { return atomic.LoadUint64(p.head) - atomic.LoadUint64(p.oldest) }
+
+// WaitDrained waits until every attached consumer has released everything published, so closing the
+// ring loses nothing. It returns ErrNoConsumer as soon as no consumer is attached (nobody would ever
+// drain it), and ErrClosed when stop is closed or Interrupt is called.
 func (p *Producer) WaitDrained(stop <-chan struct{}) error {
-	for {
-		if p.Unread() == 0 {
-			return nil
+	none := false
+	err := p.waitFor(func() bool {
+		p.reclaimLocked()
+		if len(p.members) == 0 {
+			none = true
+			return true
 		}
-		if !p.ConsumerAttached() {
-			return ErrNoConsumer
-		}
-		select {
-		case <-stop:
-			return ErrClosed
-		default:
-		}
-		if p.interrupted.Load() {
-			return ErrClosed
-		}
-		f := atomic.LoadUint32(p.prodFutex)
-		atomic.StoreUint32(p.prodWait, 1)
-		if p.Unread() == 0 {
-			atomic.StoreUint32(p.prodWait, 0)
-			return nil
-		}
-		futexWaitOn(p.prodFutex, f, 50*time.Millisecond) // short: stop is a channel, not a futex
+		return p.reclaim == p.pos
+	}, stop, 0)
+	if err == nil && none {
+		return ErrNoConsumer
 	}
+	return err
 }
 
-// ConsumerAttached reports whether a consumer holds the ring's consumer lock (a dead one does not: the
-// kernel dropped its lock).
-func (p *Producer) ConsumerAttached() bool {
-	cons, err := consPathFor(p.ctlPath)
-	if err != nil {
-		return false
-	}
-	f, err := os.Open(cons)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	held, err := lockHeld(f)
-	return err == nil && held
+// Consumers is how many consumers are attached now. Safe from any goroutine.
+func (p *Producer) Consumers() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.members)
 }
 
-// Discard returns any acquired slot to the pool unpublished (a heap dropped after its slot was taken).
-func (p *Producer) Discard(s *Slot) {
-	p.free[p.freeW%uint64(len(p.free))] = s.Index
-	p.freeW++
-}
+// Discard returns an acquired slot to the pool unpublished (a heap dropped after its slot was taken).
+func (p *Producer) Discard(s *Slot) { p.freeSlot(s.Index) }
 
-// Publish makes the heap in s visible to the consumer: item table, descriptor, then the head cursor with
-// a release store, then a wake if the consumer sleeps (spec §7.5).
+// Publish makes the heap in s visible to consumers: item table, descriptor, then the head cursor with a
+// release store, then a wake for every consumer that sleeps (spec §7.3, §7.5).
 func (p *Producer) Publish(s *Slot, h HeapInfo) {
 	p.writeDesc(s.Index, s.nItems, s.overflw, h)
 	p.commit()
@@ -566,17 +644,36 @@ func (p *Producer) writeDesc(slot, nItems uint32, overflow bool, h HeapInfo) {
 }
 
 func (p *Producer) commit() {
-	atomic.StoreUint64(p.head, p.pos) // sequentially consistent: the release plus the fence of §7.4
-	wakeIfWaiting(p.consWait, p.consFutex)
+	atomic.StoreUint64(p.head, p.pos) // sequentially consistent: the release plus the fence of §7.5
+	s := p.snap.Load()
+	if s != p.hotSnap {
+		p.adopt(s)
+	}
+	for _, m := range s.members {
+		if wakeIfWaiting(m.consWait, m.consFutex) {
+			w := u64at(m.row, rowWakes)
+			atomic.StoreUint64(w, *w+1)
+		}
+	}
 }
 
-// PublishEndOfStream publishes the end-of-stream marker (spec §4). It needs a free slot; with none free it
-// waits up to timeout (≤ 0: not at all) for the consumer and otherwise returns ErrFull (Close still marks the ring CLOSED,
-// which a consumer also reads as the end).
-func (p *Producer) PublishEndOfStream(timeout time.Duration) error {
+// adopt switches the hot path to a new consumer set. Regions of consumers detached before it was made
+// are no longer reachable from the hot path, so they can be unmapped now.
+func (p *Producer) adopt(s *memberSet) {
+	p.hotSnap = s
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.buryLocked(s.gen)
+}
+
+// PublishEndOfStream publishes the end-of-stream marker (spec §4.1) for the stream-stop heap stopCnt (0
+// when the input ended without one). It needs a free slot; with none free it waits up to timeout (≤ 0:
+// not at all) for the consumers and otherwise returns ErrFull (Close still marks the ring CLOSED, which a
+// consumer also reads as the end).
+func (p *Producer) PublishEndOfStream(stopCnt uint64, timeout time.Duration) error {
 	s, err := p.Acquire()
-	if errors.Is(err, ErrFull) && timeout > 0 { // waitForRelease(0) would wait for ever
-		if err = p.waitForRelease(timeout); err == nil {
+	if errors.Is(err, ErrFull) && timeout > 0 {
+		if err = p.waitFor(p.slotFreeLocked, nil, timeout); err == nil {
 			s, err = p.Acquire()
 		}
 	}
@@ -584,14 +681,13 @@ func (p *Producer) PublishEndOfStream(timeout time.Duration) error {
 		return fmt.Errorf("publish end of stream on %s: %w", p.name, err)
 	}
 	p.Set(CounterEndOfStream, 1) // before the marker: a consumer that sees it reads the counter set
-	p.Publish(s, HeapInfo{Flags: FlagEndOfStream, TimestampNs: realtimeNanos()})
+	p.Publish(s, HeapInfo{HeapCnt: stopCnt, Flags: FlagEndOfStream, TimestampNs: realtimeNanos()})
 	return nil
 }
 
-// Add adds n to a counter. Only the producer's goroutine writes counters, so a plain read of its own
-// last value is safe; the store is atomic because other goroutines (recv's stats logger) and processes
-// read the counters while it runs (spec §2.6: untorn, unordered). Measured: no cost per packet over the
-// plain store this replaces (BenchmarkAssemble1Packet, same run).
+// Add adds n to a counter. Only the producer's goroutine writes counters other than the consumer ones
+// (which change under mu), so a plain read of its own last value is safe; the store is atomic because
+// other goroutines and processes read the counters while it runs (spec §2.3: untorn, unordered).
 func (p *Producer) Add(c Counter, n uint64) { atomic.StoreUint64(&p.stats[c], p.stats[c]+n) }
 
 // Set sets a counter.
@@ -600,11 +696,11 @@ func (p *Producer) Set(c Counter, v uint64) { atomic.StoreUint64(&p.stats[c], v)
 // Stats returns the ring's counters.
 func (p *Producer) Stats() Stats { return readStats(p.stats, uint32(numCounters)) }
 
-// Interrupt makes a blocked Acquire return ErrClosed; safe from any goroutine.
+// Interrupt makes a blocked Acquire or WaitDrained return ErrClosed; safe from any goroutine.
 func (p *Producer) Interrupt() {
 	p.interrupted.Store(true)
-	if p.prodFutex != nil {
-		futexWakeAll(p.prodFutex)
+	if w := p.waitWord.Load(); w != nil {
+		futexWakeAll(w)
 	}
 }
 
@@ -618,13 +714,18 @@ func (p *Producer) heartbeat() {
 			return
 		case <-t.C:
 			atomic.StoreUint64(u64at(p.ctl, offHeartbeat), realtimeNanos())
+			// Keep the consumer table's positions current for `stat` while the stream is idle.
+			p.mu.Lock()
+			p.readCursorsLocked(atomic.LoadUint64(p.head))
+			p.mu.Unlock()
 		}
 	}
 }
 
-// Close marks the ring CLOSED, wakes the consumer, removes the ring's files and releases the producer's
-// locks (spec §7.6). An attached consumer keeps its mappings, drains what was published, then sees the
-// end of stream.
+// Close marks the ring CLOSED, wakes every consumer, stops serving, removes the socket and the lock file
+// and unmaps (spec §7.6). Attached consumers keep their mappings, drain what was published, then see the
+// end of stream; the memory is freed when the last of them unmaps. Call it once the hot path has
+// returned (Interrupt stops a blocked one).
 func (p *Producer) Close() error {
 	p.closeOnce.Do(func() {
 		p.Interrupt()
@@ -634,22 +735,53 @@ func (p *Producer) Close() error {
 		}
 		if p.ctl != nil {
 			atomic.StoreUint32(u32at(p.ctl, offState), uint32(StateClosed))
-			futexWakeAll(p.consFutex)
 		}
-		var errs []error
-		if p.ctlFile != nil {
-			errs = append(errs, os.Remove(p.ctlPath))
-		}
-		if p.dataFile != nil {
-			errs = append(errs, os.Remove(p.dataPath))
-		}
-		errs = append(errs, p.release())
-		p.closeErr = errors.Join(errs...)
+		p.closeErr = p.release()
 	})
 	return p.closeErr
 }
 
-// release unmaps and closes everything, dropping the locks.
+// release stops serving, detaches every consumer (after waking it: it reads CLOSED, or, if Create failed,
+// never got anything), unmaps and closes everything, and removes the socket and the lock file.
 func (p *Producer) release() error {
-	return unmapAndClose([]*[]byte{&p.ctl, &p.data}, []**os.File{&p.ctlFile, &p.dataFile, &p.lockFile})
+	var errs []error
+	p.mu.Lock()
+	p.closing = true
+	p.mu.Unlock()
+	if p.ln != nil {
+		errs = append(errs, p.ln.Close())
+		p.serveDone.Wait()
+	}
+	p.mu.Lock()
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	for _, m := range p.members {
+		// The row stays "attached": a consumer drains what was published, then reads CLOSED as the end.
+		futexWakeAll(m.consFutex)
+		m.detached = true
+		_ = m.conn.Close()
+		m.region.close()
+	}
+	p.members = nil
+	p.buryLocked(^uint64(0))
+	p.mu.Unlock()
+	p.handlers.Wait() // none may still be passing a descriptor we are about to close
+	p.ctl, p.data = nil, nil
+	errs = append(errs, p.ctlMem.close(), p.dataMem.close())
+	if p.dir != nil {
+		if p.ln != nil {
+			errs = append(errs, p.dir.unlink(SocketName(p.name)))
+		}
+		if p.lockFile != nil {
+			// Unlinked while still locked: a producer that opened the old inode sees it replaced (lock()).
+			errs = append(errs, p.dir.unlink(lockName(p.name)))
+		}
+	}
+	if p.lockFile != nil {
+		errs = append(errs, p.lockFile.Close())
+		p.lockFile = nil
+	}
+	errs = append(errs, p.dir.close())
+	return errors.Join(errs...)
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -21,6 +22,10 @@ import (
 
 // The test binary doubles as a producer process for the kill -9 tests.
 func TestMain(m *testing.M) {
+	if role := os.Getenv("RING_TEST_ROLE"); role != "" {
+		childMain(role)
+		return
+	}
 	if dir := os.Getenv("RING_TEST_CHILD_DIR"); dir != "" {
 		childProducer(dir, os.Getenv("RING_TEST_CHILD_NAME"))
 		return
@@ -192,7 +197,7 @@ func TestBlockPolicyLosesNothing(t *testing.T) {
 				return
 			}
 		}
-		done <- p.PublishEndOfStream(time.Second)
+		done <- p.PublishEndOfStream(0, time.Second)
 	}()
 	for cnt := uint64(1); cnt <= n; cnt++ {
 		h, err := c.Next(5 * time.Second)
@@ -260,31 +265,68 @@ func TestWaitWakesAndTimesOut(t *testing.T) {
 	checkHeap(t, h, 7, 32)
 }
 
-func TestSecondProducerAndConsumerRefused(t *testing.T) {
+func TestSecondProducerRefusedConsumersShare(t *testing.T) {
 	cfg := testConfig(t)
+	cfg.MaxConsumers = 2
 	p := mustCreate(t, "one", cfg)
 	if _, err := ring.Create("one", cfg); !errors.Is(err, ring.ErrInUse) {
 		t.Fatalf("second producer: %v", err)
 	}
 	c := mustAttach(t, "one", cfg)
+	c2 := mustAttach(t, "one", cfg)
 	if _, err := ring.Attach("one", ring.AttachOptions{Dir: cfg.Dir, Timeout: -1}); !errors.Is(err, ring.ErrBusy) {
-		t.Fatalf("second consumer: %v", err)
+		t.Fatalf("third consumer of a 2-consumer ring: %v", err)
 	}
 	for cnt := uint64(1); cnt <= 4; cnt++ {
 		publish(t, p, cnt, 40)
 	}
-	h, _ := c.Next(time.Second)
-	c.Release(h)
-	h, _ = c.Next(time.Second) // read, not released: a new consumer gets it again
-	c.Close()
-	c2 := mustAttach(t, "one", cfg)
-	for cnt := uint64(2); cnt <= 4; cnt++ {
-		h, err := c2.Next(time.Second)
-		if err != nil {
-			t.Fatal(err)
+	for _, cons := range []*ring.Consumer{c, c2} { // both see every heap
+		for cnt := uint64(1); cnt <= 4; cnt++ {
+			h, err := cons.Next(time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkHeap(t, h, cnt, 40)
+			if cnt < 4 {
+				cons.Release(h)
+			}
 		}
-		checkHeap(t, h, cnt, 40)
-		c2.Release(h)
+	}
+	c.Close()
+	waitConsumers(t, p, 1)
+	// A consumer that attaches later starts at the oldest heap the ring still holds: c2 holds heap 4.
+	c3 := mustAttach(t, "one", cfg)
+	h, err := c3.Next(time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkHeap(t, h, 4, 40)
+	c4, err := ring.Attach("one", ring.AttachOptions{Dir: cfg.Dir, Timeout: -1, FromHead: true})
+	if !errors.Is(err, ring.ErrBusy) {
+		t.Fatalf("attach while two are attached: %v", err)
+	}
+	c3.Close()
+	waitConsumers(t, p, 1)
+	c4, err = ring.Attach("one", ring.AttachOptions{Dir: cfg.Dir, Timeout: -1, FromHead: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c4.Close()
+	publish(t, p, 5, 40)
+	if h, err := c4.Next(time.Second); err != nil || h.HeapCnt != 5 {
+		t.Fatalf("consumer from head: %+v %v", h, err)
+	}
+}
+
+// waitConsumers waits for the producer to count n attached consumers (a detach is seen on the socket).
+func waitConsumers(t testing.TB, p *ring.Producer, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for p.Consumers() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d consumers attached, want %d", p.Consumers(), n)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -303,18 +345,8 @@ func TestAttachErrors(t *testing.T) {
 	}
 }
 
-// patchCtl rewrites a header field of a live ring's control file, as a corrupt or foreign producer would.
-func patchCtl(t *testing.T, path string, off int, val []byte) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.WriteAt(val, int64(off)); err != nil {
-		t.Fatal(err)
-	}
-}
+// patchCtl rewrites a header field of a live ring's control memory, as a corrupt or foreign producer would.
+func patchCtl(p *ring.Producer, off int, val []byte) { copy(ring.CtlForTest(p)[off:], val) }
 
 func le64(v uint64) []byte { return binary.LittleEndian.AppendUint64(nil, v) }
 func le32(v uint32) []byte { return binary.LittleEndian.AppendUint32(nil, v) }
@@ -327,7 +359,7 @@ func TestVersionAndGeometryChecks(t *testing.T) {
 		val  []byte
 		want error
 	}{
-		{"major 2", 0x08, le16(2), ring.ErrVersion},
+		{"major 3", 0x08, le16(3), ring.ErrVersion},
 		{"bad magic", 0x00, le64(0x1234), ring.ErrCorrupt},
 		{"slot count not a power of two", 0x30, le64(6), ring.ErrCorrupt},
 		{"slot count huge", 0x30, le64(1 << 40), ring.ErrCorrupt},
@@ -339,21 +371,22 @@ func TestVersionAndGeometryChecks(t *testing.T) {
 		{"payload unaligned", 0x78, le64(4096*3 + 8), ring.ErrCorrupt},
 		{"items overlap descriptors", 0x60, le64(0), ring.ErrCorrupt},
 		{"data size mismatch", 0x50, le64(1 << 24), ring.ErrCorrupt},
-		{"relative data path", 0x100, []byte("tmp/x\x00"), ring.ErrCorrupt},
-		{"unterminated data path", 0x100, make256('a'), ring.ErrCorrupt},
+		{"max consumers 0", 0x9C, le32(0), ring.ErrCorrupt},
+		{"max consumers 65", 0x9C, le32(65), ring.ErrCorrupt},
+		{"state INIT", 0x10, le32(0), ring.ErrCorrupt},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig(t)
 			p := mustCreate(t, "geo", cfg)
-			patchCtl(t, p.CtlPath(), tc.off, tc.val)
+			patchCtl(p, tc.off, tc.val)
 			_, err := ring.Attach("geo", ring.AttachOptions{Dir: cfg.Dir, Timeout: -1})
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("got %v, want %v", err, tc.want)
 			}
 			if tc.want == ring.ErrVersion {
 				var ve *ring.VersionError
-				if !errors.As(err, &ve) || ve.Found != 2 || ve.Supported != 1 {
+				if !errors.As(err, &ve) || ve.Found != 3 || ve.Supported != 2 {
 					t.Fatalf("version error %v does not name both versions", err)
 				}
 			}
@@ -362,7 +395,7 @@ func TestVersionAndGeometryChecks(t *testing.T) {
 	t.Run("newer minor accepted", func(t *testing.T) {
 		cfg := testConfig(t)
 		p := mustCreate(t, "minor", cfg)
-		patchCtl(t, p.CtlPath(), 0x0A, le16(7))
+		patchCtl(p, 0x0A, le16(7))
 		c := mustAttach(t, "minor", cfg)
 		publish(t, p, 1, 8)
 		if _, err := c.Next(time.Second); err != nil {
@@ -371,29 +404,8 @@ func TestVersionAndGeometryChecks(t *testing.T) {
 	})
 }
 
-func make256(b byte) []byte {
-	s := make([]byte, 256)
-	for i := range s {
-		s[i] = b
-	}
-	return s
-}
-
-// mapDataRW maps a ring's data file writable, as only a corrupting producer would.
-func mapDataRW(t *testing.T, p *ring.Producer) []byte {
-	t.Helper()
-	f, err := os.OpenFile(p.DataPath(), os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	b, err := unix.Mmap(int(f.Fd()), 0, int(p.Geometry().DataFileSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Munmap(b) })
-	return b
-}
+// mapDataRW is the producer's writable view of the data memory, as only a corrupting producer has.
+func mapDataRW(t *testing.T, p *ring.Producer) []byte { return ring.DataForTest(p) }
 
 func TestCorruptDescriptorRejected(t *testing.T) {
 	cases := []struct {
@@ -455,6 +467,31 @@ func TestDataMappedReadOnly(t *testing.T) {
 		t.Fatal("a consumer write into heap memory did not fault")
 	}
 	checkHeap(t, h, 1, 64)
+	// The memory itself is sealed: nobody who receives it can map it writable or resize it.
+	for _, fd := range []int{ring.DataFDForTest(p), ring.CtlFDForTest(p)} {
+		if b, err := unix.Mmap(fd, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err == nil {
+			unix.Munmap(b)
+			t.Fatal("a new writable mapping of sealed memory succeeded")
+		}
+		if err := unix.Ftruncate(fd, 4096); err == nil {
+			t.Fatal("sealed memory was resized")
+		}
+		ro, err := unix.Mmap(fd, 0, 4096, unix.PROT_READ, unix.MAP_SHARED)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mprotect(ro, unix.PROT_READ|unix.PROT_WRITE); err == nil {
+			t.Fatal("a read-only mapping of sealed memory was made writable")
+		}
+		unix.Munmap(ro)
+		if f, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(fd), os.O_RDWR, 0); err == nil {
+			if b, err := unix.Mmap(int(f.Fd()), 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err == nil {
+				unix.Munmap(b)
+				t.Fatal("a writable re-open through /proc mapped sealed memory writable")
+			}
+			f.Close()
+		}
+	}
 }
 
 func TestEndOfStreamAndClose(t *testing.T) {
@@ -462,7 +499,7 @@ func TestEndOfStreamAndClose(t *testing.T) {
 	p := mustCreate(t, "eos", cfg)
 	c := mustAttach(t, "eos", cfg)
 	publish(t, p, 1, 8)
-	if err := p.PublishEndOfStream(time.Second); err != nil {
+	if err := p.PublishEndOfStream(42, time.Second); err != nil {
 		t.Fatal(err)
 	}
 	h, err := c.Next(time.Second)
@@ -481,8 +518,8 @@ func TestEndOfStreamAndClose(t *testing.T) {
 	if err := p2.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(p2.CtlPath()); !os.IsNotExist(err) {
-		t.Fatalf("control file left after close: %v", err)
+	if left, _ := filepath.Glob(filepath.Join(cfg.Dir, "close.*")); len(left) != 0 {
+		t.Fatalf("files left after close: %v", left)
 	}
 	h, err = c2.Next(time.Second)
 	if err != nil {
@@ -513,8 +550,8 @@ func TestCursorsWrapAround2to64(t *testing.T) {
 func TestFutexWordWraps(t *testing.T) {
 	cfg := testConfig(t)
 	p := mustCreate(t, "fw", cfg)
-	patchCtl(t, p.CtlPath(), 0x284, le32(^uint32(0)-1))
 	c := mustAttach(t, "fw", cfg)
+	c.SetFutexForTest(^uint32(0) - 1)
 	done := make(chan struct{})
 	defer func() { <-done }()
 	go func() { // one goroutine owns the producer; each heap comes after the consumer fell asleep
@@ -622,9 +659,9 @@ func TestProducerKilledThenRestarted(t *testing.T) {
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("noticed the dead producer after %v, want < 1 s", d)
 	}
-	// The stale files are still there; a new producer replaces them and gets a new session.
-	if _, err := os.Stat(ring.CtlPath(dir, "kill")); err != nil {
-		t.Fatalf("stale control file: %v", err)
+	// The stale socket and lock are still there; a new producer replaces them and gets a new session.
+	if _, err := os.Stat(filepath.Join(dir, ring.SocketName("kill"))); err != nil {
+		t.Fatalf("stale socket: %v", err)
 	}
 	p := mustCreate(t, "kill", cfg)
 	publish(t, p, 100, 8)
@@ -647,7 +684,7 @@ func TestConsumerOnOldInodeSeesRestart(t *testing.T) {
 	c := mustAttach(t, "epoch", cfg)
 	child.Process.Signal(syscall.SIGKILL)
 	child.Wait()
-	mustCreate(t, "epoch", cfg) // a new producer holds the name's lock, but not the old inode's
+	mustCreate(t, "epoch", cfg) // a new producer serves the name, but not the old attachment
 	for i := 0; i < 3; i++ {
 		h, _ := c.Next(time.Second)
 		c.Release(h)
@@ -675,7 +712,7 @@ func TestConcurrentProducerConsumer(t *testing.T) {
 				p.Add(ring.CounterDroppedHeaps, 1)
 			}
 		}
-		p.PublishEndOfStream(5 * time.Second)
+		p.PublishEndOfStream(0, 5*time.Second)
 	}()
 	var got, last uint64
 	for {
@@ -702,24 +739,26 @@ func TestConcurrentProducerConsumer(t *testing.T) {
 
 func TestHugePages(t *testing.T) {
 	dir := t.TempDir()
-	_, err := ring.Create("nohuge", ring.Config{Dir: dir, HugeDir: dir, HugePages: ring.HugePagesRequire, SlotCount: 4, SlotSize: 64})
-	if !errors.Is(err, ring.ErrNoHugePages) {
-		t.Fatalf("require hugepages on tmpfs: %v", err)
+	free := hugePagesFree(t)
+	if free == 0 {
+		if _, err := ring.Create("nohuge", ring.Config{Dir: dir, HugePages: ring.HugePagesRequire, SlotCount: 4, SlotSize: 64}); !errors.Is(err, ring.ErrNoHugePages) {
+			t.Fatalf("require hugepages with none free: %v", err)
+		}
 	}
-	p, err := ring.Create("fallback", ring.Config{Dir: dir, HugeDir: dir, SlotCount: 4, SlotSize: 64})
+	// More than the pool holds: refused with one line naming the sizes, or a fallback to 4 KiB pages.
+	big := ring.Config{Dir: dir, SlotCount: 1 << 14, SlotSize: 1 << 20}
+	big.HugePages = ring.HugePagesRequire
+	if _, err := ring.Create("toobig", big); !errors.Is(err, ring.ErrNoHugePages) || !strings.Contains(err.Error(), "MiB") {
+		t.Fatalf("16 GiB of hugepages: %v", err)
+	}
+	p, err := ring.Create("fallback", ring.Config{Dir: dir, HugePages: ring.HugePagesOff, SlotCount: 4, SlotSize: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Huge() || filepath.Dir(p.DataPath()) != dir {
-		t.Fatalf("fallback data file %s huge=%v", p.DataPath(), p.Huge())
+	if p.Huge() || p.Geometry().PageSize != 4096 {
+		t.Fatalf("hugepages off: huge=%v page %d", p.Huge(), p.Geometry().PageSize)
 	}
 	p.Close()
-
-	var st unix.Statfs_t
-	if err := unix.Statfs(ring.DefaultHugeDir, &st); err != nil || uint32(st.Type) != 0x958458f6 {
-		t.Skipf("%s is not a hugetlbfs mount (make test mounts it as root)", ring.DefaultHugeDir)
-	}
-	free := hugePagesFree(t)
 	if free < 2 {
 		t.Skipf("only %d free hugepages (make test reserves them as root)", free)
 	}
@@ -728,21 +767,27 @@ func TestHugePages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
-	if !p.Huge() || filepath.Dir(p.DataPath()) != ring.DefaultHugeDir {
-		t.Fatalf("data file %s not on hugepages", p.DataPath())
+	if !p.Huge() || p.Geometry().PageSize < 2<<20 {
+		t.Fatalf("not on hugepages: page %d", p.Geometry().PageSize)
+	}
+	if got := hugePagesFree(t); got >= free {
+		t.Fatalf("free hugepages %d → %d: the ring took none", free, got)
 	}
 	c, err := ring.Attach(name, ring.AttachOptions{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
 	publish(t, p, 3, 4096)
 	h, err := c.Next(time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkHeap(t, h, 3, 4096)
+	c.Close()
+	p.Close()
+	if got := hugePagesFree(t); got != free {
+		t.Fatalf("free hugepages %d after close, %d before: memory outlived the ring", got, free)
+	}
 }
 
 func hugePagesFree(t *testing.T) int {
@@ -797,54 +842,58 @@ func TestEndOfStreamWhileHoldingHeaps(t *testing.T) {
 	c := mustAttach(t, "eoshold", cfg)
 	publish(t, p, 1, 8)
 	publish(t, p, 2, 8)
-	p.PublishEndOfStream(time.Second)
+	p.PublishEndOfStream(0, time.Second)
 	h1, _ := c.Next(time.Second)
 	h2, _ := c.Next(time.Second)
 	if _, err := c.Next(time.Second); !errors.Is(err, ring.ErrEndOfStream) {
 		t.Fatalf("marker: %v", err)
 	}
-	info := func() ring.Info { i, _ := ring.Inspect(p.CtlPath(), ""); return i }
+	position := func() uint64 { // what the producer accepted from c: it reads the cursor when it reclaims
+		p.Unread()
+		i, err := ring.Inspect(p.SocketPath(), "")
+		if err != nil || len(i.Consumers) != 1 {
+			t.Fatalf("inspect: %+v %v", i, err)
+		}
+		return i.Head - i.Consumers[0].Position
+	}
 	c.Release(h1)
-	c.Close() // flushes the tail: heap 2 is still held, so it must not be released with the marker
-	if i := info(); i.Tail != i.Head-2 {
-		t.Fatalf("tail %d head %d: held heap released with the marker", i.Tail, i.Head)
+	c.Next(0) // finds nothing: stores the tail. Heap 2 is still held, so the marker must not go with it
+	if lag := position(); lag != 2 {
+		t.Fatalf("lag %d: held heap released with the marker", lag)
 	}
-	c2 := mustAttach(t, "eoshold", cfg)
-	h, err := c2.Next(time.Second)
-	if err != nil || h.HeapCnt != 2 {
-		t.Fatalf("next consumer: %+v %v", h, err)
-	}
-	_ = h2
-	c2.Release(h)
-	if _, err := c2.Next(time.Second); !errors.Is(err, ring.ErrEndOfStream) {
-		t.Fatalf("marker for the second consumer: %v", err)
-	}
-	c2.Close()
-	if i := info(); i.Tail != i.Head {
-		t.Fatalf("tail %d head %d after everything was released", i.Tail, i.Head)
+	c.Release(h2)
+	c.Next(0)
+	if lag := position(); lag != 0 {
+		t.Fatalf("lag %d after everything was released", lag)
 	}
 }
 
 func TestRemove(t *testing.T) {
 	cfg := testConfig(t)
 	p := mustCreate(t, "rm", cfg)
-	if err := ring.Remove(cfg.Dir, cfg.Dir, "rm"); !errors.Is(err, ring.ErrInUse) {
+	if err := ring.Remove(cfg.Dir, "rm"); !errors.Is(err, ring.ErrInUse) {
 		t.Fatalf("remove with a live producer: %v", err)
 	}
-	p.Close()
-	c, err := ring.Attach(p.CtlPath(), ring.AttachOptions{Timeout: -1})
-	if err == nil { // the producer removed its files on Close: nothing to attach to
-		c.Close()
-		t.Fatal("attached to a closed ring")
+	if l, err := ring.List(cfg.Dir); err != nil || len(l) != 1 || l[0].Name != "rm" || !l[0].Socket || !l[0].Lock {
+		t.Fatalf("list: %+v %v", l, err)
 	}
-	if err := ring.Remove(cfg.Dir, cfg.Dir, "rm"); err != nil {
+	p.Close()
+	if l, _ := ring.List(cfg.Dir); len(l) != 0 { // a clean close leaves nothing
+		t.Fatalf("after close: %+v", l)
+	}
+	// What kill -9 leaves: the socket and the lock file, which Remove takes away.
+	for _, f := range []string{ring.SocketName("rm"), "rm.v2.lock"} {
+		if err := os.WriteFile(filepath.Join(cfg.Dir, f), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ring.Remove(cfg.Dir, "rm"); err != nil {
 		t.Fatal(err)
 	}
-	left, _ := filepath.Glob(filepath.Join(cfg.Dir, "ibvbridge.rm.*"))
-	if len(left) != 0 {
+	if left, _ := os.ReadDir(cfg.Dir); len(left) != 0 {
 		t.Fatalf("left behind: %v", left)
 	}
-	if err := ring.Remove(cfg.Dir, cfg.Dir, "../x"); !errors.Is(err, ring.ErrBadName) {
+	if err := ring.Remove(cfg.Dir, "../x"); !errors.Is(err, ring.ErrBadName) {
 		t.Fatalf("bad name: %v", err)
 	}
 }
@@ -856,7 +905,7 @@ func TestWaitDrained(t *testing.T) {
 	for cnt := uint64(1); cnt <= 3; cnt++ {
 		publish(t, p, cnt, 8)
 	}
-	if !p.ConsumerAttached() {
+	if p.Consumers() != 1 {
 		t.Fatal("attached consumer not seen")
 	}
 	stop := make(chan struct{})
@@ -885,9 +934,7 @@ func TestWaitDrained(t *testing.T) {
 	}
 	publish(t, p, 4, 8)
 	c.Close()
-	if p.ConsumerAttached() {
-		t.Fatal("detached consumer still seen")
-	}
+	waitConsumers(t, p, 0)
 	if err := p.WaitDrained(nil); !errors.Is(err, ring.ErrNoConsumer) {
 		t.Fatalf("nobody to drain: %v", err)
 	}

@@ -11,14 +11,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// hugetlbfsMagic is the f_type statfs reports for hugetlbfs (linux/magic.h).
-const hugetlbfsMagic = 0x958458f6
-
 // futex operations (linux/futex.h). The ring's futex words live in a shared mapping, so the shared
 // (non-private) variants are required.
 const (
-	futexWait = 0
-	futexWake = 1
+	futexOpWait = 0
+	futexOpWake = 1
 )
 
 // maxWaitSlice bounds every futex sleep, so a dead peer is noticed within this time (spec §7.4).
@@ -34,37 +31,31 @@ func u32at(b []byte, off int) *uint32 { return (*uint32)(unsafe.Pointer(&b[off])
 // futexWaitOn sleeps while *addr == val, at most d. Spurious returns are fine: callers re-check.
 func futexWaitOn(addr *uint32, val uint32, d time.Duration) {
 	ts := unix.NsecToTimespec(d.Nanoseconds())
-	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWait, uintptr(val),
+	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexOpWait, uintptr(val),
 		uintptr(unsafe.Pointer(&ts)), 0, 0)
+}
+
+// futexWake wakes every sleeper on addr without touching the word (the caller changed it).
+func futexWake(addr *uint32) {
+	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexOpWake, uintptr(1<<31-1), 0, 0, 0)
 }
 
 // futexWakeAll bumps the futex word and wakes every sleeper on it.
 func futexWakeAll(addr *uint32) {
 	atomic.AddUint32(addr, 1)
-	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWake, uintptr(1<<31-1), 0, 0, 0)
+	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexOpWake, uintptr(1<<31-1), 0, 0, 0)
 }
 
-// wakeIfWaiting is the publishing side of the wait protocol: after the cursor store (a sequentially
-// consistent atomic in Go, so the full fence the spec asks for is implied), wake the peer only if it
-// announced that it is going to sleep. The exchange makes it one wake per sleep.
-func wakeIfWaiting(waiting, futex *uint32) {
-	if atomic.LoadUint32(waiting) != 0 && atomic.SwapUint32(waiting, 0) == 1 {
+// wakeIfWaiting is the publishing side of the wait protocol (spec §7.5): after the cursor store (a
+// sequentially consistent atomic in Go, so the full fence the spec asks for is implied), wake the consumer
+// only if it announced that it is going to sleep. The exchange makes it one wake per sleep; it reports
+// whether it woke.
+func wakeIfWaiting(waiting, futex *uint32) bool {
+	if atomic.LoadUint32(waiting) != 0 && atomic.SwapUint32(waiting, 0) != 0 {
 		futexWakeAll(futex)
+		return true
 	}
-}
-
-// lockHeld reports whether another open file description holds a flock on f, without taking it for
-// longer than the test (spec §7.6).
-func lockHeld(f *os.File) (bool, error) {
-	err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB)
-	if err == nil {
-		_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
-		return false, nil
-	}
-	if errors.Is(err, unix.EWOULDBLOCK) {
-		return true, nil
-	}
-	return false, fmt.Errorf("flock %s: %w", f.Name(), err)
+	return false
 }
 
 // lockExclusive takes a non-blocking exclusive flock; held reports that someone else has it.
@@ -79,33 +70,7 @@ func lockExclusive(f *os.File) (held bool, err error) {
 	return false, nil
 }
 
-func mmapFile(f *os.File, size int, prot, flags int) ([]byte, error) {
-	b, err := unix.Mmap(int(f.Fd()), 0, size, prot, unix.MAP_SHARED|flags)
-	if err != nil {
-		return nil, fmt.Errorf("mmap %s (%d bytes): %w", f.Name(), size, err)
-	}
-	return b, nil
-}
-
-// freeBytes is what a filesystem has free for an unprivileged file (0 if unknown), for messages.
-func freeBytes(dir string) uint64 {
-	var st unix.Statfs_t
-	if unix.Statfs(dir, &st) != nil {
-		return 0
-	}
-	return st.Bavail * uint64(st.Bsize)
-}
-
 func realtimeNanos() uint64 { return uint64(time.Now().UnixNano()) }
-
-// isHugetlbfs reports whether dir is a hugetlbfs mount, and its page size.
-func isHugetlbfs(dir string) (bool, int) {
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		return false, 0
-	}
-	return uint32(st.Type) == hugetlbfsMagic, int(st.Bsize)
-}
 
 func unsafePointer(b []byte, off int) unsafe.Pointer { return unsafe.Pointer(&b[off]) }
 

@@ -785,7 +785,7 @@ func (a *Assembler) stop(pkt *Packet) {
 	a.p.Add(ring.CounterPackets, 1)
 	a.p.Add(ring.CounterBytes, uint64(len(pkt.Payload)))
 	a.flushWindow()
-	if err := a.p.PublishEndOfStream(a.cfg.EOSTimeout); err != nil && a.cfg.Log != nil {
+	if err := a.p.PublishEndOfStream(pkt.HeapCnt, a.cfg.EOSTimeout); err != nil && a.cfg.Log != nil {
 		a.cfg.Log.Warn().Err(err).Msg("spead: stream stopped but the end-of-stream marker found no slot")
 	}
 	close(a.done)

@@ -86,7 +86,7 @@ func BenchmarkAssemble1PacketConcurrent(b *testing.B) {
 		a.Packet(packet, 0)
 	}
 	b.StopTimer()
-	if err := p.PublishEndOfStream(5 * time.Second); err != nil {
+	if err := p.PublishEndOfStream(0, 5*time.Second); err != nil {
 		b.Fatal(err)
 	}
 	if err := <-d.done; err != nil {

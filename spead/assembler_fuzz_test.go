@@ -129,7 +129,7 @@ func FuzzAssembler(f *testing.F) {
 			if stopped && c.Stats().Get(ring.CounterEndOfStream) == 1 {
 				t.Fatal("end of stream counted but never read")
 			}
-			if err := p.PublishEndOfStream(time.Second); err != nil {
+			if err := p.PublishEndOfStream(0, time.Second); err != nil {
 				t.Fatal(err)
 			}
 			if !read.drain(t, c, uint64(slotSize)) {

@@ -115,7 +115,7 @@ func assemble(t testing.TB, rcfg ring.Config, acfg spead.AssemblerConfig, packet
 	select {
 	case <-a.Done():
 	default:
-		if err := p.PublishEndOfStream(time.Second); err != nil {
+		if err := p.PublishEndOfStream(0, time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,20 +1,23 @@
 /* ibvbridge.c — attach/detach, waiting, liveness and metadata for the ibvbridge C consumer.
- * Implements docs/ring-layout.md §6, §7.2, §7.4, §7.6 (consumer side). Only libc. */
+ * Implements docs/ring-layout.md 2.0 §1 (socket lookup, handshake), §6, §7.4-§7.6 and §9 (consumer side).
+ * Only libc. */
 #define _GNU_SOURCE
 #include "ibvbridge.h"
 
 #include <fcntl.h>
 #include <limits.h>
-#include <sched.h>
 #include <linux/futex.h>
+#include <poll.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,10 +25,16 @@
 #error "the ring layout is little-endian; big-endian hosts are not supported"
 #endif
 
-#define WAIT_SLICE_NS 250000000LL /* spec §7.4: futex sleeps are at most 250 ms */
-#define SPIN_NS 30000LL           /* spin ~30 µs before sleeping */
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010
+#endif
+
+#define WAIT_SLICE_NS 250000000LL /* spec §7.5: futex sleeps are at most 250 ms */
+#define SPIN_NS 30000LL           /* spin ~30 µs before sleeping (≤ spin_budget_ns default 50 µs) */
 #define ACTIVE_NAPS 8             /* a stream whose head moved within this many naps is active */
-#define RETRY_NS 10000000LL       /* attach: poll every 10 ms */
+#define RETRY_NS 10000000LL       /* attach: retry every 10 ms (spec §9 step 1) */
+#define HANDSHAKE_MIN_MS 2000     /* the welcome may take this long even with a shorter attach timeout */
+#define MAX_FDS 8                 /* descriptors accepted from one record (extra ones are closed) */
 
 static _Thread_local char errbuf[512];
 
@@ -45,13 +54,6 @@ static int64_t mono_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static uint64_t realtime_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
 static void sleep_ns(int64_t ns)
@@ -75,7 +77,11 @@ static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct tim
 	return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
 }
 
-/* ---- names and paths ------------------------------------------------------------------------- */
+void ibvb_full_fence(void) { atomic_thread_fence(memory_order_seq_cst); }
+
+uint32_t ibvb_consumer_index(const struct ibvb_ring *r) { return r->consumer_index; }
+
+/* ---- names and the socket (spec §1.1) -------------------------------------------------------------- */
 
 static int valid_name(const char *name)
 {
@@ -91,37 +97,331 @@ static int valid_name(const char *name)
 	return 1;
 }
 
-static int ctl_paths(const char *arg, char *ctl, char *cons, size_t cap)
+#define MAX_DIRS 2
+#define PATH_CAP sizeof(((struct sockaddr_un *)0)->sun_path)
+
+struct target {
+	char name[IBVB_NAME_MAX + 1];   /* for messages */
+	int ndirs;
+	char paths[MAX_DIRS][PATH_CAP]; /* candidate socket paths, in lookup order */
+};
+
+static int add_path(struct target *t, const char *dir, const char *arg)
 {
+	int n = snprintf(t->paths[t->ndirs], PATH_CAP, "%s/%s%s", dir, arg, IBVB_SOCK_SUFFIX);
+	if (n < 0 || (size_t)n >= PATH_CAP)
+		return fail(-ENAMETOOLONG, "ring %s: socket path %s/%s%s is too long for a Unix socket", arg, dir, arg,
+			    IBVB_SOCK_SUFFIX);
+	t->ndirs++;
+	return 0;
+}
+
+static int resolve(const char *arg, const char *dir, struct target *t)
+{
+	memset(t, 0, sizeof *t);
+	size_t n = strlen(arg), sl = strlen(IBVB_SOCK_SUFFIX);
 	if (strchr(arg, '/')) {
-		size_t n = strlen(arg);
-		if (n < 5 || strcmp(arg + n - 4, ".ctl") != 0)
-			return fail(-EINVAL, "control file path %s must end in .ctl", arg);
-		if (n + 2 > cap)
-			return fail(-ENAMETOOLONG, "control file path %s is too long", arg);
-		memcpy(ctl, arg, n + 1);
-		memcpy(cons, arg, n - 4);
-		memcpy(cons + n - 4, ".cons", 6);
+		if (n <= sl || strcmp(arg + n - sl, IBVB_SOCK_SUFFIX) != 0)
+			return fail(-EINVAL, "ring socket path %s must end in %s", arg, IBVB_SOCK_SUFFIX);
+		if (n >= PATH_CAP)
+			return fail(-ENAMETOOLONG, "ring socket path %s is too long for a Unix socket", arg);
+		memcpy(t->paths[0], arg, n + 1);
+		t->ndirs = 1;
+		const char *base = strrchr(arg, '/') + 1;
+		size_t bl = strlen(base) - sl;
+		if (bl > IBVB_NAME_MAX)
+			bl = IBVB_NAME_MAX;
+		memcpy(t->name, base, bl);
+		t->name[bl] = 0;
 		return 0;
 	}
 	if (!valid_name(arg))
 		return fail(-EINVAL, "ring name \"%s\": use 1-64 characters from [A-Za-z0-9_.-], not starting with '.'",
 			    arg);
-	snprintf(ctl, cap, "%s/ibvbridge.%s.v%d.ctl", IBVB_DEFAULT_DIR, arg, IBVB_MAJOR);
-	snprintf(cons, cap, "%s/ibvbridge.%s.v%d.cons", IBVB_DEFAULT_DIR, arg, IBVB_MAJOR);
+	memcpy(t->name, arg, n + 1);
+	const char *env = getenv(IBVB_DIR_ENV);
+	if (dir)
+		return add_path(t, dir, arg);
+	if (env && env[0])
+		return add_path(t, env, arg);
+	uid_t euid = geteuid();
+	int rc;
+	if (euid == 0)
+		return add_path(t, IBVB_RUN_DIR, arg);
+	char own[64];
+	snprintf(own, sizeof own, "%s%u", IBVB_SHM_DIR_PREFIX, (unsigned)euid);
+	if ((rc = add_path(t, own, arg)) < 0)
+		return rc;
+	return add_path(t, IBVB_RUN_DIR, arg);
+}
+
+/* Spec §1.2: the uids a consumer trusts to serve a ring. */
+int ibvb_peer_uid_trusted(uint32_t peer_uid, uint32_t euid, uint32_t dir_uid, uint32_t dir_mode)
+{
+	if (peer_uid == 0 || peer_uid == euid)
+		return 1;
+	return peer_uid == dir_uid && (dir_mode & (S_IWGRP | S_IWOTH)) == 0;
+}
+
+static int check_peer(const struct target *t, int fd, const char *path)
+{
+	struct ucred cr;
+	socklen_t len = sizeof cr;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0)
+		return fail(-errno, "ring %s: SO_PEERCRED on %s: %s", t->name, path, strerror(errno));
+	char dir[PATH_CAP];
+	snprintf(dir, sizeof dir, "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (slash == dir)
+		slash[1] = 0;
+	else if (slash)
+		*slash = 0;
+	else
+		snprintf(dir, sizeof dir, ".");
+	struct stat st;
+	uint32_t dir_uid = UINT32_MAX, dir_mode = 0777;
+	if (stat(dir, &st) == 0) {
+		dir_uid = st.st_uid;
+		dir_mode = st.st_mode;
+	}
+	if (!ibvb_peer_uid_trusted(cr.uid, geteuid(), dir_uid, dir_mode))
+		return fail(-EPERM, "ring %s: socket %s served by uid %u, which is not trusted", t->name, path,
+			    (unsigned)cr.uid);
 	return 0;
 }
 
-/* ---- geometry validation (spec §7.2 step 4) ----------------------------------------------------- */
+#define NEED_RETRY (-1000000) /* try_connect: not there yet (ENOENT / ECONNREFUSED): retry */
 
-struct region {
+/* Connect to the first candidate socket that exists. Returns the fd (*which: its path), NEED_RETRY, or
+ * -errno. */
+static int try_connect(const struct target *t, int *which)
+{
+	for (int i = 0; i < t->ndirs; i++) {
+		struct stat st;
+		if (t->ndirs > 1 && stat(t->paths[i], &st) < 0)
+			continue; /* §1.1: the first directory that holds the socket wins */
+		int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			return fail(-errno, "ring %s: socket: %s", t->name, strerror(errno));
+		struct sockaddr_un sa;
+		memset(&sa, 0, sizeof sa);
+		sa.sun_family = AF_UNIX;
+		memcpy(sa.sun_path, t->paths[i], strlen(t->paths[i]) + 1);
+		if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
+			*which = i;
+			return fd;
+		}
+		int e = errno;
+		close(fd);
+		if (e == ENOENT || e == ECONNREFUSED)
+			return NEED_RETRY; /* marker: retry */
+		if (e == EACCES || e == EPERM)
+			return fail(-EACCES, "ring %s: connect %s: %s", t->name, t->paths[i], strerror(e));
+		return fail(-e, "ring %s: connect %s: %s", t->name, t->paths[i], strerror(e));
+	}
+	return NEED_RETRY;
+}
+
+/* ---- handshake (spec §1.2, §9 step 3) -------------------------------------------------------------- */
+
+struct welcome_fds {
+	int fd[3];
+	int n;
+};
+
+static void close_fds(int *fds, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+}
+
+static int handshake(const struct target *t, int sock, int start, int64_t deadline_ns, struct ibvb_welcome *w,
+		     struct welcome_fds *wf)
+{
+	struct ibvb_hello hello;
+	memset(&hello, 0, sizeof hello);
+	hello.magic = IBVB_MAGIC;
+	hello.major = IBVB_MAJOR;
+	hello.minor = IBVB_MINOR;
+	hello.role = IBVB_ROLE_CONSUMER;
+	hello.start = (uint32_t)start;
+	ssize_t k = send(sock, &hello, sizeof hello, MSG_NOSIGNAL);
+	if (k != (ssize_t)sizeof hello)
+		return fail(k < 0 ? -errno : -EPROTO, "ring %s: sending hello: %s", t->name,
+			    k < 0 ? strerror(errno) : "short send");
+
+	for (;;) {
+		int ms = -1;
+		if (deadline_ns != INT64_MAX) {
+			int64_t left = deadline_ns - mono_ns();
+			if (left <= 0)
+				return fail(-ETIMEDOUT, "ring %s: no welcome from the producer in time", t->name);
+			ms = (int)((left + 999999) / 1000000);
+		}
+		struct pollfd pfd = {.fd = sock, .events = POLLIN};
+		int pr = poll(&pfd, 1, ms);
+		if (pr < 0 && errno == EINTR)
+			continue;
+		if (pr < 0)
+			return fail(-errno, "ring %s: poll: %s", t->name, strerror(errno));
+		if (pr > 0)
+			break;
+	}
+
+	uint8_t buf[IBVB_ERROR_RECORD_MAX];
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int) * MAX_FDS)];
+	} cm;
+	struct iovec iov = {.iov_base = buf, .iov_len = sizeof buf};
+	struct msghdr msg;
+	memset(&msg, 0, sizeof msg);
+	memset(&cm, 0, sizeof cm);
+	msg.msg_iov = &iov;
+	msg.msg_iovlen = 1;
+	msg.msg_control = cm.b;
+	msg.msg_controllen = sizeof cm.b;
+	ssize_t n;
+	do
+		n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return fail(-errno, "ring %s: receiving welcome: %s", t->name, strerror(errno));
+	int fds[MAX_FDS], nfds = 0;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t cnt = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < cnt && nfds < MAX_FDS; i++)
+			memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+	}
+	int rc = 0;
+	if (n == 0) {
+		rc = fail(-EPROTO, "ring %s: the producer closed the connection without a welcome", t->name);
+		goto bad;
+	}
+	if (msg.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) {
+		rc = fail(-EPROTO, "ring %s: malformed welcome: record or descriptors truncated", t->name);
+		goto bad;
+	}
+	if (n < 16) {
+		rc = fail(-EPROTO, "ring %s: malformed welcome: %zd bytes", t->name, n);
+		goto bad;
+	}
+	struct ibvb_error_record er;
+	memset(&er, 0, sizeof er);
+	memcpy(&er, buf, (size_t)n);
+	if (er.magic != IBVB_MAGIC) {
+		rc = fail(-EPROTO, "ring %s: malformed welcome: bad magic %#llx", t->name, (unsigned long long)er.magic);
+		goto bad;
+	}
+	if (er.status != IBVB_STATUS_OK) {
+		char m[sizeof er.message + 1];
+		size_t ml = n > 16 ? (size_t)n - 16 : 0;
+		memcpy(m, er.message, ml);
+		m[ml] = 0; /* the message is NUL-terminated; this bounds one that is not */
+		switch (er.status) {
+		case IBVB_STATUS_VERSION:
+			rc = fail(-EPROTONOSUPPORT, "ring %s is layout %u.%u; this client speaks %d.%d (%s)", t->name,
+				  er.major, er.minor, IBVB_MAJOR, IBVB_MINOR, m);
+			break;
+		case IBVB_STATUS_NOT_PERMITTED:
+			rc = fail(-EACCES, "ring %s: not permitted: %s", t->name, m);
+			break;
+		case IBVB_STATUS_BUSY:
+			rc = fail(-EBUSY, "ring %s busy: %s", t->name, m);
+			break;
+		case IBVB_STATUS_CLOSING:
+			rc = fail(-ESHUTDOWN, "ring %s is closing: %s", t->name, m);
+			break;
+		case IBVB_STATUS_PROTOCOL:
+			rc = fail(-EPROTO, "ring %s: protocol error: %s", t->name, m);
+			break;
+		default:
+			rc = fail(-EPROTO, "ring %s: unknown status %u: %s", t->name, er.status, m);
+		}
+		goto bad;
+	}
+	if (n < IBVB_WELCOME_SIZE) {
+		rc = fail(-EPROTO, "ring %s: malformed welcome: %zd bytes, want %d", t->name, n, IBVB_WELCOME_SIZE);
+		goto bad;
+	}
+	memcpy(w, buf, sizeof *w);
+	if (w->major != IBVB_MAJOR) {
+		rc = fail(-EPROTONOSUPPORT, "ring %s is layout %u.%u; this client speaks %d.%d", t->name, w->major,
+			  w->minor, IBVB_MAJOR, IBVB_MINOR);
+		goto bad;
+	}
+	if (nfds != 3) {
+		rc = fail(-EPROTO, "ring %s: malformed welcome: %d descriptors, want 3", t->name, nfds);
+		goto bad;
+	}
+	if (w->consumer_index == IBVB_NO_CONSUMER_INDEX || w->region_size != IBVB_REGION_SIZE) {
+		rc = fail(-EPROTO, "ring %s: malformed welcome: consumer_index %u, region_size %llu", t->name,
+			  w->consumer_index, (unsigned long long)w->region_size);
+		goto bad;
+	}
+	memcpy(wf->fd, fds, sizeof wf->fd);
+	wf->n = 3;
+	return 0;
+bad:
+	close_fds(fds, nfds);
+	return rc;
+}
+
+/* ---- seals, sizes and geometry (spec §9 steps 4-5) ------------------------------------------------- */
+
+static int check_fd(const struct target *t, int fd, const char *what, int seals, uint64_t size)
+{
+	int s = fcntl(fd, F_GET_SEALS);
+	if (s < 0)
+		return fail(-EBADMSG, "ring %s: %s memory is not sealable (F_GET_SEALS: %s)", t->name, what,
+			    strerror(errno));
+	if ((s & seals) != seals)
+		return fail(-EBADMSG, "ring %s: %s memory is missing seals (has %#x, needs %#x)", t->name, what, s,
+			    seals);
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return fail(-errno, "ring %s: fstat %s memory: %s", t->name, what, strerror(errno));
+	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != size)
+		return fail(-EBADMSG, "ring %s: %s memory is %lld bytes, the welcome says %llu", t->name, what,
+			    (long long)st.st_size, (unsigned long long)size);
+	return 0;
+}
+
+struct span {
 	const char *name;
 	uint64_t off, size;
 };
 
-static int validate_geometry(const char *ring, const struct ibvb_ctl *c)
+static int validate_ctl(const struct target *t, const struct ibvb_ctl *c, const struct ibvb_welcome *w)
 {
-	uint64_t sc = c->slot_count, ss = c->slot_size, fsz = c->data_file_size;
+	const char *ring = t->name;
+	uint64_t magic = atomic_load_explicit(&c->magic, memory_order_acquire);
+	if (magic != IBVB_MAGIC)
+		return fail(-EBADMSG, "ring %s corrupt: bad magic %#llx", ring, (unsigned long long)magic);
+	if (c->major != IBVB_MAJOR)
+		return fail(-EPROTONOSUPPORT, "ring %s is layout %u.%u; this client speaks %d.%d", ring, c->major,
+			    c->minor, IBVB_MAJOR, IBVB_MINOR);
+	uint32_t state = atomic_load_explicit(&c->state, memory_order_acquire);
+	if (state != IBVB_STATE_READY && state != IBVB_STATE_CLOSED)
+		return fail(-EBADMSG, "ring %s corrupt: state %u", ring, state);
+	uint32_t mc = c->max_consumers;
+	if (mc < 1 || mc > IBVB_MAX_CONSUMERS_LIMIT)
+		return fail(-EBADMSG, "ring %s corrupt: max_consumers %u not in 1..%d", ring, mc,
+			    IBVB_MAX_CONSUMERS_LIMIT);
+	if (c->ctl_size != IBVB_CTL_SIZE_FOR(mc) || c->ctl_size != w->ctl_size)
+		return fail(-EBADMSG, "ring %s corrupt: ctl_size %u, want %llu for %u consumers (welcome: %llu)", ring,
+			    c->ctl_size, (unsigned long long)IBVB_CTL_SIZE_FOR(mc), mc,
+			    (unsigned long long)w->ctl_size);
+	if (w->consumer_index >= mc)
+		return fail(-EBADMSG, "ring %s corrupt: consumer_index %u >= max_consumers %u", ring,
+			    w->consumer_index, mc);
+	if (c->session_id != w->session_id)
+		return fail(-EBADMSG, "ring %s corrupt: session_id %#llx, the welcome says %#llx", ring,
+			    (unsigned long long)c->session_id, (unsigned long long)w->session_id);
+	uint64_t sc = c->slot_count, ss = c->slot_size, dsz = c->data_size;
 	uint32_t mi = c->max_items, ps = c->page_size;
 	if (sc == 0 || sc > IBVB_MAX_SLOT_COUNT || (sc & (sc - 1)) != 0)
 		return fail(-EBADMSG, "ring %s corrupt: slot_count %llu is not a power of two in 1..%u", ring,
@@ -137,11 +437,14 @@ static int validate_geometry(const char *ring, const struct ibvb_ctl *c)
 		return fail(-EBADMSG, "ring %s corrupt: item_size %u, want %d", ring, c->item_size, IBVB_ITEM_SIZE);
 	if (ps < 4096 || (ps & (ps - 1)) != 0)
 		return fail(-EBADMSG, "ring %s corrupt: page_size %u is not a power of two >= 4096", ring, ps);
-	if (fsz == 0 || fsz % ps != 0)
-		return fail(-EBADMSG, "ring %s corrupt: data_file_size %llu is not a non-zero multiple of page_size %u",
-			    ring, (unsigned long long)fsz, ps);
-	if (fsz > (uint64_t)SIZE_MAX / 2)
-		return fail(-EBADMSG, "ring %s corrupt: data_file_size %llu too large", ring, (unsigned long long)fsz);
+	if (dsz == 0 || dsz % ps != 0)
+		return fail(-EBADMSG, "ring %s corrupt: data_size %llu is not a non-zero multiple of page_size %u",
+			    ring, (unsigned long long)dsz, ps);
+	if (dsz != w->data_size)
+		return fail(-EBADMSG, "ring %s corrupt: data_size %llu, the welcome says %llu", ring,
+			    (unsigned long long)dsz, (unsigned long long)w->data_size);
+	if (dsz > (uint64_t)SIZE_MAX / 2)
+		return fail(-EBADMSG, "ring %s corrupt: data_size %llu too large", ring, (unsigned long long)dsz);
 	if (c->meta_size < IBVB_META_HEADER_SIZE)
 		return fail(-EBADMSG, "ring %s corrupt: meta_size %llu < %d", ring, (unsigned long long)c->meta_size,
 			    IBVB_META_HEADER_SIZE);
@@ -150,7 +453,7 @@ static int validate_geometry(const char *ring, const struct ibvb_ctl *c)
 	    __builtin_mul_overflow(sc, (uint64_t)mi * IBVB_ITEM_SIZE, &item_bytes) ||
 	    __builtin_mul_overflow(sc, ss, &payload_bytes))
 		return fail(-EBADMSG, "ring %s corrupt: region sizes overflow", ring);
-	struct region rg[5] = {
+	struct span rg[5] = {
 	    {"descriptors", c->desc_offset, desc_bytes},   {"item tables", c->items_offset, item_bytes},
 	    {"metadata", c->meta_offset, c->meta_size},     {"payload", c->payload_offset, payload_bytes},
 	    {"packet area", c->packet_offset, c->packet_size},
@@ -160,167 +463,123 @@ static int validate_geometry(const char *ring, const struct ibvb_ctl *c)
 		if (rg[i].off % IBVB_REGION_ALIGN != 0)
 			return fail(-EBADMSG, "ring %s corrupt: %s offset %llu is not %d-aligned", ring, rg[i].name,
 				    (unsigned long long)rg[i].off, IBVB_REGION_ALIGN);
-		if (__builtin_add_overflow(rg[i].off, rg[i].size, &end) || end > fsz)
-			return fail(-EBADMSG, "ring %s corrupt: %s [%llu, +%llu) runs past data_file_size %llu", ring,
+		if (__builtin_add_overflow(rg[i].off, rg[i].size, &end) || end > dsz)
+			return fail(-EBADMSG, "ring %s corrupt: %s [%llu, +%llu) runs past data_size %llu", ring,
 				    rg[i].name, (unsigned long long)rg[i].off, (unsigned long long)rg[i].size,
-				    (unsigned long long)fsz);
+				    (unsigned long long)dsz);
 		for (int j = 0; j < i; j++) {
 			if (rg[i].size && rg[j].size && rg[i].off < rg[j].off + rg[j].size && rg[j].off < end)
 				return fail(-EBADMSG, "ring %s corrupt: %s overlaps %s", ring, rg[i].name, rg[j].name);
 		}
 	}
-	const char *p = c->data_path;
-	const char *nul = memchr(p, 0, IBVB_DATA_PATH_MAX);
-	if (!nul)
-		return fail(-EBADMSG, "ring %s corrupt: data_path is not NUL-terminated", ring);
-	if (p[0] != '/')
-		return fail(-EBADMSG, "ring %s corrupt: data_path \"%s\" is not absolute", ring, p);
 	return 0;
 }
 
 /* ---- attach / detach ----------------------------------------------------------------------------- */
 
-enum { OPEN_OK = 0, OPEN_NOT_FOUND = 1, OPEN_NOT_READY = 2 };
-
-/* Open and check the control file (§7.2 steps 1-4). Returns OPEN_* or -errno. */
-static int open_ctl(const char *ring, const char *path, int *fdp, struct ibvb_ctl **mapp)
-{
-	int fd = open(path, O_RDWR | O_CLOEXEC);
-	if (fd < 0) {
-		if (errno == ENOENT)
-			return OPEN_NOT_FOUND;
-		return fail(-errno, "ring %s: open %s: %s", ring, path, strerror(errno));
-	}
-	struct stat st;
-	if (fstat(fd, &st) < 0) {
-		int e = errno;
-		close(fd);
-		return fail(-e, "ring %s: fstat %s: %s", ring, path, strerror(e));
-	}
-	if (!S_ISREG(st.st_mode) || st.st_size < IBVB_CTL_SIZE) {
-		close(fd);
-		return fail(-EBADMSG, "ring %s corrupt: control file %s is %lld bytes, want %d", ring, path,
-			    (long long)st.st_size, IBVB_CTL_SIZE);
-	}
-	void *m = mmap(NULL, IBVB_CTL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (m == MAP_FAILED) {
-		int e = errno;
-		close(fd);
-		return fail(-e, "ring %s: mmap %s: %s", ring, path, strerror(e));
-	}
-	struct ibvb_ctl *c = m;
-	int rc = OPEN_OK;
-	uint64_t magic = atomic_load_explicit(&c->magic, memory_order_acquire);
-	if (magic == 0) {
-		rc = OPEN_NOT_READY;
-	} else if (magic != IBVB_MAGIC) {
-		rc = fail(-EBADMSG, "ring %s corrupt: bad magic %#llx in %s", ring, (unsigned long long)magic, path);
-	} else if (c->major != IBVB_MAJOR) {
-		rc = fail(-EPROTONOSUPPORT, "ring %s: ring layout major %u, this client supports %d", ring,
-			  c->major, IBVB_MAJOR);
-	} else {
-		uint32_t state = atomic_load_explicit(&c->state, memory_order_acquire);
-		if (state == IBVB_STATE_INIT)
-			rc = OPEN_NOT_READY;
-		else if (state != IBVB_STATE_READY && state != IBVB_STATE_CLOSED)
-			rc = fail(-EBADMSG, "ring %s corrupt: state %u", ring, state);
-		else if (c->ctl_size != IBVB_CTL_SIZE)
-			rc = fail(-EBADMSG, "ring %s corrupt: ctl_size %u, want %d", ring, c->ctl_size, IBVB_CTL_SIZE);
-		else
-			rc = validate_geometry(ring, c);
-	}
-	if (rc != OPEN_OK) {
-		munmap(m, IBVB_CTL_SIZE);
-		close(fd);
-		return rc;
-	}
-	*fdp = fd;
-	*mapp = c;
-	return OPEN_OK;
-}
-
-static int lock_consumer(const char *ring, const char *cons, const struct ibvb_ctl *c)
-{
-	/* flock needs no write access. Open without O_CREAT first: with fs.protected_regular an O_CREAT open
-	 * of another user's file in sticky /dev/shm fails even when the file exists. */
-	int fd = open(cons, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 && errno == ENOENT)
-		fd = open(cons, O_RDONLY | O_CREAT | O_CLOEXEC, 0666);
-	if (fd < 0)
-		return fail(-errno, "ring %s: consumer lock %s: %s", ring, cons, strerror(errno));
-	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-		int e = errno;
-		close(fd);
-		if (e == EWOULDBLOCK)
-			return fail(-EBUSY, "ring %s busy: another consumer (pid %llu) is attached", ring,
-				    (unsigned long long)atomic_load_explicit(&((struct ibvb_ctl *)c)->consumer_pid,
-									     memory_order_relaxed));
-		return fail(-e, "ring %s: flock %s: %s", ring, cons, strerror(e));
-	}
-	return fd;
-}
-
 int ibvb_attach(struct ibvb_ring **out, const char *arg, int timeout_ms)
 {
-	char ctlp[IBVB_DATA_PATH_MAX + 16], consp[IBVB_DATA_PATH_MAX + 16];
-	int ctl_fd = -1, cons_fd = -1, data_fd = -1, rc;
-	struct ibvb_ctl *c = NULL;
+	return ibvb_attach_opts(out, arg, timeout_ms, NULL);
+}
+
+int ibvb_attach_opts(struct ibvb_ring **out, const char *arg, int timeout_ms, const struct ibvb_attach_opts *opts)
+{
+	struct target t;
+	struct welcome_fds wf = {{-1, -1, -1}, 0};
+	struct ibvb_welcome w;
+	const struct ibvb_ctl *c = NULL;
+	memset(&w, 0, sizeof w);
 	const void *data = MAP_FAILED;
+	void *region = MAP_FAILED;
+	uint64_t ctl_size = 0, data_size = 0;
+	int sock = -1, which = 0, rc;
 
 	errbuf[0] = 0;
 	if (!out || !arg)
 		return fail(-EINVAL, "ibvb_attach: NULL argument");
 	*out = NULL;
-	if ((rc = ctl_paths(arg, ctlp, consp, sizeof ctlp)) < 0)
+	int start = opts ? opts->start : IBVB_START_OLDEST;
+	if (start != IBVB_START_OLDEST && start != IBVB_START_HEAD)
+		return fail(-EINVAL, "ibvb_attach: start %d is neither IBVB_START_OLDEST nor IBVB_START_HEAD", start);
+	if ((rc = resolve(arg, opts ? opts->dir : NULL, &t)) < 0)
 		return rc;
-	int64_t deadline = timeout_ms < 0 ? INT64_MAX : mono_ns() + (int64_t)timeout_ms * 1000000LL;
+	int64_t t0 = mono_ns();
+	int64_t deadline = timeout_ms < 0 ? INT64_MAX : t0 + (int64_t)timeout_ms * 1000000LL;
 	for (;;) {
-		rc = open_ctl(arg, ctlp, &ctl_fd, &c);
-		if (rc < 0)
-			return rc;
-		if (rc == OPEN_OK)
+		sock = try_connect(&t, &which);
+		if (sock >= 0)
 			break;
+		if (sock != NEED_RETRY)
+			return sock;
 		int64_t now = mono_ns();
 		if (now >= deadline) {
-			if (rc == OPEN_NOT_FOUND)
-				return fail(-ENOENT, "ring %s not found (%s)", arg, ctlp);
-			return fail(-ETIMEDOUT, "ring %s not ready: still initialising after %d ms", arg, timeout_ms);
+			if (t.ndirs > 1)
+				return fail(-ENOENT, "ring %s not found (no %s%s in %.*s or %s)", t.name, t.name,
+					    IBVB_SOCK_SUFFIX, (int)(strrchr(t.paths[0], '/') - t.paths[0]), t.paths[0],
+					    IBVB_RUN_DIR);
+			return fail(-ENOENT, "ring %s not found (%s)", t.name, t.paths[0]);
 		}
 		sleep_ns(deadline - now < RETRY_NS ? deadline - now : RETRY_NS);
 	}
+	if ((rc = check_peer(&t, sock, t.paths[which])) < 0)
+		goto err;
+	int64_t hs_deadline = deadline;
+	if (hs_deadline != INT64_MAX && hs_deadline < mono_ns() + HANDSHAKE_MIN_MS * 1000000LL)
+		hs_deadline = mono_ns() + HANDSHAKE_MIN_MS * 1000000LL;
+	if ((rc = handshake(&t, sock, start, hs_deadline, &w, &wf)) < 0)
+		goto err;
 
-	if ((cons_fd = lock_consumer(arg, consp, c)) < 0) {
-		rc = cons_fd;
+	/* §9 step 4: seals and sizes, before mapping anything. */
+	const int ro_seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE;
+	if (w.ctl_size < IBVB_CTL_FIXED_SIZE || w.ctl_size > IBVB_CTL_SIZE_FOR(IBVB_MAX_CONSUMERS_LIMIT) ||
+	    w.ctl_size % 4096 != 0) {
+		rc = fail(-EBADMSG, "ring %s corrupt: welcome ctl_size %llu", t.name, (unsigned long long)w.ctl_size);
 		goto err;
 	}
-	uint64_t fsz = c->data_file_size;
-	data_fd = open(c->data_path, O_RDONLY | O_CLOEXEC);
-	if (data_fd < 0) {
-		rc = fail(-errno, "ring %s: data file %s: %s", arg, c->data_path, strerror(errno));
+	if (w.data_size == 0 || w.data_size > (uint64_t)SIZE_MAX / 2) {
+		rc = fail(-EBADMSG, "ring %s corrupt: welcome data_size %llu", t.name, (unsigned long long)w.data_size);
 		goto err;
 	}
-	struct stat st;
-	if (fstat(data_fd, &st) < 0) {
-		rc = fail(-errno, "ring %s: fstat %s: %s", arg, c->data_path, strerror(errno));
+	if ((rc = check_fd(&t, wf.fd[0], "control", ro_seals, w.ctl_size)) < 0 ||
+	    (rc = check_fd(&t, wf.fd[1], "data", ro_seals, w.data_size)) < 0 ||
+	    (rc = check_fd(&t, wf.fd[2], "consumer region", F_SEAL_SHRINK | F_SEAL_GROW, IBVB_REGION_SIZE)) < 0)
+		goto err;
+
+	/* §9 step 5: the control memory, read-only; validate before mapping the data. */
+	void *m = mmap(NULL, (size_t)w.ctl_size, PROT_READ, MAP_SHARED, wf.fd[0], 0);
+	if (m == MAP_FAILED) {
+		rc = fail(-errno, "ring %s: mmap control memory: %s", t.name, strerror(errno));
 		goto err;
 	}
-	if ((uint64_t)st.st_size != fsz) {
-		rc = fail(-EBADMSG, "ring %s corrupt: data file %s is %lld bytes, data_file_size says %llu", arg,
-			  c->data_path, (long long)st.st_size, (unsigned long long)fsz);
+	c = (const struct ibvb_ctl *)m;
+	ctl_size = w.ctl_size;
+	if ((rc = validate_ctl(&t, c, &w)) < 0)
 		goto err;
-	}
-	data = mmap(NULL, (size_t)fsz, PROT_READ, MAP_SHARED, data_fd, 0);
+
+	/* §9 step 6 */
+	data_size = w.data_size;
+	data = mmap(NULL, (size_t)data_size, PROT_READ, MAP_SHARED, wf.fd[1], 0);
 	if (data == MAP_FAILED) {
-		rc = fail(-errno, "ring %s: mmap %s: %s", arg, c->data_path, strerror(errno));
+		rc = fail(-errno, "ring %s: mmap data memory (%llu bytes): %s", t.name, (unsigned long long)data_size,
+			  strerror(errno));
+		goto err;
+	}
+	region = mmap(NULL, IBVB_REGION_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, wf.fd[2], 0);
+	if (region == MAP_FAILED) {
+		rc = fail(-errno, "ring %s: mmap consumer region: %s", t.name, strerror(errno));
 		goto err;
 	}
 	struct ibvb_ring *r = calloc(1, sizeof *r);
 	if (!r) {
-		rc = fail(-ENOMEM, "ring %s: out of memory", arg);
+		rc = fail(-ENOMEM, "ring %s: out of memory", t.name);
 		goto err;
 	}
+	close_fds(wf.fd, 3);
 	r->ctl = c;
-	r->data = data;
+	r->row = (const struct ibvb_row *)((const uint8_t *)c + IBVB_OFF_CONSUMER_TABLE +
+					   (uint64_t)w.consumer_index * IBVB_ROW_SIZE);
+	r->region = (struct ibvb_region *)region;
+	r->data = (const uint8_t *)data;
 	r->desc = (const struct ibvb_desc *)((const uint8_t *)data + c->desc_offset);
 	r->items = (const struct ibvb_item *)((const uint8_t *)data + c->items_offset);
 	r->payload = (const uint8_t *)data + c->payload_offset;
@@ -328,28 +587,32 @@ int ibvb_attach(struct ibvb_ring **out, const char *arg, int timeout_ms)
 	r->mask = c->slot_count - 1;
 	r->slot_size = c->slot_size;
 	r->max_items = c->max_items;
-	r->data_size = fsz;
+	r->data_size = data_size;
+	r->ctl_size = ctl_size;
 	r->session_id = c->session_id;
+	r->consumer_index = w.consumer_index;
+	r->generation = w.generation;
+	r->row_expect = IBVB_CONSUMER_ATTACHED | (uint64_t)w.generation << 32;
 	r->max_latency_ns = IBVB_DEFAULT_MAX_LATENCY_NS;
-	r->ctl_fd = ctl_fd;
-	r->data_fd = data_fd;
-	r->cons_fd = cons_fd;
-	snprintf(r->ctl_path, sizeof r->ctl_path, "%s", ctlp);
-	atomic_store_explicit(&c->consumer_pid, (uint64_t)getpid(), memory_order_relaxed);
-	atomic_store_explicit(&c->consumer_attach_ns, realtime_ns(), memory_order_relaxed);
-	r->read = r->released = r->stored = r->cached_head = atomic_load_explicit(&c->tail, memory_order_acquire);
+	r->sock = sock;
+	snprintf(r->name, sizeof r->name, "%s", t.name);
+	atomic_store_explicit(&r->region->spin_budget_ns, (uint64_t)SPIN_NS, memory_order_relaxed);
+	/* §7.1: the producer stored the start position in tail before the welcome. */
+	r->read = r->released = r->stored = r->cached_head =
+	    atomic_load_explicit(&r->region->tail, memory_order_acquire);
 	r->release_batch = r->slot_count / 8 < 1 ? 1 : (r->slot_count / 8 > 64 ? 64 : r->slot_count / 8);
 	*out = r;
 	return 0;
 err:
+	if (region != MAP_FAILED)
+		munmap(region, IBVB_REGION_SIZE);
 	if (data != MAP_FAILED)
-		munmap((void *)data, (size_t)fsz);
-	if (data_fd >= 0)
-		close(data_fd);
-	if (cons_fd >= 0)
-		close(cons_fd);
-	munmap(c, IBVB_CTL_SIZE);
-	close(ctl_fd);
+		munmap((void *)data, (size_t)data_size);
+	if (c)
+		munmap((void *)c, (size_t)ctl_size);
+	close_fds(wf.fd, wf.n);
+	if (sock >= 0)
+		close(sock);
 	return rc;
 }
 
@@ -357,43 +620,86 @@ void ibvb_detach(struct ibvb_ring *r)
 {
 	if (!r)
 		return;
-	ibvb_flush_release(r);
-	atomic_store_explicit(&r->ctl->consumer_waiting, 0, memory_order_relaxed);
-	atomic_store_explicit(&r->ctl->consumer_pid, 0, memory_order_release);
+	ibvb_flush_release(r); /* §7.6: release what it holds (one tail store), then close */
+	atomic_store_explicit(&r->region->consumer_waiting, 0, memory_order_relaxed);
 	munmap((void *)r->data, (size_t)r->data_size);
-	munmap(r->ctl, IBVB_CTL_SIZE);
-	close(r->data_fd);
-	close(r->ctl_fd);
-	close(r->cons_fd); /* drops the consumer lock */
+	munmap(r->region, IBVB_REGION_SIZE);
+	munmap((void *)r->ctl, (size_t)r->ctl_size);
+	close(r->sock);
 	free(r);
 }
 
-/* ---- waiting and liveness ------------------------------------------------------------------------ */
+/* ---- detach by the producer, liveness, waiting ------------------------------------------------------ */
+
+int ibvb__row_changed(struct ibvb_ring *r)
+{
+	uint32_t state = atomic_load_explicit(&r->row->state, memory_order_acquire);
+	uint32_t gen = atomic_load_explicit(&r->row->generation, memory_order_relaxed);
+	r->cached_head = r->read; /* sticky: the next peek reloads head and lands here again */
+	if (gen == r->generation) {
+		if (state == IBVB_CONSUMER_ATTACHED) {
+			return 0; /* raced with a write of the other half: still ours */
+		}
+		if (state == IBVB_CONSUMER_OVERRUN) {
+			uint64_t lost = atomic_load_explicit(&r->row->lost_heaps, memory_order_relaxed);
+			return fail(-EOVERFLOW,
+				    "ring %s overrun: detached after falling a whole ring behind, %llu heaps lost",
+				    r->name, (unsigned long long)lost);
+		}
+		if (state == IBVB_CONSUMER_BAD_CURSOR)
+			return fail(-ECONNRESET, "ring %s: detached: invalid cursor", r->name);
+		if (state == IBVB_CONSUMER_GONE &&
+		    atomic_load_explicit(&r->ctl->state, memory_order_acquire) == IBVB_STATE_CLOSED) {
+			/* a clean stop marked our row gone when it closed the connection: read what is left */
+			r->row_expect = IBVB_CONSUMER_GONE | (uint64_t)gen << 32;
+			r->cached_head = atomic_load_explicit(&r->ctl->head, memory_order_acquire);
+			return 0;
+		}
+		return fail(-ECONNRESET, "ring %s: detached by the producer (row state %u)", r->name, state);
+	}
+	return fail(-ECONNRESET, "ring %s: detached: consumer row %u was reused (generation %u, ours %u)", r->name,
+		    r->consumer_index, gen, r->generation);
+}
 
 int ibvb_producer_alive(const struct ibvb_ring *r)
 {
-	/* Spec §7.6: the producer holds LOCK_EX on the control file's inode for its lifetime. */
-	if (flock(r->ctl_fd, LOCK_SH | LOCK_NB) == 0) {
-		flock(r->ctl_fd, LOCK_UN);
-		return 0;
-	}
-	if (errno == EWOULDBLOCK)
+	/* Spec §7.6: the connection is the liveness: POLLHUP, POLLRDHUP or a read of 0 bytes = gone. */
+	struct pollfd pfd = {.fd = r->sock, .events = POLLIN | POLLRDHUP};
+	int n = poll(&pfd, 1, 0);
+	if (n < 0)
+		return errno == EINTR ? 1 : -errno;
+	if (n == 0)
 		return 1;
-	return -errno;
+	if (pfd.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL))
+		return 0;
+	if (pfd.revents & POLLIN) {
+		char b;
+		ssize_t k = recv(r->sock, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+		if (k == 0)
+			return 0;
+	}
+	return 1;
 }
 
 void ibvb__wake_producer(struct ibvb_ring *r)
 {
-	if (atomic_exchange_explicit(&r->ctl->producer_waiting, 0, memory_order_seq_cst) == 1) {
-		atomic_fetch_add_explicit(&r->ctl->producer_futex, 1, memory_order_seq_cst);
-		futex(&r->ctl->producer_futex, FUTEX_WAKE, INT_MAX, NULL);
-	}
+	/* Spec §7.4: plain load and store (this consumer is the word's only writer), then a shared wake. */
+	_Atomic uint32_t *f = &r->region->release_futex;
+	atomic_store_explicit(f, atomic_load_explicit(f, memory_order_relaxed) + 1, memory_order_release);
+	futex(f, FUTEX_WAKE, INT_MAX, NULL);
 }
 
 int ibvb__corrupt_desc(struct ibvb_ring *r, uint64_t pos, const char *what, uint64_t v1, uint64_t v2)
 {
-	(void)r;
-	return fail(-EBADMSG, "ring corrupt: descriptor at position %llu: bad %s (%llu vs %llu)",
+	/* A slot reused under a detached consumer looks corrupt: say detached if the row says so (§7.6). */
+	if (atomic_load_explicit((const _Atomic uint64_t *)(const void *)r->row, memory_order_acquire) !=
+	    r->row_expect) {
+		int rc = ibvb__row_changed(r);
+		if (rc < 0)
+			return rc;
+	}
+	r->cached_head = r->read; /* re-check from head on the next call */
+	return fail(-EBADMSG, "ring %s corrupt: descriptor at position %llu: bad %s (%llu vs %llu)", r->name,
 		    (unsigned long long)pos, what, (unsigned long long)v1, (unsigned long long)v2);
 }
 
@@ -403,7 +709,7 @@ static int after_producer_gone(struct ibvb_ring *r, struct ibvb_heap *h)
 	int rc = ibvb_peek(r, h);
 	if (rc != -EAGAIN)
 		return rc;
-	return fail(-EPIPE, "ring producer gone (pid %llu) without closing the ring",
+	return fail(-EPIPE, "ring %s: producer gone (pid %llu) without closing the ring", r->name,
 		    (unsigned long long)r->ctl->producer_pid);
 }
 
@@ -416,7 +722,8 @@ int ibvb_wait(struct ibvb_ring *r, struct ibvb_heap *h, int timeout_ms)
 		return rc;
 	int64_t start = mono_ns();
 	int64_t deadline = timeout_ms < 0 ? INT64_MAX : start + (int64_t)timeout_ms * 1000000LL;
-	struct ibvb_ctl *c = r->ctl;
+	const struct ibvb_ctl *c = r->ctl;
+	struct ibvb_region *g = r->region;
 
 	for (;;) {
 		/* A stream that is moving: nap instead of spinning or asking for a wake (ibvb_set_max_latency). */
@@ -451,34 +758,35 @@ int ibvb_wait(struct ibvb_ring *r, struct ibvb_heap *h, int timeout_ms)
 			if (mono_ns() >= spin_end)
 				break;
 		}
-		/* §7.4 step 1: announce, full fence, re-check. */
-		uint32_t f = atomic_load_explicit(&c->consumer_futex, memory_order_acquire);
-		atomic_store_explicit(&c->consumer_waiting, 1, memory_order_relaxed);
+		/* §7.5 step 1: announce, full fence, re-check (peek flushed the release before saying -EAGAIN). */
+		uint32_t f = atomic_load_explicit(&g->consumer_futex, memory_order_acquire);
+		atomic_store_explicit(&g->consumer_waiting, 1, memory_order_relaxed);
 		atomic_thread_fence(memory_order_seq_cst);
-		rc = ibvb_peek(r, h); /* re-reads head (acquire); step 2: CLOSED and drained → -ENODATA */
+		rc = ibvb_peek(r, h); /* re-reads head (acquire) and the row; step 2: CLOSED and drained → -ENODATA */
 		if (rc != -EAGAIN) {
-			atomic_store_explicit(&c->consumer_waiting, 0, memory_order_relaxed);
+			atomic_store_explicit(&g->consumer_waiting, 0, memory_order_relaxed);
 			return rc;
 		}
 		int64_t now = mono_ns();
 		if (now >= deadline) {
-			atomic_store_explicit(&c->consumer_waiting, 0, memory_order_relaxed);
+			atomic_store_explicit(&g->consumer_waiting, 0, memory_order_relaxed);
 			if (ibvb_producer_alive(r) == 0)
 				return after_producer_gone(r, h);
 			return fail(-ETIMEDOUT, "no heap within %d ms", timeout_ms);
 		}
 		int64_t slice = deadline - now < WAIT_SLICE_NS ? deadline - now : WAIT_SLICE_NS;
 		struct timespec ts = {slice / 1000000000LL, slice % 1000000000LL};
-		long w = futex(&c->consumer_futex, FUTEX_WAIT, f, &ts);
-		int e = w < 0 ? errno : 0;
+		long wr = futex(&g->consumer_futex, FUTEX_WAIT, f, &ts);
+		int e = wr < 0 ? errno : 0;
 		if (e == EINTR) {
-			atomic_store_explicit(&c->consumer_waiting, 0, memory_order_relaxed);
+			atomic_store_explicit(&g->consumer_waiting, 0, memory_order_relaxed);
 			if ((rc = ibvb_peek(r, h)) != -EAGAIN)
 				return rc;
 			return fail(-EINTR, "wait interrupted by a signal");
 		}
+		/* §7.5 step 4: after a timeout, the row (the next peek) and the socket */
 		if (e == ETIMEDOUT && ibvb_producer_alive(r) == 0) {
-			atomic_store_explicit(&c->consumer_waiting, 0, memory_order_relaxed);
+			atomic_store_explicit(&g->consumer_waiting, 0, memory_order_relaxed);
 			return after_producer_gone(r, h);
 		}
 		/* woken, EAGAIN (futex word already moved) or timeout with a live producer: go round */
@@ -491,7 +799,8 @@ static const char *const counter_names[IBVB_CTR_COUNT] = {
     "packets",           "bytes",           "heaps",
     "incomplete_heaps",  "dropped_heaps",   "malformed_packets",
     "duplicate_packets", "truncated_heaps", "discarded_incomplete_heaps",
-    "end_of_stream",
+    "end_of_stream",     "consumers_attached", "consumer_overruns",
+    "consumer_errors",
 };
 
 const char *ibvb_counter_name(unsigned idx) { return idx < IBVB_CTR_COUNT ? counter_names[idx] : NULL; }
@@ -518,6 +827,9 @@ int ibvb_stats(const struct ibvb_ring *r, struct ibvb_stats *s)
 	s->truncated_heaps = v[IBVB_CTR_TRUNCATED_HEAPS];
 	s->discarded_incomplete_heaps = v[IBVB_CTR_DISCARDED_INCOMPLETE_HEAPS];
 	s->end_of_stream = v[IBVB_CTR_END_OF_STREAM];
+	s->consumers_attached = v[IBVB_CTR_CONSUMERS_ATTACHED];
+	s->consumer_overruns = v[IBVB_CTR_CONSUMER_OVERRUNS];
+	s->consumer_errors = v[IBVB_CTR_CONSUMER_ERRORS];
 	return 0;
 }
 
@@ -527,7 +839,7 @@ int ibvb_info(const struct ibvb_ring *r, struct ibvb_info *in)
 	memset(in, 0, sizeof *in);
 	in->major = c->major;
 	in->minor = c->minor;
-	in->state = atomic_load_explicit(&((struct ibvb_ctl *)c)->state, memory_order_acquire);
+	in->state = atomic_load_explicit(&c->state, memory_order_acquire);
 	in->policy = c->policy;
 	in->session_id = c->session_id;
 	in->producer_pid = c->producer_pid;
@@ -536,15 +848,21 @@ int ibvb_info(const struct ibvb_ring *r, struct ibvb_info *in)
 	in->slot_size = c->slot_size;
 	in->max_items = c->max_items;
 	in->page_size = c->page_size;
-	in->data_file_size = c->data_file_size;
+	in->ctl_size = r->ctl_size;
+	in->data_size = c->data_size;
 	in->meta_size = c->meta_size;
 	in->packet_size = c->packet_size;
 	in->features = c->features;
 	in->stats_count = c->stats_count;
-	in->head = atomic_load_explicit(&((struct ibvb_ctl *)c)->head, memory_order_acquire);
-	in->tail = atomic_load_explicit(&((struct ibvb_ctl *)c)->tail, memory_order_acquire);
-	in->heartbeat_ns = atomic_load_explicit(&((struct ibvb_ctl *)c)->heartbeat_ns, memory_order_relaxed);
-	in->data_path = c->data_path;
+	in->max_consumers = c->max_consumers;
+	in->head = atomic_load_explicit(&c->head, memory_order_acquire);
+	in->oldest = atomic_load_explicit(&c->oldest, memory_order_relaxed);
+	in->heartbeat_ns = atomic_load_explicit(&c->heartbeat_ns, memory_order_relaxed);
+	in->tail = atomic_load_explicit(&r->region->tail, memory_order_acquire);
+	in->consumer_index = r->consumer_index;
+	in->generation = r->generation;
+	in->row_state = atomic_load_explicit(&r->row->state, memory_order_acquire);
+	in->lost_heaps = atomic_load_explicit(&r->row->lost_heaps, memory_order_relaxed);
 	return 0;
 }
 
@@ -553,7 +871,7 @@ int ibvb_info(const struct ibvb_ring *r, struct ibvb_info *in)
 long ibvb_read_meta(const struct ibvb_ring *r, void *buf, size_t cap, size_t *need)
 {
 	const uint8_t *area = r->data + r->ctl->meta_offset;
-	struct ibvb_meta_header *mh = (struct ibvb_meta_header *)area; /* read-only mapping: loads only */
+	const struct ibvb_meta_header *mh = (const struct ibvb_meta_header *)area; /* read-only mapping: loads only */
 	uint64_t max = r->ctl->meta_size - IBVB_META_HEADER_SIZE;
 	if (need)
 		*need = 0;

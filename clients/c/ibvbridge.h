@@ -1,9 +1,18 @@
 /* ibvbridge.h — C consumer for ibvbridge shared-memory SPEAD heap rings.
  *
- * Implements the consumer side of docs/ring-layout.md, layout version 1.x. One header, liburing style:
+ * Implements the consumer side of docs/ring-layout.md, layout version 2.x. One header, liburing style:
  * the hot path (ibvb_peek, ibvb_release, item helpers) is static inline; attach/detach/wait live in
  * libibvbridge. Functions return 0 (or a count) on success and -errno on failure; ibvb_last_error()
  * gives a human message for the last failure in the calling thread.
+ *
+ * How 2.0 attaches (spec §1, §9): a ring NAME is a SOCK_SEQPACKET Unix socket NAME.v2.sock in a ring
+ * directory. ibvb_attach connects, checks that the server's uid is trusted (SO_PEERCRED), sends a hello
+ * and receives a welcome carrying three sealed memfds: the control memory (read-only: header, head, stats,
+ * consumer table), the data memory (read-only: descriptors, item tables, metadata, payload) and this
+ * consumer's own 4 KiB region (read-write: its cursor `tail` and its wake words). The socket stays open:
+ * closing it is the detach, and its hang-up is how the consumer learns that the producer died. Up to
+ * max_consumers consumers read one ring, each at its own pace; a consumer the producer detaches (overrun
+ * under `drop`, an invalid cursor) learns it from its row of the consumer table.
  *
  * A heap's payload and items are views into the ring, valid until the heap is released.
  *
@@ -35,28 +44,54 @@ extern "C" {
 #define IBVB__STATIC_ASSERT(c, m) _Static_assert(c, m)
 #endif
 
-#define IBVB_VERSION_MAJOR_LIB 1 /* library version */
+#define IBVB_VERSION_MAJOR_LIB 2 /* library version */
 #define IBVB_VERSION_MINOR_LIB 0
 
-/* ---- layout constants (spec §1, §2) ---------------------------------------------------------- */
+/* ---- layout constants (spec §1, §2, §3) ------------------------------------------------------ */
 
 #define IBVB_MAGIC 0x474E495242564249ULL /* "IBVBRING" little-endian */
-#define IBVB_MAJOR 1
+#define IBVB_MAJOR 2
 #define IBVB_MINOR 0
-#define IBVB_CTL_SIZE 4096
+#define IBVB_CTL_FIXED_SIZE 0x1000 /* control memory before the consumer table */
+#define IBVB_ROW_SIZE 128          /* consumer-table row */
+#define IBVB_REGION_SIZE 4096      /* consumer region */
+#define IBVB_MAX_CONSUMERS_LIMIT 64
+#define IBVB_DEFAULT_MAX_CONSUMERS 8
+/* ctl_size for a table of n rows: 0x1000 + n * 128, rounded up to 4096 (spec §2). */
+#define IBVB_CTL_SIZE_FOR(n) ((((uint64_t)IBVB_CTL_FIXED_SIZE + (uint64_t)(n) * IBVB_ROW_SIZE) + 4095) & ~(uint64_t)4095)
 #define IBVB_DESC_SIZE 64
 #define IBVB_ITEM_SIZE 32
-#define IBVB_DATA_PATH_MAX 256
 #define IBVB_STATS_SLOTS 32
-#define IBVB_STATS_COUNT 10 /* counters defined by 1.0 */
+#define IBVB_STATS_COUNT 13 /* counters defined by 2.0 */
 #define IBVB_REGION_ALIGN 4096
 #define IBVB_MAX_SLOT_COUNT (1u << 24)
 #define IBVB_MAX_ITEMS 65536u
 #define IBVB_META_HEADER_SIZE 16
+#define IBVB_META_RECORD_HEADER_SIZE 32
 #define IBVB_NAME_MAX 64
-#define IBVB_DEFAULT_DIR "/dev/shm"
+#define IBVB_SOCK_SUFFIX ".v2.sock"
+#define IBVB_LOCK_SUFFIX ".v2.lock"
+#define IBVB_RUN_DIR "/run/ibvbridge"          /* ring directory of a root producer */
+#define IBVB_SHM_DIR_PREFIX "/dev/shm/ibvbridge-" /* + decimal euid: everyone else's */
+#define IBVB_DIR_ENV "IBVBRIDGE_RING_DIR"
 
-/* Control file offsets (spec §2). */
+/* Handshake (spec §1.2). */
+#define IBVB_HELLO_SIZE 32
+#define IBVB_WELCOME_SIZE 64
+#define IBVB_ERROR_RECORD_MAX 256
+#define IBVB_ROLE_CONSUMER 1u
+#define IBVB_ROLE_OBSERVER 2u
+#define IBVB_START_OLDEST 0
+#define IBVB_START_HEAD 1
+#define IBVB_NO_CONSUMER_INDEX 0xFFFFFFFFu
+#define IBVB_STATUS_OK 0u
+#define IBVB_STATUS_VERSION 1u
+#define IBVB_STATUS_NOT_PERMITTED 2u
+#define IBVB_STATUS_BUSY 3u
+#define IBVB_STATUS_CLOSING 4u
+#define IBVB_STATUS_PROTOCOL 5u
+
+/* Control memory offsets (spec §2). */
 #define IBVB_OFF_MAGIC 0x00
 #define IBVB_OFF_MAJOR 0x08
 #define IBVB_OFF_MINOR 0x0A
@@ -72,7 +107,7 @@ extern "C" {
 #define IBVB_OFF_DESC_SIZE 0x44
 #define IBVB_OFF_ITEM_SIZE 0x48
 #define IBVB_OFF_PAGE_SIZE 0x4C
-#define IBVB_OFF_DATA_FILE_SIZE 0x50
+#define IBVB_OFF_DATA_SIZE 0x50
 #define IBVB_OFF_DESC_OFFSET 0x58
 #define IBVB_OFF_ITEMS_OFFSET 0x60
 #define IBVB_OFF_META_OFFSET 0x68
@@ -82,26 +117,51 @@ extern "C" {
 #define IBVB_OFF_PACKET_SIZE 0x88
 #define IBVB_OFF_FEATURES 0x90
 #define IBVB_OFF_STATS_COUNT 0x98
-#define IBVB_OFF_DATA_PATH 0x100
+#define IBVB_OFF_MAX_CONSUMERS 0x9C
+#define IBVB_OFF_HEADER_RESERVED 0xA0
+#define IBVB_OFF_RESERVED_100 0x100
 #define IBVB_OFF_HEAD 0x200
-#define IBVB_OFF_CONSUMER_WAITING 0x280
-#define IBVB_OFF_CONSUMER_FUTEX 0x284
-#define IBVB_OFF_TAIL 0x300
-#define IBVB_OFF_PRODUCER_WAITING 0x380
-#define IBVB_OFF_PRODUCER_FUTEX 0x384
-#define IBVB_OFF_CONSUMER_PID 0x400
-#define IBVB_OFF_CONSUMER_ATTACH_NS 0x408
-#define IBVB_OFF_HEARTBEAT_NS 0x480
+#define IBVB_OFF_PRODUCER_WAITING 0x280
+#define IBVB_OFF_HEARTBEAT_NS 0x300
+#define IBVB_OFF_OLDEST 0x308
+#define IBVB_OFF_RESERVED_380 0x380
 #define IBVB_OFF_STATS 0x500
-#define IBVB_OFF_CTL_RESERVED 0x600
+#define IBVB_OFF_RESERVED_600 0x600
+#define IBVB_OFF_CONSUMER_TABLE 0x1000
 
-/* state */
+/* Consumer-table row offsets (spec §2.2). */
+#define IBVB_ROW_OFF_STATE 0x00
+#define IBVB_ROW_OFF_GENERATION 0x04
+#define IBVB_ROW_OFF_PID 0x08
+#define IBVB_ROW_OFF_UID 0x10
+#define IBVB_ROW_OFF_ATTACH_NS 0x18
+#define IBVB_ROW_OFF_RELEASED 0x20
+#define IBVB_ROW_OFF_WAKES 0x28
+#define IBVB_ROW_OFF_LOST_HEAPS 0x30
+#define IBVB_ROW_OFF_RESERVED 0x38
+
+/* Consumer region offsets (spec §3). */
+#define IBVB_REG_OFF_TAIL 0x000
+#define IBVB_REG_OFF_CONSUMER_WAITING 0x080
+#define IBVB_REG_OFF_CONSUMER_FUTEX 0x084
+#define IBVB_REG_OFF_RELEASE_FUTEX 0x100
+#define IBVB_REG_OFF_SPIN_BUDGET_NS 0x180
+
+/* ring state */
 #define IBVB_STATE_INIT 0u
 #define IBVB_STATE_READY 1u
 #define IBVB_STATE_CLOSED 2u
 /* policy */
 #define IBVB_POLICY_DROP 0u
 #define IBVB_POLICY_BLOCK 1u
+/* consumer-table row state (spec §2.2) */
+#define IBVB_CONSUMER_FREE 0u
+#define IBVB_CONSUMER_ATTACHED 1u
+#define IBVB_CONSUMER_OVERRUN 2u
+#define IBVB_CONSUMER_BAD_CURSOR 3u
+#define IBVB_CONSUMER_GONE 4u
+/* header features */
+#define IBVB_FEATURE_REPLAY_TIMESTAMPS 0x1ull
 
 /* Descriptor flags (spec §4). */
 #define IBVB_FLAG_COMPLETE 0x01u
@@ -111,10 +171,11 @@ extern "C" {
 #define IBVB_FLAG_HAS_DESCRIPTORS 0x10u
 #define IBVB_FLAG_ITEMS_OVERFLOW 0x20u
 #define IBVB_FLAG_NO_HEAP_SIZE 0x40u
+#define IBVB_FLAG_ITEMS_CUT 0x80u
 /* Item flags (spec §5). */
 #define IBVB_ITEM_IMMEDIATE 0x1u
 
-/* Stats indices (spec §2.6). */
+/* Stats indices (spec §2.3). */
 enum ibvb_counter {
 	IBVB_CTR_PACKETS = 0,
 	IBVB_CTR_BYTES = 1,
@@ -126,15 +187,18 @@ enum ibvb_counter {
 	IBVB_CTR_TRUNCATED_HEAPS = 7,
 	IBVB_CTR_DISCARDED_INCOMPLETE_HEAPS = 8,
 	IBVB_CTR_END_OF_STREAM = 9,
-	IBVB_CTR_COUNT = 10
+	IBVB_CTR_CONSUMERS_ATTACHED = 10,
+	IBVB_CTR_CONSUMER_OVERRUNS = 11,
+	IBVB_CTR_CONSUMER_ERRORS = 12,
+	IBVB_CTR_COUNT = 13
 };
 
 /* ---- shared structures ----------------------------------------------------------------------- */
 
-/* Control file (spec §2), mapped read-write by the consumer. Fields another process writes while we
- * run are atomic. */
+/* Control memory (spec §2) up to the consumer table, mapped read-only by the consumer (the memfd is sealed
+ * F_SEAL_FUTURE_WRITE: it cannot be made writable). Fields the producer changes while we run are atomic. */
 struct ibvb_ctl {
-	/* 0x000 header */
+	/* 0x000 header: constant once handed out, except state */
 	IBVB_ATOMIC(uint64_t) magic;
 	uint16_t major;
 	uint16_t minor;
@@ -150,7 +214,7 @@ struct ibvb_ctl {
 	uint32_t desc_size;
 	uint32_t item_size;
 	uint32_t page_size;
-	uint64_t data_file_size;
+	uint64_t data_size;
 	uint64_t desc_offset;
 	uint64_t items_offset;
 	uint64_t meta_offset;
@@ -160,34 +224,85 @@ struct ibvb_ctl {
 	uint64_t packet_size;
 	uint64_t features;
 	uint32_t stats_count;
-	uint8_t header_reserved[0x100 - 0x9C];
+	uint32_t max_consumers;
+	uint8_t header_reserved[0x100 - 0xA0];
 	/* 0x100 */
-	char data_path[IBVB_DATA_PATH_MAX];
+	uint8_t reserved_100[0x100];
 	/* 0x200 producer cursor */
 	IBVB_ATOMIC(uint64_t) head;
 	uint8_t pad_head[120];
-	/* 0x280 consumer wake */
-	IBVB_ATOMIC(uint32_t) consumer_waiting;
-	IBVB_ATOMIC(uint32_t) consumer_futex;
-	uint8_t pad_cwake[120];
-	/* 0x300 consumer cursor */
-	IBVB_ATOMIC(uint64_t) tail;
-	uint8_t pad_tail[120];
-	/* 0x380 producer wake */
+	/* 0x280 producer wait */
 	IBVB_ATOMIC(uint32_t) producer_waiting;
-	IBVB_ATOMIC(uint32_t) producer_futex;
-	uint8_t pad_pwake[120];
-	/* 0x400 consumer info */
-	IBVB_ATOMIC(uint64_t) consumer_pid;
-	IBVB_ATOMIC(uint64_t) consumer_attach_ns;
-	uint8_t pad_cinfo[112];
-	/* 0x480 producer info */
+	uint8_t pad_pwait[124];
+	/* 0x300 producer info */
 	IBVB_ATOMIC(uint64_t) heartbeat_ns;
-	uint8_t pad_pinfo[120];
+	IBVB_ATOMIC(uint64_t) oldest;
+	uint8_t pad_pinfo[112];
+	/* 0x380 */
+	uint8_t reserved_380[0x500 - 0x380];
 	/* 0x500 stats */
 	IBVB_ATOMIC(uint64_t) stats[IBVB_STATS_SLOTS];
 	/* 0x600 */
-	uint8_t reserved[IBVB_CTL_SIZE - 0x600];
+	uint8_t reserved_600[IBVB_CTL_FIXED_SIZE - 0x600];
+	/* 0x1000: max_consumers × struct ibvb_row follow (ibvb_ctl_row) */
+};
+
+/* Consumer-table row (spec §2.2), producer-written; state is stored last (release). */
+struct ibvb_row {
+	IBVB_ATOMIC(uint32_t) state;
+	IBVB_ATOMIC(uint32_t) generation;
+	IBVB_ATOMIC(uint64_t) pid;
+	IBVB_ATOMIC(uint64_t) uid;
+	IBVB_ATOMIC(uint64_t) attach_ns;
+	IBVB_ATOMIC(uint64_t) released;
+	IBVB_ATOMIC(uint64_t) wakes;
+	IBVB_ATOMIC(uint64_t) lost_heaps;
+	uint8_t reserved[IBVB_ROW_SIZE - 0x38];
+};
+
+/* Consumer region (spec §3): one per attachment, mapped read-write; this consumer is its only writer
+ * except consumer_waiting (the producer exchanges it with 0) and consumer_futex (the producer bumps it). */
+struct ibvb_region {
+	IBVB_ATOMIC(uint64_t) tail;
+	uint8_t pad_tail[0x80 - 8];
+	IBVB_ATOMIC(uint32_t) consumer_waiting;
+	IBVB_ATOMIC(uint32_t) consumer_futex;
+	uint8_t pad_cwait[0x100 - 0x88];
+	IBVB_ATOMIC(uint32_t) release_futex;
+	uint8_t pad_release[0x180 - 0x104];
+	IBVB_ATOMIC(uint64_t) spin_budget_ns;
+	uint8_t reserved[IBVB_REGION_SIZE - 0x188];
+};
+
+/* Handshake records (spec §1.2), little-endian. */
+struct ibvb_hello {
+	uint64_t magic;
+	uint16_t major;
+	uint16_t minor;
+	uint32_t role;
+	uint32_t start;
+	uint32_t reserved[3];
+};
+struct ibvb_welcome {
+	uint64_t magic;
+	uint16_t major;
+	uint16_t minor;
+	uint32_t status;
+	uint32_t consumer_index;
+	uint32_t generation;
+	uint64_t session_id;
+	uint64_t ctl_size;
+	uint64_t data_size;
+	uint64_t region_size;
+	uint64_t reserved;
+};
+/* An error record: status != 0, then a NUL-terminated UTF-8 message at 0x10, no descriptors. */
+struct ibvb_error_record {
+	uint64_t magic;
+	uint16_t major;
+	uint16_t minor;
+	uint32_t status;
+	char message[IBVB_ERROR_RECORD_MAX - 16];
 };
 
 /* Descriptor (spec §4), in the read-only data mapping. */
@@ -232,7 +347,8 @@ struct ibvb_meta_record_header {
 #define IBVB__CHECK(T, f, off) IBVB__STATIC_ASSERT(offsetof(T, f) == (off), #T "." #f " offset")
 IBVB__STATIC_ASSERT(sizeof(IBVB_ATOMIC(uint64_t)) == 8 && sizeof(IBVB_ATOMIC(uint32_t)) == 4, "atomic sizes");
 IBVB__STATIC_ASSERT(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2, "lock-free atomics required");
-IBVB__STATIC_ASSERT(sizeof(struct ibvb_ctl) == IBVB_CTL_SIZE, "ctl size");
+IBVB__STATIC_ASSERT(sizeof(struct ibvb_ctl) == IBVB_CTL_FIXED_SIZE, "ctl size");
+IBVB__STATIC_ASSERT(IBVB_CTL_FIXED_SIZE == IBVB_OFF_CONSUMER_TABLE, "consumer table offset");
 IBVB__CHECK(struct ibvb_ctl, magic, IBVB_OFF_MAGIC);
 IBVB__CHECK(struct ibvb_ctl, major, IBVB_OFF_MAJOR);
 IBVB__CHECK(struct ibvb_ctl, minor, IBVB_OFF_MINOR);
@@ -248,7 +364,7 @@ IBVB__CHECK(struct ibvb_ctl, max_items, IBVB_OFF_MAX_ITEMS);
 IBVB__CHECK(struct ibvb_ctl, desc_size, IBVB_OFF_DESC_SIZE);
 IBVB__CHECK(struct ibvb_ctl, item_size, IBVB_OFF_ITEM_SIZE);
 IBVB__CHECK(struct ibvb_ctl, page_size, IBVB_OFF_PAGE_SIZE);
-IBVB__CHECK(struct ibvb_ctl, data_file_size, IBVB_OFF_DATA_FILE_SIZE);
+IBVB__CHECK(struct ibvb_ctl, data_size, IBVB_OFF_DATA_SIZE);
 IBVB__CHECK(struct ibvb_ctl, desc_offset, IBVB_OFF_DESC_OFFSET);
 IBVB__CHECK(struct ibvb_ctl, items_offset, IBVB_OFF_ITEMS_OFFSET);
 IBVB__CHECK(struct ibvb_ctl, meta_offset, IBVB_OFF_META_OFFSET);
@@ -258,18 +374,61 @@ IBVB__CHECK(struct ibvb_ctl, packet_offset, IBVB_OFF_PACKET_OFFSET);
 IBVB__CHECK(struct ibvb_ctl, packet_size, IBVB_OFF_PACKET_SIZE);
 IBVB__CHECK(struct ibvb_ctl, features, IBVB_OFF_FEATURES);
 IBVB__CHECK(struct ibvb_ctl, stats_count, IBVB_OFF_STATS_COUNT);
-IBVB__CHECK(struct ibvb_ctl, data_path, IBVB_OFF_DATA_PATH);
+IBVB__CHECK(struct ibvb_ctl, max_consumers, IBVB_OFF_MAX_CONSUMERS);
+IBVB__CHECK(struct ibvb_ctl, header_reserved, IBVB_OFF_HEADER_RESERVED);
+IBVB__CHECK(struct ibvb_ctl, reserved_100, IBVB_OFF_RESERVED_100);
 IBVB__CHECK(struct ibvb_ctl, head, IBVB_OFF_HEAD);
-IBVB__CHECK(struct ibvb_ctl, consumer_waiting, IBVB_OFF_CONSUMER_WAITING);
-IBVB__CHECK(struct ibvb_ctl, consumer_futex, IBVB_OFF_CONSUMER_FUTEX);
-IBVB__CHECK(struct ibvb_ctl, tail, IBVB_OFF_TAIL);
 IBVB__CHECK(struct ibvb_ctl, producer_waiting, IBVB_OFF_PRODUCER_WAITING);
-IBVB__CHECK(struct ibvb_ctl, producer_futex, IBVB_OFF_PRODUCER_FUTEX);
-IBVB__CHECK(struct ibvb_ctl, consumer_pid, IBVB_OFF_CONSUMER_PID);
-IBVB__CHECK(struct ibvb_ctl, consumer_attach_ns, IBVB_OFF_CONSUMER_ATTACH_NS);
 IBVB__CHECK(struct ibvb_ctl, heartbeat_ns, IBVB_OFF_HEARTBEAT_NS);
+IBVB__CHECK(struct ibvb_ctl, oldest, IBVB_OFF_OLDEST);
+IBVB__CHECK(struct ibvb_ctl, reserved_380, IBVB_OFF_RESERVED_380);
 IBVB__CHECK(struct ibvb_ctl, stats, IBVB_OFF_STATS);
-IBVB__CHECK(struct ibvb_ctl, reserved, IBVB_OFF_CTL_RESERVED);
+IBVB__CHECK(struct ibvb_ctl, reserved_600, IBVB_OFF_RESERVED_600);
+
+IBVB__STATIC_ASSERT(sizeof(struct ibvb_row) == IBVB_ROW_SIZE, "row size");
+IBVB__CHECK(struct ibvb_row, state, IBVB_ROW_OFF_STATE);
+IBVB__CHECK(struct ibvb_row, generation, IBVB_ROW_OFF_GENERATION);
+IBVB__CHECK(struct ibvb_row, pid, IBVB_ROW_OFF_PID);
+IBVB__CHECK(struct ibvb_row, uid, IBVB_ROW_OFF_UID);
+IBVB__CHECK(struct ibvb_row, attach_ns, IBVB_ROW_OFF_ATTACH_NS);
+IBVB__CHECK(struct ibvb_row, released, IBVB_ROW_OFF_RELEASED);
+IBVB__CHECK(struct ibvb_row, wakes, IBVB_ROW_OFF_WAKES);
+IBVB__CHECK(struct ibvb_row, lost_heaps, IBVB_ROW_OFF_LOST_HEAPS);
+IBVB__CHECK(struct ibvb_row, reserved, IBVB_ROW_OFF_RESERVED);
+
+IBVB__STATIC_ASSERT(sizeof(struct ibvb_region) == IBVB_REGION_SIZE, "region size");
+IBVB__CHECK(struct ibvb_region, tail, IBVB_REG_OFF_TAIL);
+IBVB__CHECK(struct ibvb_region, consumer_waiting, IBVB_REG_OFF_CONSUMER_WAITING);
+IBVB__CHECK(struct ibvb_region, consumer_futex, IBVB_REG_OFF_CONSUMER_FUTEX);
+IBVB__CHECK(struct ibvb_region, release_futex, IBVB_REG_OFF_RELEASE_FUTEX);
+IBVB__CHECK(struct ibvb_region, spin_budget_ns, IBVB_REG_OFF_SPIN_BUDGET_NS);
+IBVB__CHECK(struct ibvb_region, reserved, 0x188);
+
+IBVB__STATIC_ASSERT(sizeof(struct ibvb_hello) == IBVB_HELLO_SIZE, "hello size");
+IBVB__CHECK(struct ibvb_hello, magic, 0x00);
+IBVB__CHECK(struct ibvb_hello, major, 0x08);
+IBVB__CHECK(struct ibvb_hello, minor, 0x0A);
+IBVB__CHECK(struct ibvb_hello, role, 0x0C);
+IBVB__CHECK(struct ibvb_hello, start, 0x10);
+IBVB__CHECK(struct ibvb_hello, reserved, 0x14);
+IBVB__STATIC_ASSERT(sizeof(struct ibvb_welcome) == IBVB_WELCOME_SIZE, "welcome size");
+IBVB__CHECK(struct ibvb_welcome, magic, 0x00);
+IBVB__CHECK(struct ibvb_welcome, major, 0x08);
+IBVB__CHECK(struct ibvb_welcome, minor, 0x0A);
+IBVB__CHECK(struct ibvb_welcome, status, 0x0C);
+IBVB__CHECK(struct ibvb_welcome, consumer_index, 0x10);
+IBVB__CHECK(struct ibvb_welcome, generation, 0x14);
+IBVB__CHECK(struct ibvb_welcome, session_id, 0x18);
+IBVB__CHECK(struct ibvb_welcome, ctl_size, 0x20);
+IBVB__CHECK(struct ibvb_welcome, data_size, 0x28);
+IBVB__CHECK(struct ibvb_welcome, region_size, 0x30);
+IBVB__CHECK(struct ibvb_welcome, reserved, 0x38);
+IBVB__STATIC_ASSERT(sizeof(struct ibvb_error_record) == IBVB_ERROR_RECORD_MAX, "error record size");
+IBVB__CHECK(struct ibvb_error_record, magic, 0x00);
+IBVB__CHECK(struct ibvb_error_record, major, 0x08);
+IBVB__CHECK(struct ibvb_error_record, minor, 0x0A);
+IBVB__CHECK(struct ibvb_error_record, status, 0x0C);
+IBVB__CHECK(struct ibvb_error_record, message, 0x10);
 
 IBVB__STATIC_ASSERT(sizeof(struct ibvb_desc) == IBVB_DESC_SIZE, "descriptor size");
 IBVB__CHECK(struct ibvb_desc, seq, 0x00);
@@ -293,7 +452,7 @@ IBVB__CHECK(struct ibvb_item, reserved, 0x1C);
 IBVB__STATIC_ASSERT(sizeof(struct ibvb_meta_header) == IBVB_META_HEADER_SIZE, "meta header size");
 IBVB__CHECK(struct ibvb_meta_header, seq, 0x00);
 IBVB__CHECK(struct ibvb_meta_header, length, 0x08);
-IBVB__STATIC_ASSERT(sizeof(struct ibvb_meta_record_header) == 0x20, "meta record header size");
+IBVB__STATIC_ASSERT(sizeof(struct ibvb_meta_record_header) == IBVB_META_RECORD_HEADER_SIZE, "meta record header size");
 IBVB__CHECK(struct ibvb_meta_record_header, record_size, 0x00);
 IBVB__CHECK(struct ibvb_meta_record_header, ndim, 0x04);
 IBVB__CHECK(struct ibvb_meta_record_header, id, 0x08);
@@ -306,7 +465,9 @@ IBVB__CHECK(struct ibvb_meta_record_header, dtype_len, 0x1C);
 
 /* Defined here so the hot path can be inline; treat the fields as private. */
 struct ibvb_ring {
-	struct ibvb_ctl *ctl;             /* control mapping, read-write, IBVB_CTL_SIZE bytes */
+	const struct ibvb_ctl *ctl;       /* control mapping, read-only, ctl_size bytes */
+	const struct ibvb_row *row;       /* this consumer's row of the consumer table (inside ctl) */
+	struct ibvb_region *region;       /* this consumer's region, read-write, IBVB_REGION_SIZE bytes */
 	const uint8_t *data;              /* data mapping, read-only */
 	const struct ibvb_desc *desc;     /* data + desc_offset */
 	const struct ibvb_item *items;    /* data + items_offset */
@@ -315,6 +476,7 @@ struct ibvb_ring {
 	uint64_t slot_count;
 	uint64_t slot_size;
 	uint64_t data_size;               /* mapped bytes of data */
+	uint64_t ctl_size;                /* mapped bytes of ctl */
 	uint32_t max_items;
 	uint32_t eos_pending;             /* an END_OF_STREAM marker at eos_pos awaits release */
 	uint64_t eos_pos;
@@ -322,13 +484,16 @@ struct ibvb_ring {
 	uint64_t cached_head;             /* last head seen */
 	uint64_t released;                /* released position; stored to tail in batches */
 	uint64_t stored;                  /* last value stored to tail */
-	uint64_t release_batch;           /* releases per tail store (spec 7.3 step 5) */
+	uint64_t release_batch;           /* releases per tail store (spec §7.4) */
 	uint64_t session_id;
+	uint64_t row_expect;              /* the row's first 8 bytes while attached: state 1 | generation << 32 */
+	uint32_t consumer_index;          /* from the welcome */
+	uint32_t generation;              /* from the welcome */
 	int64_t max_latency_ns;           /* ibvb_set_max_latency: nap this long while the stream is active */
 	int64_t active_ns;                /* when ibvb_wait last saw head move */
 	uint64_t active_head;             /* the head it saw then */
-	int ctl_fd, data_fd, cons_fd;
-	char ctl_path[IBVB_DATA_PATH_MAX + 16];
+	int sock;                         /* the connection: open for the life of the attachment */
+	char name[IBVB_NAME_MAX + 1];     /* ring name, for messages */
 };
 
 /* One heap, valid (payload, items) until released. */
@@ -358,34 +523,56 @@ struct ibvb_stats {
 	uint64_t truncated_heaps;
 	uint64_t discarded_incomplete_heaps;
 	uint64_t end_of_stream;
+	uint64_t consumers_attached;
+	uint64_t consumer_overruns;
+	uint64_t consumer_errors;
 };
 
-/* Header values of an attached ring. */
+/* Header values of an attached ring, and this consumer's place in it. */
 struct ibvb_info {
 	uint16_t major, minor;
 	uint32_t state, policy;
 	uint64_t session_id, producer_pid, producer_start_ns;
 	uint64_t slot_count, slot_size;
 	uint32_t max_items, page_size;
-	uint64_t data_file_size, meta_size, packet_size, features;
-	uint32_t stats_count;
-	uint64_t head, tail, heartbeat_ns;
-	const char *data_path;
+	uint64_t ctl_size, data_size, meta_size, packet_size, features;
+	uint32_t stats_count, max_consumers;
+	uint64_t head, oldest, heartbeat_ns;
+	uint64_t tail;                    /* this consumer's region tail */
+	uint32_t consumer_index, generation;
+	uint32_t row_state;               /* IBVB_CONSUMER_* of this consumer's row */
+	uint64_t lost_heaps;              /* the row's lost_heaps (overrun) */
 };
 
 /* ---- library functions (libibvbridge) -------------------------------------------------------- */
 
-/* Attach to a ring: NAME (→ /dev/shm/ibvbridge.NAME.v1.ctl) or a control file path (contains '/', ends
- * in ".ctl"). Waits up to timeout_ms (<0: forever) for the file to appear and leave INIT.
- * Errors: -EINVAL bad name/path, -ENOENT not found, -ETIMEDOUT still initialising, -EBADMSG corrupt,
- * -EPROTONOSUPPORT other major version, -EBUSY another consumer attached, -ENOMEM, other -errno. */
+/* Attach options (all-zero = the defaults). */
+struct ibvb_attach_opts {
+	const char *dir; /* ring directory to look in; NULL: the §1.1 rules ($IBVBRIDGE_RING_DIR, else
+			  * /dev/shm/ibvbridge-EUID (or /run/ibvbridge as root), then /run/ibvbridge) */
+	int start;       /* IBVB_START_OLDEST (0, default): from the oldest heap the ring still holds;
+			  * IBVB_START_HEAD (1): only heaps published after the attach */
+};
+
+/* Attach as a consumer to a ring: NAME (looked up as NAME.v2.sock, spec §1.1) or the path of the socket
+ * (contains '/', ends in ".v2.sock"). Retries every 10 ms until timeout_ms (<0: forever) while the socket
+ * is missing or refuses connections. On success *out is the handle; the caller owns it (ibvb_detach).
+ * Errors (*out = NULL, ibvb_last_error() says more):
+ *   -EINVAL bad name, path or option; -ENOENT not found before the timeout; -EPERM the socket is served by
+ *   an untrusted uid; -EACCES not permitted (by the producer, or connect was denied); -EBUSY every consumer
+ *   row is taken; -ESHUTDOWN the producer is closing; -EPROTONOSUPPORT another layout major (the message
+ *   names both versions); -EPROTO malformed welcome or a protocol error record; -EBADMSG corrupt header or
+ *   geometry, missing seals or a size mismatch; -ETIMEDOUT no welcome in time; other -errno. */
 int ibvb_attach(struct ibvb_ring **out, const char *name_or_path, int timeout_ms);
-/* Detach: clears consumer_pid, unmaps, closes, drops the consumer lock. Unreleased heaps are delivered
- * again to the next consumer. NULL is ignored. */
+int ibvb_attach_opts(struct ibvb_ring **out, const char *name_or_path, int timeout_ms,
+		     const struct ibvb_attach_opts *opts);
+/* Detach: store the released cursor, unmap the three mappings, close the socket (the producer then frees
+ * the row; what this consumer held no longer holds anyone back). NULL is ignored. */
 void ibvb_detach(struct ibvb_ring *r);
 /* Next heap, waiting up to timeout_ms (<0: forever). 0 and *h filled; -ENODATA end of stream;
- * -ETIMEDOUT; -EPIPE producer gone (after everything it published was read); -EINTR a signal
- * interrupted the sleep; -EBADMSG corrupt descriptor. */
+ * -ETIMEDOUT; -EPIPE producer gone (after everything it published was read); -EOVERFLOW detached as
+ * overrun (the message says how many heaps were lost); -ECONNRESET detached for an invalid cursor (or the
+ * row was reused); -EINTR a signal interrupted the sleep; -EBADMSG corrupt descriptor. */
 int ibvb_wait(struct ibvb_ring *r, struct ibvb_heap *h, int timeout_ms);
 /* Cheap waiting: while the stream is active (head moved within the last few naps), ibvb_wait naps up to
  * ns instead of spinning and asking the producer for a wake per heap, then takes every heap that arrived
@@ -398,10 +585,14 @@ int ibvb_wait(struct ibvb_ring *r, struct ibvb_heap *h, int timeout_ms);
 void ibvb_set_max_latency(struct ibvb_ring *r, int64_t ns);
 /* Message for the last failing call in this thread ("" if none). */
 const char *ibvb_last_error(void);
-/* Producer liveness (spec §7.6): 1 alive, 0 gone, -errno. */
+/* Producer liveness (spec §7.6): polls the socket without waiting. 1 alive, 0 gone, -errno. */
 int ibvb_producer_alive(const struct ibvb_ring *r);
+/* This consumer's row in the consumer table (the welcome's consumer_index). */
+uint32_t ibvb_consumer_index(const struct ibvb_ring *r);
+/* A full (seq_cst) fence, out of line: for bindings that have no fence of their own. */
+void ibvb_full_fence(void);
 int ibvb_stats(const struct ibvb_ring *r, struct ibvb_stats *s);
-/* Counter by index (0 for indices >= stats_count or >= 32); name by index (NULL past the 1.0 set). */
+/* Counter by index (0 for indices >= stats_count or >= 32); name by index (NULL past the 2.0 set). */
 uint64_t ibvb_counter(const struct ibvb_ring *r, unsigned idx);
 const char *ibvb_counter_name(unsigned idx);
 int ibvb_info(const struct ibvb_ring *r, struct ibvb_info *info);
@@ -422,9 +613,15 @@ struct ibvb_meta_record {
 int ibvb_meta_next(const void *buf, size_t len, size_t *off, struct ibvb_meta_record *rec);
 int64_t ibvb_meta_dim(const struct ibvb_meta_record *rec, uint32_t i);
 
+/* Spec §1.2: may a socket served by peer_uid be trusted? 1 yes (0, this process's euid, or the owner of
+ * the socket's directory when that directory is not writable by group or others), 0 no. dir_uid/dir_mode:
+ * the directory's st_uid/st_mode. Exposed for tests and other bindings. */
+int ibvb_peer_uid_trusted(uint32_t peer_uid, uint32_t euid, uint32_t dir_uid, uint32_t dir_mode);
+
 /* internal, out of line */
 void ibvb__wake_producer(struct ibvb_ring *r);
 int ibvb__corrupt_desc(struct ibvb_ring *r, uint64_t pos, const char *what, uint64_t v1, uint64_t v2);
+int ibvb__row_changed(struct ibvb_ring *r);
 
 /* ---- hot path (inline) ----------------------------------------------------------------------- */
 
@@ -439,22 +636,32 @@ static inline uint32_t ibvb_max_items(const struct ibvb_ring *r) { return r->max
 /* Positions read (peeked) but not yet released. */
 static inline uint64_t ibvb_held(const struct ibvb_ring *r) { return r->read - r->released; }
 
-/* Stores the released position to the shared tail and wakes a waiting producer. ibvb_release calls it
- * once per batch of releases (a store per heap would cost the producer a cache miss per heap); peek calls
- * it when it finds nothing to read, wait before it sleeps, detach before it leaves. */
+/* The first 8 bytes of this consumer's row (state | generation << 32), one acquire load: a row that still
+ * says "attached, our generation" equals r->row_expect. */
+static inline uint64_t ibvb__row_word(const struct ibvb_ring *r)
+{
+	return ibvb__load((const IBVB_ATOMIC(uint64_t) *)(const void *)r->row, acquire);
+}
+
+/* Stores the released position to this consumer's tail (spec §7.4): release store, full fence, and if the
+ * producer is waiting for a release, bump release_futex and FUTEX_WAKE it (out of line, rare). ibvb_release
+ * calls it once per batch of releases (a store per heap would cost the producer a cache miss per heap);
+ * peek calls it when it finds nothing to read, wait before it sleeps, detach before it leaves. No syscall
+ * unless the producer waits. */
 static inline void ibvb_flush_release(struct ibvb_ring *r)
 {
 	if (r->stored == r->released)
 		return;
 	r->stored = r->released;
-	ibvb__store(&r->ctl->tail, r->released, release);
+	ibvb__store(&r->region->tail, r->released, release);
 	ibvb__fence();
 	if (__builtin_expect(ibvb__load(&r->ctl->producer_waiting, relaxed) != 0, 0))
 		ibvb__wake_producer(r);
 }
 
 /* Release every held position up to and including h->position (in position order). The views of those
- * heaps must not be touched afterwards. Releasing an already released position does nothing. */
+ * heaps must not be touched afterwards. Releasing an already released position does nothing. The tail
+ * store is batched (at most max(1, slot_count/8), ≤ 64 positions deferred; see ibvb_flush_release). */
 static inline void ibvb_release(struct ibvb_ring *r, const struct ibvb_heap *h)
 {
 	uint64_t t = h->position + 1;
@@ -471,7 +678,7 @@ static inline void ibvb_release(struct ibvb_ring *r, const struct ibvb_heap *h)
 		ibvb_flush_release(r);
 }
 
-/* Release everything read so far. */
+/* Release everything read so far (same contract as ibvb_release on the newest held heap). */
 static inline void ibvb_release_all(struct ibvb_ring *r)
 {
 	struct ibvb_heap h;
@@ -483,12 +690,21 @@ static inline void ibvb_release_all(struct ibvb_ring *r)
 
 /* Next heap without blocking: 0 and *h filled (the read position advances, so several heaps can be
  * held); -EAGAIN nothing published yet; -ENODATA end of stream (an END_OF_STREAM marker, which is
- * consumed, or a CLOSED ring drained); -EBADMSG corrupt descriptor (nothing is consumed). */
+ * consumed, or a CLOSED ring drained); -EBADMSG corrupt descriptor (nothing is consumed); -EOVERFLOW /
+ * -ECONNRESET this consumer was detached by the producer (overrun / invalid cursor; sticky: it must stop
+ * reading). Whenever it reloads head it also checks this consumer's row (one load). No syscall unless it
+ * flushes a release to a waiting producer. */
 static inline int ibvb_peek(struct ibvb_ring *r, struct ibvb_heap *h)
 {
 	uint64_t pos = r->read;
 	if (pos == r->cached_head) {
 		r->cached_head = ibvb__load(&r->ctl->head, acquire);
+		/* head first, then the row: a detach the producer made before this head is seen (spec §7.6) */
+		if (__builtin_expect(ibvb__row_word(r) != r->row_expect, 0)) {
+			int rc = ibvb__row_changed(r);
+			if (rc < 0)
+				return rc;
+		}
 		if (pos == r->cached_head) {
 			ibvb_flush_release(r); /* caught up: hand the released slots back now */
 			if (ibvb__load(&r->ctl->state, acquire) != IBVB_STATE_CLOSED)
@@ -498,6 +714,8 @@ static inline int ibvb_peek(struct ibvb_ring *r, struct ibvb_heap *h)
 			if (pos == r->cached_head)
 				return -ENODATA;
 		}
+		if (__builtin_expect(r->cached_head - r->released > r->slot_count, 0))
+			return ibvb__corrupt_desc(r, pos, "head distance", r->cached_head - r->released, r->slot_count);
 	}
 	const struct ibvb_desc *d = &r->desc[pos & r->mask];
 	if (__builtin_expect(d->seq != pos + 1, 0))
@@ -552,7 +770,8 @@ static inline int ibvb_peek(struct ibvb_ring *r, struct ibvb_heap *h)
  * *h filled each time (h: struct ibvb_heap *). The heaps stay held: release them together afterwards
  * with ibvb_advance (or one by one with ibvb_release). The loop ends when ibvb_peek stops returning 0;
  * rc (an int lvalue) then holds why: -EAGAIN nothing more yet, -ENODATA end of stream, -EBADMSG a
- * corrupt descriptor. At most slot_count heaps can be held: a body that holds heaps must advance. */
+ * corrupt descriptor, -EOVERFLOW/-ECONNRESET detached (see ibvb_peek).
+ * At most slot_count heaps can be held: a body that holds heaps must advance. */
 #define ibvb_for_each_heap(r, h, rc) for ((rc) = ibvb_peek((r), (h)); (rc) == 0; (rc) = ibvb_peek((r), (h)))
 
 /* Release the n oldest held heaps, in position order (n larger than ibvb_held releases them all). Their

@@ -11,7 +11,9 @@ import (
 
 func runConsume(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("consume", stderr)
-	name := fs.String("ring", "", "ring name or control-file path (required)")
+	name := fs.String("ring", "", "ring name or socket path (required)")
+	dir := fs.String("dir", "", "ring directory to look the name up in (default: the spec's: $IBVBRIDGE_RING_DIR, own, /run/ibvbridge)")
+	start := fs.String("start", "oldest", "oldest: the oldest heap the ring holds; head: only heaps published from now on")
 	verify := fs.Bool("verify", false, "check every byte of complete heaps against the test pattern (send --pattern)")
 	maxHeaps := fs.Uint64("max-heaps", 0, "stop after this many heaps (0: until end of stream)")
 	timeoutMs := fs.Int("timeout-ms", 10000, "attach timeout and per-heap wait timeout")
@@ -32,10 +34,12 @@ func runConsume(args []string, stdout, stderr io.Writer) error {
 		return usageError("--sleep-us %d: want microseconds >= 0", *sleepUs)
 	case *maxLatencyUs < 0:
 		return usageError("--max-latency-us %d: want microseconds >= 0", *maxLatencyUs)
+	case *start != "oldest" && *start != "head":
+		return usageError("--start %q: want oldest or head", *start)
 	}
 	res := bench.Consume(*name, bench.ConsumeOptions{Verify: *verify, MaxHeaps: *maxHeaps,
 		Timeout: time.Duration(*timeoutMs) * time.Millisecond, Hold: *hold, Sleep: time.Duration(*sleepUs) * time.Microsecond,
-		MaxLatency: time.Duration(*maxLatencyUs) * time.Microsecond})
+		MaxLatency: time.Duration(*maxLatencyUs) * time.Microsecond, Dir: *dir, FromHead: *start == "head"})
 	if err := json.NewEncoder(stdout).Encode(res); err != nil {
 		return err
 	}

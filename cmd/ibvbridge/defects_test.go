@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -36,8 +37,8 @@ func TestAuditedBadInput(t *testing.T) {
 		}
 	}
 	// --cpuprofile fails before anything is opened: no ring was made.
-	if _, err := os.Stat(ring.CtlPath(ring.DefaultDir, "cpuprof")); err == nil {
-		ring.Remove("", "", "cpuprof")
+	if _, err := os.Stat(filepath.Join(ring.DefaultDir(), ring.SocketName("cpuprof"))); err == nil {
+		ring.Remove("", "cpuprof")
 		t.Error("recv with a bad --cpuprofile created its ring")
 	}
 	// bench --help is help, not an unknown benchmark.
@@ -67,15 +68,16 @@ func TestSendStopsOnSignalWhilePacing(t *testing.T) {
 // bench udp with an option that fails after recv started leaves no ring behind; bench ring stopped by
 // SIGTERM removes its ring.
 func TestBenchLeavesNoRing(t *testing.T) {
-	ctls := func() []string {
-		m, _ := filepath.Glob(filepath.Join(ring.DefaultDir, "ibvbridge.bench-*.ctl"))
+	socks := func() []string {
+		m, _ := filepath.Glob(filepath.Join(ring.DefaultDir(), "bench-*"+ring.SocketName("")))
 		return m
 	}
-	before := ctls()
+	before := socks()
+	hugeBefore := hugePagesFree()
 	p := startProc(t, "bench", "ring", "--consumer", "go", "--heap-size", "64", "--heaps", "200000000", "--idle", "0")
 	var made string
 	if !testutil.WaitFor(20*time.Second, func() bool {
-		for _, f := range ctls() {
+		for _, f := range socks() {
 			if !contains(before, f) {
 				made = f
 				return true
@@ -88,15 +90,27 @@ func TestBenchLeavesNoRing(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	p.wait(t, 20*time.Second)
-	base := strings.TrimSuffix(made, ".ctl")
-	for _, ext := range []string{".ctl", ".dat", ".lock", ".cons"} {
-		if _, err := os.Stat(base + ext); err == nil {
-			t.Errorf("bench ring left %s after SIGTERM", base+ext)
+	base := strings.TrimSuffix(made, ring.SocketName(""))
+	for _, f := range []string{made, base + ".v2.lock"} {
+		if _, err := os.Stat(f); err == nil {
+			t.Errorf("bench ring left %s after SIGTERM", f)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(ring.DefaultHugeDir, filepath.Base(base)+".dat")); err == nil {
-		t.Errorf("bench ring left its hugepage data file after SIGTERM")
+	if got := hugePagesFree(); got != hugeBefore {
+		t.Errorf("free hugepages %d after bench ring, %d before: its memory outlived it", got, hugeBefore)
 	}
+}
+
+// hugePagesFree is the count of free default-size hugepages.
+func hugePagesFree() int {
+	b, _ := os.ReadFile("/proc/meminfo")
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "HugePages_Free:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
 }
 
 func contains(list []string, s string) bool {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -32,50 +33,50 @@ func rates(prev, cur ring.Info, dt time.Duration) ringRates {
 // lsEntry is one ring of `ls`.
 type lsEntry struct {
 	Name          string    `json:"name"`
-	State         string    `json:"state"` // ready, closed, init, or stale: only leftover files
+	Socket        string    `json:"socket"`
+	State         string    `json:"state"` // ready, closed, or stale: a socket or lock nobody serves
 	ProducerPID   uint64    `json:"producer_pid"`
 	ProducerAlive bool      `json:"producer_alive"`
-	ConsumerPID   uint64    `json:"consumer_pid"`
+	Consumers     int       `json:"consumers"`
 	Slots         uint64    `json:"slots"`
-	Unread        uint64    `json:"unread"`
+	Held          uint64    `json:"held"` // heaps still holding slots: what the slowest consumer has not released
 	Rates         ringRates `json:"rates"`
 	Error         string    `json:"error,omitempty"`
 }
 
+const dirUsage = "ring directory (default: $IBVBRIDGE_RING_DIR, else /run/ibvbridge for root, else /dev/shm/ibvbridge-UID; ls and rm also look in /run/ibvbridge)"
+
 func runLs(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("ls", stderr)
-	dir := fs.String("dir", ring.DefaultDir, "directory of ring control files")
+	dir := fs.String("dir", "", dirUsage)
 	interval := fs.Duration("interval", 250*time.Millisecond, "measure rates over this long (0: no rates)")
 	asJSON := fs.Bool("json", false, "print a JSON array")
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
-	names, err := ring.List(*dir)
+	rings, err := ring.List(*dir)
 	if err != nil {
 		return err
 	}
-	first := make([]ring.Info, len(names))
-	for i, n := range names {
-		first[i], _ = ring.Inspect(n, *dir)
+	first := make([]ring.Info, len(rings))
+	for i, l := range rings {
+		first[i], _ = ring.Inspect(l.Path(), "")
 	}
-	if *interval > 0 && len(names) > 0 {
+	if *interval > 0 && len(rings) > 0 {
 		time.Sleep(*interval)
 	}
-	entries := make([]lsEntry, 0, len(names))
-	for i, n := range names {
-		e := lsEntry{Name: n}
-		info, err := ring.Inspect(n, *dir)
+	entries := make([]lsEntry, 0, len(rings))
+	for i, l := range rings {
+		e := lsEntry{Name: l.Name, Socket: l.Path()}
+		info, err := ring.Inspect(l.Path(), "")
 		switch {
 		case errors.Is(err, ring.ErrNotFound):
-			e.State = "stale" // lock files only: `ibvbridge rm --stale` removes them
+			e.State = "stale" // what kill -9 leaves: `ibvbridge rm --stale` removes it
 		case err != nil:
 			e.State, e.Error = "unreadable", err.Error()
 		default:
-			e.State, e.ProducerPID, e.ProducerAlive, e.ConsumerPID = info.State, info.ProducerPID, info.ProducerAlive, info.ConsumerPID
-			e.Slots, e.Unread = info.Geometry.SlotCount, info.Head-info.Tail
-			if !info.ProducerAlive && info.State != "closed" {
-				e.State = "dead"
-			}
+			e.State, e.ProducerPID, e.ProducerAlive, e.Consumers = info.State, info.ProducerPID, info.ProducerAlive, info.Attached()
+			e.Slots, e.Held = info.Geometry.SlotCount, info.Head-info.Oldest
 			if *interval > 0 {
 				e.Rates = rates(first[i], info, *interval)
 			}
@@ -86,27 +87,24 @@ func runLs(args []string, stdout, stderr io.Writer) error {
 		return json.NewEncoder(stdout).Encode(entries)
 	}
 	w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "RING\tSTATE\tPRODUCER\tCONSUMER\tFILL\tHEAPS/S\tGB/S\tDROPS/S")
+	fmt.Fprintln(w, "RING\tSTATE\tPRODUCER\tCONSUMERS\tFILL\tHEAPS/S\tGB/S\tDROPS/S")
 	for _, e := range entries {
-		prod, cons, fill := "-", "-", "-"
+		prod, fill := "-", "-"
 		if e.ProducerPID != 0 {
-			prod = fmt.Sprintf("%d (%s)", e.ProducerPID, map[bool]string{true: "alive", false: "gone"}[e.ProducerAlive])
-		}
-		if e.ConsumerPID != 0 {
-			cons = fmt.Sprint(e.ConsumerPID)
+			prod = fmt.Sprint(e.ProducerPID)
 		}
 		if e.Slots > 0 {
-			fill = fmt.Sprintf("%d/%d", e.Unread, e.Slots)
+			fill = fmt.Sprintf("%d/%d", e.Held, e.Slots)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%.0f\t%.3f\t%.0f\n", e.Name, e.State, prod, cons, fill, e.Rates.HeapsPerS, e.Rates.Gbps, e.Rates.DropsPerS)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%.0f\t%.3f\t%.0f\n", e.Name, e.State, prod, e.Consumers, fill, e.Rates.HeapsPerS, e.Rates.Gbps, e.Rates.DropsPerS)
 	}
 	return w.Flush()
 }
 
 func runRm(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("rm", stderr)
-	dir := fs.String("dir", ring.DefaultDir, "directory of ring control files")
-	stale := fs.Bool("stale", false, "remove every ring no live producer or consumer holds")
+	dir := fs.String("dir", "", dirUsage)
+	stale := fs.Bool("stale", false, "remove every ring no live producer serves")
 	names, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -114,48 +112,49 @@ func runRm(args []string, stdout, stderr io.Writer) error {
 	if *stale == (len(names) > 0) {
 		return usageError("usage: ibvbridge rm NAME... | ibvbridge rm --stale")
 	}
-	present, err := ring.List(*dir)
-	if err != nil {
-		return err
-	}
-	if *stale {
-		names = present
-	}
-	var failed error
 	for _, n := range names {
 		if err := ring.ValidateName(n); err != nil {
 			return usageError("%v", err)
 		}
-		if !slices.Contains(present, n) {
-			failed = fmt.Errorf("no ring %s in %s", n, *dir)
-			fmt.Fprintln(stderr, "ibvbridge rm:", failed)
+	}
+	present, err := ring.List(*dir)
+	if err != nil {
+		return err
+	}
+	var targets []ring.Listed
+	if *stale {
+		targets = present
+	}
+	for _, n := range names {
+		i := slices.IndexFunc(present, func(l ring.Listed) bool { return l.Name == n })
+		if i < 0 {
+			fmt.Fprintf(stderr, "ibvbridge rm: no ring %s in %s\n", n, strings.Join(ring.ListDirs(*dir), " or "))
+			err = &exitError{code: 1}
 			continue
 		}
-		info, ierr := ring.Inspect(n, *dir)
-		if *stale && ierr == nil && info.ProducerAlive {
-			continue // live: not stale
-		}
-		err := ring.Remove(*dir, "", n)
-		switch {
-		case err == nil:
-			fmt.Fprintf(stdout, "removed %s\n", n)
-		case errors.Is(err, ring.ErrInUse) && !*stale:
-			failed = fmt.Errorf("ring %s is live (producer pid %d): stop its recv first", n, info.ProducerPID)
-			fmt.Fprintln(stderr, "ibvbridge rm:", failed)
-		case errors.Is(err, ring.ErrBusy):
-			fmt.Fprintf(stderr, "ibvbridge rm: kept %s: a consumer (pid %d) still holds it\n", n, info.ConsumerPID)
+		targets = append(targets, present[i])
+	}
+	for _, l := range targets {
+		info, ierr := ring.Inspect(l.Path(), "")
+		if ierr == nil { // something answers: live
 			if !*stale {
-				failed = err
+				fmt.Fprintf(stderr, "ibvbridge rm: ring %s is live (producer pid %d): stop its recv first\n", l.Name, info.ProducerPID)
+				err = &exitError{code: 1}
 			}
-		case errors.Is(err, ring.ErrInUse):
-			// Started between the look and the removal: live after all.
+			continue
+		}
+		switch rerr := ring.Remove(l.Dir, l.Name); {
+		case rerr == nil:
+			fmt.Fprintf(stdout, "removed %s\n", l.Name)
+		case errors.Is(rerr, ring.ErrInUse):
+			if !*stale { // started between the look and the removal: live after all
+				fmt.Fprintf(stderr, "ibvbridge rm: ring %s is live: stop its recv first\n", l.Name)
+				err = &exitError{code: 1}
+			}
 		default:
-			failed = err
-			fmt.Fprintln(stderr, "ibvbridge rm:", err)
+			fmt.Fprintln(stderr, "ibvbridge rm:", rerr)
+			err = &exitError{code: 1}
 		}
 	}
-	if failed != nil {
-		return &exitError{code: 1}
-	}
-	return nil
+	return err
 }

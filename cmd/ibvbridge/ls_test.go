@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,11 +23,26 @@ func createRing(t *testing.T, dir, name string) *ring.Producer {
 	return p
 }
 
+// leaveStale leaves what kill -9 of a producer leaves of ring name: a socket nobody serves and a lock file.
+func leaveStale(t *testing.T, dir, name string) {
+	t.Helper()
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: filepath.Join(dir, ring.SocketName(name)), Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.SetUnlinkOnClose(false)
+	ln.Close()
+	if err := os.WriteFile(filepath.Join(dir, name+".v2.lock"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // ls lists live and stale rings; rm --stale removes only what nobody holds; rm refuses a live ring.
 func TestLsAndRm(t *testing.T) {
 	dir := t.TempDir()
 	createRing(t, dir, "live")
-	createRing(t, dir, "gone").Close() // a clean stop leaves its lock files: stale
+	createRing(t, dir, "clean").Close() // a clean stop leaves nothing
+	leaveStale(t, dir, "gone")
 	stdout, stderr, code := runCmd(t, 10*time.Second, "ls", "--dir", dir, "--json", "--interval", "0")
 	if code != 0 {
 		t.Fatalf("ls: exit %d: %s", code, stderr)
@@ -55,8 +71,8 @@ func TestLsAndRm(t *testing.T) {
 	if code != 0 || strings.TrimSpace(stdout) != "removed gone" {
 		t.Errorf("rm --stale: exit %d, %q", code, stdout)
 	}
-	left, _ := filepath.Glob(filepath.Join(dir, "ibvbridge.gone.*"))
-	live, _ := filepath.Glob(filepath.Join(dir, "ibvbridge.live.*"))
+	left, _ := filepath.Glob(filepath.Join(dir, "gone.*"))
+	live, _ := filepath.Glob(filepath.Join(dir, "live.*"))
 	if len(left) != 0 || len(live) == 0 {
 		t.Errorf("after rm --stale: gone's files %v, live's %v", left, live)
 	}

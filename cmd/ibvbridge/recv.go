@@ -53,6 +53,9 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	cpus := fs.String("cpus", "", "udp: pin receive thread k to the k-th CPU of this comma-separated list")
 	gro := fs.Bool("gro", true, "udp: let the kernel hand over runs of datagrams as one message (UDP GRO); --gro=false: one datagram per message")
 	hugepages := fs.String("hugepages", "auto", "ring data on hugepages: auto, require or off")
+	ringDir := fs.String("dir", "", "ring directory for the socket and lock (default: $IBVBRIDGE_RING_DIR, else /run/ibvbridge for root, else /dev/shm/ibvbridge-UID)")
+	group := fs.String("group", "", "let members of this group attach as consumers (default: only this user and root)")
+	maxConsumers := fs.Int("max-consumers", ring.DefaultMaxConsumer, "consumers that may attach at once")
 	transportName := fs.String("transport", "", "udp, pcap, xdp or ibv (default udp, or pcap with --pcap)")
 	xdpOpt := addXDPFlags(fs)
 	ibvOpt := addIBVFlags(fs, false) // ibv: --ibv, --ibv-* flags (transport_ibv.go)
@@ -85,6 +88,9 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	}
 	if *maxItems < 1 || *maxItems > ring.MaxItems {
 		return usageError("--max-items %d: want 1..%d", *maxItems, ring.MaxItems)
+	}
+	if *maxConsumers < 1 || *maxConsumers > ring.MaxConsumersLimit {
+		return usageError("--max-consumers %d: want 1..%d", *maxConsumers, ring.MaxConsumersLimit)
 	}
 	if *maxHeaps < 1 || *maxHeaps > *slots {
 		return usageError("--max-heaps %d: want 1..%d (every heap under assembly holds a slot)", *maxHeaps, *slots)
@@ -148,7 +154,8 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	defer signal.Stop(sigs)
 
 	cfg := bridge.Config{Ring: *name,
-		RingCfg:      ring.Config{SlotCount: *slots, SlotSize: *slotSize, MaxItems: *maxItems, Policy: pol, HugePages: hp},
+		RingCfg: ring.Config{SlotCount: *slots, SlotSize: *slotSize, MaxItems: *maxItems, Policy: pol, HugePages: hp,
+			Dir: *ringDir, Group: *group, MaxConsumers: *maxConsumers, ReplayTimestamps: tr == "pcap"},
 		Assembler:    spead.AssemblerConfig{MaxHeaps: *maxHeaps, Incomplete: *incomplete},
 		WaitConsumer: *waitConsumer, StatsInterval: *statsEvery, Log: &log}
 	switch tr {

@@ -169,7 +169,7 @@ func startRecv(t *testing.T, args ...string) (*proc, *bench.LockedBuffer) {
 	name := args[slices.Index(args, "--ring")+1]
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if _, err := os.Stat(ring.CtlPath(ring.DefaultDir, name)); err == nil {
+		if _, err := os.Stat(filepath.Join(ring.DefaultDir(), ring.SocketName(name))); err == nil {
 			return p, p.out
 		}
 		if p.exited() {
@@ -200,7 +200,7 @@ func startConsumer(t *testing.T, name string, verify bool) *proc {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		// A fast stream may be over before we look: a consumer that has already finished attached too.
-		if i, err := ring.Inspect(name, ring.DefaultDir); (err == nil && i.ConsumerPID != 0) || p.exited() {
+		if i, err := ring.Inspect(name, ""); (err == nil && i.Attached() > 0) || p.exited() {
 			return p
 		}
 		if time.Now().After(deadline) {
@@ -308,7 +308,7 @@ func TestRecvBadInput(t *testing.T) {
 			t.Errorf("recv %v: exit %d, stderr %q; want one line with %q", tc.args, code, stderr, tc.want)
 		}
 	}
-	if _, err := os.Stat(ring.CtlPath(ring.DefaultDir, name)); err == nil {
+	if _, err := os.Stat(filepath.Join(ring.DefaultDir(), ring.SocketName(name))); err == nil {
 		t.Errorf("a failed recv left ring %s behind", name)
 	}
 }
@@ -371,7 +371,7 @@ func TestRecvSIGINT(t *testing.T) {
 	if m["result"] != "interrupted" || num(m, "end_of_stream") != 1 {
 		t.Errorf("counters %v", m)
 	}
-	if _, err := os.Stat(ring.CtlPath(ring.DefaultDir, name)); err == nil {
+	if _, err := os.Stat(filepath.Join(ring.DefaultDir(), ring.SocketName(name))); err == nil {
 		t.Error("ring left behind after SIGINT")
 	}
 }
@@ -411,7 +411,10 @@ func TestMulticastNetns(t *testing.T) {
 	if err := recv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if !testutil.WaitFor(10*time.Second, func() bool { _, err := os.Stat(ring.CtlPath(ring.DefaultDir, name)); return err == nil }) {
+	if !testutil.WaitFor(10*time.Second, func() bool {
+		_, err := os.Stat(filepath.Join(ring.DefaultDir(), ring.SocketName(name)))
+		return err == nil
+	}) {
 		t.Fatalf("recv in the namespace: %s", errb.String())
 	}
 	cons := startConsumer(t, name, true) // the ring is shared memory: the consumer needs no namespace

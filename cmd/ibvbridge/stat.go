@@ -20,7 +20,7 @@ import (
 func runStat(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("stat", stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object (with --watch: one per refresh)")
-	dir := fs.String("dir", ring.DefaultDir, "directory of ring control files")
+	dir := fs.String("dir", "", "ring directory (default: $IBVBRIDGE_RING_DIR, /run/ibvbridge for root, /dev/shm/ibvbridge-UID)")
 	watch := fs.Bool("watch", false, "refresh until the ring closes or Ctrl-C: rates, fill, lag, drops, heartbeat")
 	interval := fs.Duration("interval", time.Second, "with --watch: refresh this often")
 	pos, err := parseInterspersed(fs, args) // `stat NAME --json` as well as `stat --json NAME`
@@ -96,18 +96,26 @@ func printInfo(stdout io.Writer, info ring.Info, r *ringRates) error {
 	fmt.Fprintf(w, "state\t%s\n", info.State)
 	fmt.Fprintf(w, "producer\tpid %d, alive %v, session %#x, heartbeat %s ago\n", info.ProducerPID, info.ProducerAlive,
 		info.SessionID, time.Duration(info.HeartbeatAgeNs).Round(time.Millisecond))
-	fmt.Fprintf(w, "consumer\tpid %d\n", info.ConsumerPID)
+	fmt.Fprintf(w, "socket\t%s\n", info.Socket)
 	fmt.Fprintf(w, "policy\t%s\n", info.Policy)
 	fmt.Fprintf(w, "slots\t%d x %d bytes, %d items each\n", info.Geometry.SlotCount, info.Geometry.SlotSize, info.Geometry.MaxItems)
-	fmt.Fprintf(w, "data\t%s (%d bytes, page %d)\n", info.DataPath, info.Geometry.DataFileSize, info.Geometry.PageSize)
-	fmt.Fprintf(w, "cursors\thead %d, tail %d, unreleased %d\n", info.Head, info.Tail, info.Head-info.Tail)
+	fmt.Fprintf(w, "data\t%d bytes, page %d\n", info.Geometry.DataSize, info.Geometry.PageSize)
+	fmt.Fprintf(w, "cursors\thead %d, oldest held %d, held %d\n", info.Head, info.Oldest, info.Head-info.Oldest)
 	if r != nil {
 		fill := 0.0
 		if info.Geometry.SlotCount > 0 {
-			fill = 100 * float64(info.Head-info.Tail) / float64(info.Geometry.SlotCount)
+			fill = 100 * float64(info.Head-info.Oldest) / float64(info.Geometry.SlotCount)
 		}
 		fmt.Fprintf(w, "rates\t%.0f heaps/s, %.0f packets/s, %.3f Gb/s, %.0f dropped heaps/s\n", r.HeapsPerS, r.PacketsPerS, r.Gbps, r.DropsPerS)
-		fmt.Fprintf(w, "fill\t%.1f %% (consumer lag %d heaps)\n", fill, info.Head-info.Tail)
+		fmt.Fprintf(w, "fill\t%.1f %%\n", fill)
+	}
+	fmt.Fprintf(w, "consumers\t%d attached (at most %d)\n", info.Attached(), info.MaxConsumers)
+	for _, c := range info.Consumers {
+		fmt.Fprintf(w, "  [%d]\tpid %d, uid %d, %s, position %d, lag %d, wakes %d", c.Index, c.PID, c.UID, c.State, c.Position, c.Lag, c.Wakes)
+		if c.LostHeaps > 0 {
+			fmt.Fprintf(w, ", lost %d heaps", c.LostHeaps)
+		}
+		fmt.Fprintln(w)
 	}
 	for _, c := range ring.Counters() {
 		fmt.Fprintf(w, "%s\t%d\n", c, info.Counters[c.String()])

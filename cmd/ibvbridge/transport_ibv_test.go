@@ -72,7 +72,7 @@ func skipWithRDMA(t *testing.T) {
 
 func ringFiles(t *testing.T, name string) []string {
 	var found []string
-	for _, dir := range []string{ring.DefaultDir, ring.DefaultHugeDir} {
+	for _, dir := range []string{ring.DefaultDir()} {
 		m, _ := filepath.Glob(filepath.Join(dir, "*"+name+"*"))
 		found = append(found, m...)
 	}

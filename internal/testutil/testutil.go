@@ -64,7 +64,7 @@ func FreeUDPPort(t testing.TB) int {
 // when the test ends.
 func UniqueRing(t testing.TB, tag string) string {
 	name := fmt.Sprintf("t%d-%s-%d", os.Getpid(), tag, seq.Add(1))
-	t.Cleanup(func() { ring.Remove("", "", name) })
+	t.Cleanup(func() { ring.Remove("", name) })
 	return name
 }
 

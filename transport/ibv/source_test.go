@@ -239,7 +239,7 @@ func BenchmarkRecvPath(b *testing.B) {
 				b.Fatal(err)
 			}
 			asm.Flush()
-			if err := p.PublishEndOfStream(10 * time.Second); err != nil {
+			if err := p.PublishEndOfStream(0, 10*time.Second); err != nil {
 				b.Fatal(err)
 			}
 			if err := <-drained; err != nil {

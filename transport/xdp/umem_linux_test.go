@@ -28,9 +28,8 @@ func TestUMEMInRingPacketArea(t *testing.T) {
 		huge ring.HugePages
 		dir  func(t *testing.T) string
 	}{
-		{"hugetlbfs", ring.HugePagesRequire, func(t *testing.T) string { return "/dev/shm" }},
-		{"shm", ring.HugePagesOff, func(t *testing.T) string { return "/dev/shm" }},
-		{"tmpdir", ring.HugePagesOff, func(t *testing.T) string { return t.TempDir() }},
+		{"hugepages", ring.HugePagesRequire, func(t *testing.T) string { return t.TempDir() }},
+		{"shm", ring.HugePagesOff, func(t *testing.T) string { return t.TempDir() }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newVethPair(t)
@@ -47,7 +46,7 @@ func TestUMEMInRingPacketArea(t *testing.T) {
 			}
 			t.Cleanup(func() {
 				prod.Close()
-				if err := ring.Remove(dir, "", name); err != nil {
+				if err := ring.Remove(dir, name); err != nil {
 					t.Errorf("remove ring %s: %v", name, err)
 				}
 			})
@@ -62,11 +61,11 @@ func TestUMEMInRingPacketArea(t *testing.T) {
 			})
 			skipIfUnsupported(t, err)
 			if err != nil {
-				t.Fatalf("Open over the ring's packet area (%s, huge %v): %v", prod.DataPath(), prod.Huge(), err)
+				t.Fatalf("Open over the ring's packet area (%s, huge %v): %v", prod.SocketPath(), prod.Huge(), err)
 			}
 			defer s.Close()
 			inArea := unsafe.SliceData(s.umem) == unsafe.SliceData(area)
-			t.Logf("data file %s (hugepages %v): UMEM in packet area: %v", prod.DataPath(), prod.Huge(), inArea)
+			t.Logf("ring %s (hugepages %v): UMEM in packet area: %v", prod.SocketPath(), prod.Huge(), inArea)
 			if !inArea && !strings.Contains(logBuf.String(), "UMEM allocated") {
 				t.Fatalf("UMEM not in the packet area and no log line saying so:\n%s", logBuf.String())
 			}

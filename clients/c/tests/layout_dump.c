@@ -1,12 +1,14 @@
 /* layout_dump — print every layout offset/size constant as "NAME VALUE" (decimal), for the golden test
- * that compares C, Go and Python. Offsets come from offsetof() on the header's structs, so this also
- * proves the structs (the _Static_asserts in ibvbridge.h pin them to the IBVB_OFF_* macros).
+ * that compares C, Go and Python (ring/layout.go LayoutTable is the reference). Offsets come from offsetof()
+ * on the header's structs, so this also proves the structs (the _Static_asserts in ibvbridge.h pin them to
+ * the IBVB_*OFF_* macros).
  *
- * Naming: control-file fields by their spec name (head, tail, stats, ...); descriptor fields "desc.X",
- * item fields "item.X", metadata header "meta.X", metadata record "meta_record.X". Where a header field
- * name is also a size constant (ctl_size, desc_size, item_size) the bare name is the constant's value and
- * the field's offset is "header.NAME". Flags, states, policies and counters are "flag.X", "item_flag.X",
- * "state.X", "policy.X", "counter.X". */
+ * Naming: control-memory fields by their spec name (head, stats, ...); where a header field name is also a
+ * size constant (ctl_size, desc_size, item_size, stats_count, max_consumers) the field's offset is
+ * "header.NAME". Consumer-table row "row.X", consumer region "region.X", handshake "hello.X" /
+ * "welcome.X" (welcome.message: the error record's message), descriptor "desc.X", item "item.X", metadata
+ * header "meta.X", metadata record "meta_record.X". Enumerations "state.X", "policy.X",
+ * "consumer_state.X", "role.X", "start.X", "status.X", "flag.X", "item_flag.X", "feature.X", "counter.X". */
 #include <inttypes.h>
 #include <stdio.h>
 
@@ -14,6 +16,10 @@
 
 #define P(name, v) printf("%s %" PRIu64 "\n", name, (uint64_t)(v))
 #define C(f) P(#f, offsetof(struct ibvb_ctl, f))
+#define ROW(f) P("row." #f, offsetof(struct ibvb_row, f))
+#define REG(f) P("region." #f, offsetof(struct ibvb_region, f))
+#define HE(f) P("hello." #f, offsetof(struct ibvb_hello, f))
+#define WE(f) P("welcome." #f, offsetof(struct ibvb_welcome, f))
 #define D(f) P("desc." #f, offsetof(struct ibvb_desc, f))
 #define I(f) P("item." #f, offsetof(struct ibvb_item, f))
 #define M(f) P("meta_record." #f, offsetof(struct ibvb_meta_record_header, f))
@@ -24,10 +30,8 @@ int main(void)
 	P("magic_value", IBVB_MAGIC);
 	P("major_value", IBVB_MAJOR);
 	P("minor_value", IBVB_MINOR);
-	P("ctl_size", IBVB_CTL_SIZE);
 	P("desc_size", sizeof(struct ibvb_desc));
 	P("item_size", sizeof(struct ibvb_item));
-	P("data_path_max", IBVB_DATA_PATH_MAX);
 	P("stats_slots", IBVB_STATS_SLOTS);
 	P("stats_count", IBVB_STATS_COUNT);
 	P("region_align", IBVB_REGION_ALIGN);
@@ -36,8 +40,16 @@ int main(void)
 	P("meta_header_size", sizeof(struct ibvb_meta_header));
 	P("meta_record_header_size", sizeof(struct ibvb_meta_record_header));
 	P("meta_ndim_unknown", IBVB_META_NDIM_UNKNOWN);
+	P("row_size", sizeof(struct ibvb_row));
+	P("region_size", sizeof(struct ibvb_region));
+	P("max_consumers_limit", IBVB_MAX_CONSUMERS_LIMIT);
+	P("default_max_consumers", IBVB_DEFAULT_MAX_CONSUMERS);
+	P("hello_size", sizeof(struct ibvb_hello));
+	P("welcome_size", sizeof(struct ibvb_welcome));
+	P("error_record_max", sizeof(struct ibvb_error_record));
+	P("no_consumer_index", IBVB_NO_CONSUMER_INDEX);
 
-	/* control file (§2) */
+	/* control memory (§2) */
 	C(magic);
 	C(major);
 	C(minor);
@@ -53,7 +65,7 @@ int main(void)
 	P("header.desc_size", offsetof(struct ibvb_ctl, desc_size));
 	P("header.item_size", offsetof(struct ibvb_ctl, item_size));
 	C(page_size);
-	C(data_file_size);
+	C(data_size);
 	C(desc_offset);
 	C(items_offset);
 	C(meta_offset);
@@ -63,18 +75,48 @@ int main(void)
 	C(packet_size);
 	C(features);
 	P("header.stats_count", offsetof(struct ibvb_ctl, stats_count));
-	C(data_path);
+	P("header.max_consumers", offsetof(struct ibvb_ctl, max_consumers));
 	C(head);
-	C(consumer_waiting);
-	C(consumer_futex);
-	C(tail);
 	C(producer_waiting);
-	C(producer_futex);
-	C(consumer_pid);
-	C(consumer_attach_ns);
 	C(heartbeat_ns);
+	C(oldest);
 	C(stats);
-	P("ctl_reserved", offsetof(struct ibvb_ctl, reserved));
+	P("consumer_table", sizeof(struct ibvb_ctl));
+
+	/* consumer table row (§2.2) */
+	ROW(state);
+	ROW(generation);
+	ROW(pid);
+	ROW(uid);
+	ROW(attach_ns);
+	ROW(released);
+	ROW(wakes);
+	ROW(lost_heaps);
+
+	/* consumer region (§3) */
+	REG(tail);
+	REG(consumer_waiting);
+	REG(consumer_futex);
+	REG(release_futex);
+	REG(spin_budget_ns);
+
+	/* handshake (§1.2) */
+	HE(magic);
+	HE(major);
+	HE(minor);
+	HE(role);
+	HE(start);
+	WE(magic);
+	WE(major);
+	WE(minor);
+	WE(status);
+	WE(consumer_index);
+	WE(generation);
+	WE(session_id);
+	WE(ctl_size);
+	WE(data_size);
+	WE(region_size);
+	P("welcome.message", offsetof(struct ibvb_error_record, message));
 
 	/* descriptor (§4) */
 	D(seq);
@@ -114,6 +156,21 @@ int main(void)
 	P("state.closed", IBVB_STATE_CLOSED);
 	P("policy.drop", IBVB_POLICY_DROP);
 	P("policy.block", IBVB_POLICY_BLOCK);
+	P("consumer_state.free", IBVB_CONSUMER_FREE);
+	P("consumer_state.attached", IBVB_CONSUMER_ATTACHED);
+	P("consumer_state.overrun", IBVB_CONSUMER_OVERRUN);
+	P("consumer_state.bad_cursor", IBVB_CONSUMER_BAD_CURSOR);
+	P("consumer_state.gone", IBVB_CONSUMER_GONE);
+	P("role.consumer", IBVB_ROLE_CONSUMER);
+	P("role.observer", IBVB_ROLE_OBSERVER);
+	P("start.oldest", IBVB_START_OLDEST);
+	P("start.head", IBVB_START_HEAD);
+	P("status.ok", IBVB_STATUS_OK);
+	P("status.version", IBVB_STATUS_VERSION);
+	P("status.not_permitted", IBVB_STATUS_NOT_PERMITTED);
+	P("status.busy", IBVB_STATUS_BUSY);
+	P("status.closing", IBVB_STATUS_CLOSING);
+	P("status.protocol", IBVB_STATUS_PROTOCOL);
 	P("flag.complete", IBVB_FLAG_COMPLETE);
 	P("flag.incomplete", IBVB_FLAG_INCOMPLETE);
 	P("flag.truncated", IBVB_FLAG_TRUNCATED);
@@ -121,13 +178,10 @@ int main(void)
 	P("flag.has_descriptors", IBVB_FLAG_HAS_DESCRIPTORS);
 	P("flag.items_overflow", IBVB_FLAG_ITEMS_OVERFLOW);
 	P("flag.no_heap_size", IBVB_FLAG_NO_HEAP_SIZE);
+	P("flag.items_cut", IBVB_FLAG_ITEMS_CUT);
 	P("item_flag.immediate", IBVB_ITEM_IMMEDIATE);
-	for (unsigned i = 0; i < IBVB_CTR_COUNT; i++) {
-		static const char *n[] = {"packets",          "bytes",           "heaps",
-					  "incomplete_heaps", "dropped_heaps",   "malformed_packets",
-					  "duplicate_packets", "truncated_heaps", "discarded_incomplete_heaps",
-					  "end_of_stream"};
-		printf("counter.%s %u\n", n[i], i);
-	}
+	P("feature.replay_timestamps", IBVB_FEATURE_REPLAY_TIMESTAMPS);
+	for (unsigned i = 0; i < IBVB_CTR_COUNT; i++)
+		printf("counter.%s %u\n", ibvb_counter_name(i), i);
 	return 0;
 }

@@ -1,11 +1,13 @@
-/* ibvb-consume — read heaps from an ibvbridge ring until end of stream; print one JSON summary.
+/* ibvb-consume — read heaps from an ibvbridge ring (layout 2.x) until end of stream; print one JSON summary.
  *
- * ibvb-consume --ring NAME_OR_PATH [--verify] [--max-heaps N] [--timeout-ms T] [--hold N] [--sleep-us U]
+ * ibvb-consume --ring NAME_OR_SOCKET [--dir DIR] [--start oldest|head] [--verify] [--max-heaps N]
+ *              [--timeout-ms T] [--hold N] [--sleep-us U]
  *              [--max-latency-us L]   (ibvb_set_max_latency: 0 spins and sleeps on the futex only)
  *
  * Used by the Go cross-process tests and the ring benchmark: the per-heap path makes no syscalls
  * (unless --sleep-us, or the ring is empty) and its checksum loop vectorises.
- * Exit: 0 eos/max, 2 producer_gone, 3 timeout, 1 other errors. */
+ * Exit: 0 eos/max, 2 producer_gone, 3 timeout, 4 overrun (detached for falling a ring behind),
+ * 5 detached (invalid cursor), 1 other errors. A failure is also one line on stderr. */
 #define _GNU_SOURCE
 #include "ibvbridge.h"
 
@@ -18,11 +20,23 @@
 
 #define ITEM_VERIFY_ID 0x1001
 
-static void usage(void)
+static void usage(int code)
 {
-	fprintf(stderr, "usage: ibvb-consume --ring NAME_OR_PATH [--verify] [--max-heaps N] [--timeout-ms T] [--max-latency-us L]\n"
-			"                    [--hold N] [--sleep-us U]\n");
-	exit(1);
+	fprintf(code ? stderr : stdout,
+		"usage: ibvb-consume --ring NAME_OR_SOCKET [--dir DIR] [--start oldest|head] [--verify]\n"
+		"                    [--max-heaps N] [--timeout-ms T] [--max-latency-us L] [--hold N] [--sleep-us U]\n"
+		"  --ring R           ring name (looked up as R.v2.sock) or the path of its socket (ends in .v2.sock)\n"
+		"  --dir DIR          ring directory to look the name up in (default: $IBVBRIDGE_RING_DIR, else\n"
+		"                     /dev/shm/ibvbridge-EUID or /run/ibvbridge as root, then /run/ibvbridge)\n"
+		"  --start S          oldest (default): from the oldest heap the ring holds; head: only new heaps\n"
+		"  --verify           check the test pattern and item 0x1001 == heap_cnt\n"
+		"  --max-heaps N      stop after N heaps (result max)\n"
+		"  --timeout-ms T     attach and per-heap wait timeout (default 10000)\n"
+		"  --max-latency-us L nap up to L us while the stream is active (0: spin, then futex)\n"
+		"  --hold N           keep the N newest heaps held\n"
+		"  --sleep-us U       sleep U us per heap (a slow consumer)\n"
+		"Prints one JSON object. Exit: 0 eos/max, 1 error, 2 producer_gone, 3 timeout, 4 overrun, 5 detached.\n");
+	exit(code);
 }
 
 static double now_s(void)
@@ -105,6 +119,7 @@ static void json_str(const char *s)
 int main(int argc, char **argv)
 {
 	const char *ring = NULL;
+	struct ibvb_attach_opts aopts = {.dir = NULL, .start = IBVB_START_OLDEST};
 	int verify = 0;
 	uint64_t max_heaps = 0, hold = 0, sleep_us = 0, timeout_ms = 10000;
 	int64_t max_latency_us = -1; /* -1: the library's default */
@@ -115,12 +130,24 @@ int main(int argc, char **argv)
 			continue;
 		}
 		if (!strcmp(a, "-h") || !strcmp(a, "--help"))
-			usage();
+			usage(0);
 		if (i + 1 >= argc)
-			usage();
+			usage(1);
 		const char *v = argv[++i];
 		if (!strcmp(a, "--ring"))
 			ring = v;
+		else if (!strcmp(a, "--dir"))
+			aopts.dir = v;
+		else if (!strcmp(a, "--start")) {
+			if (!strcmp(v, "oldest"))
+				aopts.start = IBVB_START_OLDEST;
+			else if (!strcmp(v, "head"))
+				aopts.start = IBVB_START_HEAD;
+			else {
+				fprintf(stderr, "ibvb-consume: bad value for --start: %s (oldest or head)\n", v);
+				exit(1);
+			}
+		}
 		else if (!strcmp(a, "--max-heaps"))
 			max_heaps = parse_u64(a, v);
 		else if (!strcmp(a, "--timeout-ms"))
@@ -132,10 +159,10 @@ int main(int argc, char **argv)
 		else if (!strcmp(a, "--max-latency-us"))
 			max_latency_us = (int64_t)parse_u64(a, v);
 		else
-			usage();
+			usage(1);
 	}
 	if (!ring)
-		usage();
+		usage(1);
 	if (timeout_ms > INT32_MAX)
 		timeout_ms = INT32_MAX;
 
@@ -146,7 +173,7 @@ int main(int argc, char **argv)
 	int exit_code = 1;
 
 	struct ibvb_ring *r = NULL;
-	int rc = ibvb_attach(&r, ring, (int)timeout_ms);
+	int rc = ibvb_attach_opts(&r, ring, (int)timeout_ms, &aopts);
 	if (rc < 0) {
 		snprintf(errmsg, sizeof errmsg, "%s", ibvb_last_error());
 		result = rc == -ETIMEDOUT ? "timeout" : "error";
@@ -179,6 +206,14 @@ int main(int argc, char **argv)
 				} else if (rc == -ETIMEDOUT) {
 					result = "timeout";
 					exit_code = 3;
+					snprintf(errmsg, sizeof errmsg, "%s", ibvb_last_error());
+				} else if (rc == -EOVERFLOW) {
+					result = "overrun";
+					exit_code = 4;
+					snprintf(errmsg, sizeof errmsg, "%s", ibvb_last_error());
+				} else if (rc == -ECONNRESET) {
+					result = "detached";
+					exit_code = 5;
 					snprintf(errmsg, sizeof errmsg, "%s", ibvb_last_error());
 				} else {
 					result = "error";
@@ -231,7 +266,7 @@ int main(int argc, char **argv)
 		t1 = now_s();
 		ibvb_release_all(r);
 	}
-	if (exit_code == 1 || exit_code == 2 || exit_code == 3)
+	if (exit_code != 0)
 		fprintf(stderr, "ibvb-consume: %s: %s\n", result, errmsg);
 
 	printf("{\"heaps\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"checksum\":%" PRIu64 ",\"verify_errors\":%" PRIu64

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Print the heaps of an ibvbridge ring (used by `make demo`).
 
-    python3 examples/print_heaps.py RING_NAME_OR_CTL_PATH [--first N] [--timeout S]
+    python3 examples/print_heaps.py RING_NAME_OR_SOCKET_PATH [--first N] [--timeout S] [--dir DIR]
 
 Prints the first N heaps in full (count, size, every item: as a numpy array shaped by the stream's item
 descriptors when known, else raw bytes), then one rate line per second, and stops at end of stream.
@@ -42,14 +42,16 @@ def main():
     ap.add_argument("ring")
     ap.add_argument("--first", type=int, default=5, help="heaps printed in full")
     ap.add_argument("--timeout", type=float, default=10.0, help="attach timeout, seconds")
+    ap.add_argument("--dir", default=None, help="ring directory to look the name up in")
     a = ap.parse_args()
     n = nbytes = 0
     t0 = tlast = None  # rates count from the first heap, not from attach
     last_n = last_b = 0
     try:
-        with ibvbridge.Ring.attach(a.ring, timeout=a.timeout) as ring:
-            print(f"attached to {ring.ctl_path}: session {ring.session_id:#x}, producer pid {ring.producer_pid}, "
-                  f"{ring.slot_count} slots x {ring.slot_size} B", flush=True)
+        with ibvbridge.Ring.attach(a.ring, timeout=a.timeout, directory=a.dir) as ring:
+            print(f"attached to {ring.socket_path} as consumer {ring.consumer_index}: session "
+                  f"{ring.session_id:#x}, producer pid {ring.producer_pid}, {ring.slot_count} slots x "
+                  f"{ring.slot_size} B", flush=True)
             for heap in ring:
                 if t0 is None:
                     t0 = tlast = time.monotonic()
@@ -73,6 +75,9 @@ def main():
     except ibvbridge.ProducerGone as e:
         print(f"producer gone: {e}", file=sys.stderr)
         return 2
+    except ibvbridge.Detached as e:  # Overrun included
+        print(str(e), file=sys.stderr)
+        return 4 if isinstance(e, ibvbridge.Overrun) else 5
     except KeyboardInterrupt:
         return 130
     dt = time.monotonic() - t0 if t0 is not None else 0.0

@@ -1,20 +1,24 @@
-"""Python consumer of ibvbridge shared-memory heap rings (docs/ring-layout.md, layout 1.x).
+"""Python consumer of ibvbridge shared-memory heap rings (docs/ring-layout.md, layout 2.x).
 
     import ibvbridge
-    with ibvbridge.Ring.attach("myring") as ring:
+    with ibvbridge.Ring.attach("myring") as ring:      # the socket myring.v2.sock in the ring directory
         for heap in ring:
             print(heap.heap_cnt, len(heap.payload))
+
+Several consumers may attach to one ring; each receives every heap.
 """
 
-from .errors import (CorruptRing, EndOfStream, ProducerGone, RingBusy, RingError, RingNotFound, Timeout,
-                     VersionMismatch)
+from .errors import (CorruptRing, Detached, EndOfStream, Overrun, PermissionDenied, ProducerGone, ProtocolError,
+                     RingBusy, RingClosing, RingError, RingNotFound, Timeout, VersionMismatch)
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
-_LAZY = {"Ring", "Heap", "Item", "Batch", "ItemDescriptor", "Geometry", "ctl_path_for", "validate_geometry"}
+_LAZY = {"Ring", "Heap", "Item", "Batch", "ItemDescriptor", "Geometry", "socket_path_for", "lookup_dirs",
+         "default_dir", "uid_trusted", "validate_geometry"}
+_ERRORS = ["RingError", "RingNotFound", "PermissionDenied", "RingBusy", "RingClosing", "VersionMismatch",
+           "ProtocolError", "CorruptRing", "Detached", "Overrun", "ProducerGone", "EndOfStream", "Timeout"]
 
-__all__ = sorted(_LAZY) + ["attach", "layout", "RingError", "RingNotFound", "RingBusy", "VersionMismatch",
-                           "CorruptRing", "ProducerGone", "EndOfStream", "Timeout", "__version__"]
+__all__ = sorted(_LAZY) + ["attach", "layout"] + _ERRORS + ["__version__"]
 
 
 def __getattr__(name):

@@ -39,6 +39,46 @@ _fence_lock = threading.Lock()
 
 def full_fence():
     """A full (sequentially consistent) fence on x86-64: an uncontended lock's acquire and release are
-    locked read-modify-write instructions (spec §10)."""
+    locked read-modify-write instructions (spec §11)."""
     with _fence_lock:
         pass
+
+
+# ---------------------------------------------------------------- sockets, seals, mappings (spec §1)
+import fcntl as _fcntl  # noqa: E402
+import mmap as _mmap  # noqa: E402
+import socket as _socket  # noqa: E402
+import struct as _struct  # noqa: E402
+import sys as _sys  # noqa: E402
+
+F_ADD_SEALS = getattr(_fcntl, "F_ADD_SEALS", 1033)
+F_GET_SEALS = getattr(_fcntl, "F_GET_SEALS", 1034)
+_UCRED = _struct.Struct("iII")  # struct ucred: pid_t pid; uid_t uid; gid_t gid
+
+
+def peer_cred(sock):
+    """(pid, uid, gid) of a connected Unix socket's peer, from SO_PEERCRED (the kernel's word, not the
+    peer's)."""
+    return _UCRED.unpack(sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, _UCRED.size))
+
+
+def get_seals(fd):
+    """The seals of a memfd (F_GET_SEALS); 0 for a file that cannot be sealed."""
+    try:
+        return _fcntl.fcntl(fd, F_GET_SEALS)
+    except OSError:
+        return 0
+
+
+def add_seals(fd, seals):
+    _fcntl.fcntl(fd, F_ADD_SEALS, seals)
+
+
+_MMAP_KW = {"trackfd": False} if _sys.version_info >= (3, 13) else {}
+
+
+def map_fd(fd, size, writable):
+    """mmap(MAP_SHARED) size bytes of fd, PROT_READ (| PROT_WRITE when writable). Python < 3.13 keeps a
+    private duplicate of fd inside the mmap object until it is closed; the caller may close fd at once."""
+    prot = _mmap.PROT_READ | (_mmap.PROT_WRITE if writable else 0)
+    return _mmap.mmap(fd, size, _mmap.MAP_SHARED, prot, **_MMAP_KW)

@@ -1,12 +1,18 @@
 """Reference consumer CLI: read a ring to the end, checksum (and optionally verify) every payload byte.
 
-    python3 -m ibvbridge.consume --ring NAME_OR_PATH [--verify] [--max-heaps N] [--timeout-ms T]
-                                 [--hold N] [--sleep-us U] [--batch N]
+    python3 -m ibvbridge.consume --ring NAME_OR_SOCKET [--dir DIR] [--start oldest|head] [--verify]
+                                 [--max-heaps N] [--timeout-ms T] [--hold N] [--sleep-us U] [--batch N]
+
+The ring is a name (looked up in --dir, else $IBVBRIDGE_RING_DIR, else the default ring directories) or the
+path of its socket (NAME.v2.sock). --start: begin at the oldest heap the ring holds (default) or at the
+next one published.
 
 Prints exactly one JSON object on stdout:
     {"heaps", "bytes", "checksum", "verify_errors", "incomplete", "first_heap_cnt", "last_heap_cnt",
      "heap_cnt_out_of_order", "seconds", "result", "error", "counters", "session_id"}
-Exit status: 0 eos / max, 2 producer_gone, 3 timeout, 1 anything else.
+Exit status: 0 eos / max, 2 producer_gone, 3 timeout, 4 overrun (detached after falling a whole ring
+behind), 5 detached (any other reason), 1 anything else. Every result but eos / max also prints its error as
+one line on stderr.
 
 checksum: wrapping uint64 sum over all heaps of payload[0:received] read as little-endian uint64 words
 (the last partial word zero-padded). --verify: byte i of payload[0:received] must be
@@ -25,7 +31,7 @@ import sys
 import time
 
 from . import layout as L
-from .errors import EndOfStream, ProducerGone, RingError, Timeout
+from .errors import Detached, EndOfStream, Overrun, ProducerGone, RingError, Timeout
 from .ring import Ring
 
 try:
@@ -35,7 +41,7 @@ except ImportError:  # pragma: no cover
 
 M64 = (1 << 64) - 1
 VERIFY_ITEM = 0x1001
-EXIT = {"eos": 0, "max": 0, "producer_gone": 2, "timeout": 3, "error": 1}
+EXIT = {"eos": 0, "max": 0, "producer_gone": 2, "timeout": 3, "overrun": 4, "detached": 5, "error": 1}
 
 
 class _Terminated(Exception):
@@ -141,7 +147,10 @@ class Stats:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python3 -m ibvbridge.consume", description=__doc__.split("\n")[0])
-    ap.add_argument("--ring", required=True, help="ring name, or path of its .ctl file")
+    ap.add_argument("--ring", required=True, help="ring name, or path of its socket (NAME.v2.sock)")
+    ap.add_argument("--dir", default=None, help="ring directory to look the name up in")
+    ap.add_argument("--start", choices=("oldest", "head"), default="oldest",
+                    help="begin at the oldest heap the ring holds, or at the next one published")
     ap.add_argument("--verify", action="store_true", help="check the test pattern and item 0x1001")
     ap.add_argument("--max-heaps", type=int, default=0, help="stop after N heaps (0: no limit)")
     ap.add_argument("--timeout-ms", type=float, default=10000, help="attach timeout and per-wait timeout")
@@ -162,7 +171,8 @@ def main(argv=None):
     held = collections.deque()
     held_n = 0
     try:
-        ring = Ring.attach(a.ring, timeout=timeout, max_latency=a.max_latency_us / 1e6)
+        ring = Ring.attach(a.ring, timeout=timeout, directory=a.dir, start=a.start,
+                           max_latency=a.max_latency_us / 1e6)
         out["session_id"] = ring.session_id
         st = Stats(a.verify, ring.slot_size)
         if a.batch and np is None:
@@ -199,6 +209,10 @@ def main(argv=None):
         out["result"] = result
     except ProducerGone as e:
         out["result"], out["error"] = "producer_gone", str(e)
+    except Overrun as e:
+        out["result"], out["error"] = "overrun", str(e)
+    except Detached as e:
+        out["result"], out["error"] = "detached", str(e)
     except Timeout as e:
         out["result"], out["error"] = "timeout", str(e)
     except RingError as e:
@@ -226,6 +240,10 @@ def main(argv=None):
                    heap_cnt_out_of_order=st.out_of_order)
     sys.stdout.write(json.dumps(out, separators=(",", ":")) + "\n")
     sys.stdout.flush()
+    if out["result"] not in ("eos", "max"):
+        msg = " ".join((out["error"] or out["result"]).split())  # one line, whatever the message held
+        sys.stderr.write(f"ibvbridge.consume: {out['result']}: {msg}\n")
+        sys.stderr.flush()
     return EXIT[out["result"]]
 
 

@@ -1,4 +1,4 @@
-"""Exceptions of the ibvbridge consumer. All derive from RingError."""
+"""Exceptions of the ibvbridge consumer (layout 2.0). All derive from RingError."""
 
 
 class RingError(Exception):
@@ -6,28 +6,64 @@ class RingError(Exception):
 
 
 class RingNotFound(RingError):
-    """The control file did not appear before the attach timeout."""
+    """No producer answered on the ring's socket before the attach timeout."""
+
+
+class PermissionDenied(RingError):
+    """The socket is served by an untrusted uid (spec §1.2), the socket cannot be connected to, or the
+    producer refused this consumer (error status 2, not permitted)."""
 
 
 class RingBusy(RingError):
-    """Another consumer holds the ring's consumer lock (.cons)."""
+    """Every consumer row of the ring is attached (error status 3)."""
+
+
+class RingClosing(RingError):
+    """The producer refused the attach because its stream has ended (error status 4)."""
 
 
 class VersionMismatch(RingError):
-    """The ring's layout major version is not the one this client implements."""
+    """The ring's layout major version is not the one this client implements (error status 1, or a major
+    mismatch in the welcome or header). ``found`` and ``supported`` are the majors; the message names both
+    versions."""
 
-    def __init__(self, found, supported):
+    def __init__(self, found, supported, message=None):
         self.found = found
         self.supported = supported
-        super().__init__(f"ring layout major version {found}, this client supports {supported}")
+        super().__init__(message or f"ring layout major version {found}, this client supports {supported}")
+
+
+class ProtocolError(RingError):
+    """The producer's answer is malformed (too short, wrong magic, wrong descriptors), or it answered
+    status 5 (our hello was malformed)."""
 
 
 class CorruptRing(RingError):
-    """A header, descriptor, item or metadata record broke the layout contract."""
+    """The ring's memory broke the layout contract: bad geometry, missing seals, a size mismatch, a bad
+    descriptor, item or metadata record."""
+
+
+class Detached(RingError):
+    """The producer detached this consumer (spec §7.6); the ring must not be read any more. ``reason`` is
+    the consumer-table row state (layout.CONSUMER_*) or None when the row was reused."""
+
+    def __init__(self, message, reason=None):
+        self.reason = reason
+        super().__init__(message)
+
+
+class Overrun(Detached):
+    """Detached as overrun: the consumer fell a whole ring behind under the drop policy. ``lost_heaps``:
+    the published heaps it had not released."""
+
+    def __init__(self, message, lost_heaps):
+        self.lost_heaps = lost_heaps
+        super().__init__(message, 2)
 
 
 class ProducerGone(RingError):
-    """The producer died (nobody holds the control file's flock) without closing the ring."""
+    """The producer died (its socket hung up) without closing the ring; raised once everything it
+    published has been read."""
 
 
 class EndOfStream(RingError):

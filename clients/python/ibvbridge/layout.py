@@ -1,8 +1,11 @@
-"""The ring layout of docs/ring-layout.md, version 1.0, as Python constants.
+"""The ring layout of docs/ring-layout.md, version 2.0, as Python constants.
 
 This module is the one place the Python client knows where anything lies.  ring/layout.go (Go) and
 clients/c/ibvbridge.h (C) carry the same numbers; ``python -m ibvbridge.layout`` prints them as
 ``NAME VALUE`` lines for the golden test that compares all three.
+
+The struct formats are derived from the offsets below (``_fields_struct``), never written by hand, so an
+offset and the struct that reads it cannot disagree.
 
 numpy is optional here: DESC_DTYPE / ITEM_DTYPE are ``None`` when numpy is not installed.
 """
@@ -10,11 +13,9 @@ numpy is optional here: DESC_DTYPE / ITEM_DTYPE are ``None`` when numpy is not i
 import struct
 
 MAGIC = 0x474E495242564249  # b"IBVBRING" little-endian
-MAJOR_VERSION = 1
+MAJOR_VERSION = 2
 MINOR_VERSION = 0
 
-CTL_SIZE = 4096
-DATA_PATH_MAX = 256
 STATS_SLOTS = 32
 REGION_ALIGN = 4096
 MAX_SLOT_COUNT = 1 << 24
@@ -22,8 +23,20 @@ MAX_ITEMS = 65536
 META_HEADER_SIZE = 16
 META_RECORD_HEADER_SIZE = 32
 NDIM_UNKNOWN = 0xFFFFFFFF
+ROW_SIZE = 128
+REGION_SIZE = 4096
+MAX_CONSUMERS_LIMIT = 64
+DEFAULT_MAX_CONSUMERS = 8
+HELLO_SIZE = 32
+WELCOME_SIZE = 64
+ERROR_RECORD_MAX = 256
+NO_CONSUMER_INDEX = 0xFFFFFFFF
+SOCKET_SUFFIX = f".v{MAJOR_VERSION}.sock"
+LOCK_SUFFIX = f".v{MAJOR_VERSION}.lock"
+RUN_DIR = "/run/ibvbridge"
+ENV_DIR = "IBVBRIDGE_RING_DIR"
 
-# --- control file: header (§2.1) ---------------------------------------------------------------------
+# --- control memory: header (§2.1) -----------------------------------------------------------------
 OFF_MAGIC = 0x00
 OFF_MAJOR = 0x08
 OFF_MINOR = 0x0A
@@ -39,7 +52,7 @@ OFF_MAX_ITEMS = 0x40
 OFF_DESC_SIZE = 0x44
 OFF_ITEM_SIZE = 0x48
 OFF_PAGE_SIZE = 0x4C
-OFF_DATA_FILE_SIZE = 0x50
+OFF_DATA_SIZE = 0x50
 OFF_DESC_OFFSET = 0x58
 OFF_ITEMS_OFFSET = 0x60
 OFF_META_OFFSET = 0x68
@@ -49,30 +62,58 @@ OFF_PACKET_OFFSET = 0x80
 OFF_PACKET_SIZE = 0x88
 OFF_FEATURES = 0x90
 OFF_STATS_COUNT = 0x98
-OFF_DATA_PATH = 0x100
-# --- control file: cursors, wake words, info, stats (§2.2-2.6) ---------------------------------------
+OFF_MAX_CONSUMERS = 0x9C
+HEADER_SIZE = 0x100  # the header block; the rest of it is reserved
+# --- control memory: producer blocks, stats, consumer table (§2) -----------------------------------
 OFF_HEAD = 0x200
-OFF_CONSUMER_WAITING = 0x280
-OFF_CONSUMER_FUTEX = 0x284
-OFF_TAIL = 0x300
-OFF_PRODUCER_WAITING = 0x380
-OFF_PRODUCER_FUTEX = 0x384
-OFF_CONSUMER_PID = 0x400
-OFF_CONSUMER_ATTACH_NS = 0x408
-OFF_HEARTBEAT_NS = 0x480
+OFF_PRODUCER_WAITING = 0x280
+OFF_HEARTBEAT_NS = 0x300
+OFF_OLDEST = 0x308
 OFF_STATS = 0x500
-OFF_RESERVED = 0x600
+OFF_CONSUMER_TABLE = 0x1000
 
-# Header as one struct, magic .. stats_count (0x00 .. 0x9C).
-HEADER_FORMAT = "<QHHIIIQQQQQIIIIQQQQQQQQQI"
-HEADER_STRUCT = struct.Struct(HEADER_FORMAT)
-HEADER_FIELDS = (
-    "magic", "major", "minor", "ctl_size", "state", "policy", "session_id", "producer_pid",
-    "producer_start_ns", "slot_count", "slot_size", "max_items", "desc_size", "item_size", "page_size",
-    "data_file_size", "desc_offset", "items_offset", "meta_offset", "meta_size", "payload_offset",
-    "packet_offset", "packet_size", "features", "stats_count",
-)
-HEADER_SIZE = 0x100  # the header block; HEADER_STRUCT.size == 0x9C, the rest is reserved
+# --- consumer table row (§2.2), at OFF_CONSUMER_TABLE + ROW_SIZE * index -----------------------------
+ROW_STATE = 0x00
+ROW_GENERATION = 0x04
+ROW_PID = 0x08
+ROW_UID = 0x10
+ROW_ATTACH_NS = 0x18
+ROW_RELEASED = 0x20
+ROW_WAKES = 0x28
+ROW_LOST_HEAPS = 0x30
+
+# --- consumer region (§3) ----------------------------------------------------------------------------
+REG_TAIL = 0x000
+REG_CONSUMER_WAITING = 0x080
+REG_CONSUMER_FUTEX = 0x084
+REG_RELEASE_FUTEX = 0x100
+REG_SPIN_BUDGET_NS = 0x180
+
+# --- handshake records (§1.2) ------------------------------------------------------------------------
+MSG_MAGIC = 0x00
+MSG_MAJOR = 0x08
+MSG_MINOR = 0x0A
+HELLO_ROLE = 0x0C
+HELLO_START = 0x10
+WELCOME_STATUS = 0x0C
+WELCOME_CONSUMER_INDEX = 0x10
+WELCOME_GENERATION = 0x14
+WELCOME_SESSION_ID = 0x18
+WELCOME_CTL_SIZE = 0x20
+WELCOME_DATA_SIZE = 0x28
+WELCOME_REGION_SIZE = 0x30
+WELCOME_MESSAGE = 0x10  # error records: the NUL-terminated UTF-8 message
+
+ROLE_CONSUMER = 1
+ROLE_OBSERVER = 2
+START_OLDEST = 0
+START_HEAD = 1
+STATUS_OK = 0
+STATUS_VERSION = 1
+STATUS_NOT_PERMITTED = 2
+STATUS_BUSY = 3
+STATUS_CLOSING = 4
+STATUS_PROTOCOL = 5
 
 # state
 STATE_INIT = 0
@@ -81,8 +122,16 @@ STATE_CLOSED = 2
 # policy
 POLICY_DROP = 0
 POLICY_BLOCK = 1
+# consumer-table row state
+CONSUMER_FREE = 0
+CONSUMER_ATTACHED = 1
+CONSUMER_OVERRUN = 2
+CONSUMER_BAD_CURSOR = 3
+CONSUMER_GONE = 4
+# header features
+FEATURE_REPLAY_TIMESTAMPS = 0x1
 
-# --- descriptor (§4) -----------------------------------------------------------------------------------
+# --- descriptor (§4.1) ---------------------------------------------------------------------------------
 DESC_SIZE = 64
 DESC_SEQ = 0x00
 DESC_HEAP_CNT = 0x08
@@ -94,10 +143,6 @@ DESC_FLAGS = 0x2C
 DESC_ITEM_COUNT = 0x30
 DESC_PACKETS = 0x34
 DESC_RESERVED = 0x38
-DESC_FORMAT = "<QQQQQIIIIQ"
-DESC_STRUCT = struct.Struct(DESC_FORMAT)
-DESC_FIELDS = ("seq", "heap_cnt", "heap_size", "received", "timestamp_ns", "slot", "flags",
-               "item_count", "packets", "reserved")
 
 FLAG_COMPLETE = 0x01
 FLAG_INCOMPLETE = 0x02
@@ -106,6 +151,7 @@ FLAG_END_OF_STREAM = 0x08
 FLAG_HAS_DESCRIPTORS = 0x10
 FLAG_ITEMS_OVERFLOW = 0x20
 FLAG_NO_HEAP_SIZE = 0x40
+FLAG_ITEMS_CUT = 0x80
 
 # --- item entry (§5) -----------------------------------------------------------------------------------
 ITEM_SIZE = 32
@@ -114,9 +160,6 @@ ITEM_VALUE = 0x08
 ITEM_LENGTH = 0x10
 ITEM_FLAGS = 0x18
 ITEM_RESERVED = 0x1C
-ITEM_FORMAT = "<QQQII"
-ITEM_STRUCT = struct.Struct(ITEM_FORMAT)
-ITEM_FIELDS = ("id", "value", "length", "flags", "reserved")
 ITEM_IMMEDIATE = 0x1
 
 # --- stream metadata (§6) ------------------------------------------------------------------------------
@@ -131,14 +174,12 @@ REC_DESCRIPTION_LEN = 0x14
 REC_FORMAT_LEN = 0x18
 REC_DTYPE_LEN = 0x1C
 REC_SHAPE = 0x20
-META_HEADER_FORMAT = "<QQ"
-META_RECORD_FORMAT = "<IIQIIII"
-META_RECORD_STRUCT = struct.Struct(META_RECORD_FORMAT)
 
-# --- stats (§2.6) --------------------------------------------------------------------------------------
+# --- stats (§2.3) --------------------------------------------------------------------------------------
 COUNTER_NAMES = (
     "packets", "bytes", "heaps", "incomplete_heaps", "dropped_heaps", "malformed_packets",
     "duplicate_packets", "truncated_heaps", "discarded_incomplete_heaps", "end_of_stream",
+    "consumers_attached", "consumer_overruns", "consumer_errors",
 )
 STATS_COUNT = len(COUNTER_NAMES)
 
@@ -148,75 +189,228 @@ FUTEX_WAIT = 0
 FUTEX_WAKE = 1
 MAX_WAIT_SLICE = 0.25  # seconds
 
-try:  # numpy structured dtypes for batch views (zero-copy over the data file)
+# File seals (linux/fcntl.h); F_SEAL_FUTURE_WRITE is missing from older Pythons' fcntl module.
+F_SEAL_SEAL = 0x0001
+F_SEAL_SHRINK = 0x0002
+F_SEAL_GROW = 0x0004
+F_SEAL_WRITE = 0x0008
+F_SEAL_FUTURE_WRITE = 0x0010
+SEALS_SHARED = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE  # ctl and data must have these (§9 step 4)
+SEALS_REGION = F_SEAL_SHRINK | F_SEAL_GROW  # the consumer region must have these
+
+
+def ctl_size_for(max_consumers):
+    """The control memory's size for a consumer table of max_consumers rows (spec §2)."""
+    n = OFF_CONSUMER_TABLE + ROW_SIZE * max_consumers
+    return (n + 4095) // 4096 * 4096
+
+
+def _fields_struct(fields, size=None):
+    """A little-endian struct.Struct from (name, offset, code) triples in offset order, with pad bytes for
+    the gaps (and up to ``size`` at the end): the format follows from the offsets."""
+    fmt, pos = "<", 0
+    for name, off, code in fields:
+        if off < pos:
+            raise AssertionError(f"field {name} at {off:#x} overlaps the previous one (ends at {pos:#x})")
+        if off > pos:
+            fmt += f"{off - pos}x"
+        fmt += code
+        pos = off + struct.calcsize("<" + code)
+    if size is not None:
+        if size < pos:
+            raise AssertionError(f"struct of {pos} bytes does not fit {size}")
+        if size > pos:
+            fmt += f"{size - pos}x"
+    s = struct.Struct(fmt)
+    return s, tuple(f[0] for f in fields)
+
+
+HEADER_STRUCT, HEADER_FIELDS = _fields_struct((
+    ("magic", OFF_MAGIC, "Q"), ("major", OFF_MAJOR, "H"), ("minor", OFF_MINOR, "H"),
+    ("ctl_size", OFF_CTL_SIZE, "I"), ("state", OFF_STATE, "I"), ("policy", OFF_POLICY, "I"),
+    ("session_id", OFF_SESSION_ID, "Q"), ("producer_pid", OFF_PRODUCER_PID, "Q"),
+    ("producer_start_ns", OFF_PRODUCER_START_NS, "Q"), ("slot_count", OFF_SLOT_COUNT, "Q"),
+    ("slot_size", OFF_SLOT_SIZE, "Q"), ("max_items", OFF_MAX_ITEMS, "I"), ("desc_size", OFF_DESC_SIZE, "I"),
+    ("item_size", OFF_ITEM_SIZE, "I"), ("page_size", OFF_PAGE_SIZE, "I"), ("data_size", OFF_DATA_SIZE, "Q"),
+    ("desc_offset", OFF_DESC_OFFSET, "Q"), ("items_offset", OFF_ITEMS_OFFSET, "Q"),
+    ("meta_offset", OFF_META_OFFSET, "Q"), ("meta_size", OFF_META_SIZE, "Q"),
+    ("payload_offset", OFF_PAYLOAD_OFFSET, "Q"), ("packet_offset", OFF_PACKET_OFFSET, "Q"),
+    ("packet_size", OFF_PACKET_SIZE, "Q"), ("features", OFF_FEATURES, "Q"),
+    ("stats_count", OFF_STATS_COUNT, "I"), ("max_consumers", OFF_MAX_CONSUMERS, "I"),
+))
+
+ROW_STRUCT, ROW_FIELDS = _fields_struct((
+    ("state", ROW_STATE, "I"), ("generation", ROW_GENERATION, "I"), ("pid", ROW_PID, "Q"),
+    ("uid", ROW_UID, "Q"), ("attach_ns", ROW_ATTACH_NS, "Q"), ("released", ROW_RELEASED, "Q"),
+    ("wakes", ROW_WAKES, "Q"), ("lost_heaps", ROW_LOST_HEAPS, "Q"),
+), ROW_SIZE)
+
+REGION_FIELDS = ("tail", "consumer_waiting", "consumer_futex", "release_futex", "spin_budget_ns")
+
+HELLO_STRUCT, HELLO_FIELDS = _fields_struct((
+    ("magic", MSG_MAGIC, "Q"), ("major", MSG_MAJOR, "H"), ("minor", MSG_MINOR, "H"), ("role", HELLO_ROLE, "I"),
+    ("start", HELLO_START, "I"),
+), HELLO_SIZE)
+
+WELCOME_STRUCT, WELCOME_FIELDS = _fields_struct((
+    ("magic", MSG_MAGIC, "Q"), ("major", MSG_MAJOR, "H"), ("minor", MSG_MINOR, "H"),
+    ("status", WELCOME_STATUS, "I"), ("consumer_index", WELCOME_CONSUMER_INDEX, "I"),
+    ("generation", WELCOME_GENERATION, "I"), ("session_id", WELCOME_SESSION_ID, "Q"),
+    ("ctl_size", WELCOME_CTL_SIZE, "Q"), ("data_size", WELCOME_DATA_SIZE, "Q"),
+    ("region_size", WELCOME_REGION_SIZE, "Q"),
+), WELCOME_SIZE)
+
+# The common prefix of a welcome and an error record: magic, major, minor, status.
+RECORD_PREFIX_STRUCT, RECORD_PREFIX_FIELDS = _fields_struct((
+    ("magic", MSG_MAGIC, "Q"), ("major", MSG_MAJOR, "H"), ("minor", MSG_MINOR, "H"),
+    ("status", WELCOME_STATUS, "I"),
+), WELCOME_MESSAGE)
+
+_DESC_SPEC = (
+    ("seq", DESC_SEQ, "Q"), ("heap_cnt", DESC_HEAP_CNT, "Q"), ("heap_size", DESC_HEAP_SIZE, "Q"),
+    ("received", DESC_RECEIVED, "Q"), ("timestamp_ns", DESC_TIMESTAMP_NS, "Q"), ("slot", DESC_SLOT, "I"),
+    ("flags", DESC_FLAGS, "I"), ("item_count", DESC_ITEM_COUNT, "I"), ("packets", DESC_PACKETS, "I"),
+    ("reserved", DESC_RESERVED, "Q"),
+)
+DESC_STRUCT, DESC_FIELDS = _fields_struct(_DESC_SPEC, DESC_SIZE)
+DESC_FORMAT = DESC_STRUCT.format
+
+_ITEM_SPEC = (
+    ("id", ITEM_ID, "Q"), ("value", ITEM_VALUE, "Q"), ("length", ITEM_LENGTH, "Q"), ("flags", ITEM_FLAGS, "I"),
+    ("reserved", ITEM_RESERVED, "I"),
+)
+ITEM_STRUCT, ITEM_FIELDS = _fields_struct(_ITEM_SPEC, ITEM_SIZE)
+ITEM_FORMAT = ITEM_STRUCT.format
+
+META_HEADER_STRUCT, _ = _fields_struct((("seq", META_SEQ, "Q"), ("length", META_LENGTH, "Q")), META_RECORDS)
+META_RECORD_STRUCT, META_RECORD_FIELDS = _fields_struct((
+    ("record_size", REC_RECORD_SIZE, "I"), ("ndim", REC_NDIM, "I"), ("id", REC_ID, "Q"),
+    ("name_len", REC_NAME_LEN, "I"), ("description_len", REC_DESCRIPTION_LEN, "I"),
+    ("format_len", REC_FORMAT_LEN, "I"), ("dtype_len", REC_DTYPE_LEN, "I"),
+), REC_SHAPE)
+
+
+# --- handshake helpers (§1.2) --------------------------------------------------------------------------
+def pack_hello(role=ROLE_CONSUMER, start=START_OLDEST, major=MAJOR_VERSION, minor=MINOR_VERSION, magic=MAGIC):
+    """A 32-byte hello record."""
+    return HELLO_STRUCT.pack(magic, major, minor, role, start)
+
+
+def unpack_hello(buf):
+    """A hello as a dict; ValueError unless it is exactly HELLO_SIZE bytes."""
+    if len(buf) != HELLO_SIZE:
+        raise ValueError(f"hello of {len(buf)} bytes, want {HELLO_SIZE}")
+    return dict(zip(HELLO_FIELDS, HELLO_STRUCT.unpack(buf)))
+
+
+def pack_welcome(consumer_index, generation, session_id, ctl_size, data_size, region_size=REGION_SIZE,
+                 major=MAJOR_VERSION, minor=MINOR_VERSION, magic=MAGIC, status=STATUS_OK):
+    """A 64-byte welcome record (its descriptors travel beside it as SCM_RIGHTS)."""
+    return WELCOME_STRUCT.pack(magic, major, minor, status, consumer_index, generation, session_id, ctl_size,
+                               data_size, region_size)
+
+
+def pack_error(status, message, major=MAJOR_VERSION, minor=MINOR_VERSION, magic=MAGIC):
+    """An error record: the common prefix, then the NUL-terminated UTF-8 message (cut to fit 256 bytes)."""
+    msg = message.encode("utf-8")[:ERROR_RECORD_MAX - WELCOME_MESSAGE - 1]
+    return RECORD_PREFIX_STRUCT.pack(magic, major, minor, status) + msg + b"\0"
+
+
+def unpack_record(buf):
+    """The producer's answer as a dict: magic, major, minor, status, and either the welcome's fields
+    (status 0, at least WELCOME_SIZE bytes) or ``message`` (an error record). ValueError when it is too short
+    to be either; the caller checks magic, major and the size of a welcome."""
+    if len(buf) < WELCOME_MESSAGE:
+        raise ValueError(f"record of {len(buf)} bytes is shorter than {WELCOME_MESSAGE}")
+    d = dict(zip(RECORD_PREFIX_FIELDS, RECORD_PREFIX_STRUCT.unpack_from(buf, 0)))
+    if d["status"] != STATUS_OK:
+        raw = bytes(buf[WELCOME_MESSAGE:])
+        d["message"] = raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+    elif len(buf) >= WELCOME_SIZE:
+        d.update(zip(WELCOME_FIELDS, WELCOME_STRUCT.unpack_from(buf, 0)))
+    return d
+
+
+try:  # numpy structured dtypes for batch views (zero-copy over the data memory)
     import numpy as _np
 except ImportError:  # pragma: no cover - numpy is optional at import
     _np = None
     DESC_DTYPE = None
     ITEM_DTYPE = None
 else:
-    DESC_DTYPE = _np.dtype({
-        "names": list(DESC_FIELDS),
-        "formats": ["<u8", "<u8", "<u8", "<u8", "<u8", "<u4", "<u4", "<u4", "<u4", "<u8"],
-        "offsets": [DESC_SEQ, DESC_HEAP_CNT, DESC_HEAP_SIZE, DESC_RECEIVED, DESC_TIMESTAMP_NS, DESC_SLOT,
-                    DESC_FLAGS, DESC_ITEM_COUNT, DESC_PACKETS, DESC_RESERVED],
-        "itemsize": DESC_SIZE,
-    })
-    ITEM_DTYPE = _np.dtype({
-        "names": list(ITEM_FIELDS),
-        "formats": ["<u8", "<u8", "<u8", "<u4", "<u4"],
-        "offsets": [ITEM_ID, ITEM_VALUE, ITEM_LENGTH, ITEM_FLAGS, ITEM_RESERVED],
-        "itemsize": ITEM_SIZE,
-    })
+    def _dtype(spec, size):
+        """A numpy structured dtype from the same (name, offset, code) triples as the struct."""
+        codes = {"Q": "<u8", "I": "<u4", "H": "<u2"}
+        return _np.dtype({"names": [f[0] for f in spec], "formats": [codes[f[2]] for f in spec],
+                          "offsets": [f[1] for f in spec], "itemsize": size})
 
-assert HEADER_STRUCT.size == OFF_STATS_COUNT + 4
-assert DESC_STRUCT.size == DESC_SIZE
-assert ITEM_STRUCT.size == ITEM_SIZE
-assert META_RECORD_STRUCT.size == META_RECORD_HEADER_SIZE
+    DESC_DTYPE = _dtype(_DESC_SPEC, DESC_SIZE)
+    ITEM_DTYPE = _dtype(_ITEM_SPEC, ITEM_SIZE)
+
+assert HEADER_STRUCT.size == OFF_MAX_CONSUMERS + 4
+assert DESC_STRUCT.size == DESC_SIZE and ITEM_STRUCT.size == ITEM_SIZE
+assert META_RECORD_STRUCT.size == META_RECORD_HEADER_SIZE and META_HEADER_STRUCT.size == META_HEADER_SIZE
+assert HELLO_STRUCT.size == HELLO_SIZE and WELCOME_STRUCT.size == WELCOME_SIZE and ROW_STRUCT.size == ROW_SIZE
 
 
 def dump():
     """Every constant and offset of the spec by name, exactly as ring.LayoutTable() in Go names them (the
     golden cross-language test requires identical tables).
 
-    Header fields are bare ("magic", "slot_count", "head", "stats" ... are offsets), except the header's
-    ctl_size, desc_size, item_size and stats_count fields, which are "header.NAME" (the bare names are the
-    values: "ctl_size" 4096, "desc_size" 64 ...); "magic_value", "major_value", "minor_value" are the
-    version constants. Descriptor fields "desc.NAME", item fields "item.NAME", metadata "meta.NAME" and
-    "meta_record.NAME"; enumerations "state.*", "policy.*", "flag.*", "item_flag.*", "counter.*".
+    Control-memory header fields bare ("magic", "slot_count", "head", "stats" ... are offsets), except the
+    header's ctl_size, desc_size, item_size, stats_count and max_consumers fields, which are "header.NAME"
+    (the bare desc_size, item_size and stats_count are values); consumer-table rows "row.NAME", the consumer
+    region "region.NAME", handshake records "hello.NAME" / "welcome.NAME"; descriptor fields "desc.NAME",
+    item fields "item.NAME", metadata "meta.NAME" and "meta_record.NAME"; "magic_value", "major_value",
+    "minor_value" are the version constants; enumerations "state.*", "policy.*", "consumer_state.*",
+    "role.*", "start.*", "status.*", "flag.*", "item_flag.*", "feature.*", "counter.*".
     """
+    g = globals()
     d = {
         "magic_value": MAGIC, "major_value": MAJOR_VERSION, "minor_value": MINOR_VERSION,
-        "ctl_size": CTL_SIZE, "desc_size": DESC_SIZE, "item_size": ITEM_SIZE, "data_path_max": DATA_PATH_MAX,
-        "stats_slots": STATS_SLOTS, "stats_count": STATS_COUNT, "region_align": REGION_ALIGN,
-        "max_slot_count": MAX_SLOT_COUNT, "max_items_limit": MAX_ITEMS, "meta_header_size": META_HEADER_SIZE,
-        "meta_record_header_size": META_RECORD_HEADER_SIZE, "meta_ndim_unknown": NDIM_UNKNOWN,
+        "desc_size": DESC_SIZE, "item_size": ITEM_SIZE, "stats_slots": STATS_SLOTS, "stats_count": STATS_COUNT,
+        "region_align": REGION_ALIGN, "max_slot_count": MAX_SLOT_COUNT, "max_items_limit": MAX_ITEMS,
+        "meta_header_size": META_HEADER_SIZE, "meta_record_header_size": META_RECORD_HEADER_SIZE,
+        "meta_ndim_unknown": NDIM_UNKNOWN, "row_size": ROW_SIZE, "region_size": REGION_SIZE,
+        "max_consumers_limit": MAX_CONSUMERS_LIMIT, "default_max_consumers": DEFAULT_MAX_CONSUMERS,
+        "hello_size": HELLO_SIZE, "welcome_size": WELCOME_SIZE, "error_record_max": ERROR_RECORD_MAX,
+        "no_consumer_index": NO_CONSUMER_INDEX,
     }
     for name in HEADER_FIELDS:
-        key = "header." + name if name in ("ctl_size", "desc_size", "item_size", "stats_count") else name
-        d[key] = globals()["OFF_" + name.upper()]
-    for name in ("data_path", "head", "consumer_waiting", "consumer_futex", "tail", "producer_waiting",
-                 "producer_futex", "consumer_pid", "consumer_attach_ns", "heartbeat_ns", "stats"):
-        d[name] = globals()["OFF_" + name.upper()]
-    d["ctl_reserved"] = OFF_RESERVED
+        key = ("header." + name if name in ("ctl_size", "desc_size", "item_size", "stats_count", "max_consumers")
+               else name)
+        d[key] = g["OFF_" + name.upper()]
+    for name in ("head", "producer_waiting", "heartbeat_ns", "oldest", "stats"):
+        d[name] = g["OFF_" + name.upper()]
+    d["consumer_table"] = OFF_CONSUMER_TABLE
+    for name in ROW_FIELDS:
+        d["row." + name] = g["ROW_" + name.upper()]
+    for name in REGION_FIELDS:
+        d["region." + name] = g["REG_" + name.upper()]
+    for name in HELLO_FIELDS:
+        d["hello." + name] = g[("MSG_" if name in ("magic", "major", "minor") else "HELLO_") + name.upper()]
+    for name in WELCOME_FIELDS:
+        d["welcome." + name] = g[("MSG_" if name in ("magic", "major", "minor") else "WELCOME_") + name.upper()]
+    d["welcome.message"] = WELCOME_MESSAGE
     for name in DESC_FIELDS:
-        d["desc." + name] = globals()["DESC_" + name.upper()]
+        d["desc." + name] = g["DESC_" + name.upper()]
     for name in ITEM_FIELDS:
-        d["item." + name] = globals()["ITEM_" + name.upper()]
+        d["item." + name] = g["ITEM_" + name.upper()]
     d["meta.seq"] = META_SEQ
     d["meta.length"] = META_LENGTH
     d["meta.records"] = META_RECORDS
-    for name in ("record_size", "ndim", "id", "name_len", "description_len", "format_len", "dtype_len",
-                 "shape"):
-        d["meta_record." + name] = globals()["REC_" + name.upper()]
-    d.update({
-        "state.init": STATE_INIT, "state.ready": STATE_READY, "state.closed": STATE_CLOSED,
-        "policy.drop": POLICY_DROP, "policy.block": POLICY_BLOCK,
-        "flag.complete": FLAG_COMPLETE, "flag.incomplete": FLAG_INCOMPLETE, "flag.truncated": FLAG_TRUNCATED,
-        "flag.end_of_stream": FLAG_END_OF_STREAM, "flag.has_descriptors": FLAG_HAS_DESCRIPTORS,
-        "flag.items_overflow": FLAG_ITEMS_OVERFLOW, "flag.no_heap_size": FLAG_NO_HEAP_SIZE,
-        "item_flag.immediate": ITEM_IMMEDIATE,
-    })
+    for name in META_RECORD_FIELDS + ("shape",):
+        d["meta_record." + name] = g["REC_" + name.upper()]
+    enums = (("state", "STATE_", ("init", "ready", "closed")), ("policy", "POLICY_", ("drop", "block")),
+             ("consumer_state", "CONSUMER_", ("free", "attached", "overrun", "bad_cursor", "gone")),
+             ("role", "ROLE_", ("consumer", "observer")), ("start", "START_", ("oldest", "head")),
+             ("status", "STATUS_", ("ok", "version", "not_permitted", "busy", "closing", "protocol")),
+             ("flag", "FLAG_", ("complete", "incomplete", "truncated", "end_of_stream", "has_descriptors",
+                                "items_overflow", "no_heap_size", "items_cut")),
+             ("item_flag", "ITEM_", ("immediate",)), ("feature", "FEATURE_", ("replay_timestamps",)))
+    for prefix, const, names in enums:
+        for name in names:
+            d[f"{prefix}.{name}"] = g[const + name.upper()]
     for i, name in enumerate(COUNTER_NAMES):
         d["counter." + name] = i
     return d

@@ -1,8 +1,15 @@
-"""Consumer side of the ibvbridge shared-memory heap ring (docs/ring-layout.md, layout 1.x).
+"""Consumer side of the ibvbridge shared-memory heap ring (docs/ring-layout.md, layout 2.0).
 
-A Ring is attached to a control file (read-write mapping: cursors, wake words, counters) and a data file
-(read-only mapping: descriptors, item tables, stream metadata, payload slots). Heaps are handed out as
-zero-copy views into the data mapping; a view is valid until its heap is released (spec §10).
+``Ring.attach(name)`` connects to the ring's SOCK_SEQPACKET socket (``NAME.v2.sock`` in the ring directory),
+checks that the producer's uid is trusted (SO_PEERCRED), sends a hello and receives a welcome with three
+sealed memory descriptors: the control memory (mapped read-only: head, state, stats, the consumer table),
+the data memory (read-only: descriptors, item tables, stream metadata, payload slots) and this consumer's own
+4 KiB region (read-write: its tail cursor and wake words). Several consumers may read one ring; each gets
+every heap. The socket stays open for the life of the attachment: closing it detaches, and its hang-up tells
+the consumer that the producer is gone.
+
+Heaps are handed out as zero-copy views into the data mapping; a view is valid until its heap is released
+(spec §11).
 
 Supported platform: Linux x86-64. Plain loads and stores through memoryview / ctypes are single aligned
 moves there, which have acquire / release semantics under x86-64's TSO memory model; full fences are a
@@ -14,47 +21,49 @@ A Ring is not thread-safe: use it from one thread.
 import ast
 import collections
 import ctypes
-import errno
-import fcntl
-import mmap
 import os
 import re
+import select
+import socket
 import time
 
 from . import layout as L
-from ._sys import full_fence, futex_wait, futex_wake
-from .errors import (CorruptRing, EndOfStream, ProducerGone, RingBusy, RingError, RingNotFound, Timeout,
-                     VersionMismatch)
+from ._sys import full_fence, futex_wait, futex_wake, get_seals, map_fd, peer_cred
+from .errors import (CorruptRing, Detached, EndOfStream, Overrun, PermissionDenied, ProducerGone, ProtocolError,
+                     RingBusy, RingClosing, RingError, RingNotFound, Timeout, VersionMismatch)
 
 try:
     import numpy as np
 except ImportError:  # pragma: no cover - numpy is optional until a view is asked for
     np = None
 
-__all__ = ["Ring", "Heap", "Item", "Batch", "ItemDescriptor", "Geometry", "ctl_path_for", "validate_geometry"]
+__all__ = ["Ring", "Heap", "Item", "Batch", "ItemDescriptor", "Geometry", "socket_path_for", "lookup_dirs",
+           "default_dir", "uid_trusted", "validate_geometry"]
 
 _M64 = (1 << 64) - 1
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$")
-DEFAULT_DIR = "/dev/shm"
-SPIN_SECONDS = 50e-6  # spin before sleeping (spec §7.4)
+SPIN_SECONDS = 50e-6  # spin before sleeping (spec §7.5)
 ACTIVE_NAPS = 8  # a stream whose head moved within this many naps is active (max_latency)
+_STARTS = {"oldest": L.START_OLDEST, "head": L.START_HEAD, L.START_OLDEST: L.START_OLDEST,
+           L.START_HEAD: L.START_HEAD}
 
-# word indexes into the control file, for memoryview.cast("Q") / cast("I")
+# word indexes for memoryview.cast("Q") / cast("I"): control memory ...
 _Q_HEAD = L.OFF_HEAD >> 3
-_Q_TAIL = L.OFF_TAIL >> 3
-_Q_CONSUMER_PID = L.OFF_CONSUMER_PID >> 3
-_Q_CONSUMER_ATTACH_NS = L.OFF_CONSUMER_ATTACH_NS >> 3
 _Q_HEARTBEAT_NS = L.OFF_HEARTBEAT_NS >> 3
+_Q_OLDEST = L.OFF_OLDEST >> 3
 _Q_STATS = L.OFF_STATS >> 3
-_Q_MAGIC = L.OFF_MAGIC >> 3
 _I_STATE = L.OFF_STATE >> 2
-_I_CONSUMER_WAITING = L.OFF_CONSUMER_WAITING >> 2
-_I_CONSUMER_FUTEX = L.OFF_CONSUMER_FUTEX >> 2
 _I_PRODUCER_WAITING = L.OFF_PRODUCER_WAITING >> 2
-_I_PRODUCER_FUTEX = L.OFF_PRODUCER_FUTEX >> 2
+# ... and this consumer's region
+_Q_TAIL = L.REG_TAIL >> 3
+_Q_SPIN_BUDGET_NS = L.REG_SPIN_BUDGET_NS >> 3
+_I_CONSUMER_WAITING = L.REG_CONSUMER_WAITING >> 2
+_I_CONSUMER_FUTEX = L.REG_CONSUMER_FUTEX >> 2
+_I_RELEASE_FUTEX = L.REG_RELEASE_FUTEX >> 2
 
 _unpack_desc = L.DESC_STRUCT.unpack_from
 _iter_items = L.ITEM_STRUCT.iter_unpack
+_POLL_GONE = select.POLLHUP | select.POLLRDHUP | select.POLLERR | select.POLLNVAL
 
 
 def _need_numpy():
@@ -62,29 +71,79 @@ def _need_numpy():
         raise RingError("numpy is required for array views (apt install python3-numpy)")
 
 
-def ctl_path_for(name_or_path, directory=DEFAULT_DIR):
-    """The control file of a ring name, or the path itself when given a path (anything with a '/')."""
+def default_dir():
+    """This process's own ring directory (spec §1.1): $IBVBRIDGE_RING_DIR if set and non-empty, else
+    /run/ibvbridge for euid 0, else /dev/shm/ibvbridge-UID."""
+    env = os.environ.get(L.ENV_DIR)
+    if env:
+        return env
+    uid = os.geteuid()
+    return L.RUN_DIR if uid == 0 else f"/dev/shm/ibvbridge-{uid}"
+
+
+def lookup_dirs(directory=None):
+    """Where a consumer looks for a ring name, in order (spec §1.1): ``directory`` if given; else
+    $IBVBRIDGE_RING_DIR if set and non-empty; else its own default directory, then /run/ibvbridge."""
+    if directory:
+        return [os.fspath(directory)]
+    env = os.environ.get(L.ENV_DIR)
+    if env:
+        return [env]
+    own = default_dir()
+    return [own] if own == L.RUN_DIR else [own, L.RUN_DIR]
+
+
+def socket_path_for(name_or_path, directory=None):
+    """The socket a consumer connects to: a path (anything containing '/', which must end in .v2.sock)
+    as given; a name looked up in lookup_dirs(directory), the first directory holding NAME.v2.sock winning
+    (the first candidate when none does yet)."""
     s = os.fspath(name_or_path)
     if "/" in s:
-        if not s.endswith(".ctl"):
-            raise RingError(f"control file {s}: path must end in .ctl")
+        if not s.endswith(L.SOCKET_SUFFIX):
+            if s.endswith(".ctl"):
+                raise VersionMismatch(1, L.MAJOR_VERSION, f"{s} is a layout 1.0 control file; this client speaks "
+                                      f"layout {L.MAJOR_VERSION}.{L.MINOR_VERSION} (sockets named "
+                                      f"NAME{L.SOCKET_SUFFIX})")
+            raise RingError(f"ring socket {s}: the path must end in {L.SOCKET_SUFFIX}")
         return s
     if not _NAME_RE.match(s):
         raise RingError(f"ring name {s!r}: use 1-64 characters from [A-Za-z0-9_.-], not starting with '.'")
-    return os.path.join(directory, f"ibvbridge.{s}.v{L.MAJOR_VERSION}.ctl")
+    dirs = lookup_dirs(directory)
+    for d in dirs:
+        p = os.path.join(d, s + L.SOCKET_SUFFIX)
+        if os.path.lexists(p):
+            return p
+    return os.path.join(dirs[0], s + L.SOCKET_SUFFIX)
+
+
+def uid_trusted(uid, socket_path, euid=None):
+    """Whether a producer serving socket_path as uid may be trusted (spec §1.2): uid 0, our own effective
+    uid, or the owner of the socket's directory when that directory is not writable by group or others."""
+    if euid is None:
+        euid = os.geteuid()
+    if uid == 0 or uid == euid:
+        return True
+    try:
+        st = os.stat(os.path.dirname(os.path.abspath(socket_path)))
+    except OSError:
+        return False
+    return st.st_uid == uid and not st.st_mode & 0o022
 
 
 class Geometry(collections.namedtuple("Geometry", (
-        "slot_count", "slot_size", "max_items", "page_size", "data_file_size", "desc_offset", "items_offset",
+        "slot_count", "slot_size", "max_items", "page_size", "data_size", "desc_offset", "items_offset",
         "meta_offset", "meta_size", "payload_offset", "packet_offset", "packet_size"))):
-    """Where everything lies in the data file (spec §3)."""
+    """Where everything lies in the data memory (spec §4)."""
+
+    data_file_size = property(lambda self: self.data_size)  # the layout 1.0 name
 
 
 def validate_geometry(hdr):
-    """Check a decoded header's geometry as spec §7.2 step 4 requires; return a Geometry or raise CorruptRing.
+    """Check a decoded header's data geometry as spec §9 step 5 requires; return a Geometry or raise
+    CorruptRing.
 
-    Python integers do not overflow, so every size below is exact; anything beyond data_file_size (a u64)
-    is rejected.
+    Python integers do not overflow, so every size below is exact; anything beyond data_size (a u64) is
+    rejected.
     """
     def bad(msg):
         return CorruptRing("corrupt ring geometry: " + msg)
@@ -103,9 +162,9 @@ def validate_geometry(hdr):
     ps = hdr["page_size"]
     if ps < 4096 or ps & (ps - 1):
         raise bad(f"page_size {ps} is not a power of two >= 4096")
-    dfs = hdr["data_file_size"]
-    if dfs == 0 or dfs % ps:
-        raise bad(f"data_file_size {dfs} is not a non-zero multiple of page_size {ps}")
+    ds = hdr["data_size"]
+    if ds == 0 or ds % ps:
+        raise bad(f"data_size {ds} is not a non-zero multiple of page_size {ps}")
     if hdr["meta_size"] < L.META_HEADER_SIZE:
         raise bad(f"meta_size {hdr['meta_size']} < {L.META_HEADER_SIZE}")
     regions = (
@@ -118,12 +177,12 @@ def validate_geometry(hdr):
     for i, (name, off, size) in enumerate(regions):
         if off % L.REGION_ALIGN:
             raise bad(f"{name} offset {off} is not {L.REGION_ALIGN}-aligned")
-        if off + size > dfs:
-            raise bad(f"{name} [{off}, +{size}) runs past data_file_size {dfs}")
+        if off + size > ds:
+            raise bad(f"{name} [{off}, +{size}) runs past data_size {ds}")
         for oname, ooff, osize in regions[:i]:
             if size and osize and off < ooff + osize and ooff < off + size:
                 raise bad(f"{name} overlaps {oname}")
-    return Geometry(sc, ss, mi, ps, dfs, hdr["desc_offset"], hdr["items_offset"], hdr["meta_offset"],
+    return Geometry(sc, ss, mi, ps, ds, hdr["desc_offset"], hdr["items_offset"], hdr["meta_offset"],
                     hdr["meta_size"], hdr["payload_offset"], hdr["packet_offset"], hdr["packet_size"])
 
 
@@ -234,8 +293,8 @@ class Heap:
             ss = self._ring._geo.slot_size
             for iid, value, length, iflags in raw:
                 if not iflags & L.ITEM_IMMEDIATE and (value > ss or length > ss - value):
-                    raise CorruptRing(f"corrupt descriptor at position {self.position}: item {iid:#x} "
-                                      f"[{value}, +{length}) past slot_size {ss}")
+                    raise self._ring._corrupt_desc(self.position, f"item {iid:#x} [{value}, +{length}) past "
+                                                   f"slot_size {ss}")
             self._raw = raw
         return raw
 
@@ -247,6 +306,7 @@ class Heap:
     has_descriptors = property(lambda self: bool(self.flags & L.FLAG_HAS_DESCRIPTORS))
     items_overflow = property(lambda self: bool(self.flags & L.FLAG_ITEMS_OVERFLOW))
     no_heap_size = property(lambda self: bool(self.flags & L.FLAG_NO_HEAP_SIZE))
+    items_cut = property(lambda self: bool(self.flags & L.FLAG_ITEMS_CUT))
 
     def _check_live(self):
         if self._released:
@@ -474,109 +534,137 @@ class Ring:
 
     def __init__(self):  # use Ring.attach
         self._closed = True
-        self._ctl_fd = self._cons_fd = None
-        self._ctl_mm = self._data_mm = None
-        self._c64 = self._c32 = self._dmv = None
-        self._cfutex = self._pfutex = None
+        self._sock = None
+        self._fds = []
+        self._ctl_mm = self._data_mm = self._region_mm = None
+        self._c64 = self._c32 = self._r64 = self._r32 = self._dmv = None
+        self._cfutex = self._rfutex = None
         self._desc_arr = self._items2d = self._payload2d = None
+        self._detached = None
+        self._gone = False
 
-    # ------------------------------------------------------------------ attach (spec §7.2)
+    # ------------------------------------------------------------------ attach (spec §9)
     @classmethod
-    def attach(cls, name_or_path, timeout=10.0, directory=DEFAULT_DIR, max_latency=0.0):
-        """Attach to a ring by name (files in ``directory``, default /dev/shm) or by control-file path.
+    def attach(cls, name_or_path, timeout=10.0, directory=None, start="oldest", max_latency=0.0):
+        """Attach to a ring as a consumer, by name or by socket path (anything with a '/', ending in
+        .v2.sock).
 
-        Waits up to ``timeout`` seconds for the control file to appear (RingNotFound) and to become READY
-        (Timeout). Raises VersionMismatch, CorruptRing (checked before the data file is opened), RingBusy.
+        A name is looked up in ``directory`` if given, else in $IBVBRIDGE_RING_DIR, else in this user's
+        default ring directory and then /run/ibvbridge (spec §1.1). The attach waits up to ``timeout``
+        seconds (None: forever) for a producer to answer (RingNotFound). ``start``: "oldest" begins at the
+        oldest heap the ring still holds, "head" at the next heap published.
+
+        Raises RingNotFound, PermissionDenied (untrusted producer uid, or refused), RingBusy (every consumer
+        row taken), RingClosing, VersionMismatch, ProtocolError, CorruptRing (seals, sizes and the header
+        are checked before the data memory is mapped), Timeout.
 
         ``max_latency`` (seconds), if positive, lets waits nap that long while the stream is moving instead
         of asking the producer for a wake per heap: less CPU per heap, up to that much more latency. An
         idle stream still sleeps on the futex. 0 (the default): spin, then futex.
         """
+        if start not in _STARTS:
+            raise ValueError(f"start must be 'oldest' or 'head', not {start!r}")
         self = cls()
         self._max_latency = max(0.0, float(max_latency))
         self._active_head, self._active_at = None, 0.0
-        ctl = ctl_path_for(name_or_path, directory)
-        self.name = name_or_path
-        self.ctl_path = ctl
+        self.name = os.fspath(name_or_path)
+        self._directory = directory
+        self.socket_path = socket_path_for(self.name, directory)
         deadline = time.monotonic() + (timeout if timeout is not None else float("inf"))
         try:
-            self._attach(ctl, deadline)
+            self._attach(_STARTS[start], deadline, timeout)
         except BaseException:
             self._teardown()
             raise
         return self
 
-    def _attach(self, ctl, deadline):
-        while True:  # 1. open, retrying until it exists
+    def _connect(self, deadline):
+        """Step 1: connect, retrying ENOENT / ECONNREFUSED (no producer yet, or a stale socket) every 10 ms."""
+        while True:
+            path = self.socket_path = socket_path_for(self.name, self._directory)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
             try:
-                self._ctl_fd = os.open(ctl, os.O_RDWR | os.O_CLOEXEC)
-                break
-            except FileNotFoundError:
+                s.settimeout(max(0.001, min(deadline - time.monotonic(), 3600.0)))
+                s.connect(path)
+                return s
+            except (FileNotFoundError, ConnectionRefusedError, socket.timeout):
+                s.close()
                 if time.monotonic() >= deadline:
-                    raise RingNotFound(f"ring {self.name} not found ({ctl})") from None
+                    raise RingNotFound(f"ring {self.name} not found ({path})") from None
                 time.sleep(0.01)
-        st = os.fstat(self._ctl_fd)  # 2. size, map
-        if st.st_size < L.CTL_SIZE:
-            raise CorruptRing(f"control file {ctl} is {st.st_size} bytes, want {L.CTL_SIZE}")
-        self._ctl_mm = mmap.mmap(self._ctl_fd, L.CTL_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            except PermissionError as e:
+                s.close()
+                raise PermissionDenied(f"ring {self.name}: cannot connect to {path}: {e.strerror}") from None
+            except OSError as e:
+                s.close()
+                raise RingError(f"ring {self.name}: connect {path}: {e}") from None
+
+    def _attach(self, start, deadline, timeout):
+        name = self.name
+        self._sock = sock = self._connect(deadline)
+        path = self.socket_path
+        pid, uid, _ = peer_cred(sock)  # 2. who serves this socket?
+        if not uid_trusted(uid, path):
+            raise PermissionDenied(f"ring {name}: socket {path} served by uid {uid}, which is not trusted")
+        self.producer_uid = uid
+        try:  # 3. hello, welcome
+            sock.settimeout(max(0.001, min(deadline - time.monotonic(), 3600.0)))
+            sock.sendall(L.pack_hello(L.ROLE_CONSUMER, start))
+            msg, fds, mflags, _ = socket.recv_fds(sock, L.ERROR_RECORD_MAX, 8, socket.MSG_CMSG_CLOEXEC)
+        except socket.timeout:
+            raise Timeout(f"ring {name}: the producer did not answer within {timeout} s") from None
+        except (ConnectionResetError, BrokenPipeError):
+            msg, fds, mflags = b"", [], 0
+        self._fds = list(fds)
+        w = self._check_welcome(msg, fds, mflags)
+        ctl_fd, data_fd, region_fd = fds
+        self.consumer_index, self._generation = w["consumer_index"], w["generation"]
+        # 4. seals and sizes, before anything is mapped
+        for what, fd, need, size in (("control", ctl_fd, L.SEALS_SHARED, w["ctl_size"]),
+                                     ("data", data_fd, L.SEALS_SHARED, w["data_size"]),
+                                     ("consumer region", region_fd, L.SEALS_REGION, w["region_size"])):
+            seals = get_seals(fd)
+            if seals & need != need:
+                raise CorruptRing(f"ring {name}: {what} memory is not sealed (seals {seals:#x}, need {need:#x})")
+            st = os.fstat(fd).st_size
+            if st != size:
+                raise CorruptRing(f"ring {name}: {what} memory is {st} bytes, the welcome says {size}")
+        # 5. control memory, read-only; validate before the data memory is mapped
+        self._ctl_mm = _map(ctl_fd, w["ctl_size"], False)
         self._c64 = memoryview(self._ctl_mm).cast("Q")
         self._c32 = memoryview(self._ctl_mm).cast("I")
         self._closed = False
-        while True:  # 3. magic, major, state
-            magic = self._c64[_Q_MAGIC]
-            if magic != 0:
-                if magic != L.MAGIC:
-                    raise CorruptRing(f"control file {ctl}: bad magic {magic:#x}, want {L.MAGIC:#x}")
-                major = int.from_bytes(self._ctl_mm[L.OFF_MAJOR:L.OFF_MAJOR + 2], "little")
-                if major != L.MAJOR_VERSION:
-                    raise VersionMismatch(major, L.MAJOR_VERSION)
-                if self._c32[_I_STATE] != L.STATE_INIT:
-                    break
-            if time.monotonic() >= deadline:
-                raise Timeout(f"ring {self.name}: producer did not finish creating it (state INIT)")
-            time.sleep(0.01)
-        hdr = dict(zip(L.HEADER_FIELDS, L.HEADER_STRUCT.unpack_from(self._ctl_mm, 0)))
-        if hdr["ctl_size"] != L.CTL_SIZE:
-            raise CorruptRing(f"ctl_size {hdr['ctl_size']}, want {L.CTL_SIZE}")
-        self._geo = g = validate_geometry(hdr)  # 4. geometry, before the data file is touched
-        raw = self._ctl_mm[L.OFF_DATA_PATH:L.OFF_DATA_PATH + L.DATA_PATH_MAX]
-        n = raw.find(b"\0")
-        if n <= 0 or raw[0:1] != b"/":
-            raise CorruptRing("data_path is not a NUL-terminated absolute path")
-        self.data_path = os.fsdecode(raw[:n])
-        self.header = hdr
-        cons = ctl[:-4] + ".cons"  # 5. one consumer
-        self._cons_fd = os.open(cons, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-        try:
-            fcntl.flock(self._cons_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RingBusy(f"ring {self.name} busy: another consumer is attached") from None
-        try:  # 6. data file, read-only
-            dfd = os.open(self.data_path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            raise CorruptRing(f"data file {self.data_path} missing") from None
-        try:
-            size = os.fstat(dfd).st_size
-            if size != g.data_file_size:
-                raise CorruptRing(f"data file {self.data_path} is {size} bytes, header says {g.data_file_size}")
-            self._data_mm = mmap.mmap(dfd, g.data_file_size, mmap.MAP_SHARED, mmap.PROT_READ)
-        finally:
-            os.close(dfd)
+        hdr = self._check_header(w)
+        self._geo = g = validate_geometry(hdr)
+        # 6. data read-only, region read-write; the descriptors are closed, the socket kept
+        self._data_mm = _map(data_fd, g.data_size, False)
+        self._region_mm = _map(region_fd, L.REGION_SIZE, True)
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
         self._dmv = memoryview(self._data_mm)
-        # futex word addresses (ctypes objects pin an export of the control mapping until close)
-        self._cfutex = ctypes.c_uint32.from_buffer(self._ctl_mm, L.OFF_CONSUMER_FUTEX)
-        self._pfutex = ctypes.c_uint32.from_buffer(self._ctl_mm, L.OFF_PRODUCER_FUTEX)
+        self._r64 = memoryview(self._region_mm).cast("Q")
+        self._r32 = memoryview(self._region_mm).cast("I")
+        sock.setblocking(False)
+        self._poller = select.poll()
+        self._poller.register(sock, select.POLLIN | select.POLLRDHUP)
+        # futex word addresses (ctypes objects pin an export of the region mapping until close)
+        self._cfutex = ctypes.c_uint32.from_buffer(self._region_mm, L.REG_CONSUMER_FUTEX)
+        self._rfutex = ctypes.c_uint32.from_buffer(self._region_mm, L.REG_RELEASE_FUTEX)
         self._cfutex_addr = ctypes.addressof(self._cfutex)
-        self._pfutex_addr = ctypes.addressof(self._pfutex)
+        self._rfutex_addr = ctypes.addressof(self._rfutex)
         if np is not None:  # persistent zero-copy views for the batch API
             self._desc_arr = np.frombuffer(self._data_mm, L.DESC_DTYPE, g.slot_count, g.desc_offset)
             self._items2d = np.frombuffer(self._data_mm, L.ITEM_DTYPE, g.slot_count * g.max_items,
                                           g.items_offset).reshape(g.slot_count, g.max_items)
             self._payload2d = np.frombuffer(self._data_mm, np.uint8, g.slot_count * g.slot_size,
                                             g.payload_offset).reshape(g.slot_count, g.slot_size)
-        # 7. announce, start at tail
-        self._c64[_Q_CONSUMER_PID] = os.getpid()
-        self._c64[_Q_CONSUMER_ATTACH_NS] = time.time_ns()
+        row = L.OFF_CONSUMER_TABLE + L.ROW_SIZE * self.consumer_index
+        self._i_row_state = (row + L.ROW_STATE) >> 2
+        self._i_row_gen = (row + L.ROW_GENERATION) >> 2
+        self._q_row_lost = (row + L.ROW_LOST_HEAPS) >> 3
+        self._r64[_Q_SPIN_BUDGET_NS] = int(SPIN_SECONDS * 1e9)
+        # 7. start at the region's tail (the producer stored the start position before the welcome)
         self.session_id = hdr["session_id"]
         self.producer_pid = hdr["producer_pid"]
         self._mask = g.slot_count - 1
@@ -584,28 +672,98 @@ class Ring:
         self._items_base = g.items_offset
         self._item_stride = g.max_items * L.ITEM_SIZE
         self._pay_base = g.payload_offset
-        self._read = self._c64[_Q_TAIL]
+        self._read = self._r64[_Q_TAIL]
         self._cached_head = self._read
         self._pending = collections.deque()
-        # Releases are stored to tail once per batch (spec 7.3 step 5), and whenever the ring is found
-        # empty, before a wait, and at close: a store (and producer wake) per heap makes a block-policy
-        # producer sleep and wake once per heap.
+        # Releases are stored to tail once per batch (spec §7.4: at most max(1, slot_count / 8) deferred),
+        # and whenever the ring is found empty, before a wait, and at close: a store (and producer wake) per
+        # heap makes a block-policy producer sleep and wake once per heap.
         self._stored = self._released_to = self._read
         self._release_batch = min(max(self._geo.slot_count // 8, 1), 64)
         self._eos = False
         self._meta_seq = None
         self._meta = {}
+        self._check_row()
+
+    def _check_welcome(self, msg, fds, mflags):
+        """Step 3: the producer's answer; raises the error its status names, or ProtocolError."""
+        name = self.name
+        if not msg:
+            raise ProtocolError(f"ring {name}: the producer closed the connection without answering")
+        if mflags & socket.MSG_TRUNC:
+            raise ProtocolError(f"ring {name}: the producer's answer is longer than {L.ERROR_RECORD_MAX} bytes")
+        try:
+            w = L.unpack_record(msg)
+        except ValueError:
+            w = None
+        if w is None or w["magic"] != L.MAGIC:
+            raise ProtocolError(f"ring {name}: the producer's answer ({len(msg)} bytes) is not an ibvbridge "
+                                "welcome")
+        st = w["status"]
+        if st != L.STATUS_OK:
+            text = w["message"] or "(no message)"
+            if st == L.STATUS_VERSION:
+                raise VersionMismatch(w["major"], L.MAJOR_VERSION, f"ring {name}: {text} (the producer speaks "
+                                      f"{w['major']}.{w['minor']}; this client {L.MAJOR_VERSION}."
+                                      f"{L.MINOR_VERSION})")
+            exc = {L.STATUS_NOT_PERMITTED: PermissionDenied, L.STATUS_BUSY: RingBusy,
+                   L.STATUS_CLOSING: RingClosing, L.STATUS_PROTOCOL: ProtocolError}.get(st)
+            if exc is None:
+                raise ProtocolError(f"ring {name}: the producer answered unknown status {st}: {text}")
+            raise exc(f"ring {name}: {text}")
+        if w["major"] != L.MAJOR_VERSION:
+            raise VersionMismatch(w["major"], L.MAJOR_VERSION, f"ring {name} is layout {w['major']}.{w['minor']}; "
+                                  f"this client speaks {L.MAJOR_VERSION}.{L.MINOR_VERSION}")
+        if len(msg) != L.WELCOME_SIZE:
+            raise ProtocolError(f"ring {name}: welcome of {len(msg)} bytes, want {L.WELCOME_SIZE}")
+        if len(fds) != 3 or mflags & socket.MSG_CTRUNC:
+            raise ProtocolError(f"ring {name}: the welcome carried {len(fds)} descriptors, want 3")
+        if w["consumer_index"] == L.NO_CONSUMER_INDEX:
+            raise ProtocolError(f"ring {name}: welcomed as an observer, not a consumer")
+        if w["region_size"] != L.REGION_SIZE:
+            raise ProtocolError(f"ring {name}: region_size {w['region_size']}, want {L.REGION_SIZE}")
+        return w
+
+    def _check_header(self, w):
+        """Step 5: the control memory's header against the spec and the welcome."""
+        hdr = dict(zip(L.HEADER_FIELDS, L.HEADER_STRUCT.unpack_from(self._ctl_mm, 0)))
+        name = self.name
+        if hdr["magic"] != L.MAGIC:
+            raise CorruptRing(f"ring {name}: bad magic {hdr['magic']:#x} in the control memory, want {L.MAGIC:#x}")
+        if hdr["major"] != L.MAJOR_VERSION:
+            raise VersionMismatch(hdr["major"], L.MAJOR_VERSION, f"ring {name} is layout {hdr['major']}."
+                                  f"{hdr['minor']}; this client speaks {L.MAJOR_VERSION}.{L.MINOR_VERSION}")
+        if hdr["state"] == L.STATE_INIT:
+            raise CorruptRing(f"ring {name}: the control memory is in state INIT")
+        mc = hdr["max_consumers"]
+        if not 1 <= mc <= L.MAX_CONSUMERS_LIMIT:
+            raise CorruptRing(f"ring {name}: max_consumers {mc} not in 1..{L.MAX_CONSUMERS_LIMIT}")
+        if hdr["ctl_size"] != L.ctl_size_for(mc) or hdr["ctl_size"] != w["ctl_size"]:
+            raise CorruptRing(f"ring {name}: ctl_size {hdr['ctl_size']}, want {L.ctl_size_for(mc)} for "
+                              f"{mc} consumers (welcome: {w['ctl_size']})")
+        if w["consumer_index"] >= mc:
+            raise CorruptRing(f"ring {name}: consumer_index {w['consumer_index']} >= max_consumers {mc}")
+        if hdr["data_size"] != w["data_size"]:
+            raise CorruptRing(f"ring {name}: data_size {hdr['data_size']}, the welcome says {w['data_size']}")
+        if hdr["session_id"] != w["session_id"]:
+            raise CorruptRing(f"ring {name}: session_id {hdr['session_id']:#x}, the welcome says "
+                              f"{w['session_id']:#x}")
+        self.header = hdr
+        return hdr
 
     # ------------------------------------------------------------------ geometry and info
     slot_count = property(lambda self: self._geo.slot_count)
     slot_size = property(lambda self: self._geo.slot_size)
     max_items = property(lambda self: self._geo.max_items)
     page_size = property(lambda self: self._geo.page_size)
-    data_file_size = property(lambda self: self._geo.data_file_size)
+    data_size = property(lambda self: self._geo.data_size)
+    data_file_size = data_size  # the layout 1.0 name
     geometry = property(lambda self: self._geo)
     policy = property(lambda self: self.header["policy"])
     major = property(lambda self: self.header["major"])
     minor = property(lambda self: self.header["minor"])
+    max_consumers = property(lambda self: self.header["max_consumers"])
+    generation = property(lambda self: self._generation)
     closed = property(lambda self: self._closed)
 
     @property
@@ -617,8 +775,14 @@ class Ring:
         return self._c64[_Q_HEAD]
 
     @property
+    def oldest(self):
+        """The lowest position whose slot the producer still holds (spec §7.1)."""
+        return self._c64[_Q_OLDEST]
+
+    @property
     def tail(self):
-        return self._c64[_Q_TAIL]
+        """This consumer's tail as stored in its region (released positions are < tail)."""
+        return self._r64[_Q_TAIL]
 
     @property
     def position(self):
@@ -629,9 +793,15 @@ class Ring:
     def heartbeat_ns(self):
         return self._c64[_Q_HEARTBEAT_NS]
 
+    def row(self):
+        """This consumer's row of the consumer table (spec §2.2) as a dict."""
+        self._check_mapped()
+        off = L.OFF_CONSUMER_TABLE + L.ROW_SIZE * self.consumer_index
+        return dict(zip(L.ROW_FIELDS, L.ROW_STRUCT.unpack_from(self._ctl_mm, off)))
+
     def stats(self):
-        """The producer's counters by name (spec §2.6). Counters a newer minor adds are 'counter_<i>'."""
-        self._check_open()
+        """The producer's counters by name (spec §2.3). Counters a newer minor adds are 'counter_<i>'."""
+        self._check_mapped()
         n = min(self.header["stats_count"], L.STATS_SLOTS)
         c = self._c64
         out = {name: (c[_Q_STATS + i] if i < n else 0) for i, name in enumerate(L.COUNTER_NAMES)}
@@ -640,13 +810,51 @@ class Ring:
         return out
 
     def producer_alive(self):
-        """Liveness (spec §7.6): the producer holds flock(LOCK_EX) on the control file's inode."""
+        """Liveness (spec §7.6): False once the producer's end of the socket hung up (one poll, no wait)."""
+        if self._gone or self._sock is None:
+            return not self._gone
         try:
-            fcntl.flock(self._ctl_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
+            events = self._poller.poll(0)
+        except InterruptedError:
             return True
-        fcntl.flock(self._ctl_fd, fcntl.LOCK_UN)
-        return False
+        for _, rev in events:
+            if rev & _POLL_GONE:
+                self._gone = True
+            elif rev & select.POLLIN:
+                try:  # the producer sends nothing after the welcome: 0 bytes is its EOF, anything else is dropped
+                    if self._sock.recv(L.ERROR_RECORD_MAX, socket.MSG_DONTWAIT) == b"":
+                        self._gone = True
+                except (BlockingIOError, InterruptedError):
+                    pass
+                except OSError:
+                    self._gone = True
+        return not self._gone
+
+    def _check_row(self):
+        """Raise Detached / Overrun if the producer detached this consumer (spec §2.2, §7.6). Two loads in the
+        common case; called whenever head is reloaded, after futex waits and before reporting corruption."""
+        c32 = self._c32
+        st = c32[self._i_row_state]
+        if st == L.CONSUMER_ATTACHED and c32[self._i_row_gen] == self._generation:
+            return
+        gen = c32[self._i_row_gen]
+        name, idx = self.name, self.consumer_index
+        if gen != self._generation:
+            err = Detached(f"ring {name}: detached: consumer row {idx} was given to another consumer", None)
+        elif st == L.CONSUMER_OVERRUN:
+            lost = self._c64[self._q_row_lost]
+            err = Overrun(f"ring {name}: overrun: detached after falling a whole ring behind, {lost} heaps lost",
+                          lost)
+        elif st == L.CONSUMER_BAD_CURSOR:
+            err = Detached(f"ring {name}: detached: invalid cursor", st)
+        elif st == L.CONSUMER_GONE:
+            if not self.producer_alive():
+                return  # the producer closed every connection as it stopped: drain, then EOS / ProducerGone
+            err = Detached(f"ring {name}: detached: the producer dropped this consumer's connection", st)
+        else:
+            err = Detached(f"ring {name}: detached: consumer row {idx} is in state {st}", st)
+        self._detached = err
+        raise err
 
     def descriptors(self):
         """The stream's item descriptors, {id: ItemDescriptor}, from the metadata area (spec §6, seqlock
@@ -678,22 +886,31 @@ class Ring:
                 raise CorruptRing("metadata seqlock never became stable (producer died mid-write?)")
             time.sleep(0)
 
-    # ------------------------------------------------------------------ reading (spec §7.3)
-    def _check_open(self):
+    # ------------------------------------------------------------------ reading (spec §9.1)
+    def _check_mapped(self):
         if self._closed:
             raise RingError("ring is closed")
 
+    def _check_open(self):
+        if self._closed:
+            raise RingError("ring is closed")
+        if self._detached is not None:
+            raise self._detached  # a detached consumer must not read on (spec §7.6)
+
     def _available(self):
-        """Published positions not yet read; reloads head when the cached one is used up."""
+        """Published positions not yet read; reloads head (and checks the table row) when the cached one is
+        used up."""
         avail = (self._cached_head - self._read) & _M64
         if avail == 0:
-            self._cached_head = self._c64[_Q_HEAD]
-            avail = (self._cached_head - self._read) & _M64
+            h = self._c64[_Q_HEAD]
+            self._check_row()
+            avail = (h - self._read) & _M64
             if avail == 0:
                 self._flush_release()  # caught up: hand the released slots back now
-            if avail > self._geo.slot_count:
-                raise CorruptRing(f"head {self._cached_head} is {avail} positions past read {self._read} "
+            elif avail > self._geo.slot_count:
+                raise CorruptRing(f"head {h} is {avail} positions past read {self._read} "
                                   f"(slot_count {self._geo.slot_count})")
+            self._cached_head = h
         return avail
 
     def _take(self, n):
@@ -716,29 +933,27 @@ class Ring:
             self._flush_release()
 
     def _flush_release(self):
-        """Store the released position to tail and wake a waiting producer (spec 7.3 step 5)."""
+        """Store the released position to the region's tail and wake a waiting producer (spec §7.4)."""
         tail = self._released_to
         if tail == self._stored:
             return
         self._stored = tail
-        c32 = self._c32
-        self._c64[_Q_TAIL] = tail  # release store (x86-64 TSO)
+        self._r64[_Q_TAIL] = tail  # release store (x86-64 TSO)
         full_fence()
-        if c32[_I_PRODUCER_WAITING] != 0:
-            # The spec's exchange(0) is a load + store here (no atomic RMW from Python). Safe: only the
-            # consumer bumps producer_futex, and it bumps after every clear it makes, so the producer's
-            # FUTEX_WAIT on its pre-announcement value always fails or is woken; the worst case is one
-            # extra wake.
-            c32[_I_PRODUCER_WAITING] = 0
-            c32[_I_PRODUCER_FUTEX] = (c32[_I_PRODUCER_FUTEX] + 1) & 0xFFFFFFFF
-            futex_wake(self._pfutex_addr)
+        if self._c32[_I_PRODUCER_WAITING] != 0:
+            r32 = self._r32  # we are release_futex's only writer: a plain load and store
+            r32[_I_RELEASE_FUTEX] = (r32[_I_RELEASE_FUTEX] + 1) & 0xFFFFFFFF
+            futex_wake(self._rfutex_addr)
 
     def _corrupt_desc(self, pos, msg):
+        """The CorruptRing to raise for position pos, unless the table row says detached (a slot reused
+        under a detached consumer looks corrupt): then that Detached is raised here."""
+        self._check_row()
         return CorruptRing(f"corrupt descriptor at position {pos}: {msg}")
 
     def next(self, timeout=None):
         """The next heap (a Heap; use ``with ring.next() as heap:``). Waits up to ``timeout`` seconds (None:
-        forever, 0: don't wait). Raises EndOfStream, ProducerGone, Timeout, CorruptRing."""
+        forever, 0: don't wait). Raises EndOfStream, ProducerGone, Timeout, CorruptRing, Overrun, Detached."""
         self._check_open()
         if self._eos:
             raise EndOfStream("end of stream")
@@ -929,12 +1144,14 @@ class Ring:
             if b is not None:
                 b.release()
 
-    # ------------------------------------------------------------------ waiting (spec §7.4)
+    # ------------------------------------------------------------------ waiting (spec §7.5)
     def _wait(self, timeout):
-        """Return when a heap is published (cached_head updated); raise EndOfStream / ProducerGone / Timeout."""
+        """Return when a heap is published (cached_head updated); raise EndOfStream / ProducerGone / Timeout /
+        Detached."""
+        self._flush_release()
         now = time.monotonic()
         deadline = float("inf") if timeout is None else now + timeout
-        c64, c32 = self._c64, self._c32
+        c64, c32, r32 = self._c64, self._c32, self._r32
         read = self._read
         nap = self._max_latency
         while nap:  # a moving stream: nap instead of spinning and asking for a wake per heap
@@ -956,27 +1173,20 @@ class Ring:
                 return
         try:
             while True:
-                f = c32[_I_CONSUMER_FUTEX]
-                c32[_I_CONSUMER_WAITING] = 1
+                f = r32[_I_CONSUMER_FUTEX]
+                r32[_I_CONSUMER_WAITING] = 1
                 full_fence()
                 h = c64[_Q_HEAD]
                 if h != read:
                     self._set_head(h)
                     return
+                self._check_row()
                 if c32[_I_STATE] == L.STATE_CLOSED:
                     h = c64[_Q_HEAD]
                     if h != read:
                         self._set_head(h)
                         return
                     raise EndOfStream("end of stream (ring closed)")
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise Timeout(f"no heap within {timeout} s")
-                futex_wait(self._cfutex_addr, f, min(L.MAX_WAIT_SLICE, left))
-                h = c64[_Q_HEAD]
-                if h != read:
-                    self._set_head(h)
-                    return
                 if not self.producer_alive():
                     h = c64[_Q_HEAD]  # drain first: everything published before the death is delivered
                     if h != read:
@@ -985,10 +1195,16 @@ class Ring:
                     if c32[_I_STATE] == L.STATE_CLOSED:
                         raise EndOfStream("end of stream (ring closed)")
                     raise ProducerGone(f"ring {self.name}: producer (pid {self.producer_pid}) is gone")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise Timeout(f"no heap within {timeout} s")
+                futex_wait(self._cfutex_addr, f, min(L.MAX_WAIT_SLICE, left))
         finally:
-            c32[_I_CONSUMER_WAITING] = 0
+            if r32 is not None and not self._closed:
+                r32[_I_CONSUMER_WAITING] = 0
 
     def _set_head(self, h):
+        self._check_row()
         avail = (h - self._read) & _M64
         if avail > self._geo.slot_count:
             raise CorruptRing(f"head {h} is {avail} positions past read {self._read}")
@@ -996,45 +1212,50 @@ class Ring:
 
     # ------------------------------------------------------------------ close
     def close(self):
-        """Detach: drop the consumer lock and the mappings. Heaps not released are not released (a consumer
-        attaching next gets them again). Never raises because of views the caller still holds: if numpy
-        arrays / memoryviews into the data file are alive, the data mapping stays mapped until the last of
-        them is gone (their contents are then undefined; reading them does not crash)."""
-        if self._closed and self._ctl_fd is None:
+        """Detach (spec §7.6): store the released tail, close the socket (the producer then stops counting
+        this consumer: heaps still held are given back) and drop the mappings. Never raises because of views
+        the caller still holds: if numpy arrays / memoryviews into the data memory are alive, the data
+        mapping stays mapped until the last of them is gone (their contents are then undefined; reading them
+        does not crash)."""
+        if self._closed and self._sock is None and not self._fds:
             return
-        if not self._closed and self._c64 is not None:
+        if not self._closed and self._r64 is not None:
             try:
                 self._flush_release()
-                self._c64[_Q_CONSUMER_PID] = 0
             except (ValueError, TypeError):
                 pass
         self._teardown()
 
     def _teardown(self):
         self._closed = True
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+            self._sock = None
+        for fd in self._fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds = []
         self._desc_arr = self._items2d = self._payload2d = None
-        self._cfutex = self._pfutex = None
-        for mv in (self._c64, self._c32, self._dmv):
+        self._cfutex = self._rfutex = None
+        for mv in (self._c64, self._c32, self._r64, self._r32, self._dmv):
             if mv is not None:
                 try:
                     mv.release()
                 except BufferError:
                     pass
-        self._c64 = self._c32 = self._dmv = None
-        for mm in (self._data_mm, self._ctl_mm):
+        self._c64 = self._c32 = self._r64 = self._r32 = self._dmv = None
+        for mm in (self._data_mm, self._ctl_mm, self._region_mm):
             if mm is not None:
                 try:
                     mm.close()
                 except BufferError:
                     pass  # live views: unmapped when the last one is garbage-collected
-        self._data_mm = self._ctl_mm = None
-        for fd in (self._cons_fd, self._ctl_fd):
-            if fd is not None:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        self._cons_fd = self._ctl_fd = None
+        self._data_mm = self._ctl_mm = self._region_mm = None
 
     def __enter__(self):
         return self
@@ -1051,5 +1272,10 @@ class Ring:
     def __repr__(self):
         if self._closed:
             return f"Ring({self.name!r}, closed)"
-        return (f"Ring({self.name!r}, session={self.session_id:#x}, slots={self.slot_count}x{self.slot_size}, "
-                f"read={self._read}, head={self.head})")
+        return (f"Ring({self.name!r}, session={self.session_id:#x}, consumer={self.consumer_index}, "
+                f"slots={self.slot_count}x{self.slot_size}, read={self._read}, head={self.head})")
+
+
+def _map(fd, size, writable):
+    """Map a received descriptor (a module function so tests can watch what is mapped, and when)."""
+    return map_fd(fd, size, writable)

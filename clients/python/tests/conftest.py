@@ -23,7 +23,3 @@ def make_producer(tmp_path):
     for p in made:
         if not p.closed:
             p.close()
-
-
-def ctl(p):
-    return p.ctl_path

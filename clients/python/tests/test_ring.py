@@ -1,6 +1,6 @@
-import mmap
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -11,8 +11,10 @@ import pytest
 
 import ibvbridge
 from ibvbridge import layout as L
-from ibvbridge import (CorruptRing, EndOfStream, ProducerGone, Ring, RingBusy, RingError, RingNotFound, Timeout,
-                       VersionMismatch)
+from ibvbridge import ring as ring_mod
+from ibvbridge import (CorruptRing, Detached, EndOfStream, Overrun, PermissionDenied, ProducerGone, ProtocolError,
+                       Ring, RingBusy, RingClosing, RingError, RingNotFound, Timeout, VersionMismatch)
+from ibvbridge._sys import futex_wait
 from fake_producer import FakeProducer, addr, imm, meta_record, pattern
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -21,8 +23,12 @@ PY = sys.executable
 M64 = (1 << 64) - 1
 
 
-def attach(p, timeout=2.0):
-    return Ring.attach(p.ctl_path, timeout=timeout)
+def attach(p, timeout=2.0, **kw):
+    return Ring.attach(p.socket_path, timeout=timeout, **kw)
+
+
+def region32(ring, off):
+    return ring._r32[off >> 2]
 
 
 # ------------------------------------------------------------------ layout
@@ -30,18 +36,43 @@ def attach(p, timeout=2.0):
 
 def test_layout_constants():
     d = L.dump()
-    assert d["head"] == 512 and d["tail"] == 0x300 and d["stats"] == 1280
+    assert d["head"] == 512 and d["producer_waiting"] == 0x280 and d["oldest"] == 0x308 and d["stats"] == 1280
+    assert d["consumer_table"] == 0x1000 and d["row_size"] == 128 and d["row.lost_heaps"] == 0x30
+    assert d["region.tail"] == 0 and d["region.consumer_futex"] == 0x84 and d["region.release_futex"] == 0x100
     assert d["desc.seq"] == 0 and d["desc.slot"] == 0x28 and d["item.value"] == 8
-    assert d["ctl_size"] == 4096 and d["desc_size"] == 64 and d["item_size"] == 32
-    assert d["header.stats_count"] == 0x98 and d["data_path"] == 0x100 and d["slot_count"] == 0x30
-    assert d["magic_value"] == L.MAGIC and d["ctl_reserved"] == 0x600 and d["max_items_limit"] == 65536
+    assert d["desc_size"] == 64 and d["item_size"] == 32 and d["stats_count"] == 13
+    assert d["header.stats_count"] == 0x98 and d["header.max_consumers"] == 0x9C and d["data_size"] == 0x50
+    assert d["magic_value"] == L.MAGIC and d["major_value"] == 2 and d["max_items_limit"] == 65536
+    assert d["hello_size"] == 32 and d["welcome_size"] == 64 and d["welcome.message"] == 0x10
+    assert d["flag.items_cut"] == 0x80 and d["counter.consumer_errors"] == 12
+    assert "ctl_size" not in d and "data_path" not in d and "tail" not in d  # 1.0 names are gone
+    assert len(d) == 151
     assert L.DESC_DTYPE.itemsize == 64 and L.ITEM_DTYPE.itemsize == 32
     assert L.DESC_DTYPE.fields["packets"][1] == 0x34
-    assert L.HEADER_STRUCT.size == 0x9C
+    assert L.HEADER_STRUCT.size == 0xA0 and L.ROW_STRUCT.size == 128
     assert L.MAGIC.to_bytes(8, "little") == b"IBVBRING"
+    assert L.ctl_size_for(1) == 8192 and L.ctl_size_for(8) == 8192 and L.ctl_size_for(64) == 12288
     out = subprocess.run([PY, "-m", "ibvbridge.layout"], cwd=PKG, capture_output=True, text=True, check=True)
     lines = dict(line.split() for line in out.stdout.splitlines())
     assert {k: int(v) for k, v in lines.items()} == d
+
+
+def test_structs_follow_offsets():
+    hdr = dict(zip(L.HEADER_FIELDS, range(1, 100)))
+    raw = L.HEADER_STRUCT.pack(*hdr.values())
+    assert int.from_bytes(raw[L.OFF_DATA_SIZE:L.OFF_DATA_SIZE + 8], "little") == hdr["data_size"]
+    assert int.from_bytes(raw[L.OFF_MAX_CONSUMERS:L.OFF_MAX_CONSUMERS + 4], "little") == hdr["max_consumers"]
+    h = L.pack_hello(L.ROLE_CONSUMER, L.START_HEAD)
+    assert len(h) == 32 and L.unpack_hello(h) == dict(magic=L.MAGIC, major=2, minor=0, role=1, start=1)
+    assert h[L.HELLO_START] == 1 and h[0x14:] == bytes(12)
+    w = L.pack_welcome(3, 9, 0x1234, 8192, 65536)
+    d = L.unpack_record(w)
+    assert (d["consumer_index"], d["generation"], d["session_id"], d["ctl_size"], d["data_size"],
+            d["region_size"]) == (3, 9, 0x1234, 8192, 65536, 4096)
+    assert int.from_bytes(w[L.WELCOME_DATA_SIZE:L.WELCOME_DATA_SIZE + 8], "little") == 65536
+    e = L.pack_error(L.STATUS_BUSY, "full" * 100)
+    assert len(e) == 256 and e[-1] == 0
+    assert L.unpack_record(e)["message"] == ("full" * 100)[:239] and L.unpack_record(e)["status"] == 3
 
 
 # ------------------------------------------------------------------ reading
@@ -208,26 +239,45 @@ def test_bad_magic(make_producer):
 
 
 def test_major_mismatch_names_both(make_producer):
-    p = make_producer(header_overrides={"major": 2})
+    p = make_producer(header_overrides={"major": 3})  # the header of a producer that welcomed us as 2.0
     with pytest.raises(VersionMismatch) as e:
         attach(p)
-    assert "2" in str(e.value) and "1" in str(e.value)
-    assert e.value.found == 2 and e.value.supported == 1
+    assert "3.0" in str(e.value) and "2.0" in str(e.value)
+    assert e.value.found == 3 and e.value.supported == 2
+
+
+def test_welcome_major_mismatch(make_producer):
+    p = make_producer()
+    p.welcome_hook = lambda rec: rec[:8] + (3).to_bytes(2, "little") + rec[10:]
+    with pytest.raises(VersionMismatch) as e:
+        attach(p)
+    assert e.value.found == 3 and "3.0" in str(e.value) and "2.0" in str(e.value)
+
+
+def test_1_0_control_file_path_is_a_version_error(tmp_path):
+    with pytest.raises(VersionMismatch, match="1.0"):
+        Ring.attach(str(tmp_path / "ibvbridge.r.v1.ctl"), timeout=0)
 
 
 def test_newer_minor_accepted(make_producer):
-    p = make_producer(header_overrides={"minor": 7, "features": 1 << 40, "stats_count": 12})
-    p.set_stat(11, 99)
+    p = make_producer(header_overrides={"minor": 7, "features": 1 << 40, "stats_count": 14})
+    p.set_stat(13, 99)
     p.publish(1, b"abc")
     with attach(p) as ring:
         assert ring.minor == 7
-        assert ring.stats()["counter_11"] == 99
+        assert ring.stats()["counter_13"] == 99 and ring.stats()["consumer_errors"] == 0
         with ring.next() as h:
             assert bytes(h.payload) == b"abc"
 
 
-def test_init_state_times_out(make_producer):
+def test_init_state_is_corrupt(make_producer):
     p = make_producer(header_overrides={"state": L.STATE_INIT})
+    with pytest.raises(CorruptRing, match="INIT"):
+        attach(p)
+
+
+def test_no_answer_times_out(make_producer):
+    p = make_producer(serve=False)  # listens (connect succeeds) but never answers the hello
     t = time.monotonic()
     with pytest.raises(Timeout):
         attach(p, timeout=0.3)
@@ -235,9 +285,11 @@ def test_init_state_times_out(make_producer):
 
 
 def test_not_found_and_late_creation(tmp_path):
-    path = str(tmp_path / "ibvbridge.late.v1.ctl")
-    with pytest.raises(RingNotFound):
+    path = str(tmp_path / "late.v2.sock")
+    with pytest.raises(RingNotFound, match="not found"):
         Ring.attach(path, timeout=0.1)
+    with pytest.raises(RingNotFound):
+        Ring.attach("late", directory=str(tmp_path), timeout=0.05)
     made = []
     t = threading.Timer(0.3, lambda: made.append(FakeProducer(str(tmp_path), "late")))
     t.start()
@@ -249,11 +301,55 @@ def test_not_found_and_late_creation(tmp_path):
         made[0].close()
 
 
-def test_name_resolution():
-    assert ibvbridge.ctl_path_for("abc") == "/dev/shm/ibvbridge.abc.v1.ctl"
-    for bad in (".hidden", "a/b.txt", "x" * 65, "sp ace"):
+def test_stale_socket_is_not_found(tmp_path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.bind(str(tmp_path / "stale.v2.sock"))
+    s.close()  # the file stays, nobody listens: ECONNREFUSED, retried until the timeout
+    with pytest.raises(RingNotFound):
+        Ring.attach("stale", directory=str(tmp_path), timeout=0.1)
+
+
+def test_name_resolution(tmp_path, monkeypatch):
+    monkeypatch.delenv("IBVBRIDGE_RING_DIR", raising=False)
+    assert ibvbridge.default_dir() == ("/run/ibvbridge" if os.geteuid() == 0 else f"/dev/shm/ibvbridge-{os.geteuid()}")
+    assert ibvbridge.lookup_dirs() == ([L.RUN_DIR] if os.geteuid() == 0 else [ibvbridge.default_dir(), L.RUN_DIR])
+    assert ibvbridge.socket_path_for("abc", "/x") == "/x/abc.v2.sock"
+    assert ibvbridge.socket_path_for("/some/where/abc.v2.sock") == "/some/where/abc.v2.sock"
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert ibvbridge.lookup_dirs() == ["/dev/shm/ibvbridge-1000", "/run/ibvbridge"]
+    monkeypatch.setenv("IBVBRIDGE_RING_DIR", str(tmp_path))
+    assert ibvbridge.lookup_dirs() == [str(tmp_path)] and ibvbridge.default_dir() == str(tmp_path)
+    assert ibvbridge.lookup_dirs("/given") == ["/given"]
+    monkeypatch.setenv("IBVBRIDGE_RING_DIR", "")
+    assert ibvbridge.lookup_dirs()[0] == "/dev/shm/ibvbridge-1000"
+    for bad in (".hidden", "x" * 65, "sp ace", "a/b.txt", "/dir/r.v1.sock"):
         with pytest.raises(RingError):
-            ibvbridge.ctl_path_for(bad)
+            ibvbridge.socket_path_for(bad)
+
+
+def test_lookup_first_directory_holding_the_socket_wins(tmp_path, monkeypatch):
+    own, run = tmp_path / "own", tmp_path / "run"
+    own.mkdir()
+    run.mkdir()
+    monkeypatch.delenv("IBVBRIDGE_RING_DIR", raising=False)
+    monkeypatch.setattr(ring_mod, "default_dir", lambda: str(own))
+    monkeypatch.setattr(L, "RUN_DIR", str(run))
+    assert ibvbridge.lookup_dirs() == [str(own), str(run)]
+    p = FakeProducer(str(run), "r")
+    try:
+        assert ibvbridge.socket_path_for("r") == str(run / "r.v2.sock")
+        with Ring.attach("r", timeout=2) as ring:
+            assert ring.socket_path == str(run / "r.v2.sock") and ring.session_id == p.session_id
+    finally:
+        p.close()
+
+
+def test_env_dir_attach_by_name(make_producer, tmp_path, monkeypatch):
+    p = make_producer()
+    p.publish(5, b"x")
+    monkeypatch.setenv("IBVBRIDGE_RING_DIR", str(tmp_path))
+    with Ring.attach("r", timeout=2) as ring, ring.next() as h:
+        assert h.heap_cnt == 5
 
 
 GEOMETRY_CORRUPTIONS = {
@@ -268,67 +364,224 @@ GEOMETRY_CORRUPTIONS = {
     "item_size": {"item_size": 64},
     "page_size_small": {"page_size": 2048},
     "page_size_not_pow2": {"page_size": 12288},
-    "ctl_size": {"ctl_size": 8192},
+    "ctl_size": {"ctl_size": 4096},
+    "max_consumers_zero": {"max_consumers": 0},
+    "max_consumers_too_big": {"max_consumers": 65},
+    "max_consumers_vs_ctl_size": {"max_consumers": 40},
     "desc_unaligned": {"desc_offset": 64},
     "payload_past_end": {"payload_offset": 1 << 30},
     "huge_slot_size_overflow": {"slot_size": 1 << 58},
     "overlap": {"items_offset": 0},
     "meta_small": {"meta_size": 8},
-    "data_file_size_not_page_multiple": {"data_file_size": 4096 * 7 + 100},
+    "data_size_not_page_multiple": {"data_size": 4096 * 7 + 100},
+    "data_size_not_the_welcomes": {"data_size": 4096},
+    "session_not_the_welcomes": {"session_id": 77},
     "packet_past_end": {"packet_size": 1 << 40},
 }
 
 
+@pytest.fixture
+def mapped(monkeypatch):
+    """Records every mapping attach makes: (size, writable)."""
+    calls = []
+    real = ring_mod._map
+
+    def spy(fd, size, writable):
+        calls.append((size, writable))
+        return real(fd, size, writable)
+    monkeypatch.setattr(ring_mod, "_map", spy)
+    return calls
+
+
 @pytest.mark.parametrize("case", sorted(GEOMETRY_CORRUPTIONS))
-def test_geometry_corruption_rejected_before_data(make_producer, case):
-    # data_path points at a file that does not exist: an error about it would mean we touched the data file
-    p = make_producer(header_overrides=GEOMETRY_CORRUPTIONS[case], data_path=b"/nonexistent/ibvbridge.dat")
-    with pytest.raises(CorruptRing) as e:
-        attach(p)
-    assert "data file" not in str(e.value)
-    # the consumer lock was not taken (step 5 comes after validation) and nothing leaked
-    fd = os.open(p.ctl_path[:-4] + ".cons", os.O_RDWR | os.O_CREAT)
-    try:
-        import fcntl
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    finally:
-        os.close(fd)
-
-
-@pytest.mark.parametrize("dp", [b"relative/path", b"", b"/x" * 200])
-def test_bad_data_path(make_producer, dp):
-    p = make_producer(data_path=dp)
-    if len(dp) >= 256:
-        p.ctl[0x100:0x200] = b"/" * 256  # no NUL
-    with pytest.raises(CorruptRing, match="data_path"):
-        attach(p)
-
-
-def test_short_ctl_and_wrong_data_size(make_producer, tmp_path):
-    short = tmp_path / "ibvbridge.short.v1.ctl"
-    short.write_bytes(b"\0" * 100)
+def test_geometry_corruption_rejected_before_data(make_producer, mapped, case):
+    p = make_producer(header_overrides=GEOMETRY_CORRUPTIONS[case])
     with pytest.raises(CorruptRing):
-        Ring.attach(str(short), timeout=0.1)
-    p = make_producer()
-    os.truncate(p.data_path, 4096 * 3)  # file smaller than the header's data_file_size
-    with pytest.raises(CorruptRing, match="data file"):
+        attach(p)
+    assert mapped == [(p.ctl_size, False)]  # only the control memory, read-only: the data was never mapped
+    p.wait_consumers(0)  # the failed consumer closed its socket, so its row is free again
+
+
+def test_consumer_index_past_max_consumers(make_producer):
+    p = make_producer(header_overrides={"max_consumers": 1})  # the table really has 8 rows
+    with attach(p):
+        with pytest.raises(CorruptRing, match="consumer_index 1"):
+            attach(p)
+
+
+@pytest.mark.parametrize("which", ["ctl", "data", "region"])
+def test_missing_seals_are_corrupt(make_producer, mapped, which):
+    if which == "region":
+        p = make_producer()
+        p.region_seals = 0
+    else:
+        p = make_producer(seals=0)
+    with pytest.raises(CorruptRing, match="not sealed"):
+        attach(p)
+    assert mapped == []
+
+
+def test_future_write_seal_is_required(make_producer):
+    p = make_producer(seals=L.F_SEAL_SHRINK | L.F_SEAL_GROW | L.F_SEAL_SEAL)  # writable by the producer's peers
+    with pytest.raises(CorruptRing, match="not sealed"):
         attach(p)
 
 
-def test_data_mapping_is_read_only(make_producer):
+@pytest.mark.parametrize("field", ["ctl_size", "data_size", "region_size"])
+def test_size_mismatch_is_rejected(make_producer, mapped, field):
     p = make_producer()
+    off = {"ctl_size": L.WELCOME_CTL_SIZE, "data_size": L.WELCOME_DATA_SIZE,
+           "region_size": L.WELCOME_REGION_SIZE}[field]
+
+    def hook(rec):
+        v = int.from_bytes(rec[off:off + 8], "little") + 4096
+        return rec[:off] + v.to_bytes(8, "little") + rec[off + 8:]
+    p.welcome_hook = hook
+    exc = ProtocolError if field == "region_size" else CorruptRing
+    with pytest.raises(exc):
+        attach(p)
+    assert mapped == []
+
+
+MALFORMED_WELCOMES = {
+    "short": lambda rec: rec[:40],
+    "long": lambda rec: rec + bytes(8),
+    "magic": lambda rec: b"NOTARING" + rec[8:],
+    "observer_index": lambda rec: rec[:0x10] + (0xFFFFFFFF).to_bytes(4, "little") + rec[0x14:],
+    "tiny": lambda rec: rec[:6],
+    "unknown_status": lambda rec: rec[:0xC] + (77).to_bytes(4, "little") + b"what\0",
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED_WELCOMES))
+def test_malformed_welcome_is_protocol_error(make_producer, case):
+    p = make_producer()
+    p.welcome_hook = MALFORMED_WELCOMES[case]
+    with pytest.raises(ProtocolError):
+        attach(p)
+
+
+@pytest.mark.parametrize("nfds", [0, 1, 2, 4])
+def test_wrong_descriptor_count_is_protocol_error(make_producer, received_fds, nfds):
+    p = make_producer()
+    p.fds_hook = lambda fds: (fds + [fds[0]])[:nfds]
+    with pytest.raises(ProtocolError, match="descriptors"):
+        attach(p)
+    assert len(received_fds) == nfds and all(closed(fd) for fd in received_fds)  # none leaked
+
+
+def test_producer_hangs_up_without_answer(make_producer):
+    p = make_producer()
+    p.welcome_hook = lambda rec: b""  # an empty record: EOF-like
+    p.fds_hook = lambda fds: []
+    with pytest.raises(ProtocolError):
+        attach(p)
+
+
+ERROR_STATUSES = {
+    L.STATUS_VERSION: VersionMismatch, L.STATUS_NOT_PERMITTED: PermissionDenied, L.STATUS_BUSY: RingBusy,
+    L.STATUS_CLOSING: RingClosing, L.STATUS_PROTOCOL: ProtocolError,
+}
+
+
+@pytest.mark.parametrize("status", sorted(ERROR_STATUSES))
+def test_error_status_maps_to_exception(make_producer, status):
+    p = make_producer()
+    msg = f"the producer says no ({status}) ✓"
+    p.refuse = (status, msg)
+    with pytest.raises(ERROR_STATUSES[status]) as e:
+        attach(p)
+    assert msg in str(e.value) and isinstance(e.value, RingError)
+
+
+def test_hello_is_what_the_spec_says(make_producer):
+    p = make_producer(serve=False)
+    got = []
+
+    def serve():
+        conn, _ = p.listener.accept()
+        got.append(conn.recv(256))
+        conn.send(L.pack_error(L.STATUS_CLOSING, "bye"))
+        conn.close()
+    t = threading.Thread(target=serve)
+    t.start()
+    with pytest.raises(RingClosing, match="bye"):
+        attach(p, start="head")
+    t.join()
+    assert got[0] == L.pack_hello(L.ROLE_CONSUMER, L.START_HEAD) and len(got[0]) == 32
+
+
+def test_untrusted_producer_uid(tmp_path):
+    # root's 0700 directory; a socket bound there by root but listened on (and so served) by uid 65534
+    d = tmp_path / "ring"
+    d.mkdir(mode=0o700)
+    path = str(d / "evil.v2.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.bind(path)
+    code = ("import os, socket, sys, time\n"
+            "s = socket.socket(fileno=int(sys.argv[1]))\n"
+            "s.listen(4)\n"
+            "print('ready', flush=True)\n"
+            "c, _ = s.accept()\n"
+            "time.sleep(5)\n")
+    proc = subprocess.Popen([PY, "-c", code, str(s.fileno())], pass_fds=[s.fileno()], user=65534,
+                            stdout=subprocess.PIPE, text=True)
+    s.close()
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        with pytest.raises(PermissionDenied, match="uid 65534.*not trusted"):
+            Ring.attach(path, timeout=2)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_uid_trust_rules(tmp_path):
+    d = tmp_path / "d"
+    d.mkdir(mode=0o755)
+    sock = str(d / "r.v2.sock")
+    assert ibvbridge.uid_trusted(0, sock, euid=1000)
+    assert ibvbridge.uid_trusted(1000, sock, euid=1000)
+    assert not ibvbridge.uid_trusted(65534, sock, euid=1000)  # dir owned by root
+    os.chown(d, 65534, -1)
+    assert ibvbridge.uid_trusted(65534, sock, euid=1000)  # the owner of a dir nobody else can write
+    os.chmod(d, 0o775)
+    assert not ibvbridge.uid_trusted(65534, sock, euid=1000)  # group-writable: anyone in it could plant it
+    os.chmod(d, 0o757)
+    assert not ibvbridge.uid_trusted(65534, sock, euid=1000)
+    assert not ibvbridge.uid_trusted(65534, str(tmp_path / "missing" / "r.v2.sock"), euid=1000)
+
+
+def test_mappings_ctl_and_data_read_only_region_writable(make_producer):
+    p = make_producer()
+    p.publish(1, b"abcd", items=[addr(0x10, 0, 4)])
     with attach(p) as ring:
         with pytest.raises(TypeError):
             ring._data_mm[0] = 1
-        assert ring._desc_arr.flags.writeable is False
+        with pytest.raises(TypeError):
+            ring._ctl_mm[0] = 1
+        with pytest.raises(TypeError):
+            ring._c64[L.OFF_HEAD >> 3] = 5  # the memoryview of the control memory is read-only too
+        assert ring._desc_arr.flags.writeable is False and ring._payload2d.flags.writeable is False
+        with ring.next() as h:
+            with pytest.raises(TypeError):
+                h.payload[0] = 0
+            a = h.array(0x10)
+            with pytest.raises(ValueError):
+                a[0] = 0
+        ring._region_mm[0x200] = 1  # our own region is ours to write
+        assert p.consumer().region_mm[0x200] == 1
+        ring._region_mm[0x200] = 0
+        with pytest.raises(OSError):  # the sealed memory cannot be resized by anybody
+            os.ftruncate(p.data_fd, 0)
 
 
-def test_second_consumer_busy_and_reattach_at_tail(make_producer):
-    p = make_producer()
+def test_max_consumers_busy_and_reattach(make_producer):
+    p = make_producer(max_consumers=1)
     for i in range(5):
         p.publish(i, bytes([i]))
     r1 = attach(p)
-    with pytest.raises(RingBusy):
+    with pytest.raises(RingBusy, match="busy"):
         attach(p)
     r1.next().release()
     r1.next().release()
@@ -336,17 +589,233 @@ def test_second_consumer_busy_and_reattach_at_tail(make_producer):
     assert held.heap_cnt == 2
     r1.close()
     assert held.released is False
+    p.wait_consumers(0)
+    assert p.row_get(0, "state") == L.CONSUMER_GONE and p.row_get(0, "released") == 0
+    # a new consumer starts at the oldest heap the ring still holds: nothing was reclaimed, so position 0
     with attach(p) as r2:
-        assert r2.position == 2
-        assert [h.heap_cnt for h in (r2.next(), r2.next(), r2.next())] == [2, 3, 4]
+        assert r2.position == p.reclaimed == r2.oldest == 0 and r2.generation == 2 and r2.consumer_index == 0
+        assert [h.heap_cnt for h in (r2.next(), r2.next(), r2.next())] == [0, 1, 2]
 
 
-def test_consumer_info_written(make_producer):
+def test_start_at_head(make_producer):
     p = make_producer()
-    with attach(p):
-        assert p.c64[L.OFF_CONSUMER_PID >> 3] == os.getpid()
-        assert abs(p.c64[L.OFF_CONSUMER_ATTACH_NS >> 3] - time.time_ns()) < 10e9
-    assert p.c64[L.OFF_CONSUMER_PID >> 3] == 0
+    for i in range(3):
+        p.publish(i, b"old")
+    with attach(p, start="head") as ring:
+        assert ring.position == 3
+        with pytest.raises(Timeout):
+            ring.next(timeout=0)
+        p.publish(7, b"new")
+        with ring.next(timeout=1) as h:
+            assert h.heap_cnt == 7 and bytes(h.payload) == b"new"
+    with pytest.raises(ValueError):
+        attach(p, start="middle")
+
+
+def test_consumer_row_written(make_producer):
+    p = make_producer()
+    with attach(p) as ring:
+        row = ring.row()
+        assert row["state"] == L.CONSUMER_ATTACHED and row["generation"] == ring.generation == 1
+        assert row["pid"] == os.getpid() and row["uid"] == os.geteuid()
+        assert abs(row["attach_ns"] - time.time_ns()) < 10e9
+        assert ring.stats()["consumers_attached"] == 1
+        assert ring._r64[L.REG_SPIN_BUDGET_NS >> 3] == 50_000
+    p.wait_consumers(0)
+    assert p.row_get(0, "state") == L.CONSUMER_GONE
+    assert p.c64[(L.OFF_STATS >> 3) + 10] == 0
+
+
+@pytest.fixture
+def received_fds(monkeypatch):
+    """Records the descriptors every welcome brought."""
+    got = []
+    real = socket.recv_fds
+
+    def spy(*a, **kw):
+        r = real(*a, **kw)
+        got.extend(r[1])
+        return r
+    monkeypatch.setattr(ring_mod.socket, "recv_fds", spy)
+    return got
+
+
+def closed(fd):
+    try:
+        os.fstat(fd)
+    except OSError:
+        return True
+    return False
+
+
+def test_attach_closes_the_descriptors(make_producer, received_fds):
+    p = make_producer()
+    with attach(p) as ring:
+        assert len(received_fds) == 3 and ring._fds == []
+        assert all(closed(fd) for fd in received_fds)  # the mappings keep the memory; the socket stays
+        assert ring.producer_alive()
+    p.wait_consumers(0)
+
+
+# ------------------------------------------------------------------ several consumers
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_every_consumer_gets_every_heap(make_producer, n):
+    p = make_producer(slot_count=8, slot_size=64, policy=L.POLICY_BLOCK)
+    rings = [attach(p) for _ in range(n)]
+    assert sorted(r.consumer_index for r in rings) == list(range(n))
+    got = [[] for _ in range(n)]
+    count = 100
+
+    def read(k):
+        for h in rings[k].heaps(timeout=5):
+            got[k].append((h.heap_cnt, bytes(h.payload)))
+
+    threads = [threading.Thread(target=read, args=(k,)) for k in range(n)]
+    for t in threads:
+        t.start()
+    for i in range(count):  # 100 heaps through 8 slots: each slot is reused only when all n released it
+        assert p.publish_verify(i, 8 + i % 50) is not None
+    p.publish_eos()
+    for t in threads:
+        t.join(10)
+    want = [(i, pattern(i, 8 + i % 50)) for i in range(count)]
+    for k in range(n):
+        assert got[k] == want
+    assert p.c64[(L.OFF_STATS >> 3) + 4] == 0  # nothing dropped
+    for r in rings:
+        r.close()
+
+
+def test_detach_of_one_consumer_does_not_disturb_another(make_producer):
+    p = make_producer(slot_count=4, policy=L.POLICY_BLOCK, block_timeout=3)
+    a, b = attach(p), attach(p)
+    for i in range(4):
+        p.publish(i, b"x")
+    assert [h.heap_cnt for h in (a.next(), a.next())] == [0, 1]  # a holds two heaps and leaves
+    a.close()
+    p.wait_consumers(1)
+    assert p.row_get(a.consumer_index, "state") == L.CONSUMER_GONE
+    got = []
+    for i in range(4, 12):  # needs a's slots: possible only because a no longer counts
+        with b.next(timeout=1) as h:
+            got.append(h.heap_cnt)
+        assert p.publish(i, b"y") is not None
+    assert got == list(range(8))
+    assert b.row()["state"] == L.CONSUMER_ATTACHED and b.stats()["consumers_attached"] == 1
+    b.close()
+
+
+def test_overrun_row_raises_overrun_with_lost_heaps(make_producer):
+    p = make_producer()
+    p.publish(1, b"a")
+    with attach(p) as ring, attach(p) as other:
+        assert ring.next().heap_cnt == 1
+        p.detach(ring.consumer_index, L.CONSUMER_OVERRUN, lost_heaps=7)
+        p.publish(2, b"b")
+        with pytest.raises(Overrun) as e:
+            ring.next(timeout=1)
+        assert e.value.lost_heaps == 7 and "7 heaps lost" in str(e.value) and "overrun" in str(e.value)
+        assert isinstance(e.value, Detached) and e.value.reason == L.CONSUMER_OVERRUN
+        with pytest.raises(Overrun):  # it must stop reading
+            ring.next(timeout=0)
+        with pytest.raises(Overrun):
+            list(ring)
+        assert ring.stats()["consumer_overruns"] == 1  # still readable: the control memory is mapped
+        assert [h.heap_cnt for h in (other.next(), other.next())] == [1, 2]  # the other reads on
+
+
+def test_overrun_noticed_while_waiting(make_producer):
+    p = make_producer()
+    with attach(p) as ring:
+        threading.Timer(0.2, lambda: p.detach(ring.consumer_index, L.CONSUMER_OVERRUN, lost_heaps=3)).start()
+        t = time.monotonic()
+        with pytest.raises(Overrun) as e:
+            ring.next(timeout=5)
+        assert e.value.lost_heaps == 3 and time.monotonic() - t < 1.0
+
+
+def test_real_overrun_under_drop(make_producer):
+    # two consumers, a drop producer and 4 slots: the one that stops reading is detached as overrun, the
+    # other loses nothing
+    p = make_producer(slot_count=4, policy=L.POLICY_DROP)
+    slow, fast = attach(p), attach(p)  # slow never reads
+    got = []
+    for i in range(10):
+        assert p.publish(i, b"z") is not None
+        with fast.next(timeout=1) as h:
+            got.append(h.heap_cnt)
+    assert got == list(range(10))
+    assert p.row_get(slow.consumer_index, "state") == L.CONSUMER_OVERRUN
+    with pytest.raises(Overrun) as e:
+        slow.next(timeout=1)
+    assert e.value.lost_heaps == 4 and fast.stats()["consumer_overruns"] == 1
+    slow.close()
+    fast.close()
+
+
+def test_bad_cursor_detaches(make_producer):
+    p = make_producer(slot_count=4)
+    with attach(p) as ring:
+        p.publish(0, b"a")
+        ring._r64[L.REG_TAIL >> 3] = 1000  # past head: invalid
+        for i in range(1, 6):
+            p.publish(i, b"b")  # the producer reads the cursor when it reclaims
+        assert p.row_get(ring.consumer_index, "state") == L.CONSUMER_BAD_CURSOR
+        with pytest.raises(Detached, match="invalid cursor") as e:
+            ring.next(timeout=1)
+        assert not isinstance(e.value, Overrun) and e.value.reason == L.CONSUMER_BAD_CURSOR
+        assert ring.stats()["consumer_errors"] == 1
+
+
+def test_row_reused_by_another_consumer_is_detached(make_producer):
+    p = make_producer()
+    with attach(p) as ring:
+        p.row_set(ring.consumer_index, generation=ring.generation + 1)
+        p.publish(1, b"a")
+        with pytest.raises(Detached, match="another consumer"):
+            ring.next(timeout=1)
+
+
+def test_corrupt_descriptor_of_a_detached_consumer_reports_the_detach(make_producer):
+    p = make_producer()
+    p.publish(0, b"ok", desc_overrides={"seq": 99})
+    with attach(p) as ring:
+        ring._available()
+        p.detach(ring.consumer_index, L.CONSUMER_OVERRUN, lost_heaps=1)
+        with pytest.raises(Overrun):
+            ring.next(timeout=1)
+
+
+def test_release_wakes_a_waiting_producer(make_producer):
+    p = make_producer()
+    for i in range(3):
+        p.publish(i, b"a")
+    with attach(p) as ring:
+        c = p.consumer()
+        f0 = c.r32[L.REG_RELEASE_FUTEX >> 2]
+        # without producer_waiting a release bumps nothing
+        ring.next().release()
+        ring._flush_release()
+        assert c.tail == 1 and c.r32[L.REG_RELEASE_FUTEX >> 2] == f0
+        # a producer sleeping on release_futex (spec §7.4) is woken by the next release
+        p.c32[L.OFF_PRODUCER_WAITING >> 2] = 1
+        woke = []
+
+        def sleeper():
+            t = time.monotonic()
+            futex_wait(c.rf_addr, f0, 5.0)
+            woke.append(time.monotonic() - t)
+        th = threading.Thread(target=sleeper)
+        th.start()
+        time.sleep(0.2)
+        ring.next().release()
+        ring._flush_release()
+        th.join(5)
+        assert c.tail == 2 and c.r32[L.REG_RELEASE_FUTEX >> 2] == (f0 + 1) & 0xFFFFFFFF
+        assert woke and woke[0] < 1.0  # woken, not timed out
+        assert p.c32[L.OFF_PRODUCER_WAITING >> 2] == 1  # the consumer never writes the control memory
 
 
 # ------------------------------------------------------------------ corruption in the data
@@ -490,8 +959,9 @@ def test_cursor_wraps_near_2_64(make_producer):
 
 
 def test_consumer_futex_near_2_32(make_producer):
-    p = make_producer(futex_start=0xFFFFFFFF)
+    p = make_producer()
     with attach(p) as ring:
+        p.consumer().r32[L.REG_CONSUMER_FUTEX >> 2] = 0xFFFFFFFF  # before the consumer ever sleeps on it
         def later():
             time.sleep(0.2)
             p.publish(1, b"a")
@@ -504,7 +974,7 @@ def test_consumer_futex_near_2_32(make_producer):
         assert ring.next(timeout=5).heap_cnt == 2
         t.join()
         assert time.monotonic() - t0 < 2
-        assert p.c32[L.OFF_CONSUMER_FUTEX >> 2] in (0, 1)  # wrapped
+        assert p.consumer().r32[L.REG_CONSUMER_FUTEX >> 2] in (0, 1)  # wrapped
 
 
 # ------------------------------------------------------------------ waiting, liveness, end
@@ -519,7 +989,7 @@ def test_timeout(make_producer):
         assert 0.28 < time.monotonic() - t < 1.0
         with pytest.raises(Timeout):
             ring.next(timeout=0)
-        assert p.c32[L.OFF_CONSUMER_WAITING >> 2] == 0
+        assert p.consumer().r32[L.REG_CONSUMER_WAITING >> 2] == 0
 
 
 def test_closed_ends_iteration_after_drain(make_producer):
@@ -566,7 +1036,7 @@ def _spawn_producer(tmp_path, name, *args):
     proc = subprocess.Popen([PY, os.path.join(HERE, "fake_producer.py"), "--dir", str(tmp_path), "--name", name,
                              *args], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
-    return proc, os.path.join(str(tmp_path), f"ibvbridge.{name}.v1.ctl")
+    return proc, os.path.join(str(tmp_path), name + ".v2.sock")
 
 
 def test_producer_kill9_reported_after_drain(tmp_path):
@@ -622,7 +1092,7 @@ def test_ctrl_c_during_wait(make_producer):
     code = ("import sys, time; sys.path.insert(0, %r); import ibvbridge\n"
             "r = ibvbridge.Ring.attach(%r, timeout=5)\n"
             "print('waiting', flush=True)\n"
-            "try:\n    r.next()\nexcept KeyboardInterrupt:\n    print('KI', flush=True)\n") % (PKG, p.ctl_path)
+            "try:\n    r.next()\nexcept KeyboardInterrupt:\n    print('KI', flush=True)\n") % (PKG, p.socket_path)
     proc = subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "waiting"
@@ -736,8 +1206,8 @@ def test_max_latency_naps_instead_of_wakes(make_producer):
             time.sleep(0.0005)
             p.publish(i, b"z" * 8)
 
-    with Ring.attach(p.ctl_path, timeout=1, max_latency=0.002) as ring:
-        futex0 = ring._c32[L.OFF_CONSUMER_FUTEX >> 2]
+    with Ring.attach(p.socket_path, timeout=1, max_latency=0.002) as ring:
+        futex0 = ring._r32[L.REG_CONSUMER_FUTEX >> 2]
         th = threading.Thread(target=trickle)
         th.start()
         got = []
@@ -746,7 +1216,7 @@ def test_max_latency_naps_instead_of_wakes(make_producer):
                 got.append(h.heap_cnt)
         th.join()
         assert got == list(range(n))
-        wakes = (ring._c32[L.OFF_CONSUMER_FUTEX >> 2] - futex0) & 0xFFFFFFFF
+        wakes = (ring._r32[L.REG_CONSUMER_FUTEX >> 2] - futex0) & 0xFFFFFFFF
         assert wakes <= 2, f"{wakes} producer wakes for {n} heaps of a moving stream"
         t0 = time.monotonic()
         with pytest.raises(Timeout):

@@ -1,0 +1,501 @@
+package ring_test
+
+// The trust boundary (spec §0): what a stranger, a hostile consumer, or a crash can do to a ring. Tests
+// that need another user run a child of this test binary as nobody (setpriv).
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ibvbridge/ibvbridge/ring"
+	"github.com/ibvbridge/ibvbridge/ring/pattern"
+)
+
+// nobodyChild runs this test binary as uid/gid 65534 in role (see childMain), returning its combined
+// output and exit code. The binary is copied where nobody can execute it.
+func nobodyChild(t *testing.T, role string, env ...string) (string, int) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run a child as another user")
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("setpriv (util-linux) is not installed")
+	}
+	exe := publicCopy(t)
+	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", exe, "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), "RING_TEST_ROLE="+role), env...)
+	out, err := cmd.CombinedOutput()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), code
+}
+
+var publicExe string
+
+// publicCopy copies the test binary into a directory any user can traverse.
+func publicCopy(t *testing.T) string {
+	if publicExe != "" {
+		return publicExe
+	}
+	dir, err := os.MkdirTemp("", "ibvb-ringtest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755)
+	self, _ := os.Executable()
+	src, err := os.Open(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(filepath.Join(dir, "ring.test"), os.O_CREATE|os.O_WRONLY, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(dst, src)
+	dst.Close()
+	publicExe = dst.Name()
+	return publicExe
+}
+
+// childMain is what a child of this binary does, named by RING_TEST_ROLE; it exits with a code the
+// parent checks, and prints a line saying what happened.
+func childMain(role string) {
+	sock := os.Getenv("RING_TEST_SOCKET")
+	say := func(code int, format string, args ...any) {
+		os.Stdout.WriteString(strings.TrimSpace(fmtS(format, args...)) + "\n")
+		os.Exit(code)
+	}
+	switch role {
+	case "stranger": // attach, then try the files a 1.0 ring exposed
+		_, err := ring.Attach(sock, ring.AttachOptions{Timeout: -1})
+		if err == nil {
+			say(1, "attached as a stranger")
+		}
+		if f, ferr := os.OpenFile(filepath.Join(filepath.Dir(sock), filepath.Base(strings.TrimSuffix(sock, ".sock"))+".lock"), os.O_RDONLY, 0); ferr == nil {
+			f.Close()
+			say(1, "opened the lock file")
+		}
+		say(0, "refused: %v", err)
+	case "member": // a permitted consumer of another user: read the pattern heaps, then try to write
+		c, err := ring.Attach(sock, ring.AttachOptions{Timeout: 5 * time.Second})
+		if err != nil {
+			say(1, "attach: %v", err)
+		}
+		h, err := c.Next(5 * time.Second)
+		if err != nil || pattern.VerifyPattern(h.Payload, h.HeapCnt) >= 0 {
+			say(1, "read: %v", err)
+		}
+		c.StoreTailForTest(c.HeadForTest() + 1000) // a hostile cursor: past head
+		for range 100 {
+			if _, err := c.Next(50 * time.Millisecond); errors.Is(err, ring.ErrDetached) {
+				say(0, "read heap %d, then detached: %v", h.HeapCnt, err)
+			}
+		}
+		say(1, "never detached")
+	case "consumer-sleep": // attach, read one heap, hold it, wait to be killed
+		c, err := ring.Attach(sock, ring.AttachOptions{Timeout: 5 * time.Second})
+		if err != nil {
+			say(1, "attach: %v", err)
+		}
+		if _, err := c.Next(5 * time.Second); err != nil {
+			say(1, "read: %v", err)
+		}
+		os.Stdout.WriteString("holding\n")
+		time.Sleep(time.Minute)
+	}
+	say(2, "unknown role %q", role)
+}
+
+// TestStrangerIsRefused: another local user can neither attach nor touch the lock, whatever the modes say;
+// the producer's stream is unaffected.
+func TestStrangerIsRefused(t *testing.T) {
+	dir := publicDir(t)
+	p := mustCreate(t, "strange", ring.Config{Dir: dir, HugePages: ring.HugePagesOff, SlotCount: 8, SlotSize: 4096})
+	c := mustAttach(t, "strange", ring.Config{Dir: dir})
+	sock := p.SocketPath()
+	out, code := nobodyChild(t, "stranger", "RING_TEST_SOCKET="+sock)
+	if code != 0 || !strings.Contains(out, "refused") {
+		t.Fatalf("socket mode 0600: exit %d: %s", code, out)
+	}
+	// Even with the socket opened to everyone, SO_PEERCRED refuses a stranger, with a message.
+	if err := os.Chmod(sock, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	out, code = nobodyChild(t, "stranger", "RING_TEST_SOCKET="+sock)
+	if code != 0 || !strings.Contains(out, "not permitted") || !strings.Contains(out, "uid 65534 may not attach") {
+		t.Fatalf("socket mode 0666: exit %d: %s", code, out)
+	}
+	publish(t, p, 1, 64)
+	h, err := c.Next(time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkHeap(t, h, 1, 64)
+	if p.Consumers() != 1 {
+		t.Fatalf("%d consumers after two refusals", p.Consumers())
+	}
+}
+
+// TestGroupMemberAttachesAndCannotHarm: with --group, another user of that group reads the stream; its
+// hostile cursor detaches only it, and the owner's consumer keeps every heap it holds.
+func TestGroupMemberAttachesAndCannotHarm(t *testing.T) {
+	dir := publicDir(t)
+	cfg := ring.Config{Dir: dir, HugePages: ring.HugePagesOff, SlotCount: 8, SlotSize: 4096, Group: "nogroup"}
+	p := mustCreate(t, "grp", cfg)
+	var st unix.Stat_t
+	if err := unix.Stat(p.SocketPath(), &st); err != nil || st.Mode&0o777 != 0o660 || st.Gid != 65534 {
+		t.Fatalf("socket mode %o gid %d: %v", st.Mode&0o777, st.Gid, err)
+	}
+	own := mustAttach(t, "grp", cfg)
+	for cnt := uint64(1); cnt <= 4; cnt++ {
+		publish(t, p, cnt, 100)
+	}
+	var held []ring.Heap
+	for range 4 {
+		h, err := own.Next(time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, h)
+	}
+	done := make(chan struct{})
+	go func() { // the producer keeps publishing while the member misbehaves
+		defer close(done)
+		for cnt := uint64(5); cnt <= 40; cnt++ {
+			pb := pattern.Publisher{P: p, Size: 100, Fill: true}
+			pb.Publish(cnt, 0) // full ring: dropped and counted by the caller in real life
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	out, code := nobodyChild(t, "member", "RING_TEST_SOCKET="+p.SocketPath())
+	<-done
+	if code != 0 || !strings.Contains(out, "read heap 1, then detached") || !strings.Contains(out, "invalid cursor") {
+		t.Fatalf("member: exit %d: %s", code, out)
+	}
+	if got := p.Stats().Get(ring.CounterConsumerErrors); got != 1 {
+		t.Fatalf("consumer_errors %d", got)
+	}
+	for i, h := range held { // nothing the member wrote made the producer reuse a slot we hold
+		checkHeap(t, h, uint64(i+1), 100)
+	}
+}
+
+// publicDir is a ring directory another user can search (but not write): 0755, owned by root.
+func publicDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "ibvb-ring")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// TestUnsafeRingDirRefused: the producer creates nothing in a directory someone else could write or
+// replace, nor through a planted link.
+func TestUnsafeRingDirRefused(t *testing.T) {
+	base := publicDir(t)
+	other := filepath.Join(base, "other")
+	os.Mkdir(other, 0o755)
+	os.Chown(other, 65534, 65534)
+	link := filepath.Join(base, "link")
+	os.Symlink(t.TempDir(), link)
+	open := filepath.Join(base, "open")
+	os.Mkdir(open, 0o777)
+	os.Chmod(open, 0o1777) // like /dev/shm itself
+	for _, tc := range []struct{ dir, want string }{
+		{other, "owned by uid 65534"},
+		{link, "not a directory"},
+		{open, "writable by group or others"},
+	} {
+		_, err := ring.Create("r", ring.Config{Dir: tc.dir, HugePages: ring.HugePagesOff, SlotCount: 4, SlotSize: 64})
+		if !errors.Is(err, ring.ErrUnsafeDir) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want ErrUnsafeDir saying %q", tc.dir, err, tc.want)
+		}
+		if ents, _ := os.ReadDir(tc.dir); len(ents) != 0 {
+			t.Errorf("%s: created %v", tc.dir, ents)
+		}
+	}
+	// A link planted in place of the lock file (only the owner could, but even so) is not followed.
+	dir := t.TempDir()
+	target := filepath.Join(t.TempDir(), "victim")
+	os.WriteFile(target, []byte("keep"), 0o600)
+	os.Symlink(target, filepath.Join(dir, "r.v2.lock"))
+	if _, err := ring.Create("r", ring.Config{Dir: dir, HugePages: ring.HugePagesOff, SlotCount: 4, SlotSize: 64}); err == nil {
+		t.Fatal("created a ring through a planted lock link")
+	}
+	if b, _ := os.ReadFile(target); string(b) != "keep" {
+		t.Fatal("the link's target was touched")
+	}
+	var st unix.Stat_t
+	unix.Stat(target, &st)
+	if st.Mode&0o777 != 0o600 {
+		t.Fatalf("the link's target changed mode to %o", st.Mode&0o777)
+	}
+}
+
+// TestBadCursorDetachesOnlyThatConsumer: a consumer writing a cursor past head, or backwards, is detached
+// (counted); the other consumer keeps its held heaps and sees every heap.
+func TestBadCursorDetachesOnlyThatConsumer(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		tail func(c *ring.Consumer) uint64
+	}{
+		{"past head", func(c *ring.Consumer) uint64 { return c.HeadForTest() + 1 }},
+		{"backwards", func(c *ring.Consumer) uint64 { return ^uint64(0) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			p := mustCreate(t, "bad", cfg)
+			good := mustAttach(t, "bad", cfg)
+			bad := mustAttach(t, "bad", cfg)
+			for cnt := uint64(1); cnt <= 8; cnt++ {
+				publish(t, p, cnt, 64)
+			}
+			var held []ring.Heap
+			for range 8 {
+				h, _ := good.Next(time.Second)
+				held = append(held, h)
+			}
+			bad.StoreTailForTest(tc.tail(bad))
+			if _, err := p.Acquire(); !errors.Is(err, ring.ErrFull) { // reclaim reads the cursors
+				t.Fatalf("acquire with every slot held by the good consumer: %v", err)
+			}
+			if _, err := bad.Next(time.Second); !errors.Is(err, ring.ErrDetached) || !strings.Contains(err.Error(), "invalid cursor") {
+				t.Fatalf("bad consumer: %v", err)
+			}
+			for i, h := range held {
+				checkHeap(t, h, uint64(i+1), 64)
+			}
+			if p.Stats().Get(ring.CounterConsumerErrors) != 1 || p.Consumers() != 1 {
+				t.Fatalf("errors %d, consumers %d", p.Stats().Get(ring.CounterConsumerErrors), p.Consumers())
+			}
+		})
+	}
+}
+
+// TestStalledConsumerOverrunUnderDrop: under drop, a consumer that stops reading is detached as overrun
+// once it holds the ring back; the others lose nothing, and it learns why and how much it lost.
+func TestStalledConsumerOverrunUnderDrop(t *testing.T) {
+	cfg := testConfig(t)
+	p := mustCreate(t, "ovr", cfg)
+	fast := mustAttach(t, "ovr", cfg)
+	slow := mustAttach(t, "ovr", cfg)
+	h, err := slow.Next(10 * time.Millisecond) // nothing yet
+	if !errors.Is(err, ring.ErrTimeout) {
+		t.Fatalf("%+v %v", h, err)
+	}
+	pb := pattern.Publisher{P: p, Size: 64, Fill: true}
+	for cnt := uint64(1); cnt <= 100; cnt++ {
+		if _, err := pb.Publish(cnt, 0); err != nil {
+			t.Fatalf("heap %d: %v (the stalled consumer must not cost the fast one a heap)", cnt, err)
+		}
+		h, err := fast.Next(time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkHeap(t, h, cnt, 64)
+		fast.Release(h)
+	}
+	if p.Stats().Get(ring.CounterConsumerOverruns) != 1 || p.Stats().Get(ring.CounterDroppedHeaps) != 0 {
+		t.Fatalf("overruns %d dropped %d", p.Stats().Get(ring.CounterConsumerOverruns), p.Stats().Get(ring.CounterDroppedHeaps))
+	}
+	_, err = slow.Next(time.Second)
+	if !errors.Is(err, ring.ErrOverrun) || !strings.Contains(err.Error(), "heaps lost") {
+		t.Fatalf("stalled consumer: %v", err)
+	}
+	info, err := ring.Inspect(p.SocketPath(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var overrun int
+	for _, c := range info.Consumers {
+		if c.State == "overrun" && c.LostHeaps == 8 {
+			overrun++
+		}
+	}
+	if overrun != 1 || info.Attached() != 1 {
+		t.Fatalf("consumer table %+v", info.Consumers)
+	}
+}
+
+// TestSlowestPacesBlockProducer: under block, every heap reaches every consumer, the slowest sets the pace.
+func TestSlowestPacesBlockProducer(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Policy = ring.PolicyBlock
+	p := mustCreate(t, "pace", cfg)
+	cs := []*ring.Consumer{mustAttach(t, "pace", cfg), mustAttach(t, "pace", cfg), mustAttach(t, "pace", cfg)}
+	const n = 300
+	done := make(chan error, 1)
+	go func() {
+		pb := pattern.Publisher{P: p, Size: 64, Fill: true}
+		for cnt := uint64(1); cnt <= n; cnt++ {
+			if _, err := pb.Publish(cnt, 0); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- p.PublishEndOfStream(0, 10*time.Second)
+	}()
+	errs := make(chan error, len(cs))
+	for i, c := range cs {
+		go func() {
+			for cnt := uint64(1); cnt <= n; cnt++ {
+				h, err := c.Next(5 * time.Second)
+				if err != nil || h.HeapCnt != cnt || pattern.VerifyPattern(h.Payload, cnt) >= 0 {
+					errs <- errors.New("consumer " + strconv.Itoa(i) + ": heap " + strconv.FormatUint(cnt, 10) + ": " + errS(err))
+					return
+				}
+				if i == 2 && cnt%50 == 0 {
+					time.Sleep(20 * time.Millisecond) // the slow one
+				}
+				c.Release(h)
+			}
+			_, err := c.Next(5 * time.Second)
+			if !errors.Is(err, ring.ErrEndOfStream) {
+				errs <- errors.New("consumer " + strconv.Itoa(i) + ": after the last heap: " + errS(err))
+				return
+			}
+			errs <- nil
+		}()
+	}
+	for range cs {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WaitDrained(nil); err != nil {
+		t.Fatalf("drained: %v", err)
+	}
+}
+
+// TestKillNineLeavesNothing: kill -9 of the producer and of a consumer holding heaps leaves no memory
+// (hugepages back to their count) and no file with data; the next producer of the name starts at once.
+func TestKillNineLeavesNothing(t *testing.T) {
+	free := hugePagesFree(t)
+	dir := t.TempDir()
+	child := startChild(t, dir, "k9") // HugePagesOff in the child: measure hugepages with our own ring below
+	sock := filepath.Join(dir, ring.SocketName("k9"))
+	cons := exec.Command(os.Args[0], "-test.run=^$")
+	cons.Env = append(os.Environ(), "RING_TEST_ROLE=consumer-sleep", "RING_TEST_SOCKET="+sock)
+	out, _ := cons.StdoutPipe()
+	if err := cons.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	if n, _ := out.Read(buf); string(buf[:n]) != "holding\n" {
+		t.Fatalf("consumer: %q", buf[:n])
+	}
+	cons.Process.Signal(syscall.SIGKILL)
+	cons.Wait()
+	child.Process.Signal(syscall.SIGKILL)
+	child.Wait()
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if info, _ := e.Info(); info.Size() != 0 {
+			t.Errorf("%s has %d bytes after kill -9", e.Name(), info.Size())
+		}
+	}
+	cfg := ring.Config{Dir: dir, HugePages: ring.HugePagesOff, SlotCount: 8, SlotSize: 4096}
+	if free >= 4 {
+		cfg.HugePages = ring.HugePagesRequire
+	}
+	p := mustCreate(t, "k9", cfg) // the stale socket and lock are taken over
+	c := mustAttach(t, "k9", cfg)
+	publish(t, p, 1, 64)
+	if h, err := c.Next(time.Second); err != nil || h.HeapCnt != 1 {
+		t.Fatalf("%+v %v", h, err)
+	}
+	if free >= 4 {
+		// Our own producer killed: its hugepages come back when the last process lets go.
+		victim := exec.Command(os.Args[0], "-test.run=^$")
+		victim.Env = append(os.Environ(), "RING_TEST_ROLE=consumer-sleep", "RING_TEST_SOCKET="+p.SocketPath())
+		vout, _ := victim.StdoutPipe()
+		victim.Start()
+		if n, _ := vout.Read(buf); string(buf[:n]) != "holding\n" {
+			t.Fatalf("consumer: %q", buf[:n])
+		}
+		c.Close()
+		p.Close()
+		if got := hugePagesFree(t); got == free {
+			t.Fatal("a live consumer's hugepages were freed under it")
+		}
+		victim.Process.Signal(syscall.SIGKILL)
+		victim.Wait()
+		deadline := time.Now().Add(5 * time.Second)
+		for hugePagesFree(t) != free && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if got := hugePagesFree(t); got != free {
+			t.Fatalf("free hugepages %d, %d before: memory outlived every process", got, free)
+		}
+	}
+}
+
+func fmtS(format string, args ...any) string { return fmt.Sprintf(format, args...) }
+
+func errS(err error) string {
+	if err == nil {
+		return "wrong heap"
+	}
+	return err.Error()
+}
+
+// TestHandshakeRefusals: a client speaking another major, or sending garbage, gets an error record that
+// names the problem, and holds nothing; a 1.0 control-file path is refused naming both versions.
+func TestHandshakeRefusals(t *testing.T) {
+	cfg := testConfig(t)
+	p := mustCreate(t, "hs", cfg)
+	talk := func(rec []byte) string {
+		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(fd)
+		if err := unix.Connect(fd, &unix.SockaddrUnix{Name: p.SocketPath()}); err != nil {
+			t.Skipf("socket path too long to connect to directly: %v", err)
+		}
+		unix.Write(fd, rec)
+		buf := make([]byte, 512)
+		n, _ := unix.Read(fd, buf)
+		return string(buf[:n])
+	}
+	hello := make([]byte, 32)
+	copy(hello, "IBVBRING")
+	hello[8] = 3 // major 3
+	hello[12] = 1
+	if got := talk(hello); !strings.Contains(got, "is layout 2.0; this client speaks 3.0") || got[12] != 1 {
+		t.Fatalf("major 3: %q", got)
+	}
+	if got := talk([]byte("hello?")); !strings.Contains(got, "not an ibvbridge hello") || got[12] != 5 {
+		t.Fatalf("garbage: %q", got)
+	}
+	if p.Consumers() != 0 {
+		t.Fatal("a refused client counts as attached")
+	}
+	if _, err := ring.Attach("/dev/shm/ibvbridge.x.v1.ctl", ring.AttachOptions{Timeout: -1}); !errors.Is(err, ring.ErrVersion) ||
+		!strings.Contains(err.Error(), "layout 1.0") || !strings.Contains(err.Error(), "speaks layout 2.0") {
+		t.Fatalf("1.0 path: %v", err)
+	}
+}

@@ -1,0 +1,18 @@
+package ring
+
+// Test hooks: the producer's own writable mappings and descriptors, for tests that play a corrupt or
+// hostile producer (no client can reach these: its mappings are read-only and the memory is sealed).
+
+func CtlForTest(p *Producer) []byte  { return p.ctl }
+func DataForTest(p *Producer) []byte { return p.data }
+func DataFDForTest(p *Producer) int  { return p.dataMem.fd }
+func CtlFDForTest(p *Producer) int   { return p.ctlMem.fd }
+
+// SetFutexForTest sets the consumer's futex word, as a long-running ring would have it.
+func (c *Consumer) SetFutexForTest(v uint32) { *c.consFutex, c.futexAtAttach = v, v }
+
+// StoreTailForTest writes the consumer's cursor as a buggy or hostile consumer would.
+func (c *Consumer) StoreTailForTest(v uint64) { *c.tail = v }
+
+// HeadForTest is the published head a consumer sees.
+func (c *Consumer) HeadForTest() uint64 { return *c.head }

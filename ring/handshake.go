@@ -1,0 +1,106 @@
+package ring
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+)
+
+// hello is the record a client sends after connecting (spec §1.2).
+type hello struct {
+	Major, Minor uint16
+	Role, Start  uint32
+}
+
+func (h hello) encode() []byte {
+	b := make([]byte, HelloSize)
+	le := binary.LittleEndian
+	le.PutUint64(b[msgMagic:], Magic)
+	le.PutUint16(b[msgMajor:], h.Major)
+	le.PutUint16(b[msgMinor:], h.Minor)
+	le.PutUint32(b[helloRole:], h.Role)
+	le.PutUint32(b[helloStart:], h.Start)
+	return b
+}
+
+// decodeHello parses a client's record; a wrong size or magic is a protocol error.
+func decodeHello(b []byte) (hello, error) {
+	le := binary.LittleEndian
+	if len(b) != HelloSize || le.Uint64(b[msgMagic:]) != Magic {
+		return hello{}, fmt.Errorf("hello of %d bytes is not an ibvbridge hello", len(b))
+	}
+	return hello{Major: le.Uint16(b[msgMajor:]), Minor: le.Uint16(b[msgMinor:]),
+		Role: le.Uint32(b[helloRole:]), Start: le.Uint32(b[helloStart:])}, nil
+}
+
+// welcome is the producer's answer to a hello that it accepts (spec §1.2).
+type welcome struct {
+	Index, Generation               uint32
+	SessionID                       uint64
+	CtlSize, DataSize, RegionLength uint64
+}
+
+func (w welcome) encode() []byte {
+	b := make([]byte, WelcomeSize)
+	le := binary.LittleEndian
+	le.PutUint64(b[msgMagic:], Magic)
+	le.PutUint16(b[msgMajor:], MajorVersion)
+	le.PutUint16(b[msgMinor:], MinorVersion)
+	le.PutUint32(b[welcomeIndex:], w.Index)
+	le.PutUint32(b[welcomeGen:], w.Generation)
+	le.PutUint64(b[welcomeSession:], w.SessionID)
+	le.PutUint64(b[welcomeCtlSize:], w.CtlSize)
+	le.PutUint64(b[welcomeDataSize:], w.DataSize)
+	le.PutUint64(b[welcomeRegion:], w.RegionLength)
+	return b
+}
+
+// encodeRefusal is an error record: status and a message, no descriptors.
+func encodeRefusal(status uint32, msg string) []byte {
+	if len(msg) > ErrorRecordMax-errorMessage-1 {
+		msg = msg[:ErrorRecordMax-errorMessage-1]
+	}
+	b := make([]byte, errorMessage+len(msg)+1)
+	le := binary.LittleEndian
+	le.PutUint64(b[msgMagic:], Magic)
+	le.PutUint16(b[msgMajor:], MajorVersion)
+	le.PutUint16(b[msgMinor:], MinorVersion)
+	le.PutUint32(b[welcomeStatus:], status)
+	copy(b[errorMessage:], msg)
+	return b
+}
+
+// refusalErrors maps an error record's status to the error a client returns.
+var refusalErrors = map[uint32]error{
+	StatusVersion: ErrVersion, StatusNotAllowed: ErrPermission, StatusBusy: ErrBusy,
+	StatusClosing: ErrClosing, StatusProtocol: ErrProtocol,
+}
+
+// decodeWelcome parses the producer's answer; an error record becomes the matching error with the
+// producer's message.
+func decodeWelcome(b []byte) (welcome, error) {
+	le := binary.LittleEndian
+	if len(b) < errorMessage || le.Uint64(b[msgMagic:]) != Magic {
+		return welcome{}, fmt.Errorf("%w: the producer's answer (%d bytes) is not an ibvbridge welcome", ErrProtocol, len(b))
+	}
+	if st := le.Uint32(b[welcomeStatus:]); st != StatusOK {
+		msg := b[errorMessage:]
+		if i := bytes.IndexByte(msg, 0); i >= 0 {
+			msg = msg[:i]
+		}
+		base, ok := refusalErrors[st]
+		if !ok {
+			base = ErrProtocol
+		}
+		return welcome{}, fmt.Errorf("%w: %s", base, msg)
+	}
+	if major := le.Uint16(b[msgMajor:]); major != MajorVersion {
+		return welcome{}, &VersionError{Found: major, Supported: MajorVersion}
+	}
+	if len(b) != WelcomeSize {
+		return welcome{}, fmt.Errorf("%w: welcome of %d bytes, want %d", ErrProtocol, len(b), WelcomeSize)
+	}
+	return welcome{Index: le.Uint32(b[welcomeIndex:]), Generation: le.Uint32(b[welcomeGen:]),
+		SessionID: le.Uint64(b[welcomeSession:]), CtlSize: le.Uint64(b[welcomeCtlSize:]),
+		DataSize: le.Uint64(b[welcomeDataSize:]), RegionLength: le.Uint64(b[welcomeRegion:])}, nil
+}

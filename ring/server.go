@@ -1,0 +1,334 @@
+package ring
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/user"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// member is one attached consumer as the producer sees it: its row in the consumer table (producer
+// memory) and its region (consumer-writable, never trusted).
+type member struct {
+	index   int
+	row     []byte // its 128-byte row in the control memory
+	region  shm
+	conn    *net.UnixConn
+	pid     int32
+	retired uint64 // set generation at detach: the hot path stops reading region once it adopts a later set
+
+	tail      *uint64
+	consWait  *uint32
+	consFutex *uint32
+	relFutex  *uint32
+	released  uint64 // last valid tail, under Producer.mu
+	detached  bool
+}
+
+// memberSet is an immutable list of attached consumers the hot path wakes without taking a lock.
+type memberSet struct {
+	gen     uint64
+	members []*member
+}
+
+var errClosed = errors.New("detached before the welcome")
+
+// helloTimeout bounds how long a connection may take to say hello, so a silent stranger holds nothing.
+const helloTimeout = 2 * time.Second
+
+// listen binds the ring's socket inside the ring directory through its descriptor (spec §1.1): a stale
+// socket (we hold the lock, so its producer is dead) is removed first.
+func (p *Producer) listen() error {
+	if err := p.dir.unlink(SocketName(p.name)); err != nil {
+		return err
+	}
+	addr := &net.UnixAddr{Name: p.dir.procPath(SocketName(p.name)), Net: "unixpacket"}
+	old := unix.Umask(0o177) // the socket is born 0600: no window in which others could connect
+	ln, err := net.ListenUnix("unixpacket", addr)
+	unix.Umask(old)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", p.SocketPath(), err)
+	}
+	ln.SetUnlinkOnClose(false) // the /proc path is gone with the descriptor; release() unlinks by dirfd
+	p.ln = ln
+	if p.gid >= 0 {
+		name := SocketName(p.name)
+		if err := unix.Fchownat(p.dir.fd, name, -1, p.gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("give %s to group %s: %w", p.SocketPath(), p.cfg.Group, os.NewSyscallError("fchownat", err))
+		}
+		if err := unix.Fchmodat(p.dir.fd, name, 0o660, 0); err != nil {
+			return fmt.Errorf("chmod %s: %w", p.SocketPath(), os.NewSyscallError("fchmodat", err))
+		}
+	}
+	return nil
+}
+
+// serve accepts connections until the listener closes; each is handled on its own goroutine.
+func (p *Producer) serve() {
+	defer p.serveDone.Done()
+	var refusedLogged time.Time
+	for {
+		c, err := p.ln.AcceptUnix()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond) // EMFILE and the like: do not spin
+			continue
+		}
+		p.handlers.Add(1)
+		go func() {
+			defer p.handlers.Done()
+			if why := p.handle(c); why != "" && p.cfg.Log != nil && time.Since(refusedLogged) > time.Second {
+				refusedLogged = time.Now() // a stranger connecting in a loop gets one line a second
+				p.cfg.Log.Warn().Str("ring", p.name).Str("reason", why).Msg("refused a client")
+			}
+		}()
+	}
+}
+
+// handle runs one connection: hello, permission, welcome, then wait for its end. It returns why a client
+// was refused ("" if it was not).
+func (p *Producer) handle(c *net.UnixConn) string {
+	p.mu.Lock()
+	if p.closing {
+		p.mu.Unlock()
+		c.Close()
+		return ""
+	}
+	p.conns[c] = struct{}{}
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.conns, c)
+		p.mu.Unlock()
+	}()
+	cred, err := peerCred(c)
+	if err != nil {
+		c.Close()
+		return err.Error()
+	}
+	refuse := func(status uint32, msg string) string {
+		_, _ = c.Write(encodeRefusal(status, msg))
+		c.Close()
+		return fmt.Sprintf("pid %d uid %d: %s", cred.Pid, cred.Uid, msg)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(helloTimeout))
+	buf := make([]byte, ErrorRecordMax)
+	n, err := c.Read(buf)
+	if err != nil {
+		c.Close()
+		return fmt.Sprintf("pid %d: no hello: %v", cred.Pid, err)
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	h, err := decodeHello(buf[:n])
+	switch {
+	case err != nil:
+		return refuse(StatusProtocol, fmt.Sprintf("ring %s: %v", p.name, err))
+	case !p.permitted(cred):
+		return refuse(StatusNotAllowed, fmt.Sprintf("ring %s: uid %d may not attach (the producer runs as uid %d)", p.name, cred.Uid, os.Geteuid()))
+	case h.Major != MajorVersion:
+		return refuse(StatusVersion, fmt.Sprintf("ring %s is layout %d.%d; this client speaks %d.%d", p.name, MajorVersion, MinorVersion, h.Major, h.Minor))
+	case h.Role != RoleConsumer && h.Role != RoleObserver, h.Start != StartOldest && h.Start != StartHead:
+		return refuse(StatusProtocol, fmt.Sprintf("ring %s: role %d, start %d", p.name, h.Role, h.Start))
+	}
+	if h.Role == RoleObserver {
+		w := welcome{Index: noConsumerIndex, SessionID: p.sid, CtlSize: uint64(len(p.ctlMem.mem))}
+		if _, _, err := c.WriteMsgUnix(w.encode(), unix.UnixRights(p.ctlMem.fd), nil); err == nil {
+			_, _ = c.Read(buf) // hold the connection until the observer closes it
+		}
+		c.Close()
+		return ""
+	}
+	m, status, msg := p.admit(c, cred, h.Start)
+	if m == nil {
+		return refuse(status, msg)
+	}
+	w := welcome{Index: uint32(m.index), Generation: atomic.LoadUint32(u32at(m.row, rowGeneration)),
+		SessionID: p.sid, CtlSize: uint64(len(p.ctlMem.mem)), DataSize: p.geo.DataSize, RegionLength: RegionSize}
+	// Under mu: Close may be tearing the ring down, and must not see a descriptor half given away.
+	p.mu.Lock()
+	err = errClosed
+	if !m.detached {
+		_, _, err = c.WriteMsgUnix(w.encode(), unix.UnixRights(p.ctlMem.fd, p.dataMem.fd, m.region.fd), nil)
+	}
+	// The producer keeps only its mapping of the region: the consumer's descriptor is its own now.
+	if m.region.fd >= 0 {
+		unix.Close(m.region.fd)
+		m.region.fd = -1
+	}
+	p.mu.Unlock()
+	if err == nil {
+		// Nothing is sent after the welcome: whatever ends this read (EOF at death or detach, a stray
+		// record) ends the attachment.
+		_, _ = c.Read(buf)
+	}
+	p.mu.Lock()
+	p.detachLocked(m, ConsumerGone, "connection closed")
+	p.mu.Unlock()
+	return ""
+}
+
+// permitted is the SO_PEERCRED gate (spec §1.2): the producer's own user, root, or --group.
+func (p *Producer) permitted(cred *unix.Ucred) bool {
+	if cred.Uid == 0 || int(cred.Uid) == os.Geteuid() {
+		return true
+	}
+	if p.gid < 0 {
+		return false
+	}
+	if int(cred.Gid) == p.gid {
+		return true
+	}
+	u, err := user.LookupId(strconv.Itoa(int(cred.Uid)))
+	if err != nil {
+		return false
+	}
+	gids, err := u.GroupIds()
+	return err == nil && slices.Contains(gids, strconv.Itoa(p.gid))
+}
+
+func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := rc.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return nil, err
+	}
+	if cerr != nil {
+		return nil, os.NewSyscallError("getsockopt(SO_PEERCRED)", cerr)
+	}
+	return cred, nil
+}
+
+// admit gives a consumer a table row and a fresh region whose tail is its start position, under the lock
+// reclaiming takes, so no slot of a position at or after that tail is reused before it releases it (spec
+// §7.1). A nil member comes with the error record's status and message.
+func (p *Producer) admit(c *net.UnixConn, cred *unix.Ucred, start uint32) (*member, uint32, string) {
+	region, err := newShm("ibvbridge."+p.name+".consumer", RegionSize)
+	if err != nil {
+		return nil, StatusBusy, fmt.Sprintf("ring %s: no memory for a consumer region: %v", p.name, err)
+	}
+	if err := seal(region.fd, sealsRegion); err != nil {
+		region.close()
+		return nil, StatusBusy, fmt.Sprintf("ring %s: %v", p.name, err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closing || atomic.LoadUint32(u32at(p.ctl, offState)) == uint32(StateClosed) {
+		region.close()
+		return nil, StatusClosing, fmt.Sprintf("ring %s is closing: the stream has ended", p.name)
+	}
+	index := -1
+	for i := range p.cfg.MaxConsumers {
+		if ConsumerState(atomic.LoadUint32(u32at(p.rowAt(i), rowState))) != ConsumerAttached {
+			index = i
+			break
+		}
+	}
+	if index < 0 {
+		region.close()
+		return nil, StatusBusy, fmt.Sprintf("ring %s is busy: %d consumers are attached, the most it takes (--max-consumers)", p.name, p.cfg.MaxConsumers)
+	}
+	r := region.mem
+	m := &member{index: index, row: p.rowAt(index), region: *region, conn: c, pid: cred.Pid,
+		tail: u64at(r, regTail), consWait: u32at(r, regConsWaiting), consFutex: u32at(r, regConsFutex),
+		relFutex: u32at(r, regReleaseFutex)}
+	m.released = p.oldestHeldLocked()
+	if start == StartHead {
+		m.released = atomic.LoadUint64(p.head)
+	}
+	atomic.StoreUint64(m.tail, m.released)
+	row, le := m.row, u64at
+	atomic.StoreUint64(le(row, rowPID), uint64(cred.Pid))
+	atomic.StoreUint64(le(row, rowUID), uint64(cred.Uid))
+	atomic.StoreUint64(le(row, rowAttachNs), realtimeNanos())
+	atomic.StoreUint64(le(row, rowReleased), m.released)
+	atomic.StoreUint64(le(row, rowWakes), 0)
+	atomic.StoreUint64(le(row, rowLostHeaps), 0)
+	gen := u32at(row, rowGeneration)
+	atomic.StoreUint32(gen, atomic.LoadUint32(gen)+1)
+	atomic.StoreUint32(u32at(row, rowState), uint32(ConsumerAttached)) // last: the row is complete
+	p.members = append(p.members, m)
+	p.publishSetLocked()
+	select {
+	case p.attachC <- struct{}{}:
+	default:
+	}
+	return m, StatusOK, ""
+}
+
+// oldestHeldLocked is where a consumer attaching at the oldest heap starts (spec §7.1): the lowest
+// position an attached consumer has not released, or with none attached the oldest heap the ring still
+// holds. It only reads cursors: the free pool is the hot path's. mu held.
+func (p *Producer) oldestHeldLocked() uint64 {
+	p.readCursorsLocked(atomic.LoadUint64(p.head))
+	if len(p.members) == 0 {
+		return p.reclaim
+	}
+	return p.slowestLocked().released
+}
+
+func (p *Producer) rowAt(i int) []byte {
+	off := offTable + TableRowSize*i
+	return p.ctl[off : off+TableRowSize : off+TableRowSize]
+}
+
+// publishSetLocked makes the hot path's next wake see the current members. mu held.
+func (p *Producer) publishSetLocked() {
+	p.setGen++
+	p.snap.Store(&memberSet{gen: p.setGen, members: slices.Clone(p.members)})
+	p.Set(CounterConsumersAttached, uint64(len(p.members)))
+}
+
+// detachLocked ends an attachment for why (spec §2.2 states 2–4): the row says so, the consumer no longer
+// holds back the reclaim point, its socket is closed, and its region is unmapped once the hot path can no
+// longer be reading it. A blocked producer waiting on its release futex is woken. Idempotent. mu held.
+func (p *Producer) detachLocked(m *member, why ConsumerState, detail string) {
+	if m.detached {
+		return
+	}
+	m.detached = true
+	i := slices.Index(p.members, m)
+	p.members = slices.Delete(p.members, i, i+1)
+	p.publishSetLocked()
+	m.retired = p.setGen
+	p.grave = append(p.grave, m)
+	atomic.StoreUint32(u32at(m.row, rowState), uint32(why))
+	switch why {
+	case ConsumerOverrun:
+		p.Add(CounterConsumerOverruns, 1)
+	case ConsumerBadCursor:
+		p.Add(CounterConsumerErrors, 1)
+	}
+	if why != ConsumerGone && p.cfg.Log != nil {
+		p.cfg.Log.Warn().Str("ring", p.name).Int32("consumer_pid", m.pid).Str("reason", why.String()).
+			Str("detail", detail).Msg("detached a consumer")
+	}
+	futexWakeAll(m.relFutex)
+	_ = m.conn.Close()
+}
+
+// buryLocked unmaps the regions of consumers detached before set generation gen, which the hot path no
+// longer reads. mu held.
+func (p *Producer) buryLocked(gen uint64) {
+	p.grave = slices.DeleteFunc(p.grave, func(m *member) bool {
+		if m.retired <= gen {
+			m.region.close()
+			return true
+		}
+		return false
+	})
+}
