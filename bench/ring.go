@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"runtime/debug"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/ibvbridge/ibvbridge/ring"
@@ -32,12 +34,20 @@ type RingResult struct {
 	IdleCPUPercent  float64 `json:"idle_cpu_percent"`
 	Batch           int     `json:"batch,omitempty"`
 	Runs            int     `json:"runs"`
+	// PerConsumer: with several consumers on the ring, each one's own rate (the table above is the ring's).
+	PerConsumer []ConsumerRate `json:"per_consumer,omitempty"`
+}
+
+// ConsumerRate is one consumer's rate when several read one ring.
+type ConsumerRate struct {
+	Consumer  string  `json:"consumer"`
+	HeapsPerS float64 `json:"heaps_per_s"`
 }
 
 // RingOptions describe a ring benchmark: a Go producer publishing Heaps pattern heaps of HeapSize bytes
 // into a block-policy ring that a consumer process reads.
 type RingOptions struct {
-	Consumer string        // go, c or python
+	Consumer string        // go, c or python; several, comma-separated, read one ring at once
 	HeapSize int           // payload bytes per heap
 	Heaps    uint64        // per run; 0: about 4 GiB or 20 M heaps, whichever is fewer
 	Slots    int           // 0: 4096 for small heaps, 256 for 64 KiB and more
@@ -93,6 +103,9 @@ func PrintRing(w io.Writer, label string, r RingResult) {
 	fmt.Fprintf(w, "%-7s consumer %-6s heap %8d B  %10.0f heaps/s  %6.2f GB/s  memcpy %6.2f GB/s  ratio %4.2f  lost %d  checksum %s  idle CPU %.1f%%  hugepages %v\n",
 		label, r.Consumer, r.HeapSize, r.HeapsPerS, r.BytesPerS/1e9, r.MemcpyBytesPerS/1e9,
 		r.MemcpyRatio, r.HeapsLost, okWord(r.ChecksumOK), r.IdleCPUPercent, r.HugePages)
+	for _, c := range r.PerConsumer {
+		fmt.Fprintf(w, "          %-6s %10.0f heaps/s on its own clock\n", c.Consumer, c.HeapsPerS)
+	}
 }
 
 // MedianRing takes each figure's median over the runs; losses and checksum failures of any run count.
@@ -111,6 +124,9 @@ func MedianRing(runs []RingResult) RingResult {
 	m.MemcpyBytesPerS = med(func(r RingResult) float64 { return r.MemcpyBytesPerS })
 	m.MemcpyRatio = med(func(r RingResult) float64 { return r.MemcpyRatio })
 	m.Seconds = med(func(r RingResult) float64 { return r.Seconds })
+	for i := range m.PerConsumer {
+		m.PerConsumer[i].HeapsPerS = med(func(r RingResult) float64 { return r.PerConsumer[i].HeapsPerS })
+	}
 	for _, r := range runs {
 		m.HeapsLost = max(m.HeapsLost, r.HeapsLost)
 		m.ChecksumOK = m.ChecksumOK && r.ChecksumOK
@@ -118,49 +134,58 @@ func MedianRing(runs []RingResult) RingResult {
 	return m
 }
 
-// ringOnce runs one producer → consumer-process stream. The memcpy reference is measured right
-// before and right after the stream and averaged, so a change in the machine's load hits both figures.
+// ringOnce runs one producer → consumer-process stream (several consumers with Consumer "c,go,python").
+// The memcpy reference is measured right before and right after the stream and averaged, so a change in
+// the machine's load hits both figures.
 func ringOnce(ctx context.Context, env Env, o RingOptions, measureIdle bool) (RingResult, error) {
 	res := RingResult{Consumer: o.Consumer, HeapSize: o.HeapSize, Heaps: o.Heaps, Slots: o.Slots, Batch: o.Batch}
+	kinds := strings.Split(o.Consumer, ",")
 	name := fmt.Sprintf("bench-%d", os.Getpid())
 	defer ring.Remove("", name) // after p.Close (defers run last-in first-out)
-	p, err := ring.Create(name, ring.Config{SlotCount: o.Slots, SlotSize: o.HeapSize, MaxItems: 4, Policy: ring.PolicyBlock})
+	p, err := ring.Create(name, ring.Config{SlotCount: o.Slots, SlotSize: o.HeapSize, MaxItems: 4, Policy: ring.PolicyBlock,
+		MaxConsumers: max(len(kinds), ring.DefaultMaxConsumer)})
 	if err != nil {
 		return res, err
 	}
 	defer p.Close()
 	res.HugePages = p.Huge()
-	cmd, err := ConsumerCommand(env, o.Consumer, name, o.Batch)
-	if err != nil {
-		return res, err
-	}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, os.Stderr
-	if err := cmd.Start(); err != nil {
-		return res, fmt.Errorf("start %s consumer: %w", o.Consumer, err)
-	}
+	cmds := make([]*exec.Cmd, len(kinds))
+	outs := make([]bytes.Buffer, len(kinds))
 	reaped := false
-	defer func() { // before the ring is closed and removed: a live consumer holds its lock file
+	defer func() { // before the ring is closed
 		if !reaped {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
+			for _, cmd := range cmds {
+				if cmd != nil && cmd.Process != nil {
+					_ = cmd.Process.Kill()
+					_ = cmd.Wait()
+				}
+			}
 		}
 	}()
+	for i, kind := range kinds {
+		if cmds[i], err = ConsumerCommand(env, kind, name, o.Batch); err != nil {
+			return res, err
+		}
+		cmds[i].Stdout, cmds[i].Stderr = &outs[i], os.Stderr
+		if err := cmds[i].Start(); err != nil {
+			return res, fmt.Errorf("start %s consumer: %w", kind, err)
+		}
+	}
 	deadline := time.Now().Add(20 * time.Second)
-	for p.Consumers() == 0 {
+	for p.Consumers() < len(kinds) {
 		if time.Now().After(deadline) {
-			return res, fmt.Errorf("%s consumer did not attach within 20 s", o.Consumer)
+			return res, fmt.Errorf("%s consumers did not attach within 20 s", o.Consumer)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	if measureIdle && o.Idle > 0 {
 		time.Sleep(50 * time.Millisecond) // past the consumer's spin
-		t0, err := cpuTime(cmd.Process.Pid)
+		t0, err := cpuTime(cmds[0].Process.Pid)
 		if err != nil {
 			return res, err
 		}
 		time.Sleep(o.Idle)
-		t1, _ := cpuTime(cmd.Process.Pid)
+		t1, _ := cpuTime(cmds[0].Process.Pid)
 		res.IdleCPUPercent = 100 * (t1 - t0).Seconds() / o.Idle.Seconds()
 	}
 	workingSet := o.Slots * o.HeapSize
@@ -185,27 +210,36 @@ func ringOnce(ctx context.Context, env Env, o RingOptions, measureIdle bool) (Ri
 	if err := p.PublishEndOfStream(0, time.Minute); err != nil {
 		return res, err
 	}
-	// The run ends when the consumer has released everything (block policy: nothing is dropped).
-	for p.Unread() != 0 && cmdRunning(cmd) {
+	// The run ends when every consumer has released everything (block policy: nothing is dropped).
+	for p.Unread() != 0 && p.Consumers() > 0 {
 		time.Sleep(20 * time.Microsecond)
 	}
 	res.Seconds = time.Since(start).Seconds()
 	reaped = true
-	if err := cmd.Wait(); err != nil {
-		return res, fmt.Errorf("%s consumer: %w (output %s)", o.Consumer, err, out.String())
+	for i, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			return res, fmt.Errorf("%s consumer: %w (output %s)", kinds[i], err, outs[i].String())
+		}
 	}
 	res.MemcpyBytesPerS = (before + memcpyRate(workingSet)) / 2
-	var cr ConsumeResult
-	if err := json.Unmarshal(LastLine(out.Bytes()), &cr); err != nil {
-		return res, fmt.Errorf("%s consumer output %q: %w", o.Consumer, out.String(), err)
-	}
-	res.HeapsPerS = float64(cr.Heaps) / res.Seconds
-	res.BytesPerS = float64(cr.Bytes) / res.Seconds
+	res.HeapsPerS = float64(o.Heaps) / res.Seconds
+	res.BytesPerS = float64(o.Heaps) * float64(o.HeapSize) / res.Seconds
 	res.MemcpyRatio = res.BytesPerS / res.MemcpyBytesPerS
-	res.HeapsLost = o.Heaps - cr.Heaps
-	res.ChecksumOK = cr.Checksum == sum && cr.Heaps == o.Heaps
-	if !res.ChecksumOK {
-		return res, fmt.Errorf("consumer checksum %#x over %d heaps, producer %#x over %d", cr.Checksum, cr.Heaps, sum, o.Heaps)
+	res.ChecksumOK = true
+	for i, kind := range kinds {
+		var cr ConsumeResult
+		if err := json.Unmarshal(LastLine(outs[i].Bytes()), &cr); err != nil {
+			return res, fmt.Errorf("%s consumer output %q: %w", kind, outs[i].String(), err)
+		}
+		res.HeapsLost = max(res.HeapsLost, o.Heaps-cr.Heaps)
+		if cr.Checksum != sum || cr.Heaps != o.Heaps {
+			res.ChecksumOK = false
+			return res, fmt.Errorf("%s consumer checksum %#x over %d heaps, producer %#x over %d", kind, cr.Checksum, cr.Heaps, sum, o.Heaps)
+		}
+		if len(kinds) > 1 {
+			// Each consumer's own rate: its heaps over its own time from first heap to end of stream.
+			res.PerConsumer = append(res.PerConsumer, ConsumerRate{Consumer: kind, HeapsPerS: float64(cr.Heaps) / cr.Seconds})
+		}
 	}
 	return res, nil
 }

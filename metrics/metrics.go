@@ -74,10 +74,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		switch k {
 		case ring.CounterEndOfStream:
 			c.gauge(ch, "ibvbridge_end_of_stream", "1 once the stream has ended (end-of-stream published)", ringLabel, float64(st.Get(k)), c.ring)
+		case ring.CounterConsumersAttached:
+			c.gauge(ch, "ibvbridge_consumers_attached", "consumers attached to the ring now", ringLabel, float64(st.Get(k)), c.ring)
 		case ring.CounterMalformedPackets:
 			// By reason below; their sum is this counter.
 		default:
-			c.counter(ch, "ibvbridge_"+k.String()+"_total", "ring counter "+k.String()+" (docs/ring-layout.md §2.6)", ringLabel, float64(st.Get(k)), c.ring)
+			c.counter(ch, "ibvbridge_"+k.String()+"_total", "ring counter "+k.String()+" (docs/ring-layout.md §2.3)", ringLabel, float64(st.Get(k)), c.ring)
 		}
 	}
 	byReason := p.MalformedByReason()
@@ -91,7 +93,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	geo := prod.Geometry()
 	c.gauge(ch, "ibvbridge_ring_slots", "payload slots in the ring", ringLabel, float64(geo.SlotCount), c.ring)
 	c.gauge(ch, "ibvbridge_ring_slot_bytes", "payload bytes per slot", ringLabel, float64(geo.SlotSize), c.ring)
-	c.gauge(ch, "ibvbridge_ring_unread_heaps", "heaps published and not yet released by the consumer (the ring's fill)",
+	c.gauge(ch, "ibvbridge_ring_unread_heaps", "heaps published and still holding slots: what the slowest consumer has not released (the ring's fill)",
 		ringLabel, float64(prod.Backlog()), c.ring)
 	c.gauge(ch, "ibvbridge_start_time_seconds", "when this recv started (Unix time)", ringLabel, float64(c.start.UnixNano())/1e9, c.ring)
 	if threads := p.ThreadCounters(); len(threads) > 1 {

@@ -80,6 +80,8 @@ func TestScrape(t *testing.T) {
 		fmt.Sprintf(`ibvbridge_ring_unread_heaps{ring=%q} 0`, name),
 		fmt.Sprintf(`ibvbridge_end_of_stream{ring=%q} 0`, name),
 		"# TYPE ibvbridge_dropped_heaps_total counter",
+		"# TYPE ibvbridge_consumers_attached gauge",
+		"# TYPE ibvbridge_consumer_overruns_total counter",
 		"go_goroutines ",
 	} {
 		if !strings.Contains(body, want) {

@@ -645,8 +645,12 @@ func (a *Assembler) fillItems(h *liveHeap, itemsEnd uint64) (flags uint32) {
 			it.Length, it.Flags = immediateBytes, ring.ItemImmediate
 		} else {
 			length := a.lengths[i]
-			if length == 0 || ip.Value >= a.slotSize {
-				continue // empty (spead2 skips it) or wholly past the slot of a truncated heap
+			if length == 0 {
+				continue // empty: spead2 skips it
+			}
+			if ip.Value >= a.slotSize {
+				flags |= ring.FlagItemsCut // wholly past the slot of a truncated heap: left out, said so
+				continue
 			}
 			it.Length = min(length, a.slotSize-ip.Value)
 		}

@@ -286,10 +286,10 @@ func TestAssemblerTruncated(t *testing.T) {
 		t.Fatalf("%d heaps", len(heaps))
 	}
 	h := heaps[0]
-	if h.flags != ring.FlagComplete|ring.FlagTruncated || h.heapSize != 3000 || h.received != slotSize {
+	if h.flags != ring.FlagComplete|ring.FlagTruncated|ring.FlagItemsCut || h.heapSize != 3000 || h.received != slotSize {
 		t.Fatalf("heap: flags %#x size %d received %d", h.flags, h.heapSize, h.received)
 	}
-	// 0x1000 is clipped to the slot, 0x1001 starts past it and is left out.
+	// 0x1000 is clipped to the slot, 0x1001 starts past it and is left out (ITEMS_CUT says so).
 	wantItems := []ring.Item{{ID: 0x1000, Value: 0, Length: slotSize}, {ID: 0x1002, Value: 99, Length: 5, Flags: ring.ItemImmediate}}
 	if !slices.Equal(h.items, wantItems) {
 		t.Fatalf("items %+v", h.items)

@@ -48,7 +48,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 func runBenchRing(ctx context.Context, env bench.Env, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("bench ring", stderr)
 	o := bench.RingOptions{}
-	fs.StringVar(&o.Consumer, "consumer", "c", "consumer process: go, c or python")
+	fs.StringVar(&o.Consumer, "consumer", "c", "consumer process: go, c or python; several comma-separated (c,go,python) read one ring at once")
 	fs.IntVar(&o.HeapSize, "heap-size", 64, "payload bytes per heap")
 	fs.Uint64Var(&o.Heaps, "heaps", 0, "heaps per run (default: about 4 GiB or 20 M heaps, whichever is fewer)")
 	fs.IntVar(&o.Slots, "slots", 0, "ring slots (default: 4096 for small heaps, 256 for large)")
