@@ -499,3 +499,46 @@ func TestHandshakeRefusals(t *testing.T) {
 		t.Fatalf("1.0 path: %v", err)
 	}
 }
+
+// TestAttachAndDeathLatency logs how long an attach takes and how long a sleeping consumer takes to notice
+// a producer's kill -9 (spec: ≤ 250 ms each); only a generous bound is asserted, timings being noisy.
+func TestAttachAndDeathLatency(t *testing.T) {
+	dir := t.TempDir()
+	child := startChild(t, dir, "lat")
+	var worst time.Duration
+	for range 20 {
+		start := time.Now()
+		c, err := ring.Attach("lat", ring.AttachOptions{Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		worst = max(worst, time.Since(start))
+		c.Close()
+	}
+	c, err := ring.Attach("lat", ring.AttachOptions{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for range 3 {
+		h, _ := c.Next(time.Second)
+		c.Release(h)
+	}
+	killed := make(chan time.Time, 1)
+	go func() {
+		time.Sleep(100 * time.Millisecond) // the consumer is asleep on its futex by then
+		killed <- time.Now()
+		child.Process.Signal(syscall.SIGKILL)
+	}()
+	_, err = c.Next(10 * time.Second)
+	noticed := time.Now()
+	child.Wait()
+	if !errors.Is(err, ring.ErrProducerGone) {
+		t.Fatalf("after kill -9: %v", err)
+	}
+	detect := noticed.Sub(<-killed)
+	t.Logf("attach: worst of 20 %v; producer death noticed after %v", worst, detect)
+	if worst > time.Second || detect > time.Second {
+		t.Fatalf("attach took %v, death noticed after %v", worst, detect)
+	}
+}
