@@ -409,7 +409,7 @@ func (p *Producer) reclaimLocked() {
 			to++
 		}
 	} else {
-		p.readCursorsLocked(p.pos)
+		p.readCursorsLocked(p.hotBound)
 		if len(p.members) == 0 { // every member was detached just now
 			return
 		}
@@ -425,13 +425,15 @@ func (p *Producer) reclaimLocked() {
 }
 
 // readCursorsLocked reads every attached consumer's cursor (spec §7.2): a valid one becomes its released
-// position (and its table row's), an invalid one detaches it. head bounds the valid range: the hot path
-// passes its own position, other goroutines the published head. It frees no slot: the pool is the hot
-// path's. mu held.
-func (p *Producer) readCursorsLocked(head uint64) {
+// position (and its table row's), an invalid one detaches it. bound gives the upper end of the valid
+// range: the hot path's own position, or for other goroutines the published head — loaded after the
+// cursor, so it is at least any head the consumer saw before it stored that cursor. It frees no slot: the
+// pool is the hot path's. mu held.
+func (p *Producer) readCursorsLocked(bound func() uint64) {
 	for i := 0; i < len(p.members); {
 		m := p.members[i]
 		t := atomic.LoadUint64(m.tail)
+		head := bound()
 		// A consumer can write anything into its cursor: one outside [released, head] detaches it.
 		if t-m.released > head-m.released {
 			p.detachLocked(m, ConsumerBadCursor, fmt.Sprintf("cursor %d outside [%d, %d]", t, m.released, head))
@@ -444,6 +446,9 @@ func (p *Producer) readCursorsLocked(head uint64) {
 		i++
 	}
 }
+
+func (p *Producer) hotBound() uint64      { return p.pos }
+func (p *Producer) publishedHead() uint64 { return atomic.LoadUint64(p.head) }
 
 // overrunLocked is the drop policy's answer to a full ring held by its slowest consumers (spec §7.3): if
 // another attached consumer is ahead of them, they are detached as overrun and the ring moves on; it
@@ -716,7 +721,7 @@ func (p *Producer) heartbeat() {
 			atomic.StoreUint64(u64at(p.ctl, offHeartbeat), realtimeNanos())
 			// Keep the consumer table's positions current for `stat` while the stream is idle.
 			p.mu.Lock()
-			p.readCursorsLocked(atomic.LoadUint64(p.head))
+			p.readCursorsLocked(p.publishedHead)
 			p.mu.Unlock()
 		}
 	}

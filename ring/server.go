@@ -274,7 +274,7 @@ func (p *Producer) admit(c *net.UnixConn, cred *unix.Ucred, start uint32) (*memb
 // position an attached consumer has not released, or with none attached the oldest heap the ring still
 // holds. It only reads cursors: the free pool is the hot path's. mu held.
 func (p *Producer) oldestHeldLocked() uint64 {
-	p.readCursorsLocked(atomic.LoadUint64(p.head))
+	p.readCursorsLocked(p.publishedHead)
 	if len(p.members) == 0 {
 		return p.reclaim
 	}

@@ -40,6 +40,9 @@ static _Thread_local char errbuf[512];
 
 const char *ibvb_last_error(void) { return errbuf; }
 
+/* For ibvbridge_producer.c: set this thread's message. */
+void ibvb__set_error(const char *msg) { snprintf(errbuf, sizeof errbuf, "%s", msg); }
+
 __attribute__((format(printf, 2, 3))) static int fail(int err, const char *fmt, ...)
 {
 	va_list ap;

@@ -812,4 +812,7 @@ static inline const void *ibvb_item_ptr(const struct ibvb_heap *h, const struct 
 } /* extern "C" */
 #endif
 
+/* The producer API (ibvbridge_producer.c). */
+#include "ibvbridge_producer.h"
+
 #endif /* IBVBRIDGE_H */

@@ -1,0 +1,1478 @@
+/* ibvbridge_producer.c — the producer side of docs/ring-layout.md 2.0, see ibvbridge_producer.h.
+ * Only libc and pthreads. */
+#define _GNU_SOURCE
+#include "ibvbridge.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <pthread.h>
+#include <pwd.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the ring layout is little-endian; big-endian hosts are not supported"
+#endif
+
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010
+#endif
+#ifndef MFD_HUGETLB
+#define MFD_HUGETLB 0x0004U
+#endif
+
+#define SEALS_READ_ONLY (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL)
+#define SEALS_REGION (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+#define WAIT_SLICE_NS 250000000LL /* spec §7.4: producer futex sleeps are at most 250 ms */
+#define SPIN_NS 50000LL           /* spin this long before sleeping (a futex round trip costs ~35 µs) */
+#define BEAT_NS 100000000LL       /* heartbeat and table refresh */
+#define HELLO_TIMEOUT_NS 2000000000LL
+#define MAX_PENDING 16  /* connections that have not said hello yet */
+#define MAX_OBSERVERS 16
+
+/* ---- small helpers ---------------------------------------------------------------------------- */
+
+__attribute__((format(printf, 2, 3))) static int fail(int err, const char *fmt, ...)
+{
+	char buf[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof buf, fmt, ap);
+	va_end(ap);
+	ibvb__set_error(buf);
+	return err;
+}
+
+static int64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+uint64_t ibvb__realtime_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+/* Shared futexes (no FUTEX_PRIVATE_FLAG) everywhere: the consumer words live in shared mappings, and
+ * interrupt wakes whichever word the hot path sleeps on with the same operation. */
+static void futex_wake_all(_Atomic uint32_t *w)
+{
+	syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+static void futex_wait(_Atomic uint32_t *w, uint32_t val, int64_t ns)
+{
+	struct timespec ts = {ns / 1000000000LL, ns % 1000000000LL};
+	syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, val, &ts, NULL, 0);
+}
+
+static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
+
+static int valid_name(const char *name)
+{
+	size_t n = strlen(name);
+	if (n < 1 || n > IBVB_NAME_MAX || name[0] == '.')
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = name[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+		      c == '.' || c == '-'))
+			return 0;
+	}
+	return 1;
+}
+
+/* ---- private state ---------------------------------------------------------------------------- */
+
+struct pmember {
+	int on;                     /* an attached consumer: counts toward the reclaim point */
+	int fd;                     /* its connection (-1 until its welcome is sent) */
+	struct ibvb_region *region; /* our mapping of its region (never trusted) */
+	uint64_t released;          /* last valid tail */
+};
+
+struct pgrave {
+	struct ibvb_region *region;
+	uint64_t gen; /* set generation at its detach: unmapped once the hot path has adopted it */
+};
+
+struct ibvb__pstate {
+	pthread_mutex_t mu; /* the consumer set, rows, reclaim, grave */
+	pthread_t thr;
+	int thr_on;
+	int stop_pipe[2];
+	int dirfd, lockfd, listen_fd, ctl_fd, data_fd;
+	uint64_t ctl_size, data_size;
+	uint32_t page_size, max_consumers;
+	int gid; /* --group, -1 without */
+	uid_t euid;
+	int closing;
+	uint64_t reclaim; /* positions below have had their slots returned to the pool (hot path, under mu) */
+	uint64_t set_gen; /* under mu; mirrored to p->set_gen */
+	int nmembers;
+	struct pmember m[IBVB_MAX_CONSUMERS_LIMIT];
+	struct pgrave *grave;
+	size_t ngrave, capgrave;
+	int pend[MAX_PENDING];
+	int64_t pend_deadline[MAX_PENDING];
+	int obs[MAX_OBSERVERS];
+	int64_t refused_logged;
+	_Atomic int interrupted;
+	_Atomic(_Atomic uint32_t *) wait_word; /* what a blocked hot path sleeps on, for interrupt */
+	_Atomic uint32_t attach_seq;           /* bumped at each attach (block waits on it with none attached) */
+	char name[IBVB_NAME_MAX + 1];
+	char dir[PATH_MAX];
+	char sock_path[PATH_MAX + IBVB_NAME_MAX + 16];
+};
+
+/* ---- the ring directory and the lock (spec §1.1) --------------------------------------------- */
+
+static void default_dir(char *buf, size_t cap)
+{
+	const char *e = getenv(IBVB_DIR_ENV);
+	if (e && *e)
+		snprintf(buf, cap, "%s", e);
+	else if (geteuid() == 0)
+		snprintf(buf, cap, "%s", IBVB_RUN_DIR);
+	else
+		snprintf(buf, cap, "%s%u", IBVB_SHM_DIR_PREFIX, (unsigned)geteuid());
+}
+
+/* mkdir -p of path's parent (0755). */
+static void mkdir_parents(const char *path)
+{
+	char tmp[PATH_MAX];
+	snprintf(tmp, sizeof tmp, "%s", path);
+	char *slash = strrchr(tmp, '/');
+	if (!slash || slash == tmp)
+		return;
+	*slash = 0;
+	for (char *q = tmp + 1; *q; q++) {
+		if (*q == '/') {
+			*q = 0;
+			mkdir(tmp, 0755);
+			*q = '/';
+		}
+	}
+	mkdir(tmp, 0755);
+}
+
+static int open_ring_dir(struct ibvb__pstate *st)
+{
+	const char *path = st->dir;
+	mkdir_parents(path);
+	if (mkdir(path, 0755) < 0 && errno != EEXIST)
+		return fail(-errno, "ring directory %s: mkdir: %s", path, strerror(errno));
+	struct stat lst, fst;
+	if (lstat(path, &lst) < 0)
+		return fail(-errno, "ring directory %s: lstat: %s", path, strerror(errno));
+	if (!S_ISDIR(lst.st_mode))
+		return fail(-EPERM, "unsafe ring directory: %s is not a directory (a symlink or a file is in its place)",
+			    path);
+	int fd = open(path, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_RDONLY);
+	if (fd < 0)
+		return fail(-errno, "ring directory %s: open: %s", path, strerror(errno));
+	int rc = 0;
+	if (fstat(fd, &fst) < 0)
+		rc = fail(-errno, "ring directory %s: fstat: %s", path, strerror(errno));
+	else if (fst.st_dev != lst.st_dev || fst.st_ino != lst.st_ino)
+		rc = fail(-EPERM, "unsafe ring directory: %s changed while it was opened", path);
+	else if (fst.st_uid != st->euid)
+		rc = fail(-EPERM, "unsafe ring directory: %s is owned by uid %u, not %u (remove it, or give --dir)", path,
+			  (unsigned)fst.st_uid, (unsigned)st->euid);
+	else if (fst.st_mode & 022)
+		rc = fail(-EPERM,
+			  "unsafe ring directory: %s is writable by group or others (mode %#o): chmod go-w it, or give --dir",
+			  path, (unsigned)(fst.st_mode & 07777));
+	if (rc < 0) {
+		close(fd);
+		return rc;
+	}
+	st->dirfd = fd;
+	return 0;
+}
+
+static int take_lock(struct ibvb__pstate *st)
+{
+	char ln[IBVB_NAME_MAX + 16];
+	snprintf(ln, sizeof ln, "%s%s", st->name, IBVB_LOCK_SUFFIX);
+	for (int tries = 0; tries < 10; tries++) {
+		int fd = openat(st->dirfd, ln, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd < 0) {
+			int e = errno;
+			if (e == ELOOP)
+				return fail(-ELOOP, "lock %s/%s is a symbolic link: refusing it (remove it)", st->dir, ln);
+			return fail(-e, "lock %s/%s: openat: %s", st->dir, ln, strerror(e));
+		}
+		if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+			int e = errno;
+			close(fd);
+			if (e == EWOULDBLOCK)
+				return fail(-EADDRINUSE, "create ring %s: in use by a live producer (%s)", st->name,
+					    st->sock_path);
+			return fail(-e, "lock %s/%s: flock: %s", st->dir, ln, strerror(e));
+		}
+		struct stat a, b;
+		if (fstat(fd, &a) == 0 && fstatat(st->dirfd, ln, &b, AT_SYMLINK_NOFOLLOW) == 0 && a.st_dev == b.st_dev &&
+		    a.st_ino == b.st_ino) {
+			if (!S_ISREG(a.st_mode)) {
+				close(fd);
+				return fail(-EPERM, "lock %s/%s is not a regular file", st->dir, ln);
+			}
+			st->lockfd = fd;
+			return 0;
+		}
+		close(fd); /* unlinked or replaced by its previous owner meanwhile: lock the file there now */
+	}
+	return fail(-EAGAIN, "lock %s/%s: the lock file keeps changing", st->dir, ln);
+}
+
+/* ---- memory (spec §1) ------------------------------------------------------------------------- */
+
+static uint64_t meminfo(const char *key)
+{
+	FILE *f = fopen("/proc/meminfo", "re");
+	if (!f)
+		return 0;
+	char line[256];
+	uint64_t v = 0;
+	size_t kl = strlen(key);
+	while (fgets(line, sizeof line, f)) {
+		if (strncmp(line, key, kl) || line[kl] != ':')
+			continue;
+		char unit[16] = "";
+		unsigned long long n = 0;
+		if (sscanf(line + kl + 1, "%llu %15s", &n, unit) >= 1)
+			v = strcmp(unit, "kB") == 0 ? (uint64_t)n << 10 : (uint64_t)n;
+		break;
+	}
+	fclose(f);
+	return v;
+}
+
+static uint64_t read_u64_file(const char *path, int *ok)
+{
+	*ok = 0;
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return 0;
+	unsigned long long v = 0;
+	*ok = fscanf(f, "%llu", &v) == 1;
+	fclose(f);
+	return v;
+}
+
+/* What a new shared mapping may take: MemAvailable, or less under a cgroup v2 memory limit; 0: unknown. */
+static uint64_t shm_available(void)
+{
+	uint64_t avail = meminfo("MemAvailable");
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	if (!f)
+		return avail;
+	char line[PATH_MAX];
+	while (fgets(line, sizeof line, f)) {
+		if (strncmp(line, "0::", 3))
+			continue;
+		line[strcspn(line, "\n")] = 0;
+		char p1[PATH_MAX + 64], p2[PATH_MAX + 64];
+		snprintf(p1, sizeof p1, "/sys/fs/cgroup%s/memory.max", line + 3);
+		snprintf(p2, sizeof p2, "/sys/fs/cgroup%s/memory.current", line + 3);
+		int ok1, ok2;
+		uint64_t l = read_u64_file(p1, &ok1), u = read_u64_file(p2, &ok2); /* "max" does not parse */
+		if (ok1 && ok2 && u < l && (avail == 0 || l - u < avail))
+			avail = l - u;
+	}
+	fclose(f);
+	return avail;
+}
+
+/* Size a memfd and map it read-write, every page reserved first (no SIGBUS path): hugetlb reserves at mmap
+ * (MAP_POPULATE), shmem is checked against what is available and fallocated. */
+static int size_and_map(int fd, uint64_t size, int huge, void **out)
+{
+	if (ftruncate(fd, (off_t)size) < 0)
+		return fail(-errno, "ftruncate: %s", strerror(errno));
+	if (!huge) {
+		uint64_t avail = shm_available();
+		if (avail > 0 && size > avail)
+			return fail(-ENOMEM,
+				    "the ring needs %llu MiB of shared memory and %llu MiB are available: use fewer or smaller slots",
+				    (unsigned long long)(size >> 20), (unsigned long long)(avail >> 20));
+		if (fallocate(fd, 0, 0, (off_t)size) < 0) {
+			int e = errno;
+			if (e == ENOSPC || e == ENOMEM)
+				return fail(-ENOMEM,
+					    "the ring needs %llu MiB of shared memory and the system has %llu MiB available: use fewer or smaller slots",
+					    (unsigned long long)(size >> 20), (unsigned long long)(shm_available() >> 20));
+			return fail(-e, "fallocate: %s", strerror(e));
+		}
+	}
+	void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | (huge ? MAP_POPULATE : 0), fd, 0);
+	if (m == MAP_FAILED) {
+		int e = errno;
+		if (huge && e == ENOMEM)
+			return fail(-ENOMEM,
+				    "the ring needs %llu MiB of hugepages and %llu MiB are free (echo N > /proc/sys/vm/nr_hugepages)",
+				    (unsigned long long)(size >> 20),
+				    (unsigned long long)((meminfo("HugePages_Free") * meminfo("Hugepagesize")) >> 20));
+		return fail(-e, "mmap: %s", strerror(e));
+	}
+	*out = m;
+	return 0;
+}
+
+struct geometry {
+	uint64_t desc_off, items_off, meta_off, payload_off, packet_off, data_size;
+};
+
+static struct geometry layout(const struct ibvb_producer_opts *o, uint64_t page)
+{
+	struct geometry g;
+	memset(&g, 0, sizeof g);
+	uint64_t off = 0;
+	g.desc_off = off;
+	off = align_up(off + o->slot_count * IBVB_DESC_SIZE, IBVB_REGION_ALIGN);
+	g.items_off = off;
+	off = align_up(off + o->slot_count * o->max_items * IBVB_ITEM_SIZE, IBVB_REGION_ALIGN);
+	g.meta_off = off;
+	off = align_up(off + o->meta_size, IBVB_REGION_ALIGN);
+	g.payload_off = off;
+	off = align_up(off + o->slot_count * o->slot_size, IBVB_REGION_ALIGN);
+	g.packet_off = o->packet_size ? off : 0;
+	off = align_up(off + o->packet_size, IBVB_REGION_ALIGN);
+	g.data_size = align_up(off, page);
+	return g;
+}
+
+static int make_data(struct ibvb_producer *p, const struct ibvb_producer_opts *o, struct geometry *g)
+{
+	struct ibvb__pstate *st = p->st;
+	char mname[IBVB_NAME_MAX + 32];
+	snprintf(mname, sizeof mname, "ibvbridge.%s.data", st->name);
+	void *m = NULL;
+	int rc;
+	if (o->hugepages != IBVB_HUGEPAGES_OFF) {
+		int fd = memfd_create(mname, MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB);
+		struct stat sb;
+		memset(&sb, 0, sizeof sb);
+		if (fd < 0)
+			rc = fail(-errno, "memfd_create(MFD_HUGETLB): %s", strerror(errno));
+		else if (fstat(fd, &sb) < 0)
+			rc = fail(-errno, "fstat: %s", strerror(errno));
+		else {
+			*g = layout(o, (uint64_t)sb.st_blksize);
+			rc = size_and_map(fd, g->data_size, 1, &m);
+		}
+		if (rc == 0) {
+			st->data_fd = fd;
+			st->page_size = (uint32_t)sb.st_blksize;
+			st->data_size = g->data_size;
+			p->data = m;
+			return 0;
+		}
+		if (fd >= 0)
+			close(fd);
+		if (o->hugepages == IBVB_HUGEPAGES_REQUIRE) {
+			char msg[512];
+			snprintf(msg, sizeof msg, "create ring %s: no hugepages: %s", st->name, ibvb_last_error());
+			return fail(rc == -ENOMEM ? -ENOMEM : rc, "%s", msg);
+		}
+		fprintf(stderr, "ibvbridge: ring %s: no hugepages for the ring data (%s); using 4 KiB pages\n", st->name,
+			ibvb_last_error());
+	}
+	*g = layout(o, 4096);
+	int fd = memfd_create(mname, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return fail(-errno, "memfd_create: %s", strerror(errno));
+	if ((rc = size_and_map(fd, g->data_size, 0, &m)) < 0) {
+		close(fd);
+		return rc;
+	}
+	st->data_fd = fd;
+	st->page_size = 4096;
+	st->data_size = g->data_size;
+	p->data = m;
+	return 0;
+}
+
+/* A shmem memfd of size bytes, reserved, mapped read-write. */
+static int new_shm(const char *what, uint64_t size, int *fd_out, void **map)
+{
+	int fd = memfd_create(what, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return fail(-errno, "memfd_create: %s", strerror(errno));
+	int rc = size_and_map(fd, size, 0, map);
+	if (rc < 0) {
+		close(fd);
+		return rc;
+	}
+	*fd_out = fd;
+	return 0;
+}
+
+/* ---- consumers (spec §2.2, §7.1-§7.3) --------------------------------------------------------- */
+
+/* The attached consumer that has released least, -1 with none. mu held. */
+static int slowest_locked(struct ibvb_producer *p)
+{
+	struct ibvb__pstate *st = p->st;
+	int slow = -1;
+	for (uint32_t i = 0; i < st->max_consumers; i++) {
+		if (!st->m[i].on)
+			continue;
+		if (slow < 0 || st->m[i].released - st->reclaim < st->m[slow].released - st->reclaim)
+			slow = (int)i;
+	}
+	return slow;
+}
+
+static void bump_set_locked(struct ibvb_producer *p)
+{
+	struct ibvb__pstate *st = p->st;
+	st->set_gen++;
+	atomic_store_explicit(&p->set_gen, st->set_gen, memory_order_release);
+	atomic_store_explicit(&p->ctl->stats[IBVB_CTR_CONSUMERS_ATTACHED], (uint64_t)st->nmembers,
+			      memory_order_relaxed);
+}
+
+/* End attachment i (row state 2-4): the row says so (state last), it no longer holds back the reclaim point,
+ * its socket is closed, a producer waiting on its release futex is woken, and its region is unmapped once
+ * the hot path no longer reads it. mu held. */
+static void detach_locked(struct ibvb_producer *p, uint32_t i, uint32_t state, uint64_t lost)
+{
+	struct ibvb__pstate *st = p->st;
+	struct pmember *m = &st->m[i];
+	if (!m->on)
+		return;
+	struct ibvb_row *row = &p->rows[i];
+	atomic_store_explicit(&row->lost_heaps, lost, memory_order_relaxed);
+	atomic_store_explicit(&row->state, state, memory_order_release);
+	if (state == IBVB_CONSUMER_OVERRUN)
+		atomic_fetch_add_explicit(&p->ctl->stats[IBVB_CTR_CONSUMER_OVERRUNS], 1, memory_order_relaxed);
+	if (state == IBVB_CONSUMER_BAD_CURSOR)
+		atomic_fetch_add_explicit(&p->ctl->stats[IBVB_CTR_CONSUMER_ERRORS], 1, memory_order_relaxed);
+	futex_wake_all(&m->region->release_futex);
+	if (m->fd >= 0)
+		close(m->fd);
+	m->fd = -1;
+	m->on = 0;
+	st->nmembers--;
+	bump_set_locked(p);
+	if (st->ngrave == st->capgrave) {
+		size_t cap = st->capgrave ? st->capgrave * 2 : 16;
+		struct pgrave *g = realloc(st->grave, cap * sizeof *g);
+		if (!g) { /* keep the mapping forever rather than unmap what the hot path may read */
+			m->region = NULL;
+			return;
+		}
+		st->grave = g;
+		st->capgrave = cap;
+	}
+	st->grave[st->ngrave].region = m->region;
+	st->grave[st->ngrave].gen = st->set_gen;
+	st->ngrave++;
+	m->region = NULL;
+}
+
+/* Read every attached consumer's cursor (spec §7.2): valid ones become its released position (and its row's),
+ * an invalid one detaches it (state 3). hot: called by the hot path, whose committed head bounds the range;
+ * else the published head is loaded after each tail (a consumer may have seen a newer head than an earlier
+ * load). Frees no slot. mu held. */
+static void read_cursors_locked(struct ibvb_producer *p, int hot)
+{
+	struct ibvb__pstate *st = p->st;
+	for (uint32_t i = 0; i < st->max_consumers; i++) {
+		struct pmember *m = &st->m[i];
+		if (!m->on)
+			continue;
+		uint64_t t = atomic_load_explicit(&m->region->tail, memory_order_acquire);
+		uint64_t head = hot ? p->committed : atomic_load_explicit(&p->ctl->head, memory_order_acquire);
+		if (t - m->released > head - m->released) {
+			detach_locked(p, i, IBVB_CONSUMER_BAD_CURSOR, 0);
+			continue;
+		}
+		if (t != m->released) {
+			m->released = t;
+			atomic_store_explicit(&p->rows[i].released, t, memory_order_relaxed);
+		}
+	}
+}
+
+/* Return to the pool the slots of positions every attached consumer has released (spec §7.1). With none
+ * attached, drop reclaims the oldest held position when the pool is empty (the ring keeps the newest heaps
+ * for a later consumer); block keeps everything. Hot path, mu held. */
+static void reclaim_locked(struct ibvb_producer *p)
+{
+	struct ibvb__pstate *st = p->st;
+	uint64_t to = st->reclaim;
+	if (st->nmembers == 0) {
+		if (p->policy != IBVB_POLICY_DROP || p->free_r != p->free_w)
+			return;
+		while (to != p->committed && p->pos_slot[to & p->mask] == IBVB__NO_SLOT)
+			to++;
+		if (to != p->committed)
+			to++;
+	} else {
+		read_cursors_locked(p, 1);
+		if (st->nmembers == 0)
+			return;
+		to = st->m[slowest_locked(p)].released;
+	}
+	for (; st->reclaim != to; st->reclaim++) {
+		uint32_t s = p->pos_slot[st->reclaim & p->mask];
+		if (s != IBVB__NO_SLOT) {
+			p->free[p->free_w & p->mask] = s;
+			p->free_w++;
+			p->pos_slot[st->reclaim & p->mask] = IBVB__NO_SLOT;
+		}
+	}
+	atomic_store_explicit(&p->ctl->oldest, st->reclaim, memory_order_relaxed);
+}
+
+/* Drop policy, pool empty after reclaiming (spec §7.3): if some consumer is ahead of the slowest ones, detach
+ * those as overrun and reclaim again. 1 if a slot is free now. Hot path, mu held. */
+static int overrun_locked(struct ibvb_producer *p)
+{
+	struct ibvb__pstate *st = p->st;
+	int ahead = 0;
+	for (uint32_t i = 0; i < st->max_consumers; i++)
+		if (st->m[i].on && st->m[i].released != st->reclaim)
+			ahead = 1;
+	if (!ahead)
+		return 0;
+	for (uint32_t i = 0; i < st->max_consumers; i++)
+		if (st->m[i].on && st->m[i].released == st->reclaim)
+			detach_locked(p, i, IBVB_CONSUMER_OVERRUN, p->committed - st->m[i].released);
+	reclaim_locked(p);
+	return p->free_r != p->free_w;
+}
+
+enum wait_cond { WAIT_SLOT, WAIT_DRAINED };
+
+/* 1 done, 0 not yet, <0 error. mu held. */
+static int check_locked(struct ibvb_producer *p, enum wait_cond c)
+{
+	reclaim_locked(p);
+	if (c == WAIT_SLOT) {
+		if (p->free_r == p->free_w && p->policy == IBVB_POLICY_DROP)
+			overrun_locked(p);
+		return p->free_r != p->free_w;
+	}
+	if (p->st->nmembers == 0)
+		return -ENOTCONN;
+	return p->st->reclaim == p->committed;
+}
+
+/* Wait until c holds (spec §7.4): spin a little, then sleep on the slowest consumer's release_futex (or, with
+ * none attached, for an attach) in ≤ 250 ms slices. deadline_ns 0: none. Hot path. */
+static int wait_for(struct ibvb_producer *p, enum wait_cond c, int64_t deadline_ns)
+{
+	struct ibvb__pstate *st = p->st;
+	int64_t spin_until = mono_ns() + SPIN_NS;
+	for (;;) {
+		if (atomic_load(&st->interrupted))
+			return fail(-ECANCELED, "ring %s: interrupted", st->name);
+		uint32_t aseq = atomic_load(&st->attach_seq);
+		pthread_mutex_lock(&st->mu);
+		int ok = check_locked(p, c);
+		int slow = slowest_locked(p);
+		struct ibvb_region *g = slow >= 0 ? st->m[slow].region : NULL;
+		pthread_mutex_unlock(&st->mu);
+		if (ok == -ENOTCONN)
+			return fail(-ENOTCONN, "ring %s: no consumer is attached", st->name);
+		if (ok)
+			return 0;
+		int64_t now = mono_ns();
+		if (deadline_ns && now >= deadline_ns)
+			return fail(-ETIMEDOUT, "ring %s: timed out waiting for the consumers", st->name);
+		if (now < spin_until) {
+			for (int k = 0; k < 64; k++)
+				cpu_relax();
+			continue;
+		}
+		int64_t slice = WAIT_SLICE_NS;
+		if (deadline_ns && deadline_ns - now < slice)
+			slice = deadline_ns - now > 1000000 ? deadline_ns - now : 1000000;
+		if (!g) {
+			atomic_store(&st->wait_word, &st->attach_seq);
+			if (!atomic_load(&st->interrupted))
+				futex_wait(&st->attach_seq, aseq, slice);
+			atomic_store(&st->wait_word, NULL);
+			continue;
+		}
+		uint32_t f = atomic_load(&g->release_futex);
+		atomic_store_explicit(&p->ctl->producer_waiting, 1, memory_order_relaxed);
+		atomic_thread_fence(memory_order_seq_cst);
+		pthread_mutex_lock(&st->mu);
+		ok = check_locked(p, c);
+		pthread_mutex_unlock(&st->mu);
+		if (ok == 0) {
+			atomic_store(&st->wait_word, &g->release_futex);
+			if (!atomic_load(&st->interrupted))
+				futex_wait(&g->release_futex, f, slice);
+			atomic_store(&st->wait_word, NULL);
+		}
+		atomic_store_explicit(&p->ctl->producer_waiting, 0, memory_order_relaxed);
+	}
+}
+
+int ibvb__producer_refill(struct ibvb_producer *p)
+{
+	struct ibvb__pstate *st = p->st;
+	ibvb_producer_commit(p); /* staged heaps become visible, and their slots reclaimable */
+	pthread_mutex_lock(&st->mu);
+	reclaim_locked(p);
+	int empty = p->free_r == p->free_w;
+	if (empty && p->policy == IBVB_POLICY_DROP)
+		empty = !overrun_locked(p);
+	pthread_mutex_unlock(&st->mu);
+	if (!empty)
+		return 0;
+	if (p->policy == IBVB_POLICY_DROP)
+		return -EAGAIN; /* no message: this is the hot path of a full ring */
+	return wait_for(p, WAIT_SLOT, 0);
+}
+
+void ibvb__producer_adopt(struct ibvb_producer *p)
+{
+	struct ibvb__pstate *st = p->st;
+	pthread_mutex_lock(&st->mu);
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < st->max_consumers; i++)
+		if (st->m[i].on) {
+			p->hot[n].region = st->m[i].region;
+			p->hot[n].row = &p->rows[i];
+			n++;
+		}
+	p->hot_n = n;
+	p->hot_gen = st->set_gen;
+	/* regions detached up to this generation are no longer reachable from the hot path */
+	size_t k = 0;
+	for (size_t j = 0; j < st->ngrave; j++) {
+		if (st->grave[j].gen <= p->hot_gen)
+			munmap(st->grave[j].region, IBVB_REGION_SIZE);
+		else
+			st->grave[k++] = st->grave[j];
+	}
+	st->ngrave = k;
+	pthread_mutex_unlock(&st->mu);
+}
+
+void ibvb__producer_wake(struct ibvb_producer *p, uint32_t i)
+{
+	struct ibvb_region *g = p->hot[i].region;
+	if (atomic_exchange(&g->consumer_waiting, 0) != 0) {
+		atomic_fetch_add(&g->consumer_futex, 1);
+		futex_wake_all(&g->consumer_futex);
+		_Atomic uint64_t *w = &p->hot[i].row->wakes;
+		atomic_store_explicit(w, atomic_load_explicit(w, memory_order_relaxed) + 1, memory_order_relaxed);
+	}
+}
+
+/* ---- the handshake (spec §1.2) ---------------------------------------------------------------- */
+
+static void send_error(int fd, uint32_t status, const char *msg)
+{
+	struct ibvb_error_record er;
+	memset(&er, 0, sizeof er);
+	er.magic = IBVB_MAGIC;
+	er.major = IBVB_MAJOR;
+	er.minor = IBVB_MINOR;
+	er.status = status;
+	snprintf(er.message, sizeof er.message, "%s", msg);
+	if (send(fd, &er, 16 + strlen(er.message) + 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+		/* the client is gone: nothing to tell */
+	}
+}
+
+static int send_fds(int fd, const void *rec, size_t len, const int *fds, int nfds)
+{
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int) * 3)];
+	} cm;
+	memset(&cm, 0, sizeof cm);
+	struct iovec iov = {.iov_base = (void *)rec, .iov_len = len};
+	struct msghdr msg;
+	memset(&msg, 0, sizeof msg);
+	msg.msg_iov = &iov;
+	msg.msg_iovlen = 1;
+	msg.msg_control = cm.b;
+	msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+	memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
+	return sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)len ? 0 : -errno;
+}
+
+/* The SO_PEERCRED gate: this euid, root, or a member of --group (primary or supplementary). */
+static int permitted(const struct ibvb__pstate *st, const struct ucred *cr)
+{
+	if (cr->uid == 0 || cr->uid == st->euid)
+		return 1;
+	if (st->gid < 0)
+		return 0;
+	if ((int)cr->gid == st->gid)
+		return 1;
+	struct passwd pw, *res = NULL;
+	char buf[4096];
+	if (getpwuid_r(cr->uid, &pw, buf, sizeof buf, &res) != 0 || !res)
+		return 0;
+	gid_t groups[256];
+	int n = 256;
+	if (getgrouplist(pw.pw_name, pw.pw_gid, groups, &n) < 0)
+		return 0;
+	for (int i = 0; i < n; i++)
+		if ((int)groups[i] == st->gid)
+			return 1;
+	return 0;
+}
+
+static void refuse(struct ibvb__pstate *st, int fd, const struct ucred *cr, uint32_t status, const char *msg)
+{
+	send_error(fd, status, msg);
+	close(fd);
+	int64_t now = mono_ns();
+	if (now - st->refused_logged > 1000000000LL) { /* a stranger in a loop gets one line a second */
+		st->refused_logged = now;
+		fprintf(stderr, "ibvbridge: ring %s: refused pid %d uid %u: %s\n", st->name, (int)cr->pid,
+			(unsigned)cr->uid, msg);
+	}
+}
+
+/* Give a consumer a row and a region whose tail is its start position, under the lock reclaiming takes
+ * (spec §7.1). Returns the row index, or -1 with *status and msg set. */
+static int admit(struct ibvb_producer *p, const struct ucred *cr, uint32_t start, struct ibvb_region *g,
+		 uint32_t *status, char *msg, size_t cap, uint32_t *gen_out)
+{
+	struct ibvb__pstate *st = p->st;
+	pthread_mutex_lock(&st->mu);
+	if (st->closing || atomic_load(&p->ctl->state) == IBVB_STATE_CLOSED) {
+		pthread_mutex_unlock(&st->mu);
+		*status = IBVB_STATUS_CLOSING;
+		snprintf(msg, cap, "ring %s is closing: the stream has ended", st->name);
+		return -1;
+	}
+	int idx = -1;
+	for (uint32_t i = 0; i < st->max_consumers; i++)
+		if (!st->m[i].on && atomic_load(&p->rows[i].state) != IBVB_CONSUMER_ATTACHED) {
+			idx = (int)i;
+			break;
+		}
+	if (idx < 0) {
+		pthread_mutex_unlock(&st->mu);
+		*status = IBVB_STATUS_BUSY;
+		snprintf(msg, cap, "ring %s is busy: %u consumers are attached, the most it takes (max_consumers)",
+			 st->name, st->max_consumers);
+		return -1;
+	}
+	uint64_t pos;
+	if (start == IBVB_START_HEAD) {
+		pos = atomic_load_explicit(&p->ctl->head, memory_order_acquire);
+	} else {
+		read_cursors_locked(p, 0);
+		int slow = slowest_locked(p);
+		pos = slow < 0 ? st->reclaim : st->m[slow].released;
+	}
+	atomic_store_explicit(&g->tail, pos, memory_order_release);
+	struct ibvb_row *row = &p->rows[idx];
+	atomic_store(&row->pid, (uint64_t)cr->pid);
+	atomic_store(&row->uid, (uint64_t)cr->uid);
+	atomic_store(&row->attach_ns, ibvb__realtime_ns());
+	atomic_store(&row->released, pos);
+	atomic_store(&row->wakes, 0);
+	atomic_store(&row->lost_heaps, 0);
+	uint32_t gen = atomic_load(&row->generation) + 1;
+	atomic_store(&row->generation, gen);
+	atomic_store_explicit(&row->state, IBVB_CONSUMER_ATTACHED, memory_order_release); /* last */
+	st->m[idx].region = g;
+	st->m[idx].released = pos;
+	st->m[idx].on = 1;
+	st->m[idx].fd = -1; /* set by the caller once the welcome is sent (not polled until then) */
+	st->nmembers++;
+	bump_set_locked(p);
+	pthread_mutex_unlock(&st->mu);
+	*gen_out = gen;
+	return idx;
+}
+
+/* A connection that has said something: answer its hello. Returns 1 if fd is now kept (a consumer or an
+ * observer), 0 if it was closed. */
+static int answer_hello(struct ibvb_producer *p, int fd)
+{
+	struct ibvb__pstate *st = p->st;
+	struct ucred cr;
+	socklen_t cl = sizeof cr;
+	memset(&cr, 0, sizeof cr);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0) {
+		close(fd);
+		return 0;
+	}
+	uint8_t buf[IBVB_ERROR_RECORD_MAX];
+	ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+	if (n <= 0) {
+		close(fd);
+		return 0;
+	}
+	struct ibvb_hello h;
+	memset(&h, 0, sizeof h);
+	memcpy(&h, buf, (size_t)n < sizeof h ? (size_t)n : sizeof h);
+	char msg[IBVB_ERROR_RECORD_MAX - 16];
+	if (n != (ssize_t)sizeof h || h.magic != IBVB_MAGIC) {
+		snprintf(msg, sizeof msg, "ring %s: hello of %zd bytes is not an ibvbridge hello", st->name, n);
+		refuse(st, fd, &cr, IBVB_STATUS_PROTOCOL, msg);
+		return 0;
+	}
+	if (!permitted(st, &cr)) {
+		snprintf(msg, sizeof msg, "ring %s: uid %u may not attach (the producer runs as uid %u)", st->name,
+			 (unsigned)cr.uid, (unsigned)st->euid);
+		refuse(st, fd, &cr, IBVB_STATUS_NOT_PERMITTED, msg);
+		return 0;
+	}
+	if (h.major != IBVB_MAJOR) {
+		snprintf(msg, sizeof msg, "ring %s is layout %d.%d; this client speaks %u.%u", st->name, IBVB_MAJOR,
+			 IBVB_MINOR, h.major, h.minor);
+		refuse(st, fd, &cr, IBVB_STATUS_VERSION, msg);
+		return 0;
+	}
+	if ((h.role != IBVB_ROLE_CONSUMER && h.role != IBVB_ROLE_OBSERVER) ||
+	    (h.start != IBVB_START_OLDEST && h.start != IBVB_START_HEAD)) {
+		snprintf(msg, sizeof msg, "ring %s: role %u, start %u", st->name, h.role, h.start);
+		refuse(st, fd, &cr, IBVB_STATUS_PROTOCOL, msg);
+		return 0;
+	}
+	struct ibvb_welcome w;
+	memset(&w, 0, sizeof w);
+	w.magic = IBVB_MAGIC;
+	w.major = IBVB_MAJOR;
+	w.minor = IBVB_MINOR;
+	w.status = IBVB_STATUS_OK;
+	w.session_id = p->ctl->session_id;
+	w.ctl_size = st->ctl_size;
+	if (h.role == IBVB_ROLE_OBSERVER) {
+		w.consumer_index = IBVB_NO_CONSUMER_INDEX;
+		int slot = -1;
+		for (int i = 0; i < MAX_OBSERVERS; i++)
+			if (st->obs[i] < 0) {
+				slot = i;
+				break;
+			}
+		if (slot < 0 || send_fds(fd, &w, sizeof w, &st->ctl_fd, 1) < 0) {
+			close(fd);
+			return 0;
+		}
+		st->obs[slot] = fd; /* held until the observer closes it */
+		return 1;
+	}
+	/* a fresh sealed region */
+	char rname[IBVB_NAME_MAX + 32];
+	snprintf(rname, sizeof rname, "ibvbridge.%s.consumer", st->name);
+	int rfd;
+	void *rm;
+	if (new_shm(rname, IBVB_REGION_SIZE, &rfd, &rm) < 0) {
+		snprintf(msg, sizeof msg, "ring %s: no memory for a consumer region: %s", st->name, ibvb_last_error());
+		refuse(st, fd, &cr, IBVB_STATUS_BUSY, msg);
+		return 0;
+	}
+	if (fcntl(rfd, F_ADD_SEALS, SEALS_REGION) < 0) {
+		snprintf(msg, sizeof msg, "ring %s: sealing a consumer region: %s", st->name, strerror(errno));
+		munmap(rm, IBVB_REGION_SIZE);
+		close(rfd);
+		refuse(st, fd, &cr, IBVB_STATUS_BUSY, msg);
+		return 0;
+	}
+	uint32_t status = 0, gen = 0;
+	int idx = admit(p, &cr, h.start, rm, &status, msg, sizeof msg, &gen);
+	if (idx < 0) {
+		munmap(rm, IBVB_REGION_SIZE);
+		close(rfd);
+		refuse(st, fd, &cr, status, msg);
+		return 0;
+	}
+	w.consumer_index = (uint32_t)idx;
+	w.generation = gen;
+	w.data_size = st->data_size;
+	w.region_size = IBVB_REGION_SIZE;
+	int fds[3] = {st->ctl_fd, st->data_fd, rfd};
+	int rc = send_fds(fd, &w, sizeof w, fds, 3);
+	close(rfd); /* the consumer's descriptor is its own now; we keep our mapping */
+	pthread_mutex_lock(&st->mu);
+	st->m[idx].fd = fd;
+	if (rc < 0)
+		detach_locked(p, (uint32_t)idx, IBVB_CONSUMER_GONE, 0);
+	else {
+		atomic_fetch_add(&st->attach_seq, 1);
+		futex_wake_all(&st->attach_seq);
+	}
+	pthread_mutex_unlock(&st->mu);
+	return rc == 0;
+}
+
+/* ---- the service thread ----------------------------------------------------------------------- */
+
+/* A consumer's connection ended (EOF, error, or a stray record): record the cursor it stored before
+ * closing if valid (spec §7.6), then row state 4. mu held. */
+static void gone_locked(struct ibvb_producer *p, uint32_t i)
+{
+	struct pmember *m = &p->st->m[i];
+	uint64_t t = atomic_load_explicit(&m->region->tail, memory_order_acquire);
+	uint64_t head = atomic_load_explicit(&p->ctl->head, memory_order_acquire);
+	if (t - m->released <= head - m->released) {
+		m->released = t;
+		atomic_store(&p->rows[i].released, t);
+	}
+	detach_locked(p, i, IBVB_CONSUMER_GONE, 0);
+}
+
+static void *service(void *arg)
+{
+	struct ibvb_producer *p = arg;
+	struct ibvb__pstate *st = p->st;
+	int64_t next_beat = mono_ns() + BEAT_NS;
+	enum { K_STOP, K_LISTEN, K_PEND, K_MEMBER, K_OBS };
+	struct pollfd pf[2 + MAX_PENDING + IBVB_MAX_CONSUMERS_LIMIT + MAX_OBSERVERS];
+	int kind[sizeof pf / sizeof pf[0]], which[sizeof pf / sizeof pf[0]];
+	for (;;) {
+		int n = 0;
+		int64_t now = mono_ns(), wake_at = next_beat;
+		pf[n] = (struct pollfd){.fd = st->stop_pipe[0], .events = POLLIN};
+		kind[n++] = K_STOP;
+		pf[n] = (struct pollfd){.fd = st->listen_fd, .events = POLLIN};
+		kind[n++] = K_LISTEN;
+		for (int i = 0; i < MAX_PENDING; i++)
+			if (st->pend[i] >= 0) {
+				pf[n] = (struct pollfd){.fd = st->pend[i], .events = POLLIN};
+				kind[n] = K_PEND;
+				which[n++] = i;
+				if (st->pend_deadline[i] < wake_at)
+					wake_at = st->pend_deadline[i];
+			}
+		pthread_mutex_lock(&st->mu);
+		for (uint32_t i = 0; i < st->max_consumers; i++)
+			if (st->m[i].on && st->m[i].fd >= 0) {
+				pf[n] = (struct pollfd){.fd = st->m[i].fd, .events = POLLIN | POLLRDHUP};
+				kind[n] = K_MEMBER;
+				which[n++] = (int)i;
+			}
+		pthread_mutex_unlock(&st->mu);
+		for (int i = 0; i < MAX_OBSERVERS; i++)
+			if (st->obs[i] >= 0) {
+				pf[n] = (struct pollfd){.fd = st->obs[i], .events = POLLIN | POLLRDHUP};
+				kind[n] = K_OBS;
+				which[n++] = i;
+			}
+		int64_t ms = (wake_at - now + 999999) / 1000000;
+		if (ms < 0)
+			ms = 0;
+		if (poll(pf, (nfds_t)n, (int)ms) < 0 && errno != EINTR)
+			usleep(10000);
+		if (pf[0].revents)
+			return NULL;
+		now = mono_ns();
+		pthread_mutex_lock(&st->mu);
+		for (int k = 0; k < n; k++) {
+			if (kind[k] != K_MEMBER || !pf[k].revents)
+				continue;
+			uint32_t i = (uint32_t)which[k];
+			if (!st->m[i].on || st->m[i].fd != pf[k].fd)
+				continue; /* detached meanwhile */
+			char b[16];
+			ssize_t r = recv(pf[k].fd, b, sizeof b, MSG_DONTWAIT);
+			if (r < 0 && (errno == EAGAIN || errno == EINTR) && !(pf[k].revents & (POLLHUP | POLLRDHUP | POLLERR)))
+				continue;
+			gone_locked(p, i); /* EOF, error, or a record after the welcome: the attachment ends */
+		}
+		if (now >= next_beat) {
+			atomic_store_explicit(&p->ctl->heartbeat_ns, ibvb__realtime_ns(), memory_order_relaxed);
+			read_cursors_locked(p, 0); /* keep the table's released columns current for `stat` */
+			next_beat = now + BEAT_NS;
+		}
+		pthread_mutex_unlock(&st->mu);
+		for (int k = 0; k < n; k++) {
+			if (kind[k] == K_OBS && pf[k].revents) {
+				close(st->obs[which[k]]);
+				st->obs[which[k]] = -1;
+			} else if (kind[k] == K_PEND) {
+				int i = which[k];
+				if (pf[k].revents) {
+					answer_hello(p, st->pend[i]);
+					st->pend[i] = -1;
+				} else if (now >= st->pend_deadline[i]) {
+					close(st->pend[i]); /* a silent stranger holds nothing */
+					st->pend[i] = -1;
+				}
+			}
+		}
+		if (pf[1].revents) {
+			for (;;) {
+				int cfd = accept4(st->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+				if (cfd < 0)
+					break;
+				int slot = -1;
+				for (int i = 0; i < MAX_PENDING; i++)
+					if (st->pend[i] < 0) {
+						slot = i;
+						break;
+					}
+				if (slot < 0) {
+					close(cfd);
+					continue;
+				}
+				st->pend[slot] = cfd;
+				st->pend_deadline[slot] = now + HELLO_TIMEOUT_NS;
+			}
+		}
+	}
+}
+
+/* ---- create / close --------------------------------------------------------------------------- */
+
+static void destroy(struct ibvb_producer *p, int unlink_files)
+{
+	struct ibvb__pstate *st = p->st;
+	if (st) {
+		if (st->thr_on) {
+			char c = 'x';
+			if (write(st->stop_pipe[1], &c, 1) != 1) {
+				/* the pipe cannot be full: one byte ever */
+			}
+			pthread_join(st->thr, NULL);
+			st->thr_on = 0;
+		}
+		pthread_mutex_lock(&st->mu);
+		st->closing = 1;
+		for (uint32_t i = 0; i < IBVB_MAX_CONSUMERS_LIMIT; i++) {
+			struct pmember *m = &st->m[i];
+			if (m->region) {
+				/* the row stays "attached": the consumer drains what was published, then reads CLOSED */
+				atomic_fetch_add(&m->region->consumer_futex, 1);
+				futex_wake_all(&m->region->consumer_futex);
+				munmap(m->region, IBVB_REGION_SIZE);
+				m->region = NULL;
+			}
+			if (m->fd >= 0)
+				close(m->fd);
+			m->fd = -1;
+			m->on = 0;
+		}
+		for (size_t j = 0; j < st->ngrave; j++)
+			munmap(st->grave[j].region, IBVB_REGION_SIZE);
+		free(st->grave);
+		st->grave = NULL;
+		st->ngrave = 0;
+		for (int i = 0; i < MAX_PENDING; i++)
+			if (st->pend[i] >= 0)
+				close(st->pend[i]);
+		for (int i = 0; i < MAX_OBSERVERS; i++)
+			if (st->obs[i] >= 0)
+				close(st->obs[i]);
+		pthread_mutex_unlock(&st->mu);
+		if (st->listen_fd >= 0)
+			close(st->listen_fd);
+		if (st->dirfd >= 0 && unlink_files) {
+			char fname[IBVB_NAME_MAX + 16];
+			if (st->listen_fd >= 0) {
+				snprintf(fname, sizeof fname, "%s%s", st->name, IBVB_SOCK_SUFFIX);
+				unlinkat(st->dirfd, fname, 0);
+			}
+			if (st->lockfd >= 0) {
+				/* unlinked while still locked: a producer that opened the old inode sees it replaced */
+				snprintf(fname, sizeof fname, "%s%s", st->name, IBVB_LOCK_SUFFIX);
+				unlinkat(st->dirfd, fname, 0);
+			}
+		}
+		if (p->ctl)
+			munmap(p->ctl, st->ctl_size);
+		if (p->data)
+			munmap(p->data, st->data_size);
+		int fds[] = {st->lockfd, st->dirfd, st->ctl_fd, st->data_fd, st->stop_pipe[0], st->stop_pipe[1]};
+		for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
+			if (fds[i] >= 0)
+				close(fds[i]);
+		pthread_mutex_destroy(&st->mu);
+		free(st);
+	}
+	free(p->free);
+	free(p->pos_slot);
+	free(p);
+}
+
+int ibvb_producer_create(struct ibvb_producer **out, const char *name, const struct ibvb_producer_opts *opts)
+{
+	*out = NULL;
+	if (!name || !valid_name(name))
+		return fail(-EINVAL, "ring name \"%s\": use 1-64 characters from [A-Za-z0-9_.-], not starting with '.'",
+			    name ? name : "(null)");
+	struct ibvb_producer_opts o;
+	memset(&o, 0, sizeof o);
+	if (opts)
+		o = *opts;
+	if (!o.slot_count)
+		o.slot_count = IBVB_PRODUCER_DEFAULT_SLOT_COUNT;
+	if (!o.slot_size)
+		o.slot_size = IBVB_PRODUCER_DEFAULT_SLOT_SIZE;
+	if (!o.max_items)
+		o.max_items = IBVB_PRODUCER_DEFAULT_MAX_ITEMS;
+	if (!o.meta_size)
+		o.meta_size = IBVB_PRODUCER_DEFAULT_META_SIZE;
+	if (!o.max_consumers)
+		o.max_consumers = IBVB_DEFAULT_MAX_CONSUMERS;
+	if (o.slot_count > IBVB_MAX_SLOT_COUNT || (o.slot_count & (o.slot_count - 1)))
+		return fail(-EINVAL, "create ring %s: slot count %llu must be a power of two in 1..%u", name,
+			    (unsigned long long)o.slot_count, IBVB_MAX_SLOT_COUNT);
+	if (o.slot_size > (1ull << 40))
+		return fail(-EINVAL, "create ring %s: slot size %llu is too large", name, (unsigned long long)o.slot_size);
+	o.slot_size = align_up(o.slot_size, 64);
+	if (o.max_items > IBVB_MAX_ITEMS)
+		return fail(-EINVAL, "create ring %s: max items %u must be in 1..%u", name, o.max_items, IBVB_MAX_ITEMS);
+	if (o.meta_size < IBVB_META_HEADER_SIZE || o.meta_size > (1ull << 40))
+		return fail(-EINVAL, "create ring %s: metadata area of %llu bytes", name, (unsigned long long)o.meta_size);
+	if (o.max_consumers > IBVB_MAX_CONSUMERS_LIMIT)
+		return fail(-EINVAL, "create ring %s: max consumers %u must be in 1..%d", name, o.max_consumers,
+			    IBVB_MAX_CONSUMERS_LIMIT);
+	if (o.policy != IBVB_POLICY_DROP && o.policy != IBVB_POLICY_BLOCK)
+		return fail(-EINVAL, "create ring %s: policy %u (IBVB_POLICY_DROP or IBVB_POLICY_BLOCK)", name, o.policy);
+	if (o.hugepages != IBVB_HUGEPAGES_AUTO && o.hugepages != IBVB_HUGEPAGES_REQUIRE && o.hugepages != IBVB_HUGEPAGES_OFF)
+		return fail(-EINVAL, "create ring %s: hugepages %d", name, o.hugepages);
+	if (o.slot_count * o.slot_size / o.slot_size != o.slot_count ||
+	    o.slot_count * o.max_items * IBVB_ITEM_SIZE / IBVB_ITEM_SIZE / o.max_items != o.slot_count)
+		return fail(-EINVAL, "create ring %s: the ring is too large", name);
+
+	struct ibvb_producer *p = calloc(1, sizeof *p);
+	struct ibvb__pstate *st = p ? calloc(1, sizeof *st) : NULL;
+	if (!st) {
+		free(p);
+		return fail(-ENOMEM, "create ring %s: out of memory", name);
+	}
+	p->st = st;
+	pthread_mutex_init(&st->mu, NULL);
+	st->stop_pipe[0] = st->stop_pipe[1] = st->dirfd = st->lockfd = st->listen_fd = st->ctl_fd = st->data_fd = -1;
+	for (int i = 0; i < IBVB_MAX_CONSUMERS_LIMIT; i++)
+		st->m[i].fd = -1;
+	for (int i = 0; i < MAX_PENDING; i++)
+		st->pend[i] = -1;
+	for (int i = 0; i < MAX_OBSERVERS; i++)
+		st->obs[i] = -1;
+	st->gid = -1;
+	st->euid = geteuid();
+	st->max_consumers = o.max_consumers;
+	snprintf(st->name, sizeof st->name, "%s", name);
+	if (o.dir && *o.dir)
+		snprintf(st->dir, sizeof st->dir, "%s", o.dir);
+	else
+		default_dir(st->dir, sizeof st->dir);
+	snprintf(st->sock_path, sizeof st->sock_path, "%s/%s%s", st->dir, name, IBVB_SOCK_SUFFIX);
+	int rc;
+	if (strlen(st->sock_path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+		rc = fail(-ENAMETOOLONG, "create ring %s: socket path %s is too long for a Unix socket", name, st->sock_path);
+		goto out;
+	}
+	if (o.group && *o.group) {
+		struct group gr, *res = NULL;
+		char buf[8192];
+		if (getgrnam_r(o.group, &gr, buf, sizeof buf, &res) != 0 || !res) {
+			rc = fail(-EINVAL, "create ring %s: group \"%s\" not found", name, o.group);
+			goto out;
+		}
+		st->gid = (int)gr.gr_gid;
+	}
+	if ((rc = open_ring_dir(st)) < 0)
+		goto out;
+	if ((rc = take_lock(st)) < 0)
+		goto out;
+
+	/* data memory, then control memory: sized and reserved before a byte is written */
+	struct geometry g;
+	memset(&g, 0, sizeof g);
+	if ((rc = make_data(p, &o, &g)) < 0) {
+		char msg[512];
+		snprintf(msg, sizeof msg, "create ring %s: %s", name, ibvb_last_error());
+		rc = fail(rc, "%s", msg);
+		goto out;
+	}
+	st->ctl_size = IBVB_CTL_SIZE_FOR(o.max_consumers);
+	char cname[IBVB_NAME_MAX + 32];
+	snprintf(cname, sizeof cname, "ibvbridge.%s.ctl", name);
+	void *cm;
+	if ((rc = new_shm(cname, st->ctl_size, &st->ctl_fd, &cm)) < 0) {
+		char msg[512];
+		snprintf(msg, sizeof msg, "create ring %s: control memory: %s", name, ibvb_last_error());
+		rc = fail(rc, "%s", msg);
+		goto out;
+	}
+	p->ctl = cm;
+	p->rows = (struct ibvb_row *)((uint8_t *)cm + IBVB_OFF_CONSUMER_TABLE);
+	p->desc = (struct ibvb_desc *)(p->data + g.desc_off);
+	p->items = (struct ibvb_item *)(p->data + g.items_off);
+	p->meta = p->data + g.meta_off;
+	p->payload = p->data + g.payload_off;
+	p->slot_count = o.slot_count;
+	p->mask = o.slot_count - 1;
+	p->slot_size = o.slot_size;
+	p->meta_size = o.meta_size;
+	p->max_items = o.max_items;
+	p->policy = o.policy;
+	p->free = malloc(o.slot_count * sizeof *p->free);
+	p->pos_slot = malloc(o.slot_count * sizeof *p->pos_slot);
+	if (!p->free || !p->pos_slot) {
+		rc = fail(-ENOMEM, "create ring %s: out of memory", name);
+		goto out;
+	}
+	for (uint64_t i = 0; i < o.slot_count; i++) {
+		p->free[i] = (uint32_t)i;
+		p->pos_slot[i] = IBVB__NO_SLOT;
+	}
+	p->free_w = o.slot_count;
+
+	struct ibvb_ctl *c = p->ctl;
+	uint64_t sid = 0;
+	while (sid == 0)
+		if (getrandom(&sid, sizeof sid, 0) != (ssize_t)sizeof sid)
+			sid = ibvb__realtime_ns() ^ ((uint64_t)getpid() << 32);
+	c->major = IBVB_MAJOR;
+	c->minor = IBVB_MINOR;
+	c->ctl_size = (uint32_t)st->ctl_size;
+	c->policy = o.policy;
+	c->session_id = sid;
+	c->producer_pid = (uint64_t)getpid();
+	c->producer_start_ns = ibvb__realtime_ns();
+	c->slot_count = o.slot_count;
+	c->slot_size = o.slot_size;
+	c->max_items = o.max_items;
+	c->desc_size = IBVB_DESC_SIZE;
+	c->item_size = IBVB_ITEM_SIZE;
+	c->page_size = st->page_size;
+	c->data_size = st->data_size;
+	c->desc_offset = g.desc_off;
+	c->items_offset = g.items_off;
+	c->meta_offset = g.meta_off;
+	c->meta_size = o.meta_size;
+	c->payload_offset = g.payload_off;
+	c->packet_offset = g.packet_off;
+	c->packet_size = o.packet_size;
+	c->features = o.features;
+	c->stats_count = IBVB_STATS_COUNT;
+	c->max_consumers = o.max_consumers;
+	atomic_store(&c->heartbeat_ns, ibvb__realtime_ns());
+	atomic_store(&c->head, 0);
+	atomic_store(&c->oldest, 0);
+	atomic_store_explicit(&c->magic, IBVB_MAGIC, memory_order_relaxed);
+	atomic_store_explicit(&c->state, IBVB_STATE_READY, memory_order_release);
+	/* from here on no client can write, grow or shrink either memory; our own mappings stay writable */
+	if (fcntl(st->data_fd, F_ADD_SEALS, SEALS_READ_ONLY) < 0 || fcntl(st->ctl_fd, F_ADD_SEALS, SEALS_READ_ONLY) < 0) {
+		rc = fail(-errno, "create ring %s: sealing the ring memory: %s", name, strerror(errno));
+		goto out;
+	}
+
+	/* the socket, bound through the directory descriptor: born 0600 */
+	char sname[IBVB_NAME_MAX + 16];
+	snprintf(sname, sizeof sname, "%s%s", name, IBVB_SOCK_SUFFIX);
+	if (unlinkat(st->dirfd, sname, 0) < 0 && errno != ENOENT) { /* stale: we hold the lock */
+		rc = fail(-errno, "create ring %s: remove stale %s: %s", name, st->sock_path, strerror(errno));
+		goto out;
+	}
+	st->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (st->listen_fd < 0) {
+		rc = fail(-errno, "create ring %s: socket: %s", name, strerror(errno));
+		goto out;
+	}
+	struct sockaddr_un sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sun_family = AF_UNIX;
+	snprintf(sa.sun_path, sizeof sa.sun_path, "/proc/self/fd/%d/%s", st->dirfd, sname);
+	mode_t old = umask(0177);
+	int brc = bind(st->listen_fd, (struct sockaddr *)&sa, sizeof sa);
+	int be = errno;
+	umask(old);
+	if (brc < 0 || listen(st->listen_fd, 64) < 0) {
+		int e = brc < 0 ? be : errno;
+		close(st->listen_fd);
+		st->listen_fd = -1;
+		rc = fail(-e, "create ring %s: listen on %s: %s", name, st->sock_path, strerror(e));
+		goto out;
+	}
+	if (st->gid >= 0) {
+		if (fchownat(st->dirfd, sname, (uid_t)-1, (gid_t)st->gid, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    fchmodat(st->dirfd, sname, 0660, 0) < 0) {
+			rc = fail(-errno, "create ring %s: give %s to group %s: %s", name, st->sock_path, o.group,
+				  strerror(errno));
+			goto out;
+		}
+	}
+	if (pipe2(st->stop_pipe, O_CLOEXEC) < 0) {
+		rc = fail(-errno, "create ring %s: pipe: %s", name, strerror(errno));
+		goto out;
+	}
+	if ((rc = pthread_create(&st->thr, NULL, service, p)) != 0) {
+		rc = fail(-rc, "create ring %s: pthread_create: %s", name, strerror(rc));
+		goto out;
+	}
+	st->thr_on = 1;
+	*out = p;
+	return 0;
+out:
+	destroy(p, st->lockfd >= 0);
+	return rc;
+}
+
+void ibvb_producer_close(struct ibvb_producer *p)
+{
+	if (!p)
+		return;
+	ibvb_producer_commit(p);
+	ibvb_producer_interrupt(p);
+	/* CLOSED is stored after the last head; consumers are woken by destroy after it */
+	atomic_store_explicit(&p->ctl->state, IBVB_STATE_CLOSED, memory_order_release);
+	atomic_thread_fence(memory_order_seq_cst);
+	destroy(p, 1);
+}
+
+void ibvb_producer_interrupt(struct ibvb_producer *p)
+{
+	struct ibvb__pstate *st = p->st;
+	atomic_store(&st->interrupted, 1);
+	atomic_fetch_add(&st->attach_seq, 1);
+	futex_wake_all(&st->attach_seq);
+	_Atomic uint32_t *w = atomic_load(&st->wait_word);
+	if (w)
+		futex_wake_all(w); /* at worst a word just unmapped: EFAULT, harmless */
+}
+
+int ibvb_producer_consumers(const struct ibvb_producer *p)
+{
+	return (int)atomic_load_explicit(&p->ctl->stats[IBVB_CTR_CONSUMERS_ATTACHED], memory_order_relaxed);
+}
+
+int ibvb_producer_wait_drained(struct ibvb_producer *p, int timeout_ms)
+{
+	ibvb_producer_commit(p);
+	return wait_for(p, WAIT_DRAINED, timeout_ms < 0 ? 0 : mono_ns() + (int64_t)timeout_ms * 1000000LL + 1);
+}
+
+int ibvb_producer_end_of_stream(struct ibvb_producer *p, uint64_t stop_heap_cnt, int timeout_ms)
+{
+	struct ibvb__pstate *st = p->st;
+	ibvb_producer_set(p, IBVB_CTR_END_OF_STREAM, 1); /* before the marker: a consumer that sees it reads the counter set */
+	if (p->free_r == p->free_w) {
+		ibvb_producer_commit(p);
+		pthread_mutex_lock(&st->mu);
+		int ok = check_locked(p, WAIT_SLOT);
+		pthread_mutex_unlock(&st->mu);
+		if (!ok) {
+			if (timeout_ms == 0)
+				return fail(-EAGAIN, "ring %s: no free slot for the end-of-stream marker", st->name);
+			int rc = wait_for(p, WAIT_SLOT, timeout_ms < 0 ? 0 : mono_ns() + (int64_t)timeout_ms * 1000000LL + 1);
+			if (rc == -ETIMEDOUT)
+				return fail(-EAGAIN, "ring %s: no free slot for the end-of-stream marker within %d ms",
+					    st->name, timeout_ms);
+			if (rc < 0)
+				return rc;
+		}
+	}
+	struct ibvb_slot s;
+	int rc = ibvb_producer_acquire(p, &s); /* a slot is free: no wait */
+	if (rc < 0)
+		return fail(rc, "ring %s: no free slot for the end-of-stream marker", st->name);
+	struct ibvb_publish_info h;
+	memset(&h, 0, sizeof h);
+	h.heap_cnt = stop_heap_cnt;
+	h.flags = IBVB_FLAG_END_OF_STREAM;
+	h.timestamp_ns = ibvb__realtime_ns();
+	ibvb_producer_publish(p, &s, &h);
+	return 0;
+}
+
+int ibvb_producer_set_descriptors(struct ibvb_producer *p, const void *records, size_t len)
+{
+	if (len > p->meta_size - IBVB_META_HEADER_SIZE)
+		return fail(-EMSGSIZE, "ring %s: %zu bytes of descriptors do not fit the %llu-byte metadata area",
+			    p->st->name, len, (unsigned long long)p->meta_size);
+	struct ibvb_meta_header *h = (struct ibvb_meta_header *)p->meta;
+	uint64_t s = atomic_load_explicit(&h->seq, memory_order_relaxed);
+	if (s & 1)
+		s++;
+	atomic_store_explicit(&h->seq, s + 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+	uint64_t l = len;
+	memcpy(&h->length, &l, 8);
+	if (len)
+		memcpy(p->meta + IBVB_META_HEADER_SIZE, records, len);
+	atomic_store_explicit(&h->seq, s + 2, memory_order_release);
+	return 0;
+}
+
+size_t ibvb_meta_encode(void *buf, size_t cap, uint64_t id, int ndim, const int64_t *shape, const char *name,
+			const char *description, const void *fmt, size_t fmt_len, const char *dtype)
+{
+	uint32_t nl = (uint32_t)strlen(name), dl = (uint32_t)strlen(description), fl = (uint32_t)fmt_len,
+		 tl = (uint32_t)strlen(dtype);
+	uint32_t nd = ndim < 0 ? IBVB_META_NDIM_UNKNOWN : (uint32_t)ndim;
+	uint32_t nshape = ndim < 0 ? 0 : (uint32_t)ndim;
+	size_t size = (size_t)align_up((uint64_t)IBVB_META_RECORD_HEADER_SIZE + nshape * 8ull + nl + dl + fl + tl, 8);
+	if (size > cap || !buf)
+		return size;
+	uint8_t *r = buf;
+	memset(r, 0, size);
+	uint32_t size32 = (uint32_t)size;
+	memcpy(r + 0, &size32, 4);
+	memcpy(r + 4, &nd, 4);
+	memcpy(r + 8, &id, 8);
+	memcpy(r + 16, &nl, 4);
+	memcpy(r + 20, &dl, 4);
+	memcpy(r + 24, &fl, 4);
+	memcpy(r + 28, &tl, 4);
+	if (nshape)
+		memcpy(r + 32, shape, nshape * 8ull);
+	uint8_t *s = r + 32 + nshape * 8ull;
+	memcpy(s, name, nl);
+	s += nl;
+	memcpy(s, description, dl);
+	s += dl;
+	if (fl)
+		memcpy(s, fmt, fl);
+	s += fl;
+	memcpy(s, dtype, tl);
+	return size;
+}
+
+uint64_t ibvb_producer_counter(const struct ibvb_producer *p, unsigned idx)
+{
+	if (idx >= IBVB_STATS_SLOTS)
+		return 0;
+	return atomic_load_explicit(&p->ctl->stats[idx], memory_order_relaxed);
+}
+
+const char *ibvb_producer_socket_path(const struct ibvb_producer *p) { return p->st->sock_path; }
+uint64_t ibvb_producer_session_id(const struct ibvb_producer *p) { return p->ctl->session_id; }
+uint32_t ibvb_producer_page_size(const struct ibvb_producer *p) { return p->st->page_size; }
+int ibvb_producer_ctl_fd(const struct ibvb_producer *p) { return p->st->ctl_fd; }
+int ibvb_producer_data_fd(const struct ibvb_producer *p) { return p->st->data_fd; }

@@ -1,0 +1,878 @@
+/* test_producer_api.c — the public C producer (ibvbridge_producer.h) against the C consumer library and the
+ * two tools. Each test runs in a forked child with a 60 s alarm.
+ * usage: test_producer_api [path/to/ibvb-consume path/to/ibvb-produce]; IBVB_TEST=substring runs a subset. */
+#define _GNU_SOURCE
+#include "ibvbridge.h"
+
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010
+#endif
+
+static char g_dir[256];
+static const char *g_consume, *g_produce;
+static int g_fail;
+
+#define CHECK(c)                                                                                                \
+	do {                                                                                                    \
+		if (!(c)) {                                                                                     \
+			fprintf(stderr, "    %s:%d: CHECK(%s) failed [last error: %s]\n", __FILE__, __LINE__, #c,   \
+				ibvb_last_error());                                                             \
+			g_fail = 1;                                                                             \
+		}                                                                                               \
+	} while (0)
+#define CHECK_EQ(a, b)                                                                                          \
+	do {                                                                                                    \
+		long long a_ = (long long)(a), b_ = (long long)(b);                                             \
+		if (a_ != b_) {                                                                                 \
+			fprintf(stderr, "    %s:%d: %s = %lld, want %lld [last error: %s]\n", __FILE__, __LINE__, #a, \
+				a_, b_, ibvb_last_error());                                                     \
+			g_fail = 1;                                                                             \
+		}                                                                                               \
+	} while (0)
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+static void msleep(int ms) { usleep((useconds_t)ms * 1000); }
+
+static void pattern(uint8_t *b, uint64_t cnt, uint64_t len)
+{
+	for (uint64_t i = 0; i < len; i++)
+		b[i] = (uint8_t)(cnt * 31 + i);
+}
+static int pattern_ok(const uint8_t *b, uint64_t cnt, uint64_t len)
+{
+	for (uint64_t i = 0; i < len; i++)
+		if (b[i] != (uint8_t)(cnt * 31 + i))
+			return 0;
+	return 1;
+}
+
+static struct ibvb_producer_opts opts(uint64_t slots, uint64_t size, uint32_t policy)
+{
+	struct ibvb_producer_opts o;
+	memset(&o, 0, sizeof o);
+	o.dir = g_dir;
+	o.slot_count = slots;
+	o.slot_size = size;
+	o.max_items = 4;
+	o.meta_size = 4096;
+	o.policy = policy;
+	o.hugepages = IBVB_HUGEPAGES_OFF;
+	return o;
+}
+
+/* Publish heap cnt with len pattern bytes and the two test items. -EAGAIN: dropped. */
+static int pub(struct ibvb_producer *p, uint64_t cnt, uint64_t len)
+{
+	struct ibvb_slot s;
+	int rc = ibvb_producer_acquire(p, &s);
+	if (rc < 0)
+		return rc;
+	pattern(s.payload, cnt, len);
+	ibvb_producer_add_item(&s, 0x1000, 0, len, 0);
+	ibvb_producer_add_item(&s, 0x1001, cnt, 5, IBVB_ITEM_IMMEDIATE);
+	struct ibvb_publish_info h = {cnt, len, len, ibvb_producer_now_ns(), IBVB_FLAG_COMPLETE, 1};
+	ibvb_producer_publish(p, &s, &h);
+	return 0;
+}
+
+static int attach(struct ibvb_ring **r, const char *name, int start)
+{
+	struct ibvb_attach_opts ao = {g_dir, start};
+	return ibvb_attach_opts(r, name, 5000, &ao);
+}
+
+/* A consumer thread: attach, read until end of stream, check every heap byte for byte. */
+struct reader {
+	const char *name;
+	uint64_t len;         /* payload bytes each heap has */
+	int sleep_us;         /* per heap */
+	int attached;         /* set once attached */
+	uint64_t heaps, bad, last_cnt, ooo;
+	int rc;               /* how it ended */
+	pthread_t thr;
+};
+
+static void *reader_fn(void *arg)
+{
+	struct reader *rd = arg;
+	struct ibvb_ring *r;
+	rd->rc = attach(&r, rd->name, IBVB_START_OLDEST);
+	if (rd->rc < 0) {
+		__atomic_store_n(&rd->attached, -1, __ATOMIC_RELEASE);
+		return NULL;
+	}
+	__atomic_store_n(&rd->attached, 1, __ATOMIC_RELEASE);
+	for (;;) {
+		struct ibvb_heap h;
+		int rc = ibvb_wait(r, &h, 10000);
+		if (rc == -EINTR)
+			continue;
+		if (rc < 0) {
+			rd->rc = rc;
+			break;
+		}
+		const struct ibvb_item *it = ibvb_find_item(&h, 0x1001), *pl = ibvb_find_item(&h, 0x1000);
+		int ok = h.received == rd->len && h.heap_size == rd->len && pattern_ok(h.payload, h.heap_cnt, rd->len) &&
+			 it && it->value == h.heap_cnt && ibvb_item_is_immediate(it) && pl && pl->length == rd->len &&
+			 h.flags == IBVB_FLAG_COMPLETE && h.item_count == 2;
+		rd->bad += !ok;
+		if (rd->heaps && h.heap_cnt != rd->last_cnt + 1)
+			rd->ooo++;
+		rd->last_cnt = h.heap_cnt;
+		rd->heaps++;
+		if (rd->sleep_us)
+			usleep((useconds_t)rd->sleep_us);
+		ibvb_release(r, &h);
+	}
+	ibvb_detach(r);
+	return NULL;
+}
+
+static void start_reader(struct reader *rd, const char *name, uint64_t len, int sleep_us)
+{
+	memset(rd, 0, sizeof *rd);
+	rd->name = name;
+	rd->len = len;
+	rd->sleep_us = sleep_us;
+	pthread_create(&rd->thr, NULL, reader_fn, rd);
+	while (__atomic_load_n(&rd->attached, __ATOMIC_ACQUIRE) == 0)
+		msleep(1);
+}
+
+static int file_exists(const char *name, const char *suffix)
+{
+	char path[512];
+	struct stat sb;
+	snprintf(path, sizeof path, "%s/%s%s", g_dir, name, suffix);
+	return lstat(path, &sb) == 0;
+}
+
+/* ---- tests ----------------------------------------------------------------------------------------- */
+
+static void test_bytes_block(void)
+{
+	struct ibvb_producer_opts o = opts(8, 4096, IBVB_POLICY_BLOCK);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "bytes-block", &o), 0);
+	if (!p)
+		return;
+	CHECK(file_exists("bytes-block", IBVB_SOCK_SUFFIX) && file_exists("bytes-block", IBVB_LOCK_SUFFIX));
+	struct reader rd;
+	start_reader(&rd, "bytes-block", 3000, 0);
+	CHECK_EQ(rd.attached, 1);
+	for (uint64_t c = 1; c <= 2000; c++)
+		CHECK_EQ(pub(p, c, 3000), 0);
+	CHECK_EQ(ibvb_producer_end_of_stream(p, 0, 5000), 0);
+	int rc = ibvb_producer_wait_drained(p, 10000);
+	CHECK(rc == 0 || rc == -ENOTCONN);
+	pthread_join(rd.thr, NULL);
+	CHECK_EQ(rd.rc, -ENODATA);
+	CHECK_EQ(rd.heaps, 2000);
+	CHECK_EQ(rd.bad, 0);
+	CHECK_EQ(rd.ooo, 0);
+	CHECK_EQ(ibvb_producer_counter(p, IBVB_CTR_HEAPS), 2000);
+	CHECK_EQ(ibvb_producer_counter(p, IBVB_CTR_END_OF_STREAM), 1);
+	CHECK_EQ(ibvb_producer_counter(p, IBVB_CTR_DROPPED_HEAPS), 0);
+	ibvb_producer_close(p);
+	CHECK(!file_exists("bytes-block", IBVB_SOCK_SUFFIX) && !file_exists("bytes-block", IBVB_LOCK_SUFFIX));
+	struct ibvb_ring *r;
+	struct ibvb_attach_opts ao = {g_dir, 0};
+	CHECK_EQ(ibvb_attach_opts(&r, "bytes-block", 50, &ao), -ENOENT);
+}
+
+static void test_bytes_drop(void)
+{
+	/* a slow reader under drop: heaps are dropped (counted), never a held one overwritten */
+	struct ibvb_producer_opts o = opts(8, 1024, IBVB_POLICY_DROP);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "bytes-drop", &o), 0);
+	if (!p)
+		return;
+	struct reader rd;
+	start_reader(&rd, "bytes-drop", 1000, 20);
+	uint64_t dropped = 0;
+	for (uint64_t c = 1; c <= 3000; c++) {
+		int rc = pub(p, c, 1000);
+		if (rc == -EAGAIN) {
+			dropped++;
+			ibvb_producer_add(p, IBVB_CTR_DROPPED_HEAPS, 1);
+			if (c % 64 == 0)
+				usleep(50);
+		} else
+			CHECK_EQ(rc, 0);
+	}
+	int rc;
+	for (int i = 0; i < 100 && (rc = ibvb_producer_end_of_stream(p, 0, 100)) == -EAGAIN; i++)
+		;
+	CHECK_EQ(rc, 0);
+	pthread_join(rd.thr, NULL);
+	CHECK_EQ(rd.rc, -ENODATA);
+	CHECK(dropped > 0);
+	CHECK_EQ(rd.heaps + dropped, 3000);
+	CHECK_EQ(rd.bad, 0);
+	CHECK_EQ(ibvb_producer_counter(p, IBVB_CTR_DROPPED_HEAPS), dropped);
+	CHECK_EQ(ibvb_producer_counter(p, IBVB_CTR_CONSUMER_OVERRUNS), 0); /* alone: never overrun */
+	ibvb_producer_close(p);
+}
+
+static void test_three_consumers(void)
+{
+	struct ibvb_producer_opts o = opts(16, 2048, IBVB_POLICY_BLOCK);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "three", &o), 0);
+	if (!p)
+		return;
+	struct reader rd[3];
+	int rc;
+	for (int i = 0; i < 3; i++)
+		start_reader(&rd[i], "three", 2000, i * 5);
+	CHECK_EQ(ibvb_producer_consumers(p), 3);
+	for (uint64_t c = 1; c <= 1500; c++)
+		CHECK_EQ(pub(p, c, 2000), 0);
+	CHECK_EQ(ibvb_producer_end_of_stream(p, 1500, 5000), 0);
+	rc = ibvb_producer_wait_drained(p, 20000);
+	CHECK(rc == 0 || rc == -ENOTCONN); /* -ENOTCONN: they read the end and detached already */
+	for (int i = 0; i < 3; i++) {
+		pthread_join(rd[i].thr, NULL);
+		CHECK_EQ(rd[i].rc, -ENODATA);
+		CHECK_EQ(rd[i].heaps, 1500);
+		CHECK_EQ(rd[i].bad, 0);
+		CHECK_EQ(rd[i].ooo, 0);
+	}
+	ibvb_producer_close(p);
+}
+
+static void test_tools(void)
+{
+	/* ibvb-produce → ibvb-consume --verify across processes, checksums equal */
+	char cmd[2048];
+	for (int policy = 0; policy < 2; policy++) {
+		snprintf(cmd, sizeof cmd,
+			 "%s --ring tools%d --dir %s --heaps 3000 --heap-size 1500 --slots 16 --policy %s --wait-consumers 1 "
+			 "--pattern --hugepages off > %s/prod%d.json & sleep 0.2; %s --ring tools%d --dir %s --verify > %s/cons%d.json; "
+			 "wait $!",
+			 g_produce, policy, g_dir, policy ? "block" : "drop", g_dir, policy, g_consume, policy, g_dir, g_dir,
+			 policy);
+		CHECK_EQ(system(cmd), 0);
+		char path[512], a[1024] = "", b[2048] = "";
+		snprintf(path, sizeof path, "%s/prod%d.json", g_dir, policy);
+		FILE *f = fopen(path, "r");
+		if (f) {
+			if (!fgets(a, sizeof a, f))
+				a[0] = 0;
+			fclose(f);
+		}
+		snprintf(path, sizeof path, "%s/cons%d.json", g_dir, policy);
+		f = fopen(path, "r");
+		if (f) {
+			if (!fgets(b, sizeof b, f))
+				b[0] = 0;
+			fclose(f);
+		}
+		unsigned long long ph = 0, pc = 0, pd = 0, ch = 0, cc = 0, ve = 1;
+		const char *q;
+		CHECK((q = strstr(a, "\"heaps\":")) && sscanf(q, "\"heaps\":%llu", &ph) == 1);
+		CHECK((q = strstr(a, "\"checksum\":")) && sscanf(q, "\"checksum\":%llu", &pc) == 1);
+		CHECK((q = strstr(a, "\"dropped\":")) && sscanf(q, "\"dropped\":%llu", &pd) == 1);
+		CHECK((q = strstr(b, "\"heaps\":")) && sscanf(q, "\"heaps\":%llu", &ch) == 1);
+		CHECK((q = strstr(b, "\"checksum\":")) && sscanf(q, "\"checksum\":%llu", &cc) == 1);
+		CHECK((q = strstr(b, "\"verify_errors\":")) && sscanf(q, "\"verify_errors\":%llu", &ve) == 1);
+		CHECK(strstr(b, "\"result\":\"eos\"") != NULL);
+		CHECK_EQ(ve, 0);
+		CHECK_EQ(ph, ch);
+		CHECK_EQ(ph + pd, 3000);
+		if (policy == 1) {
+			CHECK_EQ(pd, 0);
+		}
+		if (pd == 0)
+			CHECK(pc == cc);
+		if (g_fail)
+			fprintf(stderr, "    produce: %s    consume: %s", a, b);
+	}
+}
+
+static void test_overrun(void)
+{
+	/* drop: a consumer that holds everything is detached as overrun when another is ahead */
+	struct ibvb_producer_opts o = opts(8, 256, IBVB_POLICY_DROP);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "overrun", &o), 0);
+	if (!p)
+		return;
+	struct ibvb_ring *slow, *fast;
+	CHECK_EQ(attach(&slow, "overrun", IBVB_START_OLDEST), 0);
+	CHECK_EQ(attach(&fast, "overrun", IBVB_START_OLDEST), 0);
+	uint64_t got = 0;
+	for (uint64_t c = 1; c <= 40; c++) {
+		CHECK_EQ(pub(p, c, 200), 0);
+		struct ibvb_heap h;
+		while (ibvb_peek(fast, &h) == 0) {
+			CHECK(pattern_ok(h.payload, h.heap_cnt, 200));
+			got++;
+			ibvb_release(fast, &h);
+		}
+		ibvb_flush_release(fast);
+	}
+	CHECK_EQ(got, 40);
+	CHECK_EQ(ibvb_producer_counter(p, IBVB_CTR_CONSUMER_OVERRUNS), 1);
+	CHECK_EQ(ibvb_producer_counter(p, IBVB_CTR_DROPPED_HEAPS), 0);
+	CHECK_EQ(ibvb_producer_consumers(p), 1);
+	struct ibvb_heap h;
+	CHECK_EQ(ibvb_peek(slow, &h), -EOVERFLOW);
+	struct ibvb_info in;
+	ibvb_info(slow, &in);
+	CHECK_EQ(in.row_state, IBVB_CONSUMER_OVERRUN);
+	CHECK_EQ(in.lost_heaps, 8);
+	ibvb_detach(slow);
+	ibvb_detach(fast);
+	ibvb_producer_close(p);
+}
+
+static void test_bad_cursor(void)
+{
+	struct ibvb_producer_opts o = opts(8, 256, IBVB_POLICY_BLOCK);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "badcur", &o), 0);
+	if (!p)
+		return;
+	struct ibvb_ring *bad, *good;
+	CHECK_EQ(attach(&bad, "badcur", IBVB_START_OLDEST), 0);
+	CHECK_EQ(attach(&good, "badcur", IBVB_START_OLDEST), 0);
+	for (uint64_t c = 1; c <= 4; c++)
+		CHECK_EQ(pub(p, c, 100), 0);
+	atomic_store(&bad->region->tail, 1000); /* past head */
+	/* the service thread's cursor refresh (≤ 100 ms) or the next reclaim detaches it */
+	int64_t t0 = now_ms();
+	while (ibvb_producer_consumers(p) != 1 && now_ms() - t0 < 2000)
+		msleep(5);
+	CHECK_EQ(ibvb_producer_consumers(p), 1);
+	CHECK_EQ(ibvb_producer_counter(p, IBVB_CTR_CONSUMER_ERRORS), 1);
+	struct ibvb_heap h;
+	CHECK_EQ(ibvb_peek(bad, &h), -ECONNRESET);
+	/* the other consumer and the producer carry on: a full ring's worth more, then drain */
+	uint64_t got = 0;
+	for (uint64_t c = 5; c <= 40; c++) {
+		CHECK_EQ(pub(p, c, 100), 0);
+		while (ibvb_peek(good, &h) == 0) {
+			CHECK(pattern_ok(h.payload, h.heap_cnt, 100));
+			got++;
+			ibvb_release(good, &h);
+		}
+		ibvb_flush_release(good);
+	}
+	CHECK_EQ(got, 40);
+	/* a cursor moved backwards is as bad */
+	atomic_store(&good->region->tail, 3); /* noticed by the service thread's refresh */
+	t0 = now_ms();
+	while (ibvb_producer_consumers(p) != 0 && now_ms() - t0 < 2000)
+		msleep(5);
+	CHECK_EQ(ibvb_producer_counter(p, IBVB_CTR_CONSUMER_ERRORS), 2);
+	ibvb_detach(bad);
+	ibvb_detach(good);
+	ibvb_producer_close(p);
+}
+
+static void test_consumer_killed(void)
+{
+	/* block: a child consumer holds every heap, is killed -9; the producer carries on */
+	struct ibvb_producer_opts o = opts(8, 512, IBVB_POLICY_BLOCK);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "killed", &o), 0);
+	if (!p)
+		return;
+	int pipefd[2];
+	CHECK_EQ(pipe(pipefd), 0);
+	pid_t child = fork();
+	if (child == 0) {
+		struct ibvb_ring *r;
+		char c = attach(&r, "killed", IBVB_START_OLDEST) == 0 ? 'y' : 'n';
+		if (write(pipefd[1], &c, 1) != 1)
+			_exit(1);
+		for (;;) { /* read and hold everything */
+			struct ibvb_heap h;
+			if (ibvb_wait(r, &h, 1000) == -ENODATA)
+				break;
+		}
+		pause();
+		_exit(0);
+	}
+	char c = 0;
+	CHECK(read(pipefd[0], &c, 1) == 1 && c == 'y');
+	struct reader rd;
+	start_reader(&rd, "killed", 500, 0);
+	CHECK_EQ(ibvb_producer_consumers(p), 2);
+	for (uint64_t k = 1; k <= 8; k++)
+		CHECK_EQ(pub(p, k, 500), 0);
+	int64_t t0 = now_ms();
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	for (uint64_t k = 9; k <= 500; k++) /* blocks until the kill is noticed */
+		CHECK_EQ(pub(p, k, 500), 0);
+	CHECK(now_ms() - t0 < 3000);
+	CHECK_EQ(ibvb_producer_consumers(p), 1);
+	CHECK_EQ(ibvb_producer_end_of_stream(p, 0, 5000), 0);
+	int rc = ibvb_producer_wait_drained(p, 10000);
+	CHECK(rc == 0 || rc == -ENOTCONN);
+	pthread_join(rd.thr, NULL);
+	CHECK_EQ(rd.heaps, 500);
+	CHECK_EQ(rd.bad, 0);
+	t0 = now_ms();
+	while (ibvb_producer_consumers(p) != 0 && now_ms() - t0 < 2000)
+		msleep(5);
+	CHECK_EQ(ibvb_producer_consumers(p), 0);
+	CHECK_EQ(ibvb_producer_wait_drained(p, 100), -ENOTCONN);
+	ibvb_producer_close(p);
+}
+
+static void test_refusals(void)
+{
+	struct ibvb_producer_opts o = opts(4, 64, IBVB_POLICY_DROP);
+	struct ibvb_producer *p, *q;
+	/* a live producer holds the name */
+	CHECK_EQ(ibvb_producer_create(&p, "live", &o), 0);
+	CHECK_EQ(ibvb_producer_create(&q, "live", &o), -EADDRINUSE);
+	CHECK(q == NULL && strstr(ibvb_last_error(), "in use by a live producer"));
+	ibvb_producer_close(p);
+	/* stale leftovers (a socket file and a lock nobody holds) are replaced */
+	CHECK_EQ(ibvb_producer_create(&p, "live", &o), 0);
+	ibvb_producer_close(p);
+	/* a planted symlink lock */
+	char path[1024], target[512];
+	snprintf(target, sizeof target, "%s/victim", g_dir);
+	snprintf(path, sizeof path, "%s/planted%s", g_dir, IBVB_LOCK_SUFFIX);
+	CHECK_EQ(symlink(target, path), 0);
+	CHECK_EQ(ibvb_producer_create(&q, "planted", &o), -ELOOP);
+	CHECK(access(target, F_OK) != 0); /* nothing created through the link */
+	unlink(path);
+	/* bad names and options */
+	CHECK_EQ(ibvb_producer_create(&q, ".hidden", &o), -EINVAL);
+	CHECK_EQ(ibvb_producer_create(&q, "a/b", &o), -EINVAL);
+	struct ibvb_producer_opts bad = o;
+	bad.slot_count = 3;
+	CHECK_EQ(ibvb_producer_create(&q, "badopt", &bad), -EINVAL);
+	bad = o;
+	bad.group = "no-such-group-ibvb";
+	CHECK_EQ(ibvb_producer_create(&q, "badopt", &bad), -EINVAL);
+	/* unsafe ring directories: another owner, world-writable, a symlink */
+	char d[512];
+	snprintf(d, sizeof d, "%s/owned", g_dir);
+	mkdir(d, 0755);
+	CHECK_EQ(chown(d, 65534, 65534), 0);
+	bad = o;
+	bad.dir = d;
+	CHECK_EQ(ibvb_producer_create(&q, "x", &bad), -EPERM);
+	CHECK(strstr(ibvb_last_error(), "owned by uid 65534") != NULL);
+	snprintf(d, sizeof d, "%s/sticky", g_dir);
+	mkdir(d, 0755);
+	chmod(d, 01777);
+	bad.dir = d;
+	CHECK_EQ(ibvb_producer_create(&q, "x", &bad), -EPERM);
+	CHECK(strstr(ibvb_last_error(), "writable by group or others") != NULL);
+	snprintf(d, sizeof d, "%s/link", g_dir);
+	CHECK_EQ(symlink(g_dir, d), 0);
+	bad.dir = d;
+	CHECK_EQ(ibvb_producer_create(&q, "x", &bad), -EPERM);
+	/* a missing directory is created 0755 */
+	snprintf(d, sizeof d, "%s/new/sub", g_dir);
+	bad.dir = d;
+	CHECK_EQ(ibvb_producer_create(&q, "x", &bad), 0);
+	struct stat sb;
+	CHECK(stat(d, &sb) == 0 && (sb.st_mode & 07777) == 0755);
+	snprintf(path, sizeof path, "%s/x%s", d, IBVB_SOCK_SUFFIX);
+	CHECK(lstat(path, &sb) == 0 && S_ISSOCK(sb.st_mode) && (sb.st_mode & 0777) == 0600);
+	ibvb_producer_close(q);
+}
+
+static void test_peer_gate(void)
+{
+	/* a stranger (another uid) is refused with status 2; a full table with status 3 */
+	struct ibvb_producer_opts o = opts(4, 64, IBVB_POLICY_DROP);
+	o.max_consumers = 1;
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "gate", &o), 0);
+	if (!p)
+		return;
+	if (geteuid() == 0) {
+		char sock[512];
+		snprintf(sock, sizeof sock, "%s/gate%s", g_dir, IBVB_SOCK_SUFFIX);
+		chmod(sock, 0666); /* let the stranger connect: SO_PEERCRED is the real gate */
+		pid_t c = fork();
+		if (c == 0) {
+			if (setgid(65534) || setuid(65534))
+				_exit(9);
+			struct ibvb_ring *r;
+			int rc = ibvb_attach(&r, sock, 2000);
+			/* it refuses the root-owned socket in a root-owned dir? no: root is trusted (§1.2) */
+			_exit(rc == -EACCES && strstr(ibvb_last_error(), "may not attach") ? 0 : 1);
+		}
+		int st;
+		waitpid(c, &st, 0);
+		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	}
+	struct ibvb_ring *a, *b;
+	CHECK_EQ(attach(&a, "gate", IBVB_START_HEAD), 0);
+	CHECK_EQ(attach(&b, "gate", IBVB_START_HEAD), -EBUSY);
+	ibvb_detach(a);
+	int64_t t0 = now_ms();
+	while (ibvb_producer_consumers(p) != 0 && now_ms() - t0 < 2000)
+		msleep(5);
+	CHECK_EQ(attach(&b, "gate", IBVB_START_HEAD), 0); /* the row is free again */
+	ibvb_detach(b);
+	ibvb_producer_close(p);
+}
+
+static void test_seals(void)
+{
+	struct ibvb_producer_opts o = opts(4, 4096, IBVB_POLICY_DROP);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "seals", &o), 0);
+	if (!p)
+		return;
+	int want = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL;
+	CHECK_EQ(fcntl(ibvb_producer_ctl_fd(p), F_GET_SEALS) & want, want);
+	CHECK_EQ(fcntl(ibvb_producer_data_fd(p), F_GET_SEALS) & want, want);
+	CHECK(ftruncate(ibvb_producer_data_fd(p), 0) < 0);
+	/* the consumer's region: SHRINK|GROW|SEAL; the consumer library checks them at attach */
+	struct ibvb_ring *r;
+	CHECK_EQ(attach(&r, "seals", IBVB_START_OLDEST), 0);
+	struct ibvb_info in;
+	CHECK_EQ(ibvb_info(r, &in), 0);
+	CHECK_EQ(in.page_size, 4096);
+	CHECK_EQ(in.slot_count, 4);
+	CHECK_EQ(in.session_id, ibvb_producer_session_id(p));
+	CHECK_EQ(in.state, IBVB_STATE_READY);
+	ibvb_detach(r);
+	ibvb_producer_close(p);
+}
+
+struct intr {
+	struct ibvb_producer *p;
+	int delay_ms;
+};
+static void *interrupter(void *arg)
+{
+	struct intr *x = arg;
+	msleep(x->delay_ms);
+	ibvb_producer_interrupt(x->p);
+	return NULL;
+}
+
+static void test_interrupt(void)
+{
+	struct ibvb_producer_opts o = opts(4, 64, IBVB_POLICY_BLOCK);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "intr", &o), 0);
+	if (!p)
+		return;
+	struct ibvb_ring *r;
+	CHECK_EQ(attach(&r, "intr", IBVB_START_OLDEST), 0); /* never releases */
+	for (uint64_t c = 1; c <= 4; c++)
+		CHECK_EQ(pub(p, c, 64), 0);
+	struct intr x = {p, 300};
+	pthread_t t;
+	pthread_create(&t, NULL, interrupter, &x);
+	int64_t t0 = now_ms();
+	struct ibvb_slot s;
+	CHECK_EQ(ibvb_producer_acquire(p, &s), -ECANCELED);
+	int64_t dt = now_ms() - t0;
+	CHECK(dt >= 250 && dt < 1000);
+	pthread_join(t, NULL);
+	CHECK_EQ(ibvb_producer_wait_drained(p, 1000), -ECANCELED);
+	/* block with nobody attached: waits for an attach, interrupted as well */
+	ibvb_detach(r);
+	ibvb_producer_close(p);
+	CHECK_EQ(ibvb_producer_create(&p, "intr2", &o), 0);
+	for (uint64_t c = 1; c <= 4; c++)
+		CHECK_EQ(pub(p, c, 64), 0);
+	x.p = p;
+	x.delay_ms = 200;
+	pthread_create(&t, NULL, interrupter, &x);
+	t0 = now_ms();
+	CHECK_EQ(ibvb_producer_acquire(p, &s), -ECANCELED);
+	CHECK(now_ms() - t0 < 1000);
+	pthread_join(t, NULL);
+	ibvb_producer_close(p);
+}
+
+static void test_block_waits_for_attach(void)
+{
+	/* block, nobody attached, ring full: acquire waits until a consumer attaches and releases */
+	struct ibvb_producer_opts o = opts(4, 64, IBVB_POLICY_BLOCK);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "late", &o), 0);
+	if (!p)
+		return;
+	for (uint64_t c = 1; c <= 4; c++)
+		CHECK_EQ(pub(p, c, 64), 0);
+	struct reader rd;
+	memset(&rd, 0, sizeof rd);
+	rd.name = "late";
+	rd.len = 64;
+	/* attach from another thread after 200 ms; it starts at the oldest heap: 1 */
+	pthread_t t;
+	struct intr dummy = {p, 0};
+	(void)dummy;
+	pthread_create(&rd.thr, NULL, reader_fn, &rd);
+	for (uint64_t c = 5; c <= 100; c++)
+		CHECK_EQ(pub(p, c, 64), 0);
+	CHECK_EQ(ibvb_producer_end_of_stream(p, 0, 5000), 0);
+	int rc = ibvb_producer_wait_drained(p, 5000);
+	CHECK(rc == 0 || rc == -ENOTCONN);
+	pthread_join(rd.thr, NULL);
+	CHECK_EQ(rd.heaps, 100);
+	CHECK_EQ(rd.ooo, 0);
+	CHECK_EQ(rd.bad, 0);
+	(void)t;
+	ibvb_producer_close(p);
+}
+
+static void test_drop_keeps_newest(void)
+{
+	/* drop, nobody attached: the ring keeps the newest slot_count heaps for a later consumer */
+	struct ibvb_producer_opts o = opts(8, 128, IBVB_POLICY_DROP);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "newest", &o), 0);
+	if (!p)
+		return;
+	for (uint64_t c = 1; c <= 50; c++)
+		CHECK_EQ(pub(p, c, 100), 0);
+	CHECK_EQ(ibvb_producer_counter(p, IBVB_CTR_DROPPED_HEAPS), 0);
+	struct ibvb_ring *r;
+	CHECK_EQ(attach(&r, "newest", IBVB_START_OLDEST), 0);
+	struct ibvb_heap h;
+	uint64_t n = 0, first = 0;
+	while (ibvb_peek(r, &h) == 0) {
+		if (!n)
+			first = h.heap_cnt;
+		CHECK(pattern_ok(h.payload, h.heap_cnt, 100));
+		n++;
+		ibvb_release(r, &h);
+	}
+	CHECK(n >= 7 && n <= 8);
+	CHECK_EQ(first + n - 1, 50);
+	ibvb_detach(r);
+	ibvb_producer_close(p);
+}
+
+static void test_items_meta_batch(void)
+{
+	struct ibvb_producer_opts o = opts(16, 256, IBVB_POLICY_DROP);
+	o.max_items = 2;
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "meta", &o), 0);
+	if (!p)
+		return;
+	struct ibvb_ring *r;
+	CHECK_EQ(attach(&r, "meta", IBVB_START_OLDEST), 0);
+	/* metadata (§6) */
+	uint8_t rec[512];
+	int64_t shape[2] = {4, -1};
+	size_t n1 = ibvb_meta_encode(rec, sizeof rec, 0x1000, 2, shape, "data", "the payload", "u\x00\x00\x08", 4,
+				     "{'descr': '>u1'}");
+	size_t n2 = ibvb_meta_encode(rec + n1, sizeof rec - n1, 0x1001, -1, NULL, "cnt", "", "", 0, "");
+	CHECK(n1 % 8 == 0 && n2 % 8 == 0);
+	CHECK_EQ(ibvb_producer_set_descriptors(p, rec, n1 + n2), 0);
+	CHECK_EQ(ibvb_producer_set_descriptors(p, rec, 8000), -EMSGSIZE);
+	uint8_t buf[1024];
+	size_t need = 0;
+	CHECK_EQ(ibvb_read_meta(r, buf, sizeof buf, &need), (long)(n1 + n2));
+	size_t off = 0;
+	struct ibvb_meta_record m;
+	CHECK_EQ(ibvb_meta_next(buf, n1 + n2, &off, &m), 1);
+	CHECK(m.id == 0x1000 && m.ndim == 2 && ibvb_meta_dim(&m, 0) == 4 && ibvb_meta_dim(&m, 1) == -1 &&
+	      m.name_len == 4 && !memcmp(m.name, "data", 4) && m.format_len == 4);
+	CHECK_EQ(ibvb_meta_next(buf, n1 + n2, &off, &m), 1);
+	CHECK(m.id == 0x1001 && m.ndim == IBVB_META_NDIM_UNKNOWN);
+	CHECK_EQ(ibvb_meta_next(buf, n1 + n2, &off, &m), 0);
+	/* items overflow; batch publish with one head store; discard */
+	struct ibvb_slot s[4];
+	struct ibvb_publish_info hi[4];
+	for (int i = 0; i < 4; i++) {
+		CHECK_EQ(ibvb_producer_acquire(p, &s[i]), 0);
+		CHECK_EQ(ibvb_producer_add_item(&s[i], 0x10, 1, 1, IBVB_ITEM_IMMEDIATE), 0);
+		CHECK_EQ(ibvb_producer_add_item(&s[i], 0x11, 0, 8, 0), 0);
+		CHECK_EQ(ibvb_producer_add_item(&s[i], 0x12, 2, 1, IBVB_ITEM_IMMEDIATE), i == 3 ? -ENOSPC : -ENOSPC);
+		memset(s[i].payload, i, 8);
+		struct ibvb_publish_info x = {100 + (uint64_t)i, 8, 8, 1, IBVB_FLAG_COMPLETE | IBVB_FLAG_HAS_DESCRIPTORS, 1};
+		hi[i] = x;
+	}
+	struct ibvb_slot extra;
+	memset(&extra, 0, sizeof extra);
+	CHECK_EQ(ibvb_producer_acquire(p, &extra), 0);
+	ibvb_producer_discard(p, &extra);
+	ibvb_producer_stage(p, &s[0], &hi[0]);
+	CHECK_EQ(ibvb_producer_staged(p), 1);
+	struct ibvb_heap h;
+	CHECK_EQ(ibvb_peek(r, &h), -EAGAIN); /* staged is not published */
+	ibvb_producer_publish_n(p, &s[1], &hi[1], 3);
+	CHECK_EQ(ibvb_producer_staged(p), 0);
+	for (int i = 0; i < 4; i++) {
+		CHECK_EQ(ibvb_peek(r, &h), 0);
+		CHECK_EQ(h.heap_cnt, 100 + i);
+		CHECK_EQ(h.item_count, 2);
+		CHECK_EQ(h.flags, IBVB_FLAG_COMPLETE | IBVB_FLAG_HAS_DESCRIPTORS | IBVB_FLAG_ITEMS_OVERFLOW);
+		CHECK(h.payload[0] == i && h.payload[7] == i);
+		ibvb_release(r, &h);
+	}
+	CHECK_EQ(ibvb_producer_counter(p, IBVB_CTR_HEAPS), 4);
+	/* EOS, then CLOSED: the consumer reads end of stream both ways */
+	CHECK_EQ(ibvb_producer_end_of_stream(p, 77, 0), 0);
+	CHECK_EQ(ibvb_peek(r, &h), -ENODATA);
+	ibvb_producer_close(p);
+	CHECK_EQ(ibvb_peek(r, &h), -ENODATA);
+	CHECK_EQ(ibvb_wait(r, &h, 100), -ENODATA);
+	ibvb_detach(r);
+}
+
+static void test_wakes(void)
+{
+	/* a sleeping consumer is woken by a publish; one wake per sleep (row wakes counts them) */
+	struct ibvb_producer_opts o = opts(8, 64, IBVB_POLICY_BLOCK);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "wakes", &o), 0);
+	if (!p)
+		return;
+	struct reader rd;
+	start_reader(&rd, "wakes", 64, 0);
+	for (uint64_t c = 1; c <= 5; c++) {
+		msleep(30); /* the reader is asleep on its futex by now */
+		int64_t t0 = now_ms();
+		CHECK_EQ(pub(p, c, 64), 0);
+		while (__atomic_load_n(&rd.heaps, __ATOMIC_RELAXED) < c && now_ms() - t0 < 200)
+			usleep(100);
+		CHECK(now_ms() - t0 < 200); /* woken, not found by a 250 ms timeout */
+	}
+	CHECK(atomic_load(&p->rows[0].wakes) >= 4);
+	CHECK(atomic_load(&p->rows[0].wakes) <= 5);
+	CHECK_EQ(ibvb_producer_end_of_stream(p, 0, 1000), 0);
+	pthread_join(rd.thr, NULL);
+	CHECK_EQ(rd.heaps, 5);
+	ibvb_producer_close(p);
+}
+
+static void test_hugepages(void)
+{
+	struct ibvb_producer_opts o = opts(4, 1 << 20, IBVB_POLICY_DROP);
+	o.hugepages = IBVB_HUGEPAGES_REQUIRE;
+	struct ibvb_producer *p;
+	int rc = ibvb_producer_create(&p, "huge", &o);
+	if (rc == -ENOMEM) {
+		CHECK(strstr(ibvb_last_error(), "MiB") != NULL);
+		printf("    (no hugepages here: %s)\n", ibvb_last_error());
+		return;
+	}
+	CHECK_EQ(rc, 0);
+	if (!p)
+		return;
+	CHECK(ibvb_producer_page_size(p) > 4096);
+	struct ibvb_ring *r;
+	CHECK_EQ(attach(&r, "huge", IBVB_START_OLDEST), 0);
+	CHECK_EQ(pub(p, 1, 1 << 20), 0);
+	struct ibvb_heap h;
+	CHECK_EQ(ibvb_peek(r, &h), 0);
+	CHECK(pattern_ok(h.payload, 1, 1 << 20));
+	ibvb_release(r, &h);
+	ibvb_detach(r);
+	ibvb_producer_close(p);
+	/* too large for the pool: -ENOMEM naming both sizes */
+	o.slot_count = 1 << 14;
+	rc = ibvb_producer_create(&p, "huge", &o);
+	CHECK_EQ(rc, -ENOMEM);
+	CHECK(strstr(ibvb_last_error(), "MiB of hugepages") != NULL);
+	/* shmem larger than the memory there is: refused up front */
+	o.hugepages = IBVB_HUGEPAGES_OFF;
+	o.slot_size = 1ull << 30;
+	o.slot_count = 1 << 12;
+	rc = ibvb_producer_create(&p, "huge", &o);
+	CHECK_EQ(rc, -ENOMEM);
+	CHECK(strstr(ibvb_last_error(), "MiB of shared memory") != NULL);
+}
+
+static const struct {
+	const char *name;
+	void (*fn)(void);
+} tests[] = {
+	{"producer_bytes_block", test_bytes_block},
+	{"producer_bytes_drop", test_bytes_drop},
+	{"producer_three_consumers", test_three_consumers},
+	{"producer_tools", test_tools},
+	{"producer_overrun", test_overrun},
+	{"producer_bad_cursor", test_bad_cursor},
+	{"producer_consumer_killed", test_consumer_killed},
+	{"producer_refusals", test_refusals},
+	{"producer_peer_gate", test_peer_gate},
+	{"producer_seals", test_seals},
+	{"producer_interrupt", test_interrupt},
+	{"producer_block_waits_attach", test_block_waits_for_attach},
+	{"producer_drop_keeps_newest", test_drop_keeps_newest},
+	{"producer_items_meta_batch", test_items_meta_batch},
+	{"producer_wakes", test_wakes},
+	{"producer_hugepages", test_hugepages},
+};
+
+static void rm_tree(const char *d)
+{
+	char cmd[600];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", d);
+}
+
+int main(int argc, char **argv)
+{
+	g_consume = argc > 1 ? argv[1] : "build/ibvb-consume";
+	g_produce = argc > 2 ? argv[2] : "build/ibvb-produce";
+	snprintf(g_dir, sizeof g_dir, "/tmp/ibvb-ptest.XXXXXX");
+	if (!mkdtemp(g_dir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	chmod(g_dir, 0755);
+	unsetenv("IBVBRIDGE_RING_DIR");
+	signal(SIGPIPE, SIG_IGN);
+	const char *only = getenv("IBVB_TEST");
+	int passed = 0, failed = 0;
+	for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+		if (only && !strstr(tests[i].name, only))
+			continue;
+		fflush(stdout);
+		int64_t t0 = now_ms();
+		pid_t pid = fork();
+		if (pid == 0) {
+			alarm(60);
+			g_fail = 0;
+			tests[i].fn();
+			_exit(g_fail ? 1 : 0);
+		}
+		int st;
+		waitpid(pid, &st, 0);
+		int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+		if (WIFSIGNALED(st))
+			fprintf(stderr, "    killed by signal %d%s\n", WTERMSIG(st), WTERMSIG(st) == SIGALRM ? " (hang)" : "");
+		printf("%-32s %s (%lld ms)\n", tests[i].name, ok ? "ok" : "FAIL", (long long)(now_ms() - t0));
+		if (ok)
+			passed++;
+		else
+			failed++;
+	}
+	rm_tree(g_dir);
+	printf("%d passed, %d failed\n", passed, failed);
+	return failed ? 1 : 0;
+}
