@@ -6,19 +6,25 @@
             print(heap.heap_cnt, len(heap.payload))
 
 Several consumers may attach to one ring; each receives every heap.
+
+A ring is made (and written) with ``ibvbridge.Producer.create(name, ...)``: see ibvbridge.producer.
 """
 
-from .errors import (CorruptRing, Detached, EndOfStream, Overrun, PermissionDenied, ProducerGone, ProtocolError,
-                     RingBusy, RingClosing, RingError, RingNotFound, Timeout, VersionMismatch)
+from .errors import (CorruptRing, Detached, EndOfStream, HugePageWarning, Interrupted, NoConsumer, NoHugePages,
+                     NoSpace, Overrun, PermissionDenied, ProducerGone, ProtocolError, RingBusy, RingClosing,
+                     RingError, RingFull, RingInUse, RingNotFound, Timeout, UnsafeDirectory, VersionMismatch)
 
 __version__ = "0.2.0"
 
 _LAZY = {"Ring", "Heap", "Item", "Batch", "ItemDescriptor", "Geometry", "socket_path_for", "lookup_dirs",
          "default_dir", "uid_trusted", "validate_geometry"}
 _ERRORS = ["RingError", "RingNotFound", "PermissionDenied", "RingBusy", "RingClosing", "VersionMismatch",
-           "ProtocolError", "CorruptRing", "Detached", "Overrun", "ProducerGone", "EndOfStream", "Timeout"]
+           "ProtocolError", "CorruptRing", "Detached", "Overrun", "ProducerGone", "EndOfStream", "Timeout",
+           "RingInUse", "UnsafeDirectory", "NoSpace", "NoHugePages", "RingFull", "Interrupted", "NoConsumer",
+           "HugePageWarning"]
+_PRODUCER = {"Producer", "Slot"}
 
-__all__ = sorted(_LAZY) + ["attach", "layout"] + _ERRORS + ["__version__"]
+__all__ = sorted(_LAZY | _PRODUCER) + ["attach", "layout"] + _ERRORS + ["__version__"]
 
 
 def __getattr__(name):
@@ -26,6 +32,9 @@ def __getattr__(name):
     if name in _LAZY or name == "attach":
         from . import ring
         return ring.Ring.attach if name == "attach" else getattr(ring, name)
+    if name in _PRODUCER:
+        from . import producer
+        return getattr(producer, name)
     if name == "layout":
         import importlib
         return importlib.import_module(".layout", __name__)

@@ -72,3 +72,40 @@ class EndOfStream(RingError):
 
 class Timeout(RingError, TimeoutError):
     """A wait (attach or next heap) ran past its deadline."""
+
+
+# ---------------------------------------------------------------- producer side (ibvbridge.Producer)
+class RingInUse(RingError):
+    """Another live producer holds the ring name's lock (spec §1.1)."""
+
+
+class UnsafeDirectory(RingError):
+    """The ring directory (or a file in it) is not safe to use: not a real directory, owned by another uid,
+    writable by group or others, or a symbolic link planted where the lock file goes (spec §1.1)."""
+
+
+class NoSpace(RingError):
+    """The ring's memory cannot be reserved: not enough shared memory (or hugepages); the message names the
+    size needed and what is available."""
+
+
+class NoHugePages(NoSpace):
+    """hugepages="require" and the ring's data memory cannot be backed by hugepages."""
+
+
+class RingFull(RingError):
+    """drop policy: no payload slot is free (the heap is dropped; count it with
+    ``producer.add("dropped_heaps", 1)``)."""
+
+
+class Interrupted(RingError):
+    """A producer wait (block-policy acquire, wait_drained, end_of_stream) was interrupted by
+    ``Producer.interrupt()`` or ``close()``."""
+
+
+class NoConsumer(RingError):
+    """wait_drained: no consumer is attached, so nobody would ever drain the ring."""
+
+
+class HugePageWarning(RuntimeWarning):
+    """hugepages="auto" fell back to ordinary shared memory."""

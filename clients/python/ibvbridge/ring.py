@@ -984,6 +984,7 @@ class Ring:
         if flags & L.FLAG_END_OF_STREAM:
             self._eos = True
             self._release_entry(ent)
+            self._flush_release()  # nothing more will be read: hand the marker's slot back now
             raise EndOfStream("end of stream")
         h = self._heap(ent, pos, heap_cnt, heap_size, received, ts, slot, flags, icount, packets)
         h._raw = raw
@@ -1111,6 +1112,7 @@ class Ring:
             if k == 0:
                 self._eos = True
                 self._release_entry(self._take(1))
+                self._flush_release()  # nothing more will be read: hand the marker's slot back now
                 raise EndOfStream("end of stream")
             n = k
             d = d[:k]

@@ -1,0 +1,1468 @@
+"""Producer side of the ibvbridge shared-memory heap ring (docs/ring-layout.md, layout 2.0).
+
+    import numpy as np, ibvbridge
+    with ibvbridge.Producer.create("myring", slot_count=1024, slot_size=4096, policy="block") as p:
+        slot = p.acquire()                       # a free payload slot (waits under block)
+        slot.payload[:16] = np.arange(16)        # writable numpy view of the slot: no copy
+        slot.add_item(0x1000, value=0, length=16)
+        slot.add_item(0x1001, value=7, length=5, immediate=True)
+        p.publish(slot, heap_cnt=1)              # descriptor, head store, conditional wakes
+        p.end_of_stream()
+        p.wait_drained()                         # block: until every consumer has read everything
+
+What it does, as the Go producer (ring/producer.go) does:
+
+* The ring directory, lock and socket follow spec §1.1: the directory is created 0755 and checked through
+  an ``O_DIRECTORY | O_NOFOLLOW`` descriptor (owned by our euid, not group/other writable, not a link);
+  every later file operation goes through that descriptor; one producer per name (``flock`` on
+  ``NAME.v2.lock``); the socket ``NAME.v2.sock`` is bound afresh (0600, or 0660 and ``group``).
+* Memory (spec §1): sealed memfds. The data memory is hugetlb when asked and available (its pages are
+  reserved at ``mmap`` with ``MAP_POPULATE``), else shmem, refused up front when larger than the memory
+  available (MemAvailable, or the cgroup v2 limit) and then ``posix_fallocate``d. Both memories are
+  sealed ``SHRINK | GROW | FUTURE_WRITE | SEAL`` before any consumer sees them.
+* A daemon thread serves the socket: ``SO_PEERCRED`` gate (our uid, root, or members of ``group``), error
+  records with statuses 1-5, a fresh sealed 4 KiB region memfd per consumer, the consumer's row (state
+  stored last), the welcome with ``SCM_RIGHTS``; it notices a consumer's hang-up (row state 4), and every
+  100 ms refreshes the heartbeat and the rows' ``released`` (validating the cursors).
+* The hot path (one thread: acquire / publish / publish_batch / end_of_stream / wait_drained) makes no
+  syscall per heap except the conditional wakes of §7.5. Slots return to a FIFO pool when every attached
+  consumer has released them (the reclaim point is the slowest consumer, spec §7.1); every cursor read
+  from a region is validated (spec §7.2: outside [released, head] detaches it, state 3, counted in
+  ``consumer_errors``); under ``drop`` a full ring detaches the slowest consumers as overrun when another
+  is ahead, else the new heap is dropped (``RingFull``); under ``block`` the producer waits on the
+  slowest consumer's ``release_futex`` (spec §7.4). No slot any attached consumer holds is ever reused.
+
+Memory ordering (spec §11): x86-64 only. Stores through memoryview / numpy / struct into the mappings are
+plain aligned moves, which x86-64's TSO makes release stores, in program order; a full fence is an
+uncontended ``threading.Lock`` (a locked instruction).
+
+The wake (spec §7.5) wants an atomic exchange on the consumer's ``consumer_waiting``; Python has none, so
+the producer does: load ``consumer_waiting``; if non-zero, store 0, full fence, add 1 to
+``consumer_futex``, ``FUTEX_WAKE``. Why that is enough: the consumer reads ``consumer_futex`` *before* it
+stores ``consumer_waiting = 1``, then fences and re-reads ``head``. Our ``head`` store is followed by a
+full fence before we load ``consumer_waiting``, so either the consumer's re-read sees the new head (it
+does not sleep), or our load sees its announcement and our increment of ``consumer_futex`` comes after
+its read of it, so its ``FUTEX_WAIT`` either returns at once (value changed) or is woken. The only thing
+the plain store can do that an exchange cannot is overwrite a fresh announcement the consumer made
+between our load and store; that consumer still gets our futex increment and wake, returns, and announces
+itself again — a spurious wake, which the protocol allows. There is one waker per consumer per publish.
+"""
+
+import ctypes
+import errno
+import fcntl
+import logging
+import mmap
+import os
+import re
+import secrets
+import select
+import socket
+import stat as _stat
+import threading
+import time
+import warnings
+
+from . import layout as L
+from ._sys import add_seals, full_fence, futex_wait, futex_wake, peer_cred
+from .errors import (HugePageWarning, Interrupted, NoConsumer, NoHugePages, NoSpace, RingError, RingFull,
+                     RingInUse, Timeout, UnsafeDirectory)
+
+import numpy as np
+
+__all__ = ["Producer", "Slot", "producer_dir", "layout_for", "COMPLETE", "INCOMPLETE", "TRUNCATED",
+           "END_OF_STREAM", "HAS_DESCRIPTORS", "IMMEDIATE"]
+
+log = logging.getLogger("ibvbridge.producer")
+
+M64 = (1 << 64) - 1
+F_SEAL_FUTURE_WRITE = getattr(fcntl, "F_SEAL_FUTURE_WRITE", 0x10)
+SEALS_SHARED = L.F_SEAL_SHRINK | L.F_SEAL_GROW | F_SEAL_FUTURE_WRITE | L.F_SEAL_SEAL
+SEALS_REGION = L.F_SEAL_SHRINK | L.F_SEAL_GROW | L.F_SEAL_SEAL
+
+COMPLETE = L.FLAG_COMPLETE
+INCOMPLETE = L.FLAG_INCOMPLETE
+TRUNCATED = L.FLAG_TRUNCATED
+END_OF_STREAM = L.FLAG_END_OF_STREAM
+HAS_DESCRIPTORS = L.FLAG_HAS_DESCRIPTORS
+IMMEDIATE = L.ITEM_IMMEDIATE
+
+POLICIES = {"drop": L.POLICY_DROP, "block": L.POLICY_BLOCK, L.POLICY_DROP: L.POLICY_DROP,
+            L.POLICY_BLOCK: L.POLICY_BLOCK}
+COUNTERS = {name: i for i, name in enumerate(L.COUNTER_NAMES)}
+C_PACKETS, C_BYTES, C_HEAPS = 0, 1, 2
+C_DROPPED, C_EOS, C_ATTACHED, C_OVERRUNS, C_ERRORS = 4, 9, 10, 11, 12
+
+_Q_HEAD = L.OFF_HEAD >> 3
+_Q_HEARTBEAT = L.OFF_HEARTBEAT_NS >> 3
+_Q_OLDEST = L.OFF_OLDEST >> 3
+_Q_STATS = L.OFF_STATS >> 3
+_I_STATE = L.OFF_STATE >> 2
+_I_PRODUCER_WAITING = L.OFF_PRODUCER_WAITING >> 2
+_I_WAITING = L.REG_CONSUMER_WAITING >> 2
+_I_FUTEX = L.REG_CONSUMER_FUTEX >> 2
+_I_RELEASE = L.REG_RELEASE_FUTEX >> 2
+_POLL_GONE = select.POLLHUP | select.POLLRDHUP | select.POLLERR | select.POLLNVAL
+BEAT_SECONDS = 0.1  # heartbeat and row refresh (spec: every <= 250 ms)
+SPIN_SECONDS = 50e-6
+
+
+# ---------------------------------------------------------------- directory, lock, socket (spec §1.1)
+def _valid_name(name):
+    return re.match(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$", name) is not None
+
+
+def producer_dir(directory=None):
+    """The producer's ring directory (spec §1.1): ``directory`` if given, else $IBVBRIDGE_RING_DIR if set
+    and non-empty, else /run/ibvbridge for euid 0, else /dev/shm/ibvbridge-UID."""
+    if directory:
+        return os.fspath(directory)
+    env = os.environ.get(L.ENV_DIR)
+    if env:
+        return env
+    uid = os.geteuid()
+    return L.RUN_DIR if uid == 0 else f"/dev/shm/ibvbridge-{uid}"
+
+
+def open_ring_dir(path):
+    """Create path (0755) if missing, open it O_DIRECTORY | O_NOFOLLOW and check it (fstat and lstat): a
+    directory, not a link, owned by our euid, not writable by group or others. Returns its descriptor;
+    UnsafeDirectory with one line naming the path and the problem otherwise."""
+    try:
+        parent = os.path.dirname(os.path.abspath(path))
+        os.makedirs(parent, 0o755, exist_ok=True)
+        try:
+            os.mkdir(path, 0o755)
+        except FileExistsError:
+            pass
+        lst = os.lstat(path)
+    except OSError as e:
+        raise RingError(f"ring directory {path}: {e.strerror or e}") from None
+    if not _stat.S_ISDIR(lst.st_mode):
+        raise UnsafeDirectory(f"ring directory {path} is not a directory (a symlink or a file is in its place)")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        raise UnsafeDirectory(f"ring directory {path}: {e.strerror or e}") from None
+    st = os.fstat(fd)
+    uid = os.geteuid()
+    why = None
+    if (st.st_dev, st.st_ino) != (lst.st_dev, lst.st_ino):
+        why = f"ring directory {path} changed while it was opened"
+    elif st.st_uid != uid:
+        why = f"ring directory {path} is owned by uid {st.st_uid}, not {uid} (remove it, or give directory=)"
+    elif st.st_mode & 0o022:
+        why = (f"ring directory {path} is writable by group or others (mode {st.st_mode & 0o7777:#o}): "
+               "chmod go-w it, or give directory=")
+    if why:
+        os.close(fd)
+        raise UnsafeDirectory(why)
+    return fd
+
+
+def _lock_ring(dirfd, path, name):
+    """flock(LOCK_EX | LOCK_NB) the lock file NAME.v2.lock, opened through dirfd without following links;
+    retried if the locked inode is no longer the one at the name. Returns the locked descriptor."""
+    ln = name + L.LOCK_SUFFIX
+    full = os.path.join(path, ln)
+    for _ in range(10):
+        try:
+            fd = os.open(ln, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dirfd)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise UnsafeDirectory(f"lock file {full} is a symbolic link: refusing to follow it "
+                                      "(remove it)") from None
+            raise RingError(f"lock file {full}: {e.strerror or e}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RingInUse(f"ring {name} ({path}) is in use by a live producer") from None
+        except OSError as e:
+            os.close(fd)
+            raise RingError(f"lock file {full}: {e.strerror or e}") from None
+        a = os.fstat(fd)
+        try:
+            b = os.stat(ln, dir_fd=dirfd, follow_symlinks=False)
+        except OSError:
+            b = None
+        if b is not None and (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino):
+            if not _stat.S_ISREG(a.st_mode):
+                os.close(fd)
+                raise UnsafeDirectory(f"lock file {full} is not a regular file")
+            return fd
+        os.close(fd)  # unlinked or replaced by its previous owner meanwhile: lock what is there now
+    raise RingError(f"lock file {full}: the lock file keeps changing")
+
+
+def _resolve_gid(group):
+    if group is None:
+        return None
+    if isinstance(group, int):
+        return group
+    if str(group).isdigit():
+        return int(group)
+    import grp
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise RingError(f"group {group!r} does not exist") from None
+
+
+# ---------------------------------------------------------------- memory (spec §1, §4)
+def _meminfo(key):
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                if k == key:
+                    parts = v.split()
+                    n = int(parts[0]) if parts else 0
+                    return n << 10 if len(parts) > 1 and parts[1] == "kB" else n
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def shm_available():
+    """The memory a new shared mapping may take: MemAvailable, or less under this process's cgroup v2
+    memory limit; 0 if unknown."""
+    avail = _meminfo("MemAvailable")
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return avail
+    for line in lines:
+        if not line.startswith("0::"):
+            continue
+        d = "/sys/fs/cgroup" + line[3:]
+        try:
+            with open(d + "/memory.max") as f:
+                lim = int(f.read().strip())
+            with open(d + "/memory.current") as f:
+                used = int(f.read().strip())
+        except (OSError, ValueError):  # "max": no limit
+            continue
+        if used < lim and (avail == 0 or lim - used < avail):
+            avail = lim - used
+    return avail
+
+
+def new_shm(name, size):
+    """A sealable shmem memfd of size bytes, refused up front when larger than the available memory (an
+    unlimited shmem fallocate would meet the OOM killer rather than fail), reserved with posix_fallocate
+    and mapped read-write. Returns (fd, mmap); not sealed yet."""
+    avail = shm_available()
+    if avail and size > avail:
+        raise NoSpace(f"the ring needs {size >> 20} MiB of shared memory and {avail >> 20} MiB are "
+                      "available: use fewer or smaller slots")
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.ftruncate(fd, size)
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.ENOMEM):
+                raise NoSpace(f"the ring needs {size >> 20} MiB of shared memory and the system has "
+                              f"{shm_available() >> 20} MiB available: use fewer or smaller slots") from None
+            raise
+        mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, mm
+
+
+def _align(v, a=4096):
+    return (v + a - 1) // a * a
+
+
+def layout_for(slot_count, slot_size, max_items, meta_size, packet_size=0, page_size=4096):
+    """The data memory's geometry (spec §4): a dict of desc_offset, items_offset, meta_offset,
+    payload_offset, packet_offset, data_size. Every region starts on a 4096-byte boundary; data_size is
+    a multiple of page_size."""
+    g = {"desc_offset": 0}
+    off = _align(slot_count * L.DESC_SIZE)
+    g["items_offset"] = off
+    off = _align(off + slot_count * max_items * L.ITEM_SIZE)
+    g["meta_offset"] = off
+    off = _align(off + meta_size)
+    g["payload_offset"] = off
+    off = _align(off + slot_count * slot_size)
+    g["packet_offset"] = off if packet_size else 0
+    off = _align(off + packet_size)
+    g["data_size"] = _align(off, page_size)
+    return g
+
+
+def _check_params(name, slot_count, slot_size, max_items, meta_size, max_consumers):
+    if not isinstance(name, str) or not _valid_name(name):
+        raise RingError(f"ring name {name!r}: use 1-64 characters from [A-Za-z0-9_.-], not starting with '.'")
+    if slot_count < 1 or slot_count > L.MAX_SLOT_COUNT or slot_count & (slot_count - 1):
+        raise ValueError(f"slot_count {slot_count} is not a power of two in 1..{L.MAX_SLOT_COUNT}")
+    if slot_size < 64 or slot_size % 64:
+        raise ValueError(f"slot_size {slot_size} is not a multiple of 64 (>= 64)")
+    if not 1 <= max_items <= L.MAX_ITEMS:
+        raise ValueError(f"max_items {max_items} not in 1..{L.MAX_ITEMS}")
+    if meta_size < L.META_HEADER_SIZE:
+        raise ValueError(f"meta_size {meta_size} < {L.META_HEADER_SIZE}")
+    if not 1 <= max_consumers <= L.MAX_CONSUMERS_LIMIT:
+        raise ValueError(f"max_consumers {max_consumers} not in 1..{L.MAX_CONSUMERS_LIMIT}")
+
+
+# ---------------------------------------------------------------- stream metadata records (spec §6)
+def _dtype_text(d, shape):
+    dt = getattr(d, "dtype", None)
+    hdr = getattr(d, "dtype_header", None)
+    if hdr:
+        return hdr
+    if dt is None:
+        return ""
+    if isinstance(dt, (str, bytes)):
+        s = dt.decode() if isinstance(dt, bytes) else dt
+        if s.lstrip().startswith("{"):
+            return s  # already the numpy header text
+        dt = np.dtype(s)
+    dt = np.dtype(dt)
+    order = getattr(d, "order", "C") or "C"
+    shp = "None" if shape is None else repr(tuple(int(x) for x in shape))
+    return (f"{{'descr': {np.lib.format.dtype_to_descr(dt)!r}, 'fortran_order': {order == 'F'}, "
+            f"'shape': {shp}}}")
+
+
+def meta_record(item_id, name="", description="", shape=None, fmt=b"", dtype=""):
+    """One stream-metadata record (spec §6). dtype: the numpy header text (or "")."""
+    nb, db, tb = name.encode(), description.encode(), dtype.encode()
+    fmt = bytes(fmt or b"")
+    ndim = L.NDIM_UNKNOWN if shape is None else len(shape)
+    shp = b"" if shape is None else b"".join(int(s).to_bytes(8, "little", signed=True) for s in shape)
+    body = shp + nb + db + fmt + tb
+    size = _align(L.META_RECORD_HEADER_SIZE + len(body), 8)
+    hdr = L.META_RECORD_STRUCT.pack(size, ndim, item_id, len(nb), len(db), len(fmt), len(tb))
+    return (hdr + body).ljust(size, b"\0")
+
+
+def _record_of(d):
+    if isinstance(d, (bytes, bytearray, memoryview)):
+        return bytes(d)
+    shape = getattr(d, "shape", None)
+    shape = None if shape is None else tuple(int(x) for x in shape)
+    fmt = getattr(d, "format", b"") or b""
+    if isinstance(fmt, str):
+        fmt = fmt.encode()
+    return meta_record(int(d.id), getattr(d, "name", "") or "", getattr(d, "description", "") or "", shape,
+                       fmt, _dtype_text(d, shape))
+
+
+# ---------------------------------------------------------------- consumers
+class Member:
+    """The producer's record of one attached consumer: its socket, table row and mapped region."""
+
+    def __init__(self, sock, index, generation, region_mm, released, pid, uid):
+        self.sock, self.index, self.generation = sock, index, generation
+        self.region_mm = region_mm
+        self.r64 = memoryview(region_mm).cast("Q")
+        self.r32 = memoryview(region_mm).cast("I")
+        self._cf = ctypes.c_uint32.from_buffer(region_mm, L.REG_CONSUMER_FUTEX)
+        self._rf = ctypes.c_uint32.from_buffer(region_mm, L.REG_RELEASE_FUTEX)
+        self.cf_addr, self.rf_addr = ctypes.addressof(self._cf), ctypes.addressof(self._rf)
+        self.released = released
+        self.pid, self.uid = pid, uid
+        self.detached = False
+
+    @property
+    def tail(self):
+        return self.r64[0]
+
+
+class Slot:
+    """A payload slot taken by ``Producer.acquire()``: fill ``payload`` (a writable numpy uint8 view of
+    the whole slot, no copy) and the item table (``add_item``), then ``Producer.publish(slot, ...)``, or
+    give it back unpublished with ``discard()``."""
+
+    __slots__ = ("_p", "index", "payload", "item_count", "overflow", "end", "_live")
+
+    def __init__(self, producer, index):
+        self._p = producer
+        self.index = index
+        self.payload = producer._payload2d[index]
+        self.item_count = 0
+        self.overflow = False
+        self.end = 0  # the end of the furthest address item
+        self._live = True
+
+    def add_item(self, item_id, value=0, length=0, immediate=False):
+        """Append an item pointer (spec §5). An address item's bytes are payload[value:value+length]
+        (ValueError past the slot); an immediate item carries ``value`` and its width ``length`` in bytes.
+        Returns False (and the heap gets ITEMS_OVERFLOW) when the table already holds max_items."""
+        p = self._p
+        if not immediate:
+            ss = p.slot_size
+            if value < 0 or length < 0 or value > ss or length > ss - value:
+                raise ValueError(f"address item {item_id:#x} [{value}, +{length}) runs past slot_size {ss}")
+            if value + length > self.end:
+                self.end = value + length
+        if self.item_count >= p.max_items:
+            self.overflow = True
+            return False
+        L.ITEM_STRUCT.pack_into(p.data, p._items_off + (self.index * p.max_items + self.item_count) * 32,
+                                item_id & M64, value & M64, length & M64, L.ITEM_IMMEDIATE if immediate else 0, 0)
+        self.item_count += 1
+        return True
+
+    def reset_items(self):
+        self.item_count, self.overflow, self.end = 0, False, 0
+
+    def discard(self):
+        """Return the slot to the pool unpublished."""
+        self._p.discard(self)
+
+    def __repr__(self):
+        return f"Slot({self.index}, items={self.item_count})"
+
+
+# ---------------------------------------------------------------- the producer
+class Producer:
+    """The producer of one ring. Make it with ``Producer.create(name, ...)``; use it as a context manager
+    or call ``close()``. acquire / publish / publish_batch / end_of_stream / wait_drained / discard and
+    set_descriptors belong to one thread (the hot path); interrupt, consumers, stats and close may be
+    called from any thread."""
+
+    _unmap_on_close = True
+
+    @classmethod
+    def create(cls, name, slot_count=256, slot_size=1 << 20, max_items=64, meta_size=64 << 10,
+               policy="drop", hugepages="auto", directory=None, max_consumers=L.DEFAULT_MAX_CONSUMERS,
+               group=None):
+        """Create ring ``name``: check/create the ring directory, take the name's lock, reserve and seal the
+        memory, bind the socket and start serving consumers.
+
+        slot_count: payload slots (a power of two); slot_size: bytes per slot (a multiple of 64);
+        max_items: item-table entries per heap; meta_size: the stream-metadata area; policy: "drop"
+        (a full ring drops the new heap: RingFull) or "block" (wait for the slowest consumer);
+        hugepages: "auto" (hugetlb data memory if available, else shmem with a HugePageWarning),
+        "require" (NoHugePages otherwise) or "off"; directory: the ring directory (default spec §1.1);
+        max_consumers: rows of the consumer table (1..64); group: a group name or gid whose members may
+        attach too (the socket becomes 0660 with that group).
+
+        Raises UnsafeDirectory, RingInUse ("in use by a live producer"), NoSpace / NoHugePages, RingError.
+        """
+        return cls(name, slot_count=slot_count, slot_size=slot_size, max_items=max_items, meta_size=meta_size,
+                   policy=policy, hugepages=hugepages, directory=directory, max_consumers=max_consumers,
+                   group=group)
+
+    def __init__(self, name, *, slot_count=256, slot_size=1 << 20, max_items=64, meta_size=64 << 10,
+                 policy="drop", hugepages="auto", directory=None, max_consumers=L.DEFAULT_MAX_CONSUMERS,
+                 group=None, packet_size=0, start_position=0, serve=True):
+        _check_params(name, slot_count, slot_size, max_items, meta_size, max_consumers)
+        if policy not in POLICIES:
+            raise ValueError(f"policy {policy!r}: use 'drop' or 'block'")
+        if hugepages not in ("auto", "require", "off"):
+            raise ValueError(f"hugepages {hugepages!r}: use 'auto', 'require' or 'off'")
+        self.name = name
+        self.slot_count, self.slot_size, self.max_items = slot_count, slot_size, max_items
+        self.meta_size, self.packet_size, self.max_consumers = meta_size, packet_size, max_consumers
+        self.policy = POLICIES[policy]
+        self.gid = _resolve_gid(group)
+        self._closed = False
+        self._dirfd = self._lockfd = None
+        self.ctl_fd = self.data_fd = None
+        self.ctl = self.data = None
+        self._listener = None
+        self._thread = None
+        self._stop_r = self._stop_w = None
+        self.directory = producer_dir(directory)
+        try:
+            self._setup(hugepages, start_position, serve)
+        except BaseException:
+            self._release(unlink=True)
+            raise
+
+    # ..................................................................... setup
+    def _setup(self, hugepages, start_position, serve):
+        self._dirfd = open_ring_dir(self.directory)
+        self._lockfd = _lock_ring(self._dirfd, self.directory, self.name)
+        self.socket_path = os.path.join(self.directory, self.name + L.SOCKET_SUFFIX)
+        self._create_memory(hugepages)
+        sc = self.slot_count
+        g = self.g
+        self.mask = sc - 1
+        self._items_off = g["items_offset"]
+        self.desc = np.frombuffer(self.data, L.DESC_DTYPE, sc, g["desc_offset"])
+        self.items = np.frombuffer(self.data, L.ITEM_DTYPE, sc * self.max_items,
+                                   g["items_offset"]).reshape(sc, self.max_items)
+        self._payload2d = np.frombuffer(self.data, np.uint8, sc * self.slot_size,
+                                        g["payload_offset"]).reshape(sc, self.slot_size)
+        self.meta_off = g["meta_offset"]
+        self.c64 = memoryview(self.ctl).cast("Q")
+        self.c32 = memoryview(self.ctl).cast("I")
+        self._stats = self.c64[_Q_STATS:_Q_STATS + L.STATS_SLOTS]
+        self._desc_off = g["desc_offset"]
+        # private state of the hot path
+        self._pos = start_position & M64  # next position to publish (= head after each publish)
+        self._reclaim = self._pos  # positions < _reclaim have their slots back in the pool
+        self._free = np.arange(sc, dtype=np.uint32)  # FIFO of free slots: [_free_r, _free_w) mod sc
+        self._free_r, self._free_w = 0, sc
+        self._pos_slot = np.zeros(sc, dtype=np.uint32)
+        self._taken = set()  # slots acquired and not yet published (single-heap API)
+        self.c64[_Q_HEAD] = self._pos
+        self.c64[_Q_OLDEST] = self._reclaim
+        self.c64[_Q_HEARTBEAT] = time.time_ns()
+        # consumers: index -> Member, under _lock; _snap is the hot path's lock-free copy
+        self.lock = threading.RLock()
+        self.conns = {}
+        self._graveyard = []
+        self._snap = ()
+        self._attached = threading.Event()
+        self._interrupted = False
+        self._wait_addr = 0
+        self.refused = []
+        self._refused_logged = 0.0
+        # the socket (spec §1.1): a leftover one is stale (we hold the lock): remove it, bind afresh
+        sname = self.name + L.SOCKET_SUFFIX
+        try:
+            os.unlink(sname, dir_fd=self._dirfd)
+        except FileNotFoundError:
+            pass
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        old = os.umask(0o177)
+        try:
+            self._listener.bind(f"/proc/self/fd/{self._dirfd}/{sname}")
+        finally:
+            os.umask(old)
+        if self.gid is not None:
+            os.chown(sname, -1, self.gid, dir_fd=self._dirfd, follow_symlinks=False)
+            os.chmod(sname, 0o660, dir_fd=self._dirfd)
+        self._listener.listen(64)
+        self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC)
+        if serve:
+            self._thread = threading.Thread(target=self._serve, name=f"ibvbridge-producer-{self.name}",
+                                             daemon=True)
+            self._thread.start()
+
+    def _create_memory(self, hugepages):
+        """Data and control memfds, sized and reserved before anything is written, then the header (state
+        READY) and the seals (spec §1)."""
+        page, huge, hfd = 4096, False, None
+        if hugepages != "off":
+            try:
+                hfd = os.memfd_create("ibvbridge-data", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING | os.MFD_HUGETLB)
+                page = os.fstat(hfd).st_blksize
+                huge = True
+            except OSError as e:
+                self._no_huge(hugepages, f"hugetlb memfd: {e.strerror or e}")
+        g = layout_for(self.slot_count, self.slot_size, self.max_items, self.meta_size, self.packet_size, page)
+        if huge:
+            size = g["data_size"]
+            try:
+                os.ftruncate(hfd, size)
+                self.data = mmap.mmap(hfd, size, mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0x8000),
+                                      mmap.PROT_READ | mmap.PROT_WRITE)
+                self.data_fd = hfd
+            except OSError as e:
+                os.close(hfd)
+                free = _meminfo("HugePages_Free") * _meminfo("Hugepagesize")
+                if e.errno == errno.ENOMEM:
+                    why = (f"the ring needs {size >> 20} MiB of hugepages and {free >> 20} MiB are free "
+                           "(echo N > /proc/sys/vm/nr_hugepages)")
+                else:
+                    why = f"hugetlb mmap of {size >> 20} MiB: {e.strerror or e}"
+                self._no_huge(hugepages, why)
+                huge, page = False, 4096
+                g = layout_for(self.slot_count, self.slot_size, self.max_items, self.meta_size, self.packet_size)
+        if not huge:
+            self.data_fd, self.data = new_shm("ibvbridge-data", g["data_size"])
+        self.g, self.page_size, self.huge = g, page, huge
+        self.data_size = g["data_size"]
+        self.ctl_size = L.ctl_size_for(self.max_consumers)
+        self.ctl_fd, self.ctl = new_shm("ibvbridge-ctl", self.ctl_size)
+        self.session_id = secrets.randbits(63) | 1
+        self.hdr = dict(magic=L.MAGIC, major=L.MAJOR_VERSION, minor=L.MINOR_VERSION, ctl_size=self.ctl_size,
+                        state=L.STATE_READY, policy=self.policy, session_id=self.session_id,
+                        producer_pid=os.getpid(), producer_start_ns=time.time_ns(), slot_count=self.slot_count,
+                        slot_size=self.slot_size, max_items=self.max_items, desc_size=L.DESC_SIZE,
+                        item_size=L.ITEM_SIZE, page_size=page, data_size=g["data_size"],
+                        desc_offset=g["desc_offset"], items_offset=g["items_offset"],
+                        meta_offset=g["meta_offset"], meta_size=self.meta_size,
+                        payload_offset=g["payload_offset"], packet_offset=g["packet_offset"],
+                        packet_size=self.packet_size, features=0, stats_count=L.STATS_COUNT,
+                        max_consumers=self.max_consumers)
+        L.HEADER_STRUCT.pack_into(self.ctl, 0, *(self.hdr[f] for f in L.HEADER_FIELDS))
+        add_seals(self.ctl_fd, SEALS_SHARED)
+        add_seals(self.data_fd, SEALS_SHARED)
+
+    @staticmethod
+    def _no_huge(mode, why):
+        if mode == "require":
+            raise NoHugePages(why)
+        warnings.warn(f"{why}; using ordinary shared memory", HugePageWarning, stacklevel=5)
+
+    # ..................................................................... properties
+    @property
+    def consumers(self):
+        """Consumers attached now."""
+        return len(self._snap)
+
+    @property
+    def head(self):
+        """The published head (positions below it are visible to consumers)."""
+        return self._pos
+
+    @property
+    def oldest(self):
+        return self._reclaim
+
+    @property
+    def closed(self):
+        return self._closed
+
+    def stats(self):
+        """The ring's counters as {name: value} (spec §2.3)."""
+        st = self._stats
+        return {n: st[i] for i, n in enumerate(L.COUNTER_NAMES)}
+
+    def _counter(self, c):
+        i = COUNTERS[c] if isinstance(c, str) else int(c)
+        if not 0 <= i < L.STATS_SLOTS:
+            raise IndexError(f"counter {c!r}")
+        return i
+
+    def add(self, counter, n=1):
+        """Add n to a counter (a name of layout.COUNTER_NAMES, or its index)."""
+        i = self._counter(counter)
+        self._stats[i] = (self._stats[i] + n) & M64
+
+    def set(self, counter, value):
+        """Set a counter."""
+        self._stats[self._counter(counter)] = value & M64
+
+    # ..................................................................... the socket (spec §1.2)
+    def _serve(self):
+        poller = select.poll()
+        poller.register(self._listener, select.POLLIN)
+        poller.register(self._stop_r, select.POLLIN)
+        watched = {}
+        next_beat = 0.0
+        while True:
+            with self.lock:
+                live = {m.sock.fileno(): m for m in self.conns.values()}
+                gone, self._graveyard = self._graveyard, []
+            for m in gone:  # detached by the hot path: their sockets are ours to close
+                fd = m.sock.fileno()
+                if fd in watched:
+                    poller.unregister(fd)
+                    del watched[fd]
+                m.sock.close()
+            for fd in set(watched) - set(live):
+                try:
+                    poller.unregister(fd)
+                except (KeyError, ValueError):
+                    pass
+                del watched[fd]
+            for fd, m in live.items():
+                if watched.get(fd) is not m:
+                    if fd in watched:
+                        poller.unregister(fd)
+                    poller.register(fd, select.POLLIN | select.POLLRDHUP)
+                    watched[fd] = m
+            now = time.monotonic()
+            if now >= next_beat:
+                next_beat = now + BEAT_SECONDS
+                self._beat()
+            try:
+                events = poller.poll(max(1, int((next_beat - time.monotonic()) * 1000)))
+            except InterruptedError:
+                continue
+            for fd, ev in events:
+                if fd == self._stop_r:
+                    return
+                if fd == self._listener.fileno():
+                    try:
+                        conn, _ = self._listener.accept()
+                    except OSError:
+                        continue
+                    try:
+                        self._handshake(conn)
+                    except OSError:
+                        conn.close()
+                    continue
+                m = watched.get(fd)
+                if m is None:
+                    continue
+                hung = bool(ev & _POLL_GONE)
+                if not hung:
+                    try:
+                        hung = m.sock.recv(256, socket.MSG_DONTWAIT) == b""
+                    except BlockingIOError:
+                        pass
+                    except OSError:
+                        hung = True
+                if hung:
+                    poller.unregister(fd)
+                    del watched[fd]
+                    self._consumer_left(m)
+
+    def _beat(self):
+        """Heartbeat (for humans) and the table rows' released positions, kept current while idle."""
+        if self._closed:
+            return
+        self.c64[_Q_HEARTBEAT] = time.time_ns()
+        with self.lock:
+            self._read_cursors_locked(self.c64[_Q_HEAD])
+
+    def _permitted(self, uid, gid):
+        """The SO_PEERCRED gate (spec §1.2): our euid, root, or a member of the producer's group."""
+        if uid in (0, os.geteuid()):
+            return True
+        if self.gid is None:
+            return False
+        if gid == self.gid:
+            return True
+        try:
+            import pwd
+            return self.gid in os.getgrouplist(pwd.getpwuid(uid).pw_name, gid)
+        except (KeyError, OSError):
+            return False
+
+    def _refuse(self, conn, status, message):
+        self.refused.append((status, message))
+        del self.refused[:-100]
+        now = time.monotonic()
+        if now - self._refused_logged > 1.0:  # a stranger connecting in a loop gets a line a second
+            self._refused_logged = now
+            log.warning("ring %s: refused a client: %s", self.name, message)
+        try:
+            conn.send(L.pack_error(status, message))
+        except OSError:
+            pass
+        conn.close()
+
+    def _refuse_hook(self, conn):
+        """Tests may answer every hello with an error record here; True when it did."""
+        return False
+
+    def _welcome_hook(self, rec, fds):
+        return rec, fds
+
+    _region_seals = SEALS_REGION
+
+    def _handshake(self, conn):
+        conn.settimeout(1.0)
+        try:
+            msg = conn.recv(256)
+        except (socket.timeout, OSError):
+            conn.close()
+            return
+        if self._refuse_hook(conn):
+            return
+        pid, uid, gid = peer_cred(conn)
+        try:
+            h = L.unpack_hello(msg)
+        except ValueError:
+            h = None
+        if h is None or h["magic"] != L.MAGIC:
+            return self._refuse(conn, L.STATUS_PROTOCOL, f"ring {self.name}: hello of {len(msg)} bytes is not "
+                                "an ibvbridge hello")
+        if not self._permitted(uid, gid):
+            return self._refuse(conn, L.STATUS_NOT_PERMITTED, f"ring {self.name}: uid {uid} may not attach "
+                                f"(the producer runs as uid {os.geteuid()})")
+        if h["major"] != L.MAJOR_VERSION:
+            return self._refuse(conn, L.STATUS_VERSION, f"ring {self.name} is layout {L.MAJOR_VERSION}."
+                                f"{L.MINOR_VERSION}; this client speaks {h['major']}.{h['minor']}")
+        if h["role"] not in (L.ROLE_CONSUMER, L.ROLE_OBSERVER) or h["start"] not in (L.START_OLDEST,
+                                                                                     L.START_HEAD):
+            return self._refuse(conn, L.STATUS_PROTOCOL, f"ring {self.name}: role {h['role']}, start "
+                                f"{h['start']}")
+        if self._closed or self.c32[_I_STATE] == L.STATE_CLOSED:
+            return self._refuse(conn, L.STATUS_CLOSING, f"ring {self.name} is closing: the stream has ended")
+        if h["role"] == L.ROLE_OBSERVER:
+            rec = L.pack_welcome(L.NO_CONSUMER_INDEX, 0, self.session_id, self.ctl_size, 0, 0)
+            socket.send_fds(conn, [rec], [self.ctl_fd])
+            conn.close()
+            return
+        rfd, rmm = new_shm("ibvbridge-region", L.REGION_SIZE)
+        try:
+            if self._region_seals:
+                add_seals(rfd, self._region_seals)
+            with self.lock:
+                free = [i for i in range(self.max_consumers) if i not in self.conns]
+                if not free:
+                    rmm.close()
+                    return self._refuse(conn, L.STATUS_BUSY, f"ring {self.name} busy: all {self.max_consumers} "
+                                        "consumer rows are attached")
+                idx = free[0]
+                # the start position goes into the region under the reclaim lock (spec §7.1)
+                start = self._reclaim if h["start"] == L.START_OLDEST else self.c64[_Q_HEAD]
+                rmm[0:8] = start.to_bytes(8, "little")
+                gen = (self.row_get(idx, "generation") + 1) & 0xFFFFFFFF
+                self.row_set(idx, generation=gen, pid=pid, uid=uid, attach_ns=time.time_ns(), released=start,
+                             wakes=0, lost_heaps=0)
+                full_fence()
+                self.row_set(idx, state=L.CONSUMER_ATTACHED)  # last: the row is complete
+                m = Member(conn, idx, gen, rmm, start, pid, uid)
+                self.conns[idx] = m
+                self._snap = tuple(self.conns.values())
+                self._stats[C_ATTACHED] = len(self.conns)
+            rec = L.pack_welcome(idx, gen, self.session_id, self.ctl_size, self.data_size, L.REGION_SIZE)
+            rec, fds = self._welcome_hook(rec, [self.ctl_fd, self.data_fd, rfd])
+            try:
+                if fds:
+                    socket.send_fds(conn, [rec], fds)
+                else:
+                    conn.send(rec)
+            except OSError:
+                self._consumer_left(m)
+                return
+            conn.setblocking(False)
+            self._attached.set()
+        finally:
+            os.close(rfd)
+
+    def _consumer_left(self, m):
+        """A consumer's socket hung up: its row becomes gone (4) and it stops counting (spec §7.6)."""
+        with self.lock:
+            if self.conns.get(m.index) is m:
+                del self.conns[m.index]
+                self._snap = tuple(self.conns.values())
+                if self.row_get(m.index, "generation") == m.generation:
+                    self.row_set(m.index, released=m.released)
+                    full_fence()
+                    self.row_set(m.index, state=L.CONSUMER_GONE)
+                self._stats[C_ATTACHED] = len(self.conns)
+            m.detached = True
+        m.sock.close()
+
+    def _detach_locked(self, m, state, lost_heaps=0):
+        """Detach m for ``state`` (2 overrun, 3 bad cursor): the row says why (state stored last), the
+        counter counts it, and its socket is shut down (the serving thread closes it). lock held."""
+        if self.conns.get(m.index) is not m:
+            return
+        del self.conns[m.index]
+        self._snap = tuple(self.conns.values())
+        m.detached = True
+        self.row_set(m.index, lost_heaps=lost_heaps, released=m.released)
+        full_fence()
+        self.row_set(m.index, state=state)
+        if state == L.CONSUMER_OVERRUN:
+            self._stats[C_OVERRUNS] += 1
+        elif state == L.CONSUMER_BAD_CURSOR:
+            self._stats[C_ERRORS] += 1
+        self._stats[C_ATTACHED] = len(self.conns)
+        try:
+            m.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        if self._thread is None:
+            m.sock.close()
+        else:
+            self._graveyard.append(m)  # the serving thread unregisters and closes it
+
+    # ..................................................................... consumer table (spec §2.2)
+    def row_off(self, index, field):
+        return L.OFF_CONSUMER_TABLE + L.ROW_SIZE * index + getattr(L, "ROW_" + field.upper())
+
+    def row_get(self, index, field):
+        o = self.row_off(index, field)
+        return self.c32[o >> 2] if field in ("state", "generation") else self.c64[o >> 3]
+
+    def row_set(self, index, **fields):
+        for field, v in fields.items():
+            o = self.row_off(index, field)
+            if field in ("state", "generation"):
+                self.c32[o >> 2] = v & 0xFFFFFFFF
+            else:
+                self.c64[o >> 3] = v & M64
+
+    def row(self, index):
+        """Consumer-table row ``index`` as a dict (spec §2.2)."""
+        o = L.OFF_CONSUMER_TABLE + L.ROW_SIZE * index
+        return dict(zip(L.ROW_FIELDS, L.ROW_STRUCT.unpack_from(self.ctl, o)))
+
+    # ..................................................................... reclaiming (spec §7.1-7.3)
+    def _read_cursors_locked(self, head):
+        """Read every attached consumer's tail (spec §7.2): a valid one (in [released, head]) becomes its
+        released position and its row's; an invalid one detaches it (state 3, consumer_errors)."""
+        for m in list(self.conns.values()):
+            t = m.r64[0]
+            r = m.released
+            if (t - r) & M64 > (head - r) & M64:
+                self._detach_locked(m, L.CONSUMER_BAD_CURSOR, 0)
+            elif t != r:
+                m.released = t
+                self.row_set(m.index, released=t)
+
+    def _slowest_locked(self):
+        rec = self._reclaim
+        slow = None
+        for m in self.conns.values():
+            if slow is None or (m.released - rec) & M64 < (slow.released - rec) & M64:
+                slow = m
+        return slow
+
+    def _nfree(self):
+        return self._free_w - self._free_r
+
+    def _free_positions(self, to):
+        """Return the slots of positions [_reclaim, to) to the pool."""
+        n = (to - self._reclaim) & M64
+        if n == 0:
+            return
+        sc, mask = self.slot_count, self.mask
+        idx = (np.arange(n, dtype=np.int64) + (self._reclaim & mask)) & mask
+        slots = self._pos_slot[idx]
+        w = self._free_w % sc
+        k = min(n, sc - w)
+        self._free[w:w + k] = slots[:k]
+        if k < n:
+            self._free[:n - k] = slots[k:]
+        self._free_w += n
+        self._reclaim = to & M64
+        self.c64[_Q_OLDEST] = self._reclaim
+
+    def _reclaim_locked(self, want=1):
+        """Give back the slots every attached consumer has released (up to the slowest one's cursor).
+        With nobody attached, drop frees the oldest positions as it needs slots (the ring keeps the newest
+        heaps for a consumer that attaches later); block keeps everything."""
+        if not self.conns:
+            if self.policy != L.POLICY_DROP:
+                return
+            need = want - self._nfree()
+            if need > 0:
+                held = (self._pos - self._reclaim) & M64
+                self._free_positions((self._reclaim + min(need, held)) & M64)
+            return
+        self._read_cursors_locked(self.c64[_Q_HEAD])
+        slow = self._slowest_locked()
+        if slow is not None:
+            self._free_positions(slow.released)
+
+    def _overrun_locked(self):
+        """drop, ring full: when some attached consumer has released more than the slowest, detach the
+        slowest ones as overrun and reclaim again; True if a slot became free (spec §7.3)."""
+        rec = self._reclaim
+        if not any(m.released != rec for m in self.conns.values()):
+            return False
+        for m in [m for m in self.conns.values() if m.released == rec]:
+            self._detach_locked(m, L.CONSUMER_OVERRUN, (self._pos - m.released) & M64)
+        self._reclaim_locked()
+        return self._nfree() > 0
+
+    def _refill(self, want, timeout):
+        """Make at least one slot free (up to want): reclaim; then drop: overrun or RingFull; block: wait."""
+        with self.lock:
+            self._reclaim_locked(want)
+            if self._nfree():
+                return
+            if self.policy == L.POLICY_DROP:
+                if self._overrun_locked():
+                    return
+                raise RingFull(f"ring {self.name}: no free slot")
+
+        def done():
+            self._reclaim_locked(want)
+            return self._nfree() > 0
+        self._wait_for(done, timeout)
+
+    def _wait_for(self, done, timeout):
+        """Sleep until done() (called with the lock held) is true: on the slowest consumer's release_futex
+        (spec §7.4), or for an attach when none is attached, in <= 250 ms slices. Timeout when timeout
+        (seconds) passes; Interrupted after interrupt()."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        spin_until = time.monotonic() + SPIN_SECONDS
+        c32 = self.c32
+        while True:
+            if self._interrupted:
+                if not self._closed:
+                    self._interrupted = False
+                raise Interrupted(f"ring {self.name}: interrupted")
+            with self.lock:
+                ok = done()
+                slow = self._slowest_locked()
+            if ok:
+                return
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                raise Timeout(f"ring {self.name}: nothing released within {timeout} s")
+            if now < spin_until:
+                continue
+            slice_ = L.MAX_WAIT_SLICE if deadline is None else max(0.001, min(L.MAX_WAIT_SLICE, deadline - now))
+            if slow is None:
+                self._attached.clear()
+                with self.lock:
+                    none = not self.conns
+                if none and not self._interrupted:
+                    self._attached.wait(slice_)
+                continue
+            f = slow.r32[_I_RELEASE]
+            c32[_I_PRODUCER_WAITING] = 1
+            full_fence()
+            with self.lock:
+                ok = done()
+            if not ok and not slow.detached:
+                self._wait_addr = slow.rf_addr
+                if not self._interrupted:
+                    futex_wait(slow.rf_addr, f, slice_)
+                self._wait_addr = 0
+            c32[_I_PRODUCER_WAITING] = 0
+            if ok:
+                return
+
+    def interrupt(self):
+        """Make a blocked acquire / publish_batch / wait_drained / end_of_stream raise Interrupted (the
+        next one, if none is waiting). Safe from any thread."""
+        self._interrupted = True
+        self._attached.set()
+        a = self._wait_addr
+        if a:
+            futex_wake(a)
+
+    # ..................................................................... the hot path
+    def acquire(self, timeout=None):
+        """A free payload slot (a Slot). drop: RingFull when none is free (count the heap with
+        ``add("dropped_heaps", 1)``); block: waits for the slowest consumer (timeout seconds, None:
+        forever; Timeout after it), Interrupted after interrupt()."""
+        self._check_open()
+        if self._free_w == self._free_r:
+            self._refill(1, timeout)
+        s = int(self._free[self._free_r % self.slot_count])
+        self._free_r += 1
+        self._taken.add(s)
+        return Slot(self, s)
+
+    def discard(self, slot):
+        """Give an acquired slot back unpublished."""
+        if not slot._live:
+            raise RingError(f"slot {slot.index} was already published or discarded")
+        slot._live = False
+        self._taken.discard(slot.index)
+        self._free[self._free_w % self.slot_count] = slot.index
+        self._free_w += 1
+
+    def publish(self, slot, heap_cnt, heap_size=None, received=None, timestamp_ns=None, flags=COMPLETE,
+                packets=1):
+        """Publish the heap in ``slot`` (spec §7.3): its item table is already written by add_item; the
+        descriptor, then a release store of head, then a wake for each consumer that announced it sleeps.
+
+        received: payload bytes stored in the slot (<= slot_size); heap_size: the heap's length. Either
+        defaults to the other; with neither, the end of the furthest address item (0 if none). Returns the
+        heap's position."""
+        if not slot._live or slot._p is not self:
+            raise RingError(f"slot {slot.index} was already published or discarded")
+        if received is None:
+            received = slot.end if heap_size is None else min(heap_size, self.slot_size)
+        if heap_size is None:
+            heap_size = received
+        if not 0 <= received <= self.slot_size:
+            raise ValueError(f"received {received} not in 0..slot_size {self.slot_size}")
+        if slot.overflow:
+            flags |= L.FLAG_ITEMS_OVERFLOW
+        slot._live = False
+        self._taken.discard(slot.index)
+        pos = self._pos
+        L.DESC_STRUCT.pack_into(self.data, self._desc_off + (pos & self.mask) * 64, (pos + 1) & M64,
+                                heap_cnt & M64, heap_size & M64, received,
+                                time.time_ns() if timestamp_ns is None else timestamp_ns, slot.index, flags,
+                                slot.item_count, packets, 0)
+        self._pos_slot[pos & self.mask] = slot.index
+        self._pos = (pos + 1) & M64
+        st = self._stats
+        if not flags & L.FLAG_END_OF_STREAM:
+            st[C_HEAPS] += 1
+            st[C_BYTES] += received
+            st[C_PACKETS] += packets
+        self._commit()
+        return pos
+
+    def _commit(self):
+        """Release-store head, full fence, then wake every consumer that announced it sleeps (spec §7.5;
+        see the module docstring for the plain-store exchange)."""
+        self.c64[_Q_HEAD] = self._pos
+        full_fence()
+        for m in self._snap:
+            r32 = m.r32
+            if r32[_I_WAITING]:
+                r32[_I_WAITING] = 0
+                full_fence()
+                r32[_I_FUTEX] = (r32[_I_FUTEX] + 1) & 0xFFFFFFFF
+                futex_wake(m.cf_addr)
+                if not m.detached:  # (a detached member's row may belong to someone else by now)
+                    o = (L.OFF_CONSUMER_TABLE + L.ROW_SIZE * m.index + L.ROW_WAKES) >> 3
+                    self.c64[o] = (self.c64[o] + 1) & M64
+
+    def _items_block(self, items, n):
+        """Normalise publish_batch's items: (template (k,) ITEM_DTYPE, per-heap (n, k) array or None,
+        [(column, field, array)] overrides, overflow)."""
+        if items is None:
+            return None, None, [], False
+        if isinstance(items, np.ndarray) and items.dtype.names:
+            arr = np.asarray(items)
+            k = arr.shape[-1]
+            over = k > self.max_items
+            if arr.ndim == 1:
+                t = np.zeros(min(k, self.max_items), L.ITEM_DTYPE)
+                for f in ("id", "value", "length", "flags"):
+                    t[f] = arr[f][:self.max_items]
+                return t, None, [], over
+            if arr.shape[0] != n:
+                raise ValueError(f"items has {arr.shape[0]} rows for {n} heaps")
+            full = np.zeros((n, min(k, self.max_items)), L.ITEM_DTYPE)
+            for f in ("id", "value", "length", "flags"):
+                full[f] = arr[f][:, :self.max_items]
+            return None, full, [], over
+        items = list(items)
+        over = len(items) > self.max_items
+        items = items[:self.max_items]
+        t = np.zeros(len(items), L.ITEM_DTYPE)
+        cols = []
+        for c, it in enumerate(items):
+            it = tuple(it) + (0,) * (4 - len(it))
+            for f, v in zip(("id", "value", "length", "flags"), it[:4]):
+                if np.ndim(v) == 0:
+                    t[f][c] = int(v) & M64
+                else:
+                    a = np.asarray(v, dtype=np.uint64 if f != "flags" else np.uint32).ravel()
+                    if len(a) != n:
+                        raise ValueError(f"item {c} field {f}: {len(a)} values for {n} heaps")
+                    cols.append((c, f, a))
+        return t, None, cols, over
+
+    def publish_batch(self, payloads, heap_cnts, heap_sizes=None, items=None, flags=COMPLETE,
+                      timestamp_ns=None, packets=1, timeout=None):
+        """Publish many (small) heaps at once: takes free slots, copies the payloads with numpy, writes all
+        descriptors and item tables vectorised and stores head once per run of free slots (one wake check
+        per consumer per head store).
+
+        payloads: an (n, w) uint8 array (w <= slot_size; received = w for every heap, unless heap_sizes
+        says less), a list of n bytes-like objects, or None (the slots' payload is left as it is; give
+        heap_sizes). heap_cnts: n counters. heap_sizes: n sizes or one (default: the payload lengths).
+        items: None; a list of (id, value, length, flags) whose fields are scalars or arrays of n values
+        (e.g. ``[(0x1000, 0, 64, 0), (0x1001, cnts, 5, ibvbridge.producer.IMMEDIATE)]``); or an ITEM_DTYPE
+        structured array of shape (k,) (the same items for every heap) or (n, k).
+
+        Returns how many heaps were published: all n under block (waits like acquire; Timeout /
+        Interrupted); under drop as many as there were free slots, in order — the rest are dropped (count
+        them with ``add("dropped_heaps", n - published)``)."""
+        self._check_open()
+        cnts = np.asarray(heap_cnts, dtype=np.uint64).ravel()
+        n = len(cnts)
+        if n == 0:
+            return 0
+        ss = self.slot_size
+        lst = None
+        if payloads is None:
+            arr, width = None, 0
+            if heap_sizes is None:
+                raise ValueError("payloads=None needs heap_sizes")
+        elif isinstance(payloads, np.ndarray):
+            arr = payloads
+            if arr.ndim == 1:
+                arr = arr.reshape(1, -1) if n == 1 else arr.reshape(n, -1)
+            if arr.dtype != np.uint8:
+                arr = arr.view(np.uint8).reshape(n, -1)
+            if arr.shape[0] != n:
+                raise ValueError(f"{arr.shape[0]} payloads for {n} heap_cnts")
+            width = arr.shape[1]
+            if width > ss:
+                raise ValueError(f"payloads of {width} bytes > slot_size {ss}")
+        else:
+            lst = [memoryview(b).cast("B") for b in payloads]
+            if len(lst) != n:
+                raise ValueError(f"{len(lst)} payloads for {n} heap_cnts")
+            arr, width = None, 0
+        if lst is not None:
+            recv = np.fromiter((len(b) for b in lst), dtype=np.uint64, count=n)
+            if n and int(recv.max()) > ss:
+                raise ValueError(f"a payload is larger than slot_size {ss}")
+        else:
+            recv = None
+        if heap_sizes is not None:
+            hs = np.broadcast_to(np.asarray(heap_sizes, dtype=np.uint64), (n,))
+            if recv is None:
+                recv = np.minimum(hs, np.uint64(width if arr is not None else ss))
+        else:
+            hs = recv if recv is not None else None
+        if recv is None:
+            recv_scalar = width
+        template, full, cols, over = self._items_block(items, n)
+        # address items must lie inside the slot (a consumer would report the ring corrupt)
+        self._check_items(template, full, cols)
+        if over:
+            flags |= L.FLAG_ITEMS_OVERFLOW
+        k_items = 0 if template is None and full is None else (template if full is None else full).shape[-1]
+        ts = time.time_ns() if timestamp_ns is None else timestamp_ns
+        done_n = 0
+        while done_n < n:
+            want = n - done_n
+            if self._nfree() < want:
+                try:
+                    self._refill(want, timeout)
+                except RingFull:
+                    if self._nfree() == 0:
+                        break
+            k = min(self._nfree(), want)
+            slots = self._take_slots(k)
+            sl = slice(done_n, done_n + k)
+            si = slots.astype(np.intp)
+            consecutive = k == 1 or (int(slots[-1]) - int(slots[0]) == k - 1 and
+                                     bool((np.diff(slots.astype(np.int64)) == 1).all()))
+            s0 = int(slots[0])
+            if arr is not None and width:
+                if consecutive:
+                    self._payload2d[s0:s0 + k, :width] = arr[sl]
+                else:
+                    self._payload2d[si, :width] = arr[sl]
+            elif lst is not None:
+                p2 = self._payload2d
+                for j in range(k):
+                    b = lst[done_n + j]
+                    p2[int(slots[j]), :len(b)] = np.frombuffer(b, np.uint8)
+            if k_items:
+                if full is not None:
+                    blk = full[sl]
+                else:
+                    blk = np.empty((k, k_items), L.ITEM_DTYPE)
+                    blk[:] = template
+                    for c, f, a in cols:
+                        blk[f][:, c] = a[sl]
+                if consecutive:
+                    self.items[s0:s0 + k, :k_items] = blk
+                else:
+                    self.items[si, :k_items] = blk
+            pos = self._pos
+            d = np.zeros(k, L.DESC_DTYPE)
+            d["seq"] = np.arange(1, k + 1, dtype=np.uint64) + np.uint64(pos)
+            d["heap_cnt"] = cnts[sl]
+            r = recv[sl] if recv is not None else recv_scalar
+            d["received"] = r
+            d["heap_size"] = hs[sl] if hs is not None else r
+            d["timestamp_ns"] = ts if np.ndim(ts) == 0 else np.asarray(ts, np.uint64)[sl]
+            d["slot"] = slots
+            d["flags"] = flags
+            d["item_count"] = k_items
+            d["packets"] = packets
+            i0 = pos & self.mask
+            if i0 + k <= self.slot_count:
+                self.desc[i0:i0 + k] = d
+                self._pos_slot[i0:i0 + k] = slots
+            else:
+                idx = (np.arange(k, dtype=np.int64) + i0) & self.mask
+                self.desc[idx] = d
+                self._pos_slot[idx] = slots
+            self._pos = (pos + k) & M64
+            st = self._stats
+            st[C_HEAPS] += k
+            st[C_BYTES] += int(r.sum()) if recv is not None else k * recv_scalar
+            st[C_PACKETS] += k * packets
+            self._commit()
+            done_n += k
+        return done_n
+
+    def _check_items(self, template, full, cols):
+        ss = np.uint64(self.slot_size)
+        for blk in (template, full):
+            if blk is None or blk.size == 0:
+                continue
+            addr = (blk["flags"] & L.ITEM_IMMEDIATE) == 0
+            v, ln = blk["value"], blk["length"]
+            if (addr & ((v > ss) | (ln > ss - np.minimum(v, ss)))).any():
+                raise ValueError(f"an address item runs past slot_size {self.slot_size}")
+        if cols and template is not None:
+            for c in sorted({c for c, _, _ in cols}):
+                got = {f: a for cc, f, a in cols if cc == c}
+                v = got.get("value", template["value"][c])
+                ln = got.get("length", template["length"][c])
+                fl = got.get("flags", template["flags"][c])
+                v, ln, fl = np.broadcast_arrays(np.asarray(v, np.uint64), np.asarray(ln, np.uint64),
+                                                np.asarray(fl, np.uint32))
+                addr = (fl & L.ITEM_IMMEDIATE) == 0
+                if (addr & ((v > ss) | (ln > ss - np.minimum(v, ss)))).any():
+                    raise ValueError(f"address item {c} runs past slot_size {self.slot_size}")
+
+    def _take_slots(self, k):
+        sc = self.slot_count
+        r = self._free_r % sc
+        if r + k <= sc:
+            s = self._free[r:r + k].copy()
+        else:
+            s = np.concatenate((self._free[r:], self._free[:k - (sc - r)]))
+        self._free_r += k
+        return s
+
+    def end_of_stream(self, stop_heap_cnt=0, timeout=None):
+        """Publish the END_OF_STREAM marker (spec §4.1). It takes a slot like a heap: with none free it
+        waits up to timeout seconds (None: drop does not wait, block waits forever) for the consumers, then
+        raises RingFull (close() still marks the ring CLOSED, which consumers also read as the end)."""
+        self._check_open()
+        if self._free_w == self._free_r:
+            try:
+                self._refill(1, timeout if self.policy == L.POLICY_BLOCK else 0)
+            except Timeout:
+                raise RingFull(f"ring {self.name}: no free slot for the end-of-stream marker") from None
+            except RingFull:
+                if not timeout:
+                    raise
+
+                def done():
+                    self._reclaim_locked()
+                    return self._nfree() > 0
+                try:
+                    self._wait_for(done, timeout)
+                except Timeout:
+                    raise RingFull(f"ring {self.name}: no free slot for the end-of-stream marker") from None
+        s = int(self._free[self._free_r % self.slot_count])
+        self._free_r += 1
+        slot = Slot(self, s)
+        self._stats[C_EOS] = 1  # before the marker: a consumer that sees it reads the counter set
+        return self.publish(slot, stop_heap_cnt, 0, 0, time.time_ns(), L.FLAG_END_OF_STREAM, 0)
+
+    def wait_drained(self, timeout=None):
+        """Wait until every attached consumer has released everything published (so closing loses
+        nothing). NoConsumer when no consumer is attached when it is called (nobody would ever drain the
+        ring); consumers that detach meanwhile stop counting, and it returns when the last one has gone.
+        Timeout; Interrupted."""
+        with self.lock:
+            self._reclaim_locked()
+            if not self.conns:
+                raise NoConsumer(f"ring {self.name}: no consumer attached")
+
+        def done():
+            self._reclaim_locked()
+            return not self.conns or self._reclaim == self._pos
+        self._wait_for(done, timeout)
+
+    def wait_consumers(self, n, timeout=None):
+        """Wait until at least n consumers are attached; Timeout otherwise."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while len(self._snap) < n:
+            if self._interrupted:
+                self._interrupted = self._closed
+                raise Interrupted(f"ring {self.name}: interrupted")
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise Timeout(f"ring {self.name}: {len(self._snap)} consumers attached, want {n}")
+            self._attached.clear()
+            if len(self._snap) < n:
+                self._attached.wait(0.05 if left is None else min(0.05, left))
+
+    def set_descriptors(self, records):
+        """Rewrite the stream-metadata area (spec §6, a seqlock) with item descriptors: ItemDescriptor-like
+        objects (id, name, description, format bytes, dtype: a numpy dtype, a dtype string or the numpy
+        header text, shape: a tuple with -1 for a variable dimension, or None) or ready-made records
+        (bytes). Call it before publishing the heap that carries them."""
+        body = b"".join(_record_of(d) for d in records)
+        if len(body) > self.meta_size - L.META_HEADER_SIZE:
+            raise ValueError(f"descriptors take {len(body)} bytes; meta_size - 16 is "
+                             f"{self.meta_size - L.META_HEADER_SIZE}")
+        mv = memoryview(self.data)
+        o = self.meta_off
+        try:
+            seq = int.from_bytes(mv[o:o + 8], "little")
+            if seq & 1:
+                seq += 1
+            mv[o:o + 8] = (seq + 1).to_bytes(8, "little")
+            full_fence()
+            mv[o + 16:o + 16 + len(body)] = body
+            mv[o + 8:o + 16] = len(body).to_bytes(8, "little")
+            full_fence()
+            mv[o:o + 8] = (seq + 2).to_bytes(8, "little")
+        finally:
+            mv.release()
+
+    def _check_open(self):
+        if self._closed:
+            raise RingError(f"ring {self.name} is closed")
+
+    # ..................................................................... stopping (spec §7.6)
+    def close(self):
+        """Clean stop: interrupt a waiting hot path, state CLOSED, wake every consumer, close every
+        connection, remove the socket and the lock file, unmap. Consumers keep their mappings, drain what
+        was published, then see the end of stream. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._interrupted = True
+        self.interrupt()
+        self._stop_serving()
+        if self.ctl is not None:
+            with self.lock:
+                self.c32[_I_STATE] = L.STATE_CLOSED
+                full_fence()
+                for m in self.conns.values():
+                    r32 = m.r32
+                    r32[_I_WAITING] = 0
+                    r32[_I_FUTEX] = (r32[_I_FUTEX] + 1) & 0xFFFFFFFF
+                    futex_wake(m.cf_addr)
+        self._release(unlink=True)
+
+    def _stop_serving(self):
+        if self._stop_w is not None:
+            try:
+                os.write(self._stop_w, b"x")
+            except OSError:
+                pass
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(5)
+
+    def _release(self, unlink):
+        self._closed = True
+        lock = getattr(self, "lock", None)
+        if lock is not None:
+            with lock:
+                for m in list(self.conns.values()) + list(getattr(self, "_graveyard", [])):
+                    try:
+                        m.sock.close()
+                    except OSError:
+                        pass
+                self._graveyard = []
+        if self._listener is not None:
+            self._listener.close()
+        if self._dirfd is not None and unlink:
+            for f in ((self.name + L.SOCKET_SUFFIX) if self._listener is not None else None,
+                      (self.name + L.LOCK_SUFFIX) if self._lockfd is not None else None):
+                if f:
+                    try:
+                        os.unlink(f, dir_fd=self._dirfd)
+                    except OSError:
+                        pass
+        for attr in ("_lockfd", "_dirfd", "_stop_r", "_stop_w", "ctl_fd", "data_fd"):
+            fd = getattr(self, attr, None)
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+                setattr(self, attr, None)
+        if self._unmap_on_close:
+            self._unmap()
+
+    def _unmap(self):
+        for a in ("desc", "items", "_payload2d"):
+            if hasattr(self, a):
+                setattr(self, a, None)
+        for a in ("_stats", "c64", "c32"):
+            mv = getattr(self, a, None)
+            if mv is not None:
+                try:
+                    mv.release()
+                except (BufferError, ValueError):
+                    pass
+        for a in ("data", "ctl"):
+            mm = getattr(self, a, None)
+            if mm is not None:
+                try:
+                    mm.close()
+                except BufferError:
+                    pass  # views the caller still holds: unmapped when the last one goes
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        if self._closed:
+            return f"Producer({self.name!r}, closed)"
+        return (f"Producer({self.name!r}, socket={self.socket_path!r}, slots={self.slot_count}x"
+                f"{self.slot_size}, head={self._pos}, consumers={self.consumers})")

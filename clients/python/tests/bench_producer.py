@@ -1,0 +1,77 @@
+"""Producer throughput: ibvbridge.produce (Python) into the C consumer and the Python consumer (not a test;
+run by hand).
+
+    /usr/bin/python3 tests/bench_producer.py [--heaps N] [--size B] [--batch K] [--slots S] [--runs R]
+                                           [--pattern] [--hugepages off|auto|require]
+
+Each run starts ``python3 -m ibvbridge.produce --policy block --wait-consumers 1`` and one consumer
+(clients/c/build/ibvb-consume if built; ``python3 -m ibvbridge.consume --batch K``), checks that both
+checksums agree and every heap arrived, and records the producer's heaps/s (first publish to everything
+released, END_OF_STREAM included). Prints median and range per pair.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PKG = os.path.dirname(HERE)
+C_CONSUME = os.path.normpath(os.path.join(PKG, "..", "c", "build", "ibvb-consume"))
+ENV = dict(os.environ, PYTHONPATH=PKG)
+
+
+def one(consumer, a, d, name):
+    prod = subprocess.Popen([sys.executable, "-m", "ibvbridge.produce", "--ring", name, "--dir", d,
+                             "--heaps", str(a.heaps), "--heap-size", str(a.size), "--slots", str(a.slots),
+                             "--policy", "block", "--wait-consumers", "1", "--hugepages", a.hugepages,
+                             *(["--batch", str(a.batch)] if a.batch else []), *(["--pattern"] if a.pattern else [])],
+                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sock = os.path.join(d, name + ".v2.sock")
+    while not os.path.exists(sock):
+        time.sleep(0.01)
+    if consumer == "c":
+        cmd = [C_CONSUME, "--ring", sock, "--timeout-ms", "60000"]
+    else:
+        cmd = [sys.executable, "-m", "ibvbridge.consume", "--ring", sock, "--timeout-ms", "60000", "--batch",
+               str(a.consumer_batch)]
+    cons = subprocess.run(cmd, env=ENV, capture_output=True, text=True)
+    out, err = prod.communicate()
+    pj, cj = json.loads(out), json.loads(cons.stdout)
+    assert prod.returncode == 0, err
+    assert cj["result"] == "eos" and cj["heaps"] == pj["heaps"] == a.heaps, (pj, cj)
+    assert cj["checksum"] == pj["checksum"], (pj, cj)
+    return pj["heaps_per_s"], cj["heaps"] / cj["seconds"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--heaps", type=int, default=2_000_000)
+    ap.add_argument("--size", type=int, default=64)
+    ap.add_argument("--batch", type=int, default=4096)
+    ap.add_argument("--consumer-batch", type=int, default=4096)
+    ap.add_argument("--slots", type=int, default=65536)
+    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--hugepages", default="off")
+    ap.add_argument("--pattern", action="store_true", help="write each payload (produce --pattern)")
+    a = ap.parse_args()
+    pairs = (["c"] if os.access(C_CONSUME, os.X_OK) else []) + ["python"]
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as d:
+        for consumer in pairs:
+            prod_rates, cons_rates = [], []
+            for i in range(a.runs):
+                p, c = one(consumer, a, d, f"bench{i}")
+                prod_rates.append(p)
+                cons_rates.append(c)
+            print(f"python producer (batch {a.batch}{', pattern' if a.pattern else ''}) -> {consumer:6s} consumer, "
+                  f"{a.size}-byte heaps, "
+                  f"{a.heaps} heaps x {a.runs} runs: producer median {statistics.median(prod_rates):,.0f} "
+                  f"heaps/s (range {min(prod_rates):,.0f} - {max(prod_rates):,.0f}); consumer median "
+                  f"{statistics.median(cons_rates):,.0f} heaps/s")
+
+
+if __name__ == "__main__":
+    main()
