@@ -770,9 +770,6 @@ func TestHugePages(t *testing.T) {
 	if !p.Huge() || p.Geometry().PageSize < 2<<20 {
 		t.Fatalf("not on hugepages: page %d", p.Geometry().PageSize)
 	}
-	if got := hugePagesFree(t); got >= free {
-		t.Fatalf("free hugepages %d → %d: the ring took none", free, got)
-	}
 	c, err := ring.Attach(name, ring.AttachOptions{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
@@ -785,7 +782,12 @@ func TestHugePages(t *testing.T) {
 	checkHeap(t, h, 3, 4096)
 	c.Close()
 	p.Close()
-	if got := hugePagesFree(t); got != free {
+	// Other test packages may hold hugepages of their own meanwhile: ours must come back, within 5 s.
+	deadline := time.Now().Add(5 * time.Second)
+	for hugePagesFree(t) < free && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := hugePagesFree(t); got < free {
 		t.Fatalf("free hugepages %d after close, %d before: memory outlived the ring", got, free)
 	}
 }

@@ -96,7 +96,9 @@ func TestBenchLeavesNoRing(t *testing.T) {
 			t.Errorf("bench ring left %s after SIGTERM", f)
 		}
 	}
-	if got := hugePagesFree(); got != hugeBefore {
+	// Other test packages may hold hugepages meanwhile: bench ring's must come back, within 5 s.
+	testutil.WaitFor(5*time.Second, func() bool { return hugePagesFree() >= hugeBefore })
+	if got := hugePagesFree(); got < hugeBefore {
 		t.Errorf("free hugepages %d after bench ring, %d before: its memory outlived it", got, hugeBefore)
 	}
 }
