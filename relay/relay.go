@@ -22,6 +22,8 @@ type Config struct {
 	Incomplete bool
 	// NoStop leaves the stream open at the ring's end (no stream-stop heap).
 	NoStop bool
+	// Flavour is the flavour the sender encodes in, for the item descriptors Run announces (default 64-40).
+	Flavour spead.Flavour
 }
 
 // Result counts what Run did.
@@ -42,6 +44,7 @@ const wait = 250 * time.Millisecond
 func Run(ctx context.Context, c *ring.Consumer, hs transport.HeapSender, cfg Config) (Result, error) {
 	var res Result
 	var heap spead.Heap
+	announced := false
 	for {
 		if ctx.Err() != nil { // also on a busy ring, which never lets Next time out
 			res.Interrupted = true
@@ -63,6 +66,18 @@ func Run(ctx context.Context, c *ring.Consumer, hs transport.HeapSender, cfg Con
 			continue
 		}
 		toSPEAD(&heap, &h)
+		if !announced {
+			// A relay that attached after the heap carrying the stream's descriptors still names and shapes
+			// the items downstream: the ring's metadata holds them (updated before that heap was
+			// published), and they ride in the first heap sent, as spead2 puts them in its first heap.
+			announced = true
+			if h.Flags&ring.FlagHasDescriptors == 0 {
+				if err := appendDescriptors(&heap, c, cfg.Flavour); err != nil {
+					c.Release(h)
+					return res, flush(hs, err)
+				}
+			}
+		}
 		err = hs.SendHeap(ctx, &heap)
 		c.Release(h) // the sender has copied the bytes into its packets
 		if err != nil {
@@ -89,6 +104,25 @@ func toSPEAD(dst *spead.Heap, h *ring.Heap) {
 			dst.Items = append(dst.Items, spead.Item{ID: it.ID, Data: h.ItemBytes(it)})
 		}
 	}
+}
+
+// appendDescriptors adds the ring's item descriptors to heap as descriptor items (0x5).
+func appendDescriptors(heap *spead.Heap, c *ring.Consumer, f spead.Flavour) error {
+	ds, err := c.Descriptors()
+	if err != nil {
+		return fmt.Errorf("relay: stream metadata: %w", err)
+	}
+	if f == 0 {
+		f = spead.Flavour64_40
+	}
+	for _, rd := range ds {
+		b, err := spead.EncodeDescriptor(spead.DescriptorFromRing(rd, f), f)
+		if err != nil {
+			return fmt.Errorf("relay: descriptor of item %#x: %w", rd.ID, err)
+		}
+		heap.Items = append(heap.Items, spead.Item{ID: spead.DescriptorID, Data: b})
+	}
+	return nil
 }
 
 // finish ends the stream downstream: the stop heap (unless NoStop) and the queue go out, within a second

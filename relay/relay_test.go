@@ -110,3 +110,47 @@ func TestRunCancelled(t *testing.T) {
 		t.Errorf("took %v to stop", d)
 	}
 }
+
+// A relay that attached after the heap carrying the stream's descriptors announces them from the ring's
+// metadata in its first heap (and only there); a heap that carries descriptors itself gets none added.
+func TestRunAnnouncesDescriptorsFromMetadata(t *testing.T) {
+	p, c := testRing(t)
+	want := []ring.ItemDescriptor{
+		{ID: 0x2000, Name: "power", Description: "a spectrum", DType: "{'descr': '<f4', 'fortran_order': False, 'shape': (4,)}",
+			Shape: []int64{4}, ShapeKnown: true},
+		{ID: 0x2001, Name: "flags", Format: []byte{'u', 0, 0, 8}, Shape: []int64{-1}, ShapeKnown: true}, // 64-40 width
+	}
+	if err := p.SetDescriptors(want); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, p, 5, make([]byte, 16), ring.FlagComplete, ring.Item{ID: 0x2000, Value: 0, Length: 16})
+	publish(t, p, 6, make([]byte, 16), ring.FlagComplete, ring.Item{ID: 0x2000, Value: 0, Length: 16})
+	if err := p.PublishEndOfStream(0, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var cs captureSender
+	if _, err := Run(context.Background(), c, &cs, Config{Flavour: spead.Flavour64_48}); err != nil {
+		t.Fatal(err)
+	}
+	first, second := cs.heaps[0], cs.heaps[1]
+	var got []spead.Descriptor
+	for _, it := range first.Items {
+		if it.ID == spead.DescriptorID {
+			d, err := spead.ParseDescriptor(it.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, d)
+		}
+	}
+	if len(got) != 2 || got[0].ID != 0x2000 || got[0].Name != "power" || got[0].DType != want[0].DType ||
+		got[1].ID != 0x2001 || len(got[1].Format) != 1 || got[1].Format[0] != (spead.FormatField{Code: 'u', Bits: 8}) ||
+		len(got[1].Shape) != 1 || got[1].Shape[0] != -1 {
+		t.Fatalf("descriptors announced: %+v", got)
+	}
+	for _, it := range second.Items {
+		if it.ID == spead.DescriptorID {
+			t.Fatal("descriptors announced again in the second heap")
+		}
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/ibvbridge/ibvbridge/ring"
 )
 
 // FormatField is one entry of a SPEAD format: a type code ('u', 'i', 'f', 'c', 'b', ...) and a bit width.
@@ -274,4 +276,32 @@ func (d *Descriptor) NumpyShape() (shape []int64, ok bool) {
 		shape = append(shape, dim)
 	}
 	return shape, true
+}
+
+// DescriptorFromRing is the descriptor a sender of flavour f announces for an item the ring's stream
+// metadata describes (the inverse of what the assembler stores there). The ring keeps the format field
+// raw, in the field width of the flavour it arrived in: f's width is tried first, then the other
+// flavour's, and the first that splits it into known type codes is taken.
+func DescriptorFromRing(rd ring.ItemDescriptor, f Flavour) Descriptor {
+	d := Descriptor{ID: rd.ID, Name: rd.Name, Description: rd.Description, DType: rd.DType, Flavour: f}
+	if rd.DType == "" && rd.ShapeKnown {
+		d.Shape = rd.Shape // with a numpy header, the shape travels in it (as spead2 sends it)
+	}
+	for _, fl := range []Flavour{f, Flavour64_40, Flavour64_48} {
+		if ff, err := parseFormat(rd.Format, fl); err == nil && knownCodes(ff) {
+			d.Format = ff
+			break
+		}
+	}
+	return d
+}
+
+// knownCodes reports whether every field has one of SPEAD's type codes.
+func knownCodes(ff []FormatField) bool {
+	for _, x := range ff {
+		if !strings.ContainsRune("uifcb", rune(x.Code)) {
+			return false
+		}
+	}
+	return true
 }

@@ -141,7 +141,7 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 	defer hs.Close()
 	res := bench.SendResult{}
 	if *ringName != "" {
-		if res.Heaps, res.SkippedIncomplete, err = sendRing(ctx, *ringName, hs, relay.Config{Incomplete: *incomplete, NoStop: *noStop}); err != nil {
+		if res.Heaps, res.SkippedIncomplete, err = sendRing(ctx, *ringName, hs, relay.Config{Incomplete: *incomplete, NoStop: *noStop, Flavour: flavour}); err != nil {
 			return err
 		}
 	} else if res.Heaps, err = transport.SendStream(ctx, hs, *heaps, g.Heap, !*noStop); err != nil {

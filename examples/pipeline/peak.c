@@ -7,7 +7,7 @@
  * strongest bin; with --check-pattern it also checks the spectrum against the input it must have come from
  * (`ibvbridge send --pattern`: byte i of heap cnt is (cnt*31 + i) mod 256, read as int8 (re, im) pairs) by
  * Parseval's theorem, sum |X_k|^2 = N * sum |x_n|^2. Prints one JSON line at the end of the stream:
- * {"heaps", "checksum" (wrapping u64 sum of each payload's little-endian words, as ibvb-consume),
+ * {"heaps", "checksum" (wrapping u64 sum of each spectrum's little-endian words, as ibvb-consume sums payloads),
  *  "parseval_errors", "peak_bin" (of the first heap), "result"}. Exit 0 at end of stream, 1 otherwise. */
 #include <errno.h>
 #include <inttypes.h>
@@ -101,7 +101,7 @@ int main(int argc, char **argv)
 			if (fabs(total - want) > 1e-4 * want + 1e-3)
 				bad++;
 		}
-		sum += checksum(h.payload, h.received);
+		sum += checksum((const uint8_t *)p, it->length);
 		heaps++;
 		ibvb_release(r, &h);
 	}

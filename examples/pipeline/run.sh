@@ -2,11 +2,11 @@
 # The three-stage example pipeline on loopback, every stage a separate process, rings between them:
 #
 #   ibvbridge send --pattern ──UDP──▶ ibvbridge recv ──ring A──▶ spectrum.py (numpy FFT) ──ring B──┬─▶ peak (C)
-#                                                                                                   └─▶ ibvbridge send --ring B ──UDP──▶ recv ──ring C──▶ consume
+#                                                                                                   └─▶ ibvbridge send --ring B ──UDP──▶ recv ──ring C──▶ peak (C)
 #
 # HEAPS (default 1000) heaps of SAMPLES (4096) 8-bit complex samples. Prints one JSON line per stage, then
-# {"pipeline": ...} with the sums a test checks: every spectrum reaches the C stage and, through the
-# network again, the last consumer, byte for byte (same checksum), and each is right by Parseval.
+# {"pipeline": ...} with the sums a test checks: every spectrum reaches the C stage on ring B and, through
+# the network again (with its item descriptors), the one on ring C, byte for byte, each right by Parseval.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 HEAPS=${HEAPS:-1000}
@@ -37,7 +37,7 @@ while [[ ! -S $dir/B.v2.sock ]]; do sleep 0.01; done
 "$work/peak" --ring B --check-pattern >"$work/peak.json" 2>"$work/peak.log" & peak=$!
 "$BIN" recv --ring C --slots 256 --slot-size 64K --log-format json "127.0.0.1:$p2" >"$work/recvC.json" 2>"$work/recvC.log" & pids+=($!)
 while [[ ! -S $dir/C.v2.sock ]]; do sleep 0.01; done
-"$BIN" consume --ring C --timeout-ms 60000 >"$work/consume.json" 2>"$work/consume.log" & cons=$!
+"$work/peak" --ring C --check-pattern >"$work/peakC.json" 2>"$work/peakC.log" & cons=$!
 "$BIN" send --ring B "127.0.0.1:$p2" --json >"$work/relay.json" 2>"$work/relay.log" & relay=$!
 for _ in $(seq 500); do  # both consumers of B attached: spectrum.py waits for them
   n=$("$BIN" stat B --json 2>/dev/null | $PY -c 'import json,sys; print(sum(c["state"]=="attached" for c in json.load(sys.stdin)["consumers"]))' 2>/dev/null || echo 0)
@@ -49,9 +49,9 @@ status=0
 wait "$peak" || status=1
 wait "$relay" || status=1
 wait "$cons" || status=1
-for f in recvA spectrum peak relay consume; do printf '{"stage":"%s","result":%s}\n' "$f" "$(tail -n 1 "$work/$f.json")"; done
+for f in recvA spectrum peak relay peakC; do printf '{"stage":"%s","result":%s}\n' "$f" "$(tail -n 1 "$work/$f.json")"; done
 if [[ $status != 0 ]]; then
-  for f in recvA spectrum peak relay recvC consume; do echo "== $f" >&2; tail -n 5 "$work/$f.log" >&2; done
+  for f in recvA spectrum peak relay recvC peakC; do echo "== $f" >&2; tail -n 5 "$work/$f.log" >&2; done
 fi
 expected=$($PY - "$HEAPS" "$SAMPLES" <<'PYEOF'
 import sys, numpy as np

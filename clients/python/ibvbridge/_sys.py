@@ -1,6 +1,7 @@
 """Linux primitives the ring needs that the standard library lacks: futex and a full fence."""
 
 import ctypes
+import platform
 import threading
 
 from . import layout
@@ -82,3 +83,13 @@ def map_fd(fd, size, writable):
     private duplicate of fd inside the mmap object until it is closed; the caller may close fd at once."""
     prot = _mmap.PROT_READ | (_mmap.PROT_WRITE if writable else 0)
     return _mmap.mmap(fd, size, _mmap.MAP_SHARED, prot, **_MMAP_KW)
+
+
+def require_x86_64():
+    """The client's memory ordering rests on x86-64's TSO (plain stores are release stores, spec §11) and
+    its futex call on x86-64's syscall number: refuse anywhere else rather than be subtly wrong."""
+    machine = platform.machine()
+    if machine not in ("x86_64", "AMD64"):
+        from .errors import RingError
+        raise RingError(f"the ibvbridge Python client supports x86-64 only (this is {machine}): its memory "
+                        "ordering relies on x86-64's; use the C client here")

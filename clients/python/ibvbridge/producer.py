@@ -64,7 +64,7 @@ import time
 import warnings
 
 from . import layout as L
-from ._sys import add_seals, full_fence, futex_wait, futex_wake, peer_cred
+from ._sys import add_seals, full_fence, futex_wait, futex_wake, peer_cred, require_x86_64
 from .errors import (HugePageWarning, Interrupted, NoConsumer, NoHugePages, NoSpace, RingError, RingFull,
                      RingInUse, Timeout, UnsafeDirectory)
 
@@ -448,6 +448,7 @@ class Producer:
 
         Raises UnsafeDirectory, RingInUse ("in use by a live producer"), NoSpace / NoHugePages, RingError.
         """
+        require_x86_64()
         return cls(name, slot_count=slot_count, slot_size=slot_size, max_items=max_items, meta_size=meta_size,
                    policy=policy, hugepages=hugepages, directory=directory, max_consumers=max_consumers,
                    group=group)

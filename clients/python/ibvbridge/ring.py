@@ -28,7 +28,7 @@ import socket
 import time
 
 from . import layout as L
-from ._sys import full_fence, futex_wait, futex_wake, get_seals, map_fd, peer_cred
+from ._sys import full_fence, futex_wait, futex_wake, get_seals, map_fd, peer_cred, require_x86_64
 from .errors import (CorruptRing, Detached, EndOfStream, Overrun, PermissionDenied, ProducerGone, ProtocolError,
                      RingBusy, RingClosing, RingError, RingNotFound, Timeout, VersionMismatch)
 
@@ -562,6 +562,7 @@ class Ring:
         of asking the producer for a wake per heap: less CPU per heap, up to that much more latency. An
         idle stream still sleeps on the futex. 0 (the default): spin, then futex.
         """
+        require_x86_64()
         if start not in _STARTS:
             raise ValueError(f"start must be 'oldest' or 'head', not {start!r}")
         self = cls()

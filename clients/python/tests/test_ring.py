@@ -1222,3 +1222,13 @@ def test_max_latency_naps_instead_of_wakes(make_producer):
         with pytest.raises(Timeout):
             ring.next(timeout=0.1)
         assert 0.09 <= time.monotonic() - t0 < 1.0
+
+
+def test_refuses_other_machines(monkeypatch, tmp_path):
+    """Memory ordering is x86-64's (spec §11): on another machine attach and create say so and stop."""
+    import platform
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+    with pytest.raises(ibvbridge.RingError, match="x86-64 only .*aarch64"):
+        ibvbridge.Ring.attach("nope", directory=str(tmp_path), timeout=0)
+    with pytest.raises(ibvbridge.RingError, match="x86-64 only .*aarch64"):
+        ibvbridge.Producer.create("nope", directory=str(tmp_path))
