@@ -49,7 +49,7 @@ echo "== consumer: $PY clients/python/examples/print_heaps.py $RING"
 $PY clients/python/examples/print_heaps.py "$RING" --first 3 --timeout "$TIMEOUT" &
 cons_pid=$!
 for _ in $(seq 200); do # the stream starts once the consumer is attached
-  $BIN stat --json "$RING" 2>/dev/null | grep -q '"consumer_pid":[1-9]' && break
+  $BIN stat --json "$RING" 2>/dev/null | grep -q '"state":"attached"' && break
   sleep 0.05
 done
 
@@ -67,4 +67,21 @@ if command -v $PY >/dev/null && [[ -s $work/recv.json ]]; then
 else
   cat "$work/recv.json"
 fi
+echo "== a local pipeline (examples/pipeline/run.sh): recv → Python numpy stage → C stage, and send --ring → recv → C stage"
+if ! BIN=$BIN HEAPS=200 examples/pipeline/run.sh >"$work/pipeline.json" 2>"$work/pipeline.err"; then
+  cat "$work/pipeline.err" >&2
+  echo "demo: the pipeline failed" >&2
+  status=1
+fi
+$PY - "$work/pipeline.json" <<'PYEOF'
+import json, sys
+for line in open(sys.argv[1]):
+    d = json.loads(line)
+    if "stage" in d:
+        r = d["result"]
+        print(f"  {d['stage']:9s} heaps {r.get('heaps')}" + (f", checksum {r['checksum']}" if "checksum" in r else "")
+              + (f", parseval errors {r['parseval_errors']}" if "parseval_errors" in r else ""))
+    else:
+        print(f"  expected checksum {d['pipeline']['expected_checksum']}")
+PYEOF
 exit $status
