@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"net"
 	"os"
 	"os/user"
@@ -155,14 +156,19 @@ type Producer struct {
 	prodWait *uint32
 	stats    *[StatsSlots]uint64
 
-	descs   []descriptor
-	slots   []Slot
-	mask    uint64
-	pos     uint64   // next position to publish (private copy of head)
-	posSlot []uint32 // slot named by each unreleased position
-	free    []uint32 // FIFO of free slots
-	freeR   uint64
-	freeW   uint64
+	descs []descriptor
+	slots []Slot
+	mask  uint64
+	pos   uint64 // next position to publish
+	// committed is head as last stored: positions in [committed, pos) are staged, not yet visible.
+	committed uint64
+	batching  bool // between BeginBatch and EndBatch: Publish stages, Add accumulates in pending
+	pending   [numCounters]uint64
+	dirty     uint32   // bit c: pending[c] holds an unstored increment
+	posSlot   []uint32 // slot named by each unreleased position
+	free      []uint32 // FIFO of free slots
+	freeR     uint64
+	freeW     uint64
 
 	// mu guards the consumer set, the table rows, reclaim and grave: admission (server goroutine) and
 	// reclaiming (hot path, only when the free pool is empty) must agree on which positions are held.
@@ -447,7 +453,7 @@ func (p *Producer) readCursorsLocked(bound func() uint64) {
 	}
 }
 
-func (p *Producer) hotBound() uint64      { return p.pos }
+func (p *Producer) hotBound() uint64      { return p.committed }
 func (p *Producer) publishedHead() uint64 { return atomic.LoadUint64(p.head) }
 
 // overrunLocked is the drop policy's answer to a full ring held by its slowest consumers (spec §7.3): if
@@ -481,6 +487,7 @@ func (p *Producer) overrunLocked() bool {
 // returns ErrClosed if Interrupt is called meanwhile.
 func (p *Producer) Acquire() (*Slot, error) {
 	if p.freeR == p.freeW {
+		p.commit() // staged heaps first: consumers cannot release what they cannot see
 		p.mu.Lock()
 		p.reclaimLocked()
 		if p.freeR == p.freeW && p.cfg.Policy == PolicyDrop && !p.overrunLocked() {
@@ -582,6 +589,7 @@ func (p *Producer) slowestLocked() *member {
 // Unread is how many published positions the slowest attached consumer has not released (0 with none
 // attached). For the hot path's goroutine.
 func (p *Producer) Unread() uint64 {
+	p.commit()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.reclaimLocked()
@@ -600,6 +608,7 @@ func (p *Producer) Backlog() uint64 { return atomic.LoadUint64(p.head) - atomic.
 // ring loses nothing. It returns ErrNoConsumer as soon as no consumer is attached (nobody would ever
 // drain it), and ErrClosed when stop is closed or Interrupt is called.
 func (p *Producer) WaitDrained(stop <-chan struct{}) error {
+	p.commit()
 	none := false
 	err := p.waitFor(func() bool {
 		p.reclaimLocked()
@@ -626,9 +635,25 @@ func (p *Producer) Consumers() int {
 func (p *Producer) Discard(s *Slot) { p.freeSlot(s.Index) }
 
 // Publish makes the heap in s visible to consumers: item table, descriptor, then the head cursor with a
-// release store, then a wake for every consumer that sleeps (spec §7.3, §7.5).
+// release store, then a wake for every consumer that sleeps (spec §7.3, §7.5). Inside a batch the last
+// two steps wait for EndBatch.
 func (p *Producer) Publish(s *Slot, h HeapInfo) {
 	p.writeDesc(s.Index, s.nItems, s.overflw, h)
+	if !p.batching {
+		p.commit()
+	}
+}
+
+// BeginBatch starts a batch: heaps published until EndBatch become visible together, with one head store
+// and one wake check for the lot, and counter increments are stored once, at EndBatch. A source brackets
+// each receive batch (a recvmmsg, a completion-queue poll) with them: the head store is a cache line the
+// consumers are reading, and on x86-64 each of Go's atomic stores is a full fence. Acquire, WaitDrained,
+// Unread and PublishEndOfStream publish what is staged first, so a batch never waits on itself.
+func (p *Producer) BeginBatch() { p.batching = true }
+
+// EndBatch publishes the batch's heaps and stores its counters.
+func (p *Producer) EndBatch() {
+	p.batching = false
 	p.commit()
 }
 
@@ -648,7 +673,19 @@ func (p *Producer) writeDesc(slot, nItems uint32, overflow bool, h HeapInfo) {
 	p.pos++
 }
 
+// commit stores the pending counters, then publishes the staged positions (spec §7.3) and wakes the
+// consumers that sleep (§7.5). Counters first: a consumer that sees a heap sees it counted.
 func (p *Producer) commit() {
+	for d := p.dirty; d != 0; d &= d - 1 {
+		c := bits.TrailingZeros32(d)
+		atomic.StoreUint64(&p.stats[c], p.stats[c]+p.pending[c])
+		p.pending[c] = 0
+	}
+	p.dirty = 0
+	if p.committed == p.pos {
+		return
+	}
+	p.committed = p.pos
 	atomic.StoreUint64(p.head, p.pos) // sequentially consistent: the release plus the fence of §7.5
 	s := p.snap.Load()
 	if s != p.hotSnap {
@@ -686,17 +723,30 @@ func (p *Producer) PublishEndOfStream(stopCnt uint64, timeout time.Duration) err
 		return fmt.Errorf("publish end of stream on %s: %w", p.name, err)
 	}
 	p.Set(CounterEndOfStream, 1) // before the marker: a consumer that sees it reads the counter set
-	p.Publish(s, HeapInfo{HeapCnt: stopCnt, Flags: FlagEndOfStream, TimestampNs: realtimeNanos()})
+	p.writeDesc(s.Index, 0, false, HeapInfo{HeapCnt: stopCnt, Flags: FlagEndOfStream, TimestampNs: realtimeNanos()})
+	p.commit() // even inside a batch: the end of the stream is not held back
 	return nil
 }
 
-// Add adds n to a counter. Only the producer's goroutine writes counters other than the consumer ones
-// (which change under mu), so a plain read of its own last value is safe; the store is atomic because
-// other goroutines and processes read the counters while it runs (spec §2.3: untorn, unordered).
-func (p *Producer) Add(c Counter, n uint64) { atomic.StoreUint64(&p.stats[c], p.stats[c]+n) }
+// Add adds n to a counter (inside a batch: at EndBatch). Only the producer's goroutine writes counters
+// other than the consumer ones (which change under mu), so a plain read of its own last value is safe;
+// the store is atomic because other goroutines and processes read the counters while it runs (spec §2.3:
+// untorn, unordered).
+func (p *Producer) Add(c Counter, n uint64) {
+	if p.batching {
+		p.pending[c] += n
+		p.dirty |= 1 << c
+		return
+	}
+	atomic.StoreUint64(&p.stats[c], p.stats[c]+n)
+}
 
-// Set sets a counter.
-func (p *Producer) Set(c Counter, v uint64) { atomic.StoreUint64(&p.stats[c], v) }
+// Set sets a counter now, dropping any increment of it still pending in a batch.
+func (p *Producer) Set(c Counter, v uint64) {
+	p.pending[c] = 0
+	p.dirty &^= 1 << c
+	atomic.StoreUint64(&p.stats[c], v)
+}
 
 // Stats returns the ring's counters.
 func (p *Producer) Stats() Stats { return readStats(p.stats, uint32(numCounters)) }

@@ -941,3 +941,63 @@ func TestWaitDrained(t *testing.T) {
 		t.Fatalf("nobody to drain: %v", err)
 	}
 }
+
+func TestBatchPublishesAtEndBatch(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Policy = ring.PolicyBlock
+	p := mustCreate(t, "batch", cfg)
+	c := mustAttach(t, "batch", cfg)
+	p.BeginBatch()
+	for cnt := uint64(1); cnt <= 3; cnt++ {
+		publish(t, p, cnt, 64)
+	}
+	if _, ok, err := c.TryNext(); ok || err != nil {
+		t.Fatalf("a staged heap is visible before EndBatch (ok %v, err %v)", ok, err)
+	}
+	if got := c.Stats().Get(ring.CounterHeaps); got != 0 {
+		t.Fatalf("heaps counter %d before EndBatch, want 0", got)
+	}
+	p.EndBatch()
+	if got := c.Stats().Get(ring.CounterHeaps); got != 3 {
+		t.Fatalf("heaps counter %d after EndBatch, want 3", got)
+	}
+	for cnt := uint64(1); cnt <= 3; cnt++ {
+		h, err := c.Next(time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkHeap(t, h, cnt, 64)
+		c.Release(h)
+	}
+
+	// A batch longer than the ring: Acquire publishes what is staged when the pool runs dry, so the
+	// consumer can release and the block producer never waits on its own batch.
+	const n = 50 // > 8 slots
+	done := make(chan error, 1)
+	go func() {
+		p.BeginBatch()
+		pb := pattern.Publisher{P: p, Size: 64, Fill: true}
+		for cnt := uint64(4); cnt < 4+n; cnt++ {
+			if _, err := pb.Publish(cnt, 0); err != nil {
+				done <- err
+				return
+			}
+		}
+		// The end of stream is published at once, even inside a batch.
+		done <- p.PublishEndOfStream(0, 5*time.Second)
+	}()
+	for cnt := uint64(4); cnt < 4+n; cnt++ {
+		h, err := c.Next(5 * time.Second)
+		if err != nil {
+			t.Fatalf("heap %d: %v", cnt, err)
+		}
+		checkHeap(t, h, cnt, 64)
+		c.Release(h)
+	}
+	if _, err := c.Next(5 * time.Second); !errors.Is(err, ring.ErrEndOfStream) {
+		t.Fatalf("after the batch: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -290,7 +290,13 @@ func (p *Producer) rowAt(i int) []byte {
 func (p *Producer) publishSetLocked() {
 	p.setGen++
 	p.snap.Store(&memberSet{gen: p.setGen, members: slices.Clone(p.members)})
-	p.Set(CounterConsumersAttached, uint64(len(p.members)))
+	atomic.StoreUint64(&p.stats[CounterConsumersAttached], uint64(len(p.members)))
+}
+
+// bumpLocked counts one on a consumer counter: those change under mu from any goroutine, never in a
+// hot-path batch. mu held.
+func (p *Producer) bumpLocked(c Counter) {
+	atomic.StoreUint64(&p.stats[c], atomic.LoadUint64(&p.stats[c])+1)
 }
 
 // detachLocked ends an attachment for why (spec §2.2 states 2–4): the row says so, the consumer no longer
@@ -309,9 +315,9 @@ func (p *Producer) detachLocked(m *member, why ConsumerState, detail string) {
 	atomic.StoreUint32(u32at(m.row, rowState), uint32(why))
 	switch why {
 	case ConsumerOverrun:
-		p.Add(CounterConsumerOverruns, 1)
+		p.bumpLocked(CounterConsumerOverruns)
 	case ConsumerBadCursor:
-		p.Add(CounterConsumerErrors, 1)
+		p.bumpLocked(CounterConsumerErrors)
 	}
 	if why != ConsumerGone && p.cfg.Log != nil {
 		p.cfg.Log.Warn().Str("ring", p.name).Int32("consumer_pid", m.pid).Str("reason", why.String()).

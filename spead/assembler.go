@@ -254,6 +254,12 @@ func (a *Assembler) Packet(payload []byte, recvNanos int64) {
 	a.add(h, pkt)
 }
 
+// BeginBatch implements transport.Batcher: heaps completed until EndBatch are published together.
+func (a *Assembler) BeginBatch() { a.p.BeginBatch() }
+
+// EndBatch publishes the batch's heaps and counters.
+func (a *Assembler) EndBatch() { a.p.EndBatch() }
+
 // Place implements transport.Placer: while a heap is filling in order, the next datagrams' payloads are
 // expected right after its last one, each as long as it, up to the heap's end (or the slot's): regions of
 // its slot that hold nothing received yet, so a wrong guess overwrites nothing. It returns the header

@@ -51,6 +51,16 @@ type Placer interface {
 	Placed(hdr, region []byte, payloadLen int, recvNanos int64) bool
 }
 
+// Batcher is a Sink that makes what a source hands it between BeginBatch and EndBatch visible at
+// EndBatch: the heap assembler then publishes a batch's heaps with one ring-cursor store and one consumer
+// wake instead of one per heap. A source brackets each receive batch with them (never around a wait);
+// one that has no batches never calls them.
+type Batcher interface {
+	Sink
+	BeginBatch()
+	EndBatch()
+}
+
 // ThreadCounted is a Source that receives on several threads and counts each one's share (metrics label
 // them by thread). Safe from any goroutine.
 type ThreadCounted interface {

@@ -399,7 +399,7 @@ func (s *Source) runWorker(ctx context.Context, k int, sink transport.Sink) erro
 			if ev.Fd < 0 {
 				continue // the wake eventfd: the loop head sees stopping
 			}
-			if err := s.drain(s.socks[ev.Fd], sink); err != nil {
+			if err := s.drainBatch(s.socks[ev.Fd], sink); err != nil {
 				return err
 			}
 		}
@@ -410,6 +410,18 @@ func (s *Source) wake() {
 	s.stopping.Store(true)
 	var one = [8]byte{1}
 	_, _ = unix.Write(s.wakeFD, one[:])
+}
+
+// drainBatch drains a socket as one batch of a Batcher sink: the heaps it completes reach consumers
+// together when the socket is empty (or has had its share), not one cursor store at a time.
+func (s *Source) drainBatch(sk *socket, sink transport.Sink) error {
+	b, ok := sink.(transport.Batcher)
+	if !ok {
+		return s.drain(sk, sink)
+	}
+	b.BeginBatch()
+	defer b.EndBatch()
+	return s.drain(sk, sink)
 }
 
 // drain reads batches from one socket until it is empty (or has had its share).
