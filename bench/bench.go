@@ -43,8 +43,8 @@ func (e Env) logf(format string, args ...any) {
 // ConsumerCommand builds the consumer process of a benchmark or test: the Go consumer is this binary's
 // `consume`; the C and Python tools are found next to the source tree (or via IBVBRIDGE_C_CONSUME /
 // IBVBRIDGE_PYTHON_CLIENT).
-func ConsumerCommand(env Env, kind, ringName string, batch int) (*exec.Cmd, error) {
-	args := []string{"--ring", ringName, "--timeout-ms", "60000"}
+func ConsumerCommand(env Env, kind, ringName string, batch int, extra ...string) (*exec.Cmd, error) {
+	args := append([]string{"--ring", ringName, "--timeout-ms", "60000"}, extra...)
 	switch kind {
 	case "go":
 		self, err := env.binary()

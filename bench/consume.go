@@ -41,7 +41,7 @@ type ConsumeOptions struct {
 	Sleep    time.Duration // per heap (a slow consumer, for tests)
 	Dir      string        // ring directory ("" for the default)
 	FromHead bool          // start at the newest heap, not the oldest the ring holds
-	// MaxLatency: nap this long while the stream moves instead of a producer wake per heap (0: off).
+	// MaxLatency: let heaps of a moving stream wait up to this long for coalesced wakes (0: a wake per heap).
 	MaxLatency time.Duration
 }
 

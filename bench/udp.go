@@ -84,6 +84,9 @@ type UDPOptions struct {
 	// Rate, if positive, replaces the search: every run offers this load (Gb/s), and the result is the
 	// runs' median CPU costs — a fixed offered load is how two receivers are compared.
 	Rate float64
+	// ConsumerMaxLatency, if positive, is the consumer's latency bound (--max-latency-us: coalesced
+	// wakes); not passed to a --baseline build's consumer.
+	ConsumerMaxLatency time.Duration
 }
 
 func (o *UDPOptions) check() error {
@@ -116,7 +119,7 @@ func FixedRate(ctx context.Context, env Env, path Path, o UDPOptions, hs int) (U
 	res := UDPSize{HeapSize: hs, PacketSize: o.PacketSize}
 	heaps := uint64(max(64, min(200_000, o.BytesPerRun/hs)))
 	for range o.Runs {
-		r, err := udpRun(ctx, env, path, o.Consumer, hs, o.PacketSize, heaps, o.Rate)
+		r, err := udpRun(ctx, env, path, o, hs, heaps, o.Rate)
 		if err != nil {
 			return res, err
 		}
@@ -275,7 +278,7 @@ func wrapped(ctx context.Context, wrap []string, self string, args ...string) *e
 // run, then steps down by 0.6 until a run is lossless, then bisects, within o.Runs runs.
 func SearchLossless(ctx context.Context, env Env, path Path, o UDPOptions, hs int) (UDPSize, error) {
 	return searchLossless(o, hs, func(heaps uint64, rate float64) (UDPRun, error) {
-		return udpRun(ctx, env, path, o.Consumer, hs, o.PacketSize, heaps, rate)
+		return udpRun(ctx, env, path, o, hs, heaps, rate)
 	}, env)
 }
 
@@ -333,7 +336,8 @@ func searchLossless(o UDPOptions, hs int, run func(heaps uint64, rate float64) (
 
 // udpRun runs recv, a consumer and send once over path. Every wait is bounded, and every process is
 // gone and its ring removed when it returns, whatever happened.
-func udpRun(ctx context.Context, env Env, path Path, consumer string, heapSize, packetSize int, heaps uint64, rate float64) (UDPRun, error) {
+func udpRun(ctx context.Context, env Env, path Path, o UDPOptions, heapSize int, heaps uint64, rate float64) (UDPRun, error) {
+	consumer, packetSize := o.Consumer, o.PacketSize
 	run := UDPRun{RateGbps: rate, HeapsSent: heaps}
 	self, err := env.binary()
 	if err != nil {
@@ -388,7 +392,11 @@ func udpRun(ctx context.Context, env Env, path Path, consumer string, heapSize, 
 		}
 		consEnv.Binary = path.RecvBinary
 	}
-	cons, err := ConsumerCommand(consEnv, consumer, name, 4096)
+	var extra []string
+	if o.ConsumerMaxLatency > 0 && path.RecvBinary == "" {
+		extra = []string{"--max-latency-us", strconv.FormatInt(o.ConsumerMaxLatency.Microseconds(), 10)}
+	}
+	cons, err := ConsumerCommand(consEnv, consumer, name, 4096, extra...)
 	if err != nil {
 		return run, err
 	}

@@ -21,10 +21,13 @@ type AttachOptions struct {
 	Dir string
 	// FromHead starts at the newest heap instead of the oldest one the ring still holds (spec §7.1).
 	FromHead bool
-	// MaxLatency, if positive, lets Next nap up to this long while the stream is moving instead of
-	// spinning and asking the producer for a wake per heap: less CPU per heap, up to MaxLatency more
-	// latency. An idle stream still sleeps on the futex. 0 (the default): spin, then futex.
+	// MaxLatency, if positive, lets a moving stream's heaps wait up to this long before Next wakes for
+	// them (coalesced wakes, spec §7.5): less CPU per heap, up to MaxLatency more latency. An idle stream
+	// still sleeps until its next heap. 0 (the default): a wake per heap.
 	MaxLatency time.Duration
+	// SpinBudget bounds how long Next spins before sleeping (default 20 µs, <0: never spin). It spins only
+	// while recent waits averaged at most half of it.
+	SpinBudget time.Duration
 }
 
 // Consumer reads heaps from a ring. It is not safe for concurrent use.
@@ -56,13 +59,16 @@ type Consumer struct {
 	cachedHead uint64
 	released   uint64 // released position, published to tail in batches
 
+	wakeAt        *uint64
 	maxLatency    time.Duration // AttachOptions.MaxLatency
+	spinBudget    time.Duration // AttachOptions.SpinBudget
+	waitAvg       time.Duration // moving average of waits that found a heap
+	active        bool          // the last wait found a heap: with maxLatency, sleep coalesced
+	coalesceHeaps uint64        // a coalesced sleep asks to be woken when this many heaps wait
 	futexAtAttach uint32        // consumer_futex when attached: Wakes counts from here
-	activeHead    uint64        // head when napWhileActive last saw it move, and when
-	activeAt      time.Time
-	stored        uint64 // last value stored to tail
-	batch         uint64 // releases per tail store
-	eosPending    bool   // an end-of-stream marker was read but not yet released
+	stored        uint64        // last value stored to tail
+	batch         uint64        // releases per tail store
+	eosPending    bool          // an end-of-stream marker was read but not yet released
 	eosPos        uint64
 }
 
@@ -112,7 +118,10 @@ func Attach(nameOrPath string, opt AttachOptions) (c *Consumer, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c = &Consumer{name: a.name, sock: a.sock, maxLatency: opt.MaxLatency, index: a.w.Index, gen: a.w.Generation}
+	c = &Consumer{name: a.name, sock: a.sock, maxLatency: opt.MaxLatency, spinBudget: opt.SpinBudget, index: a.w.Index, gen: a.w.Generation}
+	if c.spinBudget == 0 {
+		c.spinBudget = spinFor
+	}
 	defer func() {
 		if err != nil {
 			c.unmap()
@@ -327,8 +336,9 @@ func (c *Consumer) mapAll(a *attachment) error {
 	c.head, c.state, c.prodWait = u64at(ct, offHead), u32at(ct, offState), u32at(ct, offProdWaiting)
 	c.rowState, c.rowGen = u32at(ct, row+rowState), u32at(ct, row+rowGeneration)
 	c.tail, c.consWait, c.consFutex = u64at(rg, regTail), u32at(rg, regConsWaiting), u32at(rg, regConsFutex)
-	c.relFutex = u32at(rg, regReleaseFutex)
-	atomic.StoreUint64(u64at(rg, regSpinBudget), uint64(spinFor.Nanoseconds()))
+	c.relFutex, c.wakeAt = u32at(rg, regReleaseFutex), u64at(rg, regWakeAt)
+	c.coalesceHeaps = max(1, g.SlotCount/2)
+	atomic.StoreUint64(u64at(rg, regSpinBudget), uint64(max(c.spinBudget, 0)))
 	c.futexAtAttach = atomic.LoadUint32(c.consFutex)
 	c.stats = (*[StatsSlots]uint64)(unsafe.Pointer(&ct[offStats]))
 	c.descs = unsafe.Slice((*descriptor)(unsafe.Pointer(&c.data[g.DescOffset])), g.SlotCount)
@@ -430,31 +440,40 @@ func (c *Consumer) heapAt(pos uint64) (Heap, error) {
 // Next waits up to timeout (<0: forever) for the next heap. It returns ErrEndOfStream after the last heap
 // of a stream that ended, ErrProducerGone when the producer died and everything it published has been
 // read, and ErrTimeout when the time runs out.
+//
+// Waiting (spec §7.5): it spins only while recent waits were shorter than the spin budget, then sleeps on
+// its futex. With MaxLatency, a moving stream is read in coalesced sleeps: the producer wakes it only
+// when half the ring is waiting, and it wakes itself after MaxLatency; a sleep that finds nothing new
+// makes the stream idle again, and the next heap wakes it at once.
 func (c *Consumer) Next(timeout time.Duration) (Heap, error) {
 	if h, ok, err := c.TryNext(); ok || err != nil {
 		return h, err
 	}
 	c.flushRelease() // about to wait: the producer may be waiting for these slots
 	start := time.Now()
-	for {
-		if c.napWhileActive(start, timeout) {
-			if h, ok, err := c.TryNext(); ok || err != nil {
-				return h, err
-			}
-			continue
-		}
+	if spin := c.spinLimit(); spin > 0 {
 		for spins := 0; ; spins++ {
 			if h, ok, err := c.TryNext(); ok || err != nil {
+				c.noteWait(start)
 				return h, err
 			}
-			if spins%64 == 63 && time.Since(start) >= spinFor {
+			if spins%64 == 63 && time.Since(start) >= spin {
 				break
 			}
 		}
+	}
+	for {
+		coalesce := c.maxLatency > 0 && c.active
+		wakeAt := c.read + 1
+		if coalesce {
+			wakeAt = c.read + c.coalesceHeaps
+		}
 		f := atomic.LoadUint32(c.consFutex)
+		atomic.StoreUint64(c.wakeAt, wakeAt)
 		atomic.StoreUint32(c.consWait, 1) // sequentially consistent: the fence before re-reading head
 		if h, ok, err := c.TryNext(); ok || err != nil {
 			atomic.StoreUint32(c.consWait, 0)
+			c.noteWait(start)
 			return h, err
 		}
 		if State(atomic.LoadUint32(c.state)) == StateClosed {
@@ -466,6 +485,9 @@ func (c *Consumer) Next(timeout time.Duration) (Heap, error) {
 			return Heap{}, ErrEndOfStream
 		}
 		slice := maxWaitSlice
+		if coalesce {
+			slice = c.maxLatency
+		}
 		if timeout >= 0 {
 			left := timeout - time.Since(start)
 			if left <= 0 {
@@ -476,48 +498,47 @@ func (c *Consumer) Next(timeout time.Duration) (Heap, error) {
 		}
 		sliceStart := time.Now()
 		futexWaitOn(c.consFutex, f, slice)
-		if time.Since(sliceStart) >= slice {
-			if err := c.detached(); err != nil {
-				return Heap{}, err
+		if time.Since(sliceStart) < slice {
+			continue // woken (or a spurious wake): look again
+		}
+		if coalesce {
+			// The latency bound passed: read what came; nothing at all means the stream went idle.
+			if h, ok, err := c.TryNext(); ok || err != nil {
+				atomic.StoreUint32(c.consWait, 0)
+				c.noteWait(start)
+				return h, err
 			}
-			if err := c.checkProducer(); err != nil {
-				return Heap{}, err
-			}
+			c.active = false
+		}
+		if err := c.detached(); err != nil {
+			return Heap{}, err
+		}
+		if err := c.checkProducer(); err != nil {
+			return Heap{}, err
 		}
 	}
+}
+
+// spinLimit is how long Next spins before it sleeps: not at all with MaxLatency (the caller chose CPU
+// over latency), otherwise up to the spin budget while recent waits averaged at most half of it —
+// spinning for a heap that comes later than that costs more than the futex round trip it saves.
+func (c *Consumer) spinLimit() time.Duration {
+	if c.maxLatency > 0 || c.spinBudget <= 0 || c.waitAvg > c.spinBudget/2 {
+		return 0
+	}
+	return c.spinBudget
+}
+
+// noteWait records how long a wait that found a heap took (a moving average of the last ~8) and marks
+// the stream active.
+func (c *Consumer) noteWait(start time.Time) {
+	c.waitAvg += (time.Since(start) - c.waitAvg) / 8
+	c.active = true
 }
 
 // Wakes is how many times the producer has woken this consumer since it attached (the movement of the
 // consumer futex word, spec §7.4): what a sleeping consumer costs the producer in syscalls.
 func (c *Consumer) Wakes() uint32 { return atomic.LoadUint32(c.consFutex) - c.futexAtAttach }
-
-// activeNaps is how many naps without head moving make a stream idle again (back to the futex).
-const activeNaps = 8
-
-// napWhileActive naps MaxLatency when the stream moved recently (AttachOptions.MaxLatency), instead of
-// spinning and asking the producer for a wake per heap; it reports whether it napped.
-func (c *Consumer) napWhileActive(start time.Time, timeout time.Duration) bool {
-	if c.maxLatency <= 0 {
-		return false
-	}
-	now := time.Now()
-	if head := atomic.LoadUint64(c.head); head != c.activeHead {
-		c.activeHead, c.activeAt = head, now
-	}
-	if now.Sub(c.activeAt) >= activeNaps*c.maxLatency {
-		return false
-	}
-	nap := c.maxLatency
-	if timeout >= 0 {
-		left := timeout - now.Sub(start)
-		if left <= 0 {
-			return false
-		}
-		nap = min(nap, left)
-	}
-	time.Sleep(nap)
-	return true
-}
 
 // checkProducer reports ErrProducerGone once the producer has hung up the attachment and everything it
 // published has been read (spec §7.6).

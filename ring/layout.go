@@ -61,6 +61,7 @@ const (
 	regTail            = 0x000
 	regConsWaiting     = 0x080
 	regConsFutex       = 0x084
+	regWakeAt          = 0x088
 	regReleaseFutex    = 0x100
 	regSpinBudget      = 0x180
 	MaxConsumersLimit  = 64
@@ -290,6 +291,7 @@ func LayoutTable() map[string]uint64 {
 		"row.attach_ns": rowAttachNs, "row.released": rowReleased, "row.wakes": rowWakes,
 		"row.lost_heaps": rowLostHeaps,
 		"region.tail":    regTail, "region.consumer_waiting": regConsWaiting, "region.consumer_futex": regConsFutex,
+		"region.wake_at":       regWakeAt,
 		"region.release_futex": regReleaseFutex, "region.spin_budget_ns": regSpinBudget,
 
 		"hello.magic": msgMagic, "hello.major": msgMajor, "hello.minor": msgMinor, "hello.role": helloRole,

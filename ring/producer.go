@@ -675,7 +675,10 @@ func (p *Producer) writeDesc(slot, nItems uint32, overflow bool, h HeapInfo) {
 
 // commit stores the pending counters, then publishes the staged positions (spec §7.3) and wakes the
 // consumers that sleep (§7.5). Counters first: a consumer that sees a heap sees it counted.
-func (p *Producer) commit() {
+func (p *Producer) commit() { p.commitWake(false) }
+
+// commitWake is commit; force wakes every sleeping consumer whatever position it asked to be woken at.
+func (p *Producer) commitWake(force bool) {
 	for d := p.dirty; d != 0; d &= d - 1 {
 		c := bits.TrailingZeros32(d)
 		atomic.StoreUint64(&p.stats[c], p.stats[c]+p.pending[c])
@@ -692,7 +695,7 @@ func (p *Producer) commit() {
 		p.adopt(s)
 	}
 	for _, m := range s.members {
-		if wakeIfWaiting(m.consWait, m.consFutex) {
+		if wakeIfWaiting(m.consWait, m.consFutex, m.wakeAt, p.pos, force) {
 			w := u64at(m.row, rowWakes)
 			atomic.StoreUint64(w, *w+1)
 		}
@@ -724,7 +727,7 @@ func (p *Producer) PublishEndOfStream(stopCnt uint64, timeout time.Duration) err
 	}
 	p.Set(CounterEndOfStream, 1) // before the marker: a consumer that sees it reads the counter set
 	p.writeDesc(s.Index, 0, false, HeapInfo{HeapCnt: stopCnt, Flags: FlagEndOfStream, TimestampNs: realtimeNanos()})
-	p.commit() // even inside a batch: the end of the stream is not held back
+	p.commitWake(true) // even inside a batch, and for consumers whose wakes are coalesced
 	return nil
 }
 

@@ -28,6 +28,7 @@ type member struct {
 	consWait  *uint32
 	consFutex *uint32
 	relFutex  *uint32
+	wakeAt    *uint64
 	released  uint64 // last valid tail, under Producer.mu
 	detached  bool
 }
@@ -245,7 +246,7 @@ func (p *Producer) admit(c *net.UnixConn, cred *unix.Ucred, start uint32) (*memb
 	r := region.mem
 	m := &member{index: index, row: p.rowAt(index), region: *region, conn: c, pid: cred.Pid,
 		tail: u64at(r, regTail), consWait: u32at(r, regConsWaiting), consFutex: u32at(r, regConsFutex),
-		relFutex: u32at(r, regReleaseFutex)}
+		relFutex: u32at(r, regReleaseFutex), wakeAt: u64at(r, regWakeAt)}
 	m.released = p.oldestHeldLocked()
 	if start == StartHead {
 		m.released = atomic.LoadUint64(p.head)

@@ -21,9 +21,10 @@ const (
 // maxWaitSlice bounds every futex sleep, so a dead peer is noticed within this time (spec §7.4).
 const maxWaitSlice = 250 * time.Millisecond
 
-// spinFor is how long a waiter polls before sleeping: a futex wake across cores costs ~35 µs, a spinning
-// hand-off ~65 ns, so a short spin absorbs bursts without paying for the syscall round trip.
-const spinFor = 50 * time.Microsecond
+// spinFor is how long a waiter polls before sleeping (a consumer's default spin budget): a futex wake
+// across cores costs tens of µs, a spinning hand-off ~65 ns, so a short spin absorbs bursts without
+// paying for the syscall round trip.
+const spinFor = 20 * time.Microsecond
 
 func u64at(b []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&b[off])) }
 func u32at(b []byte, off int) *uint32 { return (*uint32)(unsafe.Pointer(&b[off])) }
@@ -48,10 +49,15 @@ func futexWakeAll(addr *uint32) {
 
 // wakeIfWaiting is the publishing side of the wait protocol (spec §7.5): after the cursor store (a
 // sequentially consistent atomic in Go, so the full fence the spec asks for is implied), wake the consumer
-// only if it announced that it is going to sleep. The exchange makes it one wake per sleep; it reports
-// whether it woke.
-func wakeIfWaiting(waiting, futex *uint32) bool {
-	if atomic.LoadUint32(waiting) != 0 && atomic.SwapUint32(waiting, 0) != 0 {
+// only if it announced that it is going to sleep and head has reached the position it asked to be woken
+// at (unless force: the end of the stream). wakeAt is the consumer's to write: a wrong value only delays
+// its own wake, which its own timeout bounds. The exchange makes it one wake per sleep; it reports whether
+// it woke.
+func wakeIfWaiting(waiting, futex *uint32, wakeAt *uint64, head uint64, force bool) bool {
+	if atomic.LoadUint32(waiting) == 0 || (!force && int64(head-atomic.LoadUint64(wakeAt)) < 0) {
+		return false
+	}
+	if atomic.SwapUint32(waiting, 0) != 0 {
 		futexWakeAll(futex)
 		return true
 	}

@@ -30,8 +30,6 @@
 #endif
 
 #define WAIT_SLICE_NS 250000000LL /* spec §7.5: futex sleeps are at most 250 ms */
-#define SPIN_NS 30000LL           /* spin ~30 µs before sleeping (≤ spin_budget_ns default 50 µs) */
-#define ACTIVE_NAPS 8             /* a stream whose head moved within this many naps is active */
 #define RETRY_NS 10000000LL       /* attach: retry every 10 ms (spec §9 step 1) */
 #define HANDSHAKE_MIN_MS 2000     /* the welcome may take this long even with a shorter attach timeout */
 #define MAX_FDS 8                 /* descriptors accepted from one record (extra ones are closed) */
@@ -597,9 +595,10 @@ int ibvb_attach_opts(struct ibvb_ring **out, const char *arg, int timeout_ms, co
 	r->generation = w.generation;
 	r->row_expect = IBVB_CONSUMER_ATTACHED | (uint64_t)w.generation << 32;
 	r->max_latency_ns = IBVB_DEFAULT_MAX_LATENCY_NS;
+	r->coalesce_heaps = c->slot_count / 2 < 1 ? 1 : c->slot_count / 2;
 	r->sock = sock;
 	snprintf(r->name, sizeof r->name, "%s", t.name);
-	atomic_store_explicit(&r->region->spin_budget_ns, (uint64_t)SPIN_NS, memory_order_relaxed);
+	ibvb_set_spin_budget(r, IBVB_DEFAULT_SPIN_BUDGET_NS);
 	/* §7.1: the producer stored the start position in tail before the welcome. */
 	r->read = r->released = r->stored = r->cached_head =
 	    atomic_load_explicit(&r->region->tail, memory_order_acquire);
@@ -718,6 +717,19 @@ static int after_producer_gone(struct ibvb_ring *r, struct ibvb_heap *h)
 
 void ibvb_set_max_latency(struct ibvb_ring *r, int64_t ns) { r->max_latency_ns = ns > 0 ? ns : 0; }
 
+void ibvb_set_spin_budget(struct ibvb_ring *r, int64_t ns)
+{
+	r->spin_budget_ns = ns > 0 ? ns : 0;
+	atomic_store_explicit(&r->region->spin_budget_ns, (uint64_t)r->spin_budget_ns, memory_order_relaxed);
+}
+
+/* A wait that found a heap: a moving average of the last ~8 wait lengths, and the stream is active. */
+static void note_wait(struct ibvb_ring *r, int64_t start)
+{
+	r->wait_avg_ns += (mono_ns() - start - r->wait_avg_ns) / 8;
+	r->active = 1;
+}
+
 int ibvb_wait(struct ibvb_ring *r, struct ibvb_heap *h, int timeout_ms)
 {
 	int rc = ibvb_peek(r, h);
@@ -725,49 +737,36 @@ int ibvb_wait(struct ibvb_ring *r, struct ibvb_heap *h, int timeout_ms)
 		return rc;
 	int64_t start = mono_ns();
 	int64_t deadline = timeout_ms < 0 ? INT64_MAX : start + (int64_t)timeout_ms * 1000000LL;
-	const struct ibvb_ctl *c = r->ctl;
 	struct ibvb_region *g = r->region;
 
-	for (;;) {
-		/* A stream that is moving: nap instead of spinning or asking for a wake (ibvb_set_max_latency). */
-		if (r->max_latency_ns > 0) {
-			int64_t now = mono_ns();
-			uint64_t head = atomic_load_explicit(&c->head, memory_order_acquire);
-			if (head != r->active_head) {
-				r->active_head = head;
-				r->active_ns = now;
-			}
-			if (now - r->active_ns < ACTIVE_NAPS * r->max_latency_ns && now < deadline) {
-				int64_t nap = r->max_latency_ns < deadline - now ? r->max_latency_ns : deadline - now;
-				struct timespec ts = {nap / 1000000000LL, nap % 1000000000LL};
-				if (nanosleep(&ts, NULL) < 0 && errno == EINTR) {
-					if ((rc = ibvb_peek(r, h)) != -EAGAIN)
-						return rc;
-					return fail(-EINTR, "wait interrupted by a signal");
-				}
-				if ((rc = ibvb_peek(r, h)) != -EAGAIN)
-					return rc;
-				continue;
-			}
-		}
-		/* Spin briefly: a cross-core futex wake costs tens of µs. */
-		int64_t spin_end = mono_ns() + SPIN_NS;
+	/* Spin only without a latency bound, and while recent waits averaged at most half the budget. */
+	if (r->max_latency_ns == 0 && r->spin_budget_ns > 0 && r->wait_avg_ns <= r->spin_budget_ns / 2) {
+		int64_t spin_end = start + r->spin_budget_ns;
 		for (;;) {
 			for (int i = 0; i < 64; i++) {
 				cpu_relax();
-				if ((rc = ibvb_peek(r, h)) != -EAGAIN)
+				if ((rc = ibvb_peek(r, h)) != -EAGAIN) {
+					note_wait(r, start);
 					return rc;
+				}
 			}
 			if (mono_ns() >= spin_end)
 				break;
 		}
-		/* §7.5 step 1: announce, full fence, re-check (peek flushed the release before saying -EAGAIN). */
+	}
+	for (;;) {
+		int coalesce = r->max_latency_ns > 0 && r->active;
+		/* §7.5 step 1: say when to be woken, announce, full fence, re-check (peek flushed the release
+		 * before saying -EAGAIN). */
 		uint32_t f = atomic_load_explicit(&g->consumer_futex, memory_order_acquire);
+		atomic_store_explicit(&g->wake_at, r->read + (coalesce ? r->coalesce_heaps : 1), memory_order_relaxed);
 		atomic_store_explicit(&g->consumer_waiting, 1, memory_order_relaxed);
 		atomic_thread_fence(memory_order_seq_cst);
 		rc = ibvb_peek(r, h); /* re-reads head (acquire) and the row; step 2: CLOSED and drained → -ENODATA */
 		if (rc != -EAGAIN) {
 			atomic_store_explicit(&g->consumer_waiting, 0, memory_order_relaxed);
+			if (rc == 0)
+				note_wait(r, start);
 			return rc;
 		}
 		int64_t now = mono_ns();
@@ -777,7 +776,9 @@ int ibvb_wait(struct ibvb_ring *r, struct ibvb_heap *h, int timeout_ms)
 				return after_producer_gone(r, h);
 			return fail(-ETIMEDOUT, "no heap within %d ms", timeout_ms);
 		}
-		int64_t slice = deadline - now < WAIT_SLICE_NS ? deadline - now : WAIT_SLICE_NS;
+		int64_t slice = coalesce ? r->max_latency_ns : WAIT_SLICE_NS;
+		if (deadline - now < slice)
+			slice = deadline - now;
 		struct timespec ts = {slice / 1000000000LL, slice % 1000000000LL};
 		long wr = futex(&g->consumer_futex, FUTEX_WAIT, f, &ts);
 		int e = wr < 0 ? errno : 0;
@@ -786,6 +787,16 @@ int ibvb_wait(struct ibvb_ring *r, struct ibvb_heap *h, int timeout_ms)
 			if ((rc = ibvb_peek(r, h)) != -EAGAIN)
 				return rc;
 			return fail(-EINTR, "wait interrupted by a signal");
+		}
+		if (e == ETIMEDOUT && coalesce) {
+			/* The latency bound passed: take what came; nothing at all means the stream went idle. */
+			if ((rc = ibvb_peek(r, h)) != -EAGAIN) {
+				atomic_store_explicit(&g->consumer_waiting, 0, memory_order_relaxed);
+				if (rc == 0)
+					note_wait(r, start);
+				return rc;
+			}
+			r->active = 0;
 		}
 		/* §7.5 step 4: after a timeout, the row (the next peek) and the socket */
 		if (e == ETIMEDOUT && ibvb_producer_alive(r) == 0) {

@@ -144,6 +144,7 @@ extern "C" {
 #define IBVB_REG_OFF_TAIL 0x000
 #define IBVB_REG_OFF_CONSUMER_WAITING 0x080
 #define IBVB_REG_OFF_CONSUMER_FUTEX 0x084
+#define IBVB_REG_OFF_WAKE_AT 0x088
 #define IBVB_REG_OFF_RELEASE_FUTEX 0x100
 #define IBVB_REG_OFF_SPIN_BUDGET_NS 0x180
 
@@ -267,7 +268,8 @@ struct ibvb_region {
 	uint8_t pad_tail[0x80 - 8];
 	IBVB_ATOMIC(uint32_t) consumer_waiting;
 	IBVB_ATOMIC(uint32_t) consumer_futex;
-	uint8_t pad_cwait[0x100 - 0x88];
+	IBVB_ATOMIC(uint64_t) wake_at; /* wake me once head reaches this (spec §7.5) */
+	uint8_t pad_cwait[0x100 - 0x90];
 	IBVB_ATOMIC(uint32_t) release_futex;
 	uint8_t pad_release[0x180 - 0x104];
 	IBVB_ATOMIC(uint64_t) spin_budget_ns;
@@ -400,6 +402,7 @@ IBVB__STATIC_ASSERT(sizeof(struct ibvb_region) == IBVB_REGION_SIZE, "region size
 IBVB__CHECK(struct ibvb_region, tail, IBVB_REG_OFF_TAIL);
 IBVB__CHECK(struct ibvb_region, consumer_waiting, IBVB_REG_OFF_CONSUMER_WAITING);
 IBVB__CHECK(struct ibvb_region, consumer_futex, IBVB_REG_OFF_CONSUMER_FUTEX);
+IBVB__CHECK(struct ibvb_region, wake_at, IBVB_REG_OFF_WAKE_AT);
 IBVB__CHECK(struct ibvb_region, release_futex, IBVB_REG_OFF_RELEASE_FUTEX);
 IBVB__CHECK(struct ibvb_region, spin_budget_ns, IBVB_REG_OFF_SPIN_BUDGET_NS);
 IBVB__CHECK(struct ibvb_region, reserved, 0x188);
@@ -489,9 +492,11 @@ struct ibvb_ring {
 	uint64_t row_expect;              /* the row's first 8 bytes while attached: state 1 | generation << 32 */
 	uint32_t consumer_index;          /* from the welcome */
 	uint32_t generation;              /* from the welcome */
-	int64_t max_latency_ns;           /* ibvb_set_max_latency: nap this long while the stream is active */
-	int64_t active_ns;                /* when ibvb_wait last saw head move */
-	uint64_t active_head;             /* the head it saw then */
+	int64_t max_latency_ns;           /* ibvb_set_max_latency: coalesced sleeps while the stream is active */
+	int64_t spin_budget_ns;           /* ibvb_set_spin_budget */
+	int64_t wait_avg_ns;              /* moving average of waits that found a heap */
+	uint64_t coalesce_heaps;          /* a coalesced sleep asks to be woken when this many heaps wait */
+	int active;                       /* the last wait found a heap */
 	int sock;                         /* the connection: open for the life of the attachment */
 	char name[IBVB_NAME_MAX + 1];     /* ring name, for messages */
 };
@@ -574,15 +579,18 @@ void ibvb_detach(struct ibvb_ring *r);
  * overrun (the message says how many heaps were lost); -ECONNRESET detached for an invalid cursor (or the
  * row was reused); -EINTR a signal interrupted the sleep; -EBADMSG corrupt descriptor. */
 int ibvb_wait(struct ibvb_ring *r, struct ibvb_heap *h, int timeout_ms);
-/* Cheap waiting: while the stream is active (head moved within the last few naps), ibvb_wait naps up to
- * ns instead of spinning and asking the producer for a wake per heap, then takes every heap that arrived
- * meanwhile: a heap may wait up to ns longer, and the consumer's CPU per heap drops with the rate. An idle
- * stream still sleeps on the futex (0 % CPU, woken at once by the next heap). 0 turns naps off (spin, then
- * futex: the lowest latency) and is the default, as in the Go and Python clients. Measured here with 64-byte
- * heaps at 40 k heaps/s (bench udp --rate 0.036 --heap-sizes 64): 2.2 µs of consumer CPU per heap without
- * naps, 1.7 µs with 200 µs naps. */
+/* Cheap waiting (spec §7.5): while the stream is moving, ibvb_wait sleeps coalesced — the producer wakes
+ * it only once half the ring waits, and it wakes itself after ns — then takes every heap that arrived
+ * meanwhile: a heap may wait up to ns longer, and the consumer's CPU per heap falls with the rate. A sleep
+ * that finds nothing new makes the stream idle: the next heap wakes it at once (0 % CPU while idle). 0 (the
+ * default, as in the Go and Python clients): a wake per heap, the lowest latency. No spinning with ns > 0. */
 #define IBVB_DEFAULT_MAX_LATENCY_NS 0
 void ibvb_set_max_latency(struct ibvb_ring *r, int64_t ns);
+/* How long ibvb_wait may spin before it sleeps (default 20 µs; ≤ 0: never). It spins only while recent
+ * waits averaged at most half of it: spinning for a heap that comes later costs more than the futex
+ * round trip it saves. Advertised in the region's spin_budget_ns for `ibvbridge stat`. */
+#define IBVB_DEFAULT_SPIN_BUDGET_NS 20000
+void ibvb_set_spin_budget(struct ibvb_ring *r, int64_t ns);
 /* Message for the last failing call in this thread ("" if none). */
 const char *ibvb_last_error(void);
 /* Producer liveness (spec §7.6): polls the socket without waiting. 1 alive, 0 gone, -errno. */

@@ -1408,6 +1408,9 @@ int ibvb_producer_end_of_stream(struct ibvb_producer *p, uint64_t stop_heap_cnt,
 	h.flags = IBVB_FLAG_END_OF_STREAM;
 	h.timestamp_ns = ibvb__realtime_ns();
 	ibvb_producer_publish(p, &s, &h);
+	/* The end of the stream wakes consumers whose wakes are coalesced too (wake_at not reached). */
+	for (uint32_t i = 0; i < p->hot_n; i++)
+		ibvb__producer_wake(p, i);
 	return 0;
 }
 

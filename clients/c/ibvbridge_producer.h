@@ -299,7 +299,8 @@ static inline void ibvb_producer_stage(struct ibvb_producer *p, const struct ibv
 }
 
 /* Publish every staged heap: count them (heaps), release-store head, full fence, then for each attached
- * consumer whose consumer_waiting is set: exchange it with 0, consumer_futex += 1, FUTEX_WAKE (spec §7.5). */
+ * consumer whose consumer_waiting is set and whose wake_at head has reached: exchange consumer_waiting with
+ * 0, consumer_futex += 1, FUTEX_WAKE (spec §7.5). */
 static inline void ibvb_producer_commit(struct ibvb_producer *p)
 {
 	if (p->pos == p->committed)
@@ -314,7 +315,8 @@ static inline void ibvb_producer_commit(struct ibvb_producer *p)
 	if (__builtin_expect(ibvb__load(&p->set_gen, acquire) != p->hot_gen, 0))
 		ibvb__producer_adopt(p);
 	for (uint32_t i = 0; i < p->hot_n; i++)
-		if (__builtin_expect(ibvb__load(&p->hot[i].region->consumer_waiting, relaxed) != 0, 0))
+		if (__builtin_expect(ibvb__load(&p->hot[i].region->consumer_waiting, relaxed) != 0, 0) &&
+		    (int64_t)(p->pos - ibvb__load(&p->hot[i].region->wake_at, relaxed)) >= 0)
 			ibvb__producer_wake(p, i);
 }
 

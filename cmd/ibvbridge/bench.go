@@ -85,6 +85,7 @@ func udpFlags(fs *flag.FlagSet, o *bench.UDPOptions, packet, bytesPerRun, runs i
 	fs.Var((*byteSize)(&o.BytesPerRun), "bytes", "payload bytes per run (bounds each run)")
 	fs.IntVar(&o.Runs, "runs", runs, "runs per heap size: one unpaced, then a search on the rate")
 	fs.StringVar(&o.Consumer, "consumer", "c", "consumer process: go, c or python")
+	fs.DurationVar(&o.ConsumerMaxLatency, "consumer-max-latency", 0, "the consumer's latency bound (its --max-latency-us: coalesced wakes, e.g. 1ms; 0: a wake per heap)")
 	asJSON = fs.Bool("json", false, "print one JSON object")
 	return sizes, asJSON
 }

@@ -19,7 +19,7 @@ func runConsume(args []string, stdout, stderr io.Writer) error {
 	timeoutMs := fs.Int("timeout-ms", 10000, "attach timeout and per-heap wait timeout")
 	hold := fs.Int("hold", 0, "keep up to N heaps unreleased (a consumer that reads ahead)")
 	sleepUs := fs.Int("sleep-us", 0, "sleep this long per heap (a slow consumer, for tests)")
-	maxLatencyUs := fs.Int("max-latency-us", 0, "nap this long while the stream moves instead of a producer wake per heap (0: off)")
+	maxLatencyUs := fs.Int("max-latency-us", 0, "let heaps of a moving stream wait up to this long for coalesced wakes (0: a wake per heap)")
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}

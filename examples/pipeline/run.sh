@@ -32,7 +32,7 @@ cc -O2 -I clients/c examples/pipeline/peak.c clients/c/build/libibvbridge.a -lpt
 
 "$BIN" recv --ring A --slots 256 --slot-size 64K --log-format json "127.0.0.1:$p1" >"$work/recvA.json" 2>"$work/recvA.log" & pids+=($!)
 while [[ ! -S $dir/A.v2.sock ]]; do sleep 0.01; done
-$PY examples/pipeline/spectrum.py --input A --output B --samples "$SAMPLES" --wait-consumers 2 >"$work/spectrum.json" 2>"$work/spectrum.log" & pids+=($!)
+$PY examples/pipeline/spectrum.py --input A --output B --samples "$SAMPLES" --wait-consumers 2 >"$work/spectrum.json" 2>"$work/spectrum.log" & spectrum=$!; pids+=($spectrum)
 while [[ ! -S $dir/B.v2.sock ]]; do sleep 0.01; done
 "$work/peak" --ring B --check-pattern >"$work/peak.json" 2>"$work/peak.log" & peak=$!
 "$BIN" recv --ring C --slots 256 --slot-size 64K --log-format json "127.0.0.1:$p2" >"$work/recvC.json" 2>"$work/recvC.log" & pids+=($!)
@@ -49,6 +49,7 @@ status=0
 wait "$peak" || status=1
 wait "$relay" || status=1
 wait "$cons" || status=1
+wait "$spectrum" || status=1 # it prints its result after the end of stream its readers have already seen
 for f in recvA spectrum peak relay peakC; do printf '{"stage":"%s","result":%s}\n' "$f" "$(tail -n 1 "$work/$f.json")"; done
 if [[ $status != 0 ]]; then
   for f in recvA spectrum peak relay recvC peakC; do echo "== $f" >&2; tail -n 5 "$work/$f.log" >&2; done

@@ -97,6 +97,7 @@ int main(void)
 	REG(tail);
 	REG(consumer_waiting);
 	REG(consumer_futex);
+	REG(wake_at);
 	REG(release_futex);
 	REG(spin_budget_ns);
 

@@ -527,8 +527,8 @@ int tp_stage(struct tp *p, uint64_t heap_cnt, const void *payload, uint64_t len,
 	return rc;
 }
 
-/* p->mu held */
-static void commit_locked(struct tp *p)
+/* p->mu held. force: wake every sleeping consumer whatever wake_at says (the end of the stream). */
+static void commit_wake_locked(struct tp *p, int force)
 {
 	struct ibvb_ctl *c = p->ctl;
 	atomic_store_explicit(&c->head, p->head, memory_order_release);
@@ -538,6 +538,8 @@ static void commit_locked(struct tp *p)
 		struct tp_cons *k = &p->cons[i];
 		if (k->fd < 0 || atomic_load_explicit(&k->region->consumer_waiting, memory_order_relaxed) == 0)
 			continue;
+		if (!force && (int64_t)(p->head - atomic_load_explicit(&k->region->wake_at, memory_order_relaxed)) < 0)
+			continue; /* coalesced: not yet (spec §7.5) */
 		if (atomic_exchange(&k->region->consumer_waiting, 0) != 0) {
 			atomic_fetch_add(&k->region->consumer_futex, 1);
 			futex_wake(&k->region->consumer_futex);
@@ -545,6 +547,8 @@ static void commit_locked(struct tp *p)
 		}
 	}
 }
+
+static void commit_locked(struct tp *p) { commit_wake_locked(p, 0); }
 
 void tp_commit(struct tp *p)
 {
@@ -574,7 +578,7 @@ int tp_publish_eos(struct tp *p)
 	int rc = stage_locked(p, 0, NULL, 0, NULL, 0, IBVB_FLAG_END_OF_STREAM, NULL);
 	if (rc == 0) {
 		atomic_store_explicit(&p->ctl->stats[IBVB_CTR_END_OF_STREAM], 1, memory_order_relaxed);
-		commit_locked(p);
+		commit_wake_locked(p, 1);
 	}
 	pthread_mutex_unlock(&p->mu);
 	return rc;

@@ -685,11 +685,11 @@ static void *trickle_fn(void *arg)
 	return NULL;
 }
 
-/* With naps (ibvb_set_max_latency) a moving stream is read without asking the producer for wakes: every
- * heap still arrives in order, none waits much longer than the nap, and the consumer never announces
- * itself while the stream moves. An idle stream then goes back to the futex: a wait times out on time
- * and a heap after the pause is still delivered. */
-static void t_wait_naps(void)
+/* With a latency bound (ibvb_set_max_latency) a moving stream's wakes are coalesced: every heap still
+ * arrives in order and the producer wakes the consumer at most a couple of times for 40 heaps (a wake per
+ * heap would be 40). An idle stream then sleeps until its next heap: a wait times out on time and a heap
+ * after the pause is still delivered. */
+static void t_wait_coalesced(void)
 {
 	struct tp p;
 	char sock[512];
@@ -1741,7 +1741,7 @@ static const struct test tests[] = {
     {"not_found", t_not_found},
     {"attach_waits", t_attach_waits},
     {"wait_timeout", t_wait_timeout},
-    {"wait_naps", t_wait_naps},
+    {"wait_coalesced", t_wait_coalesced},
     {"wait_wakes", t_wait_wakes},
     {"futex_wrap", t_futex_wrap},
     {"producer_death", t_producer_death},

@@ -2,7 +2,7 @@
  *
  * ibvb-consume --ring NAME_OR_SOCKET [--dir DIR] [--start oldest|head] [--verify] [--max-heaps N]
  *              [--timeout-ms T] [--hold N] [--sleep-us U]
- *              [--max-latency-us L]   (ibvb_set_max_latency: 0 spins and sleeps on the futex only)
+ *              [--max-latency-us L]   (ibvb_set_max_latency: 0 wakes per heap)
  *
  * Used by the Go cross-process tests and the ring benchmark: the per-heap path makes no syscalls
  * (unless --sleep-us, or the ring is empty) and its checksum loop vectorises.
@@ -32,7 +32,7 @@ static void usage(int code)
 		"  --verify           check the test pattern and item 0x1001 == heap_cnt\n"
 		"  --max-heaps N      stop after N heaps (result max)\n"
 		"  --timeout-ms T     attach and per-heap wait timeout (default 10000)\n"
-		"  --max-latency-us L nap up to L us while the stream is active (0: spin, then futex)\n"
+		"  --max-latency-us L let heaps of a moving stream wait up to L us for coalesced wakes (0: a wake per heap)\n"
 		"  --hold N           keep the N newest heaps held\n"
 		"  --sleep-us U       sleep U us per heap (a slow consumer)\n"
 		"Prints one JSON object. Exit: 0 eos/max, 1 error, 2 producer_gone, 3 timeout, 4 overrun, 5 detached.\n");

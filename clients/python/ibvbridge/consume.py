@@ -155,7 +155,7 @@ def main(argv=None):
     ap.add_argument("--max-heaps", type=int, default=0, help="stop after N heaps (0: no limit)")
     ap.add_argument("--timeout-ms", type=float, default=10000, help="attach timeout and per-wait timeout")
     ap.add_argument("--max-latency-us", type=float, default=0,
-                    help="nap this long while the stream moves instead of a producer wake per heap (0: off)")
+                    help="let heaps of a moving stream wait up to this long for coalesced wakes (0: a wake per heap)")
     ap.add_argument("--hold", type=int, default=0, help="keep up to N heaps unreleased")
     ap.add_argument("--sleep-us", type=float, default=0, help="sleep after each heap (each batch with --batch)")
     ap.add_argument("--batch", type=int, default=0, help="use next_batch with up to N heaps")

@@ -86,6 +86,7 @@ ROW_LOST_HEAPS = 0x30
 REG_TAIL = 0x000
 REG_CONSUMER_WAITING = 0x080
 REG_CONSUMER_FUTEX = 0x084
+REG_WAKE_AT = 0x088
 REG_RELEASE_FUTEX = 0x100
 REG_SPIN_BUDGET_NS = 0x180
 
@@ -245,7 +246,7 @@ ROW_STRUCT, ROW_FIELDS = _fields_struct((
     ("wakes", ROW_WAKES, "Q"), ("lost_heaps", ROW_LOST_HEAPS, "Q"),
 ), ROW_SIZE)
 
-REGION_FIELDS = ("tail", "consumer_waiting", "consumer_futex", "release_futex", "spin_budget_ns")
+REGION_FIELDS = ("tail", "consumer_waiting", "consumer_futex", "wake_at", "release_futex", "spin_budget_ns")
 
 HELLO_STRUCT, HELLO_FIELDS = _fields_struct((
     ("magic", MSG_MAGIC, "Q"), ("major", MSG_MAJOR, "H"), ("minor", MSG_MINOR, "H"), ("role", HELLO_ROLE, "I"),

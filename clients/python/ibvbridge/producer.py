@@ -100,6 +100,7 @@ _Q_STATS = L.OFF_STATS >> 3
 _I_STATE = L.OFF_STATE >> 2
 _I_PRODUCER_WAITING = L.OFF_PRODUCER_WAITING >> 2
 _I_WAITING = L.REG_CONSUMER_WAITING >> 2
+_Q_WAKE_AT = L.REG_WAKE_AT >> 3
 _I_FUTEX = L.REG_CONSUMER_FUTEX >> 2
 _I_RELEASE = L.REG_RELEASE_FUTEX >> 2
 _POLL_GONE = select.POLLHUP | select.POLLRDHUP | select.POLLERR | select.POLLNVAL
@@ -1075,14 +1076,16 @@ class Producer:
         self._commit()
         return pos
 
-    def _commit(self):
-        """Release-store head, full fence, then wake every consumer that announced it sleeps (spec §7.5;
-        see the module docstring for the plain-store exchange)."""
-        self.c64[_Q_HEAD] = self._pos
+    def _commit(self, force=False):
+        """Release-store head, full fence, then wake every consumer that announced it sleeps and whose
+        wake_at head has reached, or every sleeping one with force (spec §7.5; see the module docstring
+        for the plain-store exchange)."""
+        pos = self._pos
+        self.c64[_Q_HEAD] = pos
         full_fence()
         for m in self._snap:
             r32 = m.r32
-            if r32[_I_WAITING]:
+            if r32[_I_WAITING] and (force or (pos - m.r64[_Q_WAKE_AT]) & M64 < 1 << 63):
                 r32[_I_WAITING] = 0
                 full_fence()
                 r32[_I_FUTEX] = (r32[_I_FUTEX] + 1) & 0xFFFFFFFF
@@ -1315,7 +1318,9 @@ class Producer:
         self._free_r += 1
         slot = Slot(self, s)
         self._stats[C_EOS] = 1  # before the marker: a consumer that sees it reads the counter set
-        return self.publish(slot, stop_heap_cnt, 0, 0, time.time_ns(), L.FLAG_END_OF_STREAM, 0)
+        pos = self.publish(slot, stop_heap_cnt, 0, 0, time.time_ns(), L.FLAG_END_OF_STREAM, 0)
+        self._commit(force=True)  # the end of the stream wakes consumers whose wakes are coalesced too
+        return pos
 
     def wait_drained(self, timeout=None):
         """Wait until every attached consumer has released everything published (so closing loses

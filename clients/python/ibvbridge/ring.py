@@ -42,8 +42,7 @@ __all__ = ["Ring", "Heap", "Item", "Batch", "ItemDescriptor", "Geometry", "socke
 
 _M64 = (1 << 64) - 1
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$")
-SPIN_SECONDS = 50e-6  # spin before sleeping (spec §7.5)
-ACTIVE_NAPS = 8  # a stream whose head moved within this many naps is active (max_latency)
+SPIN_BUDGET = 20e-6  # default spin budget before sleeping (spec §7.5)
 _STARTS = {"oldest": L.START_OLDEST, "head": L.START_HEAD, L.START_OLDEST: L.START_OLDEST,
            L.START_HEAD: L.START_HEAD}
 
@@ -59,6 +58,7 @@ _Q_TAIL = L.REG_TAIL >> 3
 _Q_SPIN_BUDGET_NS = L.REG_SPIN_BUDGET_NS >> 3
 _I_CONSUMER_WAITING = L.REG_CONSUMER_WAITING >> 2
 _I_CONSUMER_FUTEX = L.REG_CONSUMER_FUTEX >> 2
+_Q_WAKE_AT = L.REG_WAKE_AT >> 3
 _I_RELEASE_FUTEX = L.REG_RELEASE_FUTEX >> 2
 
 _unpack_desc = L.DESC_STRUCT.unpack_from
@@ -545,7 +545,8 @@ class Ring:
 
     # ------------------------------------------------------------------ attach (spec §9)
     @classmethod
-    def attach(cls, name_or_path, timeout=10.0, directory=None, start="oldest", max_latency=0.0):
+    def attach(cls, name_or_path, timeout=10.0, directory=None, start="oldest", max_latency=0.0,
+               spin_budget=SPIN_BUDGET):
         """Attach to a ring as a consumer, by name or by socket path (anything with a '/', ending in
         .v2.sock).
 
@@ -558,16 +559,21 @@ class Ring:
         row taken), RingClosing, VersionMismatch, ProtocolError, CorruptRing (seals, sizes and the header
         are checked before the data memory is mapped), Timeout.
 
-        ``max_latency`` (seconds), if positive, lets waits nap that long while the stream is moving instead
-        of asking the producer for a wake per heap: less CPU per heap, up to that much more latency. An
-        idle stream still sleeps on the futex. 0 (the default): spin, then futex.
+        ``max_latency`` (seconds), if positive, coalesces the wakes of a moving stream (spec §7.5): the
+        producer wakes this consumer only once half the ring waits, and it wakes itself after
+        ``max_latency``: less CPU per heap, up to that much more latency, no spinning. An idle stream still
+        sleeps until its next heap. 0 (the default): a wake per heap.
+
+        ``spin_budget`` (seconds, default 20 µs) bounds the spin before a sleep; the consumer spins only
+        while recent waits averaged at most half of it (0: never spin).
         """
         require_x86_64()
         if start not in _STARTS:
             raise ValueError(f"start must be 'oldest' or 'head', not {start!r}")
         self = cls()
         self._max_latency = max(0.0, float(max_latency))
-        self._active_head, self._active_at = None, 0.0
+        self._spin_budget = max(0.0, float(spin_budget))
+        self._wait_avg, self._active = 0.0, False
         self.name = os.fspath(name_or_path)
         self._directory = directory
         self.socket_path = socket_path_for(self.name, directory)
@@ -664,7 +670,8 @@ class Ring:
         self._i_row_state = (row + L.ROW_STATE) >> 2
         self._i_row_gen = (row + L.ROW_GENERATION) >> 2
         self._q_row_lost = (row + L.ROW_LOST_HEAPS) >> 3
-        self._r64[_Q_SPIN_BUDGET_NS] = int(SPIN_SECONDS * 1e9)
+        self._r64[_Q_SPIN_BUDGET_NS] = int(self._spin_budget * 1e9)
+        self._coalesce_heaps = max(1, self._geo.slot_count // 2)
         # 7. start at the region's tail (the producer stored the start position before the welcome)
         self.session_id = hdr["session_id"]
         self.producer_pid = hdr["producer_pid"]
@@ -1150,38 +1157,33 @@ class Ring:
     # ------------------------------------------------------------------ waiting (spec §7.5)
     def _wait(self, timeout):
         """Return when a heap is published (cached_head updated); raise EndOfStream / ProducerGone / Timeout /
-        Detached."""
+        Detached. Spins only without max_latency and while recent waits were short (see attach)."""
         self._flush_release()
-        now = time.monotonic()
+        start = now = time.monotonic()
         deadline = float("inf") if timeout is None else now + timeout
-        c64, c32, r32 = self._c64, self._c32, self._r32
+        c64, c32, r32, r64 = self._c64, self._c32, self._r32, self._r64
         read = self._read
-        nap = self._max_latency
-        while nap:  # a moving stream: nap instead of spinning and asking for a wake per heap
-            h = c64[_Q_HEAD]
-            if h != read:
-                self._set_head(h)
-                return
-            now = time.monotonic()
-            if h != self._active_head:
-                self._active_head, self._active_at = h, now
-            if now - self._active_at >= ACTIVE_NAPS * nap or now >= deadline:
-                break
-            time.sleep(min(nap, deadline - now))
-        spin_until = now + min(SPIN_SECONDS, timeout if timeout is not None else SPIN_SECONDS)
-        while time.monotonic() < spin_until:
-            h = c64[_Q_HEAD]
-            if h != read:
-                self._set_head(h)
-                return
+        lat = self._max_latency
+        budget = self._spin_budget
+        if not lat and budget > 0 and self._wait_avg <= budget / 2:
+            spin_until = now + min(budget, timeout if timeout is not None else budget)
+            while time.monotonic() < spin_until:
+                h = c64[_Q_HEAD]
+                if h != read:
+                    self._set_head(h)
+                    self._note_wait(start)
+                    return
         try:
             while True:
+                coalesce = lat and self._active
                 f = r32[_I_CONSUMER_FUTEX]
+                r64[_Q_WAKE_AT] = (read + (self._coalesce_heaps if coalesce else 1)) & _M64
                 r32[_I_CONSUMER_WAITING] = 1
                 full_fence()
                 h = c64[_Q_HEAD]
                 if h != read:
                     self._set_head(h)
+                    self._note_wait(start)
                     return
                 self._check_row()
                 if c32[_I_STATE] == L.STATE_CLOSED:
@@ -1190,7 +1192,7 @@ class Ring:
                         self._set_head(h)
                         return
                     raise EndOfStream("end of stream (ring closed)")
-                if not self.producer_alive():
+                if not coalesce and not self.producer_alive():
                     h = c64[_Q_HEAD]  # drain first: everything published before the death is delivered
                     if h != read:
                         self._set_head(h)
@@ -1198,13 +1200,28 @@ class Ring:
                     if c32[_I_STATE] == L.STATE_CLOSED:
                         raise EndOfStream("end of stream (ring closed)")
                     raise ProducerGone(f"ring {self.name}: producer (pid {self.producer_pid}) is gone")
-                left = deadline - time.monotonic()
+                now = time.monotonic()
+                left = deadline - now
                 if left <= 0:
                     raise Timeout(f"no heap within {timeout} s")
-                futex_wait(self._cfutex_addr, f, min(L.MAX_WAIT_SLICE, left))
+                slice_ = min(lat if coalesce else L.MAX_WAIT_SLICE, left)
+                futex_wait(self._cfutex_addr, f, slice_)
+                if coalesce and time.monotonic() - now >= slice_:
+                    # The latency bound passed: take what came; nothing at all means the stream went idle.
+                    h = c64[_Q_HEAD]
+                    if h != read:
+                        self._set_head(h)
+                        self._note_wait(start)
+                        return
+                    self._active = False
         finally:
             if r32 is not None and not self._closed:
                 r32[_I_CONSUMER_WAITING] = 0
+
+    def _note_wait(self, start):
+        """A wait that found a heap: a moving average of the last ~8 wait lengths; the stream is active."""
+        self._wait_avg += (time.monotonic() - start - self._wait_avg) / 8
+        self._active = True
 
     def _set_head(self, h):
         self._check_row()

@@ -250,7 +250,9 @@ class FakeProducer(Producer):
 
     def publish_eos(self):
         self.set("end_of_stream", 1)
-        return self.publish(0, b"", flags=L.FLAG_END_OF_STREAM)
+        pos = self.publish(0, b"", flags=L.FLAG_END_OF_STREAM)
+        self._commit(force=True)  # as Producer.end_of_stream: coalesced sleepers too
+        return pos
 
     def die(self):
         """Simulate a crash: every socket closes (as the kernel would), no CLOSED, the socket file stays,

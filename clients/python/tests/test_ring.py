@@ -1,4 +1,5 @@
 import os
+import queue
 import signal
 import socket
 import subprocess
@@ -38,7 +39,8 @@ def test_layout_constants():
     d = L.dump()
     assert d["head"] == 512 and d["producer_waiting"] == 0x280 and d["oldest"] == 0x308 and d["stats"] == 1280
     assert d["consumer_table"] == 0x1000 and d["row_size"] == 128 and d["row.lost_heaps"] == 0x30
-    assert d["region.tail"] == 0 and d["region.consumer_futex"] == 0x84 and d["region.release_futex"] == 0x100
+    assert d["region.tail"] == 0 and d["region.consumer_futex"] == 0x84 and d["region.wake_at"] == 0x88
+    assert d["region.release_futex"] == 0x100
     assert d["desc.seq"] == 0 and d["desc.slot"] == 0x28 and d["item.value"] == 8
     assert d["desc_size"] == 64 and d["item_size"] == 32 and d["stats_count"] == 13
     assert d["header.stats_count"] == 0x98 and d["header.max_consumers"] == 0x9C and d["data_size"] == 0x50
@@ -46,7 +48,7 @@ def test_layout_constants():
     assert d["hello_size"] == 32 and d["welcome_size"] == 64 and d["welcome.message"] == 0x10
     assert d["flag.items_cut"] == 0x80 and d["counter.consumer_errors"] == 12
     assert "ctl_size" not in d and "data_path" not in d and "tail" not in d  # 1.0 names are gone
-    assert len(d) == 151
+    assert len(d) == 152
     assert L.DESC_DTYPE.itemsize == 64 and L.ITEM_DTYPE.itemsize == 32
     assert L.DESC_DTYPE.fields["packets"][1] == 0x34
     assert L.HEADER_STRUCT.size == 0xA0 and L.ROW_STRUCT.size == 128
@@ -620,7 +622,7 @@ def test_consumer_row_written(make_producer):
         assert row["pid"] == os.getpid() and row["uid"] == os.geteuid()
         assert abs(row["attach_ns"] - time.time_ns()) < 10e9
         assert ring.stats()["consumers_attached"] == 1
-        assert ring._r64[L.REG_SPIN_BUDGET_NS >> 3] == 50_000
+        assert ring._r64[L.REG_SPIN_BUDGET_NS >> 3] == 20_000  # the default spin budget
     p.wait_consumers(0)
     assert p.row_get(0, "state") == L.CONSUMER_GONE
     assert p.c64[(L.OFF_STATS >> 3) + 10] == 0
@@ -1197,7 +1199,7 @@ def test_iteration_item_past_slot_is_corrupt_when_read(make_producer):
             break
 
 
-def test_max_latency_naps_instead_of_wakes(make_producer):
+def test_max_latency_coalesces_wakes(make_producer):
     p = make_producer(slot_count=64)
     n = 40
 
@@ -1222,6 +1224,45 @@ def test_max_latency_naps_instead_of_wakes(make_producer):
         with pytest.raises(Timeout):
             ring.next(timeout=0.1)
         assert 0.09 <= time.monotonic() - t0 < 1.0
+
+
+def test_coalesced_wake_on_half_ring_and_end_of_stream(make_producer):
+    """A coalesced sleep (spec §7.5) does not hold heaps for its whole bound (30 s here) when they pile up:
+    the producer wakes the consumer once half the ring waits; after an idle spell the first heap wakes it
+    at once; the end of the stream wakes it whatever it asked."""
+    p = make_producer(slot_count=16)
+    with Ring.attach(p.socket_path, timeout=1, max_latency=30) as ring:
+        t = threading.Timer(0.02, lambda: p.publish(1, b"a" * 8))
+        t.start()
+        with ring.next(timeout=5) as h:
+            assert h.heap_cnt == 1
+        t.join()
+        got = queue.Queue()
+
+        def reader():
+            try:
+                with ring.next(timeout=10) as h:
+                    got.put(h.heap_cnt)
+            except Exception as e:  # noqa: BLE001 - handed to the test thread
+                got.put(e)
+        th = threading.Thread(target=reader)
+        th.start()
+        time.sleep(0.02)
+        for i in range(2, 9):  # 7 heaps: under half of 16, no wake
+            p.publish(i, b"b" * 8)
+        with pytest.raises(queue.Empty):
+            got.get(timeout=0.05)
+        p.publish(9, b"b" * 8)
+        assert got.get(timeout=5) == 2
+        th.join()
+        for i in range(3, 10):
+            with ring.next(timeout=1) as h:
+                assert h.heap_cnt == i
+        threading.Timer(0.02, p.publish_eos).start()
+        t0 = time.monotonic()
+        with pytest.raises(EndOfStream):
+            ring.next(timeout=10)
+        assert time.monotonic() - t0 < 5
 
 
 def test_refuses_other_machines(monkeypatch, tmp_path):
