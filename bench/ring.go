@@ -34,7 +34,7 @@ type RingResult struct {
 	IdleCPUPercent  float64 `json:"idle_cpu_percent"`
 	Batch           int     `json:"batch,omitempty"`
 	Runs            int     `json:"runs"`
-	// PerConsumer: with several consumers on the ring, each one's own rate (the table above is the ring's).
+	// PerConsumer: each consumer's own rate and CPU per heap (the table above is the ring's).
 	PerConsumer []ConsumerRate `json:"per_consumer,omitempty"`
 }
 
@@ -42,6 +42,9 @@ type RingResult struct {
 type ConsumerRate struct {
 	Consumer  string  `json:"consumer"`
 	HeapsPerS float64 `json:"heaps_per_s"`
+	// CPUNsPerHeap is the consumer process's CPU time (user + system) over the stream, per heap: what
+	// reading one heap costs it, whatever share of a core it got.
+	CPUNsPerHeap float64 `json:"cpu_ns_per_heap"`
 }
 
 // RingOptions describe a ring benchmark: a Go producer publishing Heaps pattern heaps of HeapSize bytes
@@ -104,7 +107,7 @@ func PrintRing(w io.Writer, label string, r RingResult) {
 		label, r.Consumer, r.HeapSize, r.HeapsPerS, r.BytesPerS/1e9, r.MemcpyBytesPerS/1e9,
 		r.MemcpyRatio, r.HeapsLost, okWord(r.ChecksumOK), r.IdleCPUPercent, r.HugePages)
 	for _, c := range r.PerConsumer {
-		fmt.Fprintf(w, "          %-6s %10.0f heaps/s on its own clock\n", c.Consumer, c.HeapsPerS)
+		fmt.Fprintf(w, "          %-6s %10.0f heaps/s on its own clock, %6.1f ns of CPU per heap\n", c.Consumer, c.HeapsPerS, c.CPUNsPerHeap)
 	}
 }
 
@@ -126,6 +129,7 @@ func MedianRing(runs []RingResult) RingResult {
 	m.Seconds = med(func(r RingResult) float64 { return r.Seconds })
 	for i := range m.PerConsumer {
 		m.PerConsumer[i].HeapsPerS = med(func(r RingResult) float64 { return r.PerConsumer[i].HeapsPerS })
+		m.PerConsumer[i].CPUNsPerHeap = med(func(r RingResult) float64 { return r.PerConsumer[i].CPUNsPerHeap })
 	}
 	for _, r := range runs {
 		m.HeapsLost = max(m.HeapsLost, r.HeapsLost)
@@ -200,6 +204,10 @@ func ringOnce(ctx context.Context, env Env, o RingOptions, measureIdle bool) (Ri
 
 	pb := pattern.Publisher{P: p, Size: o.HeapSize}
 	var sum uint64
+	cpu0 := make([]time.Duration, len(cmds))
+	for i, cmd := range cmds {
+		cpu0[i], _ = cpuTime(cmd.Process.Pid)
+	}
 	start := time.Now()
 	for cnt := uint64(1); cnt <= o.Heaps; cnt++ {
 		if cnt%4096 == 0 && ctx.Err() != nil {
@@ -247,10 +255,10 @@ func ringOnce(ctx context.Context, env Env, o RingOptions, measureIdle bool) (Ri
 			res.ChecksumOK = false
 			return res, fmt.Errorf("%s consumer checksum %#x over %d heaps, producer %#x over %d", kind, cr.Checksum, cr.Heaps, sum, o.Heaps)
 		}
-		if len(kinds) > 1 {
-			// Each consumer's own rate: its heaps over its own time from first heap to end of stream.
-			res.PerConsumer = append(res.PerConsumer, ConsumerRate{Consumer: kind, HeapsPerS: float64(cr.Heaps) / cr.Seconds})
-		}
+		// Each consumer's own rate: its heaps over its own time from first heap to end of stream.
+		cpu := cmds[i].ProcessState.UserTime() + cmds[i].ProcessState.SystemTime() - cpu0[i]
+		res.PerConsumer = append(res.PerConsumer, ConsumerRate{Consumer: kind, HeapsPerS: float64(cr.Heaps) / cr.Seconds,
+			CPUNsPerHeap: float64(cpu.Nanoseconds()) / float64(cr.Heaps)})
 	}
 	return res, nil
 }
