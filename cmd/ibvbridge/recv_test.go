@@ -474,3 +474,30 @@ func TestParseInterspersed(t *testing.T) {
 		t.Errorf("pos %v n %d err %v", pos, *n, err)
 	}
 }
+
+// TestSendSpreadThreads: send spreads a stream over two destinations on two threads (heap k to
+// destination (k-1) mod 2, as spead2_send), recv takes both on two threads, and the consumer gets every
+// heap exactly once, every byte checked.
+func TestSendSpreadThreads(t *testing.T) {
+	name, p1, p2 := testRing(t, "spread"), freePort(t), freePort(t)
+	recv, out := startRecv(t, "--ring", name, "--slots", "1024", "--slot-size", "64K", "--hugepages", "off",
+		"--threads", "2", "--max-heaps", "16", "--log-format", "json", "127.0.0.1:"+p1, "127.0.0.1:"+p2)
+	cons := startConsumer(t, name, true)
+	stdout, stderr, code := runCmd(t, 60*time.Second, "send", "127.0.0.1:"+p1, "127.0.0.1:"+p2, "--threads", "2",
+		"--heaps", "600", "--heap-size", "32768", "--packet-size", "8972", "--pattern", "--rate", "0.5")
+	if code != 0 || !strings.HasPrefix(stdout, "sent 600 heaps") {
+		t.Fatalf("send: exit %d, %s %s", code, stdout, stderr)
+	}
+	m := waitRecv(t, recv, out, 20*time.Second)
+	cr := waitConsumer(t, cons)
+	if num(m, "heaps") != 600 || num(m, "incomplete_heaps") != 0 || m["result"] != "stream_stop" || num(m, "packets_after_stop") != 0 {
+		t.Errorf("recv counters %v", m)
+	}
+	if cr.Heaps != 600 || cr.VerifyErrors != 0 || cr.Result != "eos" {
+		t.Errorf("consumer %+v", cr)
+	}
+	_, stderr, code = runCmd(t, 10*time.Second, "send", "127.0.0.1:"+p1, "--threads", "2")
+	if code == 0 || !strings.Contains(stderr, "--threads 2: want 1..1") {
+		t.Errorf("--threads beyond the destinations: exit %d, %q", code, stderr)
+	}
+}

@@ -26,7 +26,7 @@ import (
 func runSend(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("send", stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: ibvbridge send HOST:PORT [flags]\n       ibvbridge send --ring NAME HOST:PORT [flags]   (transmit a ring's heaps)")
+		fmt.Fprintln(fs.Output(), "usage: ibvbridge send HOST:PORT [HOST:PORT...] [flags]   (heap k to destination (k-1) mod N, as spead2_send)\n       ibvbridge send --ring NAME HOST:PORT [flags]   (transmit a ring's heaps)")
 		fs.PrintDefaults()
 	}
 	heapSize := sizeFlag(fs, "heap-size", 4<<20, "payload bytes per heap (suffixes K, M, G)")
@@ -47,6 +47,7 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 	ibvOpt := addIBVFlags(fs, true) // ibv: --ibv, --ibv-* flags (transport_ibv.go)
 	ringName := fs.String("ring", "", "transmit the heaps of this ring, as its consumer, instead of a generated stream; the stream stops when the ring ends")
 	incomplete := fs.Bool("incomplete", false, "with --ring: also send heaps the ring holds incomplete or truncated (default: skip and count them)")
+	threads := fs.Int("threads", 1, "udp: sending threads, each with its own sockets and a share of the destinations (at most one per destination; name a destination twice to give it two)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -65,15 +66,21 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 	} else if *incomplete {
 		return usageError("--incomplete goes with --ring")
 	}
-	if len(pos) != 1 {
-		return usageError("want exactly one destination HOST:PORT, got %d (see -h)", len(pos))
+	if len(pos) == 0 || (*ringName != "" && len(pos) != 1) {
+		return usageError("want exactly one destination HOST:PORT with --ring, one or more without, got %d (see -h)", len(pos))
 	}
-	ep, err := transport.ParseEndpoint(pos[0])
-	if err != nil {
-		return usageError("%v", err)
+	eps := make([]transport.Endpoint, len(pos))
+	for i, a := range pos {
+		if eps[i], err = transport.ParseEndpoint(a); err != nil {
+			return usageError("%v", err)
+		}
+		if !eps[i].Addr.IsValid() {
+			eps[i].Addr = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+		}
 	}
-	if !ep.Addr.IsValid() {
-		ep.Addr = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	ep := eps[0]
+	if *threads < 1 || *threads > len(eps) {
+		return usageError("--threads %d: want 1..%d, at most one per destination (name a destination twice to give it two)", *threads, len(eps))
 	}
 	var flavour spead.Flavour
 	switch strings.TrimPrefix(strings.ToUpper(*flavourName), "SPEAD-") {
@@ -110,44 +117,67 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError("--packet-size %d: %v", *packetSize, err)
 	}
-	var g *pattern.HeapGen
-	if *ringName == "" {
-		if g, err = pattern.NewHeapGen(flavour, *heapSize, *items, *withPattern, *descriptors); err != nil {
-			return err
-		}
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	tr, err := ibvOpt.transport(*transportName) // ibv: --ibv (spead2_send's flag) means --transport ibv
 	if err != nil {
 		return err
 	}
-	var hs transport.HeapSender
-	switch tr {
-	case "", "udp":
-		hs, err = udp.OpenHeapSender(udp.HeapSenderConfig{Encoder: enc, Batch: *batch, Rate: *rate * 1e9, GSO: *gso,
-			SenderConfig: udp.SenderConfig{Dest: netip.AddrPortFrom(ep.Addr, ep.Port), Interface: ifAddr, TTL: *ttl}})
-	case "ibv": // transport_ibv.go: frames built straight into the NIC's registered buffers
-		var cfg verbs.SendConfig
-		if cfg, err = ibvOpt.sendConfig(pos[0], ep, *iface, *ttl, *packetSize, *rate); err == nil {
-			hs, err = newIBVHeapSender(cfg, enc)
+	// One sender per destination, each paced at its share of the rate (it carries 1/N of the heaps).
+	senders := make([]transport.HeapSender, 0, len(eps))
+	defer func() {
+		for _, hs := range senders {
+			hs.Close()
 		}
-	default:
-		return usageError("--transport %q: want udp or ibv", tr)
-	}
-	if err != nil {
-		return err
-	}
-	defer hs.Close()
-	res := bench.SendResult{}
-	if *ringName != "" {
-		if res.Heaps, res.SkippedIncomplete, err = sendRing(ctx, *ringName, hs, relay.Config{Incomplete: *incomplete, NoStop: *noStop, Flavour: flavour}); err != nil {
+	}()
+	for i, e := range eps {
+		if i > 0 { // an encoder is one sender's: it keeps the heap it is packetizing
+			enc, _ = spead.NewEncoder(flavour, *packetSize)
+		}
+		var hs transport.HeapSender
+		switch tr {
+		case "", "udp":
+			hs, err = udp.OpenHeapSender(udp.HeapSenderConfig{Encoder: enc, Batch: *batch, Rate: *rate * 1e9 / float64(len(eps)), GSO: *gso,
+				SenderConfig: udp.SenderConfig{Dest: netip.AddrPortFrom(e.Addr, e.Port), Interface: ifAddr, TTL: *ttl}})
+		case "ibv": // transport_ibv.go: frames built straight into the NIC's registered buffers
+			if len(eps) > 1 {
+				return usageError("--transport ibv sends to one destination")
+			}
+			var cfg verbs.SendConfig
+			if cfg, err = ibvOpt.sendConfig(pos[0], ep, *iface, *ttl, *packetSize, *rate); err == nil {
+				hs, err = newIBVHeapSender(cfg, enc)
+			}
+		default:
+			return usageError("--transport %q: want udp or ibv", tr)
+		}
+		if err != nil {
 			return err
 		}
-	} else if res.Heaps, err = transport.SendStream(ctx, hs, *heaps, g.Heap, !*noStop); err != nil {
-		return err
+		senders = append(senders, hs)
 	}
-	tot := hs.Totals()
+	res := bench.SendResult{}
+	if *ringName != "" {
+		if res.Heaps, res.SkippedIncomplete, err = sendRing(ctx, *ringName, senders[0], relay.Config{Incomplete: *incomplete, NoStop: *noStop, Flavour: flavour}); err != nil {
+			return err
+		}
+	} else {
+		lanes := make([]transport.Lane, *threads)
+		for d, hs := range senders { // destination d is lane d mod threads's
+			l := &lanes[d%*threads]
+			l.Dests, l.Senders = append(l.Dests, d), append(l.Senders, hs)
+		}
+		for i := range lanes {
+			g, err := pattern.NewHeapGen(flavour, *heapSize, *items, *withPattern, *descriptors)
+			if err != nil {
+				return err
+			}
+			lanes[i].Heap = g.Heap
+		}
+		if res.Heaps, err = transport.SendSpread(ctx, lanes, len(senders), *heaps, !*noStop); err != nil {
+			return err
+		}
+	}
+	tot := sumTotals(senders)
 	res.Packets, res.Bytes = tot.Packets, tot.Bytes
 	res.Seconds = time.Since(tot.Start).Seconds()
 	res.Gbps = float64(res.Bytes) * 8 / res.Seconds / 1e9
@@ -161,6 +191,20 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "skipped %d incomplete or truncated heaps of the ring (--incomplete sends them)\n", res.SkippedIncomplete)
 	}
 	return nil
+}
+
+// sumTotals adds up what several senders sent, from the first one's start.
+func sumTotals(senders []transport.HeapSender) transport.SendTotals {
+	var t transport.SendTotals
+	for _, hs := range senders {
+		st := hs.Totals()
+		t.Packets += st.Packets
+		t.Bytes += st.Bytes
+		if t.Start.IsZero() || st.Start.Before(t.Start) {
+			t.Start = st.Start
+		}
+	}
+	return t
 }
 
 // sendRing transmits ring name through hs (relay.Run) until the ring ends or ctx is cancelled.
