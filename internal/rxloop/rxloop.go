@@ -22,8 +22,14 @@ const defaultBatch = 64
 // Status is a work completion status (ibverbs' enum ibv_wc_status); 0 is success.
 type Status uint32
 
-// StatusSuccess is IBV_WC_SUCCESS.
-const StatusSuccess Status = 0
+// Statuses the loop and its fakes name: IBV_WC_SUCCESS, IBV_WC_LOC_LEN_ERR (the frame was longer than the
+// work request's buffers) and IBV_WC_WR_FLUSH_ERR (the queue was put in its error state: every posted work
+// request completes with it, unfilled).
+const (
+	StatusSuccess     Status = 0
+	StatusLocalLength Status = 1
+	StatusFlushed     Status = 5
+)
 
 // Completion is one finished receive (or send) work request. Its layout matches the verbs C shim's
 // ibvb_completion, so the ibverbs queues poll straight into Go memory; verbs' ABI test checks it.

@@ -270,3 +270,62 @@ func BenchmarkRecvLoopUDP(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/frame")
 }
+
+// TestFakeQueueScatter: a slot posted with pieces receives its frame over them, in order, and in the
+// order the slots were posted; a frame longer than the pieces is lost with a length error; Flush completes
+// what is posted, in order, unwritten.
+func TestFakeQueueScatter(t *testing.T) {
+	q := rxlooptest.NewQueue(3, 8)
+	out := make([]rxloop.Completion, 8)
+	n, _ := q.Poll(out)
+	for _, id := range []uint64{0, 1, 2} { // take every slot back, then post them in another order
+		q.Complete(rxloop.Completion{ID: id})
+	}
+	if n, _ = q.Poll(out); n != 3 {
+		t.Fatalf("%d completions", n)
+	}
+	a, b := make([]byte, 3), make([]byte, 4)
+	if err := q.RepostScatter(2, a, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Repost([]uint64{0}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.RepostScatter(1, make([]byte, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.RepostScatter(1, a); err == nil {
+		t.Fatal("slot posted twice")
+	}
+	if id, ok := q.NextSlot(); !ok || id != 2 {
+		t.Fatalf("next slot %d %v, want 2: slots fill in posting order", id, ok)
+	}
+	q.Deliver([]byte("abcdef"))
+	if string(a) != "abc" || string(b[:3]) != "def" || b[3] != 0 {
+		t.Fatalf("pieces %q %q", a, b)
+	}
+	q.Deliver([]byte("plain"))
+	if string(q.Slot(0)[:5]) != "plain" {
+		t.Fatalf("slot 0 %q", q.Slot(0))
+	}
+	q.Deliver([]byte("too long"))
+	if n, _ = q.Poll(out); n != 3 {
+		t.Fatalf("%d completions", n)
+	}
+	want := []rxloop.Completion{{ID: 2, Len: 6}, {ID: 0, Len: 5}, {ID: 1, Status: rxloop.StatusLocalLength}}
+	for i, c := range out[:n] {
+		if c != want[i] {
+			t.Errorf("completion %d: %+v, want %+v", i, c, want[i])
+		}
+	}
+	if err := q.Repost([]uint64{1, 0}); err != nil {
+		t.Fatal(err)
+	}
+	q.Flush()
+	if n, _ = q.Poll(out); n != 2 || out[0] != (rxloop.Completion{ID: 1, Status: rxloop.StatusFlushed}) || out[1].ID != 0 {
+		t.Fatalf("flush: %+v", out[:n])
+	}
+	if _, ok := q.NextSlot(); ok {
+		t.Fatal("a slot is still posted after the flush")
+	}
+}

@@ -16,7 +16,9 @@ import (
 //
 // Live (NewQueue): the test is the NIC. Deliver writes a frame into the next posted slot and completes it;
 // a slot is not written again until the loop reposts it, and reposting a slot that is already posted is an
-// error. Wakeups are edge-triggered as ibverbs' are: a completion raises the event only if the queue is
+// error. Slots are filled in the order they were posted, as a receive queue's work requests are. A slot
+// posted with RepostScatter receives its frame scattered over the pieces given (a work request with
+// several scatter/gather entries) instead of into itself. Wakeups are edge-triggered as ibverbs' are: a completion raises the event only if the queue is
 // armed when it arrives, and raising it disarms the queue (one event per Arm), which is strict enough to
 // show the lost-wakeup race. Deliver may run in another goroutine than the loop.
 //
@@ -46,7 +48,8 @@ type Queue struct {
 
 	mu       sync.Mutex
 	posted   []bool
-	free     []uint64 // posted slots, in the order the NIC fills them
+	pieces   [][][]byte // live: per slot, the pieces RepostScatter gave it (nil: the slot itself)
+	free     []uint64   // posted slots, in the order the NIC fills them
 	pending  []rxloop.Completion
 	armed    bool
 	event    chan struct{} // capacity 1: the completion channel's readability
@@ -61,6 +64,7 @@ func NewQueue(nslots, slotSize int) *Queue {
 		q.posted = append(q.posted, true)
 		q.free = append(q.free, uint64(i))
 	}
+	q.pieces = make([][][]byte, nslots)
 	return q
 }
 
@@ -81,9 +85,45 @@ func (q *Queue) Deliver(frame []byte) bool {
 	id := q.free[0]
 	q.free = q.free[1:]
 	q.posted[id] = false
-	n := copy(q.slots[id], frame)
-	q.complete(rxloop.Completion{ID: id, Len: uint32(n)})
+	pieces := q.pieces[id]
+	q.pieces[id] = nil
+	if pieces == nil {
+		pieces = q.slots[id : id+1]
+	}
+	n, rest := 0, frame
+	for _, p := range pieces {
+		c := copy(p, rest)
+		n, rest = n+c, rest[c:]
+	}
+	c := rxloop.Completion{ID: id, Len: uint32(n)}
+	if len(rest) > 0 {
+		c = rxloop.Completion{ID: id, Status: rxloop.StatusLocalLength} // longer than its buffers: lost
+	}
+	q.complete(c)
 	return true
+}
+
+// NextSlot is the slot the next Deliver fills (live mode); ok is false when none is posted.
+func (q *Queue) NextSlot() (id uint64, ok bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.free) == 0 {
+		return 0, false
+	}
+	return q.free[0], true
+}
+
+// Flush completes every posted slot, in posting order, with StatusFlushed and no bytes written, as a
+// receive queue put in its error state does (live mode).
+func (q *Queue) Flush() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, id := range q.free {
+		q.posted[id] = false
+		q.pieces[id] = nil
+		q.complete(rxloop.Completion{ID: id, Status: rxloop.StatusFlushed})
+	}
+	q.free = q.free[:0]
 }
 
 // Complete queues completions as given (live mode), for the cases Deliver cannot make: error statuses,
@@ -93,6 +133,7 @@ func (q *Queue) Complete(cs ...rxloop.Completion) {
 	defer q.mu.Unlock()
 	for _, c := range cs {
 		q.posted[c.ID] = false
+		q.pieces[c.ID] = nil
 		for i, id := range q.free {
 			if id == c.ID {
 				q.free = append(q.free[:i], q.free[i+1:]...)
@@ -173,12 +214,29 @@ func (q *Queue) Repost(ids []uint64) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for _, id := range ids {
-		if q.posted[id] {
-			return errors.New("rxlooptest: slot reposted twice")
+		if err := q.postLocked(id, nil); err != nil {
+			return err
 		}
-		q.posted[id] = true
-		q.free = append(q.free, id)
 	}
+	return nil
+}
+
+// RepostScatter posts slot id like Repost, except that the frame it receives is written over pieces, in
+// order, each filled before the next; a frame longer than all of them completes with
+// StatusLocalLength. The pieces must stay valid until the slot completes.
+func (q *Queue) RepostScatter(id uint64, pieces ...[]byte) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.postLocked(id, pieces)
+}
+
+func (q *Queue) postLocked(id uint64, pieces [][]byte) error {
+	if q.posted[id] {
+		return errors.New("rxlooptest: slot reposted twice")
+	}
+	q.posted[id] = true
+	q.pieces[id] = pieces
+	q.free = append(q.free, id)
 	select {
 	case q.slotFree <- struct{}{}:
 	default:
