@@ -86,12 +86,21 @@ func TestFlowLayoutMatchesC(t *testing.T) {
 	check("IBV_LINK_LAYER_INFINIBAND", uint64(LinkLayerInfiniBand))
 	check("IBV_LINK_LAYER_ETHERNET", uint64(LinkLayerEthernet))
 	check("IBV_WC_SUCCESS", uint64(rxloop.StatusSuccess))
+	check("IBV_WC_LOC_LEN_ERR", uint64(rxloop.StatusLocalLength))
+	check("IBV_WC_WR_FLUSH_ERR", uint64(rxloop.StatusFlushed))
 
 	// Receiver.Poll hands &out[0] straight to C.
 	var comp rxloop.Completion
 	check("sizeof(ibvb_completion)", uint64(unsafe.Sizeof(comp)))
 	check("offsetof(ibvb_completion.len)", uint64(unsafe.Offsetof(comp.Len)))
 	check("offsetof(ibvb_completion.status)", uint64(unsafe.Offsetof(comp.Status)))
+
+	// PostSplit hands &cwrs[0] straight to C.
+	var rwr recvWR
+	check("sizeof(ibvb_recv_wr)", uint64(unsafe.Sizeof(rwr)))
+	check("offsetof(ibvb_recv_wr.addr)", uint64(unsafe.Offsetof(rwr.Addr)))
+	check("offsetof(ibvb_recv_wr.len)", uint64(unsafe.Offsetof(rwr.Len)))
+	check("offsetof(ibvb_recv_wr.hdr_len)", uint64(unsafe.Offsetof(rwr.HdrLen)))
 
 	// The send queue posts &wrs[0] straight to C.
 	var wr SendWR

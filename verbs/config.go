@@ -49,6 +49,12 @@ type RecvConfig struct {
 	// MaxPoll is how many times the CQ is polled after a wakeup before the
 	// loop re-arms and sleeps.
 	MaxPoll int
+	// Place opens the receiver for direct placement (transport/ibv): the
+	// whole memory mapping around the packet area (the ring's data memory)
+	// is registered, and work requests may be split (SplitQueue.PostSplit),
+	// headers into the packet area and payloads into ring slots. Never run on
+	// RDMA hardware; off by default.
+	Place bool
 }
 
 // DefaultRecvConfig returns spead2's defaults with no interface or endpoints.

@@ -183,6 +183,17 @@ type Receiver struct {
 	joinFD   int
 	flows    []*Flow
 	closed   atomic.Bool
+	// Placement (RecvConfig.Place): the registered memory, and PostSplit's C-layout batch.
+	mrLo, mrHi uintptr
+	cwrs       []recvWR
+}
+
+// recvWR is one entry of PostSplit's batch; its layout matches the C shim's ibvb_recv_wr.
+type recvWR struct {
+	ID     uint64
+	Addr   uint64
+	Len    uint32
+	HdrLen uint32
 }
 
 // Flow is a flow steering rule attached to a Receiver's QP.
@@ -198,7 +209,11 @@ type Flow struct {
 // endpoint, every slot posted, IGMP joins, QP in RTR.
 //
 // packetArea must not be Go-managed memory: the NIC writes into it until
-// Close. It is the ring's packet area, mmap()ed from the data file.
+// Close. It is the ring's packet area, mmap()ed from the data file. With
+// cfg.Place the MR is the whole mapping around it instead (the ring's data
+// memory, slots included), so that split work requests (PostSplit) can put
+// payloads into ring slots; the QP then takes receive work requests of up to
+// three SGEs.
 func OpenReceiver(cfg RecvConfig, packetArea []byte) (*Receiver, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -228,6 +243,14 @@ func OpenReceiver(cfg RecvConfig, packetArea []byte) (*Receiver, error) {
 		slot_len:    C.uint32_t(layout.SlotSize),
 		slots:       C.uint32_t(layout.Slots),
 		comp_vector: C.int(cfg.CompVector),
+	}
+	if cfg.Place {
+		lo, hi, err := mappingAround(packetArea)
+		if err != nil {
+			return nil, err
+		}
+		r.mrLo, r.mrHi, r.cwrs = lo, hi, make([]recvWR, layout.Slots)
+		p.split, p.mr_base, p.mr_len = 1, C.uint64_t(lo), C.uint64_t(hi-lo)
 	}
 	var cerr C.int
 	var step *C.char
@@ -388,6 +411,51 @@ func (r *Receiver) Repost(ids []uint64) error {
 	return nil
 }
 
+// Slots implements SplitQueue.
+func (r *Receiver) Slots() int { return r.layout.Slots }
+
+// PostSplit implements SplitQueue; the receiver must have been opened with RecvConfig.Place.
+func (r *Receiver) PostSplit(wrs []SplitWR) error {
+	if len(wrs) == 0 {
+		return nil
+	}
+	if r.cwrs == nil {
+		return errors.New("ibverbs: split receive work requests need RecvConfig.Place")
+	}
+	if len(wrs) > len(r.cwrs) {
+		return fmt.Errorf("ibverbs: %d receive work requests in one post; the queue has %d", len(wrs), len(r.cwrs))
+	}
+	c := r.cwrs[:len(wrs)]
+	for i, w := range wrs {
+		c[i] = recvWR{ID: w.ID}
+		if len(w.Region) > 0 {
+			c[i].Addr = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(w.Region))))
+			c[i].Len, c[i].HdrLen = uint32(len(w.Region)), uint32(w.HdrLen)
+		}
+	}
+	if e := C.ibvb_rx_post_split(r.rx, (*C.ibvb_recv_wr)(unsafe.Pointer(&c[0])), C.int(len(c))); e != 0 {
+		return fmt.Errorf("ibv_post_recv (split): %w", syscall.Errno(e))
+	}
+	return nil
+}
+
+// Covers implements SplitQueue: whether region lies in the memory registered with RecvConfig.Place.
+func (r *Receiver) Covers(region []byte) bool {
+	if len(region) == 0 || r.cwrs == nil {
+		return false
+	}
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(region)))
+	return lo >= r.mrLo && lo+uintptr(len(region)) <= r.mrHi
+}
+
+// Flush implements SplitQueue: the QP goes to the error state.
+func (r *Receiver) Flush() error {
+	if e := C.ibvb_rx_flush(r.rx); e != 0 {
+		return fmt.Errorf("ibv_modify_qp (ERR): %w", syscall.Errno(e))
+	}
+	return nil
+}
+
 // Arm implements rxloop.Queue.
 func (r *Receiver) Arm() error {
 	if r.chanFile == nil {
@@ -481,4 +549,4 @@ func cABITable() map[string]uint64 {
 	return m
 }
 
-var _ rxloop.Queue = (*Receiver)(nil)
+var _ SplitQueue = (*Receiver)(nil)

@@ -50,11 +50,15 @@ func (r *Receiver) Arm() error                            { return ErrUnsupporte
 func (r *Receiver) Wait(context.Context) error            { return ErrUnsupported }
 func (r *Receiver) Slot(uint64) []byte                    { return nil }
 func (r *Receiver) Close() error                          { return nil }
+func (r *Receiver) Slots() int                            { return 0 }
+func (r *Receiver) PostSplit([]SplitWR) error             { return ErrUnsupported }
+func (r *Receiver) Covers([]byte) bool                    { return false }
+func (r *Receiver) Flush() error                          { return ErrUnsupported }
 
 // StatusString names a completion status.
 func StatusString(s rxloop.Status) string { return "status " + strconv.FormatUint(uint64(s), 10) }
 
-var _ rxloop.Queue = (*Receiver)(nil)
+var _ SplitQueue = (*Receiver)(nil)
 
 // OpenSender validates cfg, then reports ErrUnsupported.
 func OpenSender(cfg SendConfig) (*Sender, error) {

@@ -267,6 +267,10 @@ struct ibvb_rx {
 	struct ibv_sge *sges;
 	struct ibv_wc *wc;
 	uint32_t slots;
+	uint32_t slot_len;
+	struct ibv_recv_wr *split_wrs; /* split: a second work request per slot ... */
+	struct ibv_sge *split_sges;    /* ... with 3 SGEs each (ibvb_rx_post_split) */
+	uint64_t mr_lo, mr_hi;         /* the registered memory */
 };
 
 static struct ibv_context *ibvb_open_by_name(const char *name, int *err)
@@ -326,9 +330,17 @@ ibvb_rx *ibvb_rx_open(const ibvb_rx_params *p, int *err_errno, const char **err_
 	if (rx->pd == NULL)
 		IBVB_FAIL("ibv_alloc_pd", errno);
 	errno = 0;
-	rx->mr = p_ibv_reg_mr(rx->pd, p->area, p->area_len, IBV_ACCESS_LOCAL_WRITE);
+	if (p->mr_base != 0) {
+		if ((uintptr_t)p->area < p->mr_base || (uintptr_t)p->area + p->area_len > p->mr_base + p->mr_len)
+			IBVB_FAIL("ibv_reg_mr", EINVAL);
+		rx->mr = p_ibv_reg_mr(rx->pd, (void *)(uintptr_t)p->mr_base, (size_t)p->mr_len, IBV_ACCESS_LOCAL_WRITE);
+	} else {
+		rx->mr = p_ibv_reg_mr(rx->pd, p->area, p->area_len, IBV_ACCESS_LOCAL_WRITE);
+	}
 	if (rx->mr == NULL)
 		IBVB_FAIL("ibv_reg_mr", errno);
+	rx->mr_lo = (uintptr_t)rx->mr->addr;
+	rx->mr_hi = rx->mr_lo + rx->mr->length;
 	if (p->comp_vector >= 0) {
 		errno = 0;
 		rx->chan = p_ibv_create_comp_channel(rx->ctx);
@@ -353,7 +365,7 @@ ibvb_rx *ibvb_rx_open(const ibvb_rx_params *p, int *err_errno, const char **err_
 	qa.cap.max_send_wr = 1;
 	qa.cap.max_recv_wr = p->slots;
 	qa.cap.max_send_sge = 1;
-	qa.cap.max_recv_sge = 1;
+	qa.cap.max_recv_sge = p->split ? 3 : 1;
 	errno = 0;
 	rx->qp = p_ibv_create_qp(rx->pd, &qa);
 	if (rx->qp == NULL)
@@ -370,6 +382,13 @@ ibvb_rx *ibvb_rx_open(const ibvb_rx_params *p, int *err_errno, const char **err_
 	rx->wc = calloc(p->slots, sizeof(*rx->wc));
 	if (rx->wrs == NULL || rx->sges == NULL || rx->wc == NULL)
 		IBVB_FAIL("calloc", ENOMEM);
+	rx->slot_len = p->slot_len;
+	if (p->split) {
+		rx->split_wrs = calloc(p->slots, sizeof(*rx->split_wrs));
+		rx->split_sges = calloc((size_t)p->slots * 3, sizeof(*rx->split_sges));
+		if (rx->split_wrs == NULL || rx->split_sges == NULL)
+			IBVB_FAIL("calloc", ENOMEM);
+	}
 	for (i = 0; i < p->slots; i++) {
 		rx->sges[i].addr = (uintptr_t)p->area + p->start + (uint64_t)i * p->stride;
 		rx->sges[i].length = p->slot_len;
@@ -377,6 +396,10 @@ ibvb_rx *ibvb_rx_open(const ibvb_rx_params *p, int *err_errno, const char **err_
 		rx->wrs[i].wr_id = i;
 		rx->wrs[i].sg_list = &rx->sges[i];
 		rx->wrs[i].num_sge = 1;
+		if (p->split) {
+			rx->split_wrs[i].wr_id = i;
+			rx->split_wrs[i].sg_list = &rx->split_sges[3 * (size_t)i];
+		}
 	}
 	return rx;
 #undef IBVB_FAIL
@@ -478,6 +501,60 @@ int ibvb_rx_repost(ibvb_rx *rx, const uint64_t *ids, int n)
 	return ibv_post_recv(rx->qp, &rx->wrs[ids[0]], &bad);
 }
 
+int ibvb_rx_post_split(ibvb_rx *rx, const ibvb_recv_wr *wrs, int n)
+{
+	struct ibv_recv_wr *head = NULL, **link = &head, *bad;
+	int i;
+
+	for (i = 0; i < n; i++) {
+		const ibvb_recv_wr *w = &wrs[i];
+		struct ibv_recv_wr *wr;
+		struct ibv_sge *sg;
+		uint64_t slot;
+		uint32_t rest;
+
+		if (w->id >= rx->slots)
+			return EINVAL;
+		if (w->len == 0) {
+			wr = &rx->wrs[w->id];
+		} else {
+			if (rx->split_wrs == NULL || w->hdr_len == 0 ||
+			    (uint64_t)w->hdr_len + w->len > rx->slot_len || w->addr < rx->mr_lo ||
+			    w->addr + w->len < w->addr || w->addr + w->len > rx->mr_hi)
+				return EINVAL;
+			wr = &rx->split_wrs[w->id];
+			sg = wr->sg_list;
+			slot = rx->sges[w->id].addr;
+			rest = rx->slot_len - w->hdr_len - w->len;
+			sg[0].addr = slot;
+			sg[0].length = w->hdr_len;
+			sg[0].lkey = rx->mr->lkey;
+			sg[1].addr = w->addr;
+			sg[1].length = w->len;
+			sg[1].lkey = rx->mr->lkey;
+			sg[2].addr = slot + w->hdr_len;
+			sg[2].length = rest;
+			sg[2].lkey = rx->mr->lkey;
+			wr->num_sge = rest ? 3 : 2;
+		}
+		*link = wr;
+		link = &wr->next;
+	}
+	*link = NULL;
+	if (head == NULL)
+		return 0;
+	return ibv_post_recv(rx->qp, head, &bad);
+}
+
+int ibvb_rx_flush(ibvb_rx *rx)
+{
+	struct ibv_qp_attr mod;
+
+	memset(&mod, 0, sizeof(mod));
+	mod.qp_state = IBV_QPS_ERR;
+	return p_ibv_modify_qp(rx->qp, &mod, IBV_QP_STATE);
+}
+
 int ibvb_rx_arm(ibvb_rx *rx)
 {
 	return ibv_req_notify_cq(rx->recv_cq, 0);
@@ -527,6 +604,8 @@ void ibvb_rx_close(ibvb_rx *rx)
 		p_ibv_close_device(rx->ctx);
 	free(rx->wrs);
 	free(rx->sges);
+	free(rx->split_wrs);
+	free(rx->split_sges);
 	free(rx->wc);
 	free(rx);
 }
@@ -835,6 +914,12 @@ static const ibvb_abi_entry ibvb_abi[] = {
 	{ "offsetof(ibvb_send_wr.slot)", offsetof(ibvb_send_wr, slot) },
 	{ "offsetof(ibvb_send_wr.len)", offsetof(ibvb_send_wr, len) },
 	{ "offsetof(ibvb_send_wr.flags)", offsetof(ibvb_send_wr, flags) },
+	{ "sizeof(ibvb_recv_wr)", sizeof(ibvb_recv_wr) },
+	{ "offsetof(ibvb_recv_wr.addr)", offsetof(ibvb_recv_wr, addr) },
+	{ "offsetof(ibvb_recv_wr.len)", offsetof(ibvb_recv_wr, len) },
+	{ "offsetof(ibvb_recv_wr.hdr_len)", offsetof(ibvb_recv_wr, hdr_len) },
+	{ "IBV_WC_LOC_LEN_ERR", IBV_WC_LOC_LEN_ERR },
+	{ "IBV_WC_WR_FLUSH_ERR", IBV_WC_WR_FLUSH_ERR },
 	{ "sizeof(ibvb_completion)", sizeof(ibvb_completion) },
 	{ "offsetof(ibvb_completion.len)", offsetof(ibvb_completion, len) },
 	{ "offsetof(ibvb_completion.status)", offsetof(ibvb_completion, status) },

@@ -65,14 +65,25 @@ typedef struct ibvb_rx ibvb_rx;
 typedef struct {
 	const char *dev_name;
 	int port;
-	void *area;      /* registered as one MR */
+	void *area;      /* the slots; registered as one MR unless mr_base is set */
 	size_t area_len;
 	size_t start;    /* offset of slot 0 within area */
 	size_t stride;   /* distance between slots */
 	uint32_t slot_len; /* bytes the NIC may write per slot */
 	uint32_t slots;
 	int comp_vector; /* <0: no completion channel (busy poll) */
+	int split;       /* nonzero: allow ibvb_rx_post_split (receive WRs of up to 3 SGEs) */
+	uint64_t mr_base; /* nonzero: register [mr_base, mr_base+mr_len) instead of the area; it must */
+	uint64_t mr_len;  /* contain the area (split WRs point at other memory inside it) */
 } ibvb_rx_params;
+
+/* Same memory layout as the Go recvWR struct (checked by a test). */
+typedef struct {
+	uint64_t id;      /* receive slot (wr_id) */
+	uint64_t addr;    /* payload region; with len 0: the slot's own one-SGE work request */
+	uint32_t len;     /* payload region bytes */
+	uint32_t hdr_len; /* frame bytes into the head of the slot, before the region */
+} ibvb_recv_wr;
 
 /* ibvb_rx_open builds device context, PD, MR, channel, CQs and a raw packet
  * QP in INIT. On failure it returns NULL, sets *err_errno and *err_step to a
@@ -85,6 +96,23 @@ int ibvb_rx_post_all(ibvb_rx *rx);
 int ibvb_rx_ready(ibvb_rx *rx); /* modify QP to RTR */
 int ibvb_rx_poll(ibvb_rx *rx, ibvb_completion *out, int max);
 int ibvb_rx_repost(ibvb_rx *rx, const uint64_t *ids, int n);
+/* ibvb_rx_post_split posts wrs[0..n) as one chain, in order (one ibv_post_recv). An entry with len 0 is
+ * the slot's own work request, as ibvb_rx_repost posts it. Any other is a split work request of the slot
+ * (it needs p->split at open), whose scatter list is
+ *   SGE 0: slot[0, hdr_len)                 the frame's headers (Ethernet, IPv4, UDP, SPEAD);
+ *   SGE 1: [addr, addr+len)                 its payload, straight into memory outside the packet area;
+ *   SGE 2: slot[hdr_len, slot_len-len)      whatever is longer, left out when empty (a zero-length SGE
+ *                                           means 2 GiB to some HCAs);
+ * so it takes every frame a plain work request takes (up to slot_len bytes), only cut in pieces. The
+ * caller guarantees that a region is not given to two posted work requests at once and that nothing else
+ * writes it until its work request completes. Checks: id < slots, hdr_len > 0, hdr_len + len <= slot_len,
+ * the region inside the registered memory; a failed check posts nothing and returns EINVAL. Returns 0 or
+ * ibv_post_recv's errno. */
+int ibvb_rx_post_split(ibvb_rx *rx, const ibvb_recv_wr *wrs, int n);
+/* ibvb_rx_flush moves the QP to the error state (ibv_modify_qp IBV_QPS_ERR): every posted receive work
+ * request completes with IBV_WC_WR_FLUSH_ERR, the NIC writes nothing more into any of them, and later
+ * posts complete at once the same way. There is no way back short of ibvb_rx_close. 0 or errno. */
+int ibvb_rx_flush(ibvb_rx *rx);
 int ibvb_rx_arm(ibvb_rx *rx);
 int ibvb_rx_channel_fd(ibvb_rx *rx);
 int ibvb_rx_get_event(ibvb_rx *rx); /* 0: got and acked one event; else errno */

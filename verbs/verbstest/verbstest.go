@@ -1,5 +1,6 @@
 // Package verbstest provides fake verbs.SendQueues and a Sender built on one, for the tests of the send
-// path above the device (verbs' send loop, transport/ibv's HeapSender). Receive-side tests use
+// path above the device (verbs' send loop, transport/ibv's HeapSender), and RecvQueue, a fake
+// verbs.SplitQueue for the receive path's direct placement. Other receive-side tests use
 // internal/rxloop/rxlooptest.
 package verbstest
 
@@ -9,12 +10,147 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"unsafe"
 
 	"github.com/ibvbridge/ibvbridge/frame"
 	"github.com/ibvbridge/ibvbridge/internal/rxloop"
+	"github.com/ibvbridge/ibvbridge/internal/rxloop/rxlooptest"
 	"github.com/ibvbridge/ibvbridge/verbs"
 )
+
+// RecvQueue is a fake verbs.SplitQueue: rxlooptest's live queue (the test is the NIC and calls Deliver;
+// work requests are filled in the order they were posted) whose split work requests scatter each frame
+// over the head of its slot, the region and the rest of the slot, as the device does. Its "NIC" checks
+// the placement side of the contract and fails the test on a breach:
+//   - a region is given to one posted work request at a time (no overlap with a region still awaited);
+//   - nothing but the NIC writes an awaited region: when its frame arrives (and at CheckAwaited, and at
+//     Flush) it holds the bytes it held when posted;
+//   - header and region fit the slot, and the region is registered (Covers);
+//   - nothing is posted after Flush.
+type RecvQueue struct {
+	*rxlooptest.Queue
+	// Covered, if set, is what Covers answers; nil: every region is registered memory.
+	Covered func(region []byte) bool
+	// SplitPosts and PlainPosts count the work requests PostSplit posted each way; SplitFrames the
+	// frames Deliver put into split work requests.
+	SplitPosts, PlainPosts, SplitFrames atomic.Int64
+
+	t        testing.TB
+	slotSize int
+	nslots   int
+	mu       sync.Mutex
+	awaited  map[uint64]awaited
+	flushed  bool
+}
+
+type awaited struct{ region, posted []byte }
+
+// NewRecvQueue returns a queue of nslots receive slots of slotSize bytes (the receiver's max size), all
+// posted as plain work requests, as the device posts them when it opens.
+func NewRecvQueue(t testing.TB, nslots, slotSize int) *RecvQueue {
+	return &RecvQueue{Queue: rxlooptest.NewQueue(nslots, slotSize), t: t, slotSize: slotSize, nslots: nslots,
+		awaited: map[uint64]awaited{}}
+}
+
+// Slots implements verbs.SplitQueue.
+func (q *RecvQueue) Slots() int { return q.nslots }
+
+// Covers implements verbs.SplitQueue.
+func (q *RecvQueue) Covers(region []byte) bool {
+	return len(region) > 0 && (q.Covered == nil || q.Covered(region))
+}
+
+// PostSplit implements verbs.SplitQueue.
+func (q *RecvQueue) PostSplit(wrs []verbs.SplitWR) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.flushed {
+		q.t.Errorf("%d work requests posted after the flush", len(wrs))
+		return errors.New("verbstest: post after flush")
+	}
+	for _, w := range wrs {
+		if w.Region == nil {
+			q.PlainPosts.Add(1)
+			if err := q.Queue.Repost([]uint64{w.ID}); err != nil {
+				return err
+			}
+			continue
+		}
+		if w.HdrLen <= 0 || w.HdrLen+len(w.Region) > q.slotSize || !q.Covers(w.Region) {
+			return fmt.Errorf("verbstest: work request %d: header %d + region %d bytes in a %d-byte slot (registered: %v)",
+				w.ID, w.HdrLen, len(w.Region), q.slotSize, q.Covers(w.Region))
+		}
+		for id, a := range q.awaited {
+			if overlap(a.region, w.Region) {
+				q.t.Errorf("work request %d: its region overlaps the one work request %d still awaits", w.ID, id)
+				return errors.New("verbstest: region posted twice")
+			}
+		}
+		slot := q.Slot(w.ID)
+		if err := q.Queue.RepostScatter(w.ID, slot[:w.HdrLen], w.Region, slot[w.HdrLen:q.slotSize-len(w.Region)]); err != nil {
+			return err
+		}
+		q.awaited[w.ID] = awaited{region: w.Region, posted: append([]byte(nil), w.Region...)}
+		q.SplitPosts.Add(1)
+	}
+	return nil
+}
+
+func overlap(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	al, bl := uintptr(unsafe.Pointer(&a[0])), uintptr(unsafe.Pointer(&b[0]))
+	return al < bl+uintptr(len(b)) && bl < al+uintptr(len(a))
+}
+
+// Deliver is the NIC receiving frame (see rxlooptest.Queue.Deliver), after checking that the region of
+// the work request it fills was left alone while awaited.
+func (q *RecvQueue) Deliver(frame []byte) bool {
+	if id, ok := q.NextSlot(); ok { // only the test delivers: the head stays until Deliver takes it
+		q.mu.Lock()
+		if a, ok := q.awaited[id]; ok {
+			delete(q.awaited, id)
+			q.check(id, a)
+			q.SplitFrames.Add(1)
+		}
+		q.mu.Unlock()
+	}
+	return q.Queue.Deliver(frame)
+}
+
+func (q *RecvQueue) check(id uint64, a awaited) {
+	if !bytes.Equal(a.region, a.posted) {
+		q.t.Errorf("the region of work request %d was written while awaited (not by the NIC)", id)
+	}
+}
+
+// CheckAwaited checks the regions still awaited as a frame's arrival would, and returns how many there
+// are.
+func (q *RecvQueue) CheckAwaited() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for id, a := range q.awaited {
+		q.check(id, a)
+	}
+	return len(q.awaited)
+}
+
+// Flush implements verbs.SplitQueue: every posted work request completes with rxloop.StatusFlushed.
+func (q *RecvQueue) Flush() error {
+	q.mu.Lock()
+	for id, a := range q.awaited {
+		q.check(id, a)
+	}
+	clear(q.awaited)
+	q.flushed = true
+	q.mu.Unlock()
+	q.Queue.Flush()
+	return nil
+}
 
 // SendQueue is a fake send queue whose "NIC" checks the sender's side of the contract: a buffer is never
 // posted (or handed out) while in flight, each post ends with a signaled work request, and a frame's bytes
@@ -206,6 +342,7 @@ func NewSender(tb testing.TB, q verbs.SendQueue, cfg verbs.SendConfig, lc verbs.
 }
 
 var (
-	_ verbs.SendQueue = (*SendQueue)(nil)
-	_ verbs.SendQueue = (*InstantSendQueue)(nil)
+	_ verbs.SendQueue  = (*SendQueue)(nil)
+	_ verbs.SendQueue  = (*InstantSendQueue)(nil)
+	_ verbs.SplitQueue = (*RecvQueue)(nil)
 )
