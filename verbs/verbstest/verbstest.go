@@ -26,10 +26,10 @@ import (
 // over the head of its slot, the region and the rest of the slot, as the device does. Its "NIC" checks
 // the placement side of the contract and fails the test on a breach:
 //   - a region is given to one posted work request at a time (no overlap with a region still awaited);
-//   - nothing but the NIC writes an awaited region: when its frame arrives (and at CheckAwaited, and at
-//     Flush) it holds the bytes it held when posted;
+//   - nothing but the NIC writes an awaited region: when its frame arrives (and at CheckAwaited, Flush
+//     and Close) it holds the bytes it held when posted;
 //   - header and region fit the slot, and the region is registered (Covers);
-//   - nothing is posted after Flush.
+//   - nothing is posted after Flush or Close.
 type RecvQueue struct {
 	*rxlooptest.Queue
 	// Covered, if set, is what Covers answers; nil: every region is registered memory.
@@ -43,7 +43,7 @@ type RecvQueue struct {
 	nslots   int
 	mu       sync.Mutex
 	awaited  map[uint64]awaited
-	flushed  bool
+	ended    bool // flushed or closed
 }
 
 type awaited struct{ region, posted []byte }
@@ -67,9 +67,9 @@ func (q *RecvQueue) Covers(region []byte) bool {
 func (q *RecvQueue) PostSplit(wrs []verbs.SplitWR) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.flushed {
-		q.t.Errorf("%d work requests posted after the flush", len(wrs))
-		return errors.New("verbstest: post after flush")
+	if q.ended {
+		q.t.Errorf("%d work requests posted after the flush or close", len(wrs))
+		return errors.New("verbstest: post after flush or close")
 	}
 	for _, w := range wrs {
 		if w.Region == nil {
@@ -141,15 +141,26 @@ func (q *RecvQueue) CheckAwaited() int {
 
 // Flush implements verbs.SplitQueue: every posted work request completes with rxloop.StatusFlushed.
 func (q *RecvQueue) Flush() error {
+	q.end()
+	q.Queue.Flush()
+	return nil
+}
+
+// Close is the device closing (a receiver's release): from then on nothing awaits a region — the regions
+// still awaited are checked first — and nothing may be posted.
+func (q *RecvQueue) Close() error {
+	q.end()
+	return nil
+}
+
+func (q *RecvQueue) end() {
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	for id, a := range q.awaited {
 		q.check(id, a)
 	}
 	clear(q.awaited)
-	q.flushed = true
-	q.mu.Unlock()
-	q.Queue.Flush()
-	return nil
+	q.ended = true
 }
 
 // SendQueue is a fake send queue whose "NIC" checks the sender's side of the contract: a buffer is never
