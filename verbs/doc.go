@@ -12,6 +12,8 @@
 //   - carving the ring's packet area into receive work-request slots (PlanRegion);
 //   - the device Receiver: PD, MR, CQ, completion channel, raw packet QP, flows
 //     and IGMP joins, exposed as an internal/rxloop Queue that transport/ibv runs;
+//     with RecvConfig.Place also a SplitQueue, whose receive work requests may
+//     scatter a frame's payload into other registered memory (ring slots);
 //   - the frame-level send path (OpenSender, Sender): UDP payloads written
 //     straight into registered frame buffers, framed, posted in batches whose
 //     last work request is signaled, completions reaped in batches, hardware

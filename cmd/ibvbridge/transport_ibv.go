@@ -28,7 +28,8 @@ type ibvFlags struct {
 	fs         *flag.FlagSet
 	use        *bool
 	buffer     *int
-	maxSize    *int // recv only
+	maxSize    *int  // recv only
+	place      *bool // recv only
 	compVector intFlag
 	maxPoll    *int
 	noHWRate   *bool // send only
@@ -43,6 +44,7 @@ func addIBVFlags(fs *flag.FlagSet, send bool) *ibvFlags {
 	} else {
 		f.maxSize = sizeFlag(fs, "ibv-max-size", verbs.DefaultMaxSize, "ibverbs: largest Ethernet frame received")
 		f.buffer = sizeFlag(fs, "ibv-buffer", verbs.DefaultBufferSize, "ibverbs: receive buffer bytes in the ring's packet area (work requests = bytes / max size)")
+		f.place = fs.Bool("ibv-place", false, "ibverbs: receive payloads straight into ring slots (two-SGE work requests; never run on RDMA hardware; pays only with heaps longer than the receive queue)")
 	}
 	usage := "ibverbs: completion vector for interrupts; < 0 busy-polls a core (env " + verbs.EnvCompVector + ", " + verbs.EnvSpead2CompVector + ")"
 	fs.Var(&f.compVector, "ibv-comp-vector", usage)
@@ -127,7 +129,7 @@ func (f *ibvFlags) recvConfig(pos []string, eps []transport.Endpoint, iface stri
 	if *f.maxSize < 64 || *f.maxSize > 65535 {
 		return cfg, usageError("--ibv-max-size %d: want 64..65535", *f.maxSize)
 	}
-	cfg.MaxSize, cfg.BufferSize, cfg.MaxPoll = *f.maxSize, *f.buffer, *f.maxPoll
+	cfg.MaxSize, cfg.BufferSize, cfg.MaxPoll, cfg.Place = *f.maxSize, *f.buffer, *f.maxPoll, *f.place
 	if err := cfg.Validate(); err != nil {
 		return cfg, usageError("%v", err)
 	}
