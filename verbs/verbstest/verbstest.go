@@ -110,15 +110,17 @@ func overlap(a, b []byte) bool {
 // Deliver is the NIC receiving frame (see rxlooptest.Queue.Deliver), after checking that the region of
 // the work request it fills was left alone while awaited.
 func (q *RecvQueue) Deliver(frame []byte) bool {
-	if id, ok := q.NextSlot(); ok { // only the test delivers: the head stays until Deliver takes it
-		q.mu.Lock()
-		if a, ok := q.awaited[id]; ok {
-			delete(q.awaited, id)
-			q.check(id, a)
-			q.SplitFrames.Add(1)
-		}
-		q.mu.Unlock()
+	id, ok := q.NextSlot() // only the test delivers: the head stays until Deliver takes it
+	if !ok {
+		return false // (the receiver may post one meanwhile: the next try takes it, checked)
 	}
+	q.mu.Lock()
+	if a, ok := q.awaited[id]; ok {
+		delete(q.awaited, id)
+		q.check(id, a)
+		q.SplitFrames.Add(1)
+	}
+	q.mu.Unlock()
 	return q.Queue.Deliver(frame)
 }
 
