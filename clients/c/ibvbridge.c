@@ -79,6 +79,8 @@ static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct tim
 }
 
 void ibvb_full_fence(void) { atomic_thread_fence(memory_order_seq_cst); }
+void ibvb_acquire_fence(void) { atomic_thread_fence(memory_order_acquire); }
+void ibvb_release_fence(void) { atomic_thread_fence(memory_order_release); }
 
 uint32_t ibvb_consumer_index(const struct ibvb_ring *r) { return r->consumer_index; }
 

@@ -597,8 +597,12 @@ const char *ibvb_last_error(void);
 int ibvb_producer_alive(const struct ibvb_ring *r);
 /* This consumer's row in the consumer table (the welcome's consumer_index). */
 uint32_t ibvb_consumer_index(const struct ibvb_ring *r);
-/* A full (seq_cst) fence, out of line: for bindings that have no fence of their own. */
+/* Fences out of line, for bindings that have no fences of their own (the Python client off x86-64): a
+ * plain aligned load followed by ibvb_acquire_fence is an acquire load, ibvb_release_fence followed by a
+ * plain aligned store a release store (C11 fence semantics); ibvb_full_fence is seq_cst. */
 void ibvb_full_fence(void);
+void ibvb_acquire_fence(void);
+void ibvb_release_fence(void);
 int ibvb_stats(const struct ibvb_ring *r, struct ibvb_stats *s);
 /* Counter by index (0 for indices >= stats_count or >= 32); name by index (NULL past the 2.0 set). */
 uint64_t ibvb_counter(const struct ibvb_ring *r, unsigned idx);

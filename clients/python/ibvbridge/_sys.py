@@ -1,10 +1,40 @@
-"""Linux primitives the ring needs that the standard library lacks: futex and a full fence."""
+"""Linux primitives the ring needs that the standard library lacks: futex and memory fences.
+
+Memory ordering (spec §11). On x86-64 (TSO) a plain aligned load is an acquire load and a plain aligned
+store a release store, so ORDERED is False and the ring code issues no fence but the full ones, which take
+an uncontended lock (a locked instruction). Elsewhere (aarch64) plain loads and stores are unordered:
+ORDERED is True and the ring code calls acquire_fence() after each load that publishes something (head,
+tail, state, a row's state, the metadata sequence) and release_fence() before each store that does, and
+full_fence() where the spec asks for one. Those are C11 fences from libibvbridge (clients/c, loaded with
+ctypes): Python has none of its own. IBVBRIDGE_PY_FENCES=lib uses them on x86-64 too (the tests do).
+"""
 
 import ctypes
+import ctypes.util
+import os
 import platform
 import threading
 
 from . import layout
+
+MACHINE = platform.machine()
+# futex(2)'s syscall number: x86-64's, and the generic table's (aarch64, riscv64).
+_SYS_FUTEX = {"x86_64": 202, "AMD64": 202, "aarch64": 98, "arm64": 98, "riscv64": 98}.get(MACHINE)
+ORDERED = MACHINE not in ("x86_64", "AMD64") or os.environ.get("IBVBRIDGE_PY_FENCES") == "lib"
+FENCES = "x86-64 TSO"  # what orders the ring's loads and stores here (for messages and tests)
+_fence_lib = None
+_fence_error = None
+if ORDERED:
+    _path = os.environ.get("IBVBRIDGE_LIB") or ctypes.util.find_library("ibvbridge")
+    try:
+        if not _path:
+            raise OSError("libibvbridge not found")
+        _fence_lib = ctypes.CDLL(_path)
+        for _f in ("ibvb_acquire_fence", "ibvb_release_fence", "ibvb_full_fence"):
+            getattr(_fence_lib, _f).argtypes, getattr(_fence_lib, _f).restype = (), None
+        FENCES = f"libibvbridge fences ({_path})"
+    except (OSError, AttributeError) as e:
+        _fence_error = f"{e}"
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _syscall = _libc.syscall
@@ -26,23 +56,35 @@ def futex_wait(addr, expected, timeout):
     """
     ns = max(0, int(timeout * 1e9))
     ts = _Timespec(ns // 1_000_000_000, ns % 1_000_000_000)
-    r = _syscall(layout.SYS_FUTEX, addr, layout.FUTEX_WAIT, expected & 0xFFFFFFFF, ctypes.byref(ts), None, 0)
+    r = _syscall(_SYS_FUTEX, addr, layout.FUTEX_WAIT, expected & 0xFFFFFFFF, ctypes.byref(ts), None, 0)
     return 0 if r == 0 else ctypes.get_errno()
 
 
 def futex_wake(addr, n=0x7FFFFFFF):
     """FUTEX_WAKE (shared) up to n waiters on the u32 at addr."""
-    return _syscall(layout.SYS_FUTEX, addr, layout.FUTEX_WAKE, n, None, None, 0)
+    return _syscall(_SYS_FUTEX, addr, layout.FUTEX_WAKE, n, None, None, 0)
 
 
 _fence_lock = threading.Lock()
 
 
-def full_fence():
+def _lock_fence():
     """A full (sequentially consistent) fence on x86-64: an uncontended lock's acquire and release are
     locked read-modify-write instructions (spec §11)."""
     with _fence_lock:
         pass
+
+
+def _no_fence():
+    pass
+
+
+if _fence_lib is not None:
+    full_fence = _fence_lib.ibvb_full_fence
+    acquire_fence = _fence_lib.ibvb_acquire_fence
+    release_fence = _fence_lib.ibvb_release_fence
+else:  # x86-64: loads are acquire loads and stores release stores already; callers test ORDERED first
+    full_fence, acquire_fence, release_fence = _lock_fence, _no_fence, _no_fence
 
 
 # ---------------------------------------------------------------- sockets, seals, mappings (spec §1)
@@ -85,11 +127,13 @@ def map_fd(fd, size, writable):
     return _mmap.mmap(fd, size, _mmap.MAP_SHARED, prot, **_MMAP_KW)
 
 
-def require_x86_64():
-    """The client's memory ordering rests on x86-64's TSO (plain stores are release stores, spec §11) and
-    its futex call on x86-64's syscall number: refuse anywhere else rather than be subtly wrong."""
-    machine = platform.machine()
-    if machine not in ("x86_64", "AMD64"):
-        from .errors import RingError
-        raise RingError(f"the ibvbridge Python client supports x86-64 only (this is {machine}): its memory "
-                        "ordering relies on x86-64's; use the C client here")
+def require_supported():
+    """Refuse, in one line, a machine whose memory ordering the client cannot provide (spec §11): one with
+    no known futex syscall number, or off x86-64 without libibvbridge's fences."""
+    from .errors import RingError
+    if _SYS_FUTEX is None:
+        raise RingError(f"the ibvbridge Python client does not know this machine ({MACHINE}): it supports "
+                        "x86-64 and aarch64; use the C client here")
+    if ORDERED and _fence_lib is None:
+        raise RingError(f"the ibvbridge Python client on {MACHINE} needs libibvbridge for its memory fences "
+                        f"({_fence_error}): make -C clients/c install, or set IBVBRIDGE_LIB to its path")

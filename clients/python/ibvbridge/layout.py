@@ -184,7 +184,7 @@ COUNTER_NAMES = (
 )
 STATS_COUNT = len(COUNTER_NAMES)
 
-# Futex (linux/futex.h; shared futex: no FUTEX_PRIVATE_FLAG) and x86-64 syscall number.
+# Futex (linux/futex.h; shared futex: no FUTEX_PRIVATE_FLAG); x86-64 syscall number (_sys has each machine's).
 SYS_FUTEX = 202
 FUTEX_WAIT = 0
 FUTEX_WAKE = 1

@@ -32,9 +32,11 @@ What it does, as the Go producer (ring/producer.go) does:
   is ahead, else the new heap is dropped (``RingFull``); under ``block`` the producer waits on the
   slowest consumer's ``release_futex`` (spec §7.4). No slot any attached consumer holds is ever reused.
 
-Memory ordering (spec §11): x86-64 only. Stores through memoryview / numpy / struct into the mappings are
-plain aligned moves, which x86-64's TSO makes release stores, in program order; a full fence is an
-uncontended ``threading.Lock`` (a locked instruction).
+Memory ordering (spec §11): stores through memoryview / numpy / struct into the mappings are plain aligned
+moves. On x86-64 its TSO makes them release stores, in program order, and a full fence is an uncontended
+``threading.Lock`` (a locked instruction); elsewhere (aarch64) libibvbridge's C11 fences order them
+(``_sys.ORDERED``: a release fence before the head, state and row-state stores, an acquire fence after
+reading the consumers' tails).
 
 The wake (spec §7.5) wants an atomic exchange on the consumer's ``consumer_waiting``; Python has none, so
 the producer does: load ``consumer_waiting``; if non-zero, store 0, full fence, add 1 to
@@ -64,7 +66,8 @@ import time
 import warnings
 
 from . import layout as L
-from ._sys import add_seals, full_fence, futex_wait, futex_wake, peer_cred, require_x86_64
+from ._sys import (ORDERED, acquire_fence, add_seals, full_fence, futex_wait, futex_wake, peer_cred, release_fence,
+                   require_supported)
 from .errors import (HugePageWarning, Interrupted, NoConsumer, NoHugePages, NoSpace, RingError, RingFull,
                      RingInUse, Timeout, UnsafeDirectory)
 
@@ -449,7 +452,7 @@ class Producer:
 
         Raises UnsafeDirectory, RingInUse ("in use by a live producer"), NoSpace / NoHugePages, RingError.
         """
-        require_x86_64()
+        require_supported()
         return cls(name, slot_count=slot_count, slot_size=slot_size, max_items=max_items, meta_size=meta_size,
                    policy=policy, hugepages=hugepages, directory=directory, max_consumers=max_consumers,
                    group=group)
@@ -871,6 +874,8 @@ class Producer:
     def row_set(self, index, **fields):
         for field, v in fields.items():
             o = self.row_off(index, field)
+            if field == "state" and ORDERED:
+                release_fence()  # the row's state is stored last, with release (spec §2.2)
             if field in ("state", "generation"):
                 self.c32[o >> 2] = v & 0xFFFFFFFF
             else:
@@ -893,6 +898,8 @@ class Producer:
             elif t != r:
                 m.released = t
                 self.row_set(m.index, released=t)
+        if ORDERED:
+            acquire_fence()  # the tails are acquire loads: no slot they free is written before them
 
     def _slowest_locked(self):
         rec = self._reclaim
@@ -1081,6 +1088,8 @@ class Producer:
         wake_at head has reached, or every sleeping one with force (spec §7.5; see the module docstring
         for the plain-store exchange)."""
         pos = self._pos
+        if ORDERED:
+            release_fence()  # descriptors and item tables before head: a release store (spec §7.3)
         self.c64[_Q_HEAD] = pos
         full_fence()
         for m in self._snap:
@@ -1392,6 +1401,8 @@ class Producer:
         self._stop_serving()
         if self.ctl is not None:
             with self.lock:
+                if ORDERED:
+                    release_fence()  # state is a release store: everything published comes before it
                 self.c32[_I_STATE] = L.STATE_CLOSED
                 full_fence()
                 for m in self.conns.values():

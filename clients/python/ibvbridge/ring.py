@@ -28,7 +28,8 @@ import socket
 import time
 
 from . import layout as L
-from ._sys import full_fence, futex_wait, futex_wake, get_seals, map_fd, peer_cred, require_x86_64
+from ._sys import (ORDERED, acquire_fence, full_fence, futex_wait, futex_wake, get_seals, map_fd, peer_cred,
+                   release_fence, require_supported)
 from .errors import (CorruptRing, Detached, EndOfStream, Overrun, PermissionDenied, ProducerGone, ProtocolError,
                      RingBusy, RingClosing, RingError, RingNotFound, Timeout, VersionMismatch)
 
@@ -567,7 +568,7 @@ class Ring:
         ``spin_budget`` (seconds, default 20 µs) bounds the spin before a sleep; the consumer spins only
         while recent waits averaged at most half of it (0: never spin).
         """
-        require_x86_64()
+        require_supported()
         if start not in _STARTS:
             raise ValueError(f"start must be 'oldest' or 'head', not {start!r}")
         self = cls()
@@ -845,6 +846,8 @@ class Ring:
         st = c32[self._i_row_state]
         if st == L.CONSUMER_ATTACHED and c32[self._i_row_gen] == self._generation:
             return
+        if ORDERED:
+            acquire_fence()  # the row's state is stored last: its other fields are read after it
         gen = c32[self._i_row_gen]
         name, idx = self.name, self.consumer_index
         if gen != self._generation:
@@ -874,6 +877,8 @@ class Ring:
         deadline = time.monotonic() + 1.0
         while True:
             s1 = int.from_bytes(dmv[base:base + 8], "little")
+            if ORDERED:
+                acquire_fence()  # the sequence before the records (a seqlock read)
             if s1 == self._meta_seq:
                 return self._meta
             if not s1 & 1:
@@ -911,6 +916,8 @@ class Ring:
         avail = (self._cached_head - self._read) & _M64
         if avail == 0:
             h = self._c64[_Q_HEAD]
+            if ORDERED:
+                acquire_fence()  # head is an acquire load (spec §9.1)
             self._check_row()
             avail = (h - self._read) & _M64
             if avail == 0:
@@ -946,7 +953,9 @@ class Ring:
         if tail == self._stored:
             return
         self._stored = tail
-        self._r64[_Q_TAIL] = tail  # release store (x86-64 TSO)
+        if ORDERED:
+            release_fence()
+        self._r64[_Q_TAIL] = tail  # a release store (spec §7.4)
         full_fence()
         if self._c32[_I_PRODUCER_WAITING] != 0:
             r32 = self._r32  # we are release_futex's only writer: a plain load and store
@@ -1187,6 +1196,8 @@ class Ring:
                     return
                 self._check_row()
                 if c32[_I_STATE] == L.STATE_CLOSED:
+                    if ORDERED:
+                        acquire_fence()  # state is an acquire load: everything published before is seen
                     h = c64[_Q_HEAD]
                     if h != read:
                         self._set_head(h)
@@ -1224,6 +1235,8 @@ class Ring:
         self._active = True
 
     def _set_head(self, h):
+        if ORDERED:
+            acquire_fence()  # h was loaded from head: an acquire load (spec §9.1)
         self._check_row()
         avail = (h - self._read) & _M64
         if avail > self._geo.slot_count:
