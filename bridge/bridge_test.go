@@ -267,14 +267,17 @@ func TestOpenFailureLeavesNothing(t *testing.T) {
 
 // drainInBackground reads ring c to its end of stream on its own goroutine, counting each heap cnt and
 // the heaps that are not complete or fail the pattern; wait returns them once the stream has ended.
-func drainInBackground(c *ring.Consumer) (wait func() (seen map[uint64]int, bad int, err error)) {
+// drainInBackground reads c until the end of the stream, counting each heap cnt and the heaps that are
+// incomplete or fail the pattern check; then it closes c, handing the end-of-stream marker back (a block
+// recv waits for it). after, if given, runs after the i-th heap is released (a lagging consumer).
+func drainInBackground(c *ring.Consumer, after ...func(i int)) (wait func() (seen map[uint64]int, bad int, err error)) {
 	seen, bad := map[uint64]int{}, 0
 	done := make(chan error, 1)
 	go func() {
-		for {
+		for i := 0; ; i++ {
 			h, err := c.Next(10 * time.Second)
 			if errors.Is(err, ring.ErrEndOfStream) {
-				done <- nil
+				done <- c.Close()
 				return
 			}
 			if err != nil {
@@ -286,9 +289,31 @@ func drainInBackground(c *ring.Consumer) (wait func() (seen map[uint64]int, bad 
 				bad++
 			}
 			c.Release(h)
+			for _, f := range after {
+				f(i)
+			}
 		}
 	}()
 	return func() (map[uint64]int, int, error) { err := <-done; return seen, bad, err }
+}
+
+// everyHeapOnce waits for a drainInBackground and fails the test unless each of heaps 1..n was delivered
+// exactly once and nothing else was; it returns how many were incomplete or broken.
+func everyHeapOnce(t testing.TB, wait func() (map[uint64]int, int, error), n uint64, res Result) (bad int) {
+	t.Helper()
+	seen, bad, err := wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for cnt := uint64(1); cnt <= n; cnt++ {
+		if seen[cnt] != 1 {
+			t.Fatalf("heap %d delivered %d times; ring %v transport %v", cnt, seen[cnt], res.RingCounters, res.TransportCounters)
+		}
+	}
+	if uint64(len(seen)) != n {
+		t.Fatalf("%d distinct heaps delivered, want %d", len(seen), n)
+	}
+	return bad
 }
 
 // openWithConsumer opens the pipeline and attaches a consumer to its ring, both closed when the test ends.

@@ -501,10 +501,26 @@ func (p *Producer) Acquire() (*Slot, error) {
 			}
 		}
 	}
+	return p.takeFree(), nil
+}
+
+// TryAcquire takes a free slot if the pool has one, without reclaiming or waiting: for a slot taken ahead
+// of need (the assembler's next heaps), which Discard gives back if it goes unused. nil when none.
+func (p *Producer) TryAcquire() *Slot {
+	if p.freeR == p.freeW {
+		return nil
+	}
+	return p.takeFree()
+}
+
+// FreeSlots is how many slots the pool holds now, without reclaiming. Hot path only.
+func (p *Producer) FreeSlots() int { return int(p.freeW - p.freeR) }
+
+func (p *Producer) takeFree() *Slot {
 	s := &p.slots[p.free[p.freeR%uint64(len(p.free))]]
 	p.freeR++
 	s.ResetItems()
-	return s, nil
+	return s
 }
 
 func (p *Producer) slotFreeLocked() bool {

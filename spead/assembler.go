@@ -104,6 +104,12 @@ type Assembler struct {
 	hdrLen    int
 	scratch   []byte // a misplaced datagram is joined back here
 	placing   bool   // add() is taking a packet whose payload Placed found already in place
+	// The heaps expected after the current one: cnt stride between heaps as they begin, the length of
+	// the last heap that completed in order (0: no guess), and slots taken ahead for them (aheadFor).
+	lastBegun  uint64
+	cntStride  uint64
+	nextLength uint64
+	ahead      []aheadSlot
 
 	descriptors     map[uint64]ring.ItemDescriptor
 	descriptorOrder []uint64
@@ -116,6 +122,16 @@ type Assembler struct {
 	stopped bool
 	done    chan struct{}
 }
+
+// aheadSlot is a slot taken from the pool for a heap not begun yet, where Place expects its first
+// packets' payloads.
+type aheadSlot struct {
+	cnt  uint64
+	slot *ring.Slot
+}
+
+// maxAhead bounds the slots taken ahead (and the ring's capacity they hold back).
+const maxAhead = 8
 
 // heapState is the state of one window entry.
 type heapState uint8
@@ -246,7 +262,7 @@ func (a *Assembler) Packet(payload []byte, recvNanos int64) {
 			a.p.Add(ring.CounterDuplicatePackets, 1)
 			return
 		}
-		h = a.begin(pkt.HeapCnt, pkt.Flavour, recvNanos)
+		h = a.begin(pkt.HeapCnt, pkt.Flavour, recvNanos, nil)
 	}
 	if h.state == heapDropped {
 		return
@@ -260,28 +276,99 @@ func (a *Assembler) BeginBatch() { a.p.BeginBatch() }
 // EndBatch publishes the batch's heaps and counters.
 func (a *Assembler) EndBatch() { a.p.EndBatch() }
 
-// Place implements transport.Placer: while a heap is filling in order, the next datagrams' payloads are
-// expected right after its last one, each as long as it, up to the heap's end (or the slot's): regions of
-// its slot that hold nothing received yet, so a wrong guess overwrites nothing. It returns the header
-// length the guess assumes and how many regions it filled (0: no guess; read as usual).
+// Place implements transport.Placer: while heaps arrive in order, the next datagrams' payloads are
+// expected right after the last one, each as long as it, up to its heap's end (or the slot's), and then at
+// the start of the heaps after it (cnt + stride, as long as the last heap that completed in order), in
+// slots taken ahead for them: regions that hold nothing received yet, so a wrong guess overwrites nothing.
+// It returns the header length the guess assumes and how many regions it filled (0: no guess).
 func (a *Assembler) Place(dst [][]byte) (hdrLen, n int) {
-	h := a.placeHeap
-	if a.stopped || h == nil || h.state != heapAssembling || h.cnt != a.placeCnt || a.placeLen == 0 || a.hdrLen == 0 {
+	if a.stopped || a.placeLen == 0 || a.hdrLen == 0 {
 		return 0, 0
 	}
-	if rs := h.ranges; len(rs) == 0 || rs[len(rs)-1].end != a.placeNext {
-		return 0, 0 // not filling in order: something past the expected offset arrived already
+	h := a.placeHeap
+	if h != nil && h.state == heapAssembling && h.cnt == a.placeCnt {
+		if rs := h.ranges; len(rs) == 0 || rs[len(rs)-1].end != a.placeNext {
+			return 0, 0 // not filling in order: something past the expected offset arrived already
+		}
+		n = fillRegions(dst, h.slot.Payload, a.placeNext, a.heapLimit(h.hasLength, h.heapLength), a.placeLen)
 	}
-	limit := a.slotSize
-	if h.hasLength {
-		limit = min(limit, h.heapLength)
+	if a.nextLength == 0 || a.cntStride == 0 {
+		return a.hdrLen, n
 	}
-	for off := a.placeNext; n < len(dst) && off < limit; n++ {
-		end := min(off+a.placeLen, limit)
-		dst[n] = h.slot.Payload[off:end:end]
-		off = end
+	for cnt := a.placeCnt + a.cntStride; n < len(dst); cnt += a.cntStride {
+		s := a.aheadFor(cnt)
+		if s == nil {
+			break
+		}
+		n += fillRegions(dst[n:], s.Payload, 0, a.heapLimit(true, a.nextLength), a.placeLen)
 	}
 	return a.hdrLen, n
+}
+
+// heapLimit is how far into its slot a heap's payload can be placed.
+func (a *Assembler) heapLimit(hasLength bool, length uint64) uint64 {
+	if hasLength {
+		return min(a.slotSize, length)
+	}
+	return a.slotSize
+}
+
+// fillRegions fills dst with consecutive regions of payload from off up to limit, each step bytes long
+// (the last maybe shorter); it returns how many it filled.
+func fillRegions(dst [][]byte, payload []byte, off, limit, step uint64) (n int) {
+	for ; n < len(dst) && off < limit; n++ {
+		end := min(off+step, limit)
+		dst[n] = payload[off:end:end]
+		off = end
+	}
+	return n
+}
+
+// aheadFor is the slot taken ahead for heap cnt: one already keyed to it, else one keyed to a heap Place
+// no longer expects (at or before the current one, or past the look-ahead), else a new one if the pool
+// has one to spare (never its last few: a heap that does arrive must find a slot). nil: no guess.
+func (a *Assembler) aheadFor(cnt uint64) *ring.Slot {
+	for _, as := range a.ahead {
+		if as.cnt == cnt {
+			return as.slot
+		}
+	}
+	reach := a.cntStride * maxAhead
+	for i := range a.ahead {
+		if d := a.ahead[i].cnt - a.placeCnt; d == 0 || d > reach { // unsigned: at or behind it wraps large
+			a.ahead[i].cnt = cnt
+			return a.ahead[i].slot
+		}
+	}
+	if len(a.ahead) == maxAhead || a.p.FreeSlots() <= maxAhead {
+		return nil
+	}
+	s := a.p.TryAcquire()
+	if s == nil {
+		return nil
+	}
+	a.ahead = append(a.ahead, aheadSlot{cnt: cnt, slot: s})
+	return s
+}
+
+// takeAhead removes and returns the slot taken ahead for heap cnt, nil if there is none.
+func (a *Assembler) takeAhead(cnt uint64) *ring.Slot {
+	for i, as := range a.ahead {
+		if as.cnt == cnt {
+			a.ahead = append(a.ahead[:i], a.ahead[i+1:]...)
+			return as.slot
+		}
+	}
+	return nil
+}
+
+// returnAhead gives every slot taken ahead back to the pool: when a heap needs a slot the pool does not
+// have, and when the stream ends.
+func (a *Assembler) returnAhead() {
+	for _, as := range a.ahead {
+		a.p.Discard(as.slot)
+	}
+	a.ahead = a.ahead[:0]
 }
 
 // Fits implements transport.Placer: whether the datagram read as hdr + region[:payloadLen] is the packet
@@ -289,11 +376,29 @@ func (a *Assembler) Place(dst [][]byte) (hdrLen, n int) {
 // without a copy. It changes nothing.
 func (a *Assembler) Fits(hdr, region []byte, payloadLen int) bool {
 	var pkt Packet
-	h := a.placeHeap
-	return !a.stopped && h != nil && h.state == heapAssembling && payloadLen > 0 && payloadLen <= len(region) &&
-		DecodeSplit(hdr, region[:payloadLen], &pkt) == nil && !pkt.IsStreamStop() && pkt.HeapCnt == a.placeCnt &&
-		h.cnt == pkt.HeapCnt && pkt.PayloadOffset < a.slotSize &&
-		unsafe.SliceData(pkt.Payload) == unsafe.SliceData(h.slot.Payload[pkt.PayloadOffset:])
+	if a.stopped || payloadLen <= 0 || payloadLen > len(region) || DecodeSplit(hdr, region[:payloadLen], &pkt) != nil ||
+		pkt.IsStreamStop() || pkt.PayloadOffset >= a.slotSize {
+		return false
+	}
+	var slot *ring.Slot
+	if h := a.placeHeap; h != nil && h.state == heapAssembling && h.cnt == pkt.HeapCnt && pkt.HeapCnt == a.placeCnt {
+		slot = h.slot
+	} else if s := a.aheadSlotOf(pkt.HeapCnt); s != nil && a.find(pkt.HeapCnt) == nil {
+		slot = s // the first packets of a heap expected next, in the slot taken ahead for it
+	} else {
+		return false
+	}
+	return unsafe.SliceData(pkt.Payload) == unsafe.SliceData(slot.Payload[pkt.PayloadOffset:])
+}
+
+// aheadSlotOf is the slot taken ahead for heap cnt, nil if none (changing nothing).
+func (a *Assembler) aheadSlotOf(cnt uint64) *ring.Slot {
+	for _, as := range a.ahead {
+		if as.cnt == cnt {
+			return as.slot
+		}
+	}
+	return nil
 }
 
 // Placed implements transport.Placer: it takes a datagram Fits approved, its payload already where it
@@ -311,8 +416,12 @@ func (a *Assembler) Placed(hdr, region []byte, payloadLen int, recvNanos int64) 
 	}
 	pkt := &a.pkt
 	_ = DecodeSplit(hdr, region[:payloadLen], pkt) // Fits decoded it already
+	h := a.placeHeap
+	if h == nil || h.state != heapAssembling || h.cnt != pkt.HeapCnt {
+		h = a.begin(pkt.HeapCnt, pkt.Flavour, recvNanos, a.takeAhead(pkt.HeapCnt)) // Fits found its slot
+	}
 	a.placing = true
-	a.add(a.placeHeap, pkt)
+	a.add(h, pkt)
 	a.placing = false
 	return true
 }
@@ -340,7 +449,7 @@ func (a *Assembler) find(cnt uint64) *liveHeap {
 // begin opens a window entry for a new heap, evicting the oldest live heap if the window is full, and
 // takes a slot for it. With no slot free the entry is marked dropped, so the heap's later packets are
 // recognised and ignored.
-func (a *Assembler) begin(cnt uint64, flavour Flavour, recvNanos int64) *liveHeap {
+func (a *Assembler) begin(cnt uint64, flavour Flavour, recvNanos int64, slot *ring.Slot) *liveHeap {
 	free, oldest := -1, -1
 	for i := range a.window {
 		h := &a.window[i]
@@ -361,7 +470,21 @@ func (a *Assembler) begin(cnt uint64, flavour Flavour, recvNanos int64) *liveHea
 	a.lastHit = free
 	a.arrival++
 	h.cnt, h.arrival = cnt, a.arrival
-	slot, err := a.p.Acquire()
+	if d := cnt - a.lastBegun; d != 0 && d <= maxAhead { // heaps begin cnt + stride apart (in order)
+		a.cntStride = d
+	}
+	a.lastBegun = cnt
+	var err error
+	if slot == nil {
+		if s := a.takeAhead(cnt); s != nil {
+			slot = s
+		} else {
+			if a.p.FreeSlots() == 0 {
+				a.returnAhead() // a heap that arrived comes before the ones expected
+			}
+			slot, err = a.p.Acquire()
+		}
+	}
 	if err != nil {
 		// ErrFull (drop policy) or ErrClosed (interrupted while blocked): either way the heap cannot be
 		// received into the ring. Remember it so its other packets are not counted again.
@@ -420,6 +543,7 @@ func (a *Assembler) add(h *liveHeap, pkt *Packet) {
 	a.placeHeap, a.placeCnt, a.placeNext, a.placeLen = h, h.cnt, end, uint64(len(pkt.Payload))
 	a.hdrLen = pkt.Size - len(pkt.Payload)
 	if h.hasLength && h.received == h.heapLength && h.extent <= h.heapLength {
+		a.nextLength = h.heapLength // the next heap is expected as long (Place)
 		a.publish(h, true)
 	}
 }
@@ -766,6 +890,7 @@ func ringDescriptor(d Descriptor) ring.ItemDescriptor {
 // says the stream ended; the caller decides what the end of its input means.
 func (a *Assembler) Flush() {
 	a.flushWindow()
+	a.returnAhead()
 }
 
 // flushWindow finishes the live heaps in order of first arrival, so a consumer sees older heaps first.
@@ -795,6 +920,7 @@ func (a *Assembler) stop(pkt *Packet) {
 	a.p.Add(ring.CounterPackets, 1)
 	a.p.Add(ring.CounterBytes, uint64(len(pkt.Payload)))
 	a.flushWindow()
+	a.returnAhead()
 	if err := a.p.PublishEndOfStream(pkt.HeapCnt, a.cfg.EOSTimeout); err != nil && a.cfg.Log != nil {
 		a.cfg.Log.Warn().Err(err).Msg("spead: stream stopped but the end-of-stream marker found no slot")
 	}
