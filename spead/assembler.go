@@ -109,6 +109,8 @@ type Assembler struct {
 	lastBegun  uint64
 	cntStride  uint64
 	nextLength uint64
+	firstLen   uint64 // payload length of the latest first packet (offset 0) of a heap: the next heap's step
+	firstHdr   int    // its header length: Place guesses one header length for all its regions
 	ahead      []aheadSlot
 
 	descriptors     map[uint64]ring.ItemDescriptor
@@ -278,7 +280,8 @@ func (a *Assembler) EndBatch() { a.p.EndBatch() }
 
 // Place implements transport.Placer: while heaps arrive in order, the next datagrams' payloads are
 // expected right after the last one, each as long as it, up to its heap's end (or the slot's), and then at
-// the start of the heaps after it (cnt + stride, as long as the last heap that completed in order), in
+// the start of the heaps after it (cnt + stride, as long as the last heap that completed in order, in
+// packets as long as the latest heap's first one), in
 // slots taken ahead for them: regions that hold nothing received yet, so a wrong guess overwrites nothing.
 // It returns the header length the guess assumes and how many regions it filled (0: no guess).
 func (a *Assembler) Place(dst [][]byte) (hdrLen, n int) {
@@ -292,7 +295,9 @@ func (a *Assembler) Place(dst [][]byte) (hdrLen, n int) {
 		}
 		n = fillRegions(dst, h.slot.Payload, a.placeNext, a.heapLimit(h.hasLength, h.heapLength), a.placeLen)
 	}
-	if a.nextLength == 0 || a.cntStride == 0 {
+	if a.nextLength == 0 || a.cntStride == 0 || a.firstLen == 0 || a.firstHdr != a.hdrLen {
+		// No guess for the next heaps; nor when its first packet has another header length than the
+		// packets that follow it (more item pointers, as spead2 sends them).
 		return a.hdrLen, n
 	}
 	for cnt := a.placeCnt + a.cntStride; n < len(dst); cnt += a.cntStride {
@@ -300,7 +305,7 @@ func (a *Assembler) Place(dst [][]byte) (hdrLen, n int) {
 		if s == nil {
 			break
 		}
-		n += fillRegions(dst[n:], s.Payload, 0, a.heapLimit(true, a.nextLength), a.placeLen)
+		n += fillRegions(dst[n:], s.Payload, 0, a.heapLimit(true, a.nextLength), a.firstLen)
 	}
 	return a.hdrLen, n
 }
@@ -542,6 +547,9 @@ func (a *Assembler) add(h *liveHeap, pkt *Packet) {
 	a.p.Add(ring.CounterBytes, uint64(len(pkt.Payload)))
 	a.placeHeap, a.placeCnt, a.placeNext, a.placeLen = h, h.cnt, end, uint64(len(pkt.Payload))
 	a.hdrLen = pkt.Size - len(pkt.Payload)
+	if start == 0 {
+		a.firstLen, a.firstHdr = a.placeLen, a.hdrLen
+	}
 	if h.hasLength && h.received == h.heapLength && h.extent <= h.heapLength {
 		a.nextLength = h.heapLength // the next heap is expected as long (Place)
 		a.publish(h, true)
