@@ -388,7 +388,7 @@ func (s *Source) runWorker(ctx context.Context, k int, sink transport.Sink) erro
 			}
 			return errors.New("udp: stopped by another receive thread's failure")
 		}
-		n, err := unix.EpollWait(s.epfds[k], events, -1)
+		n, err := waitEvents(s.epfds[k], events)
 		if err != nil {
 			if errors.Is(err, unix.EINTR) {
 				continue
@@ -404,6 +404,27 @@ func (s *Source) runWorker(ctx context.Context, k int, sink transport.Sink) erro
 			}
 		}
 	}
+}
+
+// busyWaitMs is how long a receive thread waits for the next event inside a raw syscall before it waits
+// the ordinary way.
+const busyWaitMs = 1
+
+// waitEvents waits for socket events. While the stream is busy it waits inside a raw syscall, which keeps
+// the thread's P: the ordinary syscall hands the P to another thread when it blocks and takes it back when
+// it returns, a thread switch per burst that cost a fifth of recv's CPU on 1 MiB heaps at 6 Gb/s. After
+// busyWaitMs without an event it waits the ordinary way, which gives the P up: an idle receiver costs
+// nothing, and nothing (the GC's stop-the-world, other goroutines) waits on this thread for longer.
+func waitEvents(epfd int, events []unix.EpollEvent) (int, error) {
+	r, _, errno := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])),
+		uintptr(len(events)), busyWaitMs, 0, 0)
+	if errno != 0 {
+		return 0, errno
+	}
+	if r > 0 {
+		return int(r), nil
+	}
+	return unix.EpollWait(epfd, events, -1)
 }
 
 func (s *Source) wake() {
