@@ -66,6 +66,12 @@ type Config struct {
 	Batch int
 	// Stats, if set, is updated once per batch.
 	Stats *Stats
+	// Batches, if set, brackets the frames of each poll: a sink (the heap assembler) then publishes the
+	// heaps they complete together (transport.Batcher).
+	Batches interface {
+		BeginBatch()
+		EndBatch()
+	}
 }
 
 // Stats counts what the loop did. Fields are atomics so a monitor may read them while the loop runs.
@@ -96,6 +102,7 @@ func Run(ctx context.Context, q Queue, cfg Config, frame func(id uint64, frame [
 		maxPoll = DefaultMaxPoll
 	}
 	l := newLoop(q, cfg.Stats, cfg.Batch, frame)
+	l.batches = cfg.Batches
 	done := ctx.Done()
 	for {
 		for range maxPoll {
@@ -139,11 +146,15 @@ func Run(ctx context.Context, q Queue, cfg Config, frame func(id uint64, frame [
 }
 
 type loop struct {
-	q     Queue
-	st    *Stats
-	frame func(uint64, []byte)
-	wc    []Completion
-	ids   []uint64
+	q       Queue
+	st      *Stats
+	frame   func(uint64, []byte)
+	wc      []Completion
+	ids     []uint64
+	batches interface {
+		BeginBatch()
+		EndBatch()
+	}
 }
 
 func newLoop(q Queue, st *Stats, batch int, frame func(uint64, []byte)) *loop {
@@ -168,6 +179,9 @@ func (l *loop) pollOnce() (int, error) {
 		return 0, nil
 	}
 	var bad uint64
+	if l.batches != nil {
+		l.batches.BeginBatch()
+	}
 	for i := range l.wc[:n] {
 		c := &l.wc[i]
 		l.ids[i] = c.ID
@@ -181,6 +195,9 @@ func (l *loop) pollOnce() (int, error) {
 			continue
 		}
 		l.frame(c.ID, buf[:c.Len])
+	}
+	if l.batches != nil {
+		l.batches.EndBatch()
 	}
 	// Slots go back only after the callback is done with them, in one batch: posting is a doorbell
 	// write (or a ring update), so batching matters.

@@ -329,3 +329,42 @@ func TestFakeQueueScatter(t *testing.T) {
 		t.Fatal("a slot is still posted after the flush")
 	}
 }
+
+// batchRecorder checks that frames arrive only inside a BeginBatch / EndBatch bracket.
+type batchRecorder struct {
+	open, outside, begun, ended int
+}
+
+func (b *batchRecorder) BeginBatch() { b.open++; b.begun++ }
+func (b *batchRecorder) EndBatch()   { b.open--; b.ended++ }
+
+// TestLoopBracketsEachPoll: with Config.Batches every frame is delivered between the BeginBatch and the
+// EndBatch of its poll, and no bracket is left open or opened for an empty poll.
+func TestLoopBracketsEachPoll(t *testing.T) {
+	const total = 500
+	var frames [][]byte
+	for i := uint64(0); i < total; i++ {
+		frames = append(frames, seqFrame(i))
+	}
+	q := rxlooptest.NewReplayQueue(frames)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b := &batchRecorder{}
+	var st rxloop.Stats
+	n := 0
+	err := rxloop.Run(ctx, q, rxloop.Config{Batch: 16, BusyPoll: true, Stats: &st, Batches: b}, func(_ uint64, f []byte) {
+		if b.open != 1 {
+			b.outside++
+		}
+		if n++; n == total {
+			cancel()
+		}
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	if b.outside != 0 || b.open != 0 || b.begun != b.ended || uint64(b.begun) != st.Reposts.Load() {
+		t.Fatalf("%d frames outside a bracket, %d open, %d begun, %d ended, %d polls with frames", b.outside, b.open,
+			b.begun, b.ended, st.Reposts.Load())
+	}
+}

@@ -73,15 +73,19 @@ func newReceiver(q rxloop.Queue, release func() error, cfg verbs.RecvConfig) *Re
 // Run implements transport.Source. It releases the receiver as soon as ctx is done: the NIC must stop
 // writing into the ring's packet area (and, placing, into ring slots) before the ring is unmapped.
 func (r *Receiver) Run(ctx context.Context, sink transport.Sink) error {
+	loop := r.loop
+	if b, ok := sink.(transport.Batcher); ok {
+		loop.Batches = b // each poll's heaps reach consumers together
+	}
 	if pl, ok := sink.(transport.Placer); ok && r.split != nil {
 		s := newPlacing(r, r.split, pl)
-		err := rxloop.Run(ctx, s, r.loop, s.frame)
+		err := rxloop.Run(ctx, s, loop, s.frame)
 		r.release()
 		s.replay() // what was held back: the NIC writes no more, so nothing awaits a region now
 		return err
 	}
 	defer r.release()
-	return rxloop.Run(ctx, r.q, r.loop, func(_ uint64, f []byte) {
+	return rxloop.Run(ctx, r.q, loop, func(_ uint64, f []byte) {
 		if udp, ok := r.parse(f); ok {
 			sink.Packet(udp.Payload, time.Now().UnixNano())
 		}

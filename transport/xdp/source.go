@@ -605,9 +605,11 @@ func (s *Source) Run(ctx context.Context, sink transport.Sink) error {
 	defer stop()
 
 	q := s.q
-	err := rxloop.Run(runCtx, q, rxloop.Config{
-		MaxPoll: s.cfg.MaxPoll, BusyPoll: s.cfg.BusyPoll, Batch: s.cfg.Batch, Stats: &s.loop,
-	}, func(_ uint64, f []byte) {
+	loop := rxloop.Config{MaxPoll: s.cfg.MaxPoll, BusyPoll: s.cfg.BusyPoll, Batch: s.cfg.Batch, Stats: &s.loop}
+	if b, ok := sink.(transport.Batcher); ok {
+		loop.Batches = b // each poll's heaps reach consumers together
+	}
+	err := rxloop.Run(runCtx, q, loop, func(_ uint64, f []byte) {
 		u, err := frame.Parse(f)
 		if err != nil {
 			s.skipped[frame.ReasonOf(err)].Add(1)
