@@ -58,7 +58,8 @@ func Consume(name string, o ConsumeOptions) *ConsumeResult {
 	defer c.Close()
 	res.SessionID = c.SessionID()
 	var start time.Time
-	held := make([]ring.Heap, 0, hold+1)
+	held := make([]ring.Heap, hold+1) // a circular queue of the heaps held: nothing allocated per heap
+	first, nHeld := 0, 0
 	for maxHeaps == 0 || res.Heaps < maxHeaps {
 		h, err := c.Next(timeout)
 		if err != nil {
@@ -98,17 +99,14 @@ func Consume(name string, o ConsumeOptions) *ConsumeResult {
 		if sleep > 0 {
 			time.Sleep(sleep)
 		}
-		held = append(held, h)
-		if len(held) > hold {
-			c.Release(held[0])
-			held = held[1:]
+		held[(first+nHeld)%len(held)] = h
+		if nHeld++; nHeld > hold {
+			c.Release(held[first])
+			first, nHeld = (first+1)%len(held), nHeld-1
 		}
 	}
 	if res.Result == "error" && res.exitCode == 0 {
 		res.Result = "max"
-	}
-	if len(held) > 0 && hold == 0 {
-		c.Release(held[len(held)-1])
 	}
 	if res.Heaps > 0 {
 		res.Seconds = time.Since(start).Seconds()
