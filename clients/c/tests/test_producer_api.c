@@ -3,6 +3,7 @@
  * usage: test_producer_api [path/to/ibvb-consume path/to/ibvb-produce]; IBVB_TEST=substring runs a subset. */
 #define _GNU_SOURCE
 #include "ibvbridge.h"
+#include "harness.h"
 
 #include <fcntl.h>
 #include <inttypes.h>
@@ -22,33 +23,6 @@
 
 static char g_dir[256];
 static const char *g_consume, *g_produce;
-static int g_fail;
-
-#define CHECK(c)                                                                                                \
-	do {                                                                                                    \
-		if (!(c)) {                                                                                     \
-			fprintf(stderr, "    %s:%d: CHECK(%s) failed [last error: %s]\n", __FILE__, __LINE__, #c,   \
-				ibvb_last_error());                                                             \
-			g_fail = 1;                                                                             \
-		}                                                                                               \
-	} while (0)
-#define CHECK_EQ(a, b)                                                                                          \
-	do {                                                                                                    \
-		long long a_ = (long long)(a), b_ = (long long)(b);                                             \
-		if (a_ != b_) {                                                                                 \
-			fprintf(stderr, "    %s:%d: %s = %lld, want %lld [last error: %s]\n", __FILE__, __LINE__, #a, \
-				a_, b_, ibvb_last_error());                                                     \
-			g_fail = 1;                                                                             \
-		}                                                                                               \
-	} while (0)
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-static void msleep(int ms) { usleep((useconds_t)ms * 1000); }
 
 static void pattern(uint8_t *b, uint64_t cnt, uint64_t len)
 {
@@ -805,10 +779,7 @@ static void test_hugepages(void)
 	CHECK(strstr(ibvb_last_error(), "MiB of shared memory") != NULL);
 }
 
-static const struct {
-	const char *name;
-	void (*fn)(void);
-} tests[] = {
+static const struct test tests[] = {
 	{"producer_bytes_block", test_bytes_block},
 	{"producer_bytes_drop", test_bytes_drop},
 	{"producer_three_consumers", test_three_consumers},
@@ -827,13 +798,6 @@ static const struct {
 	{"producer_hugepages", test_hugepages},
 };
 
-static void rm_tree(const char *d)
-{
-	char cmd[600];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
-	if (system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", d);
-}
 
 int main(int argc, char **argv)
 {
@@ -846,33 +810,5 @@ int main(int argc, char **argv)
 	}
 	chmod(g_dir, 0755);
 	unsetenv("IBVBRIDGE_RING_DIR");
-	signal(SIGPIPE, SIG_IGN);
-	const char *only = getenv("IBVB_TEST");
-	int passed = 0, failed = 0;
-	for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
-		if (only && !strstr(tests[i].name, only))
-			continue;
-		fflush(stdout);
-		int64_t t0 = now_ms();
-		pid_t pid = fork();
-		if (pid == 0) {
-			alarm(60);
-			g_fail = 0;
-			tests[i].fn();
-			_exit(g_fail ? 1 : 0);
-		}
-		int st;
-		waitpid(pid, &st, 0);
-		int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-		if (WIFSIGNALED(st))
-			fprintf(stderr, "    killed by signal %d%s\n", WTERMSIG(st), WTERMSIG(st) == SIGALRM ? " (hang)" : "");
-		printf("%-32s %s (%lld ms)\n", tests[i].name, ok ? "ok" : "FAIL", (long long)(now_ms() - t0));
-		if (ok)
-			passed++;
-		else
-			failed++;
-	}
-	rm_tree(g_dir);
-	printf("%d passed, %d failed\n", passed, failed);
-	return failed ? 1 : 0;
+	return run_tests(tests, sizeof tests / sizeof tests[0], g_dir);
 }

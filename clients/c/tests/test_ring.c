@@ -22,40 +22,11 @@
 #include <unistd.h>
 
 #include "ibvbridge.h"
+#include "harness.h"
 #include "test_producer.h"
 
 static char g_dir[256];
 static const char *g_consume;
-static int g_fail;
-
-#define CHECK(c)                                                                                                \
-	do {                                                                                                    \
-		if (!(c)) {                                                                                     \
-			fprintf(stderr, "    %s:%d: CHECK(%s) failed [last error: %s]\n", __FILE__, __LINE__, #c,   \
-				ibvb_last_error());                                                             \
-			g_fail = 1;                                                                             \
-			return;                                                                                 \
-		}                                                                                               \
-	} while (0)
-#define CHECK_EQ(a, b)                                                                                          \
-	do {                                                                                                    \
-		long long _a = (long long)(a), _b = (long long)(b);                                             \
-		if (_a != _b) {                                                                                 \
-			fprintf(stderr, "    %s:%d: %s == %lld, want %s == %lld [last error: %s]\n", __FILE__,      \
-				__LINE__, #a, _a, #b, _b, ibvb_last_error());                                   \
-			g_fail = 1;                                                                             \
-			return;                                                                                 \
-		}                                                                                               \
-	} while (0)
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void msleep(int ms) { usleep((useconds_t)ms * 1000); }
 
 /* The ring's socket path in the test directory. */
 static void sock_of(char *buf, size_t n, const char *name) { snprintf(buf, n, "%s/%s.v2.sock", g_dir, name); }
@@ -1722,11 +1693,6 @@ static void t_consume_tool(void)
 
 /* ---- runner ------------------------------------------------------------------------------------ */
 
-struct test {
-	const char *name;
-	void (*fn)(void);
-};
-
 static const struct test tests[] = {
     {"roundtrip", t_roundtrip},
     {"batch", t_batch},
@@ -1767,26 +1733,6 @@ static const struct test tests[] = {
     {"consume_tool", t_consume_tool},
 };
 
-static void rm_tree(const char *dir)
-{
-	DIR *d = opendir(dir);
-	if (!d)
-		return;
-	struct dirent *e;
-	char path[1024];
-	while ((e = readdir(d))) {
-		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-			continue;
-		snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-		struct stat st;
-		if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
-			rm_tree(path);
-		else
-			unlink(path);
-	}
-	closedir(d);
-	rmdir(dir);
-}
 
 int main(int argc, char **argv)
 {
@@ -1799,33 +1745,5 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	unsetenv("IBVBRIDGE_RING_DIR");
-	signal(SIGPIPE, SIG_IGN);
-	const char *only = getenv("IBVB_TEST");
-	int passed = 0, failed = 0;
-	for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
-		if (only && !strstr(tests[i].name, only))
-			continue;
-		fflush(stdout);
-		int64_t t0 = now_ms();
-		pid_t pid = fork();
-		if (pid == 0) {
-			alarm(60);
-			g_fail = 0;
-			tests[i].fn();
-			_exit(g_fail ? 1 : 0);
-		}
-		int st;
-		waitpid(pid, &st, 0);
-		int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-		if (WIFSIGNALED(st))
-			fprintf(stderr, "    killed by signal %d%s\n", WTERMSIG(st), WTERMSIG(st) == SIGALRM ? " (hang)" : "");
-		printf("%-32s %s (%lld ms)\n", tests[i].name, ok ? "ok" : "FAIL", (long long)(now_ms() - t0));
-		if (ok)
-			passed++;
-		else
-			failed++;
-	}
-	rm_tree(g_dir);
-	printf("%d passed, %d failed\n", passed, failed);
-	return failed ? 1 : 0;
+	return run_tests(tests, sizeof tests / sizeof tests[0], g_dir);
 }
