@@ -4,6 +4,8 @@ import (
 	"errors"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/ring/pattern"
 )
@@ -12,20 +14,23 @@ import (
 // ibvb-consume and Python's ibvbridge.consume) prints when it stops: the cross-language tests and the
 // benchmarks compare them.
 type ConsumeResult struct {
-	Heaps        uint64            `json:"heaps"`
-	Bytes        uint64            `json:"bytes"`
-	Checksum     uint64            `json:"checksum"`
-	VerifyErrors uint64            `json:"verify_errors"`
-	Incomplete   uint64            `json:"incomplete"`
-	FirstHeapCnt uint64            `json:"first_heap_cnt"`
-	LastHeapCnt  uint64            `json:"last_heap_cnt"`
-	OutOfOrder   uint64            `json:"heap_cnt_out_of_order"`
-	Seconds      float64           `json:"seconds"`
-	Result       string            `json:"result"`
-	Error        string            `json:"error"`
-	Counters     map[string]uint64 `json:"counters"`
-	SessionID    uint64            `json:"session_id"`
-	exitCode     int
+	Heaps        uint64  `json:"heaps"`
+	Bytes        uint64  `json:"bytes"`
+	Checksum     uint64  `json:"checksum"`
+	VerifyErrors uint64  `json:"verify_errors"`
+	Incomplete   uint64  `json:"incomplete"`
+	FirstHeapCnt uint64  `json:"first_heap_cnt"`
+	LastHeapCnt  uint64  `json:"last_heap_cnt"`
+	OutOfOrder   uint64  `json:"heap_cnt_out_of_order"`
+	Seconds      float64 `json:"seconds"`
+	// CPUSeconds is the consumer's CPU time (user + system) from its attach to the end of its stream: the
+	// stream's cost without the process's start-up and exit.
+	CPUSeconds float64           `json:"cpu_seconds"`
+	Result     string            `json:"result"`
+	Error      string            `json:"error"`
+	Counters   map[string]uint64 `json:"counters"`
+	SessionID  uint64            `json:"session_id"`
+	exitCode   int
 }
 
 // ExitCode is the consumer tools' exit status for this result: 0 end of stream (or --max-heaps reached),
@@ -57,6 +62,7 @@ func Consume(name string, o ConsumeOptions) *ConsumeResult {
 	}
 	defer c.Close()
 	res.SessionID = c.SessionID()
+	cpu0 := processCPU()
 	var start time.Time
 	held := make([]ring.Heap, hold+1) // a circular queue of the heaps held: nothing allocated per heap
 	first, nHeld := 0, 0
@@ -105,6 +111,7 @@ func Consume(name string, o ConsumeOptions) *ConsumeResult {
 			first, nHeld = (first+1)%len(held), nHeld-1
 		}
 	}
+	res.CPUSeconds = (processCPU() - cpu0).Seconds()
 	if res.Result == "error" && res.exitCode == 0 {
 		res.Result = "max"
 	}
@@ -113,4 +120,13 @@ func Consume(name string, o ConsumeOptions) *ConsumeResult {
 	}
 	res.Counters = c.Stats().Map()
 	return res
+}
+
+// processCPU is the CPU time (user + system) this process has used.
+func processCPU() time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -257,6 +257,9 @@ func ringOnce(ctx context.Context, env Env, o RingOptions, measureIdle bool) (Ri
 		}
 		// Each consumer's own rate: its heaps over its own time from first heap to end of stream.
 		cpu := cmds[i].ProcessState.UserTime() + cmds[i].ProcessState.SystemTime() - cpu0[i]
+		if cr.CPUSeconds > 0 {
+			cpu = time.Duration(cr.CPUSeconds * 1e9) // its own account, without its exit
+		}
 		res.PerConsumer = append(res.PerConsumer, ConsumerRate{Consumer: kind, HeapsPerS: float64(cr.Heaps) / cr.Seconds,
 			CPUNsPerHeap: float64(cpu.Nanoseconds()) / float64(cr.Heaps)})
 	}

@@ -456,6 +456,11 @@ func udpRun(ctx context.Context, env Env, path Path, o UDPOptions, heapSize int,
 	var cr ConsumeResult
 	if err := json.Unmarshal(LastLine(consOut.Bytes()), &cr); err == nil {
 		run.HeapsCons = cr.Heaps
+		if cr.CPUSeconds > 0 {
+			// The consumer's own account, from its attach to the end of its stream, leaves out its exit
+			// (an interpreter's shutdown costs a Python consumer tens of ms).
+			consCPU = time.Duration(cr.CPUSeconds * 1e9)
+		}
 	}
 	if run.Packets > 0 {
 		run.RecvCPUNsPerPacket = float64(recvCPU.Nanoseconds()) / float64(run.Packets)

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -44,6 +45,14 @@ static double now_s(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* CPU seconds (user + system) this process has used. */
+static double cpu_s(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
 static uint64_t parse_u64(const char *opt, const char *s)
@@ -173,6 +182,7 @@ int main(int argc, char **argv)
 	int exit_code = 1;
 
 	struct ibvb_ring *r = NULL;
+	double cpu0 = 0, cpu1 = 0; /* CPU seconds at attach and at the stream's end: the stream's cost alone */
 	int rc = ibvb_attach_opts(&r, ring, (int)timeout_ms, &aopts);
 	if (rc < 0) {
 		snprintf(errmsg, sizeof errmsg, "%s", ibvb_last_error());
@@ -183,6 +193,7 @@ int main(int argc, char **argv)
 		uint64_t held = 0, oldest = 0;
 		if (max_latency_us >= 0)
 			ibvb_set_max_latency(r, max_latency_us * 1000);
+		cpu0 = cpu_s();
 		for (;;) {
 			if (max_heaps && heaps >= max_heaps) {
 				result = "max";
@@ -264,6 +275,7 @@ int main(int argc, char **argv)
 			}
 		}
 		t1 = now_s();
+		cpu1 = cpu_s();
 		ibvb_release_all(r);
 	}
 	if (exit_code != 0)
@@ -271,8 +283,8 @@ int main(int argc, char **argv)
 
 	printf("{\"heaps\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"checksum\":%" PRIu64 ",\"verify_errors\":%" PRIu64
 	       ",\"incomplete\":%" PRIu64 ",\"first_heap_cnt\":%" PRIu64 ",\"last_heap_cnt\":%" PRIu64
-	       ",\"heap_cnt_out_of_order\":%" PRIu64 ",\"seconds\":%.6f,\"result\":\"%s\",\"error\":",
-	       heaps, bytes, sum, verify_errors, incomplete, first, last, ooo, heaps ? t1 - t0 : 0.0, result);
+	       ",\"heap_cnt_out_of_order\":%" PRIu64 ",\"seconds\":%.6f,\"cpu_seconds\":%.6f,\"result\":\"%s\",\"error\":",
+	       heaps, bytes, sum, verify_errors, incomplete, first, last, ooo, heaps ? t1 - t0 : 0.0, cpu1 - cpu0, result);
 	json_str(errmsg);
 	printf(",\"counters\":{");
 	for (unsigned i = 0; r && i < IBVB_CTR_COUNT; i++)

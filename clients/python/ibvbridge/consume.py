@@ -162,12 +162,14 @@ def main(argv=None):
     a = ap.parse_args(argv)
     timeout = a.timeout_ms / 1000.0
     out = {"heaps": 0, "bytes": 0, "checksum": 0, "verify_errors": 0, "incomplete": 0, "first_heap_cnt": 0,
-           "last_heap_cnt": 0, "heap_cnt_out_of_order": 0, "seconds": 0.0, "result": "error", "error": "",
+           "last_heap_cnt": 0, "heap_cnt_out_of_order": 0, "seconds": 0.0, "cpu_seconds": 0.0, "result": "error",
+           "error": "",
            "counters": {}, "session_id": 0}
     signal.signal(signal.SIGTERM, _on_sigterm)
     ring = None
     st = None
     t0 = time.perf_counter()
+    cpu0 = None  # CPU seconds at attach: cpu_seconds is the stream's cost alone
     held = collections.deque()
     held_n = 0
     try:
@@ -178,6 +180,7 @@ def main(argv=None):
         if a.batch and np is None:
             raise RingError("--batch needs numpy")
         t0 = time.perf_counter()
+        cpu0 = time.process_time()
         sleep = a.sleep_us / 1e6
         limit = a.max_heaps if a.max_heaps > 0 else None
         result = None
@@ -224,6 +227,8 @@ def main(argv=None):
     except Exception as e:  # report, never a traceback instead of the JSON line
         out["result"], out["error"] = "error", f"{type(e).__name__}: {e}"
     out["seconds"] = round(time.perf_counter() - t0, 6)
+    if cpu0 is not None:
+        out["cpu_seconds"] = round(time.process_time() - cpu0, 6)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if ring is not None:
         try:

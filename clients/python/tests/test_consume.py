@@ -14,7 +14,7 @@ PKG = os.path.dirname(HERE)
 PY = sys.executable
 M64 = (1 << 64) - 1
 KEYS = ["heaps", "bytes", "checksum", "verify_errors", "incomplete", "first_heap_cnt", "last_heap_cnt",
-        "heap_cnt_out_of_order", "seconds", "result", "error", "counters", "session_id"]
+        "heap_cnt_out_of_order", "seconds", "cpu_seconds", "result", "error", "counters", "session_id"]
 
 
 def expected_checksum(heaps):
@@ -31,6 +31,7 @@ def parse(rc, stdout, stderr):
     assert len(lines) == 1, (stdout, stderr)
     out = json.loads(lines[0])
     assert list(out) == KEYS
+    assert 0 <= out["cpu_seconds"] < 60  # the stream's CPU, without start-up and exit
     if out["result"] in ("eos", "max"):
         assert stderr == ""
     else:  # a failure is also one line on stderr
