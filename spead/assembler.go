@@ -107,6 +107,7 @@ type Assembler struct {
 	// The heaps expected after the current one: cnt stride between heaps as they begin, the length of
 	// the last heap that completed in order (0: no guess), and slots taken ahead for them (aheadFor).
 	lastBegun  uint64
+	lastGap    uint64
 	cntStride  uint64
 	nextLength uint64
 	firstLen   uint64 // payload length of the latest first packet (offset 0) of a heap: the next heap's step
@@ -281,9 +282,9 @@ func (a *Assembler) EndBatch() { a.p.EndBatch() }
 // Place implements transport.Placer: while heaps arrive in order, the next datagrams' payloads are
 // expected right after the last one, each as long as it, up to its heap's end (or the slot's), and then at
 // the start of the heaps after it (cnt + stride, as long as the last heap that completed in order, in
-// packets as long as the latest heap's first one), in
-// slots taken ahead for them: regions that hold nothing received yet, so a wrong guess overwrites nothing.
-// It returns the header length the guess assumes and how many regions it filled (0: no guess).
+// packets as long as the latest heap's first one), in slots taken ahead for them: regions that hold
+// nothing received yet, so a wrong guess overwrites nothing. It returns the header length the guess
+// assumes and how many regions it filled (0: no guess).
 func (a *Assembler) Place(dst [][]byte) (hdrLen, n int) {
 	if a.stopped || a.placeLen == 0 || a.hdrLen == 0 {
 		return 0, 0
@@ -333,10 +334,8 @@ func fillRegions(dst [][]byte, payload []byte, off, limit, step uint64) (n int) 
 // no longer expects (at or before the current one, or past the look-ahead), else a new one if the pool
 // has one to spare (never its last few: a heap that does arrive must find a slot). nil: no guess.
 func (a *Assembler) aheadFor(cnt uint64) *ring.Slot {
-	for _, as := range a.ahead {
-		if as.cnt == cnt {
-			return as.slot
-		}
+	if i := a.aheadIndex(cnt); i >= 0 {
+		return a.ahead[i].slot
 	}
 	reach := a.cntStride * maxAhead
 	for i := range a.ahead {
@@ -356,15 +355,25 @@ func (a *Assembler) aheadFor(cnt uint64) *ring.Slot {
 	return s
 }
 
-// takeAhead removes and returns the slot taken ahead for heap cnt, nil if there is none.
-func (a *Assembler) takeAhead(cnt uint64) *ring.Slot {
-	for i, as := range a.ahead {
-		if as.cnt == cnt {
-			a.ahead = append(a.ahead[:i], a.ahead[i+1:]...)
-			return as.slot
+// aheadIndex is the index in a.ahead of the slot taken ahead for heap cnt, -1 if there is none.
+func (a *Assembler) aheadIndex(cnt uint64) int {
+	for i := range a.ahead {
+		if a.ahead[i].cnt == cnt {
+			return i
 		}
 	}
-	return nil
+	return -1
+}
+
+// takeAhead removes and returns the slot taken ahead for heap cnt, nil if there is none.
+func (a *Assembler) takeAhead(cnt uint64) *ring.Slot {
+	i := a.aheadIndex(cnt)
+	if i < 0 {
+		return nil
+	}
+	s := a.ahead[i].slot
+	a.ahead = append(a.ahead[:i], a.ahead[i+1:]...)
+	return s
 }
 
 // returnAhead gives every slot taken ahead back to the pool: when a heap needs a slot the pool does not
@@ -388,22 +397,12 @@ func (a *Assembler) Fits(hdr, region []byte, payloadLen int) bool {
 	var slot *ring.Slot
 	if h := a.placeHeap; h != nil && h.state == heapAssembling && h.cnt == pkt.HeapCnt && pkt.HeapCnt == a.placeCnt {
 		slot = h.slot
-	} else if s := a.aheadSlotOf(pkt.HeapCnt); s != nil && a.find(pkt.HeapCnt) == nil {
-		slot = s // the first packets of a heap expected next, in the slot taken ahead for it
+	} else if i := a.aheadIndex(pkt.HeapCnt); i >= 0 && a.find(pkt.HeapCnt) == nil && !a.recent.contains(pkt.HeapCnt) {
+		slot = a.ahead[i].slot // the first packets of a heap expected next, in the slot taken ahead for it
 	} else {
 		return false
 	}
 	return unsafe.SliceData(pkt.Payload) == unsafe.SliceData(slot.Payload[pkt.PayloadOffset:])
-}
-
-// aheadSlotOf is the slot taken ahead for heap cnt, nil if none (changing nothing).
-func (a *Assembler) aheadSlotOf(cnt uint64) *ring.Slot {
-	for _, as := range a.ahead {
-		if as.cnt == cnt {
-			return as.slot
-		}
-	}
-	return nil
 }
 
 // Placed implements transport.Placer: it takes a datagram Fits approved, its payload already where it
@@ -475,8 +474,12 @@ func (a *Assembler) begin(cnt uint64, flavour Flavour, recvNanos int64, slot *ri
 	a.lastHit = free
 	a.arrival++
 	h.cnt, h.arrival = cnt, a.arrival
-	if d := cnt - a.lastBegun; d != 0 && d <= maxAhead { // heaps begin cnt + stride apart (in order)
+	// Heaps begin cnt + stride apart: a stride is learnt when two heaps in a row begin that far apart, so
+	// one skipped or late heap does not send the guesses astray.
+	if d := cnt - a.lastBegun; d != 0 && d <= maxAhead && d == a.lastGap {
 		a.cntStride = d
+	} else {
+		a.lastGap = d
 	}
 	a.lastBegun = cnt
 	var err error
