@@ -14,9 +14,10 @@ import (
 // Fuzz input framing: one configuration byte, then packets, each a 2-byte big-endian length and that many
 // bytes (the last one clipped to what is left).
 //
-// Configuration byte: bits 0–1 MaxHeaps-1, bit 2 Incomplete, bits 3–4 slot size 256<<n.
-func fuzzConfig(b byte) (maxHeaps int, incomplete bool, slotSize int) {
-	return int(b&3) + 1, b&4 != 0, 256 << ((b >> 3) & 3)
+// Configuration byte: bits 0–1 MaxHeaps-1, bit 2 Incomplete, bits 3–4 slot size 256<<n, bit 5 the packets
+// arrive as a placing source hands them over (Place / Fits / Placed, reads of 4) instead of by Packet.
+func fuzzConfig(b byte) (maxHeaps int, incomplete bool, slotSize int, placing bool) {
+	return int(b&3) + 1, b&4 != 0, 256 << ((b >> 3) & 3), b&0x20 != 0
 }
 
 func splitFuzzPackets(data []byte) [][]byte {
@@ -60,6 +61,15 @@ func addAssemblerSeeds(f *testing.F) {
 	}
 	f.Add(joinFuzzPackets(0x08, encodeAll(f, spead.Flavour64_48, 1024, &d)...))
 	f.Add(joinFuzzPackets(0x02, validPacket(), validPacket()))
+	f.Add(joinFuzzPackets(0x20, stream...))      // placed
+	f.Add(joinFuzzPackets(0x38|0x03, stream...)) // placed, big slots
+	var ones [][]byte                            // one-packet heaps, in order: slots taken ahead
+	for _, hp := range encodeHeaps(f, spead.Flavour64_40, 1472, patternHeap(1, 200), patternHeap(2, 200),
+		patternHeap(3, 200), patternHeap(4, 200), patternHeap(5, 200), patternHeap(6, 200), patternHeap(7, 200)) {
+		ones = append(ones, hp...)
+	}
+	f.Add(joinFuzzPackets(0x20, ones...))
+	f.Add(joinFuzzPackets(0x20, append(append(ones[:4:4], ones[5], ones[4], ones[5]), ones[6])...)) // late heap, late copy
 }
 
 // FuzzAssembler feeds arbitrary packet sequences to an assembler on a small drop-policy ring drained now
@@ -80,7 +90,8 @@ func FuzzAssembler(f *testing.F) {
 	dir := shmDir(f)
 	for n := range 4 {
 		slotSize := 256 << n
-		cfg := ring.Config{Dir: dir, SlotCount: 8, SlotSize: slotSize, MaxItems: 4, MetaSize: 4096, Policy: ring.PolicyDrop,
+		// 32 slots: enough free ones for the assembler to take some ahead when placing.
+		cfg := ring.Config{Dir: dir, SlotCount: 32, SlotSize: slotSize, MaxItems: 4, MetaSize: 4096, Policy: ring.PolicyDrop,
 			HugePages: ring.HugePagesOff}
 		p, err := ring.Create(fmt.Sprintf("fuzz%d", n), cfg)
 		if err != nil {
@@ -98,7 +109,7 @@ func FuzzAssembler(f *testing.F) {
 		if len(data) == 0 {
 			return
 		}
-		maxHeaps, incomplete, slotSize := fuzzConfig(data[0])
+		maxHeaps, incomplete, slotSize, placing := fuzzConfig(data[0])
 		packets := splitFuzzPackets(data[1:])
 		p, c := rings[slotSize].p, rings[slotSize].c
 		p.Set(ring.CounterEndOfStream, 0)
@@ -109,7 +120,18 @@ func FuzzAssembler(f *testing.F) {
 		}
 		var read fuzzTally
 		eos := false
+		if placing {
+			for i := 0; i < len(packets); i += 4 {
+				placingFeed(t, a, packets[i:min(i+4, len(packets))], 4)
+				if !eos {
+					eos = read.drain(t, c, uint64(slotSize))
+				}
+			}
+		}
 		for i, b := range packets {
+			if placing {
+				break
+			}
 			a.Packet(b, int64(i))
 			if i%3 == 2 && !eos {
 				eos = read.drain(t, c, uint64(slotSize))

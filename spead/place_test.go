@@ -11,7 +11,7 @@ import (
 // time: each datagram's header goes to a header buffer and its payload into the region Place gave (as
 // the kernel scatters it), then Fits decides, for a leading run, whether Placed takes it in place; the
 // rest are taken whole by Packet. It returns how many were placed.
-func placingFeed(t *testing.T, a *spead.Assembler, packets [][]byte, per int) (placed int) {
+func placingFeed(t testing.TB, a *spead.Assembler, packets [][]byte, per int) (placed int) {
 	t.Helper()
 	regions := make([][]byte, per)
 	for len(packets) > 0 {
