@@ -78,6 +78,7 @@ type Config struct {
 type Stats struct {
 	Frames  atomic.Uint64 // completions delivered to the callback
 	Errors  atomic.Uint64 // completions with a non-success status or an impossible length (slot reposted)
+	Flushed atomic.Uint64 // completions of work requests flushed when the queue was put in its error state
 	Polls   atomic.Uint64 // Poll calls
 	Empty   atomic.Uint64 // Poll calls that returned nothing
 	Arms    atomic.Uint64
@@ -178,13 +179,17 @@ func (l *loop) pollOnce() (int, error) {
 		l.st.Empty.Add(1)
 		return 0, nil
 	}
-	var bad uint64
+	var bad, flushed uint64
 	if l.batches != nil {
 		l.batches.BeginBatch()
 	}
 	for i := range l.wc[:n] {
 		c := &l.wc[i]
 		l.ids[i] = c.ID
+		if c.Status == StatusFlushed {
+			flushed++ // the receiver flushed the queue on purpose (a held stream stop): not an error
+			continue
+		}
 		if c.Status != StatusSuccess {
 			bad++
 			continue
@@ -205,9 +210,12 @@ func (l *loop) pollOnce() (int, error) {
 		return 0, fmt.Errorf("receive loop: repost %d slots: %w", n, err)
 	}
 	l.st.Reposts.Add(1)
-	l.st.Frames.Add(uint64(n) - bad)
+	l.st.Frames.Add(uint64(n) - bad - flushed)
 	if bad > 0 {
 		l.st.Errors.Add(bad)
+	}
+	if flushed > 0 {
+		l.st.Flushed.Add(flushed)
 	}
 	return n, nil
 }

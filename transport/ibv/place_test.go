@@ -377,8 +377,8 @@ func TestPlaceStopFlushes(t *testing.T) {
 	g.finish(false)
 	g.checkHeaps([]uint64{1}, func(uint64) bool { return false })
 	m := g.r.Counters()
-	if m["placement_holds"] != 1 || m["placement_misses"] != 1 || m["completion_errs"] == 0 || m["placed"] == 0 {
-		t.Errorf("counters %v: want one miss (the stop), one hold, flushed work requests, placements", m)
+	if m["placement_holds"] != 1 || m["placement_misses"] != 1 || m["flushed"] == 0 || m["completion_errs"] != 0 || m["placed"] == 0 {
+		t.Errorf("counters %v: want one miss (the stop), one hold, flushed work requests (not errors), placements", m)
 	}
 	if st := g.p.Stats(); st.Get(ring.CounterPackets) != uint64(len(frames)-2+1) { // + the stop
 		t.Errorf("ring counters %v: want %d packets", st.Map(), len(frames)-1)

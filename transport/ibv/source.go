@@ -119,6 +119,7 @@ func (r *Receiver) Counters() map[string]uint64 {
 		"packets":          frames - min(frames, dropped),
 		"dropped":          dropped,
 		"completion_errs":  st.Errors.Load(),
+		"flushed":          st.Flushed.Load(),
 		"polls":            st.Polls.Load(),
 		"empty_polls":      st.Empty.Load(),
 		"arms":             st.Arms.Load(),
