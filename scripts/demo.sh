@@ -76,7 +76,11 @@ fi
 $PY - "$work/pipeline.json" <<'PYEOF'
 import json, sys
 for line in open(sys.argv[1]):
-    d = json.loads(line)
+    try:
+        d = json.loads(line)
+    except ValueError:  # a stage that failed printed no result (its log is above)
+        print(f"  (no result) {line.strip()[:100]}")
+        continue
     if "stage" in d:
         r = d["result"]
         print(f"  {d['stage']:9s} heaps {r.get('heaps')}" + (f", checksum {r['checksum']}" if "checksum" in r else "")
