@@ -10,6 +10,7 @@
  * 5 detached (invalid cursor), 1 other errors. A failure is also one line on stderr. */
 #define _GNU_SOURCE
 #include "ibvbridge.h"
+#include "tool.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -20,6 +21,8 @@
 #include <unistd.h>
 
 #define ITEM_VERIFY_ID 0x1001
+
+const char *const tool_name = "ibvb-consume";
 
 static void usage(int code)
 {
@@ -40,13 +43,6 @@ static void usage(int code)
 	exit(code);
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* CPU seconds (user + system) this process has used. */
 static double cpu_s(void)
 {
@@ -55,58 +51,12 @@ static double cpu_s(void)
 	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
-static uint64_t parse_u64(const char *opt, const char *s)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 0);
-	if (errno || *end || s[0] == '-' || !s[0]) {
-		fprintf(stderr, "ibvb-consume: bad value for %s: %s\n", opt, s);
-		exit(1);
-	}
-	return v;
-}
-
-/* Wrapping sum of payload[0:n] as little-endian u64 words, last partial word zero-padded. */
-static uint64_t checksum(const uint8_t *p, uint64_t n)
-{
-	uint64_t s = 0, words = n / 8, i = 0;
-	/* Large heaps: 64 bytes a step with a software prefetch a few KiB ahead. The hardware prefetcher
-	 * stops at every 4 KiB page boundary, which leaves a single core's stream latency-bound. */
-	if (words >= 1024) {
-		uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-		for (; i + 8 <= words; i += 8) {
-			const uint8_t *q = p + 8 * i;
-			__builtin_prefetch(q + 4096);
-			uint64_t w[8];
-			memcpy(w, q, 64);
-			s0 += w[0] + w[4];
-			s1 += w[1] + w[5];
-			s2 += w[2] + w[6];
-			s3 += w[3] + w[7];
-		}
-		s = s0 + s1 + s2 + s3;
-	}
-	for (; i < words; i++) {
-		uint64_t w;
-		memcpy(&w, p + 8 * i, 8);
-		s += w;
-	}
-	uint64_t rem = n % 8;
-	if (rem) {
-		uint64_t w = 0;
-		memcpy(&w, p + 8 * words, rem);
-		s += w;
-	}
-	return s;
-}
-
 /* 1 if payload[0:n] is the test pattern byte i = (uint8_t)(heap_cnt*31 + i). */
 static int pattern_ok(const uint8_t *p, uint64_t n, uint64_t heap_cnt)
 {
-	uint8_t base = (uint8_t)(heap_cnt * 31), bad = 0;
+	uint8_t bad = 0;
 	for (uint64_t i = 0; i < n; i++)
-		bad |= (uint8_t)(p[i] ^ (uint8_t)(base + (uint8_t)i));
+		bad |= (uint8_t)(p[i] ^ pattern_byte(heap_cnt, i));
 	return bad == 0;
 }
 

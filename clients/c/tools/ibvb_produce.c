@@ -14,6 +14,7 @@
  * Exit 0 on success, 1 on error (one line on stderr). */
 #define _GNU_SOURCE
 #include "ibvbridge.h"
+#include "tool.h"
 
 #include <inttypes.h>
 #include <signal.h>
@@ -26,6 +27,8 @@
 #define ITEM_PAYLOAD_ID 0x1000
 #define ITEM_CNT_ID 0x1001
 #define MAX_BATCH 256
+
+const char *const tool_name = "ibvb-produce";
 
 static struct ibvb_producer *g_prod;
 static volatile sig_atomic_t g_stop;
@@ -59,13 +62,6 @@ static void usage(int code)
 	exit(code);
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static uint64_t coarse_ns(void)
 {
 	struct timespec ts;
@@ -73,40 +69,10 @@ static uint64_t coarse_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
-static uint64_t parse_u64(const char *opt, const char *s)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 0);
-	if (errno || *end || s[0] == '-' || !s[0]) {
-		fprintf(stderr, "ibvb-produce: bad value for %s: %s\n", opt, s);
-		exit(1);
-	}
-	return v;
-}
-
-/* Wrapping sum of p[0:n] as little-endian u64 words, last partial word zero-padded. */
-static uint64_t checksum(const uint8_t *p, uint64_t n)
-{
-	uint64_t s = 0, words = n / 8;
-	for (uint64_t i = 0; i < words; i++) {
-		uint64_t w;
-		memcpy(&w, p + 8 * i, 8);
-		s += w;
-	}
-	if (n % 8) {
-		uint64_t w = 0;
-		memcpy(&w, p + 8 * words, n % 8);
-		s += w;
-	}
-	return s;
-}
-
 static void pattern(uint8_t *buf, uint64_t cnt, uint64_t len)
 {
-	uint8_t base = (uint8_t)(cnt * 31);
 	for (uint64_t i = 0; i < len; i++)
-		buf[i] = (uint8_t)(base + (uint8_t)i);
+		buf[i] = pattern_byte(cnt, i);
 }
 
 static int die(const char *what)
