@@ -540,3 +540,54 @@ func TestAttachAndDeathLatency(t *testing.T) {
 		t.Fatalf("attach took %v, death noticed after %v", worst, detect)
 	}
 }
+
+// TestAttackOverrunMidReadNeverTorn (layout 2.1 §A): a slow consumer S holds a heap while the producer,
+// kept busy by a fast consumer F under drop, laps the ring and rewrites that heap's slot. S's bytes are then
+// not the heap's, and S is told so: Valid is false after the read, Release reports the overrun with the
+// heaps lost, and so does its next call — no torn heap is ever passed off as valid.
+func TestAttackOverrunMidReadNeverTorn(t *testing.T) {
+	cfg := testConfig(t)
+	p := mustCreate(t, "torn", cfg)
+	slow := mustAttach(t, "torn", cfg)
+	fast := mustAttach(t, "torn", cfg)
+	publish(t, p, 1, 256)
+	publish(t, p, 2, 256)
+	h, err := slow.Next(time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkHeap(t, h, 1, 256)
+	if !slow.Valid(h) {
+		t.Fatal("a heap just read and held is not valid while its consumer is attached")
+	}
+	for cnt := uint64(1); cnt <= uint64(cfg.SlotCount)+3; cnt++ {
+		if cnt > 2 {
+			publish(t, p, cnt, 256)
+		}
+		fh, err := fast.Next(time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := fast.Release(fh); err != nil {
+			t.Fatalf("fast consumer: %v", err)
+		}
+	}
+	torn := pattern.VerifyPattern(h.Payload, 1) >= 0 // the slot was reused: the bytes belong to a later heap
+	if !torn {
+		t.Fatal("the producer did not reuse the held slot: the test proves nothing")
+	}
+	if slow.Valid(h) {
+		t.Fatal("Valid is true for a heap whose slot the producer rewrote")
+	}
+	var oe *ring.OverrunError
+	if err := slow.Release(h); !errors.As(err, &oe) || !errors.Is(err, ring.ErrOverrun) || !errors.Is(err, ring.ErrDetached) {
+		t.Fatalf("Release of the overrun heap: %v, want an *OverrunError", err)
+	}
+	if oe.Lost != uint64(cfg.SlotCount) {
+		t.Errorf("Release: %d heaps lost, want %d (head %d at the detach − tail 0)", oe.Lost, cfg.SlotCount, cfg.SlotCount)
+	}
+	// Heap 2 was published before the lap and S's cached head covers it: it must not be handed out.
+	if h2, err := slow.Next(time.Second); !errors.As(err, &oe) || oe.Lost != uint64(cfg.SlotCount) {
+		t.Fatalf("next call after the overrun: heap %d, %v; want the overrun with %d heaps lost", h2.HeapCnt, err, cfg.SlotCount)
+	}
+}

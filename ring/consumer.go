@@ -53,7 +53,8 @@ type Consumer struct {
 	stats     *[StatsSlots]uint64
 
 	descs      []descriptor
-	items      []Item
+	items      []Item // the ring's item tables: read only by copying (a hostile producer may rewrite them)
+	itemCopy   []Item // private copies of the item tables of held heaps, max_items per position
 	mask       uint64
 	read       uint64 // next position to read
 	cachedHead uint64
@@ -72,8 +73,10 @@ type Consumer struct {
 	eosPos        uint64
 }
 
-// Heap is a heap read from the ring. Its Payload and Items view ring memory (read-only) and are valid
-// until the heap is released.
+// Heap is a heap read from the ring. Its descriptor fields and Items are the consumer's private, validated
+// copies; Payload views ring memory (read-only). Under the drop policy the producer may overrun a consumer
+// that falls a whole ring behind and reuse the slots it holds (layout 2.1 §A): Payload's bytes are the
+// heap's only while Consumer.Valid reports true, so check Valid (or Release's error) AFTER reading them.
 type Heap struct {
 	Position    uint64
 	HeapCnt     uint64
@@ -343,6 +346,7 @@ func (c *Consumer) mapAll(a *attachment) error {
 	c.stats = (*[StatsSlots]uint64)(unsafe.Pointer(&ct[offStats]))
 	c.descs = unsafe.Slice((*descriptor)(unsafe.Pointer(&c.data[g.DescOffset])), g.SlotCount)
 	c.items = unsafe.Slice((*Item)(unsafe.Pointer(&c.data[g.ItemsOffset])), g.SlotCount*uint64(g.MaxItems))
+	c.itemCopy = make([]Item, g.SlotCount*uint64(g.MaxItems))
 	c.mask = g.SlotCount - 1
 	return nil
 }
@@ -350,22 +354,40 @@ func (c *Consumer) mapAll(a *attachment) error {
 // Index is this consumer's row in the ring's consumer table.
 func (c *Consumer) Index() int { return int(c.index) }
 
+// attached reports whether the producer still counts this consumer as attached (layout 2.1 §A): the row's
+// state, then its generation, two separate acquire loads in that order. While it holds, no slot this
+// consumer holds has been reused.
+func (c *Consumer) attached() bool {
+	return c.rowState != nil && ConsumerState(atomic.LoadUint32(c.rowState)) == ConsumerAttached &&
+		atomic.LoadUint32(c.rowGen) == c.gen
+}
+
 // detached reports why the producer detached this consumer (spec §7.6), nil while it is attached.
 func (c *Consumer) detached() error {
-	st := ConsumerState(atomic.LoadUint32(c.rowState))
-	if st == ConsumerAttached && atomic.LoadUint32(c.rowGen) == c.gen {
+	if c.attached() {
 		return nil
 	}
+	if c.rowState == nil {
+		return fmt.Errorf("ring %s: %w (closed)", c.name, ErrDetached)
+	}
+	st := ConsumerState(atomic.LoadUint32(c.rowState))
 	row := c.ctl[offTable+TableRowSize*int(c.index):]
 	switch {
 	case atomic.LoadUint32(c.rowGen) != c.gen:
 		return fmt.Errorf("ring %s: %w (its row was given to another consumer)", c.name, ErrDetached)
 	case st == ConsumerOverrun:
-		return fmt.Errorf("ring %s: %w, %d heaps lost", c.name, ErrOverrun, atomic.LoadUint64(u64at(row, rowLostHeaps)))
+		return &OverrunError{Ring: c.name, Lost: atomic.LoadUint64(u64at(row, rowLostHeaps))}
 	case st == ConsumerBadCursor:
 		return fmt.Errorf("ring %s: %w: invalid cursor", c.name, ErrDetached)
 	}
 	return fmt.Errorf("ring %s: %w (%s)", c.name, ErrDetached, st)
+}
+
+// Valid reports whether h's bytes are still h's: the consumer is still attached, so the producer has not
+// reused the slot, and h is held (read, not yet released). Check it after reading Payload: bytes read
+// before a true Valid were the heap's (layout 2.1 §A).
+func (c *Consumer) Valid(h Heap) bool {
+	return h.Position-c.released < c.read-c.released && c.attached()
 }
 
 // SessionID identifies the producer run (the ring's epoch); ProducerPID is for messages.
@@ -393,10 +415,12 @@ func (c *Consumer) TryNext() (Heap, bool, error) {
 		}
 	}
 	h, err := c.heapAt(c.read)
+	// Checked on every call, after the copies: a heap whose slot was reused while it was being read is
+	// never handed out, and an overrun consumer learns it (with the heaps it lost) at its next call.
+	if derr := c.detached(); derr != nil {
+		return Heap{}, false, derr
+	}
 	if err != nil {
-		if derr := c.detached(); derr != nil { // a slot reused under a detached consumer looks corrupt
-			return Heap{}, false, derr
-		}
 		return Heap{}, false, err
 	}
 	c.read++
@@ -405,36 +429,50 @@ func (c *Consumer) TryNext() (Heap, bool, error) {
 		// consumer still holds.
 		c.eosPending, c.eosPos = true, h.Position
 		if c.released == h.Position {
-			c.Release(h)
+			_ = c.Release(h) // attachment checked just above
 		}
 		return Heap{}, false, ErrEndOfStream
 	}
 	return h, true, nil
 }
 
-// heapAt validates position pos's descriptor and item table against the geometry (spec §7.3 step 2).
+// heapAt copies position pos's descriptor and item table into private memory and validates the copies
+// against the geometry (spec §7.3 step 2): nothing validated is read from shared memory again, so a
+// producer rewriting them meanwhile cannot make the consumer read out of bounds.
 func (c *Consumer) heapAt(pos uint64) (Heap, error) {
-	g := &c.hdr.Geometry
-	d := &c.descs[pos&c.mask]
+	d := c.descs[pos&c.mask] // a copy
+	items, err := validateHeap(&c.hdr.Geometry, pos, &d, c.items, c.itemCopy)
 	h := Heap{Position: pos, HeapCnt: d.HeapCnt, HeapSize: d.HeapSize, Received: d.Received,
-		TimestampNs: d.TimestampNs, Flags: d.Flags, Packets: d.Packets, Slot: d.Slot}
-	seq, nItems := d.Seq, d.ItemCount
-	if seq != pos+1 {
-		return h, fmt.Errorf("%w: descriptor of position %d has seq %d", ErrCorrupt, pos, seq)
+		TimestampNs: d.TimestampNs, Flags: d.Flags, Packets: d.Packets, Slot: d.Slot, Items: items}
+	if err != nil {
+		return h, err
 	}
-	if uint64(h.Slot) >= g.SlotCount || nItems > g.MaxItems || h.Received > g.SlotSize {
-		return h, fmt.Errorf("%w: position %d: slot %d, items %d, received %d out of range", ErrCorrupt, pos, h.Slot, nItems, h.Received)
+	off := c.hdr.PayloadOffset + uint64(d.Slot)*c.hdr.SlotSize
+	h.Payload = c.data[off : off+d.Received : off+c.hdr.SlotSize]
+	return h, nil
+}
+
+// validateHeap checks a private copy d of position pos's descriptor (seq, slot, item count, received),
+// copies its item entries from shared into private (max_items entries per position) and checks every
+// address item against the slot. It returns the private item slice.
+func validateHeap(g *Geometry, pos uint64, d *descriptor, shared, private []Item) ([]Item, error) {
+	if d.Seq != pos+1 {
+		return nil, fmt.Errorf("%w: descriptor of position %d has seq %d", ErrCorrupt, pos, d.Seq)
 	}
-	base := uint64(h.Slot) * uint64(g.MaxItems)
-	h.Items = c.items[base : base+uint64(nItems) : base+uint64(nItems)]
-	for _, it := range h.Items {
+	if uint64(d.Slot) >= g.SlotCount || d.ItemCount > g.MaxItems || d.Received > g.SlotSize {
+		return nil, fmt.Errorf("%w: position %d: slot %d, items %d, received %d out of range", ErrCorrupt, pos, d.Slot, d.ItemCount, d.Received)
+	}
+	n := uint64(d.ItemCount)
+	src := uint64(d.Slot) * uint64(g.MaxItems)
+	dst := (pos & (g.SlotCount - 1)) * uint64(g.MaxItems)
+	items := private[dst : dst+n : dst+n]
+	copy(items, shared[src:src+n])
+	for _, it := range items {
 		if !it.Immediate() && (it.Value > g.SlotSize || it.Length > g.SlotSize-it.Value) {
-			return h, fmt.Errorf("%w: position %d: item %#x [%d,+%d) outside slot", ErrCorrupt, pos, it.ID, it.Value, it.Length)
+			return nil, fmt.Errorf("%w: position %d: item %#x [%d,+%d) outside slot", ErrCorrupt, pos, it.ID, it.Value, it.Length)
 		}
 	}
-	off := g.PayloadOffset + uint64(h.Slot)*g.SlotSize
-	h.Payload = c.data[off : off+h.Received : off+g.SlotSize]
-	return h, nil
+	return items, nil
 }
 
 // Next waits up to timeout (<0: forever) for the next heap. It returns ErrEndOfStream after the last heap
@@ -581,11 +619,14 @@ func socketAlive(fd int) bool {
 }
 
 // Release gives back h and every heap read before it, in position order (spec §7.3 step 5). The shared
-// cursor is stored once per batch of releases, and always before the consumer waits or detaches.
-func (c *Consumer) Release(h Heap) {
+// cursor is stored once per batch of releases, and always before the consumer waits or detaches. It
+// returns an *OverrunError (errors.Is ErrOverrun) when the producer overran this consumer while it held h
+// (h's bytes may have been rewritten while it was read), or another ErrDetached error when the producer
+// detached it for another reason; nil otherwise.
+func (c *Consumer) Release(h Heap) error {
 	next := h.Position + 1
 	if next-c.released > c.read-c.released { // not read yet, or released already
-		return
+		return c.detached()
 	}
 	c.released = next
 	if c.eosPending && next == c.eosPos {
@@ -594,6 +635,7 @@ func (c *Consumer) Release(h Heap) {
 	if c.released-c.stored >= c.batch {
 		c.flushRelease()
 	}
+	return c.detached()
 }
 
 // flushRelease publishes the released position to the producer and wakes it if it waits (spec §7.4).
@@ -619,6 +661,7 @@ func (c *Consumer) Close() error {
 }
 
 func (c *Consumer) unmap() error {
+	c.rowState, c.rowGen = nil, nil // Valid and Release after Close: detached, not a fault
 	var errs []error
 	for _, m := range []*[]byte{&c.data, &c.ctl, &c.region} {
 		if *m != nil {

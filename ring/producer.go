@@ -472,7 +472,6 @@ func (p *Producer) overrunLocked() bool {
 	}
 	for i := 0; i < len(p.members); {
 		if m := p.members[i]; m.released == p.reclaim {
-			atomic.StoreUint64(u64at(m.row, rowLostHeaps), p.pos-m.released)
 			p.detachLocked(m, ConsumerOverrun, fmt.Sprintf("%d heaps behind", p.pos-m.released))
 			continue
 		}

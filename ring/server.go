@@ -308,6 +308,16 @@ func (p *Producer) detachLocked(m *member, why ConsumerState, detail string) {
 		return
 	}
 	m.detached = true
+	// The consumer's final cursor (spec §7.2), if valid: what it released before it went is not lost.
+	head := atomic.LoadUint64(p.head)
+	if t := atomic.LoadUint64(m.tail); t-m.released <= head-m.released {
+		m.released = t
+		atomic.StoreUint64(u64at(m.row, rowReleased), t)
+	}
+	// Layout 2.1 §A: lost_heaps, then the state (a sequentially consistent store: the full fence), and only
+	// after that may any slot the consumer held be reused — a consumer that reads its row after reading a
+	// heap's bytes and sees it attached knows those bytes were the heap's.
+	atomic.StoreUint64(u64at(m.row, rowLostHeaps), head-m.released)
 	i := slices.Index(p.members, m)
 	p.members = slices.Delete(p.members, i, i+1)
 	p.publishSetLocked()
