@@ -483,7 +483,7 @@ func TestHandshakeRefusals(t *testing.T) {
 	copy(hello, "IBVBRING")
 	hello[8] = 3 // major 3
 	hello[12] = 1
-	if got := talk(hello); !strings.Contains(got, "is layout 2.0; this client speaks 3.0") || got[12] != 1 {
+	if got := talk(hello); !strings.Contains(got, fmtS("is layout 2.%d; this client speaks 3.0", ring.MinorVersion)) || got[12] != 1 {
 		t.Fatalf("major 3: %q", got)
 	}
 	if got := talk([]byte("hello?")); !strings.Contains(got, "not an ibvbridge hello") || got[12] != 5 {
@@ -493,7 +493,7 @@ func TestHandshakeRefusals(t *testing.T) {
 		t.Fatal("a refused client counts as attached")
 	}
 	if _, err := ring.Attach("/dev/shm/ibvbridge.x.v1.ctl", ring.AttachOptions{Timeout: -1}); !errors.Is(err, ring.ErrVersion) ||
-		!strings.Contains(err.Error(), "layout 1.0") || !strings.Contains(err.Error(), "speaks layout 2.0") {
+		!strings.Contains(err.Error(), "layout 1.0") || !strings.Contains(err.Error(), fmtS("speaks layout 2.%d", ring.MinorVersion)) {
 		t.Fatalf("1.0 path: %v", err)
 	}
 }
