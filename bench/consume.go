@@ -14,10 +14,10 @@ import (
 // ibvb-consume and Python's ibvbridge.consume) prints when it stops: the cross-language tests and the
 // benchmarks compare them.
 type ConsumeResult struct {
-	Heaps        uint64  `json:"heaps"`
-	Bytes        uint64  `json:"bytes"`
-	Checksum     uint64  `json:"checksum"`
-	VerifyErrors uint64  `json:"verify_errors"`
+	Heaps        uint64 `json:"heaps"`
+	Bytes        uint64 `json:"bytes"`
+	Checksum     uint64 `json:"checksum"`
+	VerifyErrors uint64 `json:"verify_errors"`
 	// OverrunHeaps counts heaps found invalid after they were read (layout 2.1 §A: the producer overran the
 	// consumer and reused their slots meanwhile): their bytes are not judged, so they are not verify errors.
 	OverrunHeaps uint64  `json:"overrun_heaps"`
@@ -54,6 +54,8 @@ type ConsumeOptions struct {
 	// StopFirst stops the process (SIGSTOP to itself) after taking the first heap and before reading its
 	// bytes, until a SIGCONT: a consumer stalled mid-read, for tests (the producer may overrun it meanwhile).
 	StopFirst bool
+	// Wait retries a ring name that no directory serves yet until Timeout (else it fails at once).
+	Wait bool
 }
 
 // Consume reads ring name as its consumer until the end of stream (or o.MaxHeaps), checksumming every
@@ -61,7 +63,7 @@ type ConsumeOptions struct {
 func Consume(name string, o ConsumeOptions) *ConsumeResult {
 	verify, maxHeaps, timeout, hold, sleep := o.Verify, o.MaxHeaps, o.Timeout, max(o.Hold, 0), o.Sleep
 	res := &ConsumeResult{Result: "error"}
-	c, err := ring.Attach(name, ring.AttachOptions{Timeout: timeout, Dir: o.Dir, MaxLatency: o.MaxLatency, FromHead: o.FromHead})
+	c, err := ring.Attach(name, ring.AttachOptions{Timeout: timeout, Wait: o.Wait, Dir: o.Dir, MaxLatency: o.MaxLatency, FromHead: o.FromHead})
 	if err != nil {
 		res.Error, res.exitCode = err.Error(), 1
 		return res

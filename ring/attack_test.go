@@ -110,6 +110,27 @@ func childMain(role string) {
 			}
 		}
 		say(1, "never detached")
+	case "squatter": // serve a ring of spoofed heaps under the victim's default name, until killed
+		p, err := ring.Create(os.Getenv("RING_TEST_NAME"), ring.Config{Dir: os.Getenv("RING_TEST_DIR"), HugePages: ring.HugePagesOff, SlotCount: 8, SlotSize: 4096})
+		if err != nil {
+			say(1, "squat: %v", err)
+		}
+		pb := pattern.Publisher{P: p, Size: 100, Fill: true}
+		if _, err := pb.Publish(666, 0); err != nil {
+			say(1, "squat publish: %v", err)
+		}
+		os.Stdout.WriteString("ready\n")
+		time.Sleep(time.Minute)
+	case "victim": // attach by name with the default lookup, read one heap, say which
+		c, err := ring.Attach(os.Getenv("RING_TEST_NAME"), ring.AttachOptions{Timeout: 5 * time.Second, Warnings: os.Stdout})
+		if err != nil {
+			say(1, "attach: %v", err)
+		}
+		h, err := c.Next(5 * time.Second)
+		if err != nil {
+			say(1, "read: %v", err)
+		}
+		say(0, "read heap %d", h.HeapCnt)
 	case "consumer-sleep": // attach, read one heap, hold it, wait to be killed
 		c, err := ring.Attach(sock, ring.AttachOptions{Timeout: 5 * time.Second})
 		if err != nil {
@@ -589,5 +610,133 @@ func TestAttackOverrunMidReadNeverTorn(t *testing.T) {
 	// Heap 2 was published before the lap and S's cached head covers it: it must not be handed out.
 	if h2, err := slow.Next(time.Second); !errors.As(err, &oe) || oe.Lost != uint64(cfg.SlotCount) {
 		t.Fatalf("next call after the overrun: heap %d, %v; want the overrun with %d heaps lost", h2.HeapCnt, err, cfg.SlotCount)
+	}
+}
+
+// asUser runs cmd as uid:gid with no supplementary groups (setpriv), skipping when that cannot be done.
+func asUser(t *testing.T, uid, gid int, args ...string) *exec.Cmd {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run a child as another user")
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("setpriv (util-linux) is not installed")
+	}
+	return exec.Command(setpriv, append([]string{"--reuid=" + strconv.Itoa(uid), "--regid=" + strconv.Itoa(gid), "--clear-groups"}, args...)...)
+}
+
+// TestAttackParentSymlinkDirRefused (layout 2.1 §B): another user's symlink anywhere in --dir's path makes
+// the producer refuse, naming it, and nothing is created inside the symlink's target.
+func TestAttackParentSymlinkDirRefused(t *testing.T) {
+	target := filepath.Join(t.TempDir(), "attacker")
+	if err := os.Mkdir(target, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(target, 0o777)
+	os.Chown(target, 65534, 65534)
+	link := filepath.Join(os.TempDir(), fmtS("ibvb-parentlink-%d", os.Getpid()))
+	if out, err := asUser(t, 65534, 65534, "ln", "-s", target, link).CombinedOutput(); err != nil {
+		t.Fatalf("ln -s as nobody: %v %s", err, out)
+	}
+	t.Cleanup(func() { os.Remove(link) })
+	_, err := ring.Create("plink", ring.Config{Dir: filepath.Join(link, "y", "z"), HugePages: ring.HugePagesOff, SlotCount: 8, SlotSize: 4096})
+	if !errors.Is(err, ring.ErrUnsafeDir) || !strings.Contains(err.Error(), link) || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("--dir through another user's symlink: %v; want one ErrUnsafeDir line naming %s", err, link)
+	}
+	if ents, _ := os.ReadDir(target); len(ents) != 0 {
+		t.Fatalf("the producer created %v inside the symlink's target", ents)
+	}
+}
+
+// TestAttackSquattedLookupDirSkipped (layout 2.1 §B): nobody makes the victim's per-user directory
+// (/dev/shm/ibvbridge-UID, 0755) and serves a ring of spoofed heaps there under the real ring's name. The
+// victim, attaching by name, skips that directory with a warning naming it and reads the real ring's heaps
+// from /run/ibvbridge — never the spoofed ones.
+func TestAttackSquattedLookupDirSkipped(t *testing.T) {
+	const victim = 65533
+	exe := publicCopy(t)
+	name := fmtS("squat-%d", os.Getpid())
+	squatDir := fmtS("/dev/shm/ibvbridge-%d", victim)
+	if _, err := os.Lstat(squatDir); err == nil {
+		t.Skipf("%s exists already; not touching it", squatDir)
+	}
+	t.Cleanup(func() { os.RemoveAll(squatDir) })
+	p := mustCreate(t, name, ring.Config{Dir: ring.RunDir, HugePages: ring.HugePagesOff, SlotCount: 8, SlotSize: 4096, Group: "nogroup"})
+	publish(t, p, 1, 100)
+	sq := asUser(t, 65534, 65534, exe, "-test.run=^$")
+	sq.Env = append(os.Environ(), "RING_TEST_ROLE=squatter", "RING_TEST_NAME="+name, "RING_TEST_DIR="+squatDir, "XDG_RUNTIME_DIR=")
+	out, err := sq.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sq.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sq.Process.Kill(); sq.Wait() })
+	line := make([]byte, 256)
+	if n, _ := out.Read(line); !strings.Contains(string(line[:n]), "ready") {
+		t.Fatalf("squatter: %s", line[:n])
+	}
+	v := asUser(t, victim, 65534, exe, "-test.run=^$")
+	v.Env = append(os.Environ(), "RING_TEST_ROLE=victim", "RING_TEST_NAME="+name, "XDG_RUNTIME_DIR=", ring.EnvDir+"=")
+	got, _ := v.CombinedOutput()
+	if !strings.Contains(string(got), "read heap 1") || strings.Contains(string(got), "666") ||
+		!strings.Contains(string(got), "skipping "+squatDir+": ") || !strings.Contains(string(got), "owned by uid 65534") {
+		t.Fatalf("victim: %s; want the real heap 1 and a warning that %s was skipped", got, squatDir)
+	}
+}
+
+// TestAttachMissingNameFailsAtOnce (layout 2.1 §B): a name no directory serves is ErrNotFound at once,
+// naming where it looked (a typo does not wait out the timeout); with Wait the same attach waits for the
+// producer and gets its ring.
+func TestAttachMissingNameFailsAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	done := make(chan error, 1)
+	go func() {
+		_, err := ring.Attach("nosuch", ring.AttachOptions{Dir: dir, Timeout: time.Hour})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ring.ErrNotFound) || err.Error() != "ring nosuch not found (looked in "+dir+")" {
+			t.Fatalf("missing name: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a missing name waited for the attach timeout")
+	}
+	cfg := ring.Config{Dir: dir, HugePages: ring.HugePagesOff, SlotCount: 8, SlotSize: 4096}
+	attached := make(chan error, 1)
+	go func() {
+		c, err := ring.Attach("later", ring.AttachOptions{Dir: dir, Timeout: time.Minute, Wait: true})
+		if err == nil {
+			c.Close()
+		}
+		attached <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	mustCreate(t, "later", cfg)
+	if err := <-attached; err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+}
+
+// TestAttachStaleSocketSaysSo: a socket nobody serves any more is retried until the timeout, then named
+// as stale with the command that removes it.
+func TestAttachStaleSocketSaysSo(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, ring.SocketName("gone"))
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		t.Skipf("bind %s: %v", path, err)
+	}
+	unix.Close(fd) // bound, never listening: connect is refused, as after kill -9
+	_, err = ring.Attach("gone", ring.AttachOptions{Dir: dir, Timeout: 100 * time.Millisecond})
+	want := "ring gone: stale socket " + path + " (no producer; `ibvbridge rm --stale` removes it)"
+	if !errors.Is(err, ring.ErrNotFound) || err.Error() != want {
+		t.Fatalf("stale socket: %v; want %q", err, want)
 	}
 }

@@ -3,6 +3,7 @@ package ring
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,10 +16,16 @@ import (
 
 // AttachOptions tune Attach.
 type AttachOptions struct {
-	// Timeout bounds the wait for the ring's producer to appear and answer (default 10 s; <0: try once).
+	// Timeout bounds the attach: retrying a stale socket (and, with Wait, a missing name) and the wait for
+	// the welcome (default 5 s; <0: connect once, the welcome still gets 5 s).
 	Timeout time.Duration
+	// Wait retries a name that no trusted directory serves yet every 10 ms until Timeout; without it a
+	// missing ring fails at once with ErrNotFound ("ring NAME not found (looked in DIR, ...)").
+	Wait bool
 	// Dir is where a ring is looked up by name ("": the spec's directories, §1.1).
 	Dir string
+	// Warnings receives one line per lookup directory skipped as untrusted (default os.Stderr).
+	Warnings io.Writer
 	// FromHead starts at the newest heap instead of the oldest one the ring still holds (spec §7.1).
 	FromHead bool
 	// MaxLatency, if positive, lets a moving stream's heaps wait up to this long before Next wakes for
@@ -28,6 +35,13 @@ type AttachOptions struct {
 	// SpinBudget bounds how long Next spins before sleeping (default 20 µs, <0: never spin). It spins only
 	// while recent waits averaged at most half of it.
 	SpinBudget time.Duration
+}
+
+func (o AttachOptions) warnings() io.Writer {
+	if o.Warnings != nil {
+		return o.Warnings
+	}
+	return os.Stderr
 }
 
 // Consumer reads heaps from a ring. It is not safe for concurrent use.
@@ -117,7 +131,7 @@ func Attach(nameOrPath string, opt AttachOptions) (c *Consumer, err error) {
 	if opt.FromHead {
 		role.Start = StartHead
 	}
-	a, err := dial(nameOrPath, opt.Dir, opt.Timeout, role)
+	a, err := dial(nameOrPath, dialOptions{dir: opt.Dir, timeout: opt.Timeout, wait: opt.Wait, warn: opt.warnings()}, role)
 	if err != nil {
 		return nil, err
 	}
@@ -145,6 +159,7 @@ func Attach(nameOrPath string, opt AttachOptions) (c *Consumer, err error) {
 // attachment is what the handshake hands over: the connected socket, the welcome and its descriptors.
 type attachment struct {
 	name string
+	path string // the socket it connected to
 	sock int
 	w    welcome
 	fds  []int
@@ -155,41 +170,6 @@ func (a *attachment) closeFDs() {
 		unix.Close(fd)
 	}
 	a.fds = nil
-}
-
-// dial finds the ring's socket, connects (retrying while there is no producer, until timeout), checks who
-// serves it, and runs the handshake (spec §9 steps 1–3). On success the descriptors are the caller's.
-func dial(nameOrPath, dir string, timeout time.Duration, h hello) (*attachment, error) {
-	if timeout == 0 {
-		timeout = 10 * time.Second
-	}
-	deadline := time.Now().Add(timeout)
-	var path, name string
-	var err error
-	var sock int
-	for {
-		if path, name, err = SocketPath(nameOrPath, dir); err != nil {
-			return nil, err
-		}
-		sock, err = connectSeqpacket(path)
-		if err == nil || !(errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ECONNREFUSED)) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ECONNREFUSED) {
-		return nil, fmt.Errorf("attach %s: %w: no producer serves %s", name, ErrNotFound, path)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("attach %s: connect %s: %w", name, path, err)
-	}
-	a := &attachment{name: name, sock: sock}
-	if err := a.handshake(path, h, time.Until(deadline)); err != nil {
-		a.closeFDs()
-		unix.Close(sock)
-		return nil, fmt.Errorf("attach %s: %w", name, err)
-	}
-	return a, nil
 }
 
 // connectSeqpacket connects to a Unix SOCK_SEQPACKET socket; a path too long for sockaddr_un is reached
@@ -225,26 +205,22 @@ func retryEINTR(call func() error) error {
 	}
 }
 
-// trustedProducer is the client's check of who serves the socket (spec §1.2): root, ourselves, or the
-// owner of a directory only its owner can write (a stranger may have bound a socket where we were sent).
-func trustedProducer(uid uint32, path string) bool {
-	if uid == 0 || int(uid) == os.Geteuid() {
-		return true
-	}
-	var st unix.Stat_t
-	return unix.Stat(filepath.Dir(path), &st) == nil && st.Uid == uid && st.Mode&0o022 == 0
+// trustedProducer is the client's check of who serves the socket (spec §1.2, layout 2.1 §B): root,
+// ourselves, or the owner of the trusted directory it was found in.
+func trustedProducer(uid uint32, c candidate) bool {
+	return uid == 0 || int(uid) == os.Geteuid() || uid == c.owner
 }
 
-func (a *attachment) handshake(path string, h hello, left time.Duration) error {
+// handshake sends the hello and reads the welcome with its descriptors, within left (spec §1.2).
+func (a *attachment) handshake(c candidate, h hello, left time.Duration) error {
 	cred, err := unix.GetsockoptUcred(a.sock, unix.SOL_SOCKET, unix.SO_PEERCRED)
 	if err != nil {
 		return os.NewSyscallError("getsockopt(SO_PEERCRED)", err)
 	}
-	if !trustedProducer(cred.Uid, path) {
+	if !trustedProducer(cred.Uid, c) {
 		return fmt.Errorf("%w: %s is served by uid %d, which is not trusted (not root, not us, not the owner of its directory)",
-			ErrPermission, path, cred.Uid)
+			ErrPermission, c.path, cred.Uid)
 	}
-	left = max(left, time.Second)
 	tv := unix.NsecToTimeval(left.Nanoseconds())
 	if err := unix.SetsockoptTimeval(a.sock, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
 		return os.NewSyscallError("setsockopt(SO_RCVTIMEO)", err)

@@ -2,6 +2,7 @@ package ring
 
 import (
 	"fmt"
+	"os"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -81,7 +82,7 @@ func ParsePolicy(s string) (Policy, error) {
 // Inspect reads ring nameOrPath's header, cursors, consumer table and counters as an observer. A name
 // is looked up in dir ("": the spec's directories). A ring nobody serves is ErrNotFound, at once.
 func Inspect(nameOrPath, dir string) (Info, error) {
-	a, err := dial(nameOrPath, dir, -1, hello{Major: MajorVersion, Minor: MinorVersion, Role: RoleObserver})
+	a, err := dial(nameOrPath, dialOptions{dir: dir, timeout: -1, warn: os.Stderr}, hello{Major: MajorVersion, Minor: MinorVersion, Role: RoleObserver})
 	if err != nil {
 		return Info{}, fmt.Errorf("stat: %w", err)
 	}
@@ -92,7 +93,7 @@ func Inspect(nameOrPath, dir string) (Info, error) {
 		return Info{}, fmt.Errorf("stat %s: %w", a.name, err)
 	}
 	defer unix.Munmap(ctl)
-	path, _, _ := SocketPath(nameOrPath, dir)
+	path := a.path
 	head := atomic.LoadUint64(u64at(ctl, offHead))
 	info := Info{
 		Name: a.name, Socket: path, Major: h.Major, Minor: h.Minor,
