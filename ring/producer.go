@@ -175,7 +175,10 @@ type Producer struct {
 	mu      sync.Mutex
 	reclaim uint64    // positions below this have had their slots returned to the pool
 	members []*member // attached consumers
-	grave   []*member // detached ones whose regions the hot path may still be reading
+	grave   []*member // detached ones whose regions the hot path may still be reading (while hotBusy)
+	// hotBusy is set while the hot path uses members' regions outside mu (waking them, sleeping on a
+	// release futex): a region detached meanwhile waits in grave; otherwise it is unmapped at detach.
+	hotBusy atomic.Bool
 	closing bool
 	setGen  uint64
 	snap    atomic.Pointer[memberSet] // attached consumers, for the hot path's lock-free wakes
@@ -574,20 +577,37 @@ func (p *Producer) waitFor(done func() bool, stop <-chan struct{}, timeout time.
 			}
 			continue
 		}
-		f := atomic.LoadUint32(slow.relFutex)
-		atomic.StoreUint32(p.prodWait, 1) // sequentially consistent: the fence before the re-check
-		p.mu.Lock()
-		ok = done()
-		p.mu.Unlock()
-		if !ok {
-			p.waitWord.Store(slow.relFutex)
-			if !p.interrupted.Load() {
-				futexWaitOn(slow.relFutex, f, slice)
-			}
-			p.waitWord.Store(nil)
-		}
-		atomic.StoreUint32(p.prodWait, 0)
+		p.sleepOnRelease(done, slow, slice)
 	}
+}
+
+// sleepOnRelease sleeps up to slice on slow's release futex unless done (mu taken) has become true
+// (spec §7.4). slow's region stays mapped meanwhile: the hot path is busy with it (hotBusy).
+func (p *Producer) sleepOnRelease(done func() bool, slow *member, slice time.Duration) {
+	p.mu.Lock()
+	if slow.detached {
+		p.mu.Unlock()
+		return
+	}
+	p.hotBusy.Store(true)
+	p.mu.Unlock()
+	f := atomic.LoadUint32(slow.relFutex)
+	atomic.StoreUint32(p.prodWait, 1) // sequentially consistent: the fence before the re-check
+	p.mu.Lock()
+	ok := done()
+	p.mu.Unlock()
+	if !ok {
+		p.waitWord.Store(slow.relFutex)
+		if !p.interrupted.Load() {
+			futexWaitOn(slow.relFutex, f, slice)
+		}
+		p.waitWord.Store(nil)
+	}
+	atomic.StoreUint32(p.prodWait, 0)
+	p.mu.Lock()
+	p.hotBusy.Store(false)
+	p.buryLocked()
+	p.mu.Unlock()
 }
 
 // slowestLocked is the attached consumer that has released least, nil with none. mu held.
@@ -705,25 +725,29 @@ func (p *Producer) commitWake(force bool) {
 	}
 	p.committed = p.pos
 	atomic.StoreUint64(p.head, p.pos) // sequentially consistent: the release plus the fence of §7.5
+	// Busy before the set is loaded (both sequentially consistent): a detach that finds the hot path not
+	// busy published its new set first, so the hot path can no longer reach the detached region.
+	p.hotBusy.Store(true)
 	s := p.snap.Load()
-	if s != p.hotSnap {
-		p.adopt(s)
-	}
 	for _, m := range s.members {
 		if wakeIfWaiting(m.consWait, m.consFutex, m.wakeAt, p.pos, force) {
 			w := u64at(m.row, rowWakes)
 			atomic.StoreUint64(w, *w+1)
 		}
 	}
+	p.hotBusy.Store(false)
+	if s != p.hotSnap {
+		p.adopt(s)
+	}
 }
 
-// adopt switches the hot path to a new consumer set. Regions of consumers detached before it was made
-// are no longer reachable from the hot path, so they can be unmapped now.
+// adopt notes that the hot path has moved to a new consumer set and unmaps the regions detached while it
+// was busy (none are reachable from it now).
 func (p *Producer) adopt(s *memberSet) {
 	p.hotSnap = s
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.buryLocked(s.gen)
+	p.buryLocked()
 }
 
 // PublishEndOfStream publishes the end-of-stream marker (spec §4.1) for the stream-stop heap stopCnt (0
@@ -772,9 +796,13 @@ func (p *Producer) Stats() Stats { return readStats(p.stats, uint32(numCounters)
 // Interrupt makes a blocked Acquire or WaitDrained return ErrClosed; safe from any goroutine.
 func (p *Producer) Interrupt() {
 	p.interrupted.Store(true)
+	// Under mu: the word is in a consumer region, which stays mapped while the hot path, busy with it,
+	// has not cleared hotBusy (under mu).
+	p.mu.Lock()
 	if w := p.waitWord.Load(); w != nil {
 		futexWakeAll(w)
 	}
+	p.mu.Unlock()
 }
 
 func (p *Producer) heartbeat() {
@@ -790,6 +818,7 @@ func (p *Producer) heartbeat() {
 			// Keep the consumer table's positions current for `stat` while the stream is idle.
 			p.mu.Lock()
 			p.readCursorsLocked(p.publishedHead)
+			p.buryLocked()
 			p.mu.Unlock()
 		}
 	}
@@ -837,7 +866,8 @@ func (p *Producer) release() error {
 		m.region.close()
 	}
 	p.members = nil
-	p.buryLocked(^uint64(0))
+	p.hotBusy.Store(false) // the hot path has returned (Close's contract)
+	p.buryLocked()
 	p.mu.Unlock()
 	p.handlers.Wait() // none may still be passing a descriptor we are about to close
 	p.ctl, p.data = nil, nil

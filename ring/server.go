@@ -22,7 +22,6 @@ type member struct {
 	region  shm
 	conn    *net.UnixConn
 	pid     int32
-	retired uint64 // set generation at detach: the hot path stops reading region once it adopts a later set
 
 	tail      *uint64
 	consWait  *uint32
@@ -321,7 +320,6 @@ func (p *Producer) detachLocked(m *member, why ConsumerState, detail string) {
 	i := slices.Index(p.members, m)
 	p.members = slices.Delete(p.members, i, i+1)
 	p.publishSetLocked()
-	m.retired = p.setGen
 	p.grave = append(p.grave, m)
 	atomic.StoreUint32(u32at(m.row, rowState), uint32(why))
 	switch why {
@@ -336,16 +334,19 @@ func (p *Producer) detachLocked(m *member, why ConsumerState, detail string) {
 	}
 	futexWakeAll(m.relFutex)
 	_ = m.conn.Close()
+	p.buryLocked() // at once, unless the hot path is using regions right now (then at its next commit)
 }
 
-// buryLocked unmaps the regions of consumers detached before set generation gen, which the hot path no
-// longer reads. mu held.
-func (p *Producer) buryLocked(gen uint64) {
-	p.grave = slices.DeleteFunc(p.grave, func(m *member) bool {
-		if m.retired <= gen {
-			m.region.close()
-			return true
-		}
-		return false
-	})
+// buryLocked unmaps the regions of detached consumers unless the hot path is busy with regions (layout
+// 2.1 §C): it reloads the member set each time it becomes busy, so when it is not, none of them is
+// reachable from it. mu held.
+func (p *Producer) buryLocked() {
+	if p.hotBusy.Load() {
+		return
+	}
+	for _, m := range p.grave {
+		m.region.close()
+	}
+	clear(p.grave)
+	p.grave = p.grave[:0]
 }
