@@ -12,10 +12,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
 	"github.com/ibvbridge/ibvbridge/ring"
@@ -823,4 +825,68 @@ func TestAttackIdleAttachDetachChurnBounded(t *testing.T) {
 		t.Fatalf("after %d idle attach/detach cycles: %d mappings (was %d), %d descriptors (was %d)", cycles, maps1, maps0, fds1, fds0)
 	}
 	t.Logf("%d cycles: mappings %d -> %d, descriptors %d -> %d", cycles, maps0, maps1, fds0, fds1)
+}
+
+// TestAttackParallelMalformedHellosRaceFree: malformed hellos arriving in parallel each get a protocol
+// refusal and the producer's refusal log stays race-free (go test -race found a data race here) and
+// rate-limited to about one line a second.
+func TestAttackParallelMalformedHellosRaceFree(t *testing.T) {
+	cfg := testConfig(t)
+	var logBuf lockedWriter
+	lg := zerolog.New(&logBuf)
+	cfg.Log = &lg
+	p := mustCreate(t, "malformed", cfg)
+	sock := p.SocketPath()
+	if len(sock) >= 100 {
+		t.Skipf("socket path %s too long to connect to directly", sock)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 64)
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				errs <- err.Error()
+				return
+			}
+			defer unix.Close(fd)
+			if err := unix.Connect(fd, &unix.SockaddrUnix{Name: sock}); err != nil {
+				errs <- err.Error()
+				return
+			}
+			unix.Write(fd, []byte("not a hello"))
+			buf := make([]byte, 512)
+			if n, _ := unix.Read(fd, buf); n <= 12 || buf[12] != ring.StatusProtocol {
+				errs <- fmtS("answer %q", buf[:n])
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	if n := strings.Count(logBuf.String(), "refused a client"); n < 1 || n > 3 {
+		t.Errorf("%d refusal lines logged for 64 parallel refusals, want 1 (a line a second)", n)
+	}
+}
+
+// lockedWriter is an io.Writer safe for the producer's goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *lockedWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }

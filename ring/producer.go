@@ -90,6 +90,31 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("%w: policy %d", ErrBadConfig, c.Policy)
 	}
 	c.SlotSize = int(alignUp(uint64(c.SlotSize), 64))
+	return c.checkSizes()
+}
+
+// checkSizes refuses a geometry whose memory size does not fit in 64 bits (each product and sum checked:
+// spec §3's regions one after another, each 4096-aligned), before anything is sized or mapped.
+func (c *Config) checkSizes() error {
+	n := uint64(c.SlotCount)
+	total, ok := uint64(0), true
+	add := func(v uint64, okv bool) {
+		var carry uint64
+		total, carry = bits.Add64(total, v+RegionAlign, 0)
+		ok = ok && okv && carry == 0 && v+RegionAlign > v
+	}
+	mul := func(a, b uint64) (uint64, bool) {
+		hi, lo := bits.Mul64(a, b)
+		return lo, hi == 0
+	}
+	add(mul(n, DescSize))
+	add(mul(n, uint64(c.MaxItems)*ItemSize))
+	add(uint64(c.MetaSize), true)
+	add(mul(n, uint64(c.SlotSize)))
+	add(uint64(c.PacketArea), true)
+	if !ok || total > 1<<62 {
+		return fmt.Errorf("%w: %d slots × %d bytes (%d items each) do not fit in memory: the ring's size overflows", ErrBadConfig, c.SlotCount, c.SlotSize, c.MaxItems)
+	}
 	return nil
 }
 
@@ -254,15 +279,23 @@ func Create(name string, cfg Config) (p *Producer, err error) {
 // createData makes the data memory: a hugetlb memfd when asked and possible, else shmem (spec §1).
 func (p *Producer) createData() error {
 	c := &p.cfg
+	var geoErr error
 	lay := func(pageSize uint32) {
 		p.geo = layoutGeometry(uint64(c.SlotCount), uint64(c.SlotSize), uint32(c.MaxItems),
 			uint64(c.MetaSize), uint64(c.PacketArea), pageSize)
+		if err := p.geo.Validate(); err != nil { // the consumers' check, before anything is sized
+			geoErr = fmt.Errorf("%w: %v", ErrBadConfig, err)
+		}
 	}
 	memName := "ibvbridge." + p.name + ".data"
 	if c.HugePages != HugePagesOff {
 		fd, pageSize, err := newHugeMemfd(memName)
 		if err == nil {
 			lay(pageSize)
+			if geoErr != nil {
+				unix.Close(fd)
+				return geoErr
+			}
 			var b []byte
 			if b, err = sizeAndMap(fd, p.geo.DataSize, true); err == nil {
 				p.dataMem, p.huge = shm{fd: fd, mem: b}, true
@@ -281,6 +314,9 @@ func (p *Producer) createData() error {
 		}
 	}
 	lay(uint32(os.Getpagesize()))
+	if geoErr != nil {
+		return geoErr
+	}
 	s, err := newShm(memName, p.geo.DataSize)
 	if err != nil {
 		return err

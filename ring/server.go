@@ -73,7 +73,7 @@ func (p *Producer) listen() error {
 // serve accepts connections until the listener closes; each is handled on its own goroutine.
 func (p *Producer) serve() {
 	defer p.serveDone.Done()
-	var refusedLogged time.Time
+	var refusedLogged atomic.Int64 // unix ns of the last refusal logged; handlers run in parallel
 	for {
 		c, err := p.ln.AcceptUnix()
 		if err != nil {
@@ -86,8 +86,13 @@ func (p *Producer) serve() {
 		p.handlers.Add(1)
 		go func() {
 			defer p.handlers.Done()
-			if why := p.handle(c); why != "" && p.cfg.Log != nil && time.Since(refusedLogged) > time.Second {
-				refusedLogged = time.Now() // a stranger connecting in a loop gets one line a second
+			why := p.handle(c)
+			if why == "" || p.cfg.Log == nil {
+				return
+			}
+			// A stranger connecting in a loop gets one line a second: the handler that swaps the time logs.
+			now, last := time.Now().UnixNano(), refusedLogged.Load()
+			if now-last > int64(time.Second) && refusedLogged.CompareAndSwap(last, now) {
 				p.cfg.Log.Warn().Str("ring", p.name).Str("reason", why).Msg("refused a client")
 			}
 		}()
