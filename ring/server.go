@@ -17,11 +17,11 @@ import (
 // member is one attached consumer as the producer sees it: its row in the consumer table (producer
 // memory) and its region (consumer-writable, never trusted).
 type member struct {
-	index   int
-	row     []byte // its 128-byte row in the control memory
-	region  shm
-	conn    *net.UnixConn
-	pid     int32
+	index  int
+	row    []byte // its 128-byte row in the control memory
+	region shm
+	conn   *net.UnixConn
+	pid    int32
 
 	tail      *uint64
 	consWait  *uint32
