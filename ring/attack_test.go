@@ -890,3 +890,106 @@ func (w *lockedWriter) String() string {
 	defer w.mu.Unlock()
 	return w.b.String()
 }
+
+// rawHello connects to sock and sends a hello of role, returning the socket and the answer's status.
+func rawHello(t *testing.T, sock string, role byte) (int, byte) {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: sock}); err != nil {
+		t.Fatal(err)
+	}
+	hello := make([]byte, ring.HelloSize)
+	copy(hello, "IBVBRING")
+	hello[8], hello[10], hello[12] = byte(ring.MajorVersion), byte(ring.MinorVersion), role
+	unix.Write(fd, hello)
+	buf, oob := make([]byte, ring.ErrorRecordMax), make([]byte, unix.CmsgSpace(4*4))
+	n, oobn, _, _, _ := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+	msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
+	for i := range msgs {
+		fds, _ := unix.ParseUnixRights(&msgs[i])
+		for _, f := range fds {
+			unix.Close(f)
+		}
+	}
+	if n <= 12 {
+		t.Fatalf("answer of %d bytes", n)
+	}
+	return fd, buf[12]
+}
+
+// TestAttackObserverFloodRefusedConsumersServed (layout 2.1 §C): observers beyond --max-observers (default
+// 4) are refused as busy naming the limit, a consumer still attaches, and a closed observer frees its place.
+func TestAttackObserverFloodRefusedConsumersServed(t *testing.T) {
+	cfg := testConfig(t)
+	p := mustCreate(t, "obsflood", cfg)
+	sock := p.SocketPath()
+	if len(sock) >= 100 {
+		t.Skipf("socket path %s too long to connect to directly", sock)
+	}
+	var held []int
+	t.Cleanup(func() {
+		for _, fd := range held {
+			unix.Close(fd)
+		}
+	})
+	for range ring.DefaultMaxObservers {
+		fd, st := rawHello(t, sock, ring.RoleObserver)
+		held = append(held, fd)
+		if st != ring.StatusOK {
+			t.Fatalf("observer %d refused with status %d", len(held), st)
+		}
+	}
+	for range 20 {
+		fd, st := rawHello(t, sock, ring.RoleObserver)
+		unix.Close(fd)
+		if st != ring.StatusBusy {
+			t.Fatalf("observer beyond the limit: status %d, want busy", st)
+		}
+	}
+	_, err := ring.Inspect(sock, "")
+	if !errors.Is(err, ring.ErrBusy) || !strings.Contains(err.Error(), "busy: 4 observers") {
+		t.Fatalf("stat during the flood: %v", err)
+	}
+	c := mustAttach(t, "obsflood", cfg) // consumers are not observers: still served
+	publish(t, p, 1, 64)
+	if h, err := c.Next(time.Second); err != nil || h.HeapCnt != 1 {
+		t.Fatalf("consumer during the observer flood: %v", err)
+	}
+	unix.Close(held[0])
+	held = held[1:]
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := ring.Inspect(sock, ""); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("a closed observer's place was never freed: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestAttackSupplementaryGroupMemberAdmitted: --group admits a process that has the group only as a
+// supplementary group given to it (setpriv --groups), not in /etc/group: the producer reads the peer's
+// real groups (SO_PEERGROUPS).
+func TestAttackSupplementaryGroupMemberAdmitted(t *testing.T) {
+	dir := publicDir(t)
+	cfg := ring.Config{Dir: dir, HugePages: ring.HugePagesOff, SlotCount: 8, SlotSize: 4096, Group: "daemon"}
+	p := mustCreate(t, "supgrp", cfg)
+	publish(t, p, 1, 100)
+	exe := publicCopy(t)
+	cmd := asUser(t, 65534, 65534, exe, "-test.run=^$")
+	// asUser clears the groups; give exactly the ring's group as a supplementary one instead.
+	for i, a := range cmd.Args {
+		if a == "--clear-groups" {
+			cmd.Args[i] = "--groups=daemon"
+		}
+	}
+	cmd.Env = append(os.Environ(), "RING_TEST_ROLE=member", "RING_TEST_SOCKET="+p.SocketPath())
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "read heap 1") {
+		t.Fatalf("member by supplementary group: %v: %s", err, out)
+	}
+}

@@ -44,6 +44,9 @@ type Config struct {
 	Dir string
 	// MaxConsumers is how many consumers may attach at once (default 8, at most 64).
 	MaxConsumers int
+	// MaxObservers is how many observers (stat, ls) may be connected at once (default 4): each holds a
+	// connection and a descriptor, so a flood of them is refused, not served.
+	MaxObservers int
 	// Group, if set, lets members of this group attach (socket mode 0660, SO_PEERCRED group check).
 	Group string
 	// ReplayTimestamps marks descriptors' timestamps as capture times (header feature REPLAY_TIMESTAMPS).
@@ -73,6 +76,9 @@ func (c *Config) setDefaults() error {
 	if c.MaxConsumers == 0 {
 		c.MaxConsumers = DefaultMaxConsumer
 	}
+	if c.MaxObservers == 0 {
+		c.MaxObservers = DefaultMaxObservers
+	}
 	switch {
 	case c.SlotCount < 1 || c.SlotCount > MaxSlotCount || c.SlotCount&(c.SlotCount-1) != 0:
 		return fmt.Errorf("%w: slot count %d must be a power of two in 1..%d", ErrBadConfig, c.SlotCount, MaxSlotCount)
@@ -86,6 +92,8 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("%w: packet area %d bytes", ErrBadConfig, c.PacketArea)
 	case c.MaxConsumers < 1 || c.MaxConsumers > MaxConsumersLimit:
 		return fmt.Errorf("%w: max consumers %d must be in 1..%d", ErrBadConfig, c.MaxConsumers, MaxConsumersLimit)
+	case c.MaxObservers < 1:
+		return fmt.Errorf("%w: max observers %d must be at least 1", ErrBadConfig, c.MaxObservers)
 	case c.Policy != PolicyDrop && c.Policy != PolicyBlock:
 		return fmt.Errorf("%w: policy %d", ErrBadConfig, c.Policy)
 	}
@@ -158,6 +166,9 @@ func (s *Slot) ResetItems() { s.nItems, s.overflw = 0, false }
 
 const noSlot = ^uint32(0)
 
+// DefaultMaxObservers is how many observers a ring serves at once unless Config.MaxObservers says.
+const DefaultMaxObservers = 4
+
 // Producer creates a ring, serves its consumers and publishes heaps into it. Its methods other than
 // Close, Interrupt, Consumers, Backlog and Stats must be called from one goroutine (the hot path).
 type Producer struct {
@@ -197,10 +208,11 @@ type Producer struct {
 
 	// mu guards the consumer set, the table rows, reclaim and grave: admission (server goroutine) and
 	// reclaiming (hot path, only when the free pool is empty) must agree on which positions are held.
-	mu      sync.Mutex
-	reclaim uint64    // positions below this have had their slots returned to the pool
-	members []*member // attached consumers
-	grave   []*member // detached ones whose regions the hot path may still be reading (while hotBusy)
+	mu        sync.Mutex
+	reclaim   uint64    // positions below this have had their slots returned to the pool
+	members   []*member // attached consumers
+	observers int       // connected observers, at most cfg.MaxObservers
+	grave     []*member // detached ones whose regions the hot path may still be reading (while hotBusy)
 	// hotBusy is set while the hot path uses members' regions outside mu (waking them, sleeping on a
 	// release futex): a region detached meanwhile waits in grave; otherwise it is unmapped at detach.
 	hotBusy atomic.Bool

@@ -5,11 +5,10 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/user"
 	"slices"
-	"strconv"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -115,7 +114,7 @@ func (p *Producer) handle(c *net.UnixConn) string {
 		delete(p.conns, c)
 		p.mu.Unlock()
 	}()
-	cred, err := peerCred(c)
+	cred, groups, err := peerCred(c)
 	if err != nil {
 		c.Close()
 		return err.Error()
@@ -137,7 +136,7 @@ func (p *Producer) handle(c *net.UnixConn) string {
 	switch {
 	case err != nil:
 		return refuse(StatusProtocol, fmt.Sprintf("ring %s: %v", p.name, err))
-	case !p.permitted(cred):
+	case !p.permitted(cred, groups):
 		return refuse(StatusNotAllowed, fmt.Sprintf("ring %s: uid %d may not attach (the producer runs as uid %d)", p.name, cred.Uid, os.Geteuid()))
 	case h.Major != MajorVersion:
 		return refuse(StatusVersion, fmt.Sprintf("ring %s is layout %d.%d; this client speaks %d.%d", p.name, MajorVersion, MinorVersion, h.Major, h.Minor))
@@ -145,6 +144,20 @@ func (p *Producer) handle(c *net.UnixConn) string {
 		return refuse(StatusProtocol, fmt.Sprintf("ring %s: role %d, start %d", p.name, h.Role, h.Start))
 	}
 	if h.Role == RoleObserver {
+		p.mu.Lock()
+		full := p.observers >= p.cfg.MaxObservers
+		if !full {
+			p.observers++
+		}
+		p.mu.Unlock()
+		if full {
+			return refuse(StatusBusy, fmt.Sprintf("ring %s is busy: %d observers (--max-observers)", p.name, p.cfg.MaxObservers))
+		}
+		defer func() {
+			p.mu.Lock()
+			p.observers--
+			p.mu.Unlock()
+		}()
 		w := welcome{Index: noConsumerIndex, SessionID: p.sid, CtlSize: uint64(len(p.ctlMem.mem))}
 		if _, _, err := c.WriteMsgUnix(w.encode(), unix.UnixRights(p.ctlMem.fd), nil); err == nil {
 			_, _ = c.Read(buf) // hold the connection until the observer closes it
@@ -181,41 +194,60 @@ func (p *Producer) handle(c *net.UnixConn) string {
 	return ""
 }
 
-// permitted is the SO_PEERCRED gate (spec §1.2): the producer's own user, root, or --group.
-func (p *Producer) permitted(cred *unix.Ucred) bool {
+// permitted is the SO_PEERCRED gate (spec §1.2): the producer's own user, root, or a process whose
+// effective or supplementary groups (SO_PEERGROUPS: the peer's real groups, not /etc/group) include
+// --group.
+func (p *Producer) permitted(cred *unix.Ucred, groups []uint32) bool {
 	if cred.Uid == 0 || int(cred.Uid) == os.Geteuid() {
 		return true
 	}
 	if p.gid < 0 {
 		return false
 	}
-	if int(cred.Gid) == p.gid {
-		return true
-	}
-	u, err := user.LookupId(strconv.Itoa(int(cred.Uid)))
-	if err != nil {
-		return false
-	}
-	gids, err := u.GroupIds()
-	return err == nil && slices.Contains(gids, strconv.Itoa(p.gid))
+	return int(cred.Gid) == p.gid || slices.Contains(groups, uint32(p.gid))
 }
 
-func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
+// peerCred reads the peer's credentials and supplementary groups from the connection.
+func peerCred(c *net.UnixConn) (*unix.Ucred, []uint32, error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var cred *unix.Ucred
+	var groups []uint32
 	var cerr error
 	if err := rc.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+		if cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); cerr == nil {
+			groups, cerr = peerGroups(int(fd))
+		}
 	}); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if cerr != nil {
-		return nil, os.NewSyscallError("getsockopt(SO_PEERCRED)", cerr)
+		return nil, nil, cerr
 	}
-	return cred, nil
+	return cred, groups, nil
+}
+
+// soPeerGroups is SO_PEERGROUPS (asm-generic/socket.h): the peer's supplementary groups at connect.
+const soPeerGroups = 59
+
+// peerGroups reads SO_PEERGROUPS, growing the buffer when the kernel says ERANGE (at most NGROUPS_MAX).
+func peerGroups(fd int) ([]uint32, error) {
+	buf := make([]uint32, 64)
+	for {
+		n := uint32(len(buf) * 4)
+		_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, soPeerGroups,
+			uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&n)), 0)
+		if e == unix.ERANGE && int(n/4) > len(buf) && n/4 <= 65536 {
+			buf = make([]uint32, n/4)
+			continue
+		}
+		if e != 0 {
+			return nil, os.NewSyscallError("getsockopt(SO_PEERGROUPS)", e)
+		}
+		return buf[:n/4], nil
+	}
 }
 
 // admit gives a consumer a table row and a fresh region whose tail is its start position, under the lock
