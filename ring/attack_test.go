@@ -993,3 +993,41 @@ func TestAttackSupplementaryGroupMemberAdmitted(t *testing.T) {
 		t.Fatalf("member by supplementary group: %v: %s", err, out)
 	}
 }
+
+// TestInspectUnreadIsSlowestAttachedLag (layout 2.1 §D): stat's unread heaps are head minus the slowest
+// attached consumer's released position — not head minus oldest, which also counts heaps the ring keeps.
+func TestInspectUnreadIsSlowestAttachedLag(t *testing.T) {
+	cfg := testConfig(t)
+	p := mustCreate(t, "unread", cfg)
+	a, b := mustAttach(t, "unread", cfg), mustAttach(t, "unread", cfg)
+	for cnt := uint64(1); cnt <= 4; cnt++ {
+		publish(t, p, cnt, 64)
+	}
+	read := func(c *ring.Consumer, n int) {
+		var h ring.Heap
+		for range n {
+			var err error
+			if h, err = c.Next(time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.Release(h)
+		c.Next(0) // caught up or not: a wait publishes the released position
+	}
+	read(a, 4)
+	read(b, 2)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := ring.Inspect(p.SocketPath(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Unread == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("unread %d (head %d, oldest %d, consumers %+v), want 2", info.Unread, info.Head, info.Oldest, info.Consumers)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -11,23 +11,26 @@ import (
 // Info is a read-only look at a ring, as `ibvbridge stat` shows it: taken as an observer (spec §1.2), it
 // neither attaches as a consumer nor disturbs the producer.
 type Info struct {
-	Name           string            `json:"name"`
-	Socket         string            `json:"socket"`
-	Major          uint16            `json:"major"`
-	Minor          uint16            `json:"minor"`
-	State          string            `json:"state"`
-	Policy         string            `json:"policy"`
-	SessionID      uint64            `json:"session_id"`
-	ProducerPID    uint64            `json:"producer_pid"`
-	ProducerAlive  bool              `json:"producer_alive"`
-	HeartbeatAgeNs int64             `json:"heartbeat_age_ns"`
-	Features       uint64            `json:"features"`
-	MaxConsumers   uint32            `json:"max_consumers"`
-	Geometry       Geometry          `json:"geometry"`
-	Head           uint64            `json:"head"`
-	Oldest         uint64            `json:"oldest"`
-	Consumers      []ConsumerInfo    `json:"consumers"`
-	Counters       map[string]uint64 `json:"counters"`
+	Name           string   `json:"name"`
+	Socket         string   `json:"socket"`
+	Major          uint16   `json:"major"`
+	Minor          uint16   `json:"minor"`
+	State          string   `json:"state"`
+	Policy         string   `json:"policy"`
+	SessionID      uint64   `json:"session_id"`
+	ProducerPID    uint64   `json:"producer_pid"`
+	ProducerAlive  bool     `json:"producer_alive"`
+	HeartbeatAgeNs int64    `json:"heartbeat_age_ns"`
+	Features       uint64   `json:"features"`
+	MaxConsumers   uint32   `json:"max_consumers"`
+	Geometry       Geometry `json:"geometry"`
+	Head           uint64   `json:"head"`
+	Oldest         uint64   `json:"oldest"`
+	// Unread is head − the slowest attached consumer's released position (0 with none attached): heaps a
+	// consumer has still to read. Head − Oldest also counts heaps kept for a later consumer.
+	Unread    uint64            `json:"unread"`
+	Consumers []ConsumerInfo    `json:"consumers"`
+	Counters  map[string]uint64 `json:"counters"`
 }
 
 // ConsumerInfo is one non-free row of the consumer table (spec §2.2).
@@ -122,6 +125,9 @@ func Inspect(nameOrPath, dir string) (Info, error) {
 			PID: atomic.LoadUint64(u64at(row, rowPID)), UID: atomic.LoadUint64(u64at(row, rowUID)),
 			AttachNs: atomic.LoadUint64(u64at(row, rowAttachNs)), Position: pos, Lag: head - pos,
 			Wakes: atomic.LoadUint64(u64at(row, rowWakes)), LostHeaps: atomic.LoadUint64(u64at(row, rowLostHeaps))})
+		if st == ConsumerAttached && head-pos <= h.SlotCount+1 { // a row being reused mid-read is skipped
+			info.Unread = max(info.Unread, head-pos)
+		}
 	}
 	return info, nil
 }

@@ -212,6 +212,7 @@ type Producer struct {
 	reclaim   uint64    // positions below this have had their slots returned to the pool
 	members   []*member // attached consumers
 	observers int       // connected observers, at most cfg.MaxObservers
+	readMark  uint64    // the furthest any detached consumer released: what no consumer read starts here
 	grave     []*member // detached ones whose regions the hot path may still be reading (while hotBusy)
 	// hotBusy is set while the hot path uses members' regions outside mu (waking them, sleeping on a
 	// release futex): a region detached meanwhile waits in grave; otherwise it is unmapped at detach.
@@ -414,7 +415,7 @@ func (p *Producer) bindShared() {
 		p.free[i] = uint32(i)
 	}
 	p.freeW = uint64(n)
-	p.pos, p.reclaim = p.cfg.InitialPosition, p.cfg.InitialPosition
+	p.pos, p.reclaim, p.readMark = p.cfg.InitialPosition, p.cfg.InitialPosition, p.cfg.InitialPosition
 	p.snap.Store(&memberSet{})
 	p.hotSnap = p.snap.Load()
 }
@@ -680,6 +681,28 @@ func (p *Producer) Unread() uint64 {
 		return 0
 	}
 	return p.pos - p.slowestLocked().released
+}
+
+// UnreadHeaps is how many published heaps no consumer has read (layout 2.1 §D): head minus the slowest
+// attached consumer's released position, or, with none attached, head minus the furthest a departed
+// consumer released (or the oldest heap the ring still holds, if that is later). A consumer that read
+// everything and left leaves 0, whatever the ring still holds for a later one. Safe from any goroutine.
+func (p *Producer) UnreadHeaps() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	head := atomic.LoadUint64(p.head)
+	p.readCursorsLocked(p.publishedHead)
+	if len(p.members) > 0 {
+		return head - p.slowestLocked().released
+	}
+	from := p.readMark
+	if oldest := atomic.LoadUint64(p.oldest); int64(oldest-from) > 0 {
+		from = oldest
+	}
+	if int64(head-from) < 0 {
+		return 0
+	}
+	return head - from
 }
 
 // Backlog is how many published heaps still hold their slots (head − oldest), safe from any goroutine

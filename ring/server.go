@@ -354,6 +354,9 @@ func (p *Producer) detachLocked(m *member, why ConsumerState, detail string) {
 	// after that may any slot the consumer held be reused — a consumer that reads its row after reading a
 	// heap's bytes and sees it attached knows those bytes were the heap's.
 	atomic.StoreUint64(u64at(m.row, rowLostHeaps), head-m.released)
+	if int64(m.released-p.readMark) > 0 {
+		p.readMark = m.released
+	}
 	i := slices.Index(p.members, m)
 	p.members = slices.Delete(p.members, i, i+1)
 	p.publishSetLocked()
