@@ -133,6 +133,18 @@ func childMain(role string) {
 			say(1, "read: %v", err)
 		}
 		say(0, "read heap %d", h.HeapCnt)
+	case "lowfd-producer": // serve a ring with a low descriptor limit until killed
+		lim := unix.Rlimit{Cur: 128, Max: 128}
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+			say(1, "setrlimit: %v", err)
+		}
+		p, err := ring.Create(os.Getenv("RING_TEST_NAME"), ring.Config{Dir: os.Getenv("RING_TEST_DIR"), HugePages: ring.HugePagesOff, SlotCount: 8, SlotSize: 4096, MaxObservers: 1000})
+		if err != nil {
+			say(1, "create: %v", err)
+		}
+		_ = p
+		os.Stdout.WriteString("ready\n")
+		time.Sleep(time.Minute)
 	case "consumer-sleep": // attach, read one heap, hold it, wait to be killed
 		c, err := ring.Attach(sock, ring.AttachOptions{Timeout: 5 * time.Second})
 		if err != nil {
@@ -906,7 +918,7 @@ func rawHello(t *testing.T, sock string, role byte) (int, byte) {
 	hello[8], hello[10], hello[12] = byte(ring.MajorVersion), byte(ring.MinorVersion), role
 	unix.Write(fd, hello)
 	buf, oob := make([]byte, ring.ErrorRecordMax), make([]byte, unix.CmsgSpace(4*4))
-	n, oobn, _, _, _ := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+	n, oobn, _, _, rerr := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
 	msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
 	for i := range msgs {
 		fds, _ := unix.ParseUnixRights(&msgs[i])
@@ -915,7 +927,7 @@ func rawHello(t *testing.T, sock string, role byte) (int, byte) {
 		}
 	}
 	if n <= 12 {
-		t.Fatalf("answer of %d bytes", n)
+		t.Fatalf("answer of %d bytes: %v", n, rerr)
 	}
 	return fd, buf[12]
 }
@@ -1027,6 +1039,64 @@ func TestInspectUnreadIsSlowestAttachedLag(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("unread %d (head %d, oldest %d, consumers %+v), want 2", info.Unread, info.Head, info.Oldest, info.Consumers)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestAttackConnectionFloodKeepsFDReserve (layout 2.1 §C): a producer under a 128-descriptor limit, flooded
+// with 200 connections it lets stay (observers, with a limit of 1000), refuses the flood's tail and then a
+// consumer as busy for want of descriptors — the true reason, not a memfd or group lookup failing with
+// EMFILE — and serves the consumer once the flood is gone.
+func TestAttackConnectionFloodKeepsFDReserve(t *testing.T) {
+	dir := t.TempDir()
+	self, _ := os.Executable()
+	child := exec.Command(self, "-test.run=^$")
+	child.Env = append(os.Environ(), "RING_TEST_ROLE=lowfd-producer", "RING_TEST_NAME=lowfd", "RING_TEST_DIR="+dir)
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
+	line := make([]byte, 256)
+	if n, _ := out.Read(line); !strings.Contains(string(line[:n]), "ready") {
+		t.Fatalf("producer: %s", line[:n])
+	}
+	sock := filepath.Join(dir, ring.SocketName("lowfd"))
+	if len(sock) >= 100 {
+		t.Skipf("socket path %s too long to connect to directly", sock)
+	}
+	var flood []int
+	busy := 0
+	for range 200 { // observers the producer lets stay (--max-observers 1000): each holds a descriptor
+		fd, st := rawHello(t, sock, ring.RoleObserver)
+		flood = append(flood, fd)
+		if st == ring.StatusBusy {
+			busy++
+		}
+	}
+	if busy == 0 {
+		t.Fatal("200 held connections under a 128-descriptor limit and none refused as busy")
+	}
+	_, err = ring.Attach(sock, ring.AttachOptions{Timeout: 2 * time.Second})
+	if !errors.Is(err, ring.ErrBusy) || !strings.Contains(err.Error(), "file descriptors") {
+		t.Errorf("attach during the flood: %v; want busy for want of descriptors", err)
+	}
+	for _, fd := range flood {
+		unix.Close(fd)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := ring.Attach(sock, ring.AttachOptions{Timeout: 2 * time.Second})
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("attach after the flood: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

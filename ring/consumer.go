@@ -225,7 +225,9 @@ func (a *attachment) handshake(c candidate, h hello, left time.Duration) error {
 	if err := unix.SetsockoptTimeval(a.sock, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
 		return os.NewSyscallError("setsockopt(SO_RCVTIMEO)", err)
 	}
-	if err := retryEINTR(func() error { _, err := unix.Write(a.sock, h.encode()); return err }); err != nil {
+	// A producer refusing a connection at once (busy) may have closed it before the hello: its error
+	// record is still there to read, so EPIPE is not the answer.
+	if err := retryEINTR(func() error { _, err := unix.Write(a.sock, h.encode()); return err }); err != nil && !errors.Is(err, unix.EPIPE) {
 		return fmt.Errorf("send hello: %w", os.NewSyscallError("write", err))
 	}
 	buf := make([]byte, ErrorRecordMax)

@@ -82,6 +82,10 @@ func (p *Producer) serve() {
 			time.Sleep(10 * time.Millisecond) // EMFILE and the like: do not spin
 			continue
 		}
+		if fdsLeft(c) < fdReserve {
+			p.refuseLowFDs(c)
+			continue
+		}
 		p.handlers.Add(1)
 		go func() {
 			defer p.handlers.Done()
@@ -96,6 +100,18 @@ func (p *Producer) serve() {
 			}
 		}()
 	}
+}
+
+// refuseLowFDs refuses a connection at once, on the accepting goroutine, when the descriptor reserve is
+// reached: a flood of connections must not use it up. The hello is read first (50 ms at most; a client
+// sends it right after connecting): closing a socket with unread data resets it, and the client would
+// lose the reason.
+func (p *Producer) refuseLowFDs(c *net.UnixConn) {
+	_ = c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	var buf [HelloSize + 1]byte
+	_, _ = c.Read(buf[:])
+	_, _ = c.Write(encodeRefusal(StatusBusy, fmt.Sprintf("ring %s is busy: fewer than %d file descriptors left to the producer (RLIMIT_NOFILE)", p.name, fdReserve)))
+	c.Close()
 }
 
 // handle runs one connection: hello, permission, welcome, then wait for its end. It returns why a client
@@ -227,6 +243,28 @@ func peerCred(c *net.UnixConn) (*unix.Ucred, []uint32, error) {
 		return nil, nil, cerr
 	}
 	return cred, groups, nil
+}
+
+// fdReserve is how many file descriptors the producer keeps in hand (layout 2.1 §C): with fewer left it
+// refuses new clients as busy, saying so, rather than failing later with a misleading reason (a memfd it
+// cannot create, a group it cannot look up).
+const fdReserve = 32
+
+// fdsLeft bounds how many descriptors the process may still open: the kernel gives a new connection the
+// lowest free number, so every number below c's is in use.
+func fdsLeft(c *net.UnixConn) int {
+	var lim unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) != nil {
+		return fdReserve
+	}
+	fd := -1
+	if rc, err := c.SyscallConn(); err == nil {
+		_ = rc.Control(func(f uintptr) { fd = int(f) })
+	}
+	if fd < 0 || uint64(fd) >= lim.Cur {
+		return 0
+	}
+	return int(min(lim.Cur-uint64(fd)-1, 1<<30))
 }
 
 // soPeerGroups is SO_PEERGROUPS (asm-generic/socket.h): the peer's supplementary groups at connect.
