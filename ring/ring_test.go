@@ -411,7 +411,7 @@ func TestVersionAndGeometryChecks(t *testing.T) {
 // mapDataRW is the producer's writable view of the data memory, as only a corrupting producer has.
 func mapDataRW(t *testing.T, p *ring.Producer) []byte { return ring.DataForTest(p) }
 
-func TestCorruptDescriptorRejected(t *testing.T) {
+func TestAttackCorruptDescriptorRejected(t *testing.T) {
 	cases := []struct {
 		name string
 		off  int
@@ -451,7 +451,7 @@ func TestCorruptDescriptorRejected(t *testing.T) {
 	})
 }
 
-func TestDataMappedReadOnly(t *testing.T) {
+func TestAttackDataMappedReadOnly(t *testing.T) {
 	cfg := testConfig(t)
 	p := mustCreate(t, "ro", cfg)
 	c := mustAttach(t, "ro", cfg)
