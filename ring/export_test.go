@@ -9,10 +9,10 @@ func DataFDForTest(p *Producer) int  { return p.dataMem.fd }
 func CtlFDForTest(p *Producer) int   { return p.ctlMem.fd }
 
 // SetFutexForTest sets the consumer's futex word, as a long-running ring would have it.
-func (c *Consumer) SetFutexForTest(v uint32) { *c.consFutex, c.futexAtAttach = v, v }
+func (c *Consumer) SetFutexForTest(v uint32) { c.consFutex.Store(v); c.futexAtAttach = v }
 
 // StoreTailForTest writes the consumer's cursor as a buggy or hostile consumer would.
-func (c *Consumer) StoreTailForTest(v uint64) { *c.tail = v }
+func (c *Consumer) StoreTailForTest(v uint64) { c.tail.Store(v) }
 
 // HeadForTest is the published head a consumer sees.
-func (c *Consumer) HeadForTest() uint64 { return *c.head }
+func (c *Consumer) HeadForTest() uint64 { return c.head.Load() }
