@@ -22,6 +22,7 @@ import (
 
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/ring/pattern"
+	"github.com/ibvbridge/ibvbridge/ring/ringtest"
 )
 
 // nobodyChild runs this test binary as uid/gid 65534 in role (see childMain), returning its combined
@@ -176,8 +177,8 @@ func childMain(role string) {
 // the producer's stream is unaffected.
 func TestAttackStrangerIsRefused(t *testing.T) {
 	dir := publicDir(t)
-	p := mustCreate(t, "strange", ring.Config{Dir: dir, HugePages: ring.HugePagesOff, SlotCount: 8, SlotSize: 4096})
-	c := mustAttach(t, "strange", ring.Config{Dir: dir})
+	p := ringtest.New(t, "strange", ring.Config{Dir: dir, HugePages: ring.HugePagesOff, SlotCount: 8, SlotSize: 4096})
+	c := ringtest.Attach(t, "strange", ring.AttachOptions{Dir: dir})
 	sock := p.SocketPath()
 	out, code := nobodyChild(t, "stranger", "RING_TEST_SOCKET="+sock)
 	// Mode 0600: the kernel refuses the connect itself (a 0666 socket would leave it to SO_PEERCRED).
@@ -208,12 +209,12 @@ func TestAttackStrangerIsRefused(t *testing.T) {
 func TestAttackGroupMemberCannotHarm(t *testing.T) {
 	dir := publicDir(t)
 	cfg := ring.Config{Dir: dir, HugePages: ring.HugePagesOff, SlotCount: 8, SlotSize: 4096, Group: "nogroup"}
-	p := mustCreate(t, "grp", cfg)
+	p := ringtest.New(t, "grp", cfg)
 	var st unix.Stat_t
 	if err := unix.Stat(p.SocketPath(), &st); err != nil || st.Mode&0o777 != 0o660 || st.Gid != 65534 {
 		t.Fatalf("socket mode %o gid %d: %v", st.Mode&0o777, st.Gid, err)
 	}
-	own := mustAttach(t, "grp", cfg)
+	own := ringtest.Attach(t, "grp", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
 	for cnt := uint64(1); cnt <= 4; cnt++ {
 		publish(t, p, cnt, 100)
 	}
@@ -313,9 +314,9 @@ func TestAttackBadCursorDetachesOnlyThatConsumer(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig(t)
-			p := mustCreate(t, "bad", cfg)
-			good := mustAttach(t, "bad", cfg)
-			bad := mustAttach(t, "bad", cfg)
+			p := ringtest.New(t, "bad", cfg)
+			good := ringtest.Attach(t, "bad", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
+			bad := ringtest.Attach(t, "bad", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
 			for cnt := uint64(1); cnt <= 8; cnt++ {
 				publish(t, p, cnt, 64)
 			}
@@ -345,9 +346,9 @@ func TestAttackBadCursorDetachesOnlyThatConsumer(t *testing.T) {
 // once it holds the ring back; the others lose nothing, and it learns why and how much it lost.
 func TestAttackStalledConsumerOverrunUnderDrop(t *testing.T) {
 	cfg := testConfig(t)
-	p := mustCreate(t, "ovr", cfg)
-	fast := mustAttach(t, "ovr", cfg)
-	slow := mustAttach(t, "ovr", cfg)
+	p := ringtest.New(t, "ovr", cfg)
+	fast := ringtest.Attach(t, "ovr", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
+	slow := ringtest.Attach(t, "ovr", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
 	h, err := slow.Next(10 * time.Millisecond) // nothing yet
 	if !errors.Is(err, ring.ErrTimeout) {
 		t.Fatalf("%+v %v", h, err)
@@ -390,8 +391,8 @@ func TestAttackStalledConsumerOverrunUnderDrop(t *testing.T) {
 func TestAttackSlowestConsumerPacesBlockProducer(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Policy = ring.PolicyBlock
-	p := mustCreate(t, "pace", cfg)
-	cs := []*ring.Consumer{mustAttach(t, "pace", cfg), mustAttach(t, "pace", cfg), mustAttach(t, "pace", cfg)}
+	p := ringtest.New(t, "pace", cfg)
+	cs := []*ring.Consumer{ringtest.Attach(t, "pace", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second}), ringtest.Attach(t, "pace", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second}), ringtest.Attach(t, "pace", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})}
 	const n = 300
 	done := make(chan error, 1)
 	go func() {
@@ -499,8 +500,8 @@ func TestAttackKillNineLeavesNothing(t *testing.T) {
 		t.Fatalf("ring directory after kill -9: %v, want only %v", names, want)
 	}
 	cfg := ring.Config{Dir: dir, HugePages: ring.HugePagesOff, SlotCount: 8, SlotSize: 4096}
-	p := mustCreate(t, name, cfg) // the stale socket and lock are taken over
-	c := mustAttach(t, name, cfg)
+	p := ringtest.New(t, name, cfg) // the stale socket and lock are taken over
+	c := ringtest.Attach(t, name, ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
 	publish(t, p, 1, 64)
 	if h, err := c.Next(time.Second); err != nil || h.HeapCnt != 1 {
 		t.Fatalf("%+v %v", h, err)
@@ -512,7 +513,7 @@ func TestAttackKillNineLeavesNothing(t *testing.T) {
 // while it held them takes a whole ring of new heaps once it is dead.
 func TestAttackKilledConsumerSlotsReclaimed(t *testing.T) {
 	cfg := testConfig(t)
-	p := mustCreate(t, "killedcons", cfg)
+	p := ringtest.New(t, "killedcons", cfg)
 	cons := exec.Command(os.Args[0], "-test.run=^$")
 	cons.Env = append(os.Environ(), "RING_TEST_ROLE=consumer-sleep", "RING_TEST_SOCKET="+p.SocketPath())
 	cout, _ := cons.StdoutPipe()
@@ -558,7 +559,7 @@ func errS(err error) string {
 // names the problem, and holds nothing; a 1.0 control-file path is refused naming both versions.
 func TestAttackHandshakeRefusals(t *testing.T) {
 	cfg := testConfig(t)
-	p := mustCreate(t, "hs", cfg)
+	p := ringtest.New(t, "hs", cfg)
 	talk := func(rec []byte) string {
 		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET, 0)
 		if err != nil {
@@ -641,9 +642,9 @@ func TestAttachAndDeathLatency(t *testing.T) {
 // heaps lost, and so does its next call — no torn heap is ever passed off as valid.
 func TestAttackOverrunMidReadNeverTorn(t *testing.T) {
 	cfg := testConfig(t)
-	p := mustCreate(t, "torn", cfg)
-	slow := mustAttach(t, "torn", cfg)
-	fast := mustAttach(t, "torn", cfg)
+	p := ringtest.New(t, "torn", cfg)
+	slow := ringtest.Attach(t, "torn", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
+	fast := ringtest.Attach(t, "torn", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
 	publish(t, p, 1, 256)
 	publish(t, p, 2, 256)
 	h, err := slow.Next(time.Second)
@@ -735,7 +736,7 @@ func TestAttackSquattedLookupDirSkipped(t *testing.T) {
 		t.Skipf("%s exists already; not touching it", squatDir)
 	}
 	t.Cleanup(func() { os.RemoveAll(squatDir) })
-	p := mustCreate(t, name, ring.Config{Dir: ring.RunDir, HugePages: ring.HugePagesOff, SlotCount: 8, SlotSize: 4096, Group: "nogroup"})
+	p := ringtest.New(t, name, ring.Config{Dir: ring.RunDir, HugePages: ring.HugePagesOff, SlotCount: 8, SlotSize: 4096, Group: "nogroup"})
 	publish(t, p, 1, 100)
 	sq := asUser(t, 65534, 65534, exe, "-test.run=^$")
 	sq.Env = append(os.Environ(), "RING_TEST_ROLE=squatter", "RING_TEST_NAME="+name, "RING_TEST_DIR="+squatDir, "XDG_RUNTIME_DIR=")
@@ -788,7 +789,7 @@ func TestAttachMissingNameFailsAtOnce(t *testing.T) {
 		attached <- err
 	}()
 	time.Sleep(50 * time.Millisecond)
-	mustCreate(t, "later", cfg)
+	ringtest.New(t, "later", cfg)
 	if err := <-attached; err != nil {
 		t.Fatalf("Wait: %v", err)
 	}
@@ -870,7 +871,7 @@ func rawAttachDetach(t *testing.T, sock string) {
 // mapping until the producer died of it).
 func TestAttackIdleAttachDetachChurnBounded(t *testing.T) {
 	cfg := testConfig(t)
-	p := mustCreate(t, "churn", cfg)
+	p := ringtest.New(t, "churn", cfg)
 	sock := p.SocketPath()
 	if len(sock) >= 100 {
 		t.Skipf("socket path %s too long to connect to directly", sock)
@@ -906,7 +907,7 @@ func TestAttackParallelMalformedHellosRaceFree(t *testing.T) {
 	var logBuf lockedWriter
 	lg := zerolog.New(&logBuf)
 	cfg.Log = &lg
-	p := mustCreate(t, "malformed", cfg)
+	p := ringtest.New(t, "malformed", cfg)
 	sock := p.SocketPath()
 	if len(sock) >= 100 {
 		t.Skipf("socket path %s too long to connect to directly", sock)
@@ -995,7 +996,7 @@ func rawHello(t *testing.T, sock string, role byte) (int, byte) {
 // 4) are refused as busy naming the limit, a consumer still attaches, and a closed observer frees its place.
 func TestAttackObserverFloodRefusedConsumersServed(t *testing.T) {
 	cfg := testConfig(t)
-	p := mustCreate(t, "obsflood", cfg)
+	p := ringtest.New(t, "obsflood", cfg)
 	sock := p.SocketPath()
 	if len(sock) >= 100 {
 		t.Skipf("socket path %s too long to connect to directly", sock)
@@ -1024,7 +1025,7 @@ func TestAttackObserverFloodRefusedConsumersServed(t *testing.T) {
 	if !errors.Is(err, ring.ErrBusy) || !strings.Contains(err.Error(), "busy: 4 observers") {
 		t.Fatalf("stat during the flood: %v", err)
 	}
-	c := mustAttach(t, "obsflood", cfg) // consumers are not observers: still served
+	c := ringtest.Attach(t, "obsflood", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second}) // consumers are not observers: still served
 	publish(t, p, 1, 64)
 	if h, err := c.Next(time.Second); err != nil || h.HeapCnt != 1 {
 		t.Fatalf("consumer during the observer flood: %v", err)
@@ -1048,7 +1049,7 @@ func TestAttackObserverFloodRefusedConsumersServed(t *testing.T) {
 func TestAttackSupplementaryGroupMemberAdmitted(t *testing.T) {
 	dir := publicDir(t)
 	cfg := ring.Config{Dir: dir, HugePages: ring.HugePagesOff, SlotCount: 8, SlotSize: 4096, Group: "daemon"}
-	p := mustCreate(t, "supgrp", cfg)
+	p := ringtest.New(t, "supgrp", cfg)
 	publish(t, p, 1, 100)
 	exe := publicCopy(t)
 	cmd := asUser(t, 65534, 65534, exe, "-test.run=^$")
@@ -1069,8 +1070,8 @@ func TestAttackSupplementaryGroupMemberAdmitted(t *testing.T) {
 // attached consumer's released position — not head minus oldest, which also counts heaps the ring keeps.
 func TestInspectUnreadIsSlowestAttachedLag(t *testing.T) {
 	cfg := testConfig(t)
-	p := mustCreate(t, "unread", cfg)
-	a, b := mustAttach(t, "unread", cfg), mustAttach(t, "unread", cfg)
+	p := ringtest.New(t, "unread", cfg)
+	a, b := ringtest.Attach(t, "unread", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second}), ringtest.Attach(t, "unread", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
 	for cnt := uint64(1); cnt <= 4; cnt++ {
 		publish(t, p, cnt, 64)
 	}
