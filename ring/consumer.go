@@ -83,6 +83,7 @@ type Consumer struct {
 	futexAtAttach uint32        // consumer_futex when attached: Wakes counts from here
 	stored        uint64        // last value stored to tail
 	batch         uint64        // releases per tail store
+	futexWakeups  uint64        // sleeps a FUTEX_WAKE ended (not the slice): tests prove the wake with it
 	eosPending    bool          // an end-of-stream marker was read but not yet released
 	eosPos        uint64
 }
@@ -513,7 +514,9 @@ func (c *Consumer) Next(timeout time.Duration) (Heap, error) {
 			slice = min(slice, left)
 		}
 		sliceStart := time.Now()
-		futexWaitOn(c.consFutex, f, slice)
+		if futexWaitOn(c.consFutex, f, slice) {
+			c.futexWakeups++
+		}
 		if time.Since(sliceStart) < slice {
 			continue // woken (or a spurious wake): look again
 		}

@@ -16,3 +16,10 @@ func (c *Consumer) StoreTailForTest(v uint64) { c.tail.Store(v) }
 
 // HeadForTest is the published head a consumer sees.
 func (c *Consumer) HeadForTest() uint64 { return c.head.Load() }
+
+// FutexWokenForTest is how many sleepers the producer's futex wakes (of consumers, and Interrupt's of its
+// own wait) actually woke, by the kernel's count.
+func (p *Producer) FutexWokenForTest() uint64 { return p.futexWoken.Load() }
+
+// FutexWakeupsForTest is how many of the consumer's sleeps a FUTEX_WAKE ended (rather than the slice).
+func (c *Consumer) FutexWakeupsForTest() uint64 { return c.futexWakeups }

@@ -225,6 +225,7 @@ type Producer struct {
 
 	waitWord    atomic.Pointer[atomic.Uint32] // the futex word a blocked hot path sleeps on, for Interrupt
 	interrupted atomic.Bool
+	futexWoken  atomic.Uint64 // sleepers the kernel woke for our futex wakes of consumers and Interrupt (tests)
 	stopBeat    chan struct{}
 	beatDone    sync.WaitGroup
 	serveDone   sync.WaitGroup
@@ -801,7 +802,8 @@ func (p *Producer) commitWake(force bool) {
 	p.hotBusy.Store(true)
 	s := p.snap.Load()
 	for _, m := range s.members {
-		if wakeIfWaiting(m.consWait, m.consFutex, m.wakeAt, p.pos, force) {
+		if woke, n := wakeIfWaiting(m.consWait, m.consFutex, m.wakeAt, p.pos, force); woke {
+			p.futexWoken.Add(uint64(n))
 			w := u64at(m.row, rowWakes)
 			w.Add(1) // rows are written under mu or by the hot path alone; Add is one instruction
 		}
@@ -871,7 +873,7 @@ func (p *Producer) Interrupt() {
 	// has not cleared hotBusy (under mu).
 	p.mu.Lock()
 	if w := p.waitWord.Load(); w != nil {
-		futexWakeAll(w)
+		p.futexWoken.Add(uint64(futexWakeAll(w)))
 	}
 	p.mu.Unlock()
 }

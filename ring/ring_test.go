@@ -203,27 +203,43 @@ func TestBlockPolicyLosesNothing(t *testing.T) {
 	}
 }
 
+// TestBlockedProducerInterrupted: a block producer waiting on its consumer's release futex stays blocked
+// past a whole sleep slice (it re-sleeps, it does not give up), and Interrupt's futex wake wakes it —
+// by the kernel's count, so the test fails if the wake is removed (then only the 250 ms slice would end
+// the sleep).
 func TestBlockedProducerInterrupted(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Policy = ring.PolicyBlock
 	p := ringtest.New(t, "intr", cfg)
+	ringtest.Attach(t, "intr", ring.AttachOptions{Dir: cfg.Dir}) // holds every heap: reads and releases none
 	for cnt := uint64(1); cnt <= 8; cnt++ {
 		publish(t, p, cnt, 8)
 	}
-	errc := make(chan error)
+	errc := make(chan error, 1)
 	go func() { _, err := p.Acquire(); errc <- err }()
-	time.Sleep(20 * time.Millisecond)
+	select {
+	case err := <-errc:
+		t.Fatalf("Acquire returned %v from a ring its consumer holds full", err)
+	case <-time.After(300 * time.Millisecond): // longer than the 250 ms sleep slice
+	}
+	woken := p.FutexWokenForTest()
 	p.Interrupt()
 	select {
 	case err := <-errc:
 		if !errors.Is(err, ring.ErrClosed) {
 			t.Fatalf("interrupted acquire: %v", err)
 		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("Interrupt did not wake the blocked producer")
+	case <-time.After(5 * time.Second):
+		t.Fatal("Interrupt did not end the blocked Acquire")
+	}
+	if n := p.FutexWokenForTest() - woken; n < 1 {
+		t.Fatal("Interrupt's futex wake woke no sleeper: the producer was not woken, its slice ran out")
 	}
 }
 
+// TestWaitWakesAndTimesOut: Next times out on an empty ring; a consumer asleep on its futex is woken by the
+// producer's futex wake when a heap is published — the futex wait itself says a wake ended it, so the test
+// fails if the wake is removed (the sleep slice alone would still deliver the heap, late).
 func TestWaitWakesAndTimesOut(t *testing.T) {
 	cfg := testConfig(t)
 	p := ringtest.New(t, "wait", cfg)
@@ -248,6 +264,9 @@ func TestWaitWakesAndTimesOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkHeap(t, h, 7, 32)
+	if c.FutexWakeupsForTest() < 1 || c.Wakes() < 1 {
+		t.Fatalf("no FUTEX_WAKE ended the consumer's sleep (%d wakes counted): the heap came by the sleep slice", c.Wakes())
+	}
 }
 
 func TestSecondProducerRefusedConsumersShare(t *testing.T) {
