@@ -369,11 +369,17 @@ func (c *Consumer) Valid(h Heap) bool {
 	return h.Position-c.released < c.read-c.released && c.attached()
 }
 
-// SessionID identifies the producer run (the ring's epoch); ProducerPID is for messages.
-func (c *Consumer) SessionID() uint64   { return c.hdr.SessionID }
+// SessionID identifies the producer run (the ring's epoch).
+func (c *Consumer) SessionID() uint64 { return c.hdr.SessionID }
+
+// ProducerPID is the producer's process id as its header states it (for messages).
 func (c *Consumer) ProducerPID() uint64 { return c.hdr.ProducerPID }
-func (c *Consumer) Geometry() Geometry  { return c.hdr.Geometry }
-func (c *Consumer) Policy() Policy      { return c.hdr.Policy }
+
+// Geometry is where the ring's regions lie, as validated at attach.
+func (c *Consumer) Geometry() Geometry { return c.hdr.Geometry }
+
+// Policy is what the producer does when the ring is full.
+func (c *Consumer) Policy() Policy { return c.hdr.Policy }
 
 // Stats reads the producer's counters.
 func (c *Consumer) Stats() Stats { return readStats(c.stats, c.hdr.StatsCount) }

@@ -49,6 +49,7 @@ type ConsumerInfo struct {
 // Attached reports whether this row is an attached consumer (not a detached one's record).
 func (c ConsumerInfo) Attached() bool { return c.State == ConsumerAttached.String() }
 
+// String is the state's name as stat and ls print it.
 func (s State) String() string {
 	switch s {
 	case StateInit:
@@ -61,6 +62,7 @@ func (s State) String() string {
 	return fmt.Sprintf("state(%d)", uint32(s))
 }
 
+// String is the policy's name as the --policy flag spells it.
 func (p Policy) String() string {
 	switch p {
 	case PolicyDrop:

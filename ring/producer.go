@@ -421,14 +421,20 @@ func (p *Producer) bindShared() {
 	p.hotSnap = p.snap.Load()
 }
 
-// Name is the ring's name; Geometry where its regions lie; SlotSize the payload bytes per slot.
-func (p *Producer) Name() string       { return p.name }
-func (p *Producer) Geometry() Geometry { return p.geo }
-func (p *Producer) SlotSize() int      { return int(p.geo.SlotSize) }
+// Name is the ring's name.
+func (p *Producer) Name() string { return p.name }
 
-// SocketPath is where consumers connect; Dir the ring directory.
+// Geometry is where the ring's regions lie in the data memory.
+func (p *Producer) Geometry() Geometry { return p.geo }
+
+// SlotSize is the payload bytes per slot.
+func (p *Producer) SlotSize() int { return int(p.geo.SlotSize) }
+
+// SocketPath is where consumers connect.
 func (p *Producer) SocketPath() string { return p.cfg.Dir + "/" + SocketName(p.name) }
-func (p *Producer) Dir() string        { return p.cfg.Dir }
+
+// Dir is the ring directory (socket and lock file).
+func (p *Producer) Dir() string { return p.cfg.Dir }
 
 // SessionID is this producer run's random epoch.
 func (p *Producer) SessionID() uint64 { return p.sid }

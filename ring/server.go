@@ -160,36 +160,52 @@ func (p *Producer) handle(c *net.UnixConn) string {
 		return refuse(StatusProtocol, fmt.Sprintf("ring %s: role %d, start %d", p.name, h.Role, h.Start))
 	}
 	if h.Role == RoleObserver {
-		p.mu.Lock()
-		full := p.observers >= p.cfg.MaxObservers
-		if !full {
-			p.observers++
+		if msg := p.serveObserver(c, buf); msg != "" {
+			return refuse(StatusBusy, msg)
 		}
-		p.mu.Unlock()
-		if full {
-			return refuse(StatusBusy, fmt.Sprintf("ring %s is busy: %d observers (--max-observers)", p.name, p.cfg.MaxObservers))
-		}
-		defer func() {
-			p.mu.Lock()
-			p.observers--
-			p.mu.Unlock()
-		}()
-		w := welcome{Index: noConsumerIndex, SessionID: p.sid, CtlSize: uint64(len(p.ctlMem.mem))}
-		if _, _, err := c.WriteMsgUnix(w.encode(), unix.UnixRights(p.ctlMem.fd), nil); err == nil {
-			_, _ = c.Read(buf) // hold the connection until the observer closes it
-		}
-		c.Close()
 		return ""
 	}
 	m, status, msg := p.admit(c, cred, h.Start)
 	if m == nil {
 		return refuse(status, msg)
 	}
+	p.serveConsumer(c, m, buf)
+	return ""
+}
+
+// serveObserver welcomes an observer with the control memory and holds the connection until it closes,
+// or returns the busy message when --max-observers are connected already.
+func (p *Producer) serveObserver(c *net.UnixConn, buf []byte) string {
+	p.mu.Lock()
+	full := p.observers >= p.cfg.MaxObservers
+	if !full {
+		p.observers++
+	}
+	p.mu.Unlock()
+	if full {
+		return fmt.Sprintf("ring %s is busy: %d observers (--max-observers)", p.name, p.cfg.MaxObservers)
+	}
+	defer func() {
+		p.mu.Lock()
+		p.observers--
+		p.mu.Unlock()
+	}()
+	w := welcome{Index: noConsumerIndex, SessionID: p.sid, CtlSize: uint64(len(p.ctlMem.mem))}
+	if _, _, err := c.WriteMsgUnix(w.encode(), unix.UnixRights(p.ctlMem.fd), nil); err == nil {
+		_, _ = c.Read(buf) // hold the connection until the observer closes it
+	}
+	c.Close()
+	return ""
+}
+
+// serveConsumer sends an admitted consumer its welcome and descriptors, then holds the attachment until
+// the connection ends, and detaches it.
+func (p *Producer) serveConsumer(c *net.UnixConn, m *member, buf []byte) {
 	w := welcome{Index: uint32(m.index), Generation: u32at(m.row, rowGeneration).Load(),
 		SessionID: p.sid, CtlSize: uint64(len(p.ctlMem.mem)), DataSize: p.geo.DataSize, RegionLength: RegionSize}
 	// Under mu: Close may be tearing the ring down, and must not see a descriptor half given away.
 	p.mu.Lock()
-	err = errClosed
+	err := errClosed
 	if !m.detached {
 		_, _, err = c.WriteMsgUnix(w.encode(), unix.UnixRights(p.ctlMem.fd, p.dataMem.fd, m.region.fd), nil)
 	}
@@ -207,7 +223,6 @@ func (p *Producer) handle(c *net.UnixConn) string {
 	p.mu.Lock()
 	p.detachLocked(m, ConsumerGone, "connection closed")
 	p.mu.Unlock()
-	return ""
 }
 
 // permitted is the SO_PEERCRED gate (spec §1.2): the producer's own user, root, or a process whose
