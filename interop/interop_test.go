@@ -19,6 +19,7 @@ import (
 	"github.com/ibvbridge/ibvbridge/bench"
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/ring/pattern"
+	"github.com/ibvbridge/ibvbridge/ring/ringtest"
 )
 
 var (
@@ -158,21 +159,13 @@ func waitAttached(t *testing.T, p *ring.Producer) {
 
 func newRing(t *testing.T, name string, cfg ring.Config) *ring.Producer {
 	t.Helper()
-	if cfg.Dir == "" {
-		cfg.Dir = t.TempDir()
-	}
 	if cfg.SlotCount == 0 {
 		cfg.SlotCount = 16
 	}
 	if cfg.SlotSize == 0 {
 		cfg.SlotSize = 8192
 	}
-	p, err := ring.Create(name, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	return p
+	return ringtest.New(t, name, cfg)
 }
 
 // sizeOf gives heap cnt a size that varies, including sizes that are not multiples of 8.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/ring/pattern"
+	"github.com/ibvbridge/ibvbridge/ring/ringtest"
 )
 
 type fakePipeline struct {
@@ -30,12 +31,7 @@ func (f fakePipeline) ThreadCounters() []map[string]uint64  { return f.threads }
 func testProducer(t *testing.T) (string, *ring.Producer) {
 	t.Helper()
 	name := fmt.Sprintf("metrics-%d", os.Getpid())
-	p, err := ring.Create(name, ring.Config{Dir: t.TempDir(), SlotCount: 8, SlotSize: 4096, HugePages: ring.HugePagesOff})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	return name, p
+	return name, ringtest.New(t, name, ring.Config{HugePages: ring.HugePagesOff})
 }
 
 func scrape(t *testing.T, s *Server) string {

@@ -187,10 +187,10 @@ type Producer struct {
 	ln       *net.UnixListener
 	gid      int // --group's gid, -1 without
 
-	head     *uint64
-	oldest   *uint64
-	prodWait *uint32
-	stats    *[StatsSlots]uint64
+	head     *atomic.Uint64
+	oldest   *atomic.Uint64
+	prodWait *atomic.Uint32
+	stats    *[StatsSlots]atomic.Uint64
 
 	descs []descriptor
 	slots []Slot
@@ -223,8 +223,9 @@ type Producer struct {
 	hotSnap *memberSet                // the set the hot path last woke from
 	attachC chan struct{}             // a consumer attached (wakes a block producer with none)
 
-	waitWord    atomic.Pointer[uint32] // the futex word a blocked hot path sleeps on, for Interrupt
+	waitWord    atomic.Pointer[atomic.Uint32] // the futex word a blocked hot path sleeps on, for Interrupt
 	interrupted atomic.Bool
+	futexWoken  atomic.Uint64 // sleepers the kernel woke for our futex wakes of consumers and Interrupt (tests)
 	stopBeat    chan struct{}
 	beatDone    sync.WaitGroup
 	serveDone   sync.WaitGroup
@@ -382,10 +383,10 @@ func (p *Producer) createCtl() error {
 	le.PutUint32(c[offMaxConsumers:], uint32(p.cfg.MaxConsumers))
 	le.PutUint64(c[offHeartbeat:], realtimeNanos())
 	p.bindShared()
-	atomic.StoreUint64(p.head, p.cfg.InitialPosition)
-	atomic.StoreUint64(p.oldest, p.cfg.InitialPosition)
-	atomic.StoreUint64(u64at(c, offMagic), Magic)
-	atomic.StoreUint32(u32at(c, offState), uint32(StateReady))
+	p.head.Store(p.cfg.InitialPosition)
+	p.oldest.Store(p.cfg.InitialPosition)
+	u64at(c, offMagic).Store(Magic)
+	u32at(c, offState).Store(uint32(StateReady))
 	// From here on no client can write, grow or shrink either memory; our own mappings stay writable.
 	if err := seal(p.dataMem.fd, sealsReadOnly); err != nil {
 		return fmt.Errorf("seal data memory: %w", err)
@@ -400,7 +401,7 @@ func (p *Producer) createCtl() error {
 func (p *Producer) bindShared() {
 	c, g := p.ctl, p.geo
 	p.head, p.oldest, p.prodWait = u64at(c, offHead), u64at(c, offOldest), u32at(c, offProdWaiting)
-	p.stats = (*[StatsSlots]uint64)(unsafe.Pointer(&c[offStats]))
+	p.stats = (*[StatsSlots]atomic.Uint64)(unsafe.Pointer(&c[offStats]))
 	n := int(g.SlotCount)
 	p.mask = g.SlotCount - 1
 	p.descs = unsafe.Slice((*descriptor)(unsafe.Pointer(&p.data[g.DescOffset])), n)
@@ -420,14 +421,20 @@ func (p *Producer) bindShared() {
 	p.hotSnap = p.snap.Load()
 }
 
-// Name is the ring's name; Geometry where its regions lie; SlotSize the payload bytes per slot.
-func (p *Producer) Name() string       { return p.name }
-func (p *Producer) Geometry() Geometry { return p.geo }
-func (p *Producer) SlotSize() int      { return int(p.geo.SlotSize) }
+// Name is the ring's name.
+func (p *Producer) Name() string { return p.name }
 
-// SocketPath is where consumers connect; Dir the ring directory.
+// Geometry is where the ring's regions lie in the data memory.
+func (p *Producer) Geometry() Geometry { return p.geo }
+
+// SlotSize is the payload bytes per slot.
+func (p *Producer) SlotSize() int { return int(p.geo.SlotSize) }
+
+// SocketPath is where consumers connect.
 func (p *Producer) SocketPath() string { return p.cfg.Dir + "/" + SocketName(p.name) }
-func (p *Producer) Dir() string        { return p.cfg.Dir }
+
+// Dir is the ring directory (socket and lock file).
+func (p *Producer) Dir() string { return p.cfg.Dir }
 
 // SessionID is this producer run's random epoch.
 func (p *Producer) SessionID() uint64 { return p.sid }
@@ -479,7 +486,7 @@ func (p *Producer) reclaimLocked() {
 			p.posSlot[p.reclaim&p.mask] = noSlot
 		}
 	}
-	atomic.StoreUint64(p.oldest, p.reclaim)
+	p.oldest.Store(p.reclaim)
 }
 
 // readCursorsLocked reads every attached consumer's cursor (spec §7.2): a valid one becomes its released
@@ -490,7 +497,7 @@ func (p *Producer) reclaimLocked() {
 func (p *Producer) readCursorsLocked(bound func() uint64) {
 	for i := 0; i < len(p.members); {
 		m := p.members[i]
-		t := atomic.LoadUint64(m.tail)
+		t := m.tail.Load()
 		head := bound()
 		// A consumer can write anything into its cursor: one outside [released, head] detaches it.
 		if t-m.released > head-m.released {
@@ -499,14 +506,14 @@ func (p *Producer) readCursorsLocked(bound func() uint64) {
 		}
 		if t != m.released {
 			m.released = t
-			atomic.StoreUint64(u64at(m.row, rowReleased), t)
+			u64at(m.row, rowReleased).Store(t)
 		}
 		i++
 	}
 }
 
 func (p *Producer) hotBound() uint64      { return p.committed }
-func (p *Producer) publishedHead() uint64 { return atomic.LoadUint64(p.head) }
+func (p *Producer) publishedHead() uint64 { return p.head.Load() }
 
 // overrunLocked is the drop policy's answer to a full ring held by its slowest consumers (spec §7.3): if
 // another attached consumer is ahead of them, they are detached as overrun and the ring moves on; it
@@ -640,8 +647,8 @@ func (p *Producer) sleepOnRelease(done func() bool, slow *member, slice time.Dur
 	}
 	p.hotBusy.Store(true)
 	p.mu.Unlock()
-	f := atomic.LoadUint32(slow.relFutex)
-	atomic.StoreUint32(p.prodWait, 1) // sequentially consistent: the fence before the re-check
+	f := slow.relFutex.Load()
+	p.prodWait.Store(1) // sequentially consistent: the fence before the re-check
 	p.mu.Lock()
 	ok := done()
 	p.mu.Unlock()
@@ -652,7 +659,7 @@ func (p *Producer) sleepOnRelease(done func() bool, slow *member, slice time.Dur
 		}
 		p.waitWord.Store(nil)
 	}
-	atomic.StoreUint32(p.prodWait, 0)
+	p.prodWait.Store(0)
 	p.mu.Lock()
 	p.hotBusy.Store(false)
 	p.buryLocked()
@@ -690,13 +697,13 @@ func (p *Producer) Unread() uint64 {
 func (p *Producer) UnreadHeaps() uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	head := atomic.LoadUint64(p.head)
+	head := p.head.Load()
 	p.readCursorsLocked(p.publishedHead)
 	if len(p.members) > 0 {
 		return head - p.slowestLocked().released
 	}
 	from := p.readMark
-	if oldest := atomic.LoadUint64(p.oldest); int64(oldest-from) > 0 {
+	if oldest := p.oldest.Load(); int64(oldest-from) > 0 {
 		from = oldest
 	}
 	if int64(head-from) < 0 {
@@ -708,7 +715,7 @@ func (p *Producer) UnreadHeaps() uint64 {
 // Backlog is how many published heaps still hold their slots (head − oldest), safe from any goroutine
 // (a metrics scrape): what the slowest consumer has not released, or, with none attached, what a
 // consumer attaching at the oldest position would find.
-func (p *Producer) Backlog() uint64 { return atomic.LoadUint64(p.head) - atomic.LoadUint64(p.oldest) }
+func (p *Producer) Backlog() uint64 { return p.head.Load() - p.oldest.Load() }
 
 // WaitDrained waits until every attached consumer has released everything published, so closing the
 // ring loses nothing. It returns ErrNoConsumer as soon as no consumer is attached (nobody would ever
@@ -787,7 +794,7 @@ func (p *Producer) commit() { p.commitWake(false) }
 func (p *Producer) commitWake(force bool) {
 	for d := p.dirty; d != 0; d &= d - 1 {
 		c := bits.TrailingZeros32(d)
-		atomic.StoreUint64(&p.stats[c], p.stats[c]+p.pending[c])
+		p.stats[c].Store(p.stats[c].Load() + p.pending[c]) // this goroutine is the only writer
 		p.pending[c] = 0
 	}
 	p.dirty = 0
@@ -795,15 +802,16 @@ func (p *Producer) commitWake(force bool) {
 		return
 	}
 	p.committed = p.pos
-	atomic.StoreUint64(p.head, p.pos) // sequentially consistent: the release plus the fence of §7.5
+	p.head.Store(p.pos) // sequentially consistent: the release plus the fence of §7.5
 	// Busy before the set is loaded (both sequentially consistent): a detach that finds the hot path not
 	// busy published its new set first, so the hot path can no longer reach the detached region.
 	p.hotBusy.Store(true)
 	s := p.snap.Load()
 	for _, m := range s.members {
-		if wakeIfWaiting(m.consWait, m.consFutex, m.wakeAt, p.pos, force) {
+		if woke, n := wakeIfWaiting(m.consWait, m.consFutex, m.wakeAt, p.pos, force); woke {
+			p.futexWoken.Add(uint64(n))
 			w := u64at(m.row, rowWakes)
-			atomic.StoreUint64(w, *w+1)
+			w.Add(1) // rows are written under mu or by the hot path alone; Add is one instruction
 		}
 	}
 	p.hotBusy.Store(false)
@@ -851,14 +859,14 @@ func (p *Producer) Add(c Counter, n uint64) {
 		p.dirty |= 1 << c
 		return
 	}
-	atomic.StoreUint64(&p.stats[c], p.stats[c]+n)
+	p.stats[c].Store(p.stats[c].Load() + n)
 }
 
 // Set sets a counter now, dropping any increment of it still pending in a batch.
 func (p *Producer) Set(c Counter, v uint64) {
 	p.pending[c] = 0
 	p.dirty &^= 1 << c
-	atomic.StoreUint64(&p.stats[c], v)
+	p.stats[c].Store(v)
 }
 
 // Stats returns the ring's counters.
@@ -871,7 +879,7 @@ func (p *Producer) Interrupt() {
 	// has not cleared hotBusy (under mu).
 	p.mu.Lock()
 	if w := p.waitWord.Load(); w != nil {
-		futexWakeAll(w)
+		p.futexWoken.Add(uint64(futexWakeAll(w)))
 	}
 	p.mu.Unlock()
 }
@@ -885,7 +893,7 @@ func (p *Producer) heartbeat() {
 		case <-p.stopBeat:
 			return
 		case <-t.C:
-			atomic.StoreUint64(u64at(p.ctl, offHeartbeat), realtimeNanos())
+			u64at(p.ctl, offHeartbeat).Store(realtimeNanos())
 			// Keep the consumer table's positions current for `stat` while the stream is idle.
 			p.mu.Lock()
 			p.readCursorsLocked(p.publishedHead)
@@ -907,7 +915,7 @@ func (p *Producer) Close() error {
 			p.beatDone.Wait()
 		}
 		if p.ctl != nil {
-			atomic.StoreUint32(u32at(p.ctl, offState), uint32(StateClosed))
+			u32at(p.ctl, offState).Store(uint32(StateClosed))
 		}
 		p.closeErr = p.release()
 	})
