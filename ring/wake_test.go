@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/ibvbridge/ibvbridge/ring"
-	"github.com/ibvbridge/ibvbridge/ring/pattern"
+	"github.com/ibvbridge/ibvbridge/spead/pattern"
 )
 
 func coalescingPair(t *testing.T, slots int, maxLatency time.Duration) (*ring.Producer, *ring.Consumer) {
