@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/ibvbridge/ibvbridge/ring"
-	"github.com/ibvbridge/ibvbridge/spead/pattern"
 	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/spead/pattern"
 )
 
 func TestFillVerifyChecksum(t *testing.T) {

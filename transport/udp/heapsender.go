@@ -96,6 +96,13 @@ func (hs *HeapSender) SendHeap(ctx context.Context, h *spead.Heap) error {
 		return err
 	}
 	for {
+		// A flush cancelled mid-wait (Ctrl-C of a paced send) leaves the queue full; the next heap (the
+		// stream-stop, sent with a fresh context) must flush it before it takes a buffer.
+		if len(hs.pkts) == cap(hs.pkts) {
+			if err := hs.Flush(ctx); err != nil {
+				return err
+			}
+		}
 		buf := hs.bufs[len(hs.pkts)]
 		n, err := hs.enc.Next(buf)
 		if errors.Is(err, io.EOF) {
@@ -105,11 +112,6 @@ func (hs *HeapSender) SendHeap(ctx context.Context, h *spead.Heap) error {
 			return err
 		}
 		hs.pkts = append(hs.pkts, buf[:n])
-		if len(hs.pkts) == cap(hs.pkts) {
-			if err := hs.Flush(ctx); err != nil {
-				return err
-			}
-		}
 	}
 }
 

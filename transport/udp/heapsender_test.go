@@ -152,6 +152,44 @@ func TestHeapSenderCancelEndsPacingWait(t *testing.T) {
 	}
 }
 
+// TestHeapSenderStopHeapAfterCancelledFlush: Ctrl-C of a paced send cancels a flush with the queue full;
+// the stream-stop heap that follows on a fresh context flushes that queue first and goes out (it used to
+// index past the batch buffers and panic).
+func TestHeapSenderStopHeapAfterCancelledFlush(t *testing.T) {
+	src := loopback(t, 1, Config{})
+	sink := testutil.NewRecordingSink(false)
+	stop := run(t, src, sink)
+	defer stop()
+	hs := openHeapSender(t, src.LocalEndpoints()[0], 1e-3) // the second batch is due in hours
+	h := spead.Heap{Items: []spead.Item{{ID: 0x1000, Data: make([]byte, 4*1400)}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var err error
+	for cnt := uint64(1); cnt < 10 && err == nil; cnt++ {
+		h.Cnt = cnt
+		err = hs.SendHeap(ctx, &h)
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v, want context.Canceled", err)
+	}
+	if len(hs.pkts) != cap(hs.pkts) {
+		t.Fatalf("%d of %d packets queued: the cancelled flush should have left the queue full", len(hs.pkts), cap(hs.pkts))
+	}
+	stopHeap := spead.StreamStopHeap(99)
+	hs.bps = 0 // what follows is the stop heap: no pacing left to wait for
+	queued := uint64(len(hs.pkts))
+	before := hs.Totals().Packets
+	if err := hs.SendHeap(context.Background(), &stopHeap); err != nil {
+		t.Fatal(err)
+	}
+	if err := hs.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := hs.Totals().Packets - before; got != queued+1 {
+		t.Fatalf("%d packets went out after the cancel, want the %d queued and the stop heap", got, queued)
+	}
+}
+
 func TestHeapSenderRejectsBadRates(t *testing.T) {
 	enc, _ := spead.NewEncoder(spead.Flavour64_48, 1472)
 	for _, r := range []float64{-1, math.NaN(), math.Inf(1)} {
