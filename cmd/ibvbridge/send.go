@@ -38,7 +38,8 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 	descriptors := fs.Bool("descriptors", false, "put item descriptors in the first heap, as spead2_send does")
 	ttl := fs.Int("ttl", 0, "IP TTL (multicast TTL for a group; 0: kernel default)")
 	iface := fs.String("interface", "", "local IPv4 address of the interface multicast leaves by")
-	withPattern := fs.Bool("pattern", false, "payload = the ring test pattern, plus immediate item 0x1001 = heap cnt (for consume --verify)")
+	withPattern := fs.Bool("pattern", false, "payload = the ring test pattern, plus immediate item 0x1001 \"heap_cnt\" = heap cnt (for consume --verify)")
+	timestamp := fs.Bool("timestamp", false, "add immediate item 0x1600 \"timestamp\" = (heap cnt - 1) x heap size, a sample counter (docs/from-spead2.md)")
 	batch := fs.Int("batch", 64, "packets per sendmmsg call")
 	gso := fs.Bool("gso", true, "udp: send runs of full-size packets as one message the kernel segments (UDP GSO); --gso=false: a syscall slot per packet")
 	noStop := fs.Bool("no-stop", false, "leave the stream open: no stream-stop heap at the end (tests)")
@@ -56,7 +57,7 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 		var conflict string
 		fs.Visit(func(f *flag.Flag) {
 			switch f.Name {
-			case "heap-size", "heaps", "items", "descriptors", "pattern":
+			case "heap-size", "heaps", "items", "descriptors", "pattern", "timestamp":
 				conflict = f.Name
 			}
 		})
@@ -167,7 +168,8 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 			l.Dests, l.Senders = append(l.Dests, d), append(l.Senders, hs)
 		}
 		for i := range lanes {
-			g, err := pattern.NewHeapGen(flavour, *heapSize, *items, *withPattern, *descriptors)
+			g, err := pattern.NewHeapGenOptions(flavour, *heapSize, *items,
+				pattern.Options{Pattern: *withPattern, Descriptors: *descriptors, Timestamp: *timestamp})
 			if err != nil {
 				return err
 			}
