@@ -215,8 +215,14 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 		collector.Attach(rcv)
 	}
 	p := rcv.Producer()
-	log.Info().Str("ring", *name).Str("transport", tr).Strs("endpoints", pos).Str("file", *pcapFile).
-		Int("slots", *slots).Int("slot_size", p.SlotSize()).Bool("hugepages", p.Huge()).
+	ev := log.Info().Str("ring", *name).Str("transport", tr)
+	if len(pos) > 0 {
+		ev = ev.Strs("endpoints", pos)
+	}
+	if *pcapFile != "" { // only a replay has a file
+		ev = ev.Str("file", *pcapFile)
+	}
+	ev.Int("slots", *slots).Int("slot_size", p.SlotSize()).Bool("hugepages", p.Huge()).
 		Str("policy", pol.String()).Msg("receiving")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
