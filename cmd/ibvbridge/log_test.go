@@ -69,3 +69,27 @@ func TestRecvReceivingLineNamesOnlyWhatItHas(t *testing.T) {
 		t.Errorf("colour codes on a pipe: %q", stderr)
 	}
 }
+
+// TestHelpListsEveryBenchmark: the top-level help's bench line names every benchmark `bench` runs, and
+// each one answers -h (xdp was once missing from the help).
+func TestHelpListsEveryBenchmark(t *testing.T) {
+	var help bytes.Buffer
+	if code := run([]string{"-h"}, &bytes.Buffer{}, &help); code != 0 {
+		t.Fatalf("-h: exit %d", code)
+	}
+	line := ""
+	for _, l := range strings.Split(help.String(), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "bench ") {
+			line = l
+		}
+	}
+	for _, kind := range []string{"ring", "udp", "xdp"} {
+		if !strings.Contains(line, kind) {
+			t.Errorf("help's bench line %q lacks %s", line, kind)
+		}
+		var errb bytes.Buffer
+		if code := run([]string{"bench", kind, "-h"}, &bytes.Buffer{}, &errb); code != 0 {
+			t.Errorf("bench %s -h: exit %d: %s", kind, code, errb.String())
+		}
+	}
+}

@@ -44,7 +44,7 @@ func commands() []command {
 		{"rm", "remove rings nobody holds (NAME... or --stale)", runRm},
 		{"consume", "read a ring as its consumer (verification and benchmarks)", runConsume},
 		{"devices", "list RDMA devices and their capabilities", runDevices},
-		{"bench", "benchmarks: ring, udp", runBench},
+		{"bench", "benchmarks: " + strings.Join(benchKinds, ", "), runBench},
 	}
 }
 
