@@ -13,24 +13,13 @@ from ibvbridge import layout as L
 from ibvbridge.items import Item, format_bytes, parse_format
 
 
+from test_producer import make as _producers  # noqa: F401 - the fixture that makes (and closes) producers
+
+
 @pytest.fixture
-def make(tmp_path):
-    made = []
-
-    def mk(name="r", **kw):
-        kw.setdefault("directory", str(tmp_path))
-        kw.setdefault("hugepages", "off")
-        kw.setdefault("slot_count", 8)
-        kw.setdefault("slot_size", 4096)
-        kw.setdefault("max_items", 8)
-        kw.setdefault("meta_size", 4096)
-        p = Producer.create(name, **kw)
-        made.append(p)
-        return p
-
-    yield mk
-    for p in made:
-        p.close()
+def make(_producers):
+    """Producers with room for the items these tests send."""
+    return lambda name="r", **kw: _producers(name, **{"slot_size": 4096, "max_items": 8, **kw})
 
 
 def sender_group():
