@@ -17,36 +17,26 @@ try:
 except ImportError:  # not installed: use the source tree next to this example
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     import ibvbridge
-from ibvbridge.items import parse_format
+from ibvbridge.items import DESCRIPTOR_ITEM, parse_descriptor_item, parse_format
 
 
-DESCRIPTOR_ITEM = 0x5  # SPEAD's item descriptor: its bytes are a SPEAD packet describing one item
-DESCRIPTOR_ID = 0x14   # the described item's id, inside that packet
-
-
-def described_id(data):
-    """The id an item descriptor (an embedded SPEAD packet) describes, or None if it does not parse."""
-    b = bytes(data[:8])
-    if len(b) < 8 or b[0] != 0x53 or b[1] != 4 or b[2] + b[3] != 8 or not 1 <= b[3] <= 7:
+def described(data):
+    """What an item descriptor (item 0x5) describes, as one line's words; None if it does not parse."""
+    try:
+        d = parse_descriptor_item(data)
+    except (ValueError, ibvbridge.RingError):
         return None
-    addr_bits, n = 8 * b[3], int.from_bytes(b[6:8], "big")
-    for k in range(min(n, (len(data) - 8) // 8)):
-        ptr = int.from_bytes(bytes(data[8 + 8 * k:16 + 8 * k]), "big")
-        if (ptr >> addr_bits) & ((1 << (63 - addr_bits)) - 1) == DESCRIPTOR_ID and ptr >> 63:
-            return ptr & ((1 << addr_bits) - 1)
-    return None
+    what = f"{d.id:#06x}" + (f" {d.name!r}" if d.name else "")
+    return what + (f" (dtype {d.dtype}, shape {d.shape})" if d.dtype is not None
+                   else f" (format {parse_format(d.format)})")
 
 
 def show_item(heap, it, descs):
     d = descs.get(it.id)
     name = f"{d.name} " if d and d.name else ""
     if it.id == DESCRIPTOR_ITEM and not it.immediate:
-        did = described_id(it.data)
-        dd = descs.get(did) if did is not None else None
-        what = "" if did is None else f" of {did:#06x}" + (f" {dd.name!r}" if dd and dd.name else "")
-        if dd is not None:
-            what += f" (dtype {dd.dtype})" if dd.dtype is not None else f" (format {parse_format(dd.format)})"
-        return f"    item descriptor{what} [{it.length} B]"
+        what = described(it.data)
+        return f"    item descriptor of {what} [{it.length} B]" if what else f"    item descriptor [{it.length} B]"
     if it.immediate:
         return f"    {name}{it.id:#06x} = {it.value:#x} (immediate)"
     try:

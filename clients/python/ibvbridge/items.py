@@ -94,6 +94,60 @@ def _format_dtype(fmt: Format) -> np.dtype:
     return np.dtype(",".join(fields))
 
 
+DESCRIPTOR_ITEM = 0x5  # an item descriptor: its bytes are a SPEAD packet describing one item
+_D_NAME, _D_DESCRIPTION, _D_SHAPE, _D_FORMAT, _D_ID, _D_DTYPE = 0x10, 0x11, 0x12, 0x13, 0x14, 0x15
+
+
+def parse_descriptor_item(data: Any) -> Any:
+    """An item descriptor as it travels in a heap (item 0x5: an embedded SPEAD packet), as the ring's
+    ItemDescriptor (what Ring.descriptors() gives). Item lengths as spead2 and the Go side take them: the
+    addressed items sorted by address, each ending where the next begins. ValueError when malformed."""
+    from .producer import meta_record  # one encoder and one parser of descriptors: the metadata record's
+    from .ring import _parse_metadata
+    b = bytes(data)
+    if len(b) < 8 or b[0] != 0x53 or b[1] != 4 or b[2] + b[3] != 8 or not 1 <= b[3] <= 7:
+        raise ValueError("item descriptor: not a SPEAD-64 packet")
+    imm_bytes = b[3]
+    addr_bits = 8 * imm_bytes
+    n = int.from_bytes(b[6:8], "big")
+    payload = b[8 + 8 * n:]
+    if len(b) < 8 + 8 * n:
+        raise ValueError(f"item descriptor: {n} item pointers past its {len(b)} bytes")
+    iid, addressed = None, []
+    for k in range(n):
+        ptr = int.from_bytes(b[8 + 8 * k:16 + 8 * k], "big")
+        item, value = (ptr >> addr_bits) & ((1 << (63 - addr_bits)) - 1), ptr & ((1 << addr_bits) - 1)
+        if ptr >> 63:
+            if item == _D_ID:
+                iid = value
+        elif item:
+            addressed.append((value, item))
+    addressed.sort(key=lambda t: t[0])  # stable: ties keep wire order
+    fields: Dict[int, bytes] = {}
+    for k, (off, item) in enumerate(addressed):
+        end = addressed[k + 1][0] if k + 1 < len(addressed) else len(payload)
+        if off > end or end > len(payload):
+            raise ValueError(f"item descriptor: item {item:#x} at {off}..{end} past its {len(payload)} bytes")
+        fields[item] = payload[off:end]
+    if not iid:
+        raise ValueError("item descriptor without an id")
+    shape: Optional[Tuple[int, ...]] = None
+    if _D_SHAPE in fields:
+        raw, w = fields[_D_SHAPE], 1 + imm_bytes
+        if len(raw) % w:
+            raise ValueError(f"item descriptor {iid:#x}: shape of {len(raw)} bytes, fields of {w}")
+        shape = tuple(-1 if raw[i] & 0x01 else int.from_bytes(raw[i + 1:i + w], "big")
+                      for i in range(0, len(raw), w))
+    try:
+        name = fields.get(_D_NAME, b"").decode()
+        desc = fields.get(_D_DESCRIPTION, b"").decode()
+        dtype = fields.get(_D_DTYPE, b"").decode("ascii")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"item descriptor {iid:#x}: {e}") from None
+    rec = meta_record(iid, name, desc, shape, fields.get(_D_FORMAT, b""), dtype)
+    return next(iter(_parse_metadata(rec).values()))
+
+
 class Descriptor:
     """What a SPEAD item descriptor says: id, name, description, shape (None for the variable dimension),
     dtype (numpy) or format (list of (code, bits)), order ('C' or 'F')."""
@@ -430,6 +484,17 @@ class ItemGroup:
         if meta is not self._meta:
             self._meta = meta
             self.add_descriptors(meta)
+        if heap.flags & L.FLAG_HAS_DESCRIPTORS:
+            # The heap's own descriptors too: the ring's metadata may lack them (an area too small for the
+            # stream's descriptors: the producer then logs and leaves it as it was).
+            found = []
+            for iid, value, length, fl in heap._raw_items:
+                if iid == DESCRIPTOR_ITEM and not fl & L.ITEM_IMMEDIATE:
+                    try:
+                        found.append(parse_descriptor_item(heap._mv[heap._base + value:heap._base + value + length]))
+                    except (ValueError, RingError):
+                        continue  # spead2 drops a descriptor it cannot read, too
+            self.add_descriptors(found)
 
     def update(self, heap: Any, new_order: str = "=") -> Dict[str, Item]:
         """Learn the descriptors the heap brought (HAS_DESCRIPTORS) or the ring knows, and decode the heap's

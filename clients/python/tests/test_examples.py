@@ -14,20 +14,14 @@ def load(path, name):
     return mod
 
 
-def descriptor_packet(described, addr_bytes=5):
-    """A SPEAD item-descriptor packet: header, then the immediate DESCRIPTOR_ID item = described."""
-    addr_bits = 8 * addr_bytes
-    hdr = bytes([0x53, 4, 8 - addr_bytes, addr_bytes, 0, 0, 0, 1])
-    ptr = (1 << 63) | (0x14 << addr_bits) | described
-    return hdr + ptr.to_bytes(8, "big")
-
-
 def test_print_heaps_names_what_a_descriptor_describes():
+    from test_items import descriptor_packet
     ph = load("clients/python/examples/print_heaps.py", "print_heaps")
-    assert ph.described_id(descriptor_packet(0x1600, 5)) == 0x1600
-    assert ph.described_id(descriptor_packet(0x1001, 6)) == 0x1001
-    assert ph.described_id(b"\x00" * 16) is None
-    assert ph.described_id(descriptor_packet(0x1600)[:8]) is None  # no item pointers
+    assert ph.described(descriptor_packet(0x1600, b"timestamp", b"", fmt=b"u\x00\x30")) == \
+        "0x1600 'timestamp' (format [('u', 48)])"
+    assert ph.described(descriptor_packet(0x1001, b"x", b"", dtype=b"{'descr': '|u1', 'fortran_order': False, "
+                                          b"'shape': (3,)}", addr_bytes=5)) == "0x1001 'x' (dtype uint8, shape (3,))"
+    assert ph.described(b"\x00" * 16) is None
 
 
 def lines(stages, heaps=200, expected=42):

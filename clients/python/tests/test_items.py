@@ -236,3 +236,57 @@ def test_cancelled_wait_takes_no_heap(make):
         p.publish(p.acquire(), 7)
         with ring.next(timeout=2) as h:
             assert h.heap_cnt == 7
+
+
+def descriptor_packet(iid, name, description, fmt=b"", shape=(), dtype=b"", addr_bytes=6):
+    """An item descriptor as spead2 sends it (item 0x5's value): an embedded SPEAD packet, its fields as
+    address items in order, the id an immediate."""
+    addr_bits = 8 * addr_bytes
+    fields = [(0x10, name), (0x11, description), (0x13, fmt),
+              (0x12, b"".join(b"\x00" + int(s).to_bytes(addr_bytes, "big") for s in shape))]
+    if dtype:
+        fields.append((0x15, dtype))
+    ptrs, payload = [(1 << 63) | (0x14 << addr_bits) | iid], b""
+    for fid, value in fields:
+        ptrs.append((fid << addr_bits) | len(payload))
+        payload += value
+    hdr = bytes([0x53, 4, 8 - addr_bytes, addr_bytes, 0, 0]) + len(ptrs).to_bytes(2, "big")
+    return hdr + b"".join(p.to_bytes(8, "big") for p in ptrs) + payload
+
+
+def test_descriptors_carried_only_by_the_heap_are_learnt(make):
+    """A heap with HAS_DESCRIPTORS whose descriptors never reached the ring's metadata (an area too small
+    for them) still names its items."""
+    p = make()
+    with Ring.attach(p.socket_path, timeout=2) as ring:
+        d1 = descriptor_packet(0x1600, b"timestamp", b"sample count", fmt=b"u\x00\x30")
+        d2 = descriptor_packet(0x1800, b"spectrum", b"", dtype=b"{'descr': '<u2', 'fortran_order': False, 'shape': (4,)}")
+        s = p.acquire()
+        data = np.arange(4, dtype="<u2").tobytes()
+        body = data + d1 + d2
+        s.payload[:len(body)] = np.frombuffer(body, np.uint8)
+        s.add_item(0x1600, (1 << 40) + 7, 6, immediate=True)
+        s.add_item(0x1800, 0, 8)
+        s.add_item(0x5, 8, len(d1))
+        s.add_item(0x5, 8 + len(d1), len(d2))
+        p.publish(s, 1, flags=ibvbridge.producer.COMPLETE | ibvbridge.producer.HAS_DESCRIPTORS)
+        assert ring.descriptors() == {}
+        ig = ItemGroup()
+        with ring.next(timeout=2) as h:
+            changed = ig.update(h)
+            assert set(changed) == {"timestamp", "spectrum"}
+            assert ig["timestamp"].value == (1 << 40) + 7 and ig["timestamp"].description == "sample count"
+            assert list(ig["spectrum"].value) == [0, 1, 2, 3] and ig["spectrum"].dtype == np.dtype("<u2")
+
+
+def test_a_malformed_heap_descriptor_is_dropped_not_fatal(make):
+    p = make()
+    with Ring.attach(p.socket_path, timeout=2) as ring:
+        s = p.acquire()
+        s.payload[:16] = np.frombuffer(b"\x53\x04\x02\x06\x00\x00\x00\x09" + b"\x00" * 8, np.uint8)  # 9 pointers
+        s.add_item(0x5, 0, 16)
+        p.publish(s, 1, flags=ibvbridge.producer.COMPLETE | ibvbridge.producer.HAS_DESCRIPTORS)
+        with ring.next(timeout=2) as h:
+            assert ItemGroup().update(h) == {}
+    with pytest.raises(ValueError, match="past its"):
+        ibvbridge.items.parse_descriptor_item(b"\x53\x04\x02\x06\x00\x00\x00\x09" + b"\x00" * 8)
