@@ -14,7 +14,9 @@ executor, for at most ``MAX_WAIT_SLICE`` (0.25 s), then come back to the loop an
 * the executor thread touches no ring state (one syscall on the region's futex word): taking a heap,
   releasing heaps and flushing the tail stay on the loop's thread, so a task that releases a heap while
   another awaits cannot race the wait;
-* cancelling the awaiting task leaves nothing taken: the thread's futex wait ends within a slice.
+* cancelling the awaiting task leaves nothing taken: the thread's futex wait ends within a slice;
+* the async wait asks for a wake per heap (``wake_at`` = the next position): attach's ``max_latency``
+  coalescing applies to ``next()`` / ``for``, not here.
 
 The alternative, an eventfd read by ``loop.add_reader`` and written by a waiter thread blocked in the futex,
 needs one thread per ring for the ring's lifetime; the wake latency is the same (one futex wake plus one
