@@ -83,7 +83,9 @@ func consumerCmd(t *testing.T, kind, ctlPath string, verify bool, extra ...strin
 	var cmd *exec.Cmd
 	switch kind {
 	case "go":
-		cmd = exec.Command(goTool, append([]string{"consume"}, args...)...)
+		// --wait: a consumer may start before its producer has made the ring (layout 2.1 §B: a missing
+		// ring otherwise fails at once).
+		cmd = exec.Command(goTool, append([]string{"consume", "--wait"}, args...)...)
 	case "c":
 		cmd = exec.Command(filepath.Join(repoRoot, "clients/c/build/ibvb-consume"), args...)
 	case "python":

@@ -3,6 +3,7 @@ package ring
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,10 +16,16 @@ import (
 
 // AttachOptions tune Attach.
 type AttachOptions struct {
-	// Timeout bounds the wait for the ring's producer to appear and answer (default 10 s; <0: try once).
+	// Timeout bounds the attach: retrying a stale socket (and, with Wait, a missing name) and the wait for
+	// the welcome (default 5 s; <0: connect once, the welcome still gets 5 s).
 	Timeout time.Duration
+	// Wait retries a name that no trusted directory serves yet every 10 ms until Timeout; without it a
+	// missing ring fails at once with ErrNotFound ("ring NAME not found (looked in DIR, ...)").
+	Wait bool
 	// Dir is where a ring is looked up by name ("": the spec's directories, §1.1).
 	Dir string
+	// Warnings receives one line per lookup directory skipped as untrusted (default os.Stderr).
+	Warnings io.Writer
 	// FromHead starts at the newest heap instead of the oldest one the ring still holds (spec §7.1).
 	FromHead bool
 	// MaxLatency, if positive, lets a moving stream's heaps wait up to this long before Next wakes for
@@ -28,6 +35,13 @@ type AttachOptions struct {
 	// SpinBudget bounds how long Next spins before sleeping (default 20 µs, <0: never spin). It spins only
 	// while recent waits averaged at most half of it.
 	SpinBudget time.Duration
+}
+
+func (o AttachOptions) warnings() io.Writer {
+	if o.Warnings != nil {
+		return o.Warnings
+	}
+	return os.Stderr
 }
 
 // Consumer reads heaps from a ring. It is not safe for concurrent use.
@@ -53,7 +67,8 @@ type Consumer struct {
 	stats     *[StatsSlots]uint64
 
 	descs      []descriptor
-	items      []Item
+	items      []Item // the ring's item tables: read only by copying (a hostile producer may rewrite them)
+	itemCopy   []Item // private copies of the item tables of held heaps, max_items per position
 	mask       uint64
 	read       uint64 // next position to read
 	cachedHead uint64
@@ -72,8 +87,10 @@ type Consumer struct {
 	eosPos        uint64
 }
 
-// Heap is a heap read from the ring. Its Payload and Items view ring memory (read-only) and are valid
-// until the heap is released.
+// Heap is a heap read from the ring. Its descriptor fields and Items are the consumer's private, validated
+// copies; Payload views ring memory (read-only). Under the drop policy the producer may overrun a consumer
+// that falls a whole ring behind and reuse the slots it holds (layout 2.1 §A): Payload's bytes are the
+// heap's only while Consumer.Valid reports true, so check Valid (or Release's error) AFTER reading them.
 type Heap struct {
 	Position    uint64
 	HeapCnt     uint64
@@ -114,7 +131,7 @@ func Attach(nameOrPath string, opt AttachOptions) (c *Consumer, err error) {
 	if opt.FromHead {
 		role.Start = StartHead
 	}
-	a, err := dial(nameOrPath, opt.Dir, opt.Timeout, role)
+	a, err := dial(nameOrPath, dialOptions{dir: opt.Dir, timeout: opt.Timeout, wait: opt.Wait, warn: opt.warnings()}, role)
 	if err != nil {
 		return nil, err
 	}
@@ -142,6 +159,7 @@ func Attach(nameOrPath string, opt AttachOptions) (c *Consumer, err error) {
 // attachment is what the handshake hands over: the connected socket, the welcome and its descriptors.
 type attachment struct {
 	name string
+	path string // the socket it connected to
 	sock int
 	w    welcome
 	fds  []int
@@ -152,41 +170,6 @@ func (a *attachment) closeFDs() {
 		unix.Close(fd)
 	}
 	a.fds = nil
-}
-
-// dial finds the ring's socket, connects (retrying while there is no producer, until timeout), checks who
-// serves it, and runs the handshake (spec §9 steps 1–3). On success the descriptors are the caller's.
-func dial(nameOrPath, dir string, timeout time.Duration, h hello) (*attachment, error) {
-	if timeout == 0 {
-		timeout = 10 * time.Second
-	}
-	deadline := time.Now().Add(timeout)
-	var path, name string
-	var err error
-	var sock int
-	for {
-		if path, name, err = SocketPath(nameOrPath, dir); err != nil {
-			return nil, err
-		}
-		sock, err = connectSeqpacket(path)
-		if err == nil || !(errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ECONNREFUSED)) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ECONNREFUSED) {
-		return nil, fmt.Errorf("attach %s: %w: no producer serves %s", name, ErrNotFound, path)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("attach %s: connect %s: %w", name, path, err)
-	}
-	a := &attachment{name: name, sock: sock}
-	if err := a.handshake(path, h, time.Until(deadline)); err != nil {
-		a.closeFDs()
-		unix.Close(sock)
-		return nil, fmt.Errorf("attach %s: %w", name, err)
-	}
-	return a, nil
 }
 
 // connectSeqpacket connects to a Unix SOCK_SEQPACKET socket; a path too long for sockaddr_un is reached
@@ -222,31 +205,29 @@ func retryEINTR(call func() error) error {
 	}
 }
 
-// trustedProducer is the client's check of who serves the socket (spec §1.2): root, ourselves, or the
-// owner of a directory only its owner can write (a stranger may have bound a socket where we were sent).
-func trustedProducer(uid uint32, path string) bool {
-	if uid == 0 || int(uid) == os.Geteuid() {
-		return true
-	}
-	var st unix.Stat_t
-	return unix.Stat(filepath.Dir(path), &st) == nil && st.Uid == uid && st.Mode&0o022 == 0
+// trustedProducer is the client's check of who serves the socket (spec §1.2, layout 2.1 §B): root,
+// ourselves, or the owner of the trusted directory it was found in.
+func trustedProducer(uid uint32, c candidate) bool {
+	return uid == 0 || int(uid) == os.Geteuid() || uid == c.owner
 }
 
-func (a *attachment) handshake(path string, h hello, left time.Duration) error {
+// handshake sends the hello and reads the welcome with its descriptors, within left (spec §1.2).
+func (a *attachment) handshake(c candidate, h hello, left time.Duration) error {
 	cred, err := unix.GetsockoptUcred(a.sock, unix.SOL_SOCKET, unix.SO_PEERCRED)
 	if err != nil {
 		return os.NewSyscallError("getsockopt(SO_PEERCRED)", err)
 	}
-	if !trustedProducer(cred.Uid, path) {
+	if !trustedProducer(cred.Uid, c) {
 		return fmt.Errorf("%w: %s is served by uid %d, which is not trusted (not root, not us, not the owner of its directory)",
-			ErrPermission, path, cred.Uid)
+			ErrPermission, c.path, cred.Uid)
 	}
-	left = max(left, time.Second)
 	tv := unix.NsecToTimeval(left.Nanoseconds())
 	if err := unix.SetsockoptTimeval(a.sock, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
 		return os.NewSyscallError("setsockopt(SO_RCVTIMEO)", err)
 	}
-	if err := retryEINTR(func() error { _, err := unix.Write(a.sock, h.encode()); return err }); err != nil {
+	// A producer refusing a connection at once (busy) may have closed it before the hello: its error
+	// record is still there to read, so EPIPE is not the answer.
+	if err := retryEINTR(func() error { _, err := unix.Write(a.sock, h.encode()); return err }); err != nil && !errors.Is(err, unix.EPIPE) {
 		return fmt.Errorf("send hello: %w", os.NewSyscallError("write", err))
 	}
 	buf := make([]byte, ErrorRecordMax)
@@ -343,6 +324,7 @@ func (c *Consumer) mapAll(a *attachment) error {
 	c.stats = (*[StatsSlots]uint64)(unsafe.Pointer(&ct[offStats]))
 	c.descs = unsafe.Slice((*descriptor)(unsafe.Pointer(&c.data[g.DescOffset])), g.SlotCount)
 	c.items = unsafe.Slice((*Item)(unsafe.Pointer(&c.data[g.ItemsOffset])), g.SlotCount*uint64(g.MaxItems))
+	c.itemCopy = make([]Item, g.SlotCount*uint64(g.MaxItems))
 	c.mask = g.SlotCount - 1
 	return nil
 }
@@ -350,22 +332,40 @@ func (c *Consumer) mapAll(a *attachment) error {
 // Index is this consumer's row in the ring's consumer table.
 func (c *Consumer) Index() int { return int(c.index) }
 
+// attached reports whether the producer still counts this consumer as attached (layout 2.1 §A): the row's
+// state, then its generation, two separate acquire loads in that order. While it holds, no slot this
+// consumer holds has been reused.
+func (c *Consumer) attached() bool {
+	return c.rowState != nil && ConsumerState(atomic.LoadUint32(c.rowState)) == ConsumerAttached &&
+		atomic.LoadUint32(c.rowGen) == c.gen
+}
+
 // detached reports why the producer detached this consumer (spec §7.6), nil while it is attached.
 func (c *Consumer) detached() error {
-	st := ConsumerState(atomic.LoadUint32(c.rowState))
-	if st == ConsumerAttached && atomic.LoadUint32(c.rowGen) == c.gen {
+	if c.attached() {
 		return nil
 	}
+	if c.rowState == nil {
+		return fmt.Errorf("ring %s: %w (closed)", c.name, ErrDetached)
+	}
+	st := ConsumerState(atomic.LoadUint32(c.rowState))
 	row := c.ctl[offTable+TableRowSize*int(c.index):]
 	switch {
 	case atomic.LoadUint32(c.rowGen) != c.gen:
 		return fmt.Errorf("ring %s: %w (its row was given to another consumer)", c.name, ErrDetached)
 	case st == ConsumerOverrun:
-		return fmt.Errorf("ring %s: %w, %d heaps lost", c.name, ErrOverrun, atomic.LoadUint64(u64at(row, rowLostHeaps)))
+		return &OverrunError{Ring: c.name, Lost: atomic.LoadUint64(u64at(row, rowLostHeaps))}
 	case st == ConsumerBadCursor:
 		return fmt.Errorf("ring %s: %w: invalid cursor", c.name, ErrDetached)
 	}
 	return fmt.Errorf("ring %s: %w (%s)", c.name, ErrDetached, st)
+}
+
+// Valid reports whether h's bytes are still h's: the consumer is still attached, so the producer has not
+// reused the slot, and h is held (read, not yet released). Check it after reading Payload: bytes read
+// before a true Valid were the heap's (layout 2.1 §A).
+func (c *Consumer) Valid(h Heap) bool {
+	return h.Position-c.released < c.read-c.released && c.attached()
 }
 
 // SessionID identifies the producer run (the ring's epoch); ProducerPID is for messages.
@@ -393,10 +393,12 @@ func (c *Consumer) TryNext() (Heap, bool, error) {
 		}
 	}
 	h, err := c.heapAt(c.read)
+	// Checked on every call, after the copies: a heap whose slot was reused while it was being read is
+	// never handed out, and an overrun consumer learns it (with the heaps it lost) at its next call.
+	if derr := c.detached(); derr != nil {
+		return Heap{}, false, derr
+	}
 	if err != nil {
-		if derr := c.detached(); derr != nil { // a slot reused under a detached consumer looks corrupt
-			return Heap{}, false, derr
-		}
 		return Heap{}, false, err
 	}
 	c.read++
@@ -405,36 +407,50 @@ func (c *Consumer) TryNext() (Heap, bool, error) {
 		// consumer still holds.
 		c.eosPending, c.eosPos = true, h.Position
 		if c.released == h.Position {
-			c.Release(h)
+			_ = c.Release(h) // attachment checked just above
 		}
 		return Heap{}, false, ErrEndOfStream
 	}
 	return h, true, nil
 }
 
-// heapAt validates position pos's descriptor and item table against the geometry (spec §7.3 step 2).
+// heapAt copies position pos's descriptor and item table into private memory and validates the copies
+// against the geometry (spec §7.3 step 2): nothing validated is read from shared memory again, so a
+// producer rewriting them meanwhile cannot make the consumer read out of bounds.
 func (c *Consumer) heapAt(pos uint64) (Heap, error) {
-	g := &c.hdr.Geometry
-	d := &c.descs[pos&c.mask]
+	d := c.descs[pos&c.mask] // a copy
+	items, err := validateHeap(&c.hdr.Geometry, pos, &d, c.items, c.itemCopy)
 	h := Heap{Position: pos, HeapCnt: d.HeapCnt, HeapSize: d.HeapSize, Received: d.Received,
-		TimestampNs: d.TimestampNs, Flags: d.Flags, Packets: d.Packets, Slot: d.Slot}
-	seq, nItems := d.Seq, d.ItemCount
-	if seq != pos+1 {
-		return h, fmt.Errorf("%w: descriptor of position %d has seq %d", ErrCorrupt, pos, seq)
+		TimestampNs: d.TimestampNs, Flags: d.Flags, Packets: d.Packets, Slot: d.Slot, Items: items}
+	if err != nil {
+		return h, err
 	}
-	if uint64(h.Slot) >= g.SlotCount || nItems > g.MaxItems || h.Received > g.SlotSize {
-		return h, fmt.Errorf("%w: position %d: slot %d, items %d, received %d out of range", ErrCorrupt, pos, h.Slot, nItems, h.Received)
+	off := c.hdr.PayloadOffset + uint64(d.Slot)*c.hdr.SlotSize
+	h.Payload = c.data[off : off+d.Received : off+c.hdr.SlotSize]
+	return h, nil
+}
+
+// validateHeap checks a private copy d of position pos's descriptor (seq, slot, item count, received),
+// copies its item entries from shared into private (max_items entries per position) and checks every
+// address item against the slot. It returns the private item slice.
+func validateHeap(g *Geometry, pos uint64, d *descriptor, shared, private []Item) ([]Item, error) {
+	if d.Seq != pos+1 {
+		return nil, fmt.Errorf("%w: descriptor of position %d has seq %d", ErrCorrupt, pos, d.Seq)
 	}
-	base := uint64(h.Slot) * uint64(g.MaxItems)
-	h.Items = c.items[base : base+uint64(nItems) : base+uint64(nItems)]
-	for _, it := range h.Items {
+	if uint64(d.Slot) >= g.SlotCount || d.ItemCount > g.MaxItems || d.Received > g.SlotSize {
+		return nil, fmt.Errorf("%w: position %d: slot %d, items %d, received %d out of range", ErrCorrupt, pos, d.Slot, d.ItemCount, d.Received)
+	}
+	n := uint64(d.ItemCount)
+	src := uint64(d.Slot) * uint64(g.MaxItems)
+	dst := (pos & (g.SlotCount - 1)) * uint64(g.MaxItems)
+	items := private[dst : dst+n : dst+n]
+	copy(items, shared[src:src+n])
+	for _, it := range items {
 		if !it.Immediate() && (it.Value > g.SlotSize || it.Length > g.SlotSize-it.Value) {
-			return h, fmt.Errorf("%w: position %d: item %#x [%d,+%d) outside slot", ErrCorrupt, pos, it.ID, it.Value, it.Length)
+			return nil, fmt.Errorf("%w: position %d: item %#x [%d,+%d) outside slot", ErrCorrupt, pos, it.ID, it.Value, it.Length)
 		}
 	}
-	off := g.PayloadOffset + uint64(h.Slot)*g.SlotSize
-	h.Payload = c.data[off : off+h.Received : off+g.SlotSize]
-	return h, nil
+	return items, nil
 }
 
 // Next waits up to timeout (<0: forever) for the next heap. It returns ErrEndOfStream after the last heap
@@ -581,11 +597,14 @@ func socketAlive(fd int) bool {
 }
 
 // Release gives back h and every heap read before it, in position order (spec §7.3 step 5). The shared
-// cursor is stored once per batch of releases, and always before the consumer waits or detaches.
-func (c *Consumer) Release(h Heap) {
+// cursor is stored once per batch of releases, and always before the consumer waits or detaches. It
+// returns an *OverrunError (errors.Is ErrOverrun) when the producer overran this consumer while it held h
+// (h's bytes may have been rewritten while it was read), or another ErrDetached error when the producer
+// detached it for another reason; nil otherwise.
+func (c *Consumer) Release(h Heap) error {
 	next := h.Position + 1
 	if next-c.released > c.read-c.released { // not read yet, or released already
-		return
+		return c.detached()
 	}
 	c.released = next
 	if c.eosPending && next == c.eosPos {
@@ -594,6 +613,7 @@ func (c *Consumer) Release(h Heap) {
 	if c.released-c.stored >= c.batch {
 		c.flushRelease()
 	}
+	return c.detached()
 }
 
 // flushRelease publishes the released position to the producer and wakes it if it waits (spec §7.4).
@@ -619,6 +639,7 @@ func (c *Consumer) Close() error {
 }
 
 func (c *Consumer) unmap() error {
+	c.rowState, c.rowGen = nil, nil // Valid and Release after Close: detached, not a fault
 	var errs []error
 	for _, m := range []*[]byte{&c.data, &c.ctl, &c.region} {
 		if *m != nil {

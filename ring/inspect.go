@@ -2,6 +2,7 @@ package ring
 
 import (
 	"fmt"
+	"os"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -10,23 +11,26 @@ import (
 // Info is a read-only look at a ring, as `ibvbridge stat` shows it: taken as an observer (spec §1.2), it
 // neither attaches as a consumer nor disturbs the producer.
 type Info struct {
-	Name           string            `json:"name"`
-	Socket         string            `json:"socket"`
-	Major          uint16            `json:"major"`
-	Minor          uint16            `json:"minor"`
-	State          string            `json:"state"`
-	Policy         string            `json:"policy"`
-	SessionID      uint64            `json:"session_id"`
-	ProducerPID    uint64            `json:"producer_pid"`
-	ProducerAlive  bool              `json:"producer_alive"`
-	HeartbeatAgeNs int64             `json:"heartbeat_age_ns"`
-	Features       uint64            `json:"features"`
-	MaxConsumers   uint32            `json:"max_consumers"`
-	Geometry       Geometry          `json:"geometry"`
-	Head           uint64            `json:"head"`
-	Oldest         uint64            `json:"oldest"`
-	Consumers      []ConsumerInfo    `json:"consumers"`
-	Counters       map[string]uint64 `json:"counters"`
+	Name           string   `json:"name"`
+	Socket         string   `json:"socket"`
+	Major          uint16   `json:"major"`
+	Minor          uint16   `json:"minor"`
+	State          string   `json:"state"`
+	Policy         string   `json:"policy"`
+	SessionID      uint64   `json:"session_id"`
+	ProducerPID    uint64   `json:"producer_pid"`
+	ProducerAlive  bool     `json:"producer_alive"`
+	HeartbeatAgeNs int64    `json:"heartbeat_age_ns"`
+	Features       uint64   `json:"features"`
+	MaxConsumers   uint32   `json:"max_consumers"`
+	Geometry       Geometry `json:"geometry"`
+	Head           uint64   `json:"head"`
+	Oldest         uint64   `json:"oldest"`
+	// Unread is head − the slowest attached consumer's released position (0 with none attached): heaps a
+	// consumer has still to read. Head − Oldest also counts heaps kept for a later consumer.
+	Unread    uint64            `json:"unread"`
+	Consumers []ConsumerInfo    `json:"consumers"`
+	Counters  map[string]uint64 `json:"counters"`
 }
 
 // ConsumerInfo is one non-free row of the consumer table (spec §2.2).
@@ -81,7 +85,7 @@ func ParsePolicy(s string) (Policy, error) {
 // Inspect reads ring nameOrPath's header, cursors, consumer table and counters as an observer. A name
 // is looked up in dir ("": the spec's directories). A ring nobody serves is ErrNotFound, at once.
 func Inspect(nameOrPath, dir string) (Info, error) {
-	a, err := dial(nameOrPath, dir, -1, hello{Major: MajorVersion, Minor: MinorVersion, Role: RoleObserver})
+	a, err := dial(nameOrPath, dialOptions{dir: dir, timeout: -1, warn: os.Stderr}, hello{Major: MajorVersion, Minor: MinorVersion, Role: RoleObserver})
 	if err != nil {
 		return Info{}, fmt.Errorf("stat: %w", err)
 	}
@@ -92,7 +96,7 @@ func Inspect(nameOrPath, dir string) (Info, error) {
 		return Info{}, fmt.Errorf("stat %s: %w", a.name, err)
 	}
 	defer unix.Munmap(ctl)
-	path, _, _ := SocketPath(nameOrPath, dir)
+	path := a.path
 	head := atomic.LoadUint64(u64at(ctl, offHead))
 	info := Info{
 		Name: a.name, Socket: path, Major: h.Major, Minor: h.Minor,
@@ -121,6 +125,9 @@ func Inspect(nameOrPath, dir string) (Info, error) {
 			PID: atomic.LoadUint64(u64at(row, rowPID)), UID: atomic.LoadUint64(u64at(row, rowUID)),
 			AttachNs: atomic.LoadUint64(u64at(row, rowAttachNs)), Position: pos, Lag: head - pos,
 			Wakes: atomic.LoadUint64(u64at(row, rowWakes)), LostHeaps: atomic.LoadUint64(u64at(row, rowLostHeaps))})
+		if st == ConsumerAttached && head-pos <= h.SlotCount+1 { // a row being reused mid-read is skipped
+			info.Unread = max(info.Unread, head-pos)
+		}
 	}
 	return info, nil
 }

@@ -2,13 +2,16 @@ package ring
 
 import "fmt"
 
-// This file is the ring layout of docs/ring-layout.md, version 1.0, as Go constants. The C header and the
-// Python layout module carry the same numbers; TestGolden* checks that all three agree.
+// This file is the ring layout of docs/ring-layout.md, version 2.1, as Go constants. The C header and the
+// Python layout module carry the same numbers; TestGoldenLayout (interop) checks that all three agree.
+// Minor 1 adds rules, not fields: a consumer checks its row after reading a heap (validate after read),
+// and the producer stores a detached row's lost_heaps and state before it reuses any slot that consumer
+// held. Any minor of major 2 is accepted both ways.
 
 const (
 	Magic        uint64 = 0x474E495242564249 // "IBVBRING" little-endian
 	MajorVersion uint16 = 2
-	MinorVersion uint16 = 0
+	MinorVersion uint16 = 1
 
 	// Control memory (spec §2): header, producer blocks, stats, then the consumer table.
 	offMagic         = 0x00

@@ -44,6 +44,9 @@ type Config struct {
 	Dir string
 	// MaxConsumers is how many consumers may attach at once (default 8, at most 64).
 	MaxConsumers int
+	// MaxObservers is how many observers (stat, ls) may be connected at once (default 4): each holds a
+	// connection and a descriptor, so a flood of them is refused, not served.
+	MaxObservers int
 	// Group, if set, lets members of this group attach (socket mode 0660, SO_PEERCRED group check).
 	Group string
 	// ReplayTimestamps marks descriptors' timestamps as capture times (header feature REPLAY_TIMESTAMPS).
@@ -73,6 +76,9 @@ func (c *Config) setDefaults() error {
 	if c.MaxConsumers == 0 {
 		c.MaxConsumers = DefaultMaxConsumer
 	}
+	if c.MaxObservers == 0 {
+		c.MaxObservers = DefaultMaxObservers
+	}
 	switch {
 	case c.SlotCount < 1 || c.SlotCount > MaxSlotCount || c.SlotCount&(c.SlotCount-1) != 0:
 		return fmt.Errorf("%w: slot count %d must be a power of two in 1..%d", ErrBadConfig, c.SlotCount, MaxSlotCount)
@@ -86,10 +92,37 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("%w: packet area %d bytes", ErrBadConfig, c.PacketArea)
 	case c.MaxConsumers < 1 || c.MaxConsumers > MaxConsumersLimit:
 		return fmt.Errorf("%w: max consumers %d must be in 1..%d", ErrBadConfig, c.MaxConsumers, MaxConsumersLimit)
+	case c.MaxObservers < 1:
+		return fmt.Errorf("%w: max observers %d must be at least 1", ErrBadConfig, c.MaxObservers)
 	case c.Policy != PolicyDrop && c.Policy != PolicyBlock:
 		return fmt.Errorf("%w: policy %d", ErrBadConfig, c.Policy)
 	}
 	c.SlotSize = int(alignUp(uint64(c.SlotSize), 64))
+	return c.checkSizes()
+}
+
+// checkSizes refuses a geometry whose memory size does not fit in 64 bits (each product and sum checked:
+// spec §3's regions one after another, each 4096-aligned), before anything is sized or mapped.
+func (c *Config) checkSizes() error {
+	n := uint64(c.SlotCount)
+	total, ok := uint64(0), true
+	add := func(v uint64, okv bool) {
+		var carry uint64
+		total, carry = bits.Add64(total, v+RegionAlign, 0)
+		ok = ok && okv && carry == 0 && v+RegionAlign > v
+	}
+	mul := func(a, b uint64) (uint64, bool) {
+		hi, lo := bits.Mul64(a, b)
+		return lo, hi == 0
+	}
+	add(mul(n, DescSize))
+	add(mul(n, uint64(c.MaxItems)*ItemSize))
+	add(uint64(c.MetaSize), true)
+	add(mul(n, uint64(c.SlotSize)))
+	add(uint64(c.PacketArea), true)
+	if !ok || total > 1<<62 {
+		return fmt.Errorf("%w: %d slots × %d bytes (%d items each) do not fit in memory: the ring's size overflows", ErrBadConfig, c.SlotCount, c.SlotSize, c.MaxItems)
+	}
 	return nil
 }
 
@@ -133,6 +166,9 @@ func (s *Slot) ResetItems() { s.nItems, s.overflw = 0, false }
 
 const noSlot = ^uint32(0)
 
+// DefaultMaxObservers is how many observers a ring serves at once unless Config.MaxObservers says.
+const DefaultMaxObservers = 4
+
 // Producer creates a ring, serves its consumers and publishes heaps into it. Its methods other than
 // Close, Interrupt, Consumers, Backlog and Stats must be called from one goroutine (the hot path).
 type Producer struct {
@@ -172,10 +208,15 @@ type Producer struct {
 
 	// mu guards the consumer set, the table rows, reclaim and grave: admission (server goroutine) and
 	// reclaiming (hot path, only when the free pool is empty) must agree on which positions are held.
-	mu      sync.Mutex
-	reclaim uint64    // positions below this have had their slots returned to the pool
-	members []*member // attached consumers
-	grave   []*member // detached ones whose regions the hot path may still be reading
+	mu        sync.Mutex
+	reclaim   uint64    // positions below this have had their slots returned to the pool
+	members   []*member // attached consumers
+	observers int       // connected observers, at most cfg.MaxObservers
+	readMark  uint64    // the furthest any detached consumer released: what no consumer read starts here
+	grave     []*member // detached ones whose regions the hot path may still be reading (while hotBusy)
+	// hotBusy is set while the hot path uses members' regions outside mu (waking them, sleeping on a
+	// release futex): a region detached meanwhile waits in grave; otherwise it is unmapped at detach.
+	hotBusy atomic.Bool
 	closing bool
 	setGen  uint64
 	snap    atomic.Pointer[memberSet] // attached consumers, for the hot path's lock-free wakes
@@ -251,15 +292,23 @@ func Create(name string, cfg Config) (p *Producer, err error) {
 // createData makes the data memory: a hugetlb memfd when asked and possible, else shmem (spec §1).
 func (p *Producer) createData() error {
 	c := &p.cfg
+	var geoErr error
 	lay := func(pageSize uint32) {
 		p.geo = layoutGeometry(uint64(c.SlotCount), uint64(c.SlotSize), uint32(c.MaxItems),
 			uint64(c.MetaSize), uint64(c.PacketArea), pageSize)
+		if err := p.geo.Validate(); err != nil { // the consumers' check, before anything is sized
+			geoErr = fmt.Errorf("%w: %v", ErrBadConfig, err)
+		}
 	}
 	memName := "ibvbridge." + p.name + ".data"
 	if c.HugePages != HugePagesOff {
 		fd, pageSize, err := newHugeMemfd(memName)
 		if err == nil {
 			lay(pageSize)
+			if geoErr != nil {
+				unix.Close(fd)
+				return geoErr
+			}
 			var b []byte
 			if b, err = sizeAndMap(fd, p.geo.DataSize, true); err == nil {
 				p.dataMem, p.huge = shm{fd: fd, mem: b}, true
@@ -278,6 +327,9 @@ func (p *Producer) createData() error {
 		}
 	}
 	lay(uint32(os.Getpagesize()))
+	if geoErr != nil {
+		return geoErr
+	}
 	s, err := newShm(memName, p.geo.DataSize)
 	if err != nil {
 		return err
@@ -363,7 +415,7 @@ func (p *Producer) bindShared() {
 		p.free[i] = uint32(i)
 	}
 	p.freeW = uint64(n)
-	p.pos, p.reclaim = p.cfg.InitialPosition, p.cfg.InitialPosition
+	p.pos, p.reclaim, p.readMark = p.cfg.InitialPosition, p.cfg.InitialPosition, p.cfg.InitialPosition
 	p.snap.Store(&memberSet{})
 	p.hotSnap = p.snap.Load()
 }
@@ -472,7 +524,6 @@ func (p *Producer) overrunLocked() bool {
 	}
 	for i := 0; i < len(p.members); {
 		if m := p.members[i]; m.released == p.reclaim {
-			atomic.StoreUint64(u64at(m.row, rowLostHeaps), p.pos-m.released)
 			p.detachLocked(m, ConsumerOverrun, fmt.Sprintf("%d heaps behind", p.pos-m.released))
 			continue
 		}
@@ -575,20 +626,37 @@ func (p *Producer) waitFor(done func() bool, stop <-chan struct{}, timeout time.
 			}
 			continue
 		}
-		f := atomic.LoadUint32(slow.relFutex)
-		atomic.StoreUint32(p.prodWait, 1) // sequentially consistent: the fence before the re-check
-		p.mu.Lock()
-		ok = done()
-		p.mu.Unlock()
-		if !ok {
-			p.waitWord.Store(slow.relFutex)
-			if !p.interrupted.Load() {
-				futexWaitOn(slow.relFutex, f, slice)
-			}
-			p.waitWord.Store(nil)
-		}
-		atomic.StoreUint32(p.prodWait, 0)
+		p.sleepOnRelease(done, slow, slice)
 	}
+}
+
+// sleepOnRelease sleeps up to slice on slow's release futex unless done (mu taken) has become true
+// (spec §7.4). slow's region stays mapped meanwhile: the hot path is busy with it (hotBusy).
+func (p *Producer) sleepOnRelease(done func() bool, slow *member, slice time.Duration) {
+	p.mu.Lock()
+	if slow.detached {
+		p.mu.Unlock()
+		return
+	}
+	p.hotBusy.Store(true)
+	p.mu.Unlock()
+	f := atomic.LoadUint32(slow.relFutex)
+	atomic.StoreUint32(p.prodWait, 1) // sequentially consistent: the fence before the re-check
+	p.mu.Lock()
+	ok := done()
+	p.mu.Unlock()
+	if !ok {
+		p.waitWord.Store(slow.relFutex)
+		if !p.interrupted.Load() {
+			futexWaitOn(slow.relFutex, f, slice)
+		}
+		p.waitWord.Store(nil)
+	}
+	atomic.StoreUint32(p.prodWait, 0)
+	p.mu.Lock()
+	p.hotBusy.Store(false)
+	p.buryLocked()
+	p.mu.Unlock()
 }
 
 // slowestLocked is the attached consumer that has released least, nil with none. mu held.
@@ -613,6 +681,28 @@ func (p *Producer) Unread() uint64 {
 		return 0
 	}
 	return p.pos - p.slowestLocked().released
+}
+
+// UnreadHeaps is how many published heaps no consumer has read (layout 2.1 §D): head minus the slowest
+// attached consumer's released position, or, with none attached, head minus the furthest a departed
+// consumer released (or the oldest heap the ring still holds, if that is later). A consumer that read
+// everything and left leaves 0, whatever the ring still holds for a later one. Safe from any goroutine.
+func (p *Producer) UnreadHeaps() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	head := atomic.LoadUint64(p.head)
+	p.readCursorsLocked(p.publishedHead)
+	if len(p.members) > 0 {
+		return head - p.slowestLocked().released
+	}
+	from := p.readMark
+	if oldest := atomic.LoadUint64(p.oldest); int64(oldest-from) > 0 {
+		from = oldest
+	}
+	if int64(head-from) < 0 {
+		return 0
+	}
+	return head - from
 }
 
 // Backlog is how many published heaps still hold their slots (head − oldest), safe from any goroutine
@@ -706,25 +796,29 @@ func (p *Producer) commitWake(force bool) {
 	}
 	p.committed = p.pos
 	atomic.StoreUint64(p.head, p.pos) // sequentially consistent: the release plus the fence of §7.5
+	// Busy before the set is loaded (both sequentially consistent): a detach that finds the hot path not
+	// busy published its new set first, so the hot path can no longer reach the detached region.
+	p.hotBusy.Store(true)
 	s := p.snap.Load()
-	if s != p.hotSnap {
-		p.adopt(s)
-	}
 	for _, m := range s.members {
 		if wakeIfWaiting(m.consWait, m.consFutex, m.wakeAt, p.pos, force) {
 			w := u64at(m.row, rowWakes)
 			atomic.StoreUint64(w, *w+1)
 		}
 	}
+	p.hotBusy.Store(false)
+	if s != p.hotSnap {
+		p.adopt(s)
+	}
 }
 
-// adopt switches the hot path to a new consumer set. Regions of consumers detached before it was made
-// are no longer reachable from the hot path, so they can be unmapped now.
+// adopt notes that the hot path has moved to a new consumer set and unmaps the regions detached while it
+// was busy (none are reachable from it now).
 func (p *Producer) adopt(s *memberSet) {
 	p.hotSnap = s
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.buryLocked(s.gen)
+	p.buryLocked()
 }
 
 // PublishEndOfStream publishes the end-of-stream marker (spec §4.1) for the stream-stop heap stopCnt (0
@@ -773,9 +867,13 @@ func (p *Producer) Stats() Stats { return readStats(p.stats, uint32(numCounters)
 // Interrupt makes a blocked Acquire or WaitDrained return ErrClosed; safe from any goroutine.
 func (p *Producer) Interrupt() {
 	p.interrupted.Store(true)
+	// Under mu: the word is in a consumer region, which stays mapped while the hot path, busy with it,
+	// has not cleared hotBusy (under mu).
+	p.mu.Lock()
 	if w := p.waitWord.Load(); w != nil {
 		futexWakeAll(w)
 	}
+	p.mu.Unlock()
 }
 
 func (p *Producer) heartbeat() {
@@ -791,6 +889,7 @@ func (p *Producer) heartbeat() {
 			// Keep the consumer table's positions current for `stat` while the stream is idle.
 			p.mu.Lock()
 			p.readCursorsLocked(p.publishedHead)
+			p.buryLocked()
 			p.mu.Unlock()
 		}
 	}
@@ -838,7 +937,8 @@ func (p *Producer) release() error {
 		m.region.close()
 	}
 	p.members = nil
-	p.buryLocked(^uint64(0))
+	p.hotBusy.Store(false) // the hot path has returned (Close's contract)
+	p.buryLocked()
 	p.mu.Unlock()
 	p.handlers.Wait() // none may still be passing a descriptor we are about to close
 	p.ctl, p.data = nil, nil

@@ -30,7 +30,11 @@ func TestMain(m *testing.M) {
 		childProducer(dir, os.Getenv("RING_TEST_CHILD_NAME"))
 		return
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if publicExe != "" {
+		os.RemoveAll(filepath.Dir(publicExe)) // the copy another user could run: nothing left in /tmp
+	}
+	os.Exit(code)
 }
 
 // childProducer publishes a few heaps, reports on stdout, then waits to be killed.
@@ -999,5 +1003,34 @@ func TestBatchPublishesAtEndBatch(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestUnreadHeapsAfterConsumersLeave (layout 2.1 §D): the detach reads the consumer's final cursor, so a
+// consumer that read everything and left leaves nothing unread (the ring still holds the heaps for a
+// later consumer: Backlog), and one that left two behind leaves exactly two.
+func TestUnreadHeapsAfterConsumersLeave(t *testing.T) {
+	cfg := testConfig(t)
+	p := mustCreate(t, "unreadleave", cfg)
+	for _, tc := range []struct{ read, want int }{{4, 0}, {2, 2}} {
+		c, err := ring.Attach("unreadleave", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second, FromHead: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for cnt := uint64(1); cnt <= 4; cnt++ {
+			publish(t, p, cnt, 64)
+		}
+		for range tc.read {
+			h, err := c.Next(time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Release(h)
+		}
+		c.Close()
+		waitConsumers(t, p, 0)
+		if got := p.UnreadHeaps(); got != uint64(tc.want) {
+			t.Errorf("read %d of 4 and left: UnreadHeaps %d, want %d (Backlog %d)", tc.read, got, tc.want, p.Backlog())
+		}
 	}
 }

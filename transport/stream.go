@@ -16,6 +16,14 @@ const drainTimeout = time.Second
 // packets of each before the stop heap, arriving on one of them, ends the stream.
 const spreadStopGrace = 20 * time.Millisecond
 
+// drainingKey marks the context of an interrupted stream's drain (Draining).
+type drainingKey struct{}
+
+// Draining reports whether ctx is the drain of an interrupted stream: what was queued and the stop heap
+// go out without pacing (at a rate of 1e-12 b/s the next batch is due in centuries; the user asked to
+// stop, and a queue of one batch is a burst the receiver takes).
+func Draining(ctx context.Context) bool { return ctx.Value(drainingKey{}) != nil }
+
 // SendStream sends heaps 1..n (heap(cnt) builds each; it may reuse one Heap) and then, if stop, a
 // stream-stop heap with cnt n+1, and waits until everything has left. A cancelled ctx ends the data heaps
 // early; the stop heap and the queue still go out, within drainTimeout. It returns the data heaps sent.
@@ -92,8 +100,15 @@ func SendSpread(ctx context.Context, lanes []Lane, numDests int, n uint64, stop 
 	}
 	if ctx.Err() != nil {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.Background(), drainTimeout)
+		ctx, cancel = context.WithTimeout(context.WithValue(context.Background(), drainingKey{}, true), drainTimeout)
 		defer cancel()
+		for _, l := range lanes { // what each lane left queued goes out first, unpaced
+			for _, hs := range l.Senders {
+				if err := hs.Flush(ctx); err != nil {
+					return sent, err
+				}
+			}
+		}
 	}
 	if numDests > 1 {
 		select {

@@ -57,6 +57,7 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	ringDir := fs.String("dir", "", "ring directory for the socket and lock (default: $IBVBRIDGE_RING_DIR, else /run/ibvbridge for root, else /dev/shm/ibvbridge-UID)")
 	group := fs.String("group", "", "let members of this group attach as consumers (default: only this user and root)")
 	maxConsumers := fs.Int("max-consumers", ring.DefaultMaxConsumer, "consumers that may attach at once")
+	maxObservers := fs.Int("max-observers", ring.DefaultMaxObservers, "observers (stat, ls) that may be connected at once")
 	transportName := fs.String("transport", "", "udp, pcap, xdp or ibv (default udp, or pcap with --pcap)")
 	xdpOpt := addXDPFlags(fs)
 	ibvOpt := addIBVFlags(fs, false) // ibv: --ibv, --ibv-* flags (transport_ibv.go)
@@ -89,6 +90,9 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	}
 	if *maxItems < 1 || *maxItems > ring.MaxItems {
 		return usageError("--max-items %d: want 1..%d", *maxItems, ring.MaxItems)
+	}
+	if *maxObservers < 1 {
+		return usageError("--max-observers %d: want at least 1", *maxObservers)
 	}
 	if *maxConsumers < 1 || *maxConsumers > ring.MaxConsumersLimit {
 		return usageError("--max-consumers %d: want 1..%d", *maxConsumers, ring.MaxConsumersLimit)
@@ -156,7 +160,7 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 
 	cfg := bridge.Config{Ring: *name,
 		RingCfg: ring.Config{SlotCount: *slots, SlotSize: *slotSize, MaxItems: *maxItems, Policy: pol, HugePages: hp,
-			Dir: *ringDir, Group: *group, MaxConsumers: *maxConsumers, ReplayTimestamps: tr == "pcap"},
+			Dir: *ringDir, Group: *group, MaxConsumers: *maxConsumers, MaxObservers: *maxObservers, ReplayTimestamps: tr == "pcap"},
 		Assembler:    spead.AssemblerConfig{MaxHeaps: *maxHeaps, Incomplete: *incomplete},
 		WaitConsumer: *waitConsumer, StatsInterval: *statsEvery, Log: &log}
 	switch tr {

@@ -154,11 +154,11 @@ func printInfo(stdout io.Writer, info ring.Info, r *ringRates) error {
 	fmt.Fprintf(w, "policy\t%s\n", info.Policy)
 	fmt.Fprintf(w, "slots\t%d x %d bytes, %d items each\n", info.Geometry.SlotCount, info.Geometry.SlotSize, info.Geometry.MaxItems)
 	fmt.Fprintf(w, "data\t%d bytes, page %d\n", info.Geometry.DataSize, info.Geometry.PageSize)
-	fmt.Fprintf(w, "cursors\thead %d, oldest held %d, held %d\n", info.Head, info.Oldest, info.Head-info.Oldest)
+	fmt.Fprintf(w, "cursors\thead %d, oldest held %d, held %d, unread %d\n", info.Head, info.Oldest, info.Head-info.Oldest, info.Unread)
 	if r != nil {
 		fill := 0.0
 		if info.Geometry.SlotCount > 0 {
-			fill = 100 * float64(info.Head-info.Oldest) / float64(info.Geometry.SlotCount)
+			fill = 100 * float64(info.Unread) / float64(info.Geometry.SlotCount) // the slowest consumer's lag
 		}
 		fmt.Fprintf(w, "rates\t%.0f heaps/s, %.0f packets/s, %.3f Gb/s, %.0f dropped heaps/s\n", r.HeapsPerS, r.PacketsPerS, r.Gbps, r.DropsPerS)
 		fmt.Fprintf(w, "fill\t%.1f %%\n", fill)

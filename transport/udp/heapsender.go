@@ -125,7 +125,7 @@ func (hs *HeapSender) Flush(ctx context.Context) error {
 	for _, p := range hs.pkts {
 		n += uint64(len(p))
 	}
-	if hs.bps > 0 {
+	if hs.bps > 0 && !transport.Draining(ctx) {
 		if err := hs.pace(ctx); err != nil {
 			return err
 		}
