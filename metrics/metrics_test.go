@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/ibvbridge/ibvbridge/ring"
-	"github.com/ibvbridge/ibvbridge/ring/pattern"
 	"github.com/ibvbridge/ibvbridge/ring/ringtest"
+	"github.com/ibvbridge/ibvbridge/spead/pattern"
 )
 
 type fakePipeline struct {
@@ -83,6 +83,18 @@ func TestScrape(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("scrape lacks %q", want)
 		}
+	}
+	// every rejection reason is a series from the start, and "none" (no rejection) is not one
+	for _, want := range []string{
+		fmt.Sprintf(`ibvbridge_malformed_packets_total{reason="bad magic",ring=%q} 0`, name),
+		fmt.Sprintf(`ibvbridge_malformed_packets_total{reason="other",ring=%q} 0`, name),
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("scrape lacks %q", want)
+		}
+	}
+	if strings.Contains(body, `reason="none"`) {
+		t.Error(`scrape has a reason="none" series`)
 	}
 	if t.Failed() {
 		t.Logf("scrape:\n%s", body)

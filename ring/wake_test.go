@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/ibvbridge/ibvbridge/ring"
-	"github.com/ibvbridge/ibvbridge/ring/pattern"
 	"github.com/ibvbridge/ibvbridge/ring/ringtest"
+	"github.com/ibvbridge/ibvbridge/spead/pattern"
 )
 
 func coalescingPair(t *testing.T, slots int, maxLatency time.Duration) (*ring.Producer, *ring.Consumer) {

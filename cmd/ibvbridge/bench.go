@@ -15,11 +15,14 @@ import (
 	"github.com/ibvbridge/ibvbridge/bench"
 )
 
-const benchUsage = "usage: ibvbridge bench ring|udp|xdp [flags]  (ibvbridge bench KIND -h for its flags)"
+// benchKinds are the benchmarks runBench dispatches; the top-level help and the usage line list them.
+var benchKinds = []string{"ring", "udp", "xdp"}
+
+var benchUsage = "usage: ibvbridge bench " + strings.Join(benchKinds, "|") + " [flags]  (ibvbridge bench KIND -h for its flags)"
 
 func runBench(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usageError(benchUsage)
+		return usageError("%s", benchUsage)
 	}
 	// A signal stops the benchmark where it is; the library removes its rings and processes on the way out.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -37,7 +40,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, benchUsage)
 		return flag.ErrHelp
 	default:
-		return usageError("unknown benchmark %q (want ring, udp or xdp)", args[0])
+		return usageError("unknown benchmark %q (want %s)", args[0], strings.Join(benchKinds, ", "))
 	}
 	if errors.Is(err, bench.ErrBadOption) {
 		return usageError("%v", err)

@@ -23,10 +23,11 @@ import (
 	"github.com/ibvbridge/ibvbridge/transport/xdp"
 )
 
-// Defaults of recv. The slot holds one heap: 2 MiB takes spead2's common 1 MiB heaps with their first
-// heap's descriptors, and 256 of them (512 MiB) fit the 512 hugepages scripts/setup.sh reserves.
+// Defaults of recv. The slot holds one heap: 2 MiB takes spead2's common 1 MiB heaps (send's default) with
+// their first heap's descriptors; 128 of them (256 MiB) take a quarter of the 512 × 2 MiB hugepages
+// scripts/setup.sh reserves, so a second default ring and the demo's still fit on hugepages.
 const (
-	defaultSlots    = 256
+	defaultSlots    = 128
 	defaultSlotSize = 2 << 20
 	minSlotSize     = 1 << 10
 )
@@ -218,8 +219,14 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 		collector.Attach(rcv)
 	}
 	p := rcv.Producer()
-	log.Info().Str("ring", *name).Str("transport", tr).Strs("endpoints", pos).Str("file", *pcapFile).
-		Int("slots", *slots).Int("slot_size", p.SlotSize()).Bool("hugepages", p.Huge()).
+	ev := log.Info().Str("ring", *name).Str("transport", tr)
+	if len(pos) > 0 {
+		ev = ev.Strs("endpoints", pos)
+	}
+	if *pcapFile != "" { // only a replay has a file
+		ev = ev.Str("file", *pcapFile)
+	}
+	ev.Int("slots", *slots).Int("slot_size", p.SlotSize()).Bool("hugepages", p.Huge()).
 		Str("policy", pol.String()).Msg("receiving")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

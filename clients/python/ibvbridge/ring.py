@@ -421,6 +421,11 @@ class Heap:
                 else:
                     r._release_entry(self._entry)
 
+    def __getitem__(self, key):
+        """``heap['name']`` / ``heap[id]``: the item decoded by the ring's descriptor (ibvbridge.items)."""
+        from .items import heap_item
+        return heap_item(self, key)
+
     def __enter__(self):
         return self
 
@@ -1093,6 +1098,16 @@ class Ring:
             self._flush_release()
 
     __iter__ = heaps
+
+    async def next_async(self, timeout=None):
+        """``await ring.next_async()``: next() for asyncio, the same waiting rules (ibvbridge.aio)."""
+        from .aio import next_async
+        return await next_async(self, timeout)
+
+    def __aiter__(self):
+        """``async for heap in ring``: each heap released when the loop advances (ibvbridge.aio)."""
+        from .aio import heaps_async
+        return heaps_async(self)
 
     def next_batch(self, max_heaps, timeout=None):
         """Up to ``max_heaps`` already-published heaps at once (at least one; fewer at the ring's wrap point
