@@ -849,6 +849,9 @@ class Producer:
         self.row_set(m.index, lost_heaps=lost_heaps, released=m.released)
         full_fence()
         self.row_set(m.index, state=state)
+        # Layout 2.1 §A: the consumer checks its row after copying a heap; a slot it held may be reused only
+        # once the detached state is visible to it, i.e. after this fence.
+        full_fence()
         if state == L.CONSUMER_OVERRUN:
             self._stats[C_OVERRUNS] += 1
         elif state == L.CONSUMER_BAD_CURSOR:

@@ -296,6 +296,7 @@ class Heap:
                 if not iflags & L.ITEM_IMMEDIATE and (value > ss or length > ss - value):
                     raise self._ring._corrupt_desc(self.position, f"item {iid:#x} [{value}, +{length}) past "
                                                    f"slot_size {ss}")
+            self._ring._check_row()  # copied, then checked: the table was this heap's (spec §A)
             self._raw = raw
         return raw
 
@@ -318,6 +319,20 @@ class Heap:
     @property
     def released(self):
         return self._released
+
+    @property
+    def valid(self):
+        """Whether every byte read from this heap so far was the heap's (spec §A): True while the ring still
+        counts this consumer, so the producer has not reused the heap's slot. Read the payload or items,
+        THEN check ``valid`` (or call ``ring.release(heap)``, which raises Overrun): False means the bytes
+        may belong to a later heap. False after release and after the ring is closed; a copy is always
+        valid."""
+        r = self._ring
+        if r is None:
+            return True
+        if self._released or r._closed:
+            return False
+        return r._row_error() is None
 
     @property
     def payload(self):
@@ -434,15 +449,18 @@ class Heap:
 class Batch:
     """Up to ``max_heaps`` consecutive published heaps, as numpy views over the descriptor array.
 
-    Arrays (zero-copy, read-only, valid until release): ``descs`` (structured, layout.DESC_DTYPE) and its
-    fields ``seq``, ``heap_cnt``, ``heap_size``, ``received``, ``timestamp_ns``, ``slot``, ``flags``,
-    ``item_count``, ``packets``. ``payloads(nbytes)`` gives the payload bytes as an (n, nbytes) uint8 array.
-    ``release()`` (or leaving ``with``) gives all n slots back with one tail store.
+    ``descs`` (structured, layout.DESC_DTYPE, read-only) and its fields ``seq``, ``heap_cnt``, ``heap_size``,
+    ``received``, ``timestamp_ns``, ``slot``, ``flags``, ``item_count``, ``packets`` are a private copy of the
+    descriptors, checked before the batch was handed out (spec §A: never re-read from shared memory).
+    ``payloads(nbytes)`` gives the payload bytes as an (n, nbytes) uint8 array (zero-copy when it can): read
+    them, THEN check ``valid`` (False: the producer overran this consumer and the bytes may be a later
+    heap's). ``release()`` (or leaving ``with``) gives all n slots back with one tail store.
     """
 
-    def __init__(self, ring, descs, position, entry):
+    def __init__(self, ring, descs, position, entry, items=None):
         self._ring = ring
         self._entry = entry
+        self._items = items  # the item tables as copied and checked by next_batch (None: no items)
         self.descs = descs
         self.position = position
         self._released = False
@@ -458,6 +476,14 @@ class Batch:
     @property
     def released(self):
         return self._released
+
+    @property
+    def valid(self):
+        """As Heap.valid, for every heap of the batch: read, then check."""
+        r = self._ring
+        if self._released or r._closed:
+            return False
+        return r._row_error() is None
 
     def _check_live(self):
         if self._released:
@@ -495,10 +521,11 @@ class Batch:
         """(items, valid): the heaps' item tables gathered as an (n, k) structured array (layout.ITEM_DTYPE,
         a copy; k = max item_count) and the (n, k) mask of valid entries."""
         self._check_live()
-        r = self._ring
         counts = self.descs["item_count"]
-        k = int(counts.max()) if len(counts) else 0
-        items = r._items2d[self.descs["slot"].astype(np.intp), :k]
+        items = self._items
+        if items is None:
+            items = np.zeros((len(counts), 0), dtype=L.ITEM_DTYPE)
+        k = items.shape[1]
         valid = np.arange(k, dtype=np.uint32)[None, :] < counts[:, None]
         return items, valid
 
@@ -538,7 +565,7 @@ class Ring:
         self._sock = None
         self._fds = []
         self._ctl_mm = self._data_mm = self._region_mm = None
-        self._c64 = self._c32 = self._r64 = self._r32 = self._dmv = None
+        self._c64 = self._c32 = self._r64 = self._r32 = self._d64 = self._dmv = None
         self._cfutex = self._rfutex = None
         self._desc_arr = self._items2d = self._payload2d = None
         self._detached = None
@@ -651,6 +678,7 @@ class Ring:
             os.close(fd)
         self._fds = []
         self._dmv = memoryview(self._data_mm)
+        self._d64 = self._dmv.cast("Q")  # shared u64 words of the data memory (the metadata sequence)
         self._r64 = memoryview(self._region_mm).cast("Q")
         self._r32 = memoryview(self._region_mm).cast("I")
         sock.setblocking(False)
@@ -839,33 +867,72 @@ class Ring:
                     self._gone = True
         return not self._gone
 
-    def _check_row(self):
-        """Raise Detached / Overrun if the producer detached this consumer (spec §2.2, §7.6). Two loads in the
-        common case; called whenever head is reloaded, after futex waits and before reporting corruption."""
+    def _row_error(self):
+        """None while this consumer is attached (spec §2.2: row state 1, then the row's generation equal to
+        the welcome's, two 32-bit loads in that order), else the Detached / Overrun the row says. A row gone
+        (4) because the producer closed every connection as it stopped is not an error: what it published
+        stays readable (drain, then EOS / ProducerGone)."""
         c32 = self._c32
+        if ORDERED:
+            acquire_fence()  # the heap bytes read before this check are read before the row (spec §A)
         st = c32[self._i_row_state]
         if st == L.CONSUMER_ATTACHED and c32[self._i_row_gen] == self._generation:
-            return
+            return None
         if ORDERED:
             acquire_fence()  # the row's state is stored last: its other fields are read after it
         gen = c32[self._i_row_gen]
         name, idx = self.name, self.consumer_index
         if gen != self._generation:
-            err = Detached(f"ring {name}: detached: consumer row {idx} was given to another consumer", None)
-        elif st == L.CONSUMER_OVERRUN:
+            return Detached(f"ring {name}: detached: consumer row {idx} was given to another consumer", None)
+        if st == L.CONSUMER_OVERRUN:
             lost = self._c64[self._q_row_lost]
-            err = Overrun(f"ring {name}: overrun: detached after falling a whole ring behind, {lost} heaps lost",
-                          lost)
-        elif st == L.CONSUMER_BAD_CURSOR:
-            err = Detached(f"ring {name}: detached: invalid cursor", st)
-        elif st == L.CONSUMER_GONE:
+            return Overrun(f"ring {name}: overrun: detached after falling a whole ring behind, {lost} heaps lost",
+                           lost)
+        if st == L.CONSUMER_BAD_CURSOR:
+            return Detached(f"ring {name}: detached: invalid cursor", st)
+        if st == L.CONSUMER_GONE:
             if not self.producer_alive():
-                return  # the producer closed every connection as it stopped: drain, then EOS / ProducerGone
-            err = Detached(f"ring {name}: detached: the producer dropped this consumer's connection", st)
-        else:
-            err = Detached(f"ring {name}: detached: consumer row {idx} is in state {st}", st)
-        self._detached = err
-        raise err
+                return None
+            return Detached(f"ring {name}: detached: the producer dropped this consumer's connection", st)
+        return Detached(f"ring {name}: detached: consumer row {idx} is in state {st}", st)
+
+    def _check_row(self):
+        """Raise Detached / Overrun if the producer detached this consumer (spec §2.2, §7.6). Two loads in the
+        common case; called on every heap handed out (after its descriptor and items were copied and
+        checked), whenever head is reloaded, after futex waits and before reporting corruption."""
+        c32 = self._c32
+        if c32[self._i_row_state] == L.CONSUMER_ATTACHED and c32[self._i_row_gen] == self._generation \
+                and not ORDERED:
+            return
+        err = self._row_error()
+        if err is not None:
+            self._detached = err
+            raise err
+
+    @property
+    def attached(self):
+        """True while the producer counts this consumer (spec §2.2): every heap it handed out is then still
+        the heap's bytes. False once it was detached (overrun, bad cursor, replaced) or closed."""
+        if self._closed:
+            return False
+        return self._row_error() is None
+
+    def release(self, heap):
+        """Release a Heap or Batch (as ``heap.release()``), then prove it was read whole: raises Overrun
+        (``lost_heaps``) when the producer overran this consumer while it held the heap, Detached for any
+        other detach, so bytes read from it before this call may belong to a later heap (spec §A). A copy
+        (``heap.copy()``) never raises."""
+        owner = getattr(heap, "_ring", None)
+        if owner is not None and owner is not self:
+            raise ValueError("the heap belongs to another ring")
+        was_released = heap.released
+        ok = was_released or owner is None or self._closed or heap.valid
+        heap.release()
+        if not ok:
+            err = self._detached or self._row_error()
+            if err is not None:
+                self._detached = err
+                raise err
 
     def descriptors(self):
         """The stream's item descriptors, {id: ItemDescriptor}, from the metadata area (spec §6, seqlock
@@ -873,10 +940,10 @@ class Ring:
         self._check_open()
         g = self._geo
         base = g.meta_offset
-        dmv = self._dmv
+        dmv, d64, q = self._dmv, self._d64, g.meta_offset >> 3
         deadline = time.monotonic() + 1.0
         while True:
-            s1 = int.from_bytes(dmv[base:base + 8], "little")
+            s1 = d64[q]  # one aligned 8-byte load (spec §11: a byte copy could tear it)
             if ORDERED:
                 acquire_fence()  # the sequence before the records (a seqlock read)
             if s1 == self._meta_seq:
@@ -884,13 +951,13 @@ class Ring:
             if not s1 & 1:
                 length = int.from_bytes(dmv[base + 8:base + 16], "little")
                 if length > g.meta_size - L.META_HEADER_SIZE:
-                    s2 = int.from_bytes(dmv[base:base + 8], "little")
+                    s2 = d64[q]
                     if s1 == s2:
                         raise CorruptRing(f"metadata length {length} > meta_size - 16 ({g.meta_size - 16})")
                 else:
                     buf = bytes(dmv[base + 16:base + 16 + length])
                     full_fence()
-                    s2 = int.from_bytes(dmv[base:base + 8], "little")
+                    s2 = d64[q]
                     if s1 == s2:
                         self._meta = _parse_metadata(buf) if s1 else {}
                         self._meta_seq = s1
@@ -997,6 +1064,9 @@ class Ring:
                     raise self._corrupt_desc(pos, f"item {iid:#x} [{value}, +{length}) past slot_size {ss}")
         else:
             raw = ()
+        c32 = self._c32  # descriptor and items copied and checked: now prove they were this heap's (spec §A)
+        if c32[self._i_row_state] != L.CONSUMER_ATTACHED or c32[self._i_row_gen] != self._generation or ORDERED:
+            self._check_row()
         ent = self._take(1)
         if flags & L.FLAG_END_OF_STREAM:
             self._eos = True
@@ -1044,6 +1114,8 @@ class Ring:
         slot_size, slot_count, max_items = g.slot_size, g.slot_count, g.max_items
         mm, unpack, make = self._data_mm, _unpack_desc, self._heap
         eos_flag = L.FLAG_END_OF_STREAM
+        c32, i_state, i_gen, gen = self._c32, self._i_row_state, self._i_row_gen, self._generation
+        attached = L.CONSUMER_ATTACHED
         heap = None
         try:
             while True:
@@ -1070,6 +1142,8 @@ class Ring:
                     heap.release()
                     heap = None
                     continue
+                if c32[i_state] != attached or c32[i_gen] != gen or ORDERED:
+                    self._check_row()  # the copy was checked: now prove it was this heap's (spec §A)
                 self._read = (pos + 1) & _M64
                 h = make(None, pos, heap_cnt, heap_size, received, ts, slot, flags, icount, packets)
                 heap = h
@@ -1114,7 +1188,8 @@ class Ring:
         pos = self._read
         idx = pos & self._mask
         n = min(avail, max_heaps, g.slot_count - idx)
-        d = self._desc_arr[idx:idx + n]
+        d = self._desc_arr[idx:idx + n].copy()  # checked and used from a private copy only (spec §A)
+        d.flags.writeable = False
         want = np.arange(1, n + 1, dtype=np.uint64) + np.uint64(pos)  # wraps mod 2^64
         bad = ((d["seq"] != want) | (d["slot"] >= g.slot_count) | (d["received"] > np.uint64(g.slot_size))
                | (d["item_count"] > g.max_items))
@@ -1125,18 +1200,14 @@ class Ring:
                                      f"{e['received']} item_count {e['item_count']}")
         eos = (d["flags"] & L.FLAG_END_OF_STREAM) != 0
         if eos.any():
-            k = int(eos.argmax())
-            if k == 0:
-                self._eos = True
-                self._release_entry(self._take(1))
-                self._flush_release()  # nothing more will be read: hand the marker's slot back now
-                raise EndOfStream("end of stream")
-            n = k
-            d = d[:k]
+            n = int(eos.argmax())
+            d = d[:n]
         counts = d["item_count"]
-        if counts.any():
+        items = None
+        if n and counts.any():
             k = int(counts.max())
-            items = self._items2d[d["slot"].astype(np.intp), :k]
+            items = self._items2d[d["slot"].astype(np.intp), :k]  # fancy indexing: a private copy
+            items.flags.writeable = False
             valid = np.arange(k, dtype=np.uint32)[None, :] < counts[:, None]
             addr = valid & ((items["flags"] & L.ITEM_IMMEDIATE) == 0)
             ss = np.uint64(g.slot_size)
@@ -1145,7 +1216,13 @@ class Ring:
             if over.any():
                 r = int(over.any(axis=1).argmax())
                 raise self._corrupt_desc((pos + r) & _M64, "address item past slot_size")
-        return Batch(self, d, pos, self._take(n))
+        self._check_row()  # descriptors and items copied and checked: they were these heaps' (spec §A)
+        if n == 0:
+            self._eos = True
+            self._release_entry(self._take(1))
+            self._flush_release()  # nothing more will be read: hand the marker's slot back now
+            raise EndOfStream("end of stream")
+        return Batch(self, d, pos, self._take(n), items)
 
     def batches(self, max_heaps, timeout=None):
         """Iterate over batches until end of stream, releasing each when the loop advances or is left."""
@@ -1275,13 +1352,13 @@ class Ring:
         self._fds = []
         self._desc_arr = self._items2d = self._payload2d = None
         self._cfutex = self._rfutex = None
-        for mv in (self._c64, self._c32, self._r64, self._r32, self._dmv):
+        for mv in (self._c64, self._c32, self._r64, self._r32, self._d64, self._dmv):
             if mv is not None:
                 try:
                     mv.release()
                 except BufferError:
                     pass
-        self._c64 = self._c32 = self._r64 = self._r32 = self._dmv = None
+        self._c64 = self._c32 = self._r64 = self._r32 = self._d64 = self._dmv = None
         for mm in (self._data_mm, self._ctl_mm, self._region_mm):
             if mm is not None:
                 try:

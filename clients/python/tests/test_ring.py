@@ -875,7 +875,8 @@ def test_batch_consecutive_is_zero_copy(make_producer):
             assert pl.shape == (6, 64) and np.shares_memory(pl, ring._payload2d) and not pl.flags.writeable
             for i in range(6):
                 assert pl[i].tobytes() == pattern(i, 64)
-            assert np.shares_memory(b.heap_cnt, ring._desc_arr)
+            # descriptors are a private copy (spec §A): a producer rewriting them cannot change what was checked
+            assert not np.shares_memory(b.heap_cnt, ring._desc_arr) and not b.descs.flags.writeable
             found, items = b.find_item(0x1001)
             assert found.all() and items["value"].tolist() == list(range(6))
         assert ring.tail == 6
