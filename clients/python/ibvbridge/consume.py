@@ -2,10 +2,11 @@
 
     python3 -m ibvbridge.consume --ring NAME_OR_SOCKET [--dir DIR] [--start oldest|head] [--verify]
                                  [--max-heaps N] [--timeout-ms T] [--hold N] [--sleep-us U] [--batch N]
-                                 [--hold-first-ms MS]
+                                 [--hold-first-ms MS] [--wait]
 
 The ring is a name (looked up in --dir, else $IBVBRIDGE_RING_DIR, else the default ring directories) or the
-path of its socket (NAME.v2.sock). --start: begin at the oldest heap the ring holds (default) or at the
+path of its socket (NAME.v2.sock). A ring that does not exist is an error at once, unless --wait: then the
+tool waits for it up to --timeout-ms. --start: begin at the oldest heap the ring holds (default) or at the
 next one published.
 
 Prints exactly one JSON object on stdout:
@@ -174,6 +175,7 @@ def main(argv=None):
     ap.add_argument("--verify", action="store_true", help="check the test pattern and item 0x1001")
     ap.add_argument("--max-heaps", type=int, default=0, help="stop after N heaps (0: no limit)")
     ap.add_argument("--timeout-ms", type=float, default=10000, help="attach timeout and per-wait timeout")
+    ap.add_argument("--wait", action="store_true", help="wait up to --timeout-ms for a ring that does not exist yet")
     ap.add_argument("--max-latency-us", type=float, default=0,
                     help="let heaps of a moving stream wait up to this long for coalesced wakes (0: a wake per heap)")
     ap.add_argument("--hold", type=int, default=0, help="keep up to N heaps unreleased")
@@ -198,7 +200,7 @@ def main(argv=None):
     held_n = 0
     try:
         ring = Ring.attach(a.ring, timeout=timeout, directory=a.dir, start=a.start,
-                           max_latency=a.max_latency_us / 1e6)
+                           max_latency=a.max_latency_us / 1e6, wait=a.wait)
         out["session_id"] = ring.session_id
         st = Stats(a.verify, ring.slot_size)
         if a.batch and np is None:

@@ -6,7 +6,8 @@ class RingError(Exception):
 
 
 class RingNotFound(RingError):
-    """No producer answered on the ring's socket before the attach timeout."""
+    """No socket of that name in any trusted ring directory (at once, or after the timeout with wait=True), or
+    only a stale one (no producer answered) until the timeout."""
 
 
 class PermissionDenied(RingError):

@@ -66,6 +66,7 @@ import time
 import warnings
 
 from . import layout as L
+from . import shared as _shared
 from ._sys import (ORDERED, acquire_fence, add_seals, full_fence, futex_wait, futex_wake, peer_cred, release_fence,
                    require_supported)
 from .errors import (HugePageWarning, Interrupted, NoConsumer, NoHugePages, NoSpace, RingError, RingFull,
@@ -112,48 +113,32 @@ SPIN_SECONDS = 50e-6
 
 
 # ---------------------------------------------------------------- directory, lock, socket (spec §1.1)
-def _valid_name(name):
-    return re.match(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$", name) is not None
+_valid_name = _shared.valid_name
 
 
 def producer_dir(directory=None):
     """The producer's ring directory (spec §1.1): ``directory`` if given, else $IBVBRIDGE_RING_DIR if set
-    and non-empty, else /run/ibvbridge for euid 0, else /dev/shm/ibvbridge-UID."""
-    if directory:
-        return os.fspath(directory)
-    env = os.environ.get(L.ENV_DIR)
-    if env:
-        return env
-    uid = os.geteuid()
-    return L.RUN_DIR if uid == 0 else f"/dev/shm/ibvbridge-{uid}"
+    and non-empty, else /run/ibvbridge for euid 0, else $XDG_RUNTIME_DIR/ibvbridge when XDG_RUNTIME_DIR is
+    set and absolute, else /dev/shm/ibvbridge-UID."""
+    return _shared.default_dir(directory)
 
 
 def open_ring_dir(path):
-    """Create path (0755) if missing, open it O_DIRECTORY | O_NOFOLLOW and check it (fstat and lstat): a
-    directory, not a link, owned by our euid, not writable by group or others. Returns its descriptor;
-    UnsafeDirectory with one line naming the path and the problem otherwise."""
+    """Create path (0755) if missing, component by component from '/' without following any symlink
+    (layout 2.1 §B: each component is opened O_DIRECTORY | O_NOFOLLOW relative to its parent and must be
+    owned by our euid or root), and check the final directory: owned by our euid, not writable by group or
+    others. Returns its descriptor; UnsafeDirectory with one line naming the path and the problem
+    otherwise."""
     try:
-        parent = os.path.dirname(os.path.abspath(path))
-        os.makedirs(parent, 0o755, exist_ok=True)
-        try:
-            os.mkdir(path, 0o755)
-        except FileExistsError:
-            pass
-        lst = os.lstat(path)
+        fd = _shared.make_dir_nofollow(path, 0o755)
+    except _shared.Untrusted as e:
+        raise UnsafeDirectory(f"ring directory {path}: {e}") from None
     except OSError as e:
         raise RingError(f"ring directory {path}: {e.strerror or e}") from None
-    if not _stat.S_ISDIR(lst.st_mode):
-        raise UnsafeDirectory(f"ring directory {path} is not a directory (a symlink or a file is in its place)")
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as e:
-        raise UnsafeDirectory(f"ring directory {path}: {e.strerror or e}") from None
     st = os.fstat(fd)
     uid = os.geteuid()
     why = None
-    if (st.st_dev, st.st_ino) != (lst.st_dev, lst.st_ino):
-        why = f"ring directory {path} changed while it was opened"
-    elif st.st_uid != uid:
+    if st.st_uid != uid:
         why = f"ring directory {path} is owned by uid {st.st_uid}, not {uid} (remove it, or give directory=)"
     elif st.st_mode & 0o022:
         why = (f"ring directory {path} is writable by group or others (mode {st.st_mode & 0o7777:#o}): "

@@ -21,13 +21,14 @@ A Ring is not thread-safe: use it from one thread.
 import ast
 import collections
 import ctypes
+import logging
 import os
-import re
 import select
 import socket
 import time
 
 from . import layout as L
+from . import shared as _shared
 from ._sys import (ORDERED, acquire_fence, full_fence, futex_wait, futex_wake, get_seals, map_fd, peer_cred,
                    release_fence, require_supported)
 from .errors import (CorruptRing, Detached, EndOfStream, Overrun, PermissionDenied, ProducerGone, ProtocolError,
@@ -42,7 +43,6 @@ __all__ = ["Ring", "Heap", "Item", "Batch", "ItemDescriptor", "Geometry", "socke
            "default_dir", "uid_trusted", "validate_geometry"]
 
 _M64 = (1 << 64) - 1
-_NAME_RE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$")
 SPIN_BUDGET = 20e-6  # default spin budget before sleeping (spec §7.5)
 _STARTS = {"oldest": L.START_OLDEST, "head": L.START_HEAD, L.START_OLDEST: L.START_OLDEST,
            L.START_HEAD: L.START_HEAD}
@@ -64,6 +64,8 @@ _I_RELEASE_FUTEX = L.REG_RELEASE_FUTEX >> 2
 
 _unpack_desc = L.DESC_STRUCT.unpack_from
 _iter_items = L.ITEM_STRUCT.iter_unpack
+log = logging.getLogger("ibvbridge.ring")
+WELCOME_TIMEOUT = 5.0  # seconds for the handshake when the attach has no timeout (spec §B)
 _POLL_GONE = select.POLLHUP | select.POLLRDHUP | select.POLLERR | select.POLLNVAL
 
 
@@ -74,61 +76,70 @@ def _need_numpy():
 
 def default_dir():
     """This process's own ring directory (spec §1.1): $IBVBRIDGE_RING_DIR if set and non-empty, else
-    /run/ibvbridge for euid 0, else /dev/shm/ibvbridge-UID."""
-    env = os.environ.get(L.ENV_DIR)
-    if env:
-        return env
-    uid = os.geteuid()
-    return L.RUN_DIR if uid == 0 else f"/dev/shm/ibvbridge-{uid}"
+    /run/ibvbridge for euid 0, else $XDG_RUNTIME_DIR/ibvbridge when XDG_RUNTIME_DIR is absolute, else
+    /dev/shm/ibvbridge-UID."""
+    return _shared.default_dir()
 
 
 def lookup_dirs(directory=None):
     """Where a consumer looks for a ring name, in order (spec §1.1): ``directory`` if given; else
     $IBVBRIDGE_RING_DIR if set and non-empty; else its own default directory, then /run/ibvbridge."""
-    if directory:
-        return [os.fspath(directory)]
-    env = os.environ.get(L.ENV_DIR)
-    if env:
-        return [env]
-    own = default_dir()
-    return [own] if own == L.RUN_DIR else [own, L.RUN_DIR]
+    return _shared.lookup_dirs(directory)
+
+
+def _check_socket_path(s):
+    if not s.endswith(L.SOCKET_SUFFIX):
+        if s.endswith(".ctl"):
+            raise VersionMismatch(1, L.MAJOR_VERSION, f"{s} is a layout 1.0 control file; this client speaks "
+                                  f"layout {L.MAJOR_VERSION}.{L.MINOR_VERSION} (sockets named "
+                                  f"NAME{L.SOCKET_SUFFIX})")
+        raise RingError(f"ring socket {s}: the path must end in {L.SOCKET_SUFFIX}")
+
+
+def _check_name(s):
+    if not _shared.valid_name(s):
+        raise RingError(f"ring name {s!r}: use 1-64 characters from [A-Za-z0-9_.-], not starting with '.'")
 
 
 def socket_path_for(name_or_path, directory=None):
     """The socket a consumer connects to: a path (anything containing '/', which must end in .v2.sock)
-    as given; a name looked up in lookup_dirs(directory), the first directory holding NAME.v2.sock winning
-    (the first candidate when none does yet)."""
+    as given; a name looked up in lookup_dirs(directory), the first trusted directory (spec §B) holding
+    NAME.v2.sock winning (the first candidate when none does yet)."""
     s = os.fspath(name_or_path)
     if "/" in s:
-        if not s.endswith(L.SOCKET_SUFFIX):
-            if s.endswith(".ctl"):
-                raise VersionMismatch(1, L.MAJOR_VERSION, f"{s} is a layout 1.0 control file; this client speaks "
-                                      f"layout {L.MAJOR_VERSION}.{L.MINOR_VERSION} (sockets named "
-                                      f"NAME{L.SOCKET_SUFFIX})")
-            raise RingError(f"ring socket {s}: the path must end in {L.SOCKET_SUFFIX}")
+        _check_socket_path(s)
         return s
-    if not _NAME_RE.match(s):
-        raise RingError(f"ring name {s!r}: use 1-64 characters from [A-Za-z0-9_.-], not starting with '.'")
+    _check_name(s)
     dirs = lookup_dirs(directory)
     for d in dirs:
-        p = os.path.join(d, s + L.SOCKET_SUFFIX)
-        if os.path.lexists(p):
-            return p
+        try:
+            fd, _ = _shared.open_trusted_dir(d)
+        except (OSError, _shared.Untrusted):
+            continue
+        try:
+            os.lstat(s + L.SOCKET_SUFFIX, dir_fd=fd)
+            return os.path.join(d, s + L.SOCKET_SUFFIX)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
     return os.path.join(dirs[0], s + L.SOCKET_SUFFIX)
 
 
 def uid_trusted(uid, socket_path, euid=None):
-    """Whether a producer serving socket_path as uid may be trusted (spec §1.2): uid 0, our own effective
-    uid, or the owner of the socket's directory when that directory is not writable by group or others."""
+    """Whether a producer serving socket_path as uid may be trusted (spec §1.2, §B): uid 0, our own
+    effective uid, or the owner of the socket's directory when that directory is trusted (not writable by
+    group or others, and owned by us or root, or made by root)."""
     if euid is None:
         euid = os.geteuid()
     if uid == 0 or uid == euid:
         return True
     try:
-        st = os.stat(os.path.dirname(os.path.abspath(socket_path)))
-    except OSError:
+        fd, owner = _shared.open_trusted_dir(os.path.dirname(os.path.abspath(socket_path)), euid)
+    except (OSError, _shared.Untrusted):
         return False
-    return st.st_uid == uid and not st.st_mode & 0o022
+    os.close(fd)
+    return owner == uid
 
 
 class Geometry(collections.namedtuple("Geometry", (
@@ -574,14 +585,22 @@ class Ring:
     # ------------------------------------------------------------------ attach (spec §9)
     @classmethod
     def attach(cls, name_or_path, timeout=10.0, directory=None, start="oldest", max_latency=0.0,
-               spin_budget=SPIN_BUDGET):
+               spin_budget=SPIN_BUDGET, wait=False):
         """Attach to a ring as a consumer, by name or by socket path (anything with a '/', ending in
         .v2.sock).
 
         A name is looked up in ``directory`` if given, else in $IBVBRIDGE_RING_DIR, else in this user's
-        default ring directory and then /run/ibvbridge (spec §1.1). The attach waits up to ``timeout``
-        seconds (None: forever) for a producer to answer (RingNotFound). ``start``: "oldest" begins at the
-        oldest heap the ring still holds, "head" at the next heap published.
+        default ring directory ($XDG_RUNTIME_DIR/ibvbridge, or /dev/shm/ibvbridge-UID) and then
+        /run/ibvbridge (spec §1.1). Only trusted directories are used (layout 2.1 §B: not writable by group
+        or others, owned by this euid or root, or made by root): an untrusted default directory is skipped
+        with one warning line (logger "ibvbridge.ring"), a given one (``directory``, the environment, a
+        socket path) refused with PermissionDenied; the producer must run as root, this euid or the
+        trusted directory's owner. A name with no socket is RingNotFound at once ("ring NAME not found
+        (looked in ...)") unless ``wait`` is true: then it is retried every 10 ms for up to ``timeout``
+        seconds (None: forever). A socket nobody serves (stale) is retried until the timeout. The
+        handshake waits up to ``timeout`` (5 s when timeout is None) for the producer's answer (Timeout).
+        ``start``: "oldest" begins at the oldest heap the ring still holds, "head" at the next heap
+        published.
 
         Raises RingNotFound, PermissionDenied (untrusted producer uid, or refused), RingBusy (every consumer
         row taken), RingClosing, VersionMismatch, ProtocolError, CorruptRing (seals, sizes and the header
@@ -604,7 +623,12 @@ class Ring:
         self._wait_avg, self._active = 0.0, False
         self.name = os.fspath(name_or_path)
         self._directory = directory
-        self.socket_path = socket_path_for(self.name, directory)
+        self._wait_for_ring = bool(wait)
+        if "/" in self.name:
+            _check_socket_path(self.name)
+        else:
+            _check_name(self.name)
+        self.socket_path = None
         deadline = time.monotonic() + (timeout if timeout is not None else float("inf"))
         try:
             self._attach(_STARTS[start], deadline, timeout)
@@ -613,35 +637,83 @@ class Ring:
             raise
         return self
 
+    def _lookup_list(self):
+        """[(directory, socket file name)] to try in order, and whether they were given (an untrusted given
+        directory is refused; an untrusted default one skipped)."""
+        if "/" in self.name:
+            path = os.path.abspath(self.name)
+            return [(os.path.dirname(path), os.path.basename(path))], True
+        given = bool(self._directory) or bool(os.environ.get(L.ENV_DIR))
+        return [(d, self.name + L.SOCKET_SUFFIX) for d in lookup_dirs(self._directory)], given
+
     def _connect(self, deadline):
-        """Step 1: connect, retrying ENOENT / ECONNREFUSED (no producer yet, or a stale socket) every 10 ms."""
+        """Step 1 (spec §B): connect to the socket in the first trusted directory holding it, through that
+        directory's descriptor (so the directory checked is the one connected in). Returns the socket and
+        the directory's owner. A missing socket is RingNotFound at once unless attach(wait=True); a refused
+        (stale) one is retried every 10 ms until the deadline."""
+        name = self.name
+        cands, given = self._lookup_list()
+        warned = set()
         while True:
-            path = self.socket_path = socket_path_for(self.name, self._directory)
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
-            try:
-                s.settimeout(max(0.001, min(deadline - time.monotonic(), 3600.0)))
-                s.connect(path)
-                return s
-            except (FileNotFoundError, ConnectionRefusedError, socket.timeout):
-                s.close()
-                if time.monotonic() >= deadline:
-                    raise RingNotFound(f"ring {self.name} not found ({path})") from None
-                time.sleep(0.01)
-            except PermissionError as e:
-                s.close()
-                raise PermissionDenied(f"ring {self.name}: cannot connect to {path}: {e.strerror}") from None
-            except OSError as e:
-                s.close()
-                raise RingError(f"ring {self.name}: connect {path}: {e}") from None
+            stale = None
+            for d, fname in cands:
+                path = os.path.join(d, fname)
+                try:
+                    fd, owner = _shared.open_trusted_dir(d)
+                except FileNotFoundError:
+                    continue
+                except _shared.Untrusted as e:
+                    if given:
+                        raise PermissionDenied(f"ring {name}: ring directory {d} is not trusted: {e}") from None
+                    if d not in warned:
+                        warned.add(d)
+                        log.warning("ibvbridge: skipping %s: %s", d, e)
+                    continue
+                except OSError as e:
+                    raise RingError(f"ring {name}: ring directory {d}: {e.strerror or e}") from None
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+                try:
+                    os.lstat(fname, dir_fd=fd)
+                    s.settimeout(max(0.001, min(deadline - time.monotonic(), 3600.0)))
+                    s.connect(f"/proc/self/fd/{fd}/{fname}")
+                    self.socket_path = path
+                    return s, owner
+                except FileNotFoundError:
+                    s.close()
+                except (ConnectionRefusedError, socket.timeout):
+                    s.close()
+                    stale = stale or path
+                except PermissionError as e:
+                    s.close()
+                    raise PermissionDenied(f"ring {name}: cannot connect to {path}: {e.strerror}") from None
+                except OSError as e:
+                    s.close()
+                    raise RingError(f"ring {name}: connect {path}: {e}") from None
+                finally:
+                    os.close(fd)
+            looked = ", ".join(d for d, _ in cands)
+            if stale is None and not self._wait_for_ring:
+                raise RingNotFound(f"ring {name} not found (looked in {looked})")
+            if time.monotonic() >= deadline:
+                if stale is not None:
+                    raise RingNotFound(f"ring {name}: stale socket {stale} (no producer; `ibvbridge rm --stale` "
+                                       "removes it)")
+                raise RingNotFound(f"ring {name} not found (looked in {looked})")
+            time.sleep(0.01)
 
     def _attach(self, start, deadline, timeout):
         name = self.name
-        self._sock = sock = self._connect(deadline)
+        self._sock, owner = self._connect(deadline)
+        sock = self._sock
         path = self.socket_path
         pid, uid, _ = peer_cred(sock)  # 2. who serves this socket?
-        if not uid_trusted(uid, path):
-            raise PermissionDenied(f"ring {name}: socket {path} served by uid {uid}, which is not trusted")
+        if not _shared.peer_trusted(uid, owner):
+            raise PermissionDenied(f"ring {name}: socket {path} served by uid {uid}, which is not trusted (not "
+                                   f"root, uid {os.geteuid()} or the directory's owner {owner})")
         self.producer_uid = uid
+        if timeout is None:
+            timeout = WELCOME_TIMEOUT
+            deadline = time.monotonic() + timeout
         try:  # 3. hello, welcome
             sock.settimeout(max(0.001, min(deadline - time.monotonic(), 3600.0)))
             sock.sendall(L.pack_hello(L.ROLE_CONSUMER, start))

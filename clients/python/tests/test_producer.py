@@ -455,11 +455,11 @@ def test_unsafe_directories_refused(tmp_path):
     real.mkdir()
     link = tmp_path / "link"
     link.symlink_to(real)
-    with pytest.raises(UnsafeDirectory, match="not a directory"):
+    with pytest.raises(UnsafeDirectory, match=f"{link} is a symbolic link"):
         Producer.create("r", directory=str(link), **kw)
     f = tmp_path / "file"
     f.write_text("")
-    with pytest.raises(UnsafeDirectory):
+    with pytest.raises(UnsafeDirectory, match=f"{f} is not a directory"):
         Producer.create("r", directory=str(f), **kw)
     # a planted symlink where the lock goes
     target = tmp_path / "victim"
@@ -469,6 +469,30 @@ def test_unsafe_directories_refused(tmp_path):
         Producer.create("r", directory=str(real), **kw)
     assert target.read_text() == "keep"
     assert not os.path.exists(real / ("r" + L.SOCKET_SUFFIX))
+
+
+def test_attack_parent_symlink_of_another_user_is_not_followed(tmp_path):
+    # --dir /tmp/x/y/z where /tmp/x is another user's symlink: nothing is created through it
+    kw = dict(hugepages="off", slot_count=4, slot_size=64)
+    target = tmp_path / "attacker"
+    target.mkdir()
+    os.chown(target, 65534, 65534)
+    link = tmp_path / "x"
+    link.symlink_to(target)
+    os.chown(link, 65534, 65534, follow_symlinks=False)
+    with pytest.raises(UnsafeDirectory, match=f"^ring directory {link}/y/z: {link} is a symbolic link$"):
+        Producer.create("r", directory=str(link / "y" / "z"), **kw)
+    assert os.listdir(target) == []
+
+
+def test_directory_component_owned_by_another_user_is_refused(tmp_path):
+    kw = dict(hugepages="off", slot_count=4, slot_size=64)
+    other = tmp_path / "other"
+    other.mkdir(mode=0o755)
+    os.chown(other, 65534, 65534)
+    with pytest.raises(UnsafeDirectory, match=f"{other} is owned by uid 65534, not {os.geteuid()} or root"):
+        Producer.create("r", directory=str(other / "ring"), **kw)
+    assert os.listdir(other) == []
 
 
 def test_bad_names_and_geometry(tmp_path):

@@ -286,39 +286,53 @@ def test_no_answer_times_out(make_producer):
     assert 0.25 < time.monotonic() - t < 2
 
 
-def test_not_found_and_late_creation(tmp_path):
+def test_missing_ring_fails_at_once_and_wait_true_waits_for_a_late_producer(tmp_path):
     path = str(tmp_path / "late.v2.sock")
+    t = time.monotonic()
+    with pytest.raises(RingNotFound, match=f"ring {path} not found \\(looked in {tmp_path}\\)"):
+        Ring.attach(path, timeout=30)  # no wait: at once, not after the timeout
+    with pytest.raises(RingNotFound, match=f"ring late not found \\(looked in {tmp_path}\\)"):
+        Ring.attach("late", directory=str(tmp_path), timeout=30)
+    assert time.monotonic() - t < 5
     with pytest.raises(RingNotFound, match="not found"):
-        Ring.attach(path, timeout=0.1)
-    with pytest.raises(RingNotFound):
-        Ring.attach("late", directory=str(tmp_path), timeout=0.05)
+        Ring.attach("late", directory=str(tmp_path), timeout=0.05, wait=True)
     made = []
     t = threading.Timer(0.3, lambda: made.append(FakeProducer(str(tmp_path), "late")))
     t.start()
     try:
-        with Ring.attach(path, timeout=5) as ring:
+        with Ring.attach(path, timeout=5, wait=True) as ring:
             assert ring.session_id == made[0].session_id
     finally:
         t.join()
         made[0].close()
 
 
-def test_stale_socket_is_not_found(tmp_path):
+def test_stale_socket_is_retried_then_named_stale(tmp_path):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     s.bind(str(tmp_path / "stale.v2.sock"))
     s.close()  # the file stays, nobody listens: ECONNREFUSED, retried until the timeout
-    with pytest.raises(RingNotFound):
-        Ring.attach("stale", directory=str(tmp_path), timeout=0.1)
+    t = time.monotonic()
+    with pytest.raises(RingNotFound, match=f"ring stale: stale socket {tmp_path}/stale.v2.sock \\(no producer; "
+                       "`ibvbridge rm --stale` removes it\\)"):
+        Ring.attach("stale", directory=str(tmp_path), timeout=0.3)
+    assert time.monotonic() - t >= 0.3  # retried: a producer may be restarting
 
 
 def test_name_resolution(tmp_path, monkeypatch):
     monkeypatch.delenv("IBVBRIDGE_RING_DIR", raising=False)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     assert ibvbridge.default_dir() == ("/run/ibvbridge" if os.geteuid() == 0 else f"/dev/shm/ibvbridge-{os.geteuid()}")
     assert ibvbridge.lookup_dirs() == ([L.RUN_DIR] if os.geteuid() == 0 else [ibvbridge.default_dir(), L.RUN_DIR])
     assert ibvbridge.socket_path_for("abc", "/x") == "/x/abc.v2.sock"
     assert ibvbridge.socket_path_for("/some/where/abc.v2.sock") == "/some/where/abc.v2.sock"
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert ibvbridge.lookup_dirs() == ["/dev/shm/ibvbridge-1000", "/run/ibvbridge"]
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/1000")  # layout 2.1: the per-user default moves there
+    assert ibvbridge.lookup_dirs() == ["/run/user/1000/ibvbridge", "/run/ibvbridge"]
+    assert ibvbridge.default_dir() == "/run/user/1000/ibvbridge"
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "relative/dir")  # only an absolute XDG_RUNTIME_DIR counts
+    assert ibvbridge.lookup_dirs() == ["/dev/shm/ibvbridge-1000", "/run/ibvbridge"]
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
     monkeypatch.setenv("IBVBRIDGE_RING_DIR", str(tmp_path))
     assert ibvbridge.lookup_dirs() == [str(tmp_path)] and ibvbridge.default_dir() == str(tmp_path)
     assert ibvbridge.lookup_dirs("/given") == ["/given"]
@@ -334,7 +348,7 @@ def test_lookup_first_directory_holding_the_socket_wins(tmp_path, monkeypatch):
     own.mkdir()
     run.mkdir()
     monkeypatch.delenv("IBVBRIDGE_RING_DIR", raising=False)
-    monkeypatch.setattr(ring_mod, "default_dir", lambda: str(own))
+    monkeypatch.setattr(ibvbridge.shared, "own_default_dir", lambda: str(own))
     monkeypatch.setattr(L, "RUN_DIR", str(run))
     assert ibvbridge.lookup_dirs() == [str(own), str(run)]
     p = FakeProducer(str(run), "r")

@@ -1,0 +1,181 @@
+"""What the consumer (ring.py) and the producer (producer.py) of the Python client share beyond the byte
+layout: the ring-name rule, the default ring directories, the rule that says which directory a client may
+trust (layout 2.1 §B), and the symlink-free creation of a producer's directory.
+
+layout.py says where every byte lies; this module says where a ring lives and whom to believe about it.
+"""
+
+import errno
+import os
+import re
+import stat as _stat
+
+from . import layout as L
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$")
+XDG_SUBDIR = "ibvbridge"
+_PATH_FLAGS = getattr(os, "O_PATH", 0o10000000) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def valid_name(name):
+    """A ring name (spec §1.1): 1-64 characters of [A-Za-z0-9_.-], not starting with '.'."""
+    return NAME_RE.match(name) is not None
+
+
+def own_default_dir(euid=None, env=None):
+    """This process's own ring directory when none is given (spec §1.1, 2.1): /run/ibvbridge for euid 0,
+    else $XDG_RUNTIME_DIR/ibvbridge when XDG_RUNTIME_DIR is set and absolute, else /dev/shm/ibvbridge-UID."""
+    euid = os.geteuid() if euid is None else euid
+    env = os.environ if env is None else env
+    if euid == 0:
+        return L.RUN_DIR
+    xdg = env.get("XDG_RUNTIME_DIR", "")
+    if xdg.startswith("/"):
+        return os.path.join(xdg, XDG_SUBDIR)
+    return f"/dev/shm/ibvbridge-{euid}"
+
+
+def default_dir(directory=None):
+    """The ring directory a producer creates its ring in: ``directory`` if given, else $IBVBRIDGE_RING_DIR
+    if set and non-empty, else own_default_dir()."""
+    if directory:
+        return os.fspath(directory)
+    return os.environ.get(L.ENV_DIR) or own_default_dir()
+
+
+def lookup_dirs(directory=None):
+    """Where a consumer looks a ring name up, in order (spec §1.1): ``directory`` if given, else
+    $IBVBRIDGE_RING_DIR if set and non-empty (only that one); else its own default directory, then
+    /run/ibvbridge."""
+    if directory:
+        return [os.fspath(directory)]
+    env = os.environ.get(L.ENV_DIR)
+    if env:
+        return [env]
+    own = own_default_dir()
+    return [own] if own == L.RUN_DIR else [own, L.RUN_DIR]
+
+
+class Untrusted(Exception):
+    """A directory a client must not connect in; the message says why in a few words ("owned by uid
+    65534, not 1001 or root")."""
+
+
+def open_trusted_dir(path, euid=None):
+    """Open a ring directory for connecting (spec §B) and return (fd, owner uid): an O_PATH descriptor,
+    opened without following a symlink as its last component, of a directory that no one but its owner can
+    write (not writable by group or others) and that is owned by the caller's euid or root — or whose
+    parent is owned by root and not writable by group or others (only root could have made it: systemd's
+    /run/ibvbridge owned by the ibvbridge user). FileNotFoundError when it does not exist; Untrusted
+    otherwise. The caller closes fd."""
+    euid = os.geteuid() if euid is None else euid
+    try:
+        fd = os.open(path, _PATH_FLAGS)
+    except OSError as e:
+        if e.errno == errno.ENOENT:
+            raise
+        if e.errno in (errno.ENOTDIR, errno.ELOOP):
+            try:
+                if _stat.S_ISLNK(os.lstat(path).st_mode):
+                    raise Untrusted("a symbolic link") from None
+            except OSError:
+                pass
+            raise Untrusted("not a directory") from None
+        raise Untrusted(e.strerror or str(e)) from None
+    try:
+        st = os.fstat(fd)
+        if not _stat.S_ISDIR(st.st_mode):
+            raise Untrusted("not a directory")
+        if st.st_mode & 0o022:
+            raise Untrusted(f"writable by group or others (mode {st.st_mode & 0o7777:#o})")
+        if st.st_uid not in (euid, 0) and not _root_made(fd):
+            raise Untrusted(f"owned by uid {st.st_uid}, not {euid} or root")
+        return fd, st.st_uid
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _root_made(fd):
+    """Whether the directory fd's parent is owned by root and not writable by group or others."""
+    try:
+        pfd = os.open("..", _PATH_FLAGS, dir_fd=fd)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(pfd)
+    finally:
+        os.close(pfd)
+    return st.st_uid == 0 and not st.st_mode & 0o022
+
+
+def peer_trusted(uid, dir_owner, euid=None):
+    """Whether a producer serving a socket as uid may be believed (spec §1.2, §B): root, the caller's euid,
+    or the owner of the trusted directory the socket lies in."""
+    euid = os.geteuid() if euid is None else euid
+    return uid in (0, euid) or (dir_owner is not None and uid == dir_owner)
+
+
+def make_dir_nofollow(path, mode=0o755, euid=None):
+    """Create (or open) the directory path from '/' one component at a time without following any
+    symlink (spec §B): each existing component is opened O_PATH | O_DIRECTORY | O_NOFOLLOW relative to its
+    parent and must be owned by euid or root; a missing one is made (mode) and opened likewise. Returns an
+    O_RDONLY descriptor of the final directory. Raises Untrusted naming the component and what is wrong,
+    OSError for anything else."""
+    euid = os.geteuid() if euid is None else euid
+    comps = [c for c in os.path.abspath(os.fspath(path)).split("/") if c]
+    cur = os.open("/", _PATH_FLAGS)
+    done = ""
+    try:
+        for i, comp in enumerate(comps):
+            here = done + "/" + comp
+            last = i == len(comps) - 1
+            flags = (os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC) if last else _PATH_FLAGS
+            try:
+                nxt = os.open(comp, flags, dir_fd=cur)
+            except FileNotFoundError:
+                try:
+                    os.mkdir(comp, mode, dir_fd=cur)
+                except FileExistsError:
+                    pass
+                nxt = _open_component(comp, flags, cur, here)
+            except OSError as e:
+                nxt = _refuse_component(comp, cur, here, e)
+            try:
+                st = os.fstat(nxt)
+                if st.st_uid not in (euid, 0):
+                    raise Untrusted(f"{here} is owned by uid {st.st_uid}, not {euid} or root")
+            except BaseException:
+                os.close(nxt)
+                raise
+            os.close(cur)
+            cur, done = nxt, here
+        if not comps:
+            fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            os.close(cur)
+            return fd
+        return cur
+    except BaseException:
+        try:
+            os.close(cur)
+        except OSError:
+            pass
+        raise
+
+
+def _open_component(comp, flags, parent, here):
+    try:
+        return os.open(comp, flags, dir_fd=parent)
+    except OSError as e:
+        return _refuse_component(comp, parent, here, e)
+
+
+def _refuse_component(comp, parent, here, err):
+    if err.errno in (errno.ENOTDIR, errno.ELOOP):
+        try:
+            if _stat.S_ISLNK(os.lstat(comp, dir_fd=parent).st_mode):
+                raise Untrusted(f"{here} is a symbolic link") from None
+        except OSError:
+            pass
+        raise Untrusted(f"{here} is not a directory") from None
+    raise err
