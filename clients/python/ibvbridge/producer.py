@@ -60,7 +60,9 @@ import re
 import secrets
 import select
 import socket
+import resource
 import stat as _stat
+import struct
 import threading
 import time
 import warnings
@@ -80,6 +82,7 @@ __all__ = ["Producer", "Slot", "producer_dir", "layout_for", "COMPLETE", "INCOMP
 log = logging.getLogger("ibvbridge.producer")
 
 M64 = (1 << 64) - 1
+MAX_DATA_SIZE = (1 << 63) - 1  # off_t: the largest memfd and mapping
 F_SEAL_FUTURE_WRITE = getattr(fcntl, "F_SEAL_FUTURE_WRITE", 0x10)
 SEALS_SHARED = L.F_SEAL_SHRINK | L.F_SEAL_GROW | F_SEAL_FUTURE_WRITE | L.F_SEAL_SEAL
 SEALS_REGION = L.F_SEAL_SHRINK | L.F_SEAL_GROW | L.F_SEAL_SEAL
@@ -109,6 +112,33 @@ _I_FUTEX = L.REG_CONSUMER_FUTEX >> 2
 _I_RELEASE = L.REG_RELEASE_FUTEX >> 2
 _POLL_GONE = select.POLLHUP | select.POLLRDHUP | select.POLLERR | select.POLLNVAL
 BEAT_SECONDS = 0.1  # heartbeat and row refresh (spec: every <= 250 ms)
+HELLO_TIMEOUT = 2.0  # a connection that sends no hello within this is closed and counted (layout 2.1 §C)
+MAX_PENDING = 64  # connections waiting for their hello at once; more are refused busy
+FD_RESERVE = 32  # descriptors kept free under RLIMIT_NOFILE: below, new connections are refused busy
+SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # linux/socket.h; missing from Python's socket module
+_GID = struct.Struct("I")
+
+
+def peer_groups(sock):
+    """The supplementary groups of a connected Unix socket's peer (SO_PEERGROUPS: the kernel's word, as it
+    was at connect), as a tuple of gids; () if the kernel cannot say."""
+    for n in (256, 65536):
+        try:
+            raw = sock.getsockopt(socket.SOL_SOCKET, SO_PEERGROUPS, n * _GID.size)
+        except OSError as e:
+            if e.errno == errno.ERANGE:
+                continue
+            return ()
+        return tuple(g for (g,) in _GID.iter_unpack(raw[:len(raw) - len(raw) % _GID.size]))
+    return ()
+
+
+def _fds_left():
+    """Descriptors this process may still open (RLIMIT_NOFILE's soft limit minus those open)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 30
+    return soft - len(os.listdir("/proc/self/fd"))
 SPIN_SECONDS = 50e-6
 
 
@@ -298,6 +328,11 @@ def _check_params(name, slot_count, slot_size, max_items, meta_size, max_consume
         raise ValueError(f"meta_size {meta_size} < {L.META_HEADER_SIZE}")
     if not 1 <= max_consumers <= L.MAX_CONSUMERS_LIMIT:
         raise ValueError(f"max_consumers {max_consumers} not in 1..{L.MAX_CONSUMERS_LIMIT}")
+    # Python's integers cannot wrap, but the sizes must fit the header's u64 fields and mmap's off_t.
+    size = layout_for(slot_count, slot_size, max_items, meta_size)["data_size"]
+    if size > MAX_DATA_SIZE:
+        raise ValueError(f"a ring of {slot_count} slots x {slot_size} bytes with {max_items} items each needs "
+                         f"{size} bytes of data memory, more than the {MAX_DATA_SIZE} a ring can have")
 
 
 # ---------------------------------------------------------------- stream metadata records (spec §6)
@@ -509,6 +544,8 @@ class Producer:
         self._wait_addr = 0
         self.refused = []
         self._refused_logged = 0.0
+        self.hello_timeouts = 0  # connections closed for sending no hello within HELLO_TIMEOUT
+        self._spare_fd = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)  # given up to refuse at EMFILE
         # the socket (spec §1.1): a leftover one is stale (we hold the lock): remove it, bind afresh
         sname = self.name + L.SOCKET_SUFFIX
         try:
@@ -629,10 +666,14 @@ class Producer:
 
     # ..................................................................... the socket (spec §1.2)
     def _serve(self):
+        """The serving thread: accepts connections, answers hellos (each within HELLO_TIMEOUT, without ever
+        blocking on one), notices consumers' hang-ups, beats. Everything a connection creates ends with it
+        (layout 2.1 §C): a pending hello holds one descriptor, a consumer its socket and region."""
         poller = select.poll()
         poller.register(self._listener, select.POLLIN)
         poller.register(self._stop_r, select.POLLIN)
         watched = {}
+        pending = {}  # fd -> (connection, hello deadline)
         next_beat = 0.0
         while True:
             with self.lock:
@@ -660,20 +701,40 @@ class Producer:
             if now >= next_beat:
                 next_beat = now + BEAT_SECONDS
                 self._beat()
+            for fd, (conn, dl) in list(pending.items()):
+                if now >= dl:  # no hello in time: closed and counted
+                    poller.unregister(fd)
+                    del pending[fd]
+                    conn.close()
+                    self.hello_timeouts += 1
+                    self._log_refusal(f"ring {self.name}: closed a connection that sent no hello within "
+                                      f"{HELLO_TIMEOUT} s")
+            wake = min([next_beat] + [dl for _, dl in pending.values()])
             try:
-                events = poller.poll(max(1, int((next_beat - time.monotonic()) * 1000)))
+                events = poller.poll(max(1, int((wake - time.monotonic()) * 1000) + 1))
             except InterruptedError:
                 continue
             for fd, ev in events:
                 if fd == self._stop_r:
+                    for conn, _ in pending.values():
+                        conn.close()
                     return
                 if fd == self._listener.fileno():
+                    conn = self._accept()
+                    if conn is not None:
+                        pending[conn.fileno()] = (conn, time.monotonic() + HELLO_TIMEOUT)
+                        poller.register(conn, select.POLLIN | select.POLLRDHUP)
+                    continue
+                if fd in pending:
+                    conn, _ = pending.pop(fd)
+                    poller.unregister(fd)
                     try:
-                        conn, _ = self._listener.accept()
+                        msg = conn.recv(256, socket.MSG_DONTWAIT)
                     except OSError:
+                        conn.close()
                         continue
                     try:
-                        self._handshake(conn)
+                        self._answer(conn, msg)
                     except OSError:
                         conn.close()
                     continue
@@ -693,6 +754,38 @@ class Producer:
                     del watched[fd]
                     self._consumer_left(m)
 
+    def _accept(self):
+        """Accept one connection, or None. Keeps FD_RESERVE descriptors free (layout 2.1 §C): when fewer
+        are left, or MAX_PENDING hellos are outstanding, the connection is refused as busy with the reason;
+        when accept itself finds no descriptor, the spare one is given up to refuse it likewise (else the
+        listener would stay readable and the loop spin)."""
+        try:
+            conn, _ = self._listener.accept()
+        except OSError as e:
+            if e.errno not in (errno.EMFILE, errno.ENFILE) or self._spare_fd is None:
+                return None
+            os.close(self._spare_fd)
+            self._spare_fd = None
+            try:
+                conn, _ = self._listener.accept()
+                self._refuse(conn, L.STATUS_BUSY, f"ring {self.name} busy: the producer is out of file "
+                                                  "descriptors")
+            except OSError:
+                pass
+            finally:
+                try:
+                    self._spare_fd = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+                except OSError:
+                    pass
+            return None
+        left = _fds_left()
+        if left < FD_RESERVE:
+            self._refuse(conn, L.STATUS_BUSY, f"ring {self.name} busy: the producer has {left} file descriptors "
+                                              f"left (keeps {FD_RESERVE} in reserve)")
+            return None
+        conn.setblocking(False)
+        return conn
+
     def _beat(self):
         """Heartbeat (for humans) and the table rows' released positions, kept current while idle."""
         if self._closed:
@@ -701,27 +794,27 @@ class Producer:
         with self.lock:
             self._read_cursors_locked(self.c64[_Q_HEAD])
 
-    def _permitted(self, uid, gid):
-        """The SO_PEERCRED gate (spec §1.2): our euid, root, or a member of the producer's group."""
+    def _permitted(self, uid, gid, conn=None):
+        """The SO_PEERCRED gate (spec §1.2): our euid, root, or a member of the producer's group — by the
+        peer's real groups (SO_PEERGROUPS, layout 2.1 §C), not /etc/group."""
         if uid in (0, os.geteuid()):
             return True
         if self.gid is None:
             return False
         if gid == self.gid:
             return True
-        try:
-            import pwd
-            return self.gid in os.getgrouplist(pwd.getpwuid(uid).pw_name, gid)
-        except (KeyError, OSError):
-            return False
+        return conn is not None and self.gid in peer_groups(conn)
+
+    def _log_refusal(self, message):
+        now = time.monotonic()
+        if now - self._refused_logged > 1.0:  # a stranger connecting in a loop gets a line a second
+            self._refused_logged = now
+            log.warning("%s", message)
 
     def _refuse(self, conn, status, message):
         self.refused.append((status, message))
         del self.refused[:-100]
-        now = time.monotonic()
-        if now - self._refused_logged > 1.0:  # a stranger connecting in a loop gets a line a second
-            self._refused_logged = now
-            log.warning("ring %s: refused a client: %s", self.name, message)
+        self._log_refusal(f"ring {self.name}: refused a client: {message}")
         try:
             conn.send(L.pack_error(status, message))
         except OSError:
@@ -738,12 +831,17 @@ class Producer:
     _region_seals = SEALS_REGION
 
     def _handshake(self, conn):
-        conn.settimeout(1.0)
+        """Answer one connection on the caller's thread (blocking up to HELLO_TIMEOUT for its hello)."""
+        conn.settimeout(HELLO_TIMEOUT)
         try:
             msg = conn.recv(256)
         except (socket.timeout, OSError):
             conn.close()
             return
+        self._answer(conn, msg)
+
+    def _answer(self, conn, msg):
+        """Answer the hello msg of conn: an error record, or a welcome with the ring's descriptors."""
         if self._refuse_hook(conn):
             return
         pid, uid, gid = peer_cred(conn)
@@ -754,7 +852,7 @@ class Producer:
         if h is None or h["magic"] != L.MAGIC:
             return self._refuse(conn, L.STATUS_PROTOCOL, f"ring {self.name}: hello of {len(msg)} bytes is not "
                                 "an ibvbridge hello")
-        if not self._permitted(uid, gid):
+        if not self._permitted(uid, gid, conn):
             return self._refuse(conn, L.STATUS_NOT_PERMITTED, f"ring {self.name}: uid {uid} may not attach "
                                 f"(the producer runs as uid {os.geteuid()})")
         if h["major"] != L.MAJOR_VERSION:
@@ -810,9 +908,13 @@ class Producer:
             os.close(rfd)
 
     def _consumer_left(self, m):
-        """A consumer's socket hung up: its row becomes gone (4) and it stops counting (spec §7.6)."""
+        """A consumer's socket hung up: its final tail is read (layout 2.1 §D: released and lost_heaps are
+        then right), its row becomes gone (4) and it stops counting (spec §7.6)."""
         with self.lock:
             if self.conns.get(m.index) is m:
+                t = m.r64[0]
+                if (t - m.released) & M64 <= (self._pos - m.released) & M64:
+                    m.released = t  # a valid final cursor; an invalid one is ignored (it is leaving anyway)
                 del self.conns[m.index]
                 self._snap = tuple(self.conns.values())
                 if self.row_get(m.index, "generation") == m.generation:
@@ -1430,7 +1532,7 @@ class Producer:
                         os.unlink(f, dir_fd=self._dirfd)
                     except OSError:
                         pass
-        for attr in ("_lockfd", "_dirfd", "_stop_r", "_stop_w", "ctl_fd", "data_fd"):
+        for attr in ("_lockfd", "_dirfd", "_stop_r", "_stop_w", "ctl_fd", "data_fd", "_spare_fd"):
             fd = getattr(self, attr, None)
             if fd is not None:
                 try:

@@ -721,7 +721,11 @@ class Ring:
         except socket.timeout:
             raise Timeout(f"ring {name}: the producer did not answer within {timeout} s") from None
         except (ConnectionResetError, BrokenPipeError):
-            msg, fds, mflags = b"", [], 0
+            try:  # a producer that refused before reading the hello (busy) left its error record queued
+                msg, fds, mflags, _ = socket.recv_fds(sock, L.ERROR_RECORD_MAX, 8,
+                                                      socket.MSG_CMSG_CLOEXEC | socket.MSG_DONTWAIT)
+            except OSError:
+                msg, fds, mflags = b"", [], 0
         self._fds = list(fds)
         w = self._check_welcome(msg, fds, mflags)
         ctl_fd, data_fd, region_fd = fds

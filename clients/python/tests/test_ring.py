@@ -606,7 +606,8 @@ def test_max_consumers_busy_and_reattach(make_producer):
     r1.close()
     assert held.released is False
     p.wait_consumers(0)
-    assert p.row_get(0, "state") == L.CONSUMER_GONE and p.row_get(0, "released") == 0
+    # layout 2.1 §D: the producer reads the final tail at detach (positions 0 and 1 were released)
+    assert p.row_get(0, "state") == L.CONSUMER_GONE and p.row_get(0, "released") == 2
     # a new consumer starts at the oldest heap the ring still holds: nothing was reclaimed, so position 0
     with attach(p) as r2:
         assert r2.position == p.reclaimed == r2.oldest == 0 and r2.generation == 2 and r2.consumer_index == 0
