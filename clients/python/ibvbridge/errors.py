@@ -1,4 +1,4 @@
-"""Exceptions of the ibvbridge consumer (layout 2.0). All derive from RingError."""
+"""Exceptions of the ibvbridge consumer (layout 2.1). All derive from RingError."""
 
 
 class RingError(Exception):

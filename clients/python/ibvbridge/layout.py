@@ -1,4 +1,4 @@
-"""The ring layout of docs/ring-layout.md, version 2.0, as Python constants.
+"""The ring layout of docs/ring-layout.md, version 2.1, as Python constants.
 
 This module is the one place the Python client knows where anything lies.  ring/layout.go (Go) and
 clients/c/ibvbridge.h (C) carry the same numbers; ``python -m ibvbridge.layout`` prints them as
@@ -14,7 +14,7 @@ import struct
 
 MAGIC = 0x474E495242564249  # b"IBVBRING" little-endian
 MAJOR_VERSION = 2
-MINOR_VERSION = 0
+MINOR_VERSION = 1  # 2.1: held heaps validated (§A), trusted lookup (§B); any minor of major 2 interoperates
 
 STATS_SLOTS = 32
 REGION_ALIGN = 4096

@@ -1,4 +1,4 @@
-"""Producer side of the ibvbridge shared-memory heap ring (docs/ring-layout.md, layout 2.0).
+"""Producer side of the ibvbridge shared-memory heap ring (docs/ring-layout.md, layout 2.1).
 
     import numpy as np, ibvbridge
     with ibvbridge.Producer.create("myring", slot_count=1024, slot_size=4096, policy="block") as p:

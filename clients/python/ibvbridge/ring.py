@@ -1,4 +1,4 @@
-"""Consumer side of the ibvbridge shared-memory heap ring (docs/ring-layout.md, layout 2.0).
+"""Consumer side of the ibvbridge shared-memory heap ring (docs/ring-layout.md, layout 2.1).
 
 ``Ring.attach(name)`` connects to the ring's SOCK_SEQPACKET socket (``NAME.v2.sock`` in the ring directory),
 checks that the producer's uid is trusted (SO_PEERCRED), sends a hello and receives a welcome with three
@@ -8,8 +8,10 @@ the data memory (read-only: descriptors, item tables, stream metadata, payload s
 every heap. The socket stays open for the life of the attachment: closing it detaches, and its hang-up tells
 the consumer that the producer is gone.
 
-Heaps are handed out as zero-copy views into the data mapping; a view is valid until its heap is released
-(spec §11).
+Heaps are handed out as zero-copy views into the data mapping. A view shows the heap's bytes until its heap
+is released, unless the producer detaches this consumer meanwhile (an overrun under the drop policy) and
+reuses the slot: read, then check ``heap.valid`` / ``batch.valid`` or call ``ring.release(heap)`` (which
+raises Overrun) to prove the bytes were the heap's (layout 2.1 §A).
 
 Supported platform: Linux x86-64. Plain loads and stores through memoryview / ctypes are single aligned
 moves there, which have acquire / release semantics under x86-64's TSO memory model; full fences are a

@@ -65,7 +65,7 @@ def test_structs_follow_offsets():
     assert int.from_bytes(raw[L.OFF_DATA_SIZE:L.OFF_DATA_SIZE + 8], "little") == hdr["data_size"]
     assert int.from_bytes(raw[L.OFF_MAX_CONSUMERS:L.OFF_MAX_CONSUMERS + 4], "little") == hdr["max_consumers"]
     h = L.pack_hello(L.ROLE_CONSUMER, L.START_HEAD)
-    assert len(h) == 32 and L.unpack_hello(h) == dict(magic=L.MAGIC, major=2, minor=0, role=1, start=1)
+    assert len(h) == 32 and L.unpack_hello(h) == dict(magic=L.MAGIC, major=2, minor=1, role=1, start=1)
     assert h[L.HELLO_START] == 1 and h[0x14:] == bytes(12)
     w = L.pack_welcome(3, 9, 0x1234, 8192, 65536)
     d = L.unpack_record(w)
@@ -244,7 +244,7 @@ def test_major_mismatch_names_both(make_producer):
     p = make_producer(header_overrides={"major": 3})  # the header of a producer that welcomed us as 2.0
     with pytest.raises(VersionMismatch) as e:
         attach(p)
-    assert "3.0" in str(e.value) and "2.0" in str(e.value)
+    assert "3.1" in str(e.value) and "2.1" in str(e.value)
     assert e.value.found == 3 and e.value.supported == 2
 
 
@@ -253,7 +253,7 @@ def test_welcome_major_mismatch(make_producer):
     p.welcome_hook = lambda rec: rec[:8] + (3).to_bytes(2, "little") + rec[10:]
     with pytest.raises(VersionMismatch) as e:
         attach(p)
-    assert e.value.found == 3 and "3.0" in str(e.value) and "2.0" in str(e.value)
+    assert e.value.found == 3 and "3.1" in str(e.value) and "2.1" in str(e.value)
 
 
 def test_1_0_control_file_path_is_a_version_error(tmp_path):
@@ -270,6 +270,15 @@ def test_newer_minor_accepted(make_producer):
         assert ring.stats()["counter_13"] == 99 and ring.stats()["consumer_errors"] == 0
         with ring.next() as h:
             assert bytes(h.payload) == b"abc"
+
+
+def test_layout_2_0_producer_accepted(make_producer):
+    # a 2.0 producer (minor 0 in the header and the welcome) interoperates with this 2.1 client
+    p = make_producer(header_overrides={"minor": 0})
+    p.welcome_hook = lambda rec: rec[:L.MSG_MINOR] + (0).to_bytes(2, "little") + rec[L.MSG_MINOR + 2:]
+    p.publish(1, b"abc")
+    with attach(p) as ring, ring.next() as h:
+        assert ring.minor == 0 and bytes(h.payload) == b"abc"
 
 
 def test_init_state_is_corrupt(make_producer):
@@ -525,6 +534,7 @@ def test_hello_is_what_the_spec_says(make_producer):
         attach(p, start="head")
     t.join()
     assert got[0] == L.pack_hello(L.ROLE_CONSUMER, L.START_HEAD) and len(got[0]) == 32
+    assert L.unpack_hello(got[0])["minor"] == 1  # layout 2.1
 
 
 def test_untrusted_producer_uid(tmp_path):
