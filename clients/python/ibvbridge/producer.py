@@ -56,7 +56,6 @@ import fcntl
 import logging
 import mmap
 import os
-import re
 import secrets
 import select
 import socket
@@ -69,6 +68,9 @@ import warnings
 
 from . import layout as L
 from . import shared as _shared
+from .shared import (C_ATTACHED, C_BYTES, C_EOS, C_ERRORS, C_HEAPS, C_OVERRUNS, C_PACKETS, COUNTER, I_CONSUMER_FUTEX,
+                     I_CONSUMER_WAITING, I_PRODUCER_WAITING, I_RELEASE_FUTEX, I_STATE, M64, POLL_GONE, Q_HEAD,
+                     Q_HEARTBEAT_NS, Q_OLDEST, Q_STATS, Q_TAIL, Q_WAKE_AT, row_word)
 from ._sys import (ORDERED, acquire_fence, add_seals, full_fence, futex_wait, futex_wake, peer_cred, release_fence,
                    require_supported)
 from .errors import (HugePageWarning, Interrupted, NoConsumer, NoHugePages, NoSpace, RingError, RingFull,
@@ -81,7 +83,6 @@ __all__ = ["Producer", "Slot", "producer_dir", "layout_for", "COMPLETE", "INCOMP
 
 log = logging.getLogger("ibvbridge.producer")
 
-M64 = (1 << 64) - 1
 MAX_DATA_SIZE = (1 << 63) - 1  # off_t: the largest memfd and mapping
 F_SEAL_FUTURE_WRITE = getattr(fcntl, "F_SEAL_FUTURE_WRITE", 0x10)
 SEALS_SHARED = L.F_SEAL_SHRINK | L.F_SEAL_GROW | F_SEAL_FUTURE_WRITE | L.F_SEAL_SEAL
@@ -96,21 +97,7 @@ IMMEDIATE = L.ITEM_IMMEDIATE
 
 POLICIES = {"drop": L.POLICY_DROP, "block": L.POLICY_BLOCK, L.POLICY_DROP: L.POLICY_DROP,
             L.POLICY_BLOCK: L.POLICY_BLOCK}
-COUNTERS = {name: i for i, name in enumerate(L.COUNTER_NAMES)}
-C_PACKETS, C_BYTES, C_HEAPS = 0, 1, 2
-C_DROPPED, C_EOS, C_ATTACHED, C_OVERRUNS, C_ERRORS = 4, 9, 10, 11, 12
 
-_Q_HEAD = L.OFF_HEAD >> 3
-_Q_HEARTBEAT = L.OFF_HEARTBEAT_NS >> 3
-_Q_OLDEST = L.OFF_OLDEST >> 3
-_Q_STATS = L.OFF_STATS >> 3
-_I_STATE = L.OFF_STATE >> 2
-_I_PRODUCER_WAITING = L.OFF_PRODUCER_WAITING >> 2
-_I_WAITING = L.REG_CONSUMER_WAITING >> 2
-_Q_WAKE_AT = L.REG_WAKE_AT >> 3
-_I_FUTEX = L.REG_CONSUMER_FUTEX >> 2
-_I_RELEASE = L.REG_RELEASE_FUTEX >> 2
-_POLL_GONE = select.POLLHUP | select.POLLRDHUP | select.POLLERR | select.POLLNVAL
 BEAT_SECONDS = 0.1  # heartbeat and row refresh (spec: every <= 250 ms)
 HELLO_TIMEOUT = 2.0  # a connection that sends no hello within this is closed and counted (layout 2.1 §C)
 MAX_PENDING = 64  # connections waiting for their hello at once; more are refused busy
@@ -397,7 +384,7 @@ class Member:
 
     @property
     def tail(self):
-        return self.r64[0]
+        return self.r64[Q_TAIL]
 
 
 class Slot:
@@ -522,7 +509,7 @@ class Producer:
         self.meta_off = g["meta_offset"]
         self.c64 = memoryview(self.ctl).cast("Q")
         self.c32 = memoryview(self.ctl).cast("I")
-        self._stats = self.c64[_Q_STATS:_Q_STATS + L.STATS_SLOTS]
+        self._stats = self.c64[Q_STATS:Q_STATS + L.STATS_SLOTS]
         self._desc_off = g["desc_offset"]
         # private state of the hot path
         self._pos = start_position & M64  # next position to publish (= head after each publish)
@@ -531,9 +518,9 @@ class Producer:
         self._free_r, self._free_w = 0, sc
         self._pos_slot = np.zeros(sc, dtype=np.uint32)
         self._taken = set()  # slots acquired and not yet published (single-heap API)
-        self.c64[_Q_HEAD] = self._pos
-        self.c64[_Q_OLDEST] = self._reclaim
-        self.c64[_Q_HEARTBEAT] = time.time_ns()
+        self.c64[Q_HEAD] = self._pos
+        self.c64[Q_OLDEST] = self._reclaim
+        self.c64[Q_HEARTBEAT_NS] = time.time_ns()
         # consumers: index -> Member, under _lock; _snap is the hot path's lock-free copy
         self.lock = threading.RLock()
         self.conns = {}
@@ -650,7 +637,7 @@ class Producer:
         return {n: st[i] for i, n in enumerate(L.COUNTER_NAMES)}
 
     def _counter(self, c):
-        i = COUNTERS[c] if isinstance(c, str) else int(c)
+        i = COUNTER[c] if isinstance(c, str) else int(c)
         if not 0 <= i < L.STATS_SLOTS:
             raise IndexError(f"counter {c!r}")
         return i
@@ -741,7 +728,7 @@ class Producer:
                 m = watched.get(fd)
                 if m is None:
                     continue
-                hung = bool(ev & _POLL_GONE)
+                hung = bool(ev & POLL_GONE)
                 if not hung:
                     try:
                         hung = m.sock.recv(256, socket.MSG_DONTWAIT) == b""
@@ -790,9 +777,9 @@ class Producer:
         """Heartbeat (for humans) and the table rows' released positions, kept current while idle."""
         if self._closed:
             return
-        self.c64[_Q_HEARTBEAT] = time.time_ns()
+        self.c64[Q_HEARTBEAT_NS] = time.time_ns()
         with self.lock:
-            self._read_cursors_locked(self.c64[_Q_HEAD])
+            self._read_cursors_locked(self.c64[Q_HEAD])
 
     def _permitted(self, uid, gid, conn=None):
         """The SO_PEERCRED gate (spec §1.2): our euid, root, or a member of the producer's group — by the
@@ -862,7 +849,7 @@ class Producer:
                                                                                      L.START_HEAD):
             return self._refuse(conn, L.STATUS_PROTOCOL, f"ring {self.name}: role {h['role']}, start "
                                 f"{h['start']}")
-        if self._closed or self.c32[_I_STATE] == L.STATE_CLOSED:
+        if self._closed or self.c32[I_STATE] == L.STATE_CLOSED:
             return self._refuse(conn, L.STATUS_CLOSING, f"ring {self.name} is closing: the stream has ended")
         if h["role"] == L.ROLE_OBSERVER:
             rec = L.pack_welcome(L.NO_CONSUMER_INDEX, 0, self.session_id, self.ctl_size, 0, 0)
@@ -881,7 +868,7 @@ class Producer:
                                         "consumer rows are attached")
                 idx = free[0]
                 # the start position goes into the region under the reclaim lock (spec §7.1)
-                start = self._reclaim if h["start"] == L.START_OLDEST else self.c64[_Q_HEAD]
+                start = self._reclaim if h["start"] == L.START_OLDEST else self.c64[Q_HEAD]
                 rmm[0:8] = start.to_bytes(8, "little")
                 gen = (self.row_get(idx, "generation") + 1) & 0xFFFFFFFF
                 self.row_set(idx, generation=gen, pid=pid, uid=uid, attach_ns=time.time_ns(), released=start,
@@ -912,7 +899,7 @@ class Producer:
         then right), its row becomes gone (4) and it stops counting (spec §7.6)."""
         with self.lock:
             if self.conns.get(m.index) is m:
-                t = m.r64[0]
+                t = m.r64[Q_TAIL]
                 if (t - m.released) & M64 <= (self._pos - m.released) & M64:
                     m.released = t  # a valid final cursor; an invalid one is ignored (it is leaving anyway)
                 del self.conns[m.index]
@@ -954,22 +941,21 @@ class Producer:
             self._graveyard.append(m)  # the serving thread unregisters and closes it
 
     # ..................................................................... consumer table (spec §2.2)
-    def row_off(self, index, field):
-        return L.OFF_CONSUMER_TABLE + L.ROW_SIZE * index + getattr(L, "ROW_" + field.upper())
-
     def row_get(self, index, field):
-        o = self.row_off(index, field)
-        return self.c32[o >> 2] if field in ("state", "generation") else self.c64[o >> 3]
+        """One field of consumer-table row index: one aligned load."""
+        w = row_word(index, field)
+        return self.c32[w] if field in ("state", "generation") else self.c64[w]
 
     def row_set(self, index, **fields):
+        """Store fields of row index in the order given (state last, by the callers), one store each."""
         for field, v in fields.items():
-            o = self.row_off(index, field)
+            w = row_word(index, field)
             if field == "state" and ORDERED:
                 release_fence()  # the row's state is stored last, with release (spec §2.2)
             if field in ("state", "generation"):
-                self.c32[o >> 2] = v & 0xFFFFFFFF
+                self.c32[w] = v & 0xFFFFFFFF
             else:
-                self.c64[o >> 3] = v & M64
+                self.c64[w] = v & M64
 
     def row(self, index):
         """Consumer-table row ``index`` as a dict (spec §2.2)."""
@@ -981,7 +967,7 @@ class Producer:
         """Read every attached consumer's tail (spec §7.2): a valid one (in [released, head]) becomes its
         released position and its row's; an invalid one detaches it (state 3, consumer_errors)."""
         for m in list(self.conns.values()):
-            t = m.r64[0]
+            t = m.r64[Q_TAIL]
             r = m.released
             if (t - r) & M64 > (head - r) & M64:
                 self._detach_locked(m, L.CONSUMER_BAD_CURSOR, 0)
@@ -1017,7 +1003,7 @@ class Producer:
             self._free[:n - k] = slots[k:]
         self._free_w += n
         self._reclaim = to & M64
-        self.c64[_Q_OLDEST] = self._reclaim
+        self.c64[Q_OLDEST] = self._reclaim
 
     def _reclaim_locked(self, want=1):
         """Give back the slots every attached consumer has released (up to the slowest one's cursor).
@@ -1031,7 +1017,7 @@ class Producer:
                 held = (self._pos - self._reclaim) & M64
                 self._free_positions((self._reclaim + min(need, held)) & M64)
             return
-        self._read_cursors_locked(self.c64[_Q_HEAD])
+        self._read_cursors_locked(self.c64[Q_HEAD])
         slow = self._slowest_locked()
         if slow is not None:
             self._free_positions(slow.released)
@@ -1093,8 +1079,8 @@ class Producer:
                 if none and not self._interrupted:
                     self._attached.wait(slice_)
                 continue
-            f = slow.r32[_I_RELEASE]
-            c32[_I_PRODUCER_WAITING] = 1
+            f = slow.r32[I_RELEASE_FUTEX]
+            c32[I_PRODUCER_WAITING] = 1
             full_fence()
             with self.lock:
                 ok = done()
@@ -1103,7 +1089,7 @@ class Producer:
                 if not self._interrupted:
                     futex_wait(slow.rf_addr, f, slice_)
                 self._wait_addr = 0
-            c32[_I_PRODUCER_WAITING] = 0
+            c32[I_PRODUCER_WAITING] = 0
             if ok:
                 return
 
@@ -1180,17 +1166,17 @@ class Producer:
         pos = self._pos
         if ORDERED:
             release_fence()  # descriptors and item tables before head: a release store (spec §7.3)
-        self.c64[_Q_HEAD] = pos
+        self.c64[Q_HEAD] = pos
         full_fence()
         for m in self._snap:
             r32 = m.r32
-            if r32[_I_WAITING] and (force or (pos - m.r64[_Q_WAKE_AT]) & M64 < 1 << 63):
-                r32[_I_WAITING] = 0
+            if r32[I_CONSUMER_WAITING] and (force or (pos - m.r64[Q_WAKE_AT]) & M64 < 1 << 63):
+                r32[I_CONSUMER_WAITING] = 0
                 full_fence()
-                r32[_I_FUTEX] = (r32[_I_FUTEX] + 1) & 0xFFFFFFFF
+                r32[I_CONSUMER_FUTEX] = (r32[I_CONSUMER_FUTEX] + 1) & 0xFFFFFFFF
                 futex_wake(m.cf_addr)
                 if not m.detached:  # (a detached member's row may belong to someone else by now)
-                    o = (L.OFF_CONSUMER_TABLE + L.ROW_SIZE * m.index + L.ROW_WAKES) >> 3
+                    o = row_word(m.index, "wakes")
                     self.c64[o] = (self.c64[o] + 1) & M64
 
     def _items_block(self, items, n):
@@ -1493,12 +1479,12 @@ class Producer:
             with self.lock:
                 if ORDERED:
                     release_fence()  # state is a release store: everything published comes before it
-                self.c32[_I_STATE] = L.STATE_CLOSED
+                self.c32[I_STATE] = L.STATE_CLOSED
                 full_fence()
                 for m in self.conns.values():
                     r32 = m.r32
-                    r32[_I_WAITING] = 0
-                    r32[_I_FUTEX] = (r32[_I_FUTEX] + 1) & 0xFFFFFFFF
+                    r32[I_CONSUMER_WAITING] = 0
+                    r32[I_CONSUMER_FUTEX] = (r32[I_CONSUMER_FUTEX] + 1) & 0xFFFFFFFF
                     futex_wake(m.cf_addr)
         self._release(unlink=True)
 

@@ -31,6 +31,9 @@ import time
 
 from . import layout as L
 from . import shared as _shared
+from .shared import (I_CONSUMER_FUTEX, I_CONSUMER_WAITING, I_PRODUCER_WAITING, I_RELEASE_FUTEX, I_STATE, M64,
+                     POLL_GONE, Q_HEAD, Q_HEARTBEAT_NS, Q_OLDEST, Q_SPIN_BUDGET_NS, Q_STATS, Q_TAIL, Q_WAKE_AT,
+                     row_word)
 from ._sys import (ORDERED, acquire_fence, full_fence, futex_wait, futex_wake, get_seals, map_fd, peer_cred,
                    release_fence, require_supported)
 from .errors import (CorruptRing, Detached, EndOfStream, Overrun, PermissionDenied, ProducerGone, ProtocolError,
@@ -44,31 +47,15 @@ except ImportError:  # pragma: no cover - numpy is optional until a view is aske
 __all__ = ["Ring", "Heap", "Item", "Batch", "ItemDescriptor", "Geometry", "socket_path_for", "lookup_dirs",
            "default_dir", "uid_trusted", "validate_geometry"]
 
-_M64 = (1 << 64) - 1
 SPIN_BUDGET = 20e-6  # default spin budget before sleeping (spec §7.5)
 _STARTS = {"oldest": L.START_OLDEST, "head": L.START_HEAD, L.START_OLDEST: L.START_OLDEST,
            L.START_HEAD: L.START_HEAD}
 
-# word indexes for memoryview.cast("Q") / cast("I"): control memory ...
-_Q_HEAD = L.OFF_HEAD >> 3
-_Q_HEARTBEAT_NS = L.OFF_HEARTBEAT_NS >> 3
-_Q_OLDEST = L.OFF_OLDEST >> 3
-_Q_STATS = L.OFF_STATS >> 3
-_I_STATE = L.OFF_STATE >> 2
-_I_PRODUCER_WAITING = L.OFF_PRODUCER_WAITING >> 2
-# ... and this consumer's region
-_Q_TAIL = L.REG_TAIL >> 3
-_Q_SPIN_BUDGET_NS = L.REG_SPIN_BUDGET_NS >> 3
-_I_CONSUMER_WAITING = L.REG_CONSUMER_WAITING >> 2
-_I_CONSUMER_FUTEX = L.REG_CONSUMER_FUTEX >> 2
-_Q_WAKE_AT = L.REG_WAKE_AT >> 3
-_I_RELEASE_FUTEX = L.REG_RELEASE_FUTEX >> 2
 
 _unpack_desc = L.DESC_STRUCT.unpack_from
 _iter_items = L.ITEM_STRUCT.iter_unpack
 log = logging.getLogger("ibvbridge.ring")
 WELCOME_TIMEOUT = 5.0  # seconds for the handshake when the attach has no timeout (spec §B)
-_POLL_GONE = select.POLLHUP | select.POLLRDHUP | select.POLLERR | select.POLLNVAL
 
 
 def _need_numpy():
@@ -773,11 +760,10 @@ class Ring:
                                           g.items_offset).reshape(g.slot_count, g.max_items)
             self._payload2d = np.frombuffer(self._data_mm, np.uint8, g.slot_count * g.slot_size,
                                             g.payload_offset).reshape(g.slot_count, g.slot_size)
-        row = L.OFF_CONSUMER_TABLE + L.ROW_SIZE * self.consumer_index
-        self._i_row_state = (row + L.ROW_STATE) >> 2
-        self._i_row_gen = (row + L.ROW_GENERATION) >> 2
-        self._q_row_lost = (row + L.ROW_LOST_HEAPS) >> 3
-        self._r64[_Q_SPIN_BUDGET_NS] = int(self._spin_budget * 1e9)
+        self._i_row_state = row_word(self.consumer_index, "state")
+        self._i_row_gen = row_word(self.consumer_index, "generation")
+        self._q_row_lost = row_word(self.consumer_index, "lost_heaps")
+        self._r64[Q_SPIN_BUDGET_NS] = int(self._spin_budget * 1e9)
         self._coalesce_heaps = max(1, self._geo.slot_count // 2)
         # 7. start at the region's tail (the producer stored the start position before the welcome)
         self.session_id = hdr["session_id"]
@@ -787,7 +773,7 @@ class Ring:
         self._items_base = g.items_offset
         self._item_stride = g.max_items * L.ITEM_SIZE
         self._pay_base = g.payload_offset
-        self._read = self._r64[_Q_TAIL]
+        self._read = self._r64[Q_TAIL]
         self._cached_head = self._read
         self._pending = collections.deque()
         # Releases are stored to tail once per batch (spec §7.4: at most max(1, slot_count / 8) deferred),
@@ -883,21 +869,21 @@ class Ring:
 
     @property
     def state(self):
-        return self._c32[_I_STATE]
+        return self._c32[I_STATE]
 
     @property
     def head(self):
-        return self._c64[_Q_HEAD]
+        return self._c64[Q_HEAD]
 
     @property
     def oldest(self):
         """The lowest position whose slot the producer still holds (spec §7.1)."""
-        return self._c64[_Q_OLDEST]
+        return self._c64[Q_OLDEST]
 
     @property
     def tail(self):
         """This consumer's tail as stored in its region (released positions are < tail)."""
-        return self._r64[_Q_TAIL]
+        return self._r64[Q_TAIL]
 
     @property
     def position(self):
@@ -906,7 +892,7 @@ class Ring:
 
     @property
     def heartbeat_ns(self):
-        return self._c64[_Q_HEARTBEAT_NS]
+        return self._c64[Q_HEARTBEAT_NS]
 
     def row(self):
         """This consumer's row of the consumer table (spec §2.2) as a dict."""
@@ -919,9 +905,9 @@ class Ring:
         self._check_mapped()
         n = min(self.header["stats_count"], L.STATS_SLOTS)
         c = self._c64
-        out = {name: (c[_Q_STATS + i] if i < n else 0) for i, name in enumerate(L.COUNTER_NAMES)}
+        out = {name: (c[Q_STATS + i] if i < n else 0) for i, name in enumerate(L.COUNTER_NAMES)}
         for i in range(len(L.COUNTER_NAMES), n):
-            out[f"counter_{i}"] = c[_Q_STATS + i]
+            out[f"counter_{i}"] = c[Q_STATS + i]
         return out
 
     def producer_alive(self):
@@ -933,7 +919,7 @@ class Ring:
         except InterruptedError:
             return True
         for _, rev in events:
-            if rev & _POLL_GONE:
+            if rev & POLL_GONE:
                 self._gone = True
             elif rev & select.POLLIN:
                 try:  # the producer sends nothing after the welcome: 0 bytes is its EOF, anything else is dropped
@@ -1058,13 +1044,13 @@ class Ring:
     def _available(self):
         """Published positions not yet read; reloads head (and checks the table row) when the cached one is
         used up."""
-        avail = (self._cached_head - self._read) & _M64
+        avail = (self._cached_head - self._read) & M64
         if avail == 0:
-            h = self._c64[_Q_HEAD]
+            h = self._c64[Q_HEAD]
             if ORDERED:
                 acquire_fence()  # head is an acquire load (spec §9.1)
             self._check_row()
-            avail = (h - self._read) & _M64
+            avail = (h - self._read) & M64
             if avail == 0:
                 self._flush_release()  # caught up: hand the released slots back now
             elif avail > self._geo.slot_count:
@@ -1075,7 +1061,7 @@ class Ring:
 
     def _take(self, n):
         """Register positions [read, read+n) as handed out; returns the pending entry."""
-        self._read = end = (self._read + n) & _M64
+        self._read = end = (self._read + n) & M64
         ent = [end, False]
         self._pending.append(ent)
         return ent
@@ -1089,7 +1075,7 @@ class Ring:
         while pend and pend[0][1]:
             tail = pend.popleft()[0]
         self._released_to = tail
-        if ((tail - self._stored) & _M64) >= self._release_batch:
+        if ((tail - self._stored) & M64) >= self._release_batch:
             self._flush_release()
 
     def _flush_release(self):
@@ -1100,11 +1086,11 @@ class Ring:
         self._stored = tail
         if ORDERED:
             release_fence()
-        self._r64[_Q_TAIL] = tail  # a release store (spec §7.4)
+        self._r64[Q_TAIL] = tail  # a release store (spec §7.4)
         full_fence()
-        if self._c32[_I_PRODUCER_WAITING] != 0:
+        if self._c32[I_PRODUCER_WAITING] != 0:
             r32 = self._r32  # we are release_futex's only writer: a plain load and store
-            r32[_I_RELEASE_FUTEX] = (r32[_I_RELEASE_FUTEX] + 1) & 0xFFFFFFFF
+            r32[I_RELEASE_FUTEX] = (r32[I_RELEASE_FUTEX] + 1) & 0xFFFFFFFF
             futex_wake(self._rfutex_addr)
 
     def _corrupt_desc(self, pos, msg):
@@ -1125,8 +1111,8 @@ class Ring:
         g = self._geo
         (seq, heap_cnt, heap_size, received, ts, slot, flags, icount, packets,
          _) = _unpack_desc(self._data_mm, self._desc_base + (pos & self._mask) * 64)
-        if seq != (pos + 1) & _M64:
-            raise self._corrupt_desc(pos, f"seq {seq}, want {(pos + 1) & _M64}")
+        if seq != (pos + 1) & M64:
+            raise self._corrupt_desc(pos, f"seq {seq}, want {(pos + 1) & M64}")
         if slot >= g.slot_count:
             raise self._corrupt_desc(pos, f"slot {slot} >= slot_count {g.slot_count}")
         if received > g.slot_size:
@@ -1209,7 +1195,7 @@ class Ring:
                     continue
                 (seq, heap_cnt, heap_size, received, ts, slot, flags, icount, packets,
                  _) = unpack(mm, desc_base + (pos & mask) * 64)
-                if (seq != (pos + 1) & _M64 or slot >= slot_count or received > slot_size or icount > max_items
+                if (seq != (pos + 1) & M64 or slot >= slot_count or received > slot_size or icount > max_items
                         or flags & eos_flag):
                     # The slow path again, written out: folding the two into one test costs ~10 % here.
                     try:
@@ -1222,7 +1208,7 @@ class Ring:
                     continue
                 if c32[i_state] != attached or c32[i_gen] != gen or ORDERED:
                     self._check_row()  # the copy was checked: now prove it was this heap's (spec §A)
-                self._read = (pos + 1) & _M64
+                self._read = (pos + 1) & M64
                 h = make(None, pos, heap_cnt, heap_size, received, ts, slot, flags, icount, packets)
                 heap = h
                 yield h
@@ -1237,11 +1223,11 @@ class Ring:
     def _release_through(self, pos):
         """Release a fast-path heap. The iterator hands one out only when every older position is released,
         so releasing it releases through pos, whatever next() handed out after it (those stay held)."""
-        end = (pos + 1) & _M64
-        if ((end - self._released_to) & _M64) > ((self._read - self._released_to) & _M64) or end == self._released_to:
+        end = (pos + 1) & M64
+        if ((end - self._released_to) & M64) > ((self._read - self._released_to) & M64) or end == self._released_to:
             return  # released already
         self._released_to = end
-        if ((end - self._stored) & _M64) >= self._release_batch:
+        if ((end - self._stored) & M64) >= self._release_batch:
             self._flush_release()
 
     __iter__ = heaps
@@ -1256,12 +1242,12 @@ class Ring:
             raise ValueError("max_heaps must be >= 1")
         if self._eos:
             raise EndOfStream("end of stream")
-        avail = (self._cached_head - self._read) & _M64
+        avail = (self._cached_head - self._read) & M64
         if avail == 0:
             avail = self._available()
             if avail == 0:
                 self._wait(timeout)
-                avail = (self._cached_head - self._read) & _M64
+                avail = (self._cached_head - self._read) & M64
         g = self._geo
         pos = self._read
         idx = pos & self._mask
@@ -1274,7 +1260,7 @@ class Ring:
         if bad.any():
             k = int(bad.argmax())
             e = d[k]
-            raise self._corrupt_desc((pos + k) & _M64, f"seq {e['seq']} slot {e['slot']} received "
+            raise self._corrupt_desc((pos + k) & M64, f"seq {e['seq']} slot {e['slot']} received "
                                      f"{e['received']} item_count {e['item_count']}")
         eos = (d["flags"] & L.FLAG_END_OF_STREAM) != 0
         if eos.any():
@@ -1293,7 +1279,7 @@ class Ring:
             over = addr & ((v > ss) | (ln > ss - np.minimum(v, ss)))
             if over.any():
                 r = int(over.any(axis=1).argmax())
-                raise self._corrupt_desc((pos + r) & _M64, "address item past slot_size")
+                raise self._corrupt_desc((pos + r) & M64, "address item past slot_size")
         self._check_row()  # descriptors and items copied and checked: they were these heaps' (spec §A)
         if n == 0:
             self._eos = True
@@ -1332,7 +1318,7 @@ class Ring:
         if not lat and budget > 0 and self._wait_avg <= budget / 2:
             spin_until = now + min(budget, timeout if timeout is not None else budget)
             while time.monotonic() < spin_until:
-                h = c64[_Q_HEAD]
+                h = c64[Q_HEAD]
                 if h != read:
                     self._set_head(h)
                     self._note_wait(start)
@@ -1340,30 +1326,30 @@ class Ring:
         try:
             while True:
                 coalesce = lat and self._active
-                f = r32[_I_CONSUMER_FUTEX]
-                r64[_Q_WAKE_AT] = (read + (self._coalesce_heaps if coalesce else 1)) & _M64
-                r32[_I_CONSUMER_WAITING] = 1
+                f = r32[I_CONSUMER_FUTEX]
+                r64[Q_WAKE_AT] = (read + (self._coalesce_heaps if coalesce else 1)) & M64
+                r32[I_CONSUMER_WAITING] = 1
                 full_fence()
-                h = c64[_Q_HEAD]
+                h = c64[Q_HEAD]
                 if h != read:
                     self._set_head(h)
                     self._note_wait(start)
                     return
                 self._check_row()
-                if c32[_I_STATE] == L.STATE_CLOSED:
+                if c32[I_STATE] == L.STATE_CLOSED:
                     if ORDERED:
                         acquire_fence()  # state is an acquire load: everything published before is seen
-                    h = c64[_Q_HEAD]
+                    h = c64[Q_HEAD]
                     if h != read:
                         self._set_head(h)
                         return
                     raise EndOfStream("end of stream (ring closed)")
                 if not coalesce and not self.producer_alive():
-                    h = c64[_Q_HEAD]  # drain first: everything published before the death is delivered
+                    h = c64[Q_HEAD]  # drain first: everything published before the death is delivered
                     if h != read:
                         self._set_head(h)
                         return
-                    if c32[_I_STATE] == L.STATE_CLOSED:
+                    if c32[I_STATE] == L.STATE_CLOSED:
                         raise EndOfStream("end of stream (ring closed)")
                     raise ProducerGone(f"ring {self.name}: producer (pid {self.producer_pid}) is gone")
                 now = time.monotonic()
@@ -1374,7 +1360,7 @@ class Ring:
                 futex_wait(self._cfutex_addr, f, slice_)
                 if coalesce and time.monotonic() - now >= slice_:
                     # The latency bound passed: take what came; nothing at all means the stream went idle.
-                    h = c64[_Q_HEAD]
+                    h = c64[Q_HEAD]
                     if h != read:
                         self._set_head(h)
                         self._note_wait(start)
@@ -1382,7 +1368,7 @@ class Ring:
                     self._active = False
         finally:
             if r32 is not None and not self._closed:
-                r32[_I_CONSUMER_WAITING] = 0
+                r32[I_CONSUMER_WAITING] = 0
 
     def _note_wait(self, start):
         """A wait that found a heap: a moving average of the last ~8 wait lengths; the stream is active."""
@@ -1393,7 +1379,7 @@ class Ring:
         if ORDERED:
             acquire_fence()  # h was loaded from head: an acquire load (spec §9.1)
         self._check_row()
-        avail = (h - self._read) & _M64
+        avail = (h - self._read) & M64
         if avail > self._geo.slot_count:
             raise CorruptRing(f"head {h} is {avail} positions past read {self._read}")
         self._cached_head = h

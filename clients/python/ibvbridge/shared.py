@@ -1,16 +1,61 @@
-"""What the consumer (ring.py) and the producer (producer.py) of the Python client share beyond the byte
-layout: the ring-name rule, the default ring directories, the rule that says which directory a client may
-trust (layout 2.1 §B), and the symlink-free creation of a producer's directory.
+"""What the consumer (ring.py) and the producer (producer.py) of the Python client share, written once: the
+word indices through which both read and write the shared words, the counter indices, the ring-name rule,
+the default ring directories, the rule that says which directory a client may trust (layout 2.1 §B), and
+the symlink-free creation of a producer's directory.
 
-layout.py says where every byte lies; this module says where a ring lives and whom to believe about it.
+layout.py says where every byte lies (the offsets the golden test compares); this module turns them into
+the indices of ``memoryview.cast("Q")`` / ``cast("I")`` views — one aligned load or store per shared word,
+which is what spec §11 requires (``struct.unpack_from`` copies bytes and can tear a word) — and says where
+a ring lives and whom to believe about it.
 """
 
 import errno
 import os
 import re
+import select
 import stat as _stat
 
 from . import layout as L
+
+M64 = (1 << 64) - 1  # positions and counters wrap modulo 2^64
+
+# --- word indices: control memory (spec §2), for its cast("Q") / cast("I") views --------------------------
+Q_HEAD = L.OFF_HEAD >> 3
+Q_HEARTBEAT_NS = L.OFF_HEARTBEAT_NS >> 3
+Q_OLDEST = L.OFF_OLDEST >> 3
+Q_STATS = L.OFF_STATS >> 3
+I_STATE = L.OFF_STATE >> 2
+I_PRODUCER_WAITING = L.OFF_PRODUCER_WAITING >> 2
+# --- ... and a consumer region (spec §3) ------------------------------------------------------------------
+Q_TAIL = L.REG_TAIL >> 3
+Q_SPIN_BUDGET_NS = L.REG_SPIN_BUDGET_NS >> 3
+I_CONSUMER_WAITING = L.REG_CONSUMER_WAITING >> 2
+I_CONSUMER_FUTEX = L.REG_CONSUMER_FUTEX >> 2
+Q_WAKE_AT = L.REG_WAKE_AT >> 3
+I_RELEASE_FUTEX = L.REG_RELEASE_FUTEX >> 2
+
+
+def row_word(index, field):
+    """The control memory's word index of consumer-table row ``index``'s ``field`` (spec §2.2): a cast("I")
+    index for the 32-bit state and generation (two separate loads, never one 64-bit one), a cast("Q")
+    index for the others."""
+    off = L.OFF_CONSUMER_TABLE + L.ROW_SIZE * index + getattr(L, "ROW_" + field.upper())
+    return off >> 2 if field in ("state", "generation") else off >> 3
+
+
+# --- counters (spec §2.3): index by name, and the ones the producer's hot path bumps -----------------------
+COUNTER = {name: i for i, name in enumerate(L.COUNTER_NAMES)}
+C_PACKETS = COUNTER["packets"]
+C_BYTES = COUNTER["bytes"]
+C_HEAPS = COUNTER["heaps"]
+C_DROPPED = COUNTER["dropped_heaps"]
+C_EOS = COUNTER["end_of_stream"]
+C_ATTACHED = COUNTER["consumers_attached"]
+C_OVERRUNS = COUNTER["consumer_overruns"]
+C_ERRORS = COUNTER["consumer_errors"]
+
+# poll(2) events that mean the other end of a ring socket is gone
+POLL_GONE = select.POLLHUP | select.POLLRDHUP | select.POLLERR | select.POLLNVAL
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$")
 XDG_SUBDIR = "ibvbridge"
