@@ -390,7 +390,16 @@ class Member:
 class Slot:
     """A payload slot taken by ``Producer.acquire()``: fill ``payload`` (a writable numpy uint8 view of
     the whole slot, no copy) and the item table (``add_item``), then ``Producer.publish(slot, ...)``, or
-    give it back unpublished with ``discard()``."""
+    give it back unpublished with ``discard()``.
+
+    As a context manager it cannot leak: leaving the ``with`` block without publishing (an exception, or
+    no publish call) discards it, so the pool never loses a slot (under ``block`` a lost slot would
+    stall the ring for good)::
+
+        with p.acquire() as slot:
+            slot.payload[:n] = fill()           # an exception here gives the slot back
+            p.publish(slot, heap_cnt=k)
+    """
 
     __slots__ = ("_p", "index", "payload", "item_count", "overflow", "end", "_live")
 
@@ -428,6 +437,19 @@ class Slot:
     def discard(self):
         """Return the slot to the pool unpublished."""
         self._p.discard(self)
+
+    @property
+    def live(self):
+        """True until the slot is published or discarded."""
+        return self._live
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if self._live and not self._p._closed:
+            self._p.discard(self)
+        return False
 
     def __repr__(self):
         return f"Slot({self.index}, items={self.item_count})"

@@ -619,3 +619,26 @@ def test_hugepages_auto_falls_back_with_a_warning(tmp_path, monkeypatch):
         p = Producer.create("w", directory=str(tmp_path), hugepages="auto", slot_count=4, slot_size=64)
     with p:
         assert not p.huge and p.page_size == 4096
+
+
+def test_slot_context_manager_returns_the_slot_on_an_exception_under_block(tmp_path):
+    with Producer.create("slot", slot_count=2, slot_size=64, policy="block", hugepages="off",
+                         directory=str(tmp_path)) as p:
+        for _ in range(10):  # 10 failures on a 2-slot ring: any leaked slot would make acquire time out
+            with pytest.raises(ValueError, match="fill failed"):
+                with p.acquire(timeout=1) as slot:
+                    slot.payload[:4] = 7
+                    raise ValueError("fill failed")
+            assert not slot.live
+        with p.acquire(timeout=1) as slot:
+            pass  # left without publishing: given back too
+        assert not slot.live
+        with Ring.attach(p.socket_path, timeout=2) as ring:
+            with p.acquire(timeout=1) as slot:
+                slot.payload[:3] = np.frombuffer(b"abc", np.uint8)
+                p.publish(slot, heap_cnt=1, received=3)
+            assert not slot.live
+            with ring.next(timeout=1) as h:
+                assert h.heap_cnt == 1 and bytes(h.payload) == b"abc"
+            with p.acquire(timeout=1), p.acquire(timeout=1):
+                pass  # both slots free again
