@@ -1,5 +1,7 @@
 """Exceptions of the ibvbridge consumer (layout 2.1). All derive from RingError."""
 
+from __future__ import annotations
+
 
 class RingError(Exception):
     """Base class of every ibvbridge error."""
@@ -28,7 +30,7 @@ class VersionMismatch(RingError):
     mismatch in the welcome or header). ``found`` and ``supported`` are the majors; the message names both
     versions."""
 
-    def __init__(self, found, supported, message=None):
+    def __init__(self, found: int, supported: int, message: str | None = None) -> None:
         self.found = found
         self.supported = supported
         super().__init__(message or f"ring layout major version {found}, this client supports {supported}")
@@ -48,7 +50,7 @@ class Detached(RingError):
     """The producer detached this consumer (spec §7.6); the ring must not be read any more. ``reason`` is
     the consumer-table row state (layout.CONSUMER_*) or None when the row was reused."""
 
-    def __init__(self, message, reason=None):
+    def __init__(self, message: str, reason: int | None = None) -> None:
         self.reason = reason
         super().__init__(message)
 
@@ -57,7 +59,7 @@ class Overrun(Detached):
     """Detached as overrun: the consumer fell a whole ring behind under the drop policy. ``lost_heaps``:
     the published heaps it had not released."""
 
-    def __init__(self, message, lost_heaps):
+    def __init__(self, message: str, lost_heaps: int) -> None:
         self.lost_heaps = lost_heaps
         super().__init__(message, 2)
 

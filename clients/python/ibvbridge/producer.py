@@ -50,6 +50,8 @@ between our load and store; that consumer still gets our futex increment and wak
 itself again — a spurious wake, which the protocol allows. There is one waker per consumer per publish.
 """
 
+from __future__ import annotations
+
 import ctypes
 import errno
 import fcntl
@@ -65,6 +67,7 @@ import struct
 import threading
 import time
 import warnings
+from typing import Any, Iterable, Sequence
 
 from . import layout as L
 from . import shared as _shared
@@ -106,7 +109,7 @@ SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # linux/socket.h; missing 
 _GID = struct.Struct("I")
 
 
-def peer_groups(sock):
+def peer_groups(sock: socket.socket) -> tuple[int, ...]:
     """The supplementary groups of a connected Unix socket's peer (SO_PEERGROUPS: the kernel's word, as it
     was at connect), as a tuple of gids; () if the kernel cannot say."""
     for n in (256, 65536):
@@ -133,14 +136,14 @@ SPIN_SECONDS = 50e-6
 _valid_name = _shared.valid_name
 
 
-def producer_dir(directory=None):
+def producer_dir(directory: str | os.PathLike[str] | None = None) -> str:
     """The producer's ring directory (spec §1.1): ``directory`` if given, else $IBVBRIDGE_RING_DIR if set
     and non-empty, else /run/ibvbridge for euid 0, else $XDG_RUNTIME_DIR/ibvbridge when XDG_RUNTIME_DIR is
     set and absolute, else /dev/shm/ibvbridge-UID."""
     return _shared.default_dir(directory)
 
 
-def open_ring_dir(path):
+def open_ring_dir(path: str) -> int:
     """Create path (0755) if missing, component by component from '/' without following any symlink
     (layout 2.1 §B: each component is opened O_DIRECTORY | O_NOFOLLOW relative to its parent and must be
     owned by our euid or root), and check the final directory: owned by our euid, not writable by group or
@@ -230,7 +233,7 @@ def _meminfo(key):
     return 0
 
 
-def shm_available():
+def shm_available() -> int:
     """The memory a new shared mapping may take: MemAvailable, or less under this process's cgroup v2
     memory limit; 0 if unknown."""
     avail = _meminfo("MemAvailable")
@@ -255,7 +258,7 @@ def shm_available():
     return avail
 
 
-def new_shm(name, size):
+def new_shm(name: str, size: int) -> tuple[int, mmap.mmap]:
     """A sealable shmem memfd of size bytes, refused up front when larger than the available memory (an
     unlimited shmem fallocate would meet the OOM killer rather than fail), reserved with posix_fallocate
     and mapped read-write. Returns (fd, mmap); not sealed yet."""
@@ -284,7 +287,8 @@ def _align(v, a=4096):
     return (v + a - 1) // a * a
 
 
-def layout_for(slot_count, slot_size, max_items, meta_size, packet_size=0, page_size=4096):
+def layout_for(slot_count: int, slot_size: int, max_items: int, meta_size: int, packet_size: int = 0,
+               page_size: int = 4096) -> dict[str, int]:
     """The data memory's geometry (spec §4): a dict of desc_offset, items_offset, meta_offset,
     payload_offset, packet_offset, data_size. Every region starts on a 4096-byte boundary; data_size is
     a multiple of page_size."""
@@ -342,7 +346,8 @@ def _dtype_text(d, shape):
             f"'shape': {shp}}}")
 
 
-def meta_record(item_id, name="", description="", shape=None, fmt=b"", dtype=""):
+def meta_record(item_id: int, name: str = "", description: str = "", shape: Sequence[int] | None = None,
+                fmt: bytes = b"", dtype: Any = "") -> bytes:
     """One stream-metadata record (spec §6). dtype: the numpy header text (or "")."""
     nb, db, tb = name.encode(), description.encode(), dtype.encode()
     fmt = bytes(fmt or b"")
@@ -412,7 +417,7 @@ class Slot:
         self.end = 0  # the end of the furthest address item
         self._live = True
 
-    def add_item(self, item_id, value=0, length=0, immediate=False):
+    def add_item(self, item_id: int, value: int = 0, length: int = 0, immediate: bool = False) -> bool:
         """Append an item pointer (spec §5). An address item's bytes are payload[value:value+length]
         (ValueError past the slot); an immediate item carries ``value`` and its width ``length`` in bytes.
         Returns False (and the heap gets ITEMS_OVERFLOW) when the table already holds max_items."""
@@ -431,22 +436,22 @@ class Slot:
         self.item_count += 1
         return True
 
-    def reset_items(self):
+    def reset_items(self) -> None:
         self.item_count, self.overflow, self.end = 0, False, 0
 
-    def discard(self):
+    def discard(self) -> None:
         """Return the slot to the pool unpublished."""
         self._p.discard(self)
 
     @property
-    def live(self):
+    def live(self) -> bool:
         """True until the slot is published or discarded."""
         return self._live
 
-    def __enter__(self):
+    def __enter__(self) -> Slot:
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> bool:
         if self._live and not self._p._closed:
             self._p.discard(self)
         return False
@@ -465,9 +470,10 @@ class Producer:
     _unmap_on_close = True
 
     @classmethod
-    def create(cls, name, slot_count=256, slot_size=1 << 20, max_items=64, meta_size=64 << 10,
-               policy="drop", hugepages="auto", directory=None, max_consumers=L.DEFAULT_MAX_CONSUMERS,
-               group=None):
+    def create(cls, name: str, slot_count: int = 256, slot_size: int = 1 << 20, max_items: int = 64,
+               meta_size: int = 64 << 10, policy: str | int = "drop", hugepages: str = "auto",
+               directory: str | os.PathLike[str] | None = None, max_consumers: int = L.DEFAULT_MAX_CONSUMERS,
+               group: str | int | None = None) -> Producer:
         """Create ring ``name``: check/create the ring directory, take the name's lock, reserve and seal the
         memory, bind the socket and start serving consumers.
 
@@ -636,24 +642,24 @@ class Producer:
 
     # ..................................................................... properties
     @property
-    def consumers(self):
+    def consumers(self) -> int:
         """Consumers attached now."""
         return len(self._snap)
 
     @property
-    def head(self):
+    def head(self) -> int:
         """The published head (positions below it are visible to consumers)."""
         return self._pos
 
     @property
-    def oldest(self):
+    def oldest(self) -> int:
         return self._reclaim
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         return self._closed
 
-    def stats(self):
+    def stats(self) -> dict[str, int]:
         """The ring's counters as {name: value} (spec §2.3)."""
         st = self._stats
         return {n: st[i] for i, n in enumerate(L.COUNTER_NAMES)}
@@ -664,12 +670,12 @@ class Producer:
             raise IndexError(f"counter {c!r}")
         return i
 
-    def add(self, counter, n=1):
+    def add(self, counter: str | int, n: int = 1) -> None:
         """Add n to a counter (a name of layout.COUNTER_NAMES, or its index)."""
         i = self._counter(counter)
         self._stats[i] = (self._stats[i] + n) & M64
 
-    def set(self, counter, value):
+    def set(self, counter: str | int, value: int) -> None:
         """Set a counter."""
         self._stats[self._counter(counter)] = value & M64
 
@@ -963,12 +969,12 @@ class Producer:
             self._graveyard.append(m)  # the serving thread unregisters and closes it
 
     # ..................................................................... consumer table (spec §2.2)
-    def row_get(self, index, field):
+    def row_get(self, index: int, field: str) -> int:
         """One field of consumer-table row index: one aligned load."""
         w = row_word(index, field)
         return self.c32[w] if field in ("state", "generation") else self.c64[w]
 
-    def row_set(self, index, **fields):
+    def row_set(self, index: int, **fields: int) -> None:
         """Store fields of row index in the order given (state last, by the callers), one store each."""
         for field, v in fields.items():
             w = row_word(index, field)
@@ -979,7 +985,7 @@ class Producer:
             else:
                 self.c64[w] = v & M64
 
-    def row(self, index):
+    def row(self, index: int) -> dict[str, int]:
         """Consumer-table row ``index`` as a dict (spec §2.2)."""
         o = L.OFF_CONSUMER_TABLE + L.ROW_SIZE * index
         return dict(zip(L.ROW_FIELDS, L.ROW_STRUCT.unpack_from(self.ctl, o)))
@@ -1115,7 +1121,7 @@ class Producer:
             if ok:
                 return
 
-    def interrupt(self):
+    def interrupt(self) -> None:
         """Make a blocked acquire / publish_batch / wait_drained / end_of_stream raise Interrupted (the
         next one, if none is waiting). Safe from any thread."""
         self._interrupted = True
@@ -1125,7 +1131,7 @@ class Producer:
             futex_wake(a)
 
     # ..................................................................... the hot path
-    def acquire(self, timeout=None):
+    def acquire(self, timeout: float | None = None) -> Slot:
         """A free payload slot (a Slot). drop: RingFull when none is free (count the heap with
         ``add("dropped_heaps", 1)``); block: waits for the slowest consumer (timeout seconds, None:
         forever; Timeout after it), Interrupted after interrupt()."""
@@ -1137,7 +1143,7 @@ class Producer:
         self._taken.add(s)
         return Slot(self, s)
 
-    def discard(self, slot):
+    def discard(self, slot: Slot) -> None:
         """Give an acquired slot back unpublished."""
         if not slot._live:
             raise RingError(f"slot {slot.index} was already published or discarded")
@@ -1146,8 +1152,8 @@ class Producer:
         self._free[self._free_w % self.slot_count] = slot.index
         self._free_w += 1
 
-    def publish(self, slot, heap_cnt, heap_size=None, received=None, timestamp_ns=None, flags=COMPLETE,
-                packets=1):
+    def publish(self, slot: Slot, heap_cnt: int, heap_size: int | None = None, received: int | None = None,
+                timestamp_ns: int | None = None, flags: int = COMPLETE, packets: int = 1) -> int:
         """Publish the heap in ``slot`` (spec §7.3): its item table is already written by add_item; the
         descriptor, then a release store of head, then a wake for each consumer that announced it sleeps.
 
@@ -1238,8 +1244,9 @@ class Producer:
                     cols.append((c, f, a))
         return t, None, cols, over
 
-    def publish_batch(self, payloads, heap_cnts, heap_sizes=None, items=None, flags=COMPLETE,
-                      timestamp_ns=None, packets=1, timeout=None):
+    def publish_batch(self, payloads: Any, heap_cnts: Any, heap_sizes: Any = None, items: Any = None,
+                      flags: Any = COMPLETE, timestamp_ns: Any = None, packets: Any = 1,
+                      timeout: float | None = None) -> int:
         """Publish many (small) heaps at once: takes free slots, copies the payloads with numpy, writes all
         descriptors and item tables vectorised and stores head once per run of free slots (one wake check
         per consumer per head store).
@@ -1400,7 +1407,7 @@ class Producer:
         self._free_r += k
         return s
 
-    def end_of_stream(self, stop_heap_cnt=0, timeout=None):
+    def end_of_stream(self, stop_heap_cnt: int = 0, timeout: float | None = None) -> int:
         """Publish the END_OF_STREAM marker (spec §4.1). It takes a slot like a heap: with none free it
         waits up to timeout seconds (None: drop does not wait, block waits forever) for the consumers, then
         raises RingFull (close() still marks the ring CLOSED, which consumers also read as the end)."""
@@ -1429,7 +1436,7 @@ class Producer:
         self._commit(force=True)  # the end of the stream wakes consumers whose wakes are coalesced too
         return pos
 
-    def wait_drained(self, timeout=None):
+    def wait_drained(self, timeout: float | None = None) -> None:
         """Wait until every attached consumer has released everything published (so closing loses
         nothing). NoConsumer when no consumer is attached when it is called (nobody would ever drain the
         ring); consumers that detach meanwhile stop counting, and it returns when the last one has gone.
@@ -1444,7 +1451,7 @@ class Producer:
             return not self.conns or self._reclaim == self._pos
         self._wait_for(done, timeout)
 
-    def wait_consumers(self, n, timeout=None):
+    def wait_consumers(self, n: int, timeout: float | None = None) -> None:
         """Wait until at least n consumers are attached; Timeout otherwise."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while len(self._snap) < n:
@@ -1458,7 +1465,7 @@ class Producer:
             if len(self._snap) < n:
                 self._attached.wait(0.05 if left is None else min(0.05, left))
 
-    def set_descriptors(self, records):
+    def set_descriptors(self, records: Iterable[Any]) -> None:
         """Rewrite the stream-metadata area (spec §6, a seqlock) with item descriptors: ItemDescriptor-like
         objects (id, name, description, format bytes, dtype: a numpy dtype, a dtype string or the numpy
         header text, shape: a tuple with -1 for a variable dimension, or None) or ready-made records
@@ -1487,7 +1494,7 @@ class Producer:
             raise RingError(f"ring {self.name} is closed")
 
     # ..................................................................... stopping (spec §7.6)
-    def close(self):
+    def close(self) -> None:
         """Clean stop: interrupt a waiting hot path, state CLOSED, wake every consumer, close every
         connection, remove the socket and the lock file, unmap. Consumers keep their mappings, drain what
         was published, then see the end of stream. Idempotent."""
@@ -1570,13 +1577,13 @@ class Producer:
                 except BufferError:
                     pass  # views the caller still holds: unmapped when the last one goes
 
-    def __enter__(self):
+    def __enter__(self) -> Producer:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         if self._closed:
             return f"Producer({self.name!r}, closed)"
         return (f"Producer({self.name!r}, socket={self.socket_path!r}, slots={self.slot_count}x"

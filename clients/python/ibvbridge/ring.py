@@ -20,6 +20,8 @@ locked instruction (an uncontended threading.Lock).
 A Ring is not thread-safe: use it from one thread.
 """
 
+from __future__ import annotations
+
 import ast
 import collections
 import ctypes
@@ -28,6 +30,7 @@ import os
 import select
 import socket
 import time
+from typing import Any, Iterator, Mapping, Sequence, Union
 
 from . import layout as L
 from . import shared as _shared
@@ -43,6 +46,8 @@ try:
     import numpy as np
 except ImportError:  # pragma: no cover - numpy is optional until a view is asked for
     np = None
+
+PathLike = Union[str, "os.PathLike[str]"]
 
 __all__ = ["Ring", "Heap", "Item", "Batch", "ItemDescriptor", "Geometry", "socket_path_for", "lookup_dirs",
            "default_dir", "uid_trusted", "validate_geometry"]
@@ -63,14 +68,14 @@ def _need_numpy():
         raise RingError("numpy is required for array views (apt install python3-numpy)")
 
 
-def default_dir():
+def default_dir() -> str:
     """This process's own ring directory (spec §1.1): $IBVBRIDGE_RING_DIR if set and non-empty, else
     /run/ibvbridge for euid 0, else $XDG_RUNTIME_DIR/ibvbridge when XDG_RUNTIME_DIR is absolute, else
     /dev/shm/ibvbridge-UID."""
     return _shared.default_dir()
 
 
-def lookup_dirs(directory=None):
+def lookup_dirs(directory: PathLike | None = None) -> list[str]:
     """Where a consumer looks for a ring name, in order (spec §1.1): ``directory`` if given; else
     $IBVBRIDGE_RING_DIR if set and non-empty; else its own default directory, then /run/ibvbridge."""
     return _shared.lookup_dirs(directory)
@@ -90,7 +95,7 @@ def _check_name(s):
         raise RingError(f"ring name {s!r}: use 1-64 characters from [A-Za-z0-9_.-], not starting with '.'")
 
 
-def socket_path_for(name_or_path, directory=None):
+def socket_path_for(name_or_path: PathLike, directory: PathLike | None = None) -> str:
     """The socket a consumer connects to: a path (anything containing '/', which must end in .v2.sock)
     as given; a name looked up in lookup_dirs(directory), the first trusted directory (spec §B) holding
     NAME.v2.sock winning (the first candidate when none does yet)."""
@@ -115,7 +120,7 @@ def socket_path_for(name_or_path, directory=None):
     return os.path.join(dirs[0], s + L.SOCKET_SUFFIX)
 
 
-def uid_trusted(uid, socket_path, euid=None):
+def uid_trusted(uid: int, socket_path: PathLike, euid: int | None = None) -> bool:
     """Whether a producer serving socket_path as uid may be trusted (spec §1.2, §B): uid 0, our own
     effective uid, or the owner of the socket's directory when that directory is trusted (not writable by
     group or others, and owned by us or root, or made by root)."""
@@ -139,7 +144,7 @@ class Geometry(collections.namedtuple("Geometry", (
     data_file_size = property(lambda self: self.data_size)  # the layout 1.0 name
 
 
-def validate_geometry(hdr):
+def validate_geometry(hdr: Mapping[str, int]) -> Geometry:
     """Check a decoded header's data geometry as spec §9 step 5 requires; return a Geometry or raise
     CorruptRing.
 
@@ -245,8 +250,12 @@ class Item:
     read-only zero-copy memoryview of them."""
 
     __slots__ = ("id", "value", "length", "flags", "_heap")
+    id: int
+    value: int
+    length: int
+    flags: int
 
-    def __init__(self, heap, iid, value, length, flags):
+    def __init__(self, heap: Heap, iid: int, value: int, length: int, flags: int) -> None:
         self._heap = heap
         self.id = iid
         self.value = value
@@ -254,11 +263,11 @@ class Item:
         self.flags = flags
 
     @property
-    def immediate(self):
+    def immediate(self) -> bool:
         return bool(self.flags & L.ITEM_IMMEDIATE)
 
     @property
-    def data(self):
+    def data(self) -> memoryview | None:
         if self.flags & L.ITEM_IMMEDIATE:
             return None
         h = self._heap
@@ -279,6 +288,15 @@ class Heap:
     __slots__ = ("_ring", "_entry", "_buf", "_mv", "_base", "_raw", "_items_off", "position", "heap_cnt",
                  "heap_size", "received", "timestamp_ns", "slot", "flags", "item_count", "packets", "_released",
                  "_descmap")
+    position: int  # the heap's position in the ring (0, 1, 2 ... modulo 2^64)
+    heap_cnt: int
+    heap_size: int
+    received: int  # payload bytes in the slot
+    timestamp_ns: int
+    slot: int
+    flags: int  # layout.FLAG_*
+    item_count: int
+    packets: int
 
     @property
     def _raw_items(self):
@@ -301,14 +319,38 @@ class Heap:
         return raw
 
     # ----- flags
-    complete = property(lambda self: bool(self.flags & L.FLAG_COMPLETE))
-    incomplete = property(lambda self: bool(self.flags & L.FLAG_INCOMPLETE))
-    truncated = property(lambda self: bool(self.flags & L.FLAG_TRUNCATED))
-    end_of_stream = property(lambda self: bool(self.flags & L.FLAG_END_OF_STREAM))
-    has_descriptors = property(lambda self: bool(self.flags & L.FLAG_HAS_DESCRIPTORS))
-    items_overflow = property(lambda self: bool(self.flags & L.FLAG_ITEMS_OVERFLOW))
-    no_heap_size = property(lambda self: bool(self.flags & L.FLAG_NO_HEAP_SIZE))
-    items_cut = property(lambda self: bool(self.flags & L.FLAG_ITEMS_CUT))
+    @property
+    def complete(self) -> bool:
+        return bool(self.flags & L.FLAG_COMPLETE)
+
+    @property
+    def incomplete(self) -> bool:
+        return bool(self.flags & L.FLAG_INCOMPLETE)
+
+    @property
+    def truncated(self) -> bool:
+        return bool(self.flags & L.FLAG_TRUNCATED)
+
+    @property
+    def end_of_stream(self) -> bool:
+        return bool(self.flags & L.FLAG_END_OF_STREAM)
+
+    @property
+    def has_descriptors(self) -> bool:
+        return bool(self.flags & L.FLAG_HAS_DESCRIPTORS)
+
+    @property
+    def items_overflow(self) -> bool:
+        return bool(self.flags & L.FLAG_ITEMS_OVERFLOW)
+
+    @property
+    def no_heap_size(self) -> bool:
+        return bool(self.flags & L.FLAG_NO_HEAP_SIZE)
+
+    @property
+    def items_cut(self) -> bool:
+        return bool(self.flags & L.FLAG_ITEMS_CUT)
+
 
     def _check_live(self):
         if self._released:
@@ -317,11 +359,11 @@ class Heap:
             raise RingError("ring is closed")
 
     @property
-    def released(self):
+    def released(self) -> bool:
         return self._released
 
     @property
-    def valid(self):
+    def valid(self) -> bool:
         """Whether every byte read from this heap so far was the heap's (spec §A): True while the ring still
         counts this consumer, so the producer has not reused the heap's slot. Read the payload or items,
         THEN check ``valid`` (or call ``ring.release(heap)``, which raises Overrun): False means the bytes
@@ -335,30 +377,30 @@ class Heap:
         return r._row_error() is None
 
     @property
-    def payload(self):
+    def payload(self) -> memoryview:
         """payload[0:received] as a read-only memoryview into the data mapping (no copy)."""
         self._check_live()
         return self._mv[self._base:self._base + self.received]
 
     @property
-    def items(self):
+    def items(self) -> list[Item]:
         return [Item(self, *t) for t in self._raw_items]
 
-    def find(self, item_id):
+    def find(self, item_id: int) -> Item | None:
         """The first item with this id, or None."""
         for t in self._raw_items:
             if t[0] == item_id:
                 return Item(self, *t)
         return None
 
-    def item(self, item_id):
+    def item(self, item_id: int) -> Item:
         """The first item with this id; KeyError if the heap has none."""
         it = self.find(item_id)
         if it is None:
             raise KeyError(f"heap {self.heap_cnt} has no item {item_id:#x}")
         return it
 
-    def array(self, item_id, dtype=None, shape=None):
+    def array(self, item_id: int, dtype: Any = None, shape: int | Sequence[int] | None = None) -> np.ndarray:
         """An address item as a read-only numpy array VIEW into the data mapping (no copy).
 
         dtype / shape default to the stream's item descriptor (spec §6) when known, else uint8 / 1-D.
@@ -405,7 +447,7 @@ class Heap:
         a = np.frombuffer(self._buf, dtype=dt, count=count, offset=self._base + it.value)
         return a.reshape(shape, order=order)
 
-    def copy(self):
+    def copy(self) -> Heap:
         """A detached copy (payload and items) that stays valid after release and close."""
         self._check_live()
         h = Heap.__new__(Heap)
@@ -424,7 +466,7 @@ class Heap:
         h._descmap = self._ring.descriptors() if self._ring is not None else self._descmap
         return h
 
-    def release(self):
+    def release(self) -> None:
         """Give the heap's slot back to the producer (in position order: a heap released before older held
         heaps takes effect when they are released). Idempotent."""
         if not self._released:
@@ -436,13 +478,13 @@ class Heap:
                 else:
                     r._release_entry(self._entry)
 
-    def __enter__(self):
+    def __enter__(self) -> Heap:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"Heap(position={self.position}, heap_cnt={self.heap_cnt}, heap_size={self.heap_size}, "
                 f"received={self.received}, flags={self.flags:#x}, items={len(self._raw_items)})")
 
@@ -474,11 +516,11 @@ class Batch:
         raise AttributeError(name)
 
     @property
-    def released(self):
+    def released(self) -> bool:
         return self._released
 
     @property
-    def valid(self):
+    def valid(self) -> bool:
         """As Heap.valid, for every heap of the batch: read, then check."""
         r = self._ring
         if self._released or r._closed:
@@ -492,7 +534,7 @@ class Batch:
             raise RingError("ring is closed")
 
     @property
-    def consecutive(self):
+    def consecutive(self) -> bool:
         """True when the heaps' slots are consecutive, so payloads() is a zero-copy strided view."""
         s = self.descs["slot"]
         n = len(s)
@@ -501,7 +543,7 @@ class Batch:
         s0 = int(s[0])
         return s0 + n <= self._ring._geo.slot_count and bool((np.diff(s.astype(np.int64)) == 1).all())
 
-    def payloads(self, nbytes=None):
+    def payloads(self, nbytes: int | None = None) -> np.ndarray:
         """The first nbytes (default slot_size) of each heap's slot as an (n, nbytes) uint8 array: a
         zero-copy strided view into the data mapping when the slots are consecutive, else a gathered copy.
         Bytes past a heap's ``received`` are whatever the slot holds (mask with ``received``)."""
@@ -517,7 +559,7 @@ class Batch:
             return r._payload2d[s0:s0 + len(s), :nbytes]
         return r._payload2d[s.astype(np.intp), :nbytes]
 
-    def item_table(self):
+    def item_table(self) -> tuple[np.ndarray, np.ndarray]:
         """(items, valid): the heaps' item tables gathered as an (n, k) structured array (layout.ITEM_DTYPE,
         a copy; k = max item_count) and the (n, k) mask of valid entries."""
         self._check_live()
@@ -529,7 +571,7 @@ class Batch:
         valid = np.arange(k, dtype=np.uint32)[None, :] < counts[:, None]
         return items, valid
 
-    def find_item(self, item_id):
+    def find_item(self, item_id: int) -> tuple[np.ndarray, np.ndarray]:
         """(found, items): for each heap, whether it has an item with this id, and the first such item
         (structured ITEM_DTYPE array of length n; rows where found is False are meaningless)."""
         items, valid = self.item_table()
@@ -541,19 +583,20 @@ class Batch:
         first = match.argmax(axis=1)
         return found, items[np.arange(n), first]
 
-    def release(self):
+    def release(self) -> None:
+        """Give all the batch's slots back (one tail store). Idempotent."""
         if not self._released:
             self._released = True
             if not self._ring._closed:
                 self._ring._release_entry(self._entry)
 
-    def __enter__(self):
+    def __enter__(self) -> Batch:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Batch(position={self.position}, n={len(self.descs)})"
 
 
@@ -573,8 +616,9 @@ class Ring:
 
     # ------------------------------------------------------------------ attach (spec §9)
     @classmethod
-    def attach(cls, name_or_path, timeout=10.0, directory=None, start="oldest", max_latency=0.0,
-               spin_budget=SPIN_BUDGET, wait=False):
+    def attach(cls, name_or_path: PathLike, timeout: float | None = 10.0, directory: PathLike | None = None,
+               start: str | int = "oldest", max_latency: float = 0.0, spin_budget: float = SPIN_BUDGET,
+               wait: bool = False) -> Ring:
         """Attach to a ring as a consumer, by name or by socket path (anything with a '/', ending in
         .v2.sock).
 
@@ -853,54 +897,91 @@ class Ring:
         return hdr
 
     # ------------------------------------------------------------------ geometry and info
-    slot_count = property(lambda self: self._geo.slot_count)
-    slot_size = property(lambda self: self._geo.slot_size)
-    max_items = property(lambda self: self._geo.max_items)
-    page_size = property(lambda self: self._geo.page_size)
-    data_size = property(lambda self: self._geo.data_size)
-    data_file_size = data_size  # the layout 1.0 name
-    geometry = property(lambda self: self._geo)
-    policy = property(lambda self: self.header["policy"])
-    major = property(lambda self: self.header["major"])
-    minor = property(lambda self: self.header["minor"])
-    max_consumers = property(lambda self: self.header["max_consumers"])
-    generation = property(lambda self: self._generation)
-    closed = property(lambda self: self._closed)
+    @property
+    def slot_count(self) -> int:
+        return self._geo.slot_count
 
     @property
-    def state(self):
+    def slot_size(self) -> int:
+        return self._geo.slot_size
+
+    @property
+    def max_items(self) -> int:
+        return self._geo.max_items
+
+    @property
+    def page_size(self) -> int:
+        return self._geo.page_size
+
+    @property
+    def data_size(self) -> int:
+        return self._geo.data_size
+
+    data_file_size = data_size  # the layout 1.0 name
+
+    @property
+    def geometry(self) -> Geometry:
+        return self._geo
+
+    @property
+    def policy(self) -> int:
+        return self.header["policy"]
+
+    @property
+    def major(self) -> int:
+        return self.header["major"]
+
+    @property
+    def minor(self) -> int:
+        return self.header["minor"]
+
+    @property
+    def max_consumers(self) -> int:
+        return self.header["max_consumers"]
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+
+    @property
+    def state(self) -> int:
         return self._c32[I_STATE]
 
     @property
-    def head(self):
+    def head(self) -> int:
         return self._c64[Q_HEAD]
 
     @property
-    def oldest(self):
+    def oldest(self) -> int:
         """The lowest position whose slot the producer still holds (spec §7.1)."""
         return self._c64[Q_OLDEST]
 
     @property
-    def tail(self):
+    def tail(self) -> int:
         """This consumer's tail as stored in its region (released positions are < tail)."""
         return self._r64[Q_TAIL]
 
     @property
-    def position(self):
+    def position(self) -> int:
         """The next position this consumer will read."""
         return self._read
 
     @property
-    def heartbeat_ns(self):
+    def heartbeat_ns(self) -> int:
         return self._c64[Q_HEARTBEAT_NS]
 
-    def row(self):
+    def row(self) -> dict[str, int]:
         """This consumer's row of the consumer table (spec §2.2) as a dict."""
         self._check_mapped()
         off = L.OFF_CONSUMER_TABLE + L.ROW_SIZE * self.consumer_index
         return dict(zip(L.ROW_FIELDS, L.ROW_STRUCT.unpack_from(self._ctl_mm, off)))
 
-    def stats(self):
+    def stats(self) -> dict[str, int]:
         """The producer's counters by name (spec §2.3). Counters a newer minor adds are 'counter_<i>'."""
         self._check_mapped()
         n = min(self.header["stats_count"], L.STATS_SLOTS)
@@ -910,7 +991,7 @@ class Ring:
             out[f"counter_{i}"] = c[Q_STATS + i]
         return out
 
-    def producer_alive(self):
+    def producer_alive(self) -> bool:
         """Liveness (spec §7.6): False once the producer's end of the socket hung up (one poll, no wait)."""
         if self._gone or self._sock is None:
             return not self._gone
@@ -974,14 +1055,14 @@ class Ring:
             raise err
 
     @property
-    def attached(self):
+    def attached(self) -> bool:
         """True while the producer counts this consumer (spec §2.2): every heap it handed out is then still
         the heap's bytes. False once it was detached (overrun, bad cursor, replaced) or closed."""
         if self._closed:
             return False
         return self._row_error() is None
 
-    def release(self, heap):
+    def release(self, heap: Heap | Batch) -> None:
         """Release a Heap or Batch (as ``heap.release()``), then prove it was read whole: raises Overrun
         (``lost_heaps``) when the producer overran this consumer while it held the heap, Detached for any
         other detach, so bytes read from it before this call may belong to a later heap (spec §A). A copy
@@ -998,7 +1079,7 @@ class Ring:
                 self._detached = err
                 raise err
 
-    def descriptors(self):
+    def descriptors(self) -> dict[int, ItemDescriptor]:
         """The stream's item descriptors, {id: ItemDescriptor}, from the metadata area (spec §6, seqlock
         read). Cached until the producer rewrites the area."""
         self._check_open()
@@ -1099,7 +1180,7 @@ class Ring:
         self._check_row()
         return CorruptRing(f"corrupt descriptor at position {pos}: {msg}")
 
-    def next(self, timeout=None):
+    def next(self, timeout: float | None = None) -> Heap:
         """The next heap (a Heap; use ``with ring.next() as heap:``). Waits up to ``timeout`` seconds (None:
         forever, 0: don't wait). Raises EndOfStream, ProducerGone, Timeout, CorruptRing, Overrun, Detached."""
         self._check_open()
@@ -1164,7 +1245,7 @@ class Ring:
         h._descmap = None
         return h
 
-    def heaps(self, timeout=None):
+    def heaps(self, timeout: float | None = None) -> Iterator[Heap]:
         """Iterate over heaps until end of stream, releasing each when the loop advances or is left.
         ``timeout`` applies to each wait (Timeout is raised).
 
@@ -1232,7 +1313,7 @@ class Ring:
 
     __iter__ = heaps
 
-    def next_batch(self, max_heaps, timeout=None):
+    def next_batch(self, max_heaps: int, timeout: float | None = None) -> Batch:
         """Up to ``max_heaps`` already-published heaps at once (at least one; fewer at the ring's wrap point
         or before an END_OF_STREAM marker) as a Batch of numpy views. Waits like next(). Descriptors (and
         address items) are validated vectorised: CorruptRing if any is bad."""
@@ -1288,7 +1369,7 @@ class Ring:
             raise EndOfStream("end of stream")
         return Batch(self, d, pos, self._take(n), items)
 
-    def batches(self, max_heaps, timeout=None):
+    def batches(self, max_heaps: int, timeout: float | None = None) -> Iterator[Batch]:
         """Iterate over batches until end of stream, releasing each when the loop advances or is left."""
         b = None
         try:
@@ -1385,7 +1466,7 @@ class Ring:
         self._cached_head = h
 
     # ------------------------------------------------------------------ close
-    def close(self):
+    def close(self) -> None:
         """Detach (spec §7.6): store the released tail, close the socket (the producer then stops counting
         this consumer: heaps still held are given back) and drop the mappings. Never raises because of views
         the caller still holds: if numpy arrays / memoryviews into the data memory are alive, the data
@@ -1431,10 +1512,10 @@ class Ring:
                     pass  # live views: unmapped when the last one is garbage-collected
         self._data_mm = self._ctl_mm = self._region_mm = None
 
-    def __enter__(self):
+    def __enter__(self) -> Ring:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __del__(self):

@@ -9,11 +9,14 @@ which is what spec §11 requires (``struct.unpack_from`` copies bytes and can te
 a ring lives and whom to believe about it.
 """
 
+from __future__ import annotations
+
 import errno
 import os
 import re
 import select
 import stat as _stat
+from typing import Mapping
 
 from . import layout as L
 
@@ -35,7 +38,7 @@ Q_WAKE_AT = L.REG_WAKE_AT >> 3
 I_RELEASE_FUTEX = L.REG_RELEASE_FUTEX >> 2
 
 
-def row_word(index, field):
+def row_word(index: int, field: str) -> int:
     """The control memory's word index of consumer-table row ``index``'s ``field`` (spec §2.2): a cast("I")
     index for the 32-bit state and generation (two separate loads, never one 64-bit one), a cast("Q")
     index for the others."""
@@ -62,12 +65,12 @@ XDG_SUBDIR = "ibvbridge"
 _PATH_FLAGS = getattr(os, "O_PATH", 0o10000000) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def valid_name(name):
+def valid_name(name: str) -> bool:
     """A ring name (spec §1.1): 1-64 characters of [A-Za-z0-9_.-], not starting with '.'."""
     return NAME_RE.match(name) is not None
 
 
-def own_default_dir(euid=None, env=None):
+def own_default_dir(euid: int | None = None, env: Mapping[str, str] | None = None) -> str:
     """This process's own ring directory when none is given (spec §1.1, 2.1): /run/ibvbridge for euid 0,
     else $XDG_RUNTIME_DIR/ibvbridge when XDG_RUNTIME_DIR is set and absolute, else /dev/shm/ibvbridge-UID."""
     euid = os.geteuid() if euid is None else euid
@@ -80,7 +83,7 @@ def own_default_dir(euid=None, env=None):
     return f"/dev/shm/ibvbridge-{euid}"
 
 
-def default_dir(directory=None):
+def default_dir(directory: str | os.PathLike[str] | None = None) -> str:
     """The ring directory a producer creates its ring in: ``directory`` if given, else $IBVBRIDGE_RING_DIR
     if set and non-empty, else own_default_dir()."""
     if directory:
@@ -88,7 +91,7 @@ def default_dir(directory=None):
     return os.environ.get(L.ENV_DIR) or own_default_dir()
 
 
-def lookup_dirs(directory=None):
+def lookup_dirs(directory: str | os.PathLike[str] | None = None) -> list[str]:
     """Where a consumer looks a ring name up, in order (spec §1.1): ``directory`` if given, else
     $IBVBRIDGE_RING_DIR if set and non-empty (only that one); else its own default directory, then
     /run/ibvbridge."""
@@ -106,7 +109,7 @@ class Untrusted(Exception):
     65534, not 1001 or root")."""
 
 
-def open_trusted_dir(path, euid=None):
+def open_trusted_dir(path: str, euid: int | None = None) -> tuple[int, int]:
     """Open a ring directory for connecting (spec §B) and return (fd, owner uid): an O_PATH descriptor,
     opened without following a symlink as its last component, of a directory that no one but its owner can
     write (not writable by group or others) and that is owned by the caller's euid or root — or whose
@@ -141,7 +144,7 @@ def open_trusted_dir(path, euid=None):
         raise
 
 
-def _root_made(fd):
+def _root_made(fd: int) -> bool:
     """Whether the directory fd's parent is owned by root and not writable by group or others."""
     try:
         pfd = os.open("..", _PATH_FLAGS, dir_fd=fd)
@@ -154,14 +157,14 @@ def _root_made(fd):
     return st.st_uid == 0 and not st.st_mode & 0o022
 
 
-def peer_trusted(uid, dir_owner, euid=None):
+def peer_trusted(uid: int, dir_owner: int | None, euid: int | None = None) -> bool:
     """Whether a producer serving a socket as uid may be believed (spec §1.2, §B): root, the caller's euid,
     or the owner of the trusted directory the socket lies in."""
     euid = os.geteuid() if euid is None else euid
     return uid in (0, euid) or (dir_owner is not None and uid == dir_owner)
 
 
-def make_dir_nofollow(path, mode=0o755, euid=None):
+def make_dir_nofollow(path: str | os.PathLike[str], mode: int = 0o755, euid: int | None = None) -> int:
     """Create (or open) the directory path from '/' one component at a time without following any
     symlink (spec §B): each existing component is opened O_PATH | O_DIRECTORY | O_NOFOLLOW relative to its
     parent and must be owned by euid or root; a missing one is made (mode) and opened likewise. Returns an
@@ -208,14 +211,14 @@ def make_dir_nofollow(path, mode=0o755, euid=None):
         raise
 
 
-def _open_component(comp, flags, parent, here):
+def _open_component(comp: str, flags: int, parent: int, here: str) -> int:
     try:
         return os.open(comp, flags, dir_fd=parent)
     except OSError as e:
         return _refuse_component(comp, parent, here, e)
 
 
-def _refuse_component(comp, parent, here, err):
+def _refuse_component(comp: str, parent: int, here: str, err: OSError) -> int:
     if err.errno in (errno.ENOTDIR, errno.ELOOP):
         try:
             if _stat.S_ISLNK(os.lstat(comp, dir_fd=parent).st_mode):
