@@ -610,7 +610,7 @@ class Ring:
         self._ctl_mm = self._data_mm = self._region_mm = None
         self._c64 = self._c32 = self._r64 = self._r32 = self._d64 = self._dmv = None
         self._cfutex = self._rfutex = None
-        self._desc_arr = self._items2d = self._payload2d = None
+        self._desc_arr = self._desc_raw = self._items2d = self._payload2d = None
         self._detached = None
         self._gone = False
 
@@ -800,6 +800,7 @@ class Ring:
         self._rfutex_addr = ctypes.addressof(self._rfutex)
         if np is not None:  # persistent zero-copy views for the batch API
             self._desc_arr = np.frombuffer(self._data_mm, L.DESC_DTYPE, g.slot_count, g.desc_offset)
+            self._desc_raw = np.frombuffer(self._data_mm, np.uint8, g.slot_count * L.DESC_SIZE, g.desc_offset)
             self._items2d = np.frombuffer(self._data_mm, L.ITEM_DTYPE, g.slot_count * g.max_items,
                                           g.items_offset).reshape(g.slot_count, g.max_items)
             self._payload2d = np.frombuffer(self._data_mm, np.uint8, g.slot_count * g.slot_size,
@@ -1333,7 +1334,9 @@ class Ring:
         pos = self._read
         idx = pos & self._mask
         n = min(avail, max_heaps, g.slot_count - idx)
-        d = self._desc_arr[idx:idx + n].copy()  # checked and used from a private copy only (spec §A)
+        # checked and used from a private copy only (spec §A); copied as bytes: a structured-array copy
+        # costs ~40x more (0.4 ms vs 10 us for 4096 descriptors)
+        d = self._desc_raw[idx * L.DESC_SIZE:(idx + n) * L.DESC_SIZE].copy().view(L.DESC_DTYPE)
         d.flags.writeable = False
         want = np.arange(1, n + 1, dtype=np.uint64) + np.uint64(pos)  # wraps mod 2^64
         bad = ((d["seq"] != want) | (d["slot"] >= g.slot_count) | (d["received"] > np.uint64(g.slot_size))
@@ -1495,7 +1498,7 @@ class Ring:
             except OSError:
                 pass
         self._fds = []
-        self._desc_arr = self._items2d = self._payload2d = None
+        self._desc_arr = self._desc_raw = self._items2d = self._payload2d = None
         self._cfutex = self._rfutex = None
         for mv in (self._c64, self._c32, self._r64, self._r32, self._d64, self._dmv):
             if mv is not None:
