@@ -21,6 +21,10 @@ type xdpOptions struct {
 	frames   int
 	maxPoll  int
 	busyPoll bool
+
+	singleBuffer bool
+	needWakeup   bool
+	sockBusy     xdp.BusyPoll
 }
 
 func addXDPFlags(fs *flag.FlagSet) *xdpOptions {
@@ -32,18 +36,28 @@ func addXDPFlags(fs *flag.FlagSet) *xdpOptions {
 	fs.IntVar(&o.frames, "xdp-frames", 0, "xdp: UMEM frames per queue, a power of two (default 4096)")
 	fs.IntVar(&o.maxPoll, "max-poll", 10, "xdp: polls before sleeping (spead2's max_poll)")
 	fs.BoolVar(&o.busyPoll, "busy-poll", false, "xdp: spin instead of sleeping when idle (a core at 100%)")
+	fs.BoolVar(&o.singleBuffer, "xdp-single-buffer", false, "xdp: no multi-buffer (XDP_USE_SG): frames larger than a UMEM frame are dropped")
+	fs.BoolVar(&o.needWakeup, "xdp-need-wakeup", true, "xdp: bind with XDP_USE_NEED_WAKEUP (false: the kernel polls the fill ring itself)")
+	fs.BoolVar(&o.sockBusy.Prefer, "xdp-prefer-busy-poll", false, "xdp: SO_PREFER_BUSY_POLL: the receive loop runs the driver's NAPI poll")
+	fs.IntVar(&o.sockBusy.Usecs, "xdp-busy-poll-usecs", 0, "xdp: SO_BUSY_POLL, µs a busy poll may spin (0: the kernel's default)")
+	fs.IntVar(&o.sockBusy.Budget, "xdp-busy-poll-budget", 0, "xdp: SO_BUSY_POLL_BUDGET, packets per busy poll (0: the kernel's default)")
 	return o
 }
 
 // config checks the flags before anything is opened.
 func (o *xdpOptions) config(iface string, eps []transport.Endpoint, log *zerolog.Logger) (xdp.Config, error) {
 	cfg := xdp.Config{Interface: iface, Mode: o.mode, ZeroCopy: o.zeroCopy, Copy: o.copy, Frames: o.frames,
-		MaxPoll: o.maxPoll, BusyPoll: o.busyPoll, Log: log}
+		MaxPoll: o.maxPoll, BusyPoll: o.busyPoll, Log: log, SingleBuffer: o.singleBuffer, NoNeedWakeup: !o.needWakeup,
+		SocketBusyPoll: o.sockBusy}
 	if iface == "" {
 		return cfg, usageError("--transport xdp needs --interface NAME|ADDR")
 	}
 	if o.zeroCopy && o.copy {
 		return cfg, usageError("--zero-copy and --copy exclude each other")
+	}
+	if o.sockBusy.Usecs < 0 || o.sockBusy.Budget < 0 || o.sockBusy.Budget > 0xffff {
+		return cfg, usageError("--xdp-busy-poll-usecs %d / --xdp-busy-poll-budget %d: want 0 or more (budget at most 65535)",
+			o.sockBusy.Usecs, o.sockBusy.Budget)
 	}
 	switch o.mode {
 	case xdp.ModeAuto, xdp.ModeNative, xdp.ModeGeneric:

@@ -13,11 +13,13 @@ import (
 	"github.com/ibvbridge/ibvbridge/internal/rxloop"
 )
 
-// Completion ids: the socket's index in the high bits, the frame's UMEM address (within that socket's
-// part) in the low ones.
+// Completion ids: the socket's index in the high bits, then a bit saying the frame continues in the next
+// descriptor (XDP_PKT_CONTD: multi-buffer), the frame's UMEM address (within that socket's part) in the
+// low ones.
 const (
 	idShift  = 48
-	addrMask = 1<<idShift - 1
+	idContd  = 1 << 47
+	addrMask = idContd - 1
 )
 
 // queue drives a Source's sockets as one rxloop.Queue, so rxloop.Run, the loop the ibverbs transport
@@ -33,8 +35,9 @@ type queue struct {
 	next   int
 	now    int64 // CLOCK_REALTIME of the last non-empty poll: AF_XDP frames carry no timestamp
 
-	fillStarved atomic.Uint64
-	kicks       atomic.Uint64
+	fillStarved   atomic.Uint64
+	kicks         atomic.Uint64
+	chainsDropped atomic.Uint64 // frames spanning more descriptors than can be assembled
 }
 
 var _ rxloop.Queue = (*queue)(nil)
@@ -59,9 +62,16 @@ func (q *queue) Poll(out []rxloop.Completion) (int, error) {
 			break
 		}
 		i := (q.next + k) % len(q.socks)
-		m := q.socks[i].take(q.descs[:len(out)-n])
+		m, dropped := q.socks[i].take(q.descs[:len(out)-n], len(out))
+		if dropped > 0 {
+			q.chainsDropped.Add(dropped)
+		}
 		for j, d := range q.descs[:m] {
-			out[n+j] = rxloop.Completion{ID: uint64(i)<<idShift | d.Addr, Len: d.Len}
+			id := uint64(i)<<idShift | d.Addr&addrMask
+			if d.Options&unix.XDP_PKT_CONTD != 0 {
+				id |= idContd
+			}
+			out[n+j] = rxloop.Completion{ID: id, Len: d.Len}
 		}
 		n += m
 	}
@@ -71,7 +81,7 @@ func (q *queue) Poll(out []rxloop.Completion) (int, error) {
 		return n, nil
 	}
 	for _, x := range q.socks {
-		if x.kick() {
+		if x.kick(true) {
 			q.kicks.Add(1)
 		}
 	}
@@ -94,7 +104,7 @@ func (q *queue) Repost(ids []uint64) error {
 		if x.give(q.addrs[:end-start]) {
 			q.fillStarved.Add(1)
 		}
-		if x.kick() {
+		if x.kick(false) {
 			q.kicks.Add(1)
 		}
 		start = end
