@@ -22,7 +22,9 @@ type xdpCase struct {
 	packet, slots, slot string
 	rate                string // Gb/s
 	recvArgs            []string
-	wantChains          bool // jumbo frames: every data frame arrives as a multi-buffer chain
+	wantChains          bool     // jumbo frames: every data frame arrives as a multi-buffer chain
+	recvTransport       string   // default xdp
+	sendArgs            []string // extra send flags (--transport xdp --interface ...)
 }
 
 // TestRecvXDPOverVeth runs `recv --transport xdp` in one network namespace and `send` in another, joined
@@ -35,6 +37,28 @@ func TestRecvXDPOverVeth(t *testing.T) {
 		{name: "multicast", dest: "239.77.0.1", flavour: "64-48", heaps: 300, heapSize: 20000, packet: "1472", slots: "256", slot: "64K", rate: "0.2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) { runRecvXDP(t, pair, tc) })
+	}
+}
+
+// TestSendXDPIntoSocketRecv: `send --transport xdp` (AF_XDP TX, jumbo frames as multi-buffer chains) in
+// one namespace into `recv` on the socket path in the other, over a veth pair with MTU 9000; every heap
+// byte-exact, for 1 MiB heaps in 8972-byte packets and 64 KiB heaps in 1472-byte packets. A packet
+// larger than the MTU allows is refused with one clear line.
+func TestSendXDPIntoSocketRecv(t *testing.T) {
+	pair := testutil.VethPair(t, testnet.VethConfig{MTU: 9000})
+	xdpSend := []string{"--transport", "xdp", "--interface", pair.SendIf}
+	for _, tc := range []xdpCase{
+		{name: "jumbo", dest: pair.RecvAddr.String(), flavour: "64-48", heaps: 40, heapSize: 1 << 20, packet: "8972",
+			slots: "64", slot: "2M", rate: "1", recvTransport: "udp", sendArgs: xdpSend},
+		{name: "1472", dest: pair.RecvAddr.String(), flavour: "64-40", heaps: 200, heapSize: 65536, packet: "1472",
+			slots: "256", slot: "128K", rate: "0.5", recvTransport: "udp", sendArgs: xdpSend},
+	} {
+		t.Run(tc.name, func(t *testing.T) { runRecvXDP(t, pair, tc) })
+	}
+	out, err := exec.Command("ip", "netns", "exec", pair.SendNS, binary(t), "send", pair.RecvAddr.String()+":7148",
+		"--transport", "xdp", "--interface", pair.SendIf, "--packet-size", "9000", "--heaps", "1").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "more than "+pair.SendIf+"'s MTU 9000") || strings.Count(strings.TrimSpace(string(out)), "\n") > 0 {
+		t.Fatalf("9000-byte packets over MTU 9000: %v, want one line naming the MTU:\n%s", err, out)
 	}
 }
 
@@ -58,8 +82,15 @@ func runRecvXDP(t *testing.T, pair *testnet.VethPair, tc xdpCase) {
 	name := testRing(t, "xdp-"+tc.name)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	args := append([]string{"recv", "--ring", name, "--transport", "xdp", "--interface", pair.RecvIf, "--slots", tc.slots,
-		"--slot-size", tc.slot, "--hugepages", "off", "--log-format", "json"}, tc.recvArgs...)
+	if tc.recvTransport == "" {
+		tc.recvTransport = "xdp"
+	}
+	args := []string{"recv", "--ring", name, "--transport", tc.recvTransport, "--slots", tc.slots,
+		"--slot-size", tc.slot, "--hugepages", "off", "--log-format", "json"}
+	if tc.recvTransport == "xdp" {
+		args = append(args, "--interface", pair.RecvIf)
+	}
+	args = append(args, tc.recvArgs...)
 	recv := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", pair.RecvNS, binary(t)}, append(args, tc.dest+":7148")...)...)
 	var rout bytes.Buffer
 	var rerr bench.LockedBuffer
@@ -73,9 +104,10 @@ func runRecvXDP(t *testing.T, pair *testnet.VethPair, tc xdpCase) {
 		t.Fatalf("recv did not start receiving: %s", rerr.String())
 	}
 	cons := startConsumer(t, name, true)
-	send := exec.CommandContext(ctx, "ip", "netns", "exec", pair.SendNS, binary(t), "send", tc.dest+":7148",
+	sargs := append([]string{"netns", "exec", pair.SendNS, binary(t), "send", tc.dest + ":7148",
 		"--heaps", strconv.Itoa(tc.heaps), "--heap-size", strconv.Itoa(tc.heapSize), "--items", "2", "--packet-size", tc.packet,
-		"--flavour", tc.flavour, "--pattern", "--rate", tc.rate, "--ttl", "4")
+		"--flavour", tc.flavour, "--pattern", "--rate", tc.rate, "--ttl", "4"}, tc.sendArgs...)
+	send := exec.CommandContext(ctx, "ip", sargs...)
 	if out, err := send.CombinedOutput(); err != nil {
 		t.Fatalf("send: %v\n%s", err, out)
 	}
@@ -91,7 +123,7 @@ func runRecvXDP(t *testing.T, pair *testnet.VethPair, tc xdpCase) {
 		t.Fatalf("recv counters %v\n%s", m, rerr.String())
 	}
 	tcm, _ := m["transport_counters"].(map[string]any)
-	if num(tcm, "xdp_redirected") == 0 {
+	if tc.recvTransport == "xdp" && num(tcm, "xdp_redirected") == 0 {
 		t.Fatalf("no frame went through AF_XDP: %v", tcm)
 	}
 	if tc.wantChains && (num(tcm, "multi_buffer") != 1 || num(tcm, "chain_frames") < uint64(tc.heaps*(tc.heapSize/8900)) ||

@@ -1,15 +1,21 @@
 package main
 
 import (
+	"errors"
 	"flag"
+	"fmt"
+	"net"
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/ibvbridge/ibvbridge/spead"
 	"github.com/ibvbridge/ibvbridge/transport"
 	"github.com/ibvbridge/ibvbridge/transport/xdp"
+	"github.com/ibvbridge/ibvbridge/verbs"
 )
 
 // xdpOptions are recv's AF_XDP flags.
@@ -81,4 +87,50 @@ func (o *xdpOptions) config(iface string, eps []transport.Endpoint, log *zerolog
 		return cfg, usageError("--xdp-frames %d: want a power of two", o.frames)
 	}
 	return cfg, nil
+}
+
+// openXDPHeapSender opens `send --transport xdp`: an AF_XDP socket on queue 0 of iface (a name or an IPv4
+// address), its frames addressed to the destination's Ethernet address (xdpDestMAC).
+func openXDPHeapSender(iface string, e transport.Endpoint, ttl int, gbps float64, batch int, enc *spead.Encoder) (transport.HeapSender, error) {
+	if iface == "" {
+		return nil, usageError("--transport xdp needs --interface NAME|ADDR (the interface the frames leave by)")
+	}
+	if !e.Addr.IsValid() || e.Addr.IsUnspecified() {
+		return nil, usageError("--transport xdp needs a destination address, not just a port")
+	}
+	name, _, err := xdp.ResolveInterface(iface)
+	if err != nil {
+		return nil, err
+	}
+	mac, err := xdpDestMAC(e.Addr, name)
+	if err != nil {
+		return nil, err
+	}
+	return xdp.OpenHeapSender(xdp.SendConfig{Interface: name, Dest: netip.AddrPortFrom(e.Addr, e.Port), DstMAC: mac, TTL: ttl,
+		Rate: gbps * 1e9, Batch: batch}, enc)
+}
+
+// xdpDestMAC is the Ethernet destination of frames to dst leaving by netdev: the group's MAC for
+// multicast, else the kernel's neighbour entry (verbs.DestinationMAC). AF_XDP bypasses the kernel's
+// resolution, so a missing entry is resolved the way the kernel would for a socket: one empty UDP datagram
+// to dst's discard port (9) makes it ARP, and the table is read again for up to a second. The
+// destination must be on netdev's link.
+func xdpDestMAC(dst netip.Addr, netdev string) ([6]byte, error) {
+	mac, err := verbs.DestinationMAC(dst, netdev, verbs.DefaultARPTable)
+	if err == nil || !errors.Is(err, verbs.ErrNoNeighbour) {
+		return mac, err
+	}
+	if c, derr := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, 9))); derr == nil {
+		_, _ = c.Write(nil)
+		c.Close()
+	}
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		if mac, err = verbs.DestinationMAC(dst, netdev, verbs.DefaultARPTable); err == nil {
+			return mac, nil
+		}
+	}
+	return mac, fmt.Errorf("xdp send: no Ethernet address for %s on %s after asking the kernel to resolve it (is it on that link?): %w",
+		dst, netdev, verbs.ErrNoNeighbour)
 }

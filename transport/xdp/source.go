@@ -316,6 +316,10 @@ func Open(cfg Config, umem []byte) (s *Source, err error) {
 	return s, nil
 }
 
+// ResolveInterface returns the name and index of the interface called name, or having IPv4 address name
+// (spead2's convention); the error wraps ErrInterfaceNotFound.
+func ResolveInterface(name string) (string, int, error) { return resolveInterface(name) }
+
 func resolveInterface(name string) (string, int, error) {
 	if a, err := netip.ParseAddr(name); err == nil {
 		ifi, err := netif.ByAddr(a)
