@@ -130,10 +130,11 @@ func fixedRatePair(ctx context.Context, env Env, udpPath, xdpPath Path, uo, xo U
 	return u, x, nil
 }
 
-// PrintXDP writes `bench xdp`'s table.
+// PrintXDP writes `bench xdp`'s table: recv's CPU per packet and per GB beside the consumer's per heap
+// (a user pays both).
 func PrintXDP(w io.Writer, results []XDPResult) {
-	fmt.Fprintf(w, "%10s %8s %10s %12s %12s %14s %13s %12s %16s\n", "heap", "packet", "transport", "max Gb/s", "heaps/s",
-		"packets/s", "unpaced Gb/s", "unpaced loss", "recv CPU ns/pkt")
+	fmt.Fprintf(w, "%10s %8s %10s %12s %12s %14s %13s %12s %16s %14s %17s\n", "heap", "packet", "transport", "max Gb/s", "heaps/s",
+		"packets/s", "unpaced Gb/s", "unpaced loss", "recv CPU ns/pkt", "recv CPU s/GB", "consumer ns/heap")
 	for _, r := range results {
 		for _, t := range []struct {
 			name string
@@ -143,8 +144,12 @@ func PrintXDP(w io.Writer, results []XDPResult) {
 			if !t.s.LosslessSeen {
 				maxs = "none"
 			}
-			fmt.Fprintf(w, "%10d %8d %10s %12s %12.0f %14.0f %13.2f %11.2f%% %16.0f\n", r.HeapSize, t.s.PacketSize, t.name,
-				maxs, t.s.HeapsPerS, t.s.PacketsPerS, t.s.UnpacedGbps, 100*t.s.UnpacedLoss, t.s.RecvCPUNs)
+			perGB, cons := t.s.RecvCPUSecPerGB, t.s.ConsCPUNsPerHeap
+			if perGB == 0 && t.s.PacketSize > 0 { // a search's fastest lossless run: per packet / packet size
+				perGB = t.s.RecvCPUNs / float64(t.s.PacketSize)
+			}
+			fmt.Fprintf(w, "%10d %8d %10s %12s %12.0f %14.0f %13.2f %11.2f%% %16.0f %14.3f %17.0f\n", r.HeapSize, t.s.PacketSize, t.name,
+				maxs, t.s.HeapsPerS, t.s.PacketsPerS, t.s.UnpacedGbps, 100*t.s.UnpacedLoss, t.s.RecvCPUNs, perGB, cons)
 		}
 		fmt.Fprintf(w, "%10s %8s %10s xdp/udp packet rate %.2f; recv CPU per byte xdp/udp %.2f\n", "", "", "",
 			r.PacketRate, r.CPUPerByte)
