@@ -148,8 +148,12 @@ func PrintXDP(w io.Writer, results []XDPResult) {
 			if perGB == 0 && t.s.PacketSize > 0 { // a search's fastest lossless run: per packet / packet size
 				perGB = t.s.RecvCPUNs / float64(t.s.PacketSize)
 			}
-			fmt.Fprintf(w, "%10d %8d %10s %12s %12.0f %14.0f %13.2f %11.2f%% %16.0f %14.3f %17.0f\n", r.HeapSize, t.s.PacketSize, t.name,
-				maxs, t.s.HeapsPerS, t.s.PacketsPerS, t.s.UnpacedGbps, 100*t.s.UnpacedLoss, t.s.RecvCPUNs, perGB, cons)
+			conss := "-" // a search does not summarise the consumer
+			if cons > 0 {
+				conss = fmt.Sprintf("%.0f", cons)
+			}
+			fmt.Fprintf(w, "%10d %8d %10s %12s %12.0f %14.0f %13.2f %11.2f%% %16.0f %14.3f %17s\n", r.HeapSize, t.s.PacketSize, t.name,
+				maxs, t.s.HeapsPerS, t.s.PacketsPerS, t.s.UnpacedGbps, 100*t.s.UnpacedLoss, t.s.RecvCPUNs, perGB, conss)
 		}
 		fmt.Fprintf(w, "%10s %8s %10s xdp/udp packet rate %.2f; recv CPU per byte xdp/udp %.2f\n", "", "", "",
 			r.PacketRate, r.CPUPerByte)

@@ -10,9 +10,6 @@ import (
 	"github.com/ibvbridge/ibvbridge/verbs"
 )
 
-// drainTimeout bounds how long Flush drains what is queued once its context is already done.
-const drainTimeout = time.Second
-
 // HeapSender is the ibverbs send transport: it packetizes SPEAD heaps straight into a verbs.Sender's
 // registered frame buffers, which are posted in batches. It is for one goroutine.
 type HeapSender struct {
@@ -78,14 +75,11 @@ func (hs *HeapSender) SendHeapTo(ctx context.Context, h *spead.Heap, ep int) err
 }
 
 // Flush implements transport.HeapSender: it posts what is queued and waits until the NIC has sent every
-// frame. An interrupted send (ctx already done) still drains what is queued, briefly (drainTimeout): the
+// frame. An interrupted send (ctx already done) still drains what is queued, briefly (transport.DrainContext): the
 // frames are built, and the heaps they finish should arrive whole.
 func (hs *HeapSender) Flush(ctx context.Context) error {
-	if ctx.Err() != nil {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), drainTimeout)
-		defer cancel()
-	}
+	ctx, cancel := transport.DrainContext(ctx)
+	defer cancel()
 	return hs.s.Flush(ctx)
 }
 

@@ -1,10 +1,11 @@
-// Package xdp owns the AF_XDP receive transport: an XDP program (written with cilium/ebpf's asm package, no
-// clang) that steers the IPv4/UDP frames of a stream's endpoints into AF_XDP sockets and passes everything
+// Package xdp owns the AF_XDP receive and send transports: an XDP program (written with cilium/ebpf's asm
+// package, no clang) that steers the IPv4/UDP frames of a stream's endpoints into AF_XDP sockets and passes everything
 // else to the kernel stack; attaching it (native or generic XDP, through a bpf_link the kernel removes when
 // the process dies) and replacing one a crashed run left behind; the AF_XDP sockets themselves (UMEM over
 // the ring's packet area, fill/rx rings, XDP_STATISTICS); the multicast joins that make IGMP work; and a
 // transport.Source that runs the sockets with internal/rxloop's completion loop, the one the ibverbs
-// transport uses.
+// transport uses. It also owns the AF_XDP send transport (Sender, HeapSender: send --transport xdp), which
+// builds frames in its own UMEM and transmits them through a TX ring, jumbo frames as multi-buffer chains.
 //
 // What the XDP program matches: untagged Ethernet II, IPv4 without options (IHL 5), unfragmented UDP
 // whose (destination address, destination port) is an endpoint, or whose port is that of an endpoint

@@ -452,11 +452,8 @@ func (hs *HeapSender) SendHeap(ctx context.Context, h *spead.Heap) error {
 // Flush implements transport.HeapSender. An interrupted send (ctx already done) still drains what is
 // queued, briefly: the frames are built, and the heaps they finish should arrive whole.
 func (hs *HeapSender) Flush(ctx context.Context) error {
-	if ctx.Err() != nil {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-	}
+	ctx, cancel := transport.DrainContext(ctx)
+	defer cancel()
 	return hs.s.Flush(ctx)
 }
 
