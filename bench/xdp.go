@@ -49,6 +49,9 @@ func XDP(ctx context.Context, env Env, o XDPOptions) ([]XDPResult, error) {
 	if err := o.check(); err != nil {
 		return nil, err
 	}
+	if o.SendTransport != "" && o.SendTransport != "udp" && o.SendTransport != "xdp" {
+		return nil, fmt.Errorf("%w: send transport %q (want udp or xdp)", ErrBadOption, o.SendTransport)
+	}
 	if err := testnet.Available(); err != nil {
 		return nil, fmt.Errorf("bench xdp creates network namespaces and attaches an XDP program: %w", err)
 	}
@@ -61,12 +64,8 @@ func XDP(ctx context.Context, env Env, o XDPOptions) ([]XDPResult, error) {
 	}
 	defer pair.Remove()
 	udpPath := Path{RecvWrap: pair.Exec(pair.RecvNS), SendWrap: pair.Exec(pair.SendNS), Dest: pair.RecvAddr.String(), Port: 7148}
-	switch o.SendTransport {
-	case "", "udp":
-	case "xdp":
+	if o.SendTransport == "xdp" {
 		udpPath.SendArgs = []string{"--transport", "xdp", "--interface", pair.SendIf}
-	default:
-		return nil, fmt.Errorf("%w: send transport %q (want udp or xdp)", ErrBadOption, o.SendTransport)
 	}
 	xdpPath := udpPath
 	xdpPath.RecvArgs = append([]string{"--transport", "xdp", "--interface", pair.RecvIf, "--xdp-mode", o.Mode}, o.RecvArgs...)

@@ -42,7 +42,8 @@ func TestRecvXDPOverVeth(t *testing.T) {
 
 // TestSendXDPIntoSocketRecv: `send --transport xdp` (AF_XDP TX, jumbo frames as multi-buffer chains) in
 // one namespace into `recv` on the socket path in the other, over a veth pair with MTU 9000; every heap
-// byte-exact, for 1 MiB heaps in 8972-byte packets and 64 KiB heaps in 1472-byte packets. A packet
+// byte-exact, for 1 MiB heaps in 8972-byte packets and 64 KiB heaps in 1472-byte packets, and jumbo
+// frames AF_XDP both ways (into `recv --transport xdp`). A packet
 // larger than the MTU allows is refused with one clear line.
 func TestSendXDPIntoSocketRecv(t *testing.T) {
 	pair := testutil.VethPair(t, testnet.VethConfig{MTU: 9000})
@@ -52,6 +53,8 @@ func TestSendXDPIntoSocketRecv(t *testing.T) {
 			slots: "64", slot: "2M", rate: "1", recvTransport: "udp", sendArgs: xdpSend},
 		{name: "1472", dest: pair.RecvAddr.String(), flavour: "64-40", heaps: 200, heapSize: 65536, packet: "1472",
 			slots: "256", slot: "128K", rate: "0.5", recvTransport: "udp", sendArgs: xdpSend},
+		{name: "jumbo-into-xdp", dest: pair.RecvAddr.String(), flavour: "64-48", heaps: 40, heapSize: 1 << 20, packet: "8972",
+			slots: "64", slot: "2M", rate: "1", sendArgs: xdpSend, wantChains: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) { runRecvXDP(t, pair, tc) })
 	}
