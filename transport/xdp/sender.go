@@ -28,6 +28,13 @@ const (
 	sendSndBuf        = 32 << 20
 )
 
+// ErrTXStalled: the kernel completed none of the frames in flight for flushStall (the link is down, or
+// the driver stopped).
+var ErrTXStalled = errors.New("AF_XDP TX stalled")
+
+// flushStall bounds how long Flush waits without a single completion.
+const flushStall = 5 * time.Second
+
 // ErrFrameTooLarge: a packet's frame is larger than the interface's MTU allows, or larger than one UMEM
 // frame while the kernel or driver refuses multi-buffer TX.
 var ErrFrameTooLarge = errors.New("frame too large for AF_XDP TX")
@@ -241,6 +248,7 @@ func (s *Sender) bind(cfg SendConfig, ifindex int, sg bool) error {
 // Buffer returns a free packet buffer: write the UDP payload at Buffer()[frame.HeaderLen:] and Commit
 // its length. It waits for the kernel to complete frames when none is free.
 func (s *Sender) Buffer(ctx context.Context) ([]byte, error) {
+	var stalled time.Time
 	for len(s.free) == 0 {
 		s.reap()
 		if len(s.free) > 0 {
@@ -258,6 +266,11 @@ func (s *Sender) Buffer(ctx context.Context) ([]byte, error) {
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, err
+		}
+		if stalled.IsZero() {
+			stalled = time.Now()
+		} else if time.Since(stalled) > flushStall {
+			return nil, fmt.Errorf("xdp send: no frame completed by the kernel in %v: %w", flushStall, ErrTXStalled)
 		}
 		s.stalls.Add(1)
 		time.Sleep(20 * time.Microsecond) // the receiver has not taken the frames yet (copy mode)
@@ -332,7 +345,7 @@ func (s *Sender) kick() error {
 		_, _, e := unix.Syscall6(unix.SYS_SENDTO, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
 		s.kicks.Add(1)
 		switch e {
-		case 0, unix.EAGAIN, unix.EBUSY, unix.ENOBUFS, unix.ENETDOWN:
+		case 0, unix.EAGAIN, unix.EBUSY, unix.ENOBUFS:
 			// EAGAIN/EBUSY/ENOBUFS: the kernel took what it could; frames come back as the receiver
 			// takes them.
 		default:
@@ -370,6 +383,7 @@ func (s *Sender) Flush(ctx context.Context) error {
 			return err
 		}
 	}
+	last, progress := s.inFlight, time.Now()
 	for s.reap(); s.inFlight > 0; s.reap() {
 		if err := s.kick(); err != nil {
 			return err
@@ -379,6 +393,11 @@ func (s *Sender) Flush(ctx context.Context) error {
 		}
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("xdp send: flush with %d frames in flight: %w", s.inFlight, err)
+		}
+		if s.inFlight != last {
+			last, progress = s.inFlight, time.Now()
+		} else if time.Since(progress) > flushStall {
+			return fmt.Errorf("xdp send: flush: %d frames not completed by the kernel in %v: %w", s.inFlight, flushStall, ErrTXStalled)
 		}
 		time.Sleep(20 * time.Microsecond)
 	}
