@@ -215,15 +215,20 @@ func (s *Sender) bind(cfg SendConfig, ifindex int, sg bool) error {
 		return sysError("map TX ring", err)
 	}
 	sa := &unix.SockaddrXDP{Ifindex: uint32(ifindex), QueueID: uint32(cfg.Queue)}
+	// Jumbo frames need XDP_USE_SG more than zero-copy: a driver may do multi-buffer TX only in copy
+	// mode, so every mode is tried with it before any without it.
+	modes := []uint16{unix.XDP_ZEROCOPY, unix.XDP_COPY}
+	if cfg.ZeroCopy {
+		modes = modes[:1]
+	}
 	var tries []uint16
-	for _, mode := range []uint16{unix.XDP_ZEROCOPY, unix.XDP_COPY} {
-		if sg {
+	if sg {
+		for _, mode := range modes {
 			tries = append(tries, mode|unix.XDP_USE_NEED_WAKEUP|unix.XDP_USE_SG)
 		}
+	}
+	for _, mode := range modes {
 		tries = append(tries, mode|unix.XDP_USE_NEED_WAKEUP)
-		if cfg.ZeroCopy {
-			break
-		}
 	}
 	for _, flags := range tries {
 		sa.Flags = flags

@@ -539,6 +539,14 @@ func (s *Source) openSockets() error {
 					Msg("AF_XDP zero-copy refused by the driver; using copy mode")
 				o.zeroCopy = false
 				x, err = newXSKRetry(o, umem)
+			} else if err == nil && o.multiBuffer && !x.sg && !s.cfg.ZeroCopy && s.mtuNeedsChains() {
+				// A driver with zero-copy but without multi-buffer in it would drop every frame the MTU
+				// allows past one UMEM frame: copy mode with multi-buffer takes them.
+				s.log.Warn().Str("interface", s.ifname).Int("queue", q).
+					Msg("AF_XDP zero-copy without multi-buffer cannot take this MTU's frames; using copy mode")
+				x.close()
+				o.zeroCopy = false
+				x, err = newXSKRetry(o, umem)
 			}
 		} else {
 			x, err = newXSKRetry(o, umem)
@@ -559,6 +567,13 @@ func (s *Source) openSockets() error {
 		}
 	}
 	return nil
+}
+
+// mtuNeedsChains reports whether the interface's MTU allows frames larger than one UMEM frame takes
+// (its size less the kernel's 256-byte XDP_PACKET_HEADROOM).
+func (s *Source) mtuNeedsChains() bool {
+	ifi, err := net.InterfaceByIndex(s.ifindex)
+	return err == nil && ifi.MTU+frame.EthernetHeaderLen > s.cfg.FrameSize-256
 }
 
 // newXSKRetry is newXSK, retried for a while when the queue is busy: the kernel releases a closed
