@@ -14,6 +14,7 @@ import (
 // registered frame buffers, which are posted in batches. It is for one goroutine.
 type HeapSender struct {
 	s     *verbs.Sender
+	q     laneQueue
 	enc   *spead.Encoder
 	start time.Time
 }
@@ -36,7 +37,7 @@ func newHeapSender(s *verbs.Sender, enc *spead.Encoder) (*HeapSender, error) {
 	if err := checkEncoder(enc, s.MaxPacketSize()); err != nil {
 		return nil, err
 	}
-	return &HeapSender{s: s, enc: enc, start: time.Now()}, nil
+	return &HeapSender{s: s, q: laneQueue{s: s}, enc: enc, start: time.Now()}, nil
 }
 
 func checkEncoder(enc *spead.Encoder, maxPacketSize int) error {
@@ -54,29 +55,23 @@ func (hs *HeapSender) SendHeap(ctx context.Context, h *spead.Heap) error {
 // SendHeapTo packetizes h into frame buffers for endpoint ep (an index into SendConfig.Endpoints) and
 // queues them. Frames are posted in batches: Flush sends the rest.
 func (hs *HeapSender) SendHeapTo(ctx context.Context, h *spead.Heap, ep int) error {
-	if err := hs.enc.Reset(h); err != nil {
-		return err
-	}
-	for hs.enc.More() {
-		buf, err := hs.s.Buffer(ctx)
-		if err != nil {
-			return err
-		}
-		n, err := hs.enc.Next(buf)
-		if err != nil {
-			hs.s.Discard()
-			return err
-		}
-		if err := hs.s.CommitTo(ctx, ep, n); err != nil {
-			return err
-		}
-	}
-	return nil
+	hs.q.ep = ep
+	return transport.Packetize(ctx, hs.enc, h, &hs.q)
 }
 
+// laneQueue is the device sender as a transport.FrameQueue whose frames go to one endpoint.
+type laneQueue struct {
+	s  *verbs.Sender
+	ep int
+}
+
+func (q *laneQueue) Buffer(ctx context.Context) ([]byte, error) { return q.s.Buffer(ctx) }
+func (q *laneQueue) Commit(ctx context.Context, n int) error    { return q.s.CommitTo(ctx, q.ep, n) }
+func (q *laneQueue) Discard()                                   { q.s.Discard() }
+
 // Flush implements transport.HeapSender: it posts what is queued and waits until the NIC has sent every
-// frame. An interrupted send (ctx already done) still drains what is queued, briefly (transport.DrainContext): the
-// frames are built, and the heaps they finish should arrive whole.
+// frame. An interrupted send (ctx already done) still drains what is queued, briefly
+// (transport.DrainContext): the frames are built, and the heaps they finish should arrive whole.
 func (hs *HeapSender) Flush(ctx context.Context) error {
 	ctx, cancel := transport.DrainContext(ctx)
 	defer cancel()

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -250,8 +249,8 @@ func (s *Sender) bind(cfg SendConfig, ifindex int, sg bool) error {
 	return nil
 }
 
-// Buffer returns a free packet buffer: write the UDP payload at Buffer()[frame.HeaderLen:] and Commit
-// its length. It waits for the kernel to complete frames when none is free.
+// Buffer implements transport.FrameQueue: a free packet's payload buffer (its frame's headers go before
+// it, written at Commit). It waits for the kernel to complete frames when none is free.
 func (s *Sender) Buffer(ctx context.Context) ([]byte, error) {
 	var stalled time.Time
 	for len(s.free) == 0 {
@@ -281,10 +280,17 @@ func (s *Sender) Buffer(ctx context.Context) ([]byte, error) {
 		time.Sleep(20 * time.Microsecond) // the receiver has not taken the frames yet (copy mode)
 	}
 	a := s.free[len(s.free)-1]
-	return s.umem[a : a+s.slotSize : a+s.slotSize], nil
+	return s.umem[a+frame.HeaderLen : a+s.slotSize : a+s.slotSize], nil
 }
 
-// Commit queues the buffer Buffer returned, holding an n-byte UDP payload, as one frame (a chain of
+// Discard implements transport.FrameQueue: the buffer is only taken by Commit, so there is nothing to
+// give back.
+func (s *Sender) Discard() {}
+
+var _ transport.FrameQueue = (*Sender)(nil)
+
+// Commit implements transport.FrameQueue: it queues the buffer Buffer returned, holding an n-byte UDP
+// payload, as one frame (a chain of
 // descriptors over its consecutive UMEM frames when it is longer than one); every Batch packets the TX
 // ring is published, paced, and the kernel kicked.
 func (s *Sender) Commit(ctx context.Context, n int) error {
@@ -452,25 +458,7 @@ func OpenHeapSender(cfg SendConfig, enc *spead.Encoder) (*HeapSender, error) {
 
 // SendHeap implements transport.HeapSender.
 func (hs *HeapSender) SendHeap(ctx context.Context, h *spead.Heap) error {
-	if err := hs.enc.Reset(h); err != nil {
-		return err
-	}
-	for {
-		buf, err := hs.s.Buffer(ctx)
-		if err != nil {
-			return err
-		}
-		n, err := hs.enc.Next(buf[frame.HeaderLen:])
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := hs.s.Commit(ctx, n); err != nil {
-			return err
-		}
-	}
+	return transport.Packetize(ctx, hs.enc, h, hs.s)
 }
 
 // Flush implements transport.HeapSender. An interrupted send (ctx already done) still drains what is

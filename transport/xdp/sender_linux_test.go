@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ibvbridge/ibvbridge/frame"
 	"github.com/ibvbridge/ibvbridge/internal/testnet"
 	"github.com/ibvbridge/ibvbridge/internal/testutil"
 )
@@ -47,7 +46,7 @@ func TestSenderJumboChains(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		copy(buf[frame.HeaderLen:], jumboPayload(i))
+		copy(buf, jumboPayload(i))
 		if err := s.Commit(ctx, 8972); err != nil {
 			t.Fatal(err)
 		}
