@@ -91,6 +91,9 @@ type Sender struct {
 
 const sendFrameSize = 4096
 
+// xdpMaxTXSKBBudget is XDP_MAX_TX_SKB_BUDGET (linux/if_xdp.h, 6.17), not yet in x/sys/unix.
+const xdpMaxTXSKBBudget = 9
+
 // OpenSender opens the socket, its UMEM and rings, after checking that a MaxPayload packet fits the
 // interface's MTU (ErrFrameTooLarge otherwise).
 func OpenSender(cfg SendConfig) (s *Sender, err error) {
@@ -203,6 +206,11 @@ func (s *Sender) bind(cfg SendConfig, ifindex int, sg bool) error {
 			return sysError("size rings", err)
 		}
 	}
+	// Copy mode transmits at most 32 descriptors per sendto unless told otherwise (XDP_MAX_TX_SKB_BUDGET,
+	// Linux 6.17): a batch of jumbo frames (three descriptors each) then takes one call, not seven. An
+	// older kernel refuses the option (and any kernel before the TX ring exists), and gets more calls.
+	budget := min(max(uint32(3*cfg.Batch), 32), n) // 32..the TX ring (EACCES otherwise)
+	_ = sockopt(fd, xdpMaxTXSKBBudget, unsafe.Pointer(&budget), 4)
 	var off unix.XDPMmapOffsets
 	if err := getsockopt(fd, unix.XDP_MMAP_OFFSETS, unsafe.Pointer(&off), unsafe.Sizeof(off)); err != nil {
 		return sysError("get ring offsets", err)
