@@ -151,7 +151,7 @@ type Stats struct {
 	ZeroCopy  bool   `json:"zero_copy"` // sockets bound in zero-copy mode
 	Queues    []int  `json:"queues"`
 
-	Frames      uint64                   `json:"frames"`       // frames taken from the rx rings
+	Frames      uint64                   `json:"frames"`       // descriptors taken from the rx rings (each piece of a chain)
 	QueueFrames []uint64                 `json:"queue_frames"` // frames taken, per queue (in Queues order)
 	Packets     uint64                   `json:"packets"`      // UDP payloads delivered to the sink
 	Bytes       uint64                   `json:"bytes"`        // payload bytes delivered
