@@ -139,9 +139,13 @@ func runBenchXDP(ctx context.Context, env bench.Env, args []string, stdout, stde
 	var o bench.XDPOptions
 	sizes, asJSON := udpFlags(fs, &o.UDPOptions, 1472, 256<<20, 6)
 	fs.StringVar(&o.Mode, "xdp-mode", "auto", "XDP attach mode: auto, native or generic")
+	fs.Float64Var(&o.Rate, "rate", 0, "offer this load (Gb/s) in every run, alternating udp and xdp runs, instead of searching, and report the medians' CPU costs")
+	fs.StringVar(&o.SendTransport, "send-transport", "udp", "how both streams are sent: udp (sockets) or xdp (send --transport xdp)")
+	recvArgs := fs.String("xdp-recv-args", "", "extra flags for the AF_XDP recv, space-separated (e.g. --xdp-prefer-busy-poll)")
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
+	o.RecvArgs = strings.Fields(*recvArgs)
 	var err error
 	if o.HeapSizes, err = parseSizeList(*sizes); err != nil {
 		return err

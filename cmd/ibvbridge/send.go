@@ -42,14 +42,14 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 	items := fs.Int("items", 1, "split each heap's payload into N items, ids 0x1000+i")
 	descriptors := fs.Bool("descriptors", false, "put item descriptors in the first heap, as spead2_send does")
 	ttl := fs.Int("ttl", 0, "IP TTL (multicast TTL for a group; 0: kernel default)")
-	iface := fs.String("interface", "", "local IPv4 address of the interface multicast leaves by")
+	iface := fs.String("interface", "", "local IPv4 address of the interface multicast leaves by (xdp: the interface's name or address)")
 	withPattern := fs.Bool("pattern", false, "payload = the ring test pattern, plus immediate item 0x1001 \"heap_cnt\" = heap cnt (for consume --verify)")
 	timestamp := fs.Bool("timestamp", false, "add immediate item 0x1600 \"timestamp\" = (heap cnt - 1) x heap size, a sample counter (docs/from-spead2.md)")
-	batch := fs.Int("batch", 64, "packets per sendmmsg call")
+	batch := fs.Int("batch", 64, "packets per sendmmsg call (xdp: per TX-ring publish and kick)")
 	gso := fs.Bool("gso", true, "udp: send runs of full-size packets as one message the kernel segments (UDP GSO); --gso=false: a syscall slot per packet")
 	noStop := fs.Bool("no-stop", false, "leave the stream open: no stream-stop heap at the end (tests)")
 	asJSON := fs.Bool("json", false, "print the summary as one JSON object")
-	transportName := fs.String("transport", "", "udp (sockets, the default) or ibv (raw frames through an RDMA NIC)")
+	transportName := fs.String("transport", "", "udp (sockets, the default), xdp (raw frames through AF_XDP: --interface NAME|ADDR) or ibv (raw frames through an RDMA NIC)")
 	ibvOpt := addIBVFlags(fs, true) // ibv: --ibv, --ibv-* flags (transport_ibv.go)
 	ringName := fs.String("ring", "", "transmit the heaps of this ring, as its consumer, instead of a generated stream; the stream stops when the ring ends")
 	incomplete := fs.Bool("incomplete", false, "with --ring: also send heaps the ring holds incomplete or truncated (default: skip and count them)")
@@ -119,7 +119,7 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 		return usageError("--ttl %d: want 0..255", *ttl)
 	}
 	var ifAddr netip.Addr
-	if *iface != "" {
+	if *iface != "" && *transportName != "xdp" { // AF_XDP also takes an interface name
 		if ifAddr, err = netip.ParseAddr(*iface); err != nil || !ifAddr.Is4() {
 			return usageError("--interface %q: want the interface's local IPv4 address", *iface)
 		}
@@ -150,6 +150,11 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 		case "", "udp":
 			hs, err = udp.OpenHeapSender(udp.HeapSenderConfig{Encoder: enc, Batch: *batch, Rate: *rate * 1e9 / float64(len(eps)), GSO: *gso,
 				SenderConfig: udp.SenderConfig{Dest: netip.AddrPortFrom(e.Addr, e.Port), Interface: ifAddr, TTL: *ttl}})
+		case "xdp": // transport_xdp.go: frames built straight into AF_XDP UMEM frames
+			if len(eps) > 1 {
+				return usageError("--transport xdp sends to one destination (one AF_XDP socket per TX queue)")
+			}
+			hs, err = openXDPHeapSender(*iface, e, *ttl, *rate, *batch, enc)
 		case "ibv": // transport_ibv.go: frames built straight into the NIC's registered buffers
 			if len(eps) > 1 {
 				return usageError("--transport ibv sends to one destination")
@@ -159,7 +164,7 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 				hs, err = newIBVHeapSender(cfg, enc)
 			}
 		default:
-			return usageError("--transport %q: want udp or ibv", tr)
+			return usageError("--transport %q: want udp, xdp or ibv", tr)
 		}
 		if err != nil {
 			return err
