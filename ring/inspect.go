@@ -89,7 +89,7 @@ func ParsePolicy(s string) (Policy, error) {
 func Inspect(nameOrPath, dir string) (Info, error) {
 	a, err := dial(nameOrPath, dialOptions{dir: dir, timeout: -1, warn: os.Stderr}, hello{Major: MajorVersion, Minor: MinorVersion, Role: RoleObserver})
 	if err != nil {
-		return Info{}, fmt.Errorf("stat: %w", err)
+		return Info{}, err // dial names the ring and what went wrong
 	}
 	defer unix.Close(a.sock)
 	defer a.closeFDs()

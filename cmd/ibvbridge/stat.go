@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -114,8 +113,8 @@ type geometryJSON struct {
 
 func snakeGeometry(g ring.Geometry) geometryJSON { return geometryJSON(g) }
 
-// statErr is an error of ring.Inspect as stat reports it: without Inspect's own "stat: " prefix (the
-// command's "ibvbridge stat: " says it already), with a hint when the ring's files outlived its producer.
+// statErr is an error of ring.Inspect as stat reports it, with a hint when the ring's files outlived its
+// producer.
 type statErr struct {
 	msg string
 	err error
@@ -125,7 +124,7 @@ func (e *statErr) Error() string { return e.msg }
 func (e *statErr) Unwrap() error { return e.err }
 
 func statError(name, dir string, err error) error {
-	msg := strings.TrimPrefix(err.Error(), "stat: ")
+	msg := err.Error()
 	if errors.Is(err, ring.ErrNotFound) {
 		if rings, lerr := ring.List(dir); lerr == nil {
 			for _, l := range rings {
