@@ -30,45 +30,7 @@ func TestPlacementUnderDisorder(t *testing.T) {
 	cfg.RingCfg.SlotCount, cfg.RingCfg.SlotSize = 256, 32<<10
 	cfg.Assembler.MaxHeaps = 8
 	r, c := openWithConsumer(t, cfg)
-	// Packetize, then disorder: swap neighbours within a window of 4, and repeat every 37th packet.
-	enc, _ := spead.NewEncoder(spead.Flavour64_40, 1472)
-	g, err := pattern.NewHeapGen(spead.Flavour64_40, size, 2, true, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pkts [][]byte
-	for cnt := uint64(1); cnt <= heaps; cnt++ {
-		if err := enc.Reset(g.Heap(cnt)); err != nil {
-			t.Fatal(err)
-		}
-		for {
-			b := make([]byte, 1472)
-			n, err := enc.Next(b)
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			pkts = append(pkts, b[:n])
-		}
-	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	for i := 0; i+4 <= len(pkts); i += 4 {
-		if rng.IntN(3) == 0 {
-			j, k := i+rng.IntN(4), i+rng.IntN(4)
-			pkts[j], pkts[k] = pkts[k], pkts[j]
-		}
-	}
-	var wire [][]byte
-	dups := 0
-	for i, p := range pkts {
-		wire = append(wire, p)
-		if i%37 == 36 {
-			wire = append(wire, p)
-			dups++
-		}
-	}
+	wire, dups := disorderedPackets(t, heaps, size, 1472)
 	waitDrained := drainInBackground(c)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan Result, 1)
@@ -95,6 +57,112 @@ func TestPlacementUnderDisorder(t *testing.T) {
 		t.Errorf("transport %v, duplicates %d (sent %d)", tc, res.RingCounters["duplicate_packets"], dups)
 	}
 	t.Logf("%d datagrams: placed %d, placement misses %d", len(wire), tc["placed"], tc["placement_misses"])
+}
+
+// disorderedPackets packetizes heaps 1..heaps of the test pattern (two items each) into packets of at most
+// packetSize bytes, then disorders them: neighbours swapped within windows of 4, every 37th packet sent
+// twice (dups counts them).
+func disorderedPackets(t *testing.T, heaps uint64, size, packetSize int) (wire [][]byte, dups int) {
+	t.Helper()
+	enc, _ := spead.NewEncoder(spead.Flavour64_40, packetSize)
+	g, err := pattern.NewHeapGen(spead.Flavour64_40, size, 2, true, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pkts [][]byte
+	for cnt := uint64(1); cnt <= heaps; cnt++ {
+		if err := enc.Reset(g.Heap(cnt)); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			b := make([]byte, packetSize)
+			n, err := enc.Next(b)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			pkts = append(pkts, b[:n])
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i+4 <= len(pkts); i += 4 {
+		if rng.IntN(3) == 0 {
+			j, k := i+rng.IntN(4), i+rng.IntN(4)
+			pkts[j], pkts[k] = pkts[k], pkts[j]
+		}
+	}
+	for i, p := range pkts {
+		wire = append(wire, p)
+		if i%37 == 36 {
+			wire = append(wire, p)
+			dups++
+		}
+	}
+	return wire, dups
+}
+
+// The placed read takes several GRO messages a call, each laid out for as many datagrams as messages
+// held lately: messages cut short (runs of 1 to 7 datagrams, as a sender's batch ends make them) shift
+// the datagrams after them off their guessed regions, and disorder and duplicates make guesses wrong.
+// Every heap must still come out whole with every byte of its pattern, every duplicate counted, the
+// in-order stretches placed.
+func TestPlacementOfGROMessagesUnderDisorder(t *testing.T) {
+	const heaps, size, packetSize = 60, 200000, 8972
+	src, err := udp.Open(udp.Config{Endpoints: []transport.Endpoint{{Addr: netip.MustParseAddr("127.0.0.1")}}, GRO: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t, src)
+	cfg.RingCfg.SlotCount, cfg.RingCfg.SlotSize = 256, 256<<10
+	cfg.Assembler.MaxHeaps = 8
+	r, c := openWithConsumer(t, cfg)
+	wire, dups := disorderedPackets(t, heaps, size, packetSize)
+	waitDrained := drainInBackground(c)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan Result, 1)
+	go func() { res, _ := r.Run(ctx); done <- res }()
+	s, err := udp.NewSender(udp.SenderConfig{Dest: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), src.LocalEndpoints()[0].Port)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.EnableGSO(packetSize); err != nil {
+		t.Skipf("no UDP GSO here: %v", err)
+	}
+	runLengths := []int{7, 7, 3, 7, 1, 7, 5, 7, 7, 2}
+	var runs [][][]byte
+	for i, k := 0, 0; i < len(wire); k++ {
+		// A run is datagrams of its first one's length but its last, which may be shorter.
+		end := i + 1
+		for end < len(wire) && end-i < runLengths[k%len(runLengths)] && len(wire[end]) <= len(wire[i]) &&
+			len(wire[end-1]) == len(wire[i]) {
+			end++
+		}
+		runs = append(runs, wire[i:end])
+		i = end
+	}
+	for i := 0; i < len(runs); i += 16 { // several messages queue up between reads
+		if err := s.SendRuns(runs[i:min(i+16, len(runs))]); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond) // stay within the socket buffer
+	}
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	res := <-done
+	if bad := everyHeapOnce(t, waitDrained, heaps, res); bad != 0 {
+		t.Errorf("%d heaps incomplete or with a broken pattern", bad)
+	}
+	tc := res.TransportCounters
+	if tc["placed"] == 0 || tc["kernel_drops"] != 0 || tc["packets"] != uint64(len(wire)) ||
+		res.RingCounters["duplicate_packets"] != uint64(dups) {
+		t.Errorf("transport %v, duplicates %d (sent %d datagrams, %d twice)", tc, res.RingCounters["duplicate_packets"],
+			len(wire), dups)
+	}
+	t.Logf("%d datagrams in %d runs: %d reads, placed %d, placement misses %d", len(wire), len(runs), tc["batches"],
+		tc["placed"], tc["placement_misses"])
 }
 
 // Heaps of one packet each (8 KiB in 8972-byte datagrams) arriving in order are read straight into the
