@@ -51,7 +51,12 @@ type streamPlacer struct {
 	nextLength uint64
 	firstLen   uint64
 	firstHdr   int
-	ahead      []aheadSlot
+	// The payload and header length of the latest packet that was neither its heap's first nor its last,
+	// and whether the latest packet was a first one.
+	restLen     uint64
+	restHdr     int
+	latestFirst bool
+	ahead       []aheadSlot
 }
 
 // aheadSlot is a slot taken from the pool for a heap not begun yet, where the guesses put its first
@@ -90,8 +95,11 @@ func (sp *streamPlacer) heapSlot(cnt uint64) (*ring.Slot, error) {
 
 func (sp *streamPlacer) accepted(h *liveHeap, start, end uint64, hdrLen int, complete bool) {
 	sp.heap, sp.cnt, sp.next, sp.length, sp.hdrLen = h, h.cnt, end, end-start, hdrLen
+	sp.latestFirst = start == 0
 	if start == 0 {
 		sp.firstLen, sp.firstHdr = sp.length, hdrLen
+	} else if !h.hasLength || end < h.heapLength {
+		sp.restLen, sp.restHdr = sp.length, hdrLen // not its heap's last packet, which may be shorter
 	}
 	if complete {
 		sp.nextLength = h.heapLength
@@ -99,19 +107,25 @@ func (sp *streamPlacer) accepted(h *liveHeap, start, end uint64, hdrLen int, com
 }
 
 func (sp *streamPlacer) guess(dst [][]byte) (hdrLen, n int) {
-	if sp.length == 0 || sp.hdrLen == 0 {
+	hdrLen, step := sp.hdrLen, sp.length
+	if sp.latestFirst && sp.restHdr != 0 {
+		// A heap's first packet may carry more item pointers than the rest (spead2 sends them so): its
+		// next packets are expected as the previous heap's were.
+		hdrLen, step = sp.restHdr, sp.restLen
+	}
+	if step == 0 || hdrLen == 0 {
 		return 0, 0
 	}
 	if h := sp.liveHeap(); h != nil {
 		if rs := h.ranges; len(rs) == 0 || rs[len(rs)-1].end != sp.next {
 			return 0, 0 // not filling in order: something past the expected offset arrived already
 		}
-		n = fillRegions(dst, h.slot.Payload, sp.next, sp.heapLimit(h.hasLength, h.heapLength), sp.length)
+		n = fillRegions(dst, h.slot.Payload, sp.next, sp.heapLimit(h.hasLength, h.heapLength), step)
 	}
-	if sp.nextLength == 0 || sp.stride == 0 || sp.firstLen == 0 || sp.firstHdr != sp.hdrLen {
+	if sp.nextLength == 0 || sp.stride == 0 || sp.firstLen == 0 || sp.firstHdr != hdrLen {
 		// No guess for the next heaps; nor when their first packet has another header length than the
 		// packets that follow it (more item pointers, as spead2 sends them).
-		return sp.hdrLen, n
+		return hdrLen, n
 	}
 	for cnt := sp.cnt + sp.stride; n < len(dst); cnt += sp.stride {
 		s := sp.aheadFor(cnt)
@@ -120,7 +134,7 @@ func (sp *streamPlacer) guess(dst [][]byte) (hdrLen, n int) {
 		}
 		n += fillRegions(dst[n:], s.Payload, 0, sp.heapLimit(true, sp.nextLength), sp.firstLen)
 	}
-	return sp.hdrLen, n
+	return hdrLen, n
 }
 
 // liveHeap is the heap the latest packet joined if it is still under assembly, else nil.
