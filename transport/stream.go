@@ -23,8 +23,9 @@ func DrainContext(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // spreadStopGrace is how long a stream spread over several destinations waits, once every lane has
 // flushed, before its stop heap: a receiver reading the destinations on several threads takes the last
-// packets of each before the stop heap, arriving on one of them, ends the stream.
-const spreadStopGrace = 20 * time.Millisecond
+// packets of each before the stop heap, arriving on one of them, ends the stream. 20 ms was too short for a
+// receive thread descheduled on a loaded 2-core host (TestSendSpreadThreads saw packets after the stop).
+const spreadStopGrace = 100 * time.Millisecond
 
 // drainingKey marks the context of an interrupted stream's drain (Draining).
 type drainingKey struct{}
