@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/bits"
 	"os"
 	"os/exec"
 	"slices"
@@ -88,6 +89,9 @@ type UDPOptions struct {
 	// ConsumerMaxLatency, if positive, is the consumer's latency bound (--max-latency-us: coalesced
 	// wakes); not passed to a --baseline build's consumer.
 	ConsumerMaxLatency time.Duration
+	// ChunkHeaps, if positive, receives in chunk mode (docs/ring-layout.md §13): send gives heap k the
+	// timestamp item 0x1600 = (k-1) × heap size, recv places heaps by it into chunks of ChunkHeaps heaps.
+	ChunkHeaps int
 }
 
 func (o *UDPOptions) check() error {
@@ -162,6 +166,9 @@ type Comparison struct {
 	RecvCPUPerByte   float64 `json:"recv_cpu_per_byte_ratio"`
 	RecvCPUPerPacket float64 `json:"recv_cpu_per_packet_ratio"`
 	ConsCPUPerHeap   float64 `json:"consumer_cpu_per_heap_ratio"`
+	// What the two sides are ("ours" and "baseline", or "chunks" and "heaps").
+	OursLabel     string `json:"ours_label"`
+	BaselineLabel string `json:"baseline_label"`
 }
 
 // Compare runs every heap size at o.Rate with this ibvbridge's recv and with baseline's, alternating run
@@ -178,24 +185,48 @@ func Compare(ctx context.Context, env Env, path Path, o UDPOptions, baseline str
 	}
 	base := path
 	base.RecvBinary = baseline
-	one := o
-	one.Runs = 1
+	return compareSides(ctx, env, o, [2]compareSide{{path, o, "ours"}, {base, o, "baseline"}})
+}
+
+// CompareChunks receives the same traffic in chunk mode (o.ChunkHeaps) and without, alternating run by
+// run: Ours is chunk mode, Baseline heap mode.
+func CompareChunks(ctx context.Context, env Env, path Path, o UDPOptions) ([]Comparison, error) {
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	if o.Rate <= 0 || o.ChunkHeaps <= 0 {
+		return nil, fmt.Errorf("%w: a chunk comparison needs a fixed rate (--rate) and --chunk-heaps", ErrBadOption)
+	}
+	heaps := o
+	heaps.ChunkHeaps = 0
+	return compareSides(ctx, env, o, [2]compareSide{{path, o, "chunks"}, {path, heaps, "heaps"}})
+}
+
+// compareSide is one receiver of a comparison: its path, options and label.
+type compareSide struct {
+	path  Path
+	o     UDPOptions
+	label string
+}
+
+// compareSides runs every heap size at o.Rate on both sides, alternating run by run so both see the same
+// machine state, and computes the ratios of side 0 over side 1.
+func compareSides(ctx context.Context, env Env, o UDPOptions, sides [2]compareSide) ([]Comparison, error) {
 	var out []Comparison
 	for _, hs := range o.HeapSizes {
 		c := Comparison{HeapSize: hs, Ours: UDPSize{HeapSize: hs, PacketSize: o.PacketSize},
-			Baseline: UDPSize{HeapSize: hs, PacketSize: o.PacketSize}}
+			Baseline: UDPSize{HeapSize: hs, PacketSize: o.PacketSize}, OursLabel: sides[0].label, BaselineLabel: sides[1].label}
+		into := [2]*UDPSize{&c.Ours, &c.Baseline}
 		for range o.Runs {
-			for _, side := range []struct {
-				path  Path
-				into  *UDPSize
-				label string
-			}{{path, &c.Ours, "ours"}, {base, &c.Baseline, "baseline"}} {
+			for i, side := range sides {
+				one := side.o
+				one.Runs = 1
 				one.Label = o.Label + " (" + side.label + ")"
 				r, err := FixedRate(ctx, env, side.path, one, hs)
 				if err != nil {
 					return nil, err
 				}
-				side.into.Runs = append(side.into.Runs, r.Runs...)
+				into[i].Runs = append(into[i].Runs, r.Runs...)
 			}
 		}
 		c.Ours.summarise()
@@ -226,10 +257,10 @@ func PrintFixedRate(w io.Writer, results []UDPSize, cmp []Comparison) {
 		row("ours", r)
 	}
 	for _, c := range cmp {
-		row("ours", c.Ours)
-		row("baseline", c.Baseline)
-		fmt.Fprintf(w, "%10s %8s %10s recv CPU per byte %.2f×, per packet %.2f×, consumer CPU per heap %.2f× the baseline's\n",
-			"", "", "", c.RecvCPUPerByte, c.RecvCPUPerPacket, c.ConsCPUPerHeap)
+		row(c.OursLabel, c.Ours)
+		row(c.BaselineLabel, c.Baseline)
+		fmt.Fprintf(w, "%10s %8s %10s recv CPU per byte %.2f×, per packet %.2f×, consumer CPU per heap %.2f× the %s'\n",
+			"", "", "", c.RecvCPUPerByte, c.RecvCPUPerPacket, c.ConsCPUPerHeap, c.BaselineLabel)
 	}
 }
 
@@ -365,8 +396,18 @@ func udpRun(ctx context.Context, env Env, path Path, o UDPOptions, heapSize int,
 	if path.RecvBinary != "" {
 		recvBin = path.RecvBinary
 	}
-	recv := wrapped(ctx, path.RecvWrap, recvBin, append(append([]string{"recv", "--ring", name, "--slots", strconv.Itoa(slots),
-		"--slot-size", strconv.Itoa(slotSize), "--max-heaps", "8", "--log-format", "json"}, path.RecvArgs...), endpoint)...)
+	ringArgs := []string{"--slots", strconv.Itoa(slots), "--slot-size", strconv.Itoa(slotSize)}
+	var sendArgs []string
+	if o.ChunkHeaps > 0 {
+		// A slot holds a chunk: as many slots as keep about the same bytes of ring as heap mode has.
+		chunkSlots := max(16, min(4096, slots*slotSize/(o.ChunkHeaps*heapSize)))
+		chunkSlots = 1 << (bits.Len(uint(chunkSlots)) - 1)
+		ringArgs = []string{"--slots", strconv.Itoa(chunkSlots), "--chunk-heaps", strconv.Itoa(o.ChunkHeaps),
+			"--chunk-by", "0x1600:" + strconv.Itoa(heapSize), "--chunk-heap-size", strconv.Itoa(heapSize)}
+		sendArgs = []string{"--timestamp-step", strconv.Itoa(heapSize)}
+	}
+	recv := wrapped(ctx, path.RecvWrap, recvBin, append(append(append([]string{"recv", "--ring", name}, ringArgs...),
+		append([]string{"--max-heaps", "8", "--log-format", "json"}, path.RecvArgs...)...), endpoint)...)
 	recv.Stdout, recv.Stderr = &recvOut, &recvErr
 	if err := recv.Start(); err != nil {
 		return run, fmt.Errorf("start recv: %w", err)
@@ -416,7 +457,7 @@ func udpRun(ctx context.Context, env Env, path Path, o UDPOptions, heapSize int,
 	}
 	send := wrapped(ctx, path.SendWrap, self, append([]string{"send", endpoint, "--heaps", strconv.FormatUint(heaps, 10),
 		"--heap-size", strconv.Itoa(heapSize), "--packet-size", strconv.Itoa(packetSize),
-		"--rate", strconv.FormatFloat(rate, 'f', -1, 64), "--json"}, path.SendArgs...)...)
+		"--rate", strconv.FormatFloat(rate, 'f', -1, 64), "--json"}, append(sendArgs, path.SendArgs...)...)...)
 	send.Stdout, send.Stderr = &sendOut, env.Log
 	// CPU from here on is the stream's: recv's start-up (the ring's memory populated and zeroed) and the
 	// consumer's (a Python import) would otherwise dominate a short run's figures per packet.
@@ -457,6 +498,12 @@ func udpRun(ctx context.Context, env Env, path Path, o UDPOptions, heapSize int,
 	var cr ConsumeResult
 	if err := json.Unmarshal(LastLine(consOut.Bytes()), &cr); err == nil {
 		run.HeapsCons = cr.Heaps
+		if o.ChunkHeaps > 0 {
+			// The consumer read chunks: count the heaps they hold (the last chunk may be partly filled),
+			// so CPU per heap compares with heap mode's.
+			run.HeapsCons = min(cr.Heaps*uint64(o.ChunkHeaps), heaps)
+			run.Incomplete += num(rc, "too_old_heaps") + num(rc, "rejected_heaps")
+		}
 		if cr.CPUSeconds > 0 {
 			// The consumer's own account, from its attach to the end of its stream, leaves out its exit
 			// (an interpreter's shutdown costs a Python consumer tens of ms).

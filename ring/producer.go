@@ -54,10 +54,17 @@ type Config struct {
 	// InitialPosition starts the cursors somewhere other than 0: tests use values near 2^64 to prove
 	// that every client handles wrap-around.
 	InitialPosition uint64
-	Log             *zerolog.Logger // warnings (hugepage fallback, stale ring replaced); nil: silent
+	// Chunks, if its Heaps is set, makes a chunk-mode ring (spec §13): each position a chunk of heaps with a
+	// presence map. Axis and Step default to 1; SlotSize, if 0, is derived (payload + presence map, rounded
+	// up to 64), else must hold both.
+	Chunks ChunkGeometry
+	Log    *zerolog.Logger // warnings (hugepage fallback, stale ring replaced); nil: silent
 }
 
 func (c *Config) setDefaults() error {
+	if err := c.setChunkDefaults(); err != nil {
+		return err
+	}
 	if c.SlotCount == 0 {
 		c.SlotCount = 256
 	}
@@ -376,9 +383,15 @@ func (p *Producer) createCtl() error {
 	le.PutUint64(c[offPayloadOffset:], g.PayloadOffset)
 	le.PutUint64(c[offPacketOffset:], g.PacketOffset)
 	le.PutUint64(c[offPacketSize:], g.PacketSize)
+	var features uint64
 	if p.cfg.ReplayTimestamps {
-		le.PutUint64(c[offFeatures:], FeatureReplayTimestamps)
+		features |= FeatureReplayTimestamps
 	}
+	if p.cfg.Chunks.Enabled() {
+		features |= FeatureChunks
+		p.cfg.Chunks.write(c)
+	}
+	le.PutUint64(c[offFeatures:], features)
 	le.PutUint32(c[offStatsCount:], uint32(numCounters))
 	le.PutUint32(c[offMaxConsumers:], uint32(p.cfg.MaxConsumers))
 	le.PutUint64(c[offHeartbeat:], realtimeNanos())

@@ -62,7 +62,7 @@ extern "C" {
 #define IBVB_DESC_SIZE 64
 #define IBVB_ITEM_SIZE 32
 #define IBVB_STATS_SLOTS 32
-#define IBVB_STATS_COUNT 13 /* counters defined by 2.0 */
+#define IBVB_STATS_COUNT 17 /* counters defined by 2.1 (13 by 2.0, then the chunk counters) */
 #define IBVB_REGION_ALIGN 4096
 #define IBVB_MAX_SLOT_COUNT (1u << 24)
 #define IBVB_MAX_ITEMS 65536u
@@ -118,7 +118,13 @@ extern "C" {
 #define IBVB_OFF_FEATURES 0x90
 #define IBVB_OFF_STATS_COUNT 0x98
 #define IBVB_OFF_MAX_CONSUMERS 0x9C
-#define IBVB_OFF_HEADER_RESERVED 0xA0
+#define IBVB_OFF_CHUNK_HEAPS 0xA0 /* chunk geometry (spec §13): 0 unless features has CHUNKS */
+#define IBVB_OFF_CHUNK_AXIS 0xA4
+#define IBVB_OFF_CHUNK_HEAP_SIZE 0xA8
+#define IBVB_OFF_CHUNK_STEP 0xB0
+#define IBVB_OFF_CHUNK_TIME_ITEM 0xB8
+#define IBVB_OFF_CHUNK_AXIS_ITEM 0xC0
+#define IBVB_OFF_HEADER_RESERVED 0xC8
 #define IBVB_OFF_RESERVED_100 0x100
 #define IBVB_OFF_HEAD 0x200
 #define IBVB_OFF_PRODUCER_WAITING 0x280
@@ -163,6 +169,7 @@ extern "C" {
 #define IBVB_CONSUMER_GONE 4u
 /* header features */
 #define IBVB_FEATURE_REPLAY_TIMESTAMPS 0x1ull
+#define IBVB_FEATURE_CHUNKS 0x2ull
 
 /* Descriptor flags (spec §4). */
 #define IBVB_FLAG_COMPLETE 0x01u
@@ -173,6 +180,7 @@ extern "C" {
 #define IBVB_FLAG_ITEMS_OVERFLOW 0x20u
 #define IBVB_FLAG_NO_HEAP_SIZE 0x40u
 #define IBVB_FLAG_ITEMS_CUT 0x80u
+#define IBVB_FLAG_CHUNK 0x100u
 /* Item flags (spec §5). */
 #define IBVB_ITEM_IMMEDIATE 0x1u
 
@@ -191,7 +199,11 @@ enum ibvb_counter {
 	IBVB_CTR_CONSUMERS_ATTACHED = 10,
 	IBVB_CTR_CONSUMER_OVERRUNS = 11,
 	IBVB_CTR_CONSUMER_ERRORS = 12,
-	IBVB_CTR_COUNT = 13
+	IBVB_CTR_CHUNKS = 13,
+	IBVB_CTR_INCOMPLETE_CHUNKS = 14,
+	IBVB_CTR_TOO_OLD_HEAPS = 15,
+	IBVB_CTR_REJECTED_HEAPS = 16,
+	IBVB_CTR_COUNT = 17
 };
 
 /* ---- shared structures ----------------------------------------------------------------------- */
@@ -226,7 +238,13 @@ struct ibvb_ctl {
 	uint64_t features;
 	uint32_t stats_count;
 	uint32_t max_consumers;
-	uint8_t header_reserved[0x100 - 0xA0];
+	uint32_t chunk_heaps; /* chunk geometry (spec §13), 0 unless features has CHUNKS */
+	uint32_t chunk_axis;
+	uint64_t chunk_heap_size;
+	uint64_t chunk_step;
+	uint64_t chunk_time_item;
+	uint64_t chunk_axis_item;
+	uint8_t header_reserved[0x100 - 0xC8];
 	/* 0x100 */
 	uint8_t reserved_100[0x100];
 	/* 0x200 producer cursor */
@@ -377,6 +395,12 @@ IBVB__CHECK(struct ibvb_ctl, packet_size, IBVB_OFF_PACKET_SIZE);
 IBVB__CHECK(struct ibvb_ctl, features, IBVB_OFF_FEATURES);
 IBVB__CHECK(struct ibvb_ctl, stats_count, IBVB_OFF_STATS_COUNT);
 IBVB__CHECK(struct ibvb_ctl, max_consumers, IBVB_OFF_MAX_CONSUMERS);
+IBVB__CHECK(struct ibvb_ctl, chunk_heaps, IBVB_OFF_CHUNK_HEAPS);
+IBVB__CHECK(struct ibvb_ctl, chunk_axis, IBVB_OFF_CHUNK_AXIS);
+IBVB__CHECK(struct ibvb_ctl, chunk_heap_size, IBVB_OFF_CHUNK_HEAP_SIZE);
+IBVB__CHECK(struct ibvb_ctl, chunk_step, IBVB_OFF_CHUNK_STEP);
+IBVB__CHECK(struct ibvb_ctl, chunk_time_item, IBVB_OFF_CHUNK_TIME_ITEM);
+IBVB__CHECK(struct ibvb_ctl, chunk_axis_item, IBVB_OFF_CHUNK_AXIS_ITEM);
 IBVB__CHECK(struct ibvb_ctl, header_reserved, IBVB_OFF_HEADER_RESERVED);
 IBVB__CHECK(struct ibvb_ctl, reserved_100, IBVB_OFF_RESERVED_100);
 IBVB__CHECK(struct ibvb_ctl, head, IBVB_OFF_HEAD);

@@ -99,12 +99,27 @@ func runBenchUDP(ctx context.Context, env bench.Env, args []string, stdout, stde
 	sizes, asJSON := udpFlags(fs, &o, 8972, 512<<20, 7)
 	fs.Float64Var(&o.Rate, "rate", 0, "offer this load (Gb/s) in every run instead of searching, and report CPU costs (medians of --runs)")
 	baseline := fs.String("baseline", "", "with --rate: also receive the same traffic with this ibvbridge binary (e.g. main built from git), alternating runs, and print the ratios")
+	fs.IntVar(&o.ChunkHeaps, "chunk-heaps", 0, "receive in chunk mode, N heaps per chunk (send stamps heaps with a timestamp); with --rate: also without, alternating runs, and print the ratios")
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	var err error
 	if o.HeapSizes, err = parseSizeList(*sizes); err != nil {
 		return err
+	}
+	if o.ChunkHeaps < 0 || o.ChunkHeaps > 0 && *baseline != "" {
+		return usageError("--chunk-heaps %d: want a positive count, and not with --baseline", o.ChunkHeaps)
+	}
+	if o.ChunkHeaps > 0 && o.Rate > 0 {
+		cmp, err := bench.CompareChunks(ctx, env, bench.Loopback, o)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return json.NewEncoder(stdout).Encode(map[string]any{"consumer": o.Consumer, "rate_gbps": o.Rate, "comparisons": cmp})
+		}
+		bench.PrintFixedRate(stdout, nil, cmp)
+		return nil
 	}
 	if *baseline != "" {
 		cmp, err := bench.Compare(ctx, env, bench.Loopback, o, *baseline)

@@ -54,9 +54,27 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 	ringName := fs.String("ring", "", "transmit the heaps of this ring, as its consumer, instead of a generated stream; the stream stops when the ring ends")
 	incomplete := fs.Bool("incomplete", false, "with --ring: also send heaps the ring holds incomplete or truncated (default: skip and count them)")
 	threads := fs.Int("threads", 1, "udp: sending threads, each with its own sockets and a share of the destinations (at most one per destination; name a destination twice to give it two)")
+	tsStep := fs.Uint64("timestamp-step", 0, "give heap k (from 1) the immediate --timestamp-item = (k-1)/COUNT × STEP (COUNT of --axis, else 1): traffic for recv --chunk-by (0: none)")
+	tsItem := fs.String("timestamp-item", "0x1600", "the timestamp item's id, with --timestamp-step")
+	axis := fs.String("axis", "", "ITEM:COUNT: with --timestamp-step, give heap k the immediate ITEM = (k-1) mod COUNT (recv --chunk-axis)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
+	}
+	var chunkItems *pattern.ChunkItems
+	if *tsStep > 0 {
+		ci := pattern.ChunkItems{Step: *tsStep}
+		if ci.TimeItem, _, err = parseItemValue("timestamp-item", *tsItem, 1); err != nil {
+			return err
+		}
+		if *axis != "" {
+			if ci.AxisItem, ci.AxisCount, err = parseItemValue("axis", *axis, 0); err != nil {
+				return err
+			}
+		}
+		chunkItems = &ci
+	} else if *axis != "" {
+		return usageError("--axis goes with --timestamp-step")
 	}
 	if *ringName != "" { // the generator's flags describe a stream --ring does not generate
 		rateSet := false
@@ -67,7 +85,7 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 		var conflict string
 		fs.Visit(func(f *flag.Flag) {
 			switch f.Name {
-			case "heap-size", "heaps", "items", "descriptors", "pattern", "timestamp":
+			case "heap-size", "heaps", "items", "descriptors", "pattern", "timestamp", "timestamp-step", "axis":
 				conflict = f.Name
 			}
 		})
@@ -187,6 +205,11 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 				pattern.Options{Pattern: *withPattern, Descriptors: *descriptors, Timestamp: *timestamp})
 			if err != nil {
 				return err
+			}
+			if chunkItems != nil {
+				if err := g.SetChunkItems(*chunkItems); err != nil {
+					return usageError("--timestamp-step/--axis: %v", err)
+				}
 			}
 			lanes[i].Heap = g.Heap
 		}

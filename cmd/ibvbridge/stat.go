@@ -153,6 +153,13 @@ func printInfo(stdout io.Writer, info ring.Info, r *ringRates) error {
 	fmt.Fprintf(w, "policy\t%s\n", info.Policy)
 	fmt.Fprintf(w, "slots\t%d x %d bytes, %d items each\n", info.Geometry.SlotCount, info.Geometry.SlotSize, info.Geometry.MaxItems)
 	fmt.Fprintf(w, "data\t%d bytes, page %d\n", info.Geometry.DataSize, info.Geometry.PageSize)
+	if g := info.Chunks; g != nil {
+		fmt.Fprintf(w, "chunks\t%d heaps x %d axis x %d bytes per chunk; time item %#x step %d", g.Heaps, g.Axis, g.HeapSize, g.TimeItem, g.Step)
+		if g.AxisItem != 0 {
+			fmt.Fprintf(w, ", axis item %#x", g.AxisItem)
+		}
+		fmt.Fprintln(w)
+	}
 	fmt.Fprintf(w, "cursors\thead %d, oldest held %d, held %d, unread %d\n", info.Head, info.Oldest, info.Head-info.Oldest, info.Unread)
 	if r != nil {
 		fill := 0.0

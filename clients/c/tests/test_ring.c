@@ -1099,7 +1099,9 @@ static void t_stats(void)
 	CHECK(!strcmp(ibvb_counter_name(8), "discarded_incomplete_heaps"));
 	CHECK(!strcmp(ibvb_counter_name(10), "consumers_attached"));
 	CHECK(!strcmp(ibvb_counter_name(12), "consumer_errors"));
-	CHECK(ibvb_counter_name(13) == NULL);
+	CHECK(!strcmp(ibvb_counter_name(13), "chunks"));
+	CHECK(!strcmp(ibvb_counter_name(16), "rejected_heaps"));
+	CHECK(ibvb_counter_name(17) == NULL);
 	p.ctl->stats_count = 3;
 	CHECK_EQ(ibvb_counter(r, 2), 102);
 	CHECK_EQ(ibvb_counter(r, 3), 0);
