@@ -80,6 +80,17 @@ def test_iteration_raises_overrun_at_the_step_after_a_held_heap_was_overrun(drop
     assert e.value.lost_heaps == SLOTS
 
 
+def test_copy_of_a_heap_overrun_while_held_raises_instead_of_returning_torn_bytes(drop_ring):
+    p, slow, fast = drop_ring
+    lap(p, fast, 1, 1)
+    h = slow.next(timeout=1)
+    good = h.copy()  # copied while valid: kept
+    lap(p, fast, 2, 3 * SLOTS)
+    with pytest.raises(Overrun):
+        h.copy()
+    assert bytes(good.payload) == pattern(1, 64) and good.valid
+
+
 def test_batch_overrun_while_held_is_invalid(drop_ring):
     p, slow, fast = drop_ring
     lap(p, fast, 1, 2)
