@@ -7,17 +7,20 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ibvbridge/ibvbridge/ring"
-	"github.com/ibvbridge/ibvbridge/ring/pattern"
+	"github.com/ibvbridge/ibvbridge/spead/pattern"
 )
 
 // ConsumeResult is the one JSON object every consumer tool (`ibvbridge consume`, clients/c's
 // ibvb-consume and Python's ibvbridge.consume) prints when it stops: the cross-language tests and the
 // benchmarks compare them.
 type ConsumeResult struct {
-	Heaps        uint64  `json:"heaps"`
-	Bytes        uint64  `json:"bytes"`
-	Checksum     uint64  `json:"checksum"`
-	VerifyErrors uint64  `json:"verify_errors"`
+	Heaps        uint64 `json:"heaps"`
+	Bytes        uint64 `json:"bytes"`
+	Checksum     uint64 `json:"checksum"`
+	VerifyErrors uint64 `json:"verify_errors"`
+	// OverrunHeaps counts heaps found invalid after they were read (layout 2.1 §A: the producer overran the
+	// consumer and reused their slots meanwhile): their bytes are not judged, so they are not verify errors.
+	OverrunHeaps uint64  `json:"overrun_heaps"`
 	Incomplete   uint64  `json:"incomplete"`
 	FirstHeapCnt uint64  `json:"first_heap_cnt"`
 	LastHeapCnt  uint64  `json:"last_heap_cnt"`
@@ -48,6 +51,11 @@ type ConsumeOptions struct {
 	FromHead bool          // start at the newest heap, not the oldest the ring holds
 	// MaxLatency: let heaps of a moving stream wait up to this long for coalesced wakes (0: a wake per heap).
 	MaxLatency time.Duration
+	// StopFirst stops the process (SIGSTOP to itself) after taking the first heap and before reading its
+	// bytes, until a SIGCONT: a consumer stalled mid-read, for tests (the producer may overrun it meanwhile).
+	StopFirst bool
+	// Wait retries a ring name that no directory serves yet until Timeout (else it fails at once).
+	Wait bool
 }
 
 // Consume reads ring name as its consumer until the end of stream (or o.MaxHeaps), checksumming every
@@ -55,7 +63,7 @@ type ConsumeOptions struct {
 func Consume(name string, o ConsumeOptions) *ConsumeResult {
 	verify, maxHeaps, timeout, hold, sleep := o.Verify, o.MaxHeaps, o.Timeout, max(o.Hold, 0), o.Sleep
 	res := &ConsumeResult{Result: "error"}
-	c, err := ring.Attach(name, ring.AttachOptions{Timeout: timeout, Dir: o.Dir, MaxLatency: o.MaxLatency, FromHead: o.FromHead})
+	c, err := ring.Attach(name, ring.AttachOptions{Timeout: timeout, Wait: o.Wait, Dir: o.Dir, MaxLatency: o.MaxLatency, FromHead: o.FromHead})
 	if err != nil {
 		res.Error, res.exitCode = err.Error(), 1
 		return res
@@ -66,6 +74,7 @@ func Consume(name string, o ConsumeOptions) *ConsumeResult {
 	var start time.Time
 	held := make([]ring.Heap, hold+1) // a circular queue of the heaps held: nothing allocated per heap
 	first, nHeld := 0, 0
+	stopFirst := o.StopFirst
 	for maxHeaps == 0 || res.Heaps < maxHeaps {
 		h, err := c.Next(timeout)
 		if err != nil {
@@ -92,14 +101,26 @@ func Consume(name string, o ConsumeOptions) *ConsumeResult {
 		} else if h.HeapCnt <= res.LastHeapCnt {
 			res.OutOfOrder++
 		}
+		if stopFirst {
+			stopFirst = false
+			_ = unix.Kill(unix.Getpid(), unix.SIGSTOP)
+		}
+		sum := pattern.Checksum(h.Payload)
+		bad := verify && h.Flags&ring.FlagIncomplete == 0 && !pattern.Verify(&h) // holes hold unspecified bytes
+		if !c.Valid(h) {
+			// Read, then checked: the slot was reused while the bytes were read, so they prove nothing.
+			// The next call reports the overrun.
+			res.OverrunHeaps++
+			continue
+		}
 		res.Heaps++
 		res.LastHeapCnt = h.HeapCnt
 		res.Bytes += h.Received
-		res.Checksum += pattern.Checksum(h.Payload)
+		res.Checksum += sum
 		if h.Flags&ring.FlagIncomplete != 0 {
 			res.Incomplete++
 		}
-		if verify && h.Flags&ring.FlagIncomplete == 0 && !pattern.Verify(&h) { // holes hold unspecified bytes
+		if bad {
 			res.VerifyErrors++
 		}
 		if sleep > 0 {

@@ -63,6 +63,7 @@ type UDPSize struct {
 type Path struct {
 	RecvWrap, SendWrap []string // command prefixes, e.g. ip netns exec NS
 	RecvArgs           []string // transport flags for recv
+	SendArgs           []string // transport flags for send (bench xdp --send-transport xdp)
 	Dest               string   // the address recv listens on and send sends to
 	Port               int      // 0: a free loopback port
 	// RecvBinary, if set, is the ibvbridge whose recv receives (a baseline build); send and the consumer
@@ -413,9 +414,9 @@ func udpRun(ctx context.Context, env Env, path Path, o UDPOptions, heapSize int,
 	if err := waitFor(20*time.Second, func() bool { return consumerAttached(name) }); err != nil {
 		return run, fmt.Errorf("%s consumer did not attach", consumer)
 	}
-	send := wrapped(ctx, path.SendWrap, self, "send", endpoint, "--heaps", strconv.FormatUint(heaps, 10),
+	send := wrapped(ctx, path.SendWrap, self, append([]string{"send", endpoint, "--heaps", strconv.FormatUint(heaps, 10),
 		"--heap-size", strconv.Itoa(heapSize), "--packet-size", strconv.Itoa(packetSize),
-		"--rate", strconv.FormatFloat(rate, 'f', -1, 64), "--json")
+		"--rate", strconv.FormatFloat(rate, 'f', -1, 64), "--json"}, path.SendArgs...)...)
 	send.Stdout, send.Stderr = &sendOut, env.Log
 	// CPU from here on is the stream's: recv's start-up (the ring's memory populated and zeroed) and the
 	// consumer's (a Python import) would otherwise dominate a short run's figures per packet.

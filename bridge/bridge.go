@@ -264,7 +264,7 @@ wait:
 // consumer attached there is nobody to wait for: the unread heaps are reported and the run ends.
 func (r *Receiver) waitDrained(ctx context.Context) {
 	if r.p.Consumers() == 0 {
-		if n := r.p.Backlog(); n > 0 {
+		if n := r.p.UnreadHeaps(); n > 0 { // not Backlog: a consumer that read everything and left leaves 0
 			r.log.Warn().Uint64("unread_heaps", n).Str("reason", "no consumer attached").Msg("closing the ring with heaps no consumer read")
 		}
 		return
@@ -275,7 +275,9 @@ func (r *Receiver) waitDrained(ctx context.Context) {
 	r.log.Info().Uint64("unread_heaps", r.p.Unread()).Int("consumers", r.p.Consumers()).
 		Msg("input done; waiting for the consumers to read the ring (Ctrl-C to stop)")
 	if err := r.p.WaitDrained(ctx.Done()); err != nil {
-		r.log.Warn().Uint64("unread_heaps", r.p.Backlog()).Str("reason", err.Error()).Msg("closing the ring with heaps no consumer read")
+		if n := r.p.UnreadHeaps(); n > 0 { // the last consumer may have read everything before it left
+			r.log.Warn().Uint64("unread_heaps", n).Str("reason", err.Error()).Msg("closing the ring with heaps no consumer read")
+		}
 	}
 }
 

@@ -18,7 +18,8 @@ import (
 
 	"github.com/ibvbridge/ibvbridge/bench"
 	"github.com/ibvbridge/ibvbridge/ring"
-	"github.com/ibvbridge/ibvbridge/ring/pattern"
+	"github.com/ibvbridge/ibvbridge/ring/ringtest"
+	"github.com/ibvbridge/ibvbridge/spead/pattern"
 )
 
 var (
@@ -83,7 +84,9 @@ func consumerCmd(t *testing.T, kind, ctlPath string, verify bool, extra ...strin
 	var cmd *exec.Cmd
 	switch kind {
 	case "go":
-		cmd = exec.Command(goTool, append([]string{"consume"}, args...)...)
+		// --wait: a consumer may start before its producer has made the ring (layout 2.1 §B: a missing
+		// ring otherwise fails at once).
+		cmd = exec.Command(goTool, append([]string{"consume", "--wait"}, args...)...)
 	case "c":
 		cmd = exec.Command(filepath.Join(repoRoot, "clients/c/build/ibvb-consume"), args...)
 	case "python":
@@ -159,21 +162,13 @@ func waitAttached(t *testing.T, p *ring.Producer) {
 
 func newRing(t *testing.T, name string, cfg ring.Config) *ring.Producer {
 	t.Helper()
-	if cfg.Dir == "" {
-		cfg.Dir = t.TempDir()
-	}
 	if cfg.SlotCount == 0 {
 		cfg.SlotCount = 16
 	}
 	if cfg.SlotSize == 0 {
 		cfg.SlotSize = 8192
 	}
-	p, err := ring.Create(name, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	return p
+	return ringtest.New(t, name, cfg)
 }
 
 // sizeOf gives heap cnt a size that varies, including sizes that are not multiples of 8.

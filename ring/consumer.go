@@ -3,6 +3,7 @@ package ring
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,10 +16,16 @@ import (
 
 // AttachOptions tune Attach.
 type AttachOptions struct {
-	// Timeout bounds the wait for the ring's producer to appear and answer (default 10 s; <0: try once).
+	// Timeout bounds the attach: retrying a stale socket (and, with Wait, a missing name) and the wait for
+	// the welcome (default 5 s; <0: connect once, the welcome still gets 5 s).
 	Timeout time.Duration
+	// Wait retries a name that no trusted directory serves yet every 10 ms until Timeout; without it a
+	// missing ring fails at once with ErrNotFound ("ring NAME not found (looked in DIR, ...)").
+	Wait bool
 	// Dir is where a ring is looked up by name ("": the spec's directories, §1.1).
 	Dir string
+	// Warnings receives one line per lookup directory skipped as untrusted (default os.Stderr).
+	Warnings io.Writer
 	// FromHead starts at the newest heap instead of the oldest one the ring still holds (spec §7.1).
 	FromHead bool
 	// MaxLatency, if positive, lets a moving stream's heaps wait up to this long before Next wakes for
@@ -28,6 +35,13 @@ type AttachOptions struct {
 	// SpinBudget bounds how long Next spins before sleeping (default 20 µs, <0: never spin). It spins only
 	// while recent waits averaged at most half of it.
 	SpinBudget time.Duration
+}
+
+func (o AttachOptions) warnings() io.Writer {
+	if o.Warnings != nil {
+		return o.Warnings
+	}
+	return os.Stderr
 }
 
 // Consumer reads heaps from a ring. It is not safe for concurrent use.
@@ -41,25 +55,26 @@ type Consumer struct {
 	index  uint32
 	gen    uint32
 
-	head      *uint64
-	state     *uint32
-	prodWait  *uint32
-	rowState  *uint32
-	rowGen    *uint32
-	tail      *uint64
-	consWait  *uint32
-	consFutex *uint32
-	relFutex  *uint32
-	stats     *[StatsSlots]uint64
+	head      *atomic.Uint64
+	state     *atomic.Uint32
+	prodWait  *atomic.Uint32
+	rowState  *atomic.Uint32
+	rowGen    *atomic.Uint32
+	tail      *atomic.Uint64
+	consWait  *atomic.Uint32
+	consFutex *atomic.Uint32
+	relFutex  *atomic.Uint32
+	stats     *[StatsSlots]atomic.Uint64
 
 	descs      []descriptor
-	items      []Item
+	items      []Item // the ring's item tables: read only by copying (a hostile producer may rewrite them)
+	itemCopy   []Item // private copies of the item tables of held heaps, max_items per position
 	mask       uint64
 	read       uint64 // next position to read
 	cachedHead uint64
 	released   uint64 // released position, published to tail in batches
 
-	wakeAt        *uint64
+	wakeAt        *atomic.Uint64
 	maxLatency    time.Duration // AttachOptions.MaxLatency
 	spinBudget    time.Duration // AttachOptions.SpinBudget
 	waitAvg       time.Duration // moving average of waits that found a heap
@@ -68,12 +83,15 @@ type Consumer struct {
 	futexAtAttach uint32        // consumer_futex when attached: Wakes counts from here
 	stored        uint64        // last value stored to tail
 	batch         uint64        // releases per tail store
+	futexWakeups  uint64        // sleeps a FUTEX_WAKE ended (not the slice): tests prove the wake with it
 	eosPending    bool          // an end-of-stream marker was read but not yet released
 	eosPos        uint64
 }
 
-// Heap is a heap read from the ring. Its Payload and Items view ring memory (read-only) and are valid
-// until the heap is released.
+// Heap is a heap read from the ring. Its descriptor fields and Items are the consumer's private, validated
+// copies; Payload views ring memory (read-only). Under the drop policy the producer may overrun a consumer
+// that falls a whole ring behind and reuse the slots it holds (layout 2.1 §A): Payload's bytes are the
+// heap's only while Consumer.Valid reports true, so check Valid (or Release's error) AFTER reading them.
 type Heap struct {
 	Position    uint64
 	HeapCnt     uint64
@@ -114,7 +132,7 @@ func Attach(nameOrPath string, opt AttachOptions) (c *Consumer, err error) {
 	if opt.FromHead {
 		role.Start = StartHead
 	}
-	a, err := dial(nameOrPath, opt.Dir, opt.Timeout, role)
+	a, err := dial(nameOrPath, dialOptions{dir: opt.Dir, timeout: opt.Timeout, wait: opt.Wait, warn: opt.warnings()}, role)
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +149,7 @@ func Attach(nameOrPath string, opt AttachOptions) (c *Consumer, err error) {
 	if err = c.mapAll(a); err != nil {
 		return c, fmt.Errorf("attach %s: %w", a.name, err)
 	}
-	c.released = atomic.LoadUint64(c.tail)
+	c.released = c.tail.Load()
 	c.read, c.cachedHead, c.stored = c.released, c.released, c.released
 	// Storing tail once per batch rather than per heap keeps the producer from taking a cache miss on it
 	// per heap; an eighth of the ring keeps the producer supplied with free slots (spec §7.4).
@@ -142,6 +160,7 @@ func Attach(nameOrPath string, opt AttachOptions) (c *Consumer, err error) {
 // attachment is what the handshake hands over: the connected socket, the welcome and its descriptors.
 type attachment struct {
 	name string
+	path string // the socket it connected to
 	sock int
 	w    welcome
 	fds  []int
@@ -152,41 +171,6 @@ func (a *attachment) closeFDs() {
 		unix.Close(fd)
 	}
 	a.fds = nil
-}
-
-// dial finds the ring's socket, connects (retrying while there is no producer, until timeout), checks who
-// serves it, and runs the handshake (spec §9 steps 1–3). On success the descriptors are the caller's.
-func dial(nameOrPath, dir string, timeout time.Duration, h hello) (*attachment, error) {
-	if timeout == 0 {
-		timeout = 10 * time.Second
-	}
-	deadline := time.Now().Add(timeout)
-	var path, name string
-	var err error
-	var sock int
-	for {
-		if path, name, err = SocketPath(nameOrPath, dir); err != nil {
-			return nil, err
-		}
-		sock, err = connectSeqpacket(path)
-		if err == nil || !(errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ECONNREFUSED)) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ECONNREFUSED) {
-		return nil, fmt.Errorf("attach %s: %w: no producer serves %s", name, ErrNotFound, path)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("attach %s: connect %s: %w", name, path, err)
-	}
-	a := &attachment{name: name, sock: sock}
-	if err := a.handshake(path, h, time.Until(deadline)); err != nil {
-		a.closeFDs()
-		unix.Close(sock)
-		return nil, fmt.Errorf("attach %s: %w", name, err)
-	}
-	return a, nil
 }
 
 // connectSeqpacket connects to a Unix SOCK_SEQPACKET socket; a path too long for sockaddr_un is reached
@@ -222,31 +206,29 @@ func retryEINTR(call func() error) error {
 	}
 }
 
-// trustedProducer is the client's check of who serves the socket (spec §1.2): root, ourselves, or the
-// owner of a directory only its owner can write (a stranger may have bound a socket where we were sent).
-func trustedProducer(uid uint32, path string) bool {
-	if uid == 0 || int(uid) == os.Geteuid() {
-		return true
-	}
-	var st unix.Stat_t
-	return unix.Stat(filepath.Dir(path), &st) == nil && st.Uid == uid && st.Mode&0o022 == 0
+// trustedProducer is the client's check of who serves the socket (spec §1.2, layout 2.1 §B): root,
+// ourselves, or the owner of the trusted directory it was found in.
+func trustedProducer(uid uint32, c candidate) bool {
+	return uid == 0 || int(uid) == os.Geteuid() || uid == c.owner
 }
 
-func (a *attachment) handshake(path string, h hello, left time.Duration) error {
+// handshake sends the hello and reads the welcome with its descriptors, within left (spec §1.2).
+func (a *attachment) handshake(c candidate, h hello, left time.Duration) error {
 	cred, err := unix.GetsockoptUcred(a.sock, unix.SOL_SOCKET, unix.SO_PEERCRED)
 	if err != nil {
 		return os.NewSyscallError("getsockopt(SO_PEERCRED)", err)
 	}
-	if !trustedProducer(cred.Uid, path) {
+	if !trustedProducer(cred.Uid, c) {
 		return fmt.Errorf("%w: %s is served by uid %d, which is not trusted (not root, not us, not the owner of its directory)",
-			ErrPermission, path, cred.Uid)
+			ErrPermission, c.path, cred.Uid)
 	}
-	left = max(left, time.Second)
 	tv := unix.NsecToTimeval(left.Nanoseconds())
 	if err := unix.SetsockoptTimeval(a.sock, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
 		return os.NewSyscallError("setsockopt(SO_RCVTIMEO)", err)
 	}
-	if err := retryEINTR(func() error { _, err := unix.Write(a.sock, h.encode()); return err }); err != nil {
+	// A producer refusing a connection at once (busy) may have closed it before the hello: its error
+	// record is still there to read, so EPIPE is not the answer.
+	if err := retryEINTR(func() error { _, err := unix.Write(a.sock, h.encode()); return err }); err != nil && !errors.Is(err, unix.EPIPE) {
 		return fmt.Errorf("send hello: %w", os.NewSyscallError("write", err))
 	}
 	buf := make([]byte, ErrorRecordMax)
@@ -338,11 +320,12 @@ func (c *Consumer) mapAll(a *attachment) error {
 	c.tail, c.consWait, c.consFutex = u64at(rg, regTail), u32at(rg, regConsWaiting), u32at(rg, regConsFutex)
 	c.relFutex, c.wakeAt = u32at(rg, regReleaseFutex), u64at(rg, regWakeAt)
 	c.coalesceHeaps = max(1, g.SlotCount/2)
-	atomic.StoreUint64(u64at(rg, regSpinBudget), uint64(max(c.spinBudget, 0)))
-	c.futexAtAttach = atomic.LoadUint32(c.consFutex)
-	c.stats = (*[StatsSlots]uint64)(unsafe.Pointer(&ct[offStats]))
+	u64at(rg, regSpinBudget).Store(uint64(max(c.spinBudget, 0)))
+	c.futexAtAttach = c.consFutex.Load()
+	c.stats = (*[StatsSlots]atomic.Uint64)(unsafe.Pointer(&ct[offStats]))
 	c.descs = unsafe.Slice((*descriptor)(unsafe.Pointer(&c.data[g.DescOffset])), g.SlotCount)
 	c.items = unsafe.Slice((*Item)(unsafe.Pointer(&c.data[g.ItemsOffset])), g.SlotCount*uint64(g.MaxItems))
+	c.itemCopy = make([]Item, g.SlotCount*uint64(g.MaxItems))
 	c.mask = g.SlotCount - 1
 	return nil
 }
@@ -350,29 +333,53 @@ func (c *Consumer) mapAll(a *attachment) error {
 // Index is this consumer's row in the ring's consumer table.
 func (c *Consumer) Index() int { return int(c.index) }
 
+// attached reports whether the producer still counts this consumer as attached (layout 2.1 §A): the row's
+// state, then its generation, two separate acquire loads in that order. While it holds, no slot this
+// consumer holds has been reused.
+func (c *Consumer) attached() bool {
+	return c.rowState != nil && ConsumerState(c.rowState.Load()) == ConsumerAttached &&
+		c.rowGen.Load() == c.gen
+}
+
 // detached reports why the producer detached this consumer (spec §7.6), nil while it is attached.
 func (c *Consumer) detached() error {
-	st := ConsumerState(atomic.LoadUint32(c.rowState))
-	if st == ConsumerAttached && atomic.LoadUint32(c.rowGen) == c.gen {
+	if c.attached() {
 		return nil
 	}
+	if c.rowState == nil {
+		return fmt.Errorf("ring %s: %w (closed)", c.name, ErrDetached)
+	}
+	st := ConsumerState(c.rowState.Load())
 	row := c.ctl[offTable+TableRowSize*int(c.index):]
 	switch {
-	case atomic.LoadUint32(c.rowGen) != c.gen:
+	case c.rowGen.Load() != c.gen:
 		return fmt.Errorf("ring %s: %w (its row was given to another consumer)", c.name, ErrDetached)
 	case st == ConsumerOverrun:
-		return fmt.Errorf("ring %s: %w, %d heaps lost", c.name, ErrOverrun, atomic.LoadUint64(u64at(row, rowLostHeaps)))
+		return &OverrunError{Ring: c.name, Lost: u64at(row, rowLostHeaps).Load()}
 	case st == ConsumerBadCursor:
 		return fmt.Errorf("ring %s: %w: invalid cursor", c.name, ErrDetached)
 	}
 	return fmt.Errorf("ring %s: %w (%s)", c.name, ErrDetached, st)
 }
 
-// SessionID identifies the producer run (the ring's epoch); ProducerPID is for messages.
-func (c *Consumer) SessionID() uint64   { return c.hdr.SessionID }
+// Valid reports whether h's bytes are still h's: the consumer is still attached, so the producer has not
+// reused the slot, and h is held (read, not yet released). Check it after reading Payload: bytes read
+// before a true Valid were the heap's (layout 2.1 §A).
+func (c *Consumer) Valid(h Heap) bool {
+	return h.Position-c.released < c.read-c.released && c.attached()
+}
+
+// SessionID identifies the producer run (the ring's epoch).
+func (c *Consumer) SessionID() uint64 { return c.hdr.SessionID }
+
+// ProducerPID is the producer's process id as its header states it (for messages).
 func (c *Consumer) ProducerPID() uint64 { return c.hdr.ProducerPID }
-func (c *Consumer) Geometry() Geometry  { return c.hdr.Geometry }
-func (c *Consumer) Policy() Policy      { return c.hdr.Policy }
+
+// Geometry is where the ring's regions lie, as validated at attach.
+func (c *Consumer) Geometry() Geometry { return c.hdr.Geometry }
+
+// Policy is what the producer does when the ring is full.
+func (c *Consumer) Policy() Policy { return c.hdr.Policy }
 
 // Stats reads the producer's counters.
 func (c *Consumer) Stats() Stats { return readStats(c.stats, c.hdr.StatsCount) }
@@ -380,7 +387,7 @@ func (c *Consumer) Stats() Stats { return readStats(c.stats, c.hdr.StatsCount) }
 // TryNext returns the next heap without waiting; ok is false when none is published yet.
 func (c *Consumer) TryNext() (Heap, bool, error) {
 	if c.read == c.cachedHead {
-		c.cachedHead = atomic.LoadUint64(c.head)
+		c.cachedHead = c.head.Load()
 		if err := c.detached(); err != nil {
 			return Heap{}, false, err
 		}
@@ -393,10 +400,12 @@ func (c *Consumer) TryNext() (Heap, bool, error) {
 		}
 	}
 	h, err := c.heapAt(c.read)
+	// Checked on every call, after the copies: a heap whose slot was reused while it was being read is
+	// never handed out, and an overrun consumer learns it (with the heaps it lost) at its next call.
+	if derr := c.detached(); derr != nil {
+		return Heap{}, false, derr
+	}
 	if err != nil {
-		if derr := c.detached(); derr != nil { // a slot reused under a detached consumer looks corrupt
-			return Heap{}, false, derr
-		}
 		return Heap{}, false, err
 	}
 	c.read++
@@ -405,36 +414,50 @@ func (c *Consumer) TryNext() (Heap, bool, error) {
 		// consumer still holds.
 		c.eosPending, c.eosPos = true, h.Position
 		if c.released == h.Position {
-			c.Release(h)
+			_ = c.Release(h) // attachment checked just above
 		}
 		return Heap{}, false, ErrEndOfStream
 	}
 	return h, true, nil
 }
 
-// heapAt validates position pos's descriptor and item table against the geometry (spec §7.3 step 2).
+// heapAt copies position pos's descriptor and item table into private memory and validates the copies
+// against the geometry (spec §7.3 step 2): nothing validated is read from shared memory again, so a
+// producer rewriting them meanwhile cannot make the consumer read out of bounds.
 func (c *Consumer) heapAt(pos uint64) (Heap, error) {
-	g := &c.hdr.Geometry
-	d := &c.descs[pos&c.mask]
+	d := c.descs[pos&c.mask] // a copy
+	items, err := validateHeap(&c.hdr.Geometry, pos, &d, c.items, c.itemCopy)
 	h := Heap{Position: pos, HeapCnt: d.HeapCnt, HeapSize: d.HeapSize, Received: d.Received,
-		TimestampNs: d.TimestampNs, Flags: d.Flags, Packets: d.Packets, Slot: d.Slot}
-	seq, nItems := d.Seq, d.ItemCount
-	if seq != pos+1 {
-		return h, fmt.Errorf("%w: descriptor of position %d has seq %d", ErrCorrupt, pos, seq)
+		TimestampNs: d.TimestampNs, Flags: d.Flags, Packets: d.Packets, Slot: d.Slot, Items: items}
+	if err != nil {
+		return h, err
 	}
-	if uint64(h.Slot) >= g.SlotCount || nItems > g.MaxItems || h.Received > g.SlotSize {
-		return h, fmt.Errorf("%w: position %d: slot %d, items %d, received %d out of range", ErrCorrupt, pos, h.Slot, nItems, h.Received)
+	off := c.hdr.PayloadOffset + uint64(d.Slot)*c.hdr.SlotSize
+	h.Payload = c.data[off : off+d.Received : off+c.hdr.SlotSize]
+	return h, nil
+}
+
+// validateHeap checks a private copy d of position pos's descriptor (seq, slot, item count, received),
+// copies its item entries from shared into private (max_items entries per position) and checks every
+// address item against the slot. It returns the private item slice.
+func validateHeap(g *Geometry, pos uint64, d *descriptor, shared, private []Item) ([]Item, error) {
+	if d.Seq != pos+1 {
+		return nil, fmt.Errorf("%w: descriptor of position %d has seq %d", ErrCorrupt, pos, d.Seq)
 	}
-	base := uint64(h.Slot) * uint64(g.MaxItems)
-	h.Items = c.items[base : base+uint64(nItems) : base+uint64(nItems)]
-	for _, it := range h.Items {
+	if uint64(d.Slot) >= g.SlotCount || d.ItemCount > g.MaxItems || d.Received > g.SlotSize {
+		return nil, fmt.Errorf("%w: position %d: slot %d, items %d, received %d out of range", ErrCorrupt, pos, d.Slot, d.ItemCount, d.Received)
+	}
+	n := uint64(d.ItemCount)
+	src := uint64(d.Slot) * uint64(g.MaxItems)
+	dst := (pos & (g.SlotCount - 1)) * uint64(g.MaxItems)
+	items := private[dst : dst+n : dst+n]
+	copy(items, shared[src:src+n])
+	for _, it := range items {
 		if !it.Immediate() && (it.Value > g.SlotSize || it.Length > g.SlotSize-it.Value) {
-			return h, fmt.Errorf("%w: position %d: item %#x [%d,+%d) outside slot", ErrCorrupt, pos, it.ID, it.Value, it.Length)
+			return nil, fmt.Errorf("%w: position %d: item %#x [%d,+%d) outside slot", ErrCorrupt, pos, it.ID, it.Value, it.Length)
 		}
 	}
-	off := g.PayloadOffset + uint64(h.Slot)*g.SlotSize
-	h.Payload = c.data[off : off+h.Received : off+g.SlotSize]
-	return h, nil
+	return items, nil
 }
 
 // Next waits up to timeout (<0: forever) for the next heap. It returns ErrEndOfStream after the last heap
@@ -468,17 +491,17 @@ func (c *Consumer) Next(timeout time.Duration) (Heap, error) {
 		if coalesce {
 			wakeAt = c.read + c.coalesceHeaps
 		}
-		f := atomic.LoadUint32(c.consFutex)
-		atomic.StoreUint64(c.wakeAt, wakeAt)
-		atomic.StoreUint32(c.consWait, 1) // sequentially consistent: the fence before re-reading head
+		f := c.consFutex.Load()
+		c.wakeAt.Store(wakeAt)
+		c.consWait.Store(1) // sequentially consistent: the fence before re-reading head
 		if h, ok, err := c.TryNext(); ok || err != nil {
-			atomic.StoreUint32(c.consWait, 0)
+			c.consWait.Store(0)
 			c.noteWait(start)
 			return h, err
 		}
-		if State(atomic.LoadUint32(c.state)) == StateClosed {
+		if State(c.state.Load()) == StateClosed {
 			// Everything was published before CLOSED was stored: one more look drains it.
-			atomic.StoreUint32(c.consWait, 0)
+			c.consWait.Store(0)
 			if h, ok, err := c.TryNext(); ok || err != nil {
 				return h, err
 			}
@@ -491,20 +514,22 @@ func (c *Consumer) Next(timeout time.Duration) (Heap, error) {
 		if timeout >= 0 {
 			left := timeout - time.Since(start)
 			if left <= 0 {
-				atomic.StoreUint32(c.consWait, 0)
+				c.consWait.Store(0)
 				return Heap{}, ErrTimeout
 			}
 			slice = min(slice, left)
 		}
 		sliceStart := time.Now()
-		futexWaitOn(c.consFutex, f, slice)
+		if futexWaitOn(c.consFutex, f, slice) {
+			c.futexWakeups++
+		}
 		if time.Since(sliceStart) < slice {
 			continue // woken (or a spurious wake): look again
 		}
 		if coalesce {
 			// The latency bound passed: read what came; nothing at all means the stream went idle.
 			if h, ok, err := c.TryNext(); ok || err != nil {
-				atomic.StoreUint32(c.consWait, 0)
+				c.consWait.Store(0)
 				c.noteWait(start)
 				return h, err
 			}
@@ -538,7 +563,7 @@ func (c *Consumer) noteWait(start time.Time) {
 
 // Wakes is how many times the producer has woken this consumer since it attached (the movement of the
 // consumer futex word, spec §7.4): what a sleeping consumer costs the producer in syscalls.
-func (c *Consumer) Wakes() uint32 { return atomic.LoadUint32(c.consFutex) - c.futexAtAttach }
+func (c *Consumer) Wakes() uint32 { return c.consFutex.Load() - c.futexAtAttach }
 
 // checkProducer reports ErrProducerGone once the producer has hung up the attachment and everything it
 // published has been read (spec §7.6).
@@ -546,10 +571,10 @@ func (c *Consumer) checkProducer() error {
 	if c.ProducerAlive() {
 		return nil
 	}
-	if State(atomic.LoadUint32(c.state)) == StateClosed {
+	if State(c.state.Load()) == StateClosed {
 		return nil // a clean close: the wait loop reports end of stream after draining
 	}
-	if atomic.LoadUint64(c.head) != c.read {
+	if c.head.Load() != c.read {
 		return nil // published heaps are still to be read
 	}
 	return fmt.Errorf("ring %s: %w (pid %d)", c.name, ErrProducerGone, c.hdr.ProducerPID)
@@ -581,11 +606,14 @@ func socketAlive(fd int) bool {
 }
 
 // Release gives back h and every heap read before it, in position order (spec §7.3 step 5). The shared
-// cursor is stored once per batch of releases, and always before the consumer waits or detaches.
-func (c *Consumer) Release(h Heap) {
+// cursor is stored once per batch of releases, and always before the consumer waits or detaches. It
+// returns an *OverrunError (errors.Is ErrOverrun) when the producer overran this consumer while it held h
+// (h's bytes may have been rewritten while it was read), or another ErrDetached error when the producer
+// detached it for another reason; nil otherwise.
+func (c *Consumer) Release(h Heap) error {
 	next := h.Position + 1
 	if next-c.released > c.read-c.released { // not read yet, or released already
-		return
+		return c.detached()
 	}
 	c.released = next
 	if c.eosPending && next == c.eosPos {
@@ -594,6 +622,7 @@ func (c *Consumer) Release(h Heap) {
 	if c.released-c.stored >= c.batch {
 		c.flushRelease()
 	}
+	return c.detached()
 }
 
 // flushRelease publishes the released position to the producer and wakes it if it waits (spec §7.4).
@@ -602,9 +631,9 @@ func (c *Consumer) flushRelease() {
 		return
 	}
 	c.stored = c.released
-	atomic.StoreUint64(c.tail, c.released) // sequentially consistent: the fence before reading producer_waiting
-	if atomic.LoadUint32(c.prodWait) != 0 {
-		atomic.StoreUint32(c.relFutex, atomic.LoadUint32(c.relFutex)+1)
+	c.tail.Store(c.released) // sequentially consistent: the fence before reading producer_waiting
+	if c.prodWait.Load() != 0 {
+		c.relFutex.Store(c.relFutex.Load() + 1)
 		futexWake(c.relFutex)
 	}
 }
@@ -619,6 +648,7 @@ func (c *Consumer) Close() error {
 }
 
 func (c *Consumer) unmap() error {
+	c.rowState, c.rowGen = nil, nil // Valid and Release after Close: detached, not a fault
 	var errs []error
 	for _, m := range []*[]byte{&c.data, &c.ctl, &c.region} {
 		if *m != nil {

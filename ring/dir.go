@@ -40,7 +40,8 @@ func SocketName(name string) string { return name + socketSuffix }
 func lockName(name string) string { return name + lockSuffix }
 
 // DefaultDir is the ring directory a process with this effective uid uses when it is given none (spec
-// §1.1): $IBVBRIDGE_RING_DIR, else /run/ibvbridge for root, else /dev/shm/ibvbridge-UID.
+// §1.1, layout 2.1 §B): $IBVBRIDGE_RING_DIR, else /run/ibvbridge for root, else $XDG_RUNTIME_DIR/ibvbridge
+// when XDG_RUNTIME_DIR is set and absolute, else /dev/shm/ibvbridge-UID.
 func DefaultDir() string {
 	if d := os.Getenv(EnvDir); d != "" {
 		return d
@@ -48,6 +49,9 @@ func DefaultDir() string {
 	uid := os.Geteuid()
 	if uid == 0 {
 		return RunDir
+	}
+	if x := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(x) {
+		return filepath.Join(x, "ibvbridge")
 	}
 	return "/dev/shm/ibvbridge-" + strconv.Itoa(uid)
 }
@@ -106,25 +110,32 @@ type ringDir struct {
 // someone else, or writable by others.
 var ErrUnsafeDir = errors.New("unsafe ring directory")
 
-// openRingDir creates path (mode 0755) if missing and checks that it is a real directory owned by this
-// process's effective uid and writable by nobody else.
+// openRingDir opens ring directory path for a producer, creating what is missing (mode 0755) component by
+// component from / without following any symlink (layout 2.1 §B): every existing component is opened
+// O_PATH|O_DIRECTORY|O_NOFOLLOW relative to its parent's descriptor and must belong to this process's
+// effective uid or root; a missing one is made with mkdirat. The directory itself must be this process's
+// and writable by nobody else.
 func openRingDir(path string) (*ringDir, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	abs, err := filepath.Abs(path)
+	if err != nil {
 		return nil, fmt.Errorf("ring directory %s: %w", path, err)
 	}
-	if err := unix.Mkdir(path, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
-		return nil, fmt.Errorf("ring directory %s: %w", path, os.NewSyscallError("mkdir", err))
-	}
-	var lst unix.Stat_t
-	if err := unix.Lstat(path, &lst); err != nil {
-		return nil, fmt.Errorf("ring directory %s: %w", path, os.NewSyscallError("lstat", err))
-	}
-	if lst.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return nil, fmt.Errorf("%w: %s is not a directory (a symlink or a file is in its place)", ErrUnsafeDir, path)
-	}
-	fd, err := unix.Open(path, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_RDONLY, 0)
+	fd, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("ring directory %s: %w", path, os.NewSyscallError("open", err))
+	}
+	at := "/"
+	for _, comp := range strings.Split(strings.TrimPrefix(abs, "/"), "/") {
+		if comp == "" {
+			continue
+		}
+		at = filepath.Join(at, comp)
+		next, err := openComponent(fd, comp, at)
+		unix.Close(fd)
+		if err != nil {
+			return nil, err
+		}
+		fd = next
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
@@ -133,8 +144,6 @@ func openRingDir(path string) (*ringDir, error) {
 	}
 	uid := uint32(os.Geteuid())
 	switch {
-	case st.Dev != lst.Dev || st.Ino != lst.Ino:
-		err = fmt.Errorf("%w: %s changed while it was opened", ErrUnsafeDir, path)
 	case st.Uid != uid:
 		err = fmt.Errorf("%w: %s is owned by uid %d, not %d (remove it, or give --dir)", ErrUnsafeDir, path, st.Uid, uid)
 	case st.Mode&0o022 != 0:
@@ -145,6 +154,35 @@ func openRingDir(path string) (*ringDir, error) {
 		return nil, err
 	}
 	return &ringDir{path: path, fd: fd}, nil
+}
+
+// openComponent opens directory comp inside parent (whose path with comp is at) without following a
+// symlink, making it (0755) if it is missing; it must belong to this process's euid or root.
+func openComponent(parent int, comp, at string) (int, error) {
+	const flags = unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	fd, err := unix.Openat(parent, comp, flags, 0)
+	if errors.Is(err, unix.ENOENT) {
+		if err := unix.Mkdirat(parent, comp, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+			return -1, fmt.Errorf("ring directory %s: %w", at, os.NewSyscallError("mkdirat", err))
+		}
+		fd, err = unix.Openat(parent, comp, flags, 0)
+	}
+	if errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
+		return -1, fmt.Errorf("%w: %s is a symlink or not a directory: refusing to create anything through it", ErrUnsafeDir, at)
+	}
+	if err != nil {
+		return -1, fmt.Errorf("ring directory %s: %w", at, os.NewSyscallError("openat", err))
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("ring directory %s: %w", at, os.NewSyscallError("fstat", err))
+	}
+	if euid := uint32(os.Geteuid()); st.Uid != 0 && st.Uid != euid {
+		unix.Close(fd)
+		return -1, fmt.Errorf("%w: %s is owned by uid %d, not %d or root: refusing to create anything through it", ErrUnsafeDir, at, st.Uid, euid)
+	}
+	return fd, nil
 }
 
 // procPath names file inside the directory through /proc/self/fd, for calls that take only a path (bind,

@@ -37,9 +37,26 @@ type VersionError struct {
 	Found, Supported uint16
 }
 
+// Error names the version found and the one supported.
 func (e *VersionError) Error() string {
 	return fmt.Sprintf("ring layout major version %d, this client supports %d", e.Found, e.Supported)
 }
 
 // Is makes errors.Is(err, ErrVersion) true.
 func (e *VersionError) Is(target error) bool { return target == ErrVersion }
+
+// OverrunError is the detachment of a consumer that fell a whole ring behind under the drop policy (spec
+// §7.3): the producer reused the slots it held. Lost is how many heaps it lost (head at the detach minus
+// its last release). errors.Is(err, ErrOverrun) and errors.Is(err, ErrDetached) are true.
+type OverrunError struct {
+	Ring string // the ring's name
+	Lost uint64 // heaps lost: published but never released by this consumer
+}
+
+// Error names the ring and the heaps lost.
+func (e *OverrunError) Error() string {
+	return fmt.Sprintf("ring %s: %v, %d heaps lost", e.Ring, ErrOverrun, e.Lost)
+}
+
+// Is makes errors.Is(err, ErrOverrun) and errors.Is(err, ErrDetached) true.
+func (e *OverrunError) Is(target error) bool { return target == ErrOverrun || target == ErrDetached }

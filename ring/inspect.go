@@ -2,6 +2,7 @@ package ring
 
 import (
 	"fmt"
+	"os"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -10,23 +11,26 @@ import (
 // Info is a read-only look at a ring, as `ibvbridge stat` shows it: taken as an observer (spec §1.2), it
 // neither attaches as a consumer nor disturbs the producer.
 type Info struct {
-	Name           string            `json:"name"`
-	Socket         string            `json:"socket"`
-	Major          uint16            `json:"major"`
-	Minor          uint16            `json:"minor"`
-	State          string            `json:"state"`
-	Policy         string            `json:"policy"`
-	SessionID      uint64            `json:"session_id"`
-	ProducerPID    uint64            `json:"producer_pid"`
-	ProducerAlive  bool              `json:"producer_alive"`
-	HeartbeatAgeNs int64             `json:"heartbeat_age_ns"`
-	Features       uint64            `json:"features"`
-	MaxConsumers   uint32            `json:"max_consumers"`
-	Geometry       Geometry          `json:"geometry"`
-	Head           uint64            `json:"head"`
-	Oldest         uint64            `json:"oldest"`
-	Consumers      []ConsumerInfo    `json:"consumers"`
-	Counters       map[string]uint64 `json:"counters"`
+	Name           string   `json:"name"`
+	Socket         string   `json:"socket"`
+	Major          uint16   `json:"major"`
+	Minor          uint16   `json:"minor"`
+	State          string   `json:"state"`
+	Policy         string   `json:"policy"`
+	SessionID      uint64   `json:"session_id"`
+	ProducerPID    uint64   `json:"producer_pid"`
+	ProducerAlive  bool     `json:"producer_alive"`
+	HeartbeatAgeNs int64    `json:"heartbeat_age_ns"`
+	Features       uint64   `json:"features"`
+	MaxConsumers   uint32   `json:"max_consumers"`
+	Geometry       Geometry `json:"geometry"`
+	Head           uint64   `json:"head"`
+	Oldest         uint64   `json:"oldest"`
+	// Unread is head − the slowest attached consumer's released position (0 with none attached): heaps a
+	// consumer has still to read. Head − Oldest also counts heaps kept for a later consumer.
+	Unread    uint64            `json:"unread"`
+	Consumers []ConsumerInfo    `json:"consumers"`
+	Counters  map[string]uint64 `json:"counters"`
 }
 
 // ConsumerInfo is one non-free row of the consumer table (spec §2.2).
@@ -45,6 +49,7 @@ type ConsumerInfo struct {
 // Attached reports whether this row is an attached consumer (not a detached one's record).
 func (c ConsumerInfo) Attached() bool { return c.State == ConsumerAttached.String() }
 
+// String is the state's name as stat and ls print it.
 func (s State) String() string {
 	switch s {
 	case StateInit:
@@ -57,6 +62,7 @@ func (s State) String() string {
 	return fmt.Sprintf("state(%d)", uint32(s))
 }
 
+// String is the policy's name as the --policy flag spells it.
 func (p Policy) String() string {
 	switch p {
 	case PolicyDrop:
@@ -81,9 +87,9 @@ func ParsePolicy(s string) (Policy, error) {
 // Inspect reads ring nameOrPath's header, cursors, consumer table and counters as an observer. A name
 // is looked up in dir ("": the spec's directories). A ring nobody serves is ErrNotFound, at once.
 func Inspect(nameOrPath, dir string) (Info, error) {
-	a, err := dial(nameOrPath, dir, -1, hello{Major: MajorVersion, Minor: MinorVersion, Role: RoleObserver})
+	a, err := dial(nameOrPath, dialOptions{dir: dir, timeout: -1, warn: os.Stderr}, hello{Major: MajorVersion, Minor: MinorVersion, Role: RoleObserver})
 	if err != nil {
-		return Info{}, fmt.Errorf("stat: %w", err)
+		return Info{}, err // dial names the ring and what went wrong
 	}
 	defer unix.Close(a.sock)
 	defer a.closeFDs()
@@ -92,35 +98,38 @@ func Inspect(nameOrPath, dir string) (Info, error) {
 		return Info{}, fmt.Errorf("stat %s: %w", a.name, err)
 	}
 	defer unix.Munmap(ctl)
-	path, _, _ := SocketPath(nameOrPath, dir)
-	head := atomic.LoadUint64(u64at(ctl, offHead))
+	path := a.path
+	head := u64at(ctl, offHead).Load()
 	info := Info{
 		Name: a.name, Socket: path, Major: h.Major, Minor: h.Minor,
-		State:          State(atomic.LoadUint32(u32at(ctl, offState))).String(),
+		State:          State(u32at(ctl, offState).Load()).String(),
 		Policy:         h.Policy.String(),
 		SessionID:      h.SessionID,
 		ProducerPID:    h.ProducerPID,
 		ProducerAlive:  true, // it answered
-		HeartbeatAgeNs: int64(realtimeNanos() - atomic.LoadUint64(u64at(ctl, offHeartbeat))),
+		HeartbeatAgeNs: int64(realtimeNanos() - u64at(ctl, offHeartbeat).Load()),
 		Features:       h.Features,
 		MaxConsumers:   h.MaxConsumers,
 		Geometry:       h.Geometry,
 		Head:           head,
-		Oldest:         atomic.LoadUint64(u64at(ctl, offOldest)),
+		Oldest:         u64at(ctl, offOldest).Load(),
 		Consumers:      []ConsumerInfo{},
-		Counters:       readStats((*[StatsSlots]uint64)(unsafePointer(ctl, offStats)), h.StatsCount).Map(),
+		Counters:       readStats((*[StatsSlots]atomic.Uint64)(unsafePointer(ctl, offStats)), h.StatsCount).Map(),
 	}
 	for i := range int(h.MaxConsumers) {
 		row := ctl[offTable+TableRowSize*i:]
-		st := ConsumerState(atomic.LoadUint32(u32at(row, rowState)))
+		st := ConsumerState(u32at(row, rowState).Load())
 		if st == ConsumerFree {
 			continue
 		}
-		pos := atomic.LoadUint64(u64at(row, rowReleased))
+		pos := u64at(row, rowReleased).Load()
 		info.Consumers = append(info.Consumers, ConsumerInfo{Index: i, State: st.String(),
-			PID: atomic.LoadUint64(u64at(row, rowPID)), UID: atomic.LoadUint64(u64at(row, rowUID)),
-			AttachNs: atomic.LoadUint64(u64at(row, rowAttachNs)), Position: pos, Lag: head - pos,
-			Wakes: atomic.LoadUint64(u64at(row, rowWakes)), LostHeaps: atomic.LoadUint64(u64at(row, rowLostHeaps))})
+			PID: u64at(row, rowPID).Load(), UID: u64at(row, rowUID).Load(),
+			AttachNs: u64at(row, rowAttachNs).Load(), Position: pos, Lag: head - pos,
+			Wakes: u64at(row, rowWakes).Load(), LostHeaps: u64at(row, rowLostHeaps).Load()})
+		if st == ConsumerAttached && head-pos <= h.SlotCount+1 { // a row being reused mid-read is skipped
+			info.Unread = max(info.Unread, head-pos)
+		}
 	}
 	return info, nil
 }

@@ -2,13 +2,19 @@ package ring
 
 import "fmt"
 
-// This file is the ring layout of docs/ring-layout.md, version 1.0, as Go constants. The C header and the
-// Python layout module carry the same numbers; TestGolden* checks that all three agree.
+// This file is the ring layout of docs/ring-layout.md, version 2.1, as Go constants. The C header and the
+// Python layout module carry the same numbers; TestGoldenLayout (interop) checks that all three agree.
+// Minor 1 adds rules, not fields: a consumer checks its row after reading a heap (validate after read),
+// and the producer stores a detached row's lost_heaps and state before it reuses any slot that consumer
+// held. Any minor of major 2 is accepted both ways.
 
+// The layout's constants and offsets (spec §1–§6): the exported ones are what clients and tools need
+// (versions, sizes, limits, handshake roles, starts and statuses); the unexported ones are byte offsets
+// that only this package reads, through u64at/u32at.
 const (
 	Magic        uint64 = 0x474E495242564249 // "IBVBRING" little-endian
 	MajorVersion uint16 = 2
-	MinorVersion uint16 = 0
+	MinorVersion uint16 = 1
 
 	// Control memory (spec §2): header, producer blocks, stats, then the consumer table.
 	offMagic         = 0x00
@@ -127,6 +133,7 @@ func CtlSizeFor(maxConsumers int) int {
 // ConsumerState is a consumer-table row's state word (spec §2.2).
 type ConsumerState uint32
 
+// Consumer-table row states (spec §2.2): free, attached, or why the producer detached it.
 const (
 	ConsumerFree      ConsumerState = 0
 	ConsumerAttached  ConsumerState = 1
@@ -135,6 +142,7 @@ const (
 	ConsumerGone      ConsumerState = 4
 )
 
+// String is the state's name as stat prints it and the spec spells it.
 func (s ConsumerState) String() string {
 	switch s {
 	case ConsumerFree:
@@ -157,6 +165,7 @@ const FeatureReplayTimestamps uint64 = 0x1
 // State is the ring's lifecycle state word.
 type State uint32
 
+// Ring states (spec §2): INIT while the producer builds it, READY while it serves, CLOSED after it ended.
 const (
 	StateInit   State = 0
 	StateReady  State = 1
@@ -191,6 +200,7 @@ const ItemImmediate uint32 = 0x1
 // Counter indexes the stats block.
 type Counter int
 
+// The counters of the stats block (spec §2.3), in index order; String gives their names.
 const (
 	CounterPackets Counter = iota
 	CounterBytes

@@ -44,6 +44,9 @@ type Config struct {
 	Dir string
 	// MaxConsumers is how many consumers may attach at once (default 8, at most 64).
 	MaxConsumers int
+	// MaxObservers is how many observers (stat, ls) may be connected at once (default 4): each holds a
+	// connection and a descriptor, so a flood of them is refused, not served.
+	MaxObservers int
 	// Group, if set, lets members of this group attach (socket mode 0660, SO_PEERCRED group check).
 	Group string
 	// ReplayTimestamps marks descriptors' timestamps as capture times (header feature REPLAY_TIMESTAMPS).
@@ -73,6 +76,9 @@ func (c *Config) setDefaults() error {
 	if c.MaxConsumers == 0 {
 		c.MaxConsumers = DefaultMaxConsumer
 	}
+	if c.MaxObservers == 0 {
+		c.MaxObservers = DefaultMaxObservers
+	}
 	switch {
 	case c.SlotCount < 1 || c.SlotCount > MaxSlotCount || c.SlotCount&(c.SlotCount-1) != 0:
 		return fmt.Errorf("%w: slot count %d must be a power of two in 1..%d", ErrBadConfig, c.SlotCount, MaxSlotCount)
@@ -86,10 +92,37 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("%w: packet area %d bytes", ErrBadConfig, c.PacketArea)
 	case c.MaxConsumers < 1 || c.MaxConsumers > MaxConsumersLimit:
 		return fmt.Errorf("%w: max consumers %d must be in 1..%d", ErrBadConfig, c.MaxConsumers, MaxConsumersLimit)
+	case c.MaxObservers < 1:
+		return fmt.Errorf("%w: max observers %d must be at least 1", ErrBadConfig, c.MaxObservers)
 	case c.Policy != PolicyDrop && c.Policy != PolicyBlock:
 		return fmt.Errorf("%w: policy %d", ErrBadConfig, c.Policy)
 	}
 	c.SlotSize = int(alignUp(uint64(c.SlotSize), 64))
+	return c.checkSizes()
+}
+
+// checkSizes refuses a geometry whose memory size does not fit in 64 bits (each product and sum checked:
+// spec §3's regions one after another, each 4096-aligned), before anything is sized or mapped.
+func (c *Config) checkSizes() error {
+	n := uint64(c.SlotCount)
+	total, ok := uint64(0), true
+	add := func(v uint64, okv bool) {
+		var carry uint64
+		total, carry = bits.Add64(total, v+RegionAlign, 0)
+		ok = ok && okv && carry == 0 && v+RegionAlign > v
+	}
+	mul := func(a, b uint64) (uint64, bool) {
+		hi, lo := bits.Mul64(a, b)
+		return lo, hi == 0
+	}
+	add(mul(n, DescSize))
+	add(mul(n, uint64(c.MaxItems)*ItemSize))
+	add(uint64(c.MetaSize), true)
+	add(mul(n, uint64(c.SlotSize)))
+	add(uint64(c.PacketArea), true)
+	if !ok || total > 1<<62 {
+		return fmt.Errorf("%w: %d slots × %d bytes (%d items each) do not fit in memory: the ring's size overflows", ErrBadConfig, c.SlotCount, c.SlotSize, c.MaxItems)
+	}
 	return nil
 }
 
@@ -133,6 +166,9 @@ func (s *Slot) ResetItems() { s.nItems, s.overflw = 0, false }
 
 const noSlot = ^uint32(0)
 
+// DefaultMaxObservers is how many observers a ring serves at once unless Config.MaxObservers says.
+const DefaultMaxObservers = 4
+
 // Producer creates a ring, serves its consumers and publishes heaps into it. Its methods other than
 // Close, Interrupt, Consumers, Backlog and Stats must be called from one goroutine (the hot path).
 type Producer struct {
@@ -151,10 +187,10 @@ type Producer struct {
 	ln       *net.UnixListener
 	gid      int // --group's gid, -1 without
 
-	head     *uint64
-	oldest   *uint64
-	prodWait *uint32
-	stats    *[StatsSlots]uint64
+	head     *atomic.Uint64
+	oldest   *atomic.Uint64
+	prodWait *atomic.Uint32
+	stats    *[StatsSlots]atomic.Uint64
 
 	descs []descriptor
 	slots []Slot
@@ -172,18 +208,24 @@ type Producer struct {
 
 	// mu guards the consumer set, the table rows, reclaim and grave: admission (server goroutine) and
 	// reclaiming (hot path, only when the free pool is empty) must agree on which positions are held.
-	mu      sync.Mutex
-	reclaim uint64    // positions below this have had their slots returned to the pool
-	members []*member // attached consumers
-	grave   []*member // detached ones whose regions the hot path may still be reading
+	mu        sync.Mutex
+	reclaim   uint64    // positions below this have had their slots returned to the pool
+	members   []*member // attached consumers
+	observers int       // connected observers, at most cfg.MaxObservers
+	readMark  uint64    // the furthest any detached consumer released: what no consumer read starts here
+	grave     []*member // detached ones whose regions the hot path may still be reading (while hotBusy)
+	// hotBusy is set while the hot path uses members' regions outside mu (waking them, sleeping on a
+	// release futex): a region detached meanwhile waits in grave; otherwise it is unmapped at detach.
+	hotBusy atomic.Bool
 	closing bool
 	setGen  uint64
 	snap    atomic.Pointer[memberSet] // attached consumers, for the hot path's lock-free wakes
 	hotSnap *memberSet                // the set the hot path last woke from
 	attachC chan struct{}             // a consumer attached (wakes a block producer with none)
 
-	waitWord    atomic.Pointer[uint32] // the futex word a blocked hot path sleeps on, for Interrupt
+	waitWord    atomic.Pointer[atomic.Uint32] // the futex word a blocked hot path sleeps on, for Interrupt
 	interrupted atomic.Bool
+	futexWoken  atomic.Uint64 // sleepers the kernel woke for our futex wakes of consumers and Interrupt (tests)
 	stopBeat    chan struct{}
 	beatDone    sync.WaitGroup
 	serveDone   sync.WaitGroup
@@ -251,15 +293,23 @@ func Create(name string, cfg Config) (p *Producer, err error) {
 // createData makes the data memory: a hugetlb memfd when asked and possible, else shmem (spec §1).
 func (p *Producer) createData() error {
 	c := &p.cfg
+	var geoErr error
 	lay := func(pageSize uint32) {
 		p.geo = layoutGeometry(uint64(c.SlotCount), uint64(c.SlotSize), uint32(c.MaxItems),
 			uint64(c.MetaSize), uint64(c.PacketArea), pageSize)
+		if err := p.geo.Validate(); err != nil { // the consumers' check, before anything is sized
+			geoErr = fmt.Errorf("%w: %v", ErrBadConfig, err)
+		}
 	}
 	memName := "ibvbridge." + p.name + ".data"
 	if c.HugePages != HugePagesOff {
 		fd, pageSize, err := newHugeMemfd(memName)
 		if err == nil {
 			lay(pageSize)
+			if geoErr != nil {
+				unix.Close(fd)
+				return geoErr
+			}
 			var b []byte
 			if b, err = sizeAndMap(fd, p.geo.DataSize, true); err == nil {
 				p.dataMem, p.huge = shm{fd: fd, mem: b}, true
@@ -278,6 +328,9 @@ func (p *Producer) createData() error {
 		}
 	}
 	lay(uint32(os.Getpagesize()))
+	if geoErr != nil {
+		return geoErr
+	}
 	s, err := newShm(memName, p.geo.DataSize)
 	if err != nil {
 		return err
@@ -330,10 +383,10 @@ func (p *Producer) createCtl() error {
 	le.PutUint32(c[offMaxConsumers:], uint32(p.cfg.MaxConsumers))
 	le.PutUint64(c[offHeartbeat:], realtimeNanos())
 	p.bindShared()
-	atomic.StoreUint64(p.head, p.cfg.InitialPosition)
-	atomic.StoreUint64(p.oldest, p.cfg.InitialPosition)
-	atomic.StoreUint64(u64at(c, offMagic), Magic)
-	atomic.StoreUint32(u32at(c, offState), uint32(StateReady))
+	p.head.Store(p.cfg.InitialPosition)
+	p.oldest.Store(p.cfg.InitialPosition)
+	u64at(c, offMagic).Store(Magic)
+	u32at(c, offState).Store(uint32(StateReady))
 	// From here on no client can write, grow or shrink either memory; our own mappings stay writable.
 	if err := seal(p.dataMem.fd, sealsReadOnly); err != nil {
 		return fmt.Errorf("seal data memory: %w", err)
@@ -348,7 +401,7 @@ func (p *Producer) createCtl() error {
 func (p *Producer) bindShared() {
 	c, g := p.ctl, p.geo
 	p.head, p.oldest, p.prodWait = u64at(c, offHead), u64at(c, offOldest), u32at(c, offProdWaiting)
-	p.stats = (*[StatsSlots]uint64)(unsafe.Pointer(&c[offStats]))
+	p.stats = (*[StatsSlots]atomic.Uint64)(unsafe.Pointer(&c[offStats]))
 	n := int(g.SlotCount)
 	p.mask = g.SlotCount - 1
 	p.descs = unsafe.Slice((*descriptor)(unsafe.Pointer(&p.data[g.DescOffset])), n)
@@ -363,19 +416,25 @@ func (p *Producer) bindShared() {
 		p.free[i] = uint32(i)
 	}
 	p.freeW = uint64(n)
-	p.pos, p.reclaim = p.cfg.InitialPosition, p.cfg.InitialPosition
+	p.pos, p.reclaim, p.readMark = p.cfg.InitialPosition, p.cfg.InitialPosition, p.cfg.InitialPosition
 	p.snap.Store(&memberSet{})
 	p.hotSnap = p.snap.Load()
 }
 
-// Name is the ring's name; Geometry where its regions lie; SlotSize the payload bytes per slot.
-func (p *Producer) Name() string       { return p.name }
-func (p *Producer) Geometry() Geometry { return p.geo }
-func (p *Producer) SlotSize() int      { return int(p.geo.SlotSize) }
+// Name is the ring's name.
+func (p *Producer) Name() string { return p.name }
 
-// SocketPath is where consumers connect; Dir the ring directory.
+// Geometry is where the ring's regions lie in the data memory.
+func (p *Producer) Geometry() Geometry { return p.geo }
+
+// SlotSize is the payload bytes per slot.
+func (p *Producer) SlotSize() int { return int(p.geo.SlotSize) }
+
+// SocketPath is where consumers connect.
 func (p *Producer) SocketPath() string { return p.cfg.Dir + "/" + SocketName(p.name) }
-func (p *Producer) Dir() string        { return p.cfg.Dir }
+
+// Dir is the ring directory (socket and lock file).
+func (p *Producer) Dir() string { return p.cfg.Dir }
 
 // SessionID is this producer run's random epoch.
 func (p *Producer) SessionID() uint64 { return p.sid }
@@ -427,7 +486,7 @@ func (p *Producer) reclaimLocked() {
 			p.posSlot[p.reclaim&p.mask] = noSlot
 		}
 	}
-	atomic.StoreUint64(p.oldest, p.reclaim)
+	p.oldest.Store(p.reclaim)
 }
 
 // readCursorsLocked reads every attached consumer's cursor (spec §7.2): a valid one becomes its released
@@ -438,7 +497,7 @@ func (p *Producer) reclaimLocked() {
 func (p *Producer) readCursorsLocked(bound func() uint64) {
 	for i := 0; i < len(p.members); {
 		m := p.members[i]
-		t := atomic.LoadUint64(m.tail)
+		t := m.tail.Load()
 		head := bound()
 		// A consumer can write anything into its cursor: one outside [released, head] detaches it.
 		if t-m.released > head-m.released {
@@ -447,14 +506,14 @@ func (p *Producer) readCursorsLocked(bound func() uint64) {
 		}
 		if t != m.released {
 			m.released = t
-			atomic.StoreUint64(u64at(m.row, rowReleased), t)
+			u64at(m.row, rowReleased).Store(t)
 		}
 		i++
 	}
 }
 
 func (p *Producer) hotBound() uint64      { return p.committed }
-func (p *Producer) publishedHead() uint64 { return atomic.LoadUint64(p.head) }
+func (p *Producer) publishedHead() uint64 { return p.head.Load() }
 
 // overrunLocked is the drop policy's answer to a full ring held by its slowest consumers (spec §7.3): if
 // another attached consumer is ahead of them, they are detached as overrun and the ring moves on; it
@@ -472,7 +531,6 @@ func (p *Producer) overrunLocked() bool {
 	}
 	for i := 0; i < len(p.members); {
 		if m := p.members[i]; m.released == p.reclaim {
-			atomic.StoreUint64(u64at(m.row, rowLostHeaps), p.pos-m.released)
 			p.detachLocked(m, ConsumerOverrun, fmt.Sprintf("%d heaps behind", p.pos-m.released))
 			continue
 		}
@@ -575,20 +633,37 @@ func (p *Producer) waitFor(done func() bool, stop <-chan struct{}, timeout time.
 			}
 			continue
 		}
-		f := atomic.LoadUint32(slow.relFutex)
-		atomic.StoreUint32(p.prodWait, 1) // sequentially consistent: the fence before the re-check
-		p.mu.Lock()
-		ok = done()
-		p.mu.Unlock()
-		if !ok {
-			p.waitWord.Store(slow.relFutex)
-			if !p.interrupted.Load() {
-				futexWaitOn(slow.relFutex, f, slice)
-			}
-			p.waitWord.Store(nil)
-		}
-		atomic.StoreUint32(p.prodWait, 0)
+		p.sleepOnRelease(done, slow, slice)
 	}
+}
+
+// sleepOnRelease sleeps up to slice on slow's release futex unless done (mu taken) has become true
+// (spec §7.4). slow's region stays mapped meanwhile: the hot path is busy with it (hotBusy).
+func (p *Producer) sleepOnRelease(done func() bool, slow *member, slice time.Duration) {
+	p.mu.Lock()
+	if slow.detached {
+		p.mu.Unlock()
+		return
+	}
+	p.hotBusy.Store(true)
+	p.mu.Unlock()
+	f := slow.relFutex.Load()
+	p.prodWait.Store(1) // sequentially consistent: the fence before the re-check
+	p.mu.Lock()
+	ok := done()
+	p.mu.Unlock()
+	if !ok {
+		p.waitWord.Store(slow.relFutex)
+		if !p.interrupted.Load() {
+			futexWaitOn(slow.relFutex, f, slice)
+		}
+		p.waitWord.Store(nil)
+	}
+	p.prodWait.Store(0)
+	p.mu.Lock()
+	p.hotBusy.Store(false)
+	p.buryLocked()
+	p.mu.Unlock()
 }
 
 // slowestLocked is the attached consumer that has released least, nil with none. mu held.
@@ -615,10 +690,32 @@ func (p *Producer) Unread() uint64 {
 	return p.pos - p.slowestLocked().released
 }
 
+// UnreadHeaps is how many published heaps no consumer has read (layout 2.1 §D): head minus the slowest
+// attached consumer's released position, or, with none attached, head minus the furthest a departed
+// consumer released (or the oldest heap the ring still holds, if that is later). A consumer that read
+// everything and left leaves 0, whatever the ring still holds for a later one. Safe from any goroutine.
+func (p *Producer) UnreadHeaps() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	head := p.head.Load()
+	p.readCursorsLocked(p.publishedHead)
+	if len(p.members) > 0 {
+		return head - p.slowestLocked().released
+	}
+	from := p.readMark
+	if oldest := p.oldest.Load(); int64(oldest-from) > 0 {
+		from = oldest
+	}
+	if int64(head-from) < 0 {
+		return 0
+	}
+	return head - from
+}
+
 // Backlog is how many published heaps still hold their slots (head − oldest), safe from any goroutine
 // (a metrics scrape): what the slowest consumer has not released, or, with none attached, what a
 // consumer attaching at the oldest position would find.
-func (p *Producer) Backlog() uint64 { return atomic.LoadUint64(p.head) - atomic.LoadUint64(p.oldest) }
+func (p *Producer) Backlog() uint64 { return p.head.Load() - p.oldest.Load() }
 
 // WaitDrained waits until every attached consumer has released everything published, so closing the
 // ring loses nothing. It returns ErrNoConsumer as soon as no consumer is attached (nobody would ever
@@ -697,7 +794,7 @@ func (p *Producer) commit() { p.commitWake(false) }
 func (p *Producer) commitWake(force bool) {
 	for d := p.dirty; d != 0; d &= d - 1 {
 		c := bits.TrailingZeros32(d)
-		atomic.StoreUint64(&p.stats[c], p.stats[c]+p.pending[c])
+		p.stats[c].Store(p.stats[c].Load() + p.pending[c]) // this goroutine is the only writer
 		p.pending[c] = 0
 	}
 	p.dirty = 0
@@ -705,26 +802,31 @@ func (p *Producer) commitWake(force bool) {
 		return
 	}
 	p.committed = p.pos
-	atomic.StoreUint64(p.head, p.pos) // sequentially consistent: the release plus the fence of §7.5
+	p.head.Store(p.pos) // sequentially consistent: the release plus the fence of §7.5
+	// Busy before the set is loaded (both sequentially consistent): a detach that finds the hot path not
+	// busy published its new set first, so the hot path can no longer reach the detached region.
+	p.hotBusy.Store(true)
 	s := p.snap.Load()
+	for _, m := range s.members {
+		if woke, n := wakeIfWaiting(m.consWait, m.consFutex, m.wakeAt, p.pos, force); woke {
+			p.futexWoken.Add(uint64(n))
+			w := u64at(m.row, rowWakes)
+			w.Add(1) // rows are written under mu or by the hot path alone; Add is one instruction
+		}
+	}
+	p.hotBusy.Store(false)
 	if s != p.hotSnap {
 		p.adopt(s)
 	}
-	for _, m := range s.members {
-		if wakeIfWaiting(m.consWait, m.consFutex, m.wakeAt, p.pos, force) {
-			w := u64at(m.row, rowWakes)
-			atomic.StoreUint64(w, *w+1)
-		}
-	}
 }
 
-// adopt switches the hot path to a new consumer set. Regions of consumers detached before it was made
-// are no longer reachable from the hot path, so they can be unmapped now.
+// adopt notes that the hot path has moved to a new consumer set and unmaps the regions detached while it
+// was busy (none are reachable from it now).
 func (p *Producer) adopt(s *memberSet) {
 	p.hotSnap = s
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.buryLocked(s.gen)
+	p.buryLocked()
 }
 
 // PublishEndOfStream publishes the end-of-stream marker (spec §4.1) for the stream-stop heap stopCnt (0
@@ -757,14 +859,14 @@ func (p *Producer) Add(c Counter, n uint64) {
 		p.dirty |= 1 << c
 		return
 	}
-	atomic.StoreUint64(&p.stats[c], p.stats[c]+n)
+	p.stats[c].Store(p.stats[c].Load() + n)
 }
 
 // Set sets a counter now, dropping any increment of it still pending in a batch.
 func (p *Producer) Set(c Counter, v uint64) {
 	p.pending[c] = 0
 	p.dirty &^= 1 << c
-	atomic.StoreUint64(&p.stats[c], v)
+	p.stats[c].Store(v)
 }
 
 // Stats returns the ring's counters.
@@ -773,9 +875,13 @@ func (p *Producer) Stats() Stats { return readStats(p.stats, uint32(numCounters)
 // Interrupt makes a blocked Acquire or WaitDrained return ErrClosed; safe from any goroutine.
 func (p *Producer) Interrupt() {
 	p.interrupted.Store(true)
+	// Under mu: the word is in a consumer region, which stays mapped while the hot path, busy with it,
+	// has not cleared hotBusy (under mu).
+	p.mu.Lock()
 	if w := p.waitWord.Load(); w != nil {
-		futexWakeAll(w)
+		p.futexWoken.Add(uint64(futexWakeAll(w)))
 	}
+	p.mu.Unlock()
 }
 
 func (p *Producer) heartbeat() {
@@ -787,10 +893,11 @@ func (p *Producer) heartbeat() {
 		case <-p.stopBeat:
 			return
 		case <-t.C:
-			atomic.StoreUint64(u64at(p.ctl, offHeartbeat), realtimeNanos())
+			u64at(p.ctl, offHeartbeat).Store(realtimeNanos())
 			// Keep the consumer table's positions current for `stat` while the stream is idle.
 			p.mu.Lock()
 			p.readCursorsLocked(p.publishedHead)
+			p.buryLocked()
 			p.mu.Unlock()
 		}
 	}
@@ -808,7 +915,7 @@ func (p *Producer) Close() error {
 			p.beatDone.Wait()
 		}
 		if p.ctl != nil {
-			atomic.StoreUint32(u32at(p.ctl, offState), uint32(StateClosed))
+			u32at(p.ctl, offState).Store(uint32(StateClosed))
 		}
 		p.closeErr = p.release()
 	})
@@ -838,7 +945,8 @@ func (p *Producer) release() error {
 		m.region.close()
 	}
 	p.members = nil
-	p.buryLocked(^uint64(0))
+	p.hotBusy.Store(false) // the hot path has returned (Close's contract)
+	p.buryLocked()
 	p.mu.Unlock()
 	p.handlers.Wait() // none may still be passing a descriptor we are about to close
 	p.ctl, p.data = nil, nil

@@ -5,11 +5,10 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/user"
 	"slices"
-	"strconv"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -17,18 +16,17 @@ import (
 // member is one attached consumer as the producer sees it: its row in the consumer table (producer
 // memory) and its region (consumer-writable, never trusted).
 type member struct {
-	index   int
-	row     []byte // its 128-byte row in the control memory
-	region  shm
-	conn    *net.UnixConn
-	pid     int32
-	retired uint64 // set generation at detach: the hot path stops reading region once it adopts a later set
+	index  int
+	row    []byte // its 128-byte row in the control memory
+	region shm
+	conn   *net.UnixConn
+	pid    int32
 
-	tail      *uint64
-	consWait  *uint32
-	consFutex *uint32
-	relFutex  *uint32
-	wakeAt    *uint64
+	tail      *atomic.Uint64
+	consWait  *atomic.Uint32
+	consFutex *atomic.Uint32
+	relFutex  *atomic.Uint32
+	wakeAt    *atomic.Uint64
 	released  uint64 // last valid tail, under Producer.mu
 	detached  bool
 }
@@ -74,7 +72,7 @@ func (p *Producer) listen() error {
 // serve accepts connections until the listener closes; each is handled on its own goroutine.
 func (p *Producer) serve() {
 	defer p.serveDone.Done()
-	var refusedLogged time.Time
+	var refusedLogged atomic.Int64 // unix ns of the last refusal logged; handlers run in parallel
 	for {
 		c, err := p.ln.AcceptUnix()
 		if err != nil {
@@ -84,15 +82,36 @@ func (p *Producer) serve() {
 			time.Sleep(10 * time.Millisecond) // EMFILE and the like: do not spin
 			continue
 		}
+		if fdsLeft(c) < fdReserve {
+			p.refuseLowFDs(c)
+			continue
+		}
 		p.handlers.Add(1)
 		go func() {
 			defer p.handlers.Done()
-			if why := p.handle(c); why != "" && p.cfg.Log != nil && time.Since(refusedLogged) > time.Second {
-				refusedLogged = time.Now() // a stranger connecting in a loop gets one line a second
+			why := p.handle(c)
+			if why == "" || p.cfg.Log == nil {
+				return
+			}
+			// A stranger connecting in a loop gets one line a second: the handler that swaps the time logs.
+			now, last := time.Now().UnixNano(), refusedLogged.Load()
+			if now-last > int64(time.Second) && refusedLogged.CompareAndSwap(last, now) {
 				p.cfg.Log.Warn().Str("ring", p.name).Str("reason", why).Msg("refused a client")
 			}
 		}()
 	}
+}
+
+// refuseLowFDs refuses a connection at once, on the accepting goroutine, when the descriptor reserve is
+// reached: a flood of connections must not use it up. The hello is read first (50 ms at most; a client
+// sends it right after connecting): closing a socket with unread data resets it, and the client would
+// lose the reason.
+func (p *Producer) refuseLowFDs(c *net.UnixConn) {
+	_ = c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	var buf [HelloSize + 1]byte
+	_, _ = c.Read(buf[:])
+	_, _ = c.Write(encodeRefusal(StatusBusy, fmt.Sprintf("ring %s is busy: fewer than %d file descriptors left to the producer (RLIMIT_NOFILE)", p.name, fdReserve)))
+	c.Close()
 }
 
 // handle runs one connection: hello, permission, welcome, then wait for its end. It returns why a client
@@ -111,7 +130,7 @@ func (p *Producer) handle(c *net.UnixConn) string {
 		delete(p.conns, c)
 		p.mu.Unlock()
 	}()
-	cred, err := peerCred(c)
+	cred, groups, err := peerCred(c)
 	if err != nil {
 		c.Close()
 		return err.Error()
@@ -133,7 +152,7 @@ func (p *Producer) handle(c *net.UnixConn) string {
 	switch {
 	case err != nil:
 		return refuse(StatusProtocol, fmt.Sprintf("ring %s: %v", p.name, err))
-	case !p.permitted(cred):
+	case !p.permitted(cred, groups):
 		return refuse(StatusNotAllowed, fmt.Sprintf("ring %s: uid %d may not attach (the producer runs as uid %d)", p.name, cred.Uid, os.Geteuid()))
 	case h.Major != MajorVersion:
 		return refuse(StatusVersion, fmt.Sprintf("ring %s is layout %d.%d; this client speaks %d.%d", p.name, MajorVersion, MinorVersion, h.Major, h.Minor))
@@ -141,22 +160,52 @@ func (p *Producer) handle(c *net.UnixConn) string {
 		return refuse(StatusProtocol, fmt.Sprintf("ring %s: role %d, start %d", p.name, h.Role, h.Start))
 	}
 	if h.Role == RoleObserver {
-		w := welcome{Index: noConsumerIndex, SessionID: p.sid, CtlSize: uint64(len(p.ctlMem.mem))}
-		if _, _, err := c.WriteMsgUnix(w.encode(), unix.UnixRights(p.ctlMem.fd), nil); err == nil {
-			_, _ = c.Read(buf) // hold the connection until the observer closes it
+		if msg := p.serveObserver(c, buf); msg != "" {
+			return refuse(StatusBusy, msg)
 		}
-		c.Close()
 		return ""
 	}
 	m, status, msg := p.admit(c, cred, h.Start)
 	if m == nil {
 		return refuse(status, msg)
 	}
-	w := welcome{Index: uint32(m.index), Generation: atomic.LoadUint32(u32at(m.row, rowGeneration)),
+	p.serveConsumer(c, m, buf)
+	return ""
+}
+
+// serveObserver welcomes an observer with the control memory and holds the connection until it closes,
+// or returns the busy message when --max-observers are connected already.
+func (p *Producer) serveObserver(c *net.UnixConn, buf []byte) string {
+	p.mu.Lock()
+	full := p.observers >= p.cfg.MaxObservers
+	if !full {
+		p.observers++
+	}
+	p.mu.Unlock()
+	if full {
+		return fmt.Sprintf("ring %s is busy: %d observers (--max-observers)", p.name, p.cfg.MaxObservers)
+	}
+	defer func() {
+		p.mu.Lock()
+		p.observers--
+		p.mu.Unlock()
+	}()
+	w := welcome{Index: noConsumerIndex, SessionID: p.sid, CtlSize: uint64(len(p.ctlMem.mem))}
+	if _, _, err := c.WriteMsgUnix(w.encode(), unix.UnixRights(p.ctlMem.fd), nil); err == nil {
+		_, _ = c.Read(buf) // hold the connection until the observer closes it
+	}
+	c.Close()
+	return ""
+}
+
+// serveConsumer sends an admitted consumer its welcome and descriptors, then holds the attachment until
+// the connection ends, and detaches it.
+func (p *Producer) serveConsumer(c *net.UnixConn, m *member, buf []byte) {
+	w := welcome{Index: uint32(m.index), Generation: u32at(m.row, rowGeneration).Load(),
 		SessionID: p.sid, CtlSize: uint64(len(p.ctlMem.mem)), DataSize: p.geo.DataSize, RegionLength: RegionSize}
 	// Under mu: Close may be tearing the ring down, and must not see a descriptor half given away.
 	p.mu.Lock()
-	err = errClosed
+	err := errClosed
 	if !m.detached {
 		_, _, err = c.WriteMsgUnix(w.encode(), unix.UnixRights(p.ctlMem.fd, p.dataMem.fd, m.region.fd), nil)
 	}
@@ -174,44 +223,84 @@ func (p *Producer) handle(c *net.UnixConn) string {
 	p.mu.Lock()
 	p.detachLocked(m, ConsumerGone, "connection closed")
 	p.mu.Unlock()
-	return ""
 }
 
-// permitted is the SO_PEERCRED gate (spec §1.2): the producer's own user, root, or --group.
-func (p *Producer) permitted(cred *unix.Ucred) bool {
+// permitted is the SO_PEERCRED gate (spec §1.2): the producer's own user, root, or a process whose
+// effective or supplementary groups (SO_PEERGROUPS: the peer's real groups, not /etc/group) include
+// --group.
+func (p *Producer) permitted(cred *unix.Ucred, groups []uint32) bool {
 	if cred.Uid == 0 || int(cred.Uid) == os.Geteuid() {
 		return true
 	}
 	if p.gid < 0 {
 		return false
 	}
-	if int(cred.Gid) == p.gid {
-		return true
-	}
-	u, err := user.LookupId(strconv.Itoa(int(cred.Uid)))
-	if err != nil {
-		return false
-	}
-	gids, err := u.GroupIds()
-	return err == nil && slices.Contains(gids, strconv.Itoa(p.gid))
+	return int(cred.Gid) == p.gid || slices.Contains(groups, uint32(p.gid))
 }
 
-func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
+// peerCred reads the peer's credentials and supplementary groups from the connection.
+func peerCred(c *net.UnixConn) (*unix.Ucred, []uint32, error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var cred *unix.Ucred
+	var groups []uint32
 	var cerr error
 	if err := rc.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+		if cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); cerr == nil {
+			groups, cerr = peerGroups(int(fd))
+		}
 	}); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if cerr != nil {
-		return nil, os.NewSyscallError("getsockopt(SO_PEERCRED)", cerr)
+		return nil, nil, cerr
 	}
-	return cred, nil
+	return cred, groups, nil
+}
+
+// fdReserve is how many file descriptors the producer keeps in hand (layout 2.1 §C): with fewer left it
+// refuses new clients as busy, saying so, rather than failing later with a misleading reason (a memfd it
+// cannot create, a group it cannot look up).
+const fdReserve = 32
+
+// fdsLeft bounds how many descriptors the process may still open: the kernel gives a new connection the
+// lowest free number, so every number below c's is in use.
+func fdsLeft(c *net.UnixConn) int {
+	var lim unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) != nil {
+		return fdReserve
+	}
+	fd := -1
+	if rc, err := c.SyscallConn(); err == nil {
+		_ = rc.Control(func(f uintptr) { fd = int(f) })
+	}
+	if fd < 0 || uint64(fd) >= lim.Cur {
+		return 0
+	}
+	return int(min(lim.Cur-uint64(fd)-1, 1<<30))
+}
+
+// soPeerGroups is SO_PEERGROUPS (asm-generic/socket.h): the peer's supplementary groups at connect.
+const soPeerGroups = 59
+
+// peerGroups reads SO_PEERGROUPS, growing the buffer when the kernel says ERANGE (at most NGROUPS_MAX).
+func peerGroups(fd int) ([]uint32, error) {
+	buf := make([]uint32, 64)
+	for {
+		n := uint32(len(buf) * 4)
+		_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, soPeerGroups,
+			uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&n)), 0)
+		if e == unix.ERANGE && int(n/4) > len(buf) && n/4 <= 65536 {
+			buf = make([]uint32, n/4)
+			continue
+		}
+		if e != 0 {
+			return nil, os.NewSyscallError("getsockopt(SO_PEERGROUPS)", e)
+		}
+		return buf[:n/4], nil
+	}
 }
 
 // admit gives a consumer a table row and a fresh region whose tail is its start position, under the lock
@@ -228,13 +317,13 @@ func (p *Producer) admit(c *net.UnixConn, cred *unix.Ucred, start uint32) (*memb
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closing || atomic.LoadUint32(u32at(p.ctl, offState)) == uint32(StateClosed) {
+	if p.closing || u32at(p.ctl, offState).Load() == uint32(StateClosed) {
 		region.close()
 		return nil, StatusClosing, fmt.Sprintf("ring %s is closing: the stream has ended", p.name)
 	}
 	index := -1
 	for i := range p.cfg.MaxConsumers {
-		if ConsumerState(atomic.LoadUint32(u32at(p.rowAt(i), rowState))) != ConsumerAttached {
+		if ConsumerState(u32at(p.rowAt(i), rowState).Load()) != ConsumerAttached {
 			index = i
 			break
 		}
@@ -249,19 +338,19 @@ func (p *Producer) admit(c *net.UnixConn, cred *unix.Ucred, start uint32) (*memb
 		relFutex: u32at(r, regReleaseFutex), wakeAt: u64at(r, regWakeAt)}
 	m.released = p.oldestHeldLocked()
 	if start == StartHead {
-		m.released = atomic.LoadUint64(p.head)
+		m.released = p.head.Load()
 	}
-	atomic.StoreUint64(m.tail, m.released)
+	m.tail.Store(m.released)
 	row, le := m.row, u64at
-	atomic.StoreUint64(le(row, rowPID), uint64(cred.Pid))
-	atomic.StoreUint64(le(row, rowUID), uint64(cred.Uid))
-	atomic.StoreUint64(le(row, rowAttachNs), realtimeNanos())
-	atomic.StoreUint64(le(row, rowReleased), m.released)
-	atomic.StoreUint64(le(row, rowWakes), 0)
-	atomic.StoreUint64(le(row, rowLostHeaps), 0)
+	le(row, rowPID).Store(uint64(cred.Pid))
+	le(row, rowUID).Store(uint64(cred.Uid))
+	le(row, rowAttachNs).Store(realtimeNanos())
+	le(row, rowReleased).Store(m.released)
+	le(row, rowWakes).Store(0)
+	le(row, rowLostHeaps).Store(0)
 	gen := u32at(row, rowGeneration)
-	atomic.StoreUint32(gen, atomic.LoadUint32(gen)+1)
-	atomic.StoreUint32(u32at(row, rowState), uint32(ConsumerAttached)) // last: the row is complete
+	gen.Store(gen.Load() + 1)
+	u32at(row, rowState).Store(uint32(ConsumerAttached)) // last: the row is complete
 	p.members = append(p.members, m)
 	p.publishSetLocked()
 	select {
@@ -291,13 +380,13 @@ func (p *Producer) rowAt(i int) []byte {
 func (p *Producer) publishSetLocked() {
 	p.setGen++
 	p.snap.Store(&memberSet{gen: p.setGen, members: slices.Clone(p.members)})
-	atomic.StoreUint64(&p.stats[CounterConsumersAttached], uint64(len(p.members)))
+	p.stats[CounterConsumersAttached].Store(uint64(len(p.members)))
 }
 
 // bumpLocked counts one on a consumer counter: those change under mu from any goroutine, never in a
 // hot-path batch. mu held.
 func (p *Producer) bumpLocked(c Counter) {
-	atomic.StoreUint64(&p.stats[c], atomic.LoadUint64(&p.stats[c])+1)
+	p.stats[c].Store(p.stats[c].Load() + 1)
 }
 
 // detachLocked ends an attachment for why (spec §2.2 states 2–4): the row says so, the consumer no longer
@@ -308,12 +397,24 @@ func (p *Producer) detachLocked(m *member, why ConsumerState, detail string) {
 		return
 	}
 	m.detached = true
+	// The consumer's final cursor (spec §7.2), if valid: what it released before it went is not lost.
+	head := p.head.Load()
+	if t := m.tail.Load(); t-m.released <= head-m.released {
+		m.released = t
+		u64at(m.row, rowReleased).Store(t)
+	}
+	// Layout 2.1 §A: lost_heaps, then the state (a sequentially consistent store: the full fence), and only
+	// after that may any slot the consumer held be reused — a consumer that reads its row after reading a
+	// heap's bytes and sees it attached knows those bytes were the heap's.
+	u64at(m.row, rowLostHeaps).Store(head - m.released)
+	if int64(m.released-p.readMark) > 0 {
+		p.readMark = m.released
+	}
 	i := slices.Index(p.members, m)
 	p.members = slices.Delete(p.members, i, i+1)
 	p.publishSetLocked()
-	m.retired = p.setGen
 	p.grave = append(p.grave, m)
-	atomic.StoreUint32(u32at(m.row, rowState), uint32(why))
+	u32at(m.row, rowState).Store(uint32(why))
 	switch why {
 	case ConsumerOverrun:
 		p.bumpLocked(CounterConsumerOverruns)
@@ -326,16 +427,19 @@ func (p *Producer) detachLocked(m *member, why ConsumerState, detail string) {
 	}
 	futexWakeAll(m.relFutex)
 	_ = m.conn.Close()
+	p.buryLocked() // at once, unless the hot path is using regions right now (then at its next commit)
 }
 
-// buryLocked unmaps the regions of consumers detached before set generation gen, which the hot path no
-// longer reads. mu held.
-func (p *Producer) buryLocked(gen uint64) {
-	p.grave = slices.DeleteFunc(p.grave, func(m *member) bool {
-		if m.retired <= gen {
-			m.region.close()
-			return true
-		}
-		return false
-	})
+// buryLocked unmaps the regions of detached consumers unless the hot path is busy with regions (layout
+// 2.1 §C): it reloads the member set each time it becomes busy, so when it is not, none of them is
+// reachable from it. mu held.
+func (p *Producer) buryLocked() {
+	if p.hotBusy.Load() {
+		return
+	}
+	for _, m := range p.grave {
+		m.region.close()
+	}
+	clear(p.grave)
+	p.grave = p.grave[:0]
 }

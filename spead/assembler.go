@@ -95,24 +95,8 @@ type Assembler struct {
 
 	recent recentHeaps // cnts of the heaps most recently published complete
 
-	// Direct placement (Place / Placed): the heap the latest packet joined, where its next payload is
-	// expected, that packet's payload and header lengths.
-	placeHeap *liveHeap
-	placeCnt  uint64
-	placeNext uint64
-	placeLen  uint64
-	hdrLen    int
-	scratch   []byte // a misplaced datagram is joined back here
-	placing   bool   // add() is taking a packet whose payload Placed found already in place
-	// The heaps expected after the current one: cnt stride between heaps as they begin, the length of
-	// the last heap that completed in order (0: no guess), and slots taken ahead for them (aheadFor).
-	lastBegun  uint64
-	lastGap    uint64
-	cntStride  uint64
-	nextLength uint64
-	firstLen   uint64 // payload length of the latest first packet (offset 0) of a heap: the next heap's step
-	firstHdr   int    // its header length: Place guesses one header length for all its regions
-	ahead      []aheadSlot
+	pl      placer // where heaps go (streamPlacer)
+	scratch []byte // a misplaced datagram is joined back here
 
 	descriptors     map[uint64]ring.ItemDescriptor
 	descriptorOrder []uint64
@@ -125,16 +109,6 @@ type Assembler struct {
 	stopped bool
 	done    chan struct{}
 }
-
-// aheadSlot is a slot taken from the pool for a heap not begun yet, where Place expects its first
-// packets' payloads.
-type aheadSlot struct {
-	cnt  uint64
-	slot *ring.Slot
-}
-
-// maxAhead bounds the slots taken ahead (and the ring's capacity they hold back).
-const maxAhead = 8
 
 // heapState is the state of one window entry.
 type heapState uint8
@@ -206,6 +180,7 @@ func NewAssembler(p *ring.Producer, cfg AssemblerConfig) (*Assembler, error) {
 		descriptors: map[uint64]ring.ItemDescriptor{},
 		done:        make(chan struct{}),
 		recent:      newRecentHeaps(recentHeapsFor(cfg.MaxHeaps)),
+		pl:          newStreamPlacer(p),
 	}
 	for i := range a.window {
 		a.window[i].ranges = make([]byteRange, 0, initialRanges)
@@ -265,12 +240,12 @@ func (a *Assembler) Packet(payload []byte, recvNanos int64) {
 			a.p.Add(ring.CounterDuplicatePackets, 1)
 			return
 		}
-		h = a.begin(pkt.HeapCnt, pkt.Flavour, recvNanos, nil)
+		h = a.begin(pkt.HeapCnt, pkt.Flavour, recvNanos)
 	}
 	if h.state == heapDropped {
 		return
 	}
-	a.add(h, pkt)
+	a.add(h, pkt, false)
 }
 
 // BeginBatch implements transport.Batcher: heaps completed until EndBatch are published together.
@@ -279,110 +254,14 @@ func (a *Assembler) BeginBatch() { a.p.BeginBatch() }
 // EndBatch publishes the batch's heaps and counters.
 func (a *Assembler) EndBatch() { a.p.EndBatch() }
 
-// Place implements transport.Placer: while heaps arrive in order, the next datagrams' payloads are
-// expected right after the last one, each as long as it, up to its heap's end (or the slot's), and then at
-// the start of the heaps after it (cnt + stride, as long as the last heap that completed in order, in
-// packets as long as the latest heap's first one), in slots taken ahead for them: regions that hold
-// nothing received yet, so a wrong guess overwrites nothing. It returns the header length the guess
-// assumes and how many regions it filled (0: no guess).
+// Place implements transport.Placer: it fills dst with the regions where the placer expects the next
+// datagrams' payloads (regions that hold nothing received yet, so a wrong guess overwrites nothing) and
+// returns the header length the guess assumes and how many regions it filled (0: no guess).
 func (a *Assembler) Place(dst [][]byte) (hdrLen, n int) {
-	if a.stopped || a.placeLen == 0 || a.hdrLen == 0 {
+	if a.stopped {
 		return 0, 0
 	}
-	h := a.placeHeap
-	if h != nil && h.state == heapAssembling && h.cnt == a.placeCnt {
-		if rs := h.ranges; len(rs) == 0 || rs[len(rs)-1].end != a.placeNext {
-			return 0, 0 // not filling in order: something past the expected offset arrived already
-		}
-		n = fillRegions(dst, h.slot.Payload, a.placeNext, a.heapLimit(h.hasLength, h.heapLength), a.placeLen)
-	}
-	if a.nextLength == 0 || a.cntStride == 0 || a.firstLen == 0 || a.firstHdr != a.hdrLen {
-		// No guess for the next heaps; nor when its first packet has another header length than the
-		// packets that follow it (more item pointers, as spead2 sends them).
-		return a.hdrLen, n
-	}
-	for cnt := a.placeCnt + a.cntStride; n < len(dst); cnt += a.cntStride {
-		s := a.aheadFor(cnt)
-		if s == nil {
-			break
-		}
-		n += fillRegions(dst[n:], s.Payload, 0, a.heapLimit(true, a.nextLength), a.firstLen)
-	}
-	return a.hdrLen, n
-}
-
-// heapLimit is how far into its slot a heap's payload can be placed.
-func (a *Assembler) heapLimit(hasLength bool, length uint64) uint64 {
-	if hasLength {
-		return min(a.slotSize, length)
-	}
-	return a.slotSize
-}
-
-// fillRegions fills dst with consecutive regions of payload from off up to limit, each step bytes long
-// (the last maybe shorter); it returns how many it filled.
-func fillRegions(dst [][]byte, payload []byte, off, limit, step uint64) (n int) {
-	for ; n < len(dst) && off < limit; n++ {
-		end := min(off+step, limit)
-		dst[n] = payload[off:end:end]
-		off = end
-	}
-	return n
-}
-
-// aheadFor is the slot taken ahead for heap cnt: one already keyed to it, else one keyed to a heap Place
-// no longer expects (at or before the current one, or past the look-ahead), else a new one if the pool
-// has one to spare (never its last few: a heap that does arrive must find a slot). nil: no guess.
-func (a *Assembler) aheadFor(cnt uint64) *ring.Slot {
-	if i := a.aheadIndex(cnt); i >= 0 {
-		return a.ahead[i].slot
-	}
-	reach := a.cntStride * maxAhead
-	for i := range a.ahead {
-		if d := a.ahead[i].cnt - a.placeCnt; d == 0 || d > reach { // unsigned: at or behind it wraps large
-			a.ahead[i].cnt = cnt
-			return a.ahead[i].slot
-		}
-	}
-	if len(a.ahead) == maxAhead || a.p.FreeSlots() <= maxAhead {
-		return nil
-	}
-	s := a.p.TryAcquire()
-	if s == nil {
-		return nil
-	}
-	a.ahead = append(a.ahead, aheadSlot{cnt: cnt, slot: s})
-	return s
-}
-
-// aheadIndex is the index in a.ahead of the slot taken ahead for heap cnt, -1 if there is none.
-func (a *Assembler) aheadIndex(cnt uint64) int {
-	for i := range a.ahead {
-		if a.ahead[i].cnt == cnt {
-			return i
-		}
-	}
-	return -1
-}
-
-// takeAhead removes and returns the slot taken ahead for heap cnt, nil if there is none.
-func (a *Assembler) takeAhead(cnt uint64) *ring.Slot {
-	i := a.aheadIndex(cnt)
-	if i < 0 {
-		return nil
-	}
-	s := a.ahead[i].slot
-	a.ahead = append(a.ahead[:i], a.ahead[i+1:]...)
-	return s
-}
-
-// returnAhead gives every slot taken ahead back to the pool: when a heap needs a slot the pool does not
-// have, and when the stream ends.
-func (a *Assembler) returnAhead() {
-	for _, as := range a.ahead {
-		a.p.Discard(as.slot)
-	}
-	a.ahead = a.ahead[:0]
+	return a.pl.guess(dst)
 }
 
 // Fits implements transport.Placer: whether the datagram read as hdr + region[:payloadLen] is the packet
@@ -394,13 +273,12 @@ func (a *Assembler) Fits(hdr, region []byte, payloadLen int) bool {
 		pkt.IsStreamStop() || pkt.PayloadOffset >= a.slotSize {
 		return false
 	}
-	var slot *ring.Slot
-	if h := a.placeHeap; h != nil && h.state == heapAssembling && h.cnt == pkt.HeapCnt && pkt.HeapCnt == a.placeCnt {
-		slot = h.slot
-	} else if i := a.aheadIndex(pkt.HeapCnt); i >= 0 && a.find(pkt.HeapCnt) == nil && !a.recent.contains(pkt.HeapCnt) {
-		slot = a.ahead[i].slot // the first packets of a heap expected next, in the slot taken ahead for it
-	} else {
-		return false
+	live, slot := a.pl.expected(pkt.HeapCnt)
+	switch {
+	case live != nil:
+		slot = live.slot
+	case slot == nil || a.find(pkt.HeapCnt) != nil || a.recent.contains(pkt.HeapCnt):
+		return false // only the first packets of a heap not begun go to the slot taken ahead for it
 	}
 	return unsafe.SliceData(pkt.Payload) == unsafe.SliceData(slot.Payload[pkt.PayloadOffset:])
 }
@@ -420,13 +298,11 @@ func (a *Assembler) Placed(hdr, region []byte, payloadLen int, recvNanos int64) 
 	}
 	pkt := &a.pkt
 	_ = DecodeSplit(hdr, region[:payloadLen], pkt) // Fits decoded it already
-	h := a.placeHeap
-	if h == nil || h.state != heapAssembling || h.cnt != pkt.HeapCnt {
-		h = a.begin(pkt.HeapCnt, pkt.Flavour, recvNanos, a.takeAhead(pkt.HeapCnt)) // Fits found its slot
+	h := a.find(pkt.HeapCnt)
+	if h == nil {
+		h = a.begin(pkt.HeapCnt, pkt.Flavour, recvNanos) // the placer hands it the slot Fits found
 	}
-	a.placing = true
-	a.add(h, pkt)
-	a.placing = false
+	a.add(h, pkt, true)
 	return true
 }
 
@@ -451,9 +327,9 @@ func (a *Assembler) find(cnt uint64) *liveHeap {
 }
 
 // begin opens a window entry for a new heap, evicting the oldest live heap if the window is full, and
-// takes a slot for it. With no slot free the entry is marked dropped, so the heap's later packets are
-// recognised and ignored.
-func (a *Assembler) begin(cnt uint64, flavour Flavour, recvNanos int64, slot *ring.Slot) *liveHeap {
+// takes the slot the placer gives it. With no slot free the entry is marked dropped, so the heap's later
+// packets are recognised and ignored.
+func (a *Assembler) begin(cnt uint64, flavour Flavour, recvNanos int64) *liveHeap {
 	free, oldest := -1, -1
 	for i := range a.window {
 		h := &a.window[i]
@@ -474,25 +350,7 @@ func (a *Assembler) begin(cnt uint64, flavour Flavour, recvNanos int64, slot *ri
 	a.lastHit = free
 	a.arrival++
 	h.cnt, h.arrival = cnt, a.arrival
-	// Heaps begin cnt + stride apart: a stride is learnt when two heaps in a row begin that far apart, so
-	// one skipped or late heap does not send the guesses astray.
-	if d := cnt - a.lastBegun; d != 0 && d <= maxAhead && d == a.lastGap {
-		a.cntStride = d
-	} else {
-		a.lastGap = d
-	}
-	a.lastBegun = cnt
-	var err error
-	if slot == nil {
-		if s := a.takeAhead(cnt); s != nil {
-			slot = s
-		} else {
-			if a.p.FreeSlots() == 0 {
-				a.returnAhead() // a heap that arrived comes before the ones expected
-			}
-			slot, err = a.p.Acquire()
-		}
-	}
+	slot, err := a.pl.heapSlot(cnt)
 	if err != nil {
 		// ErrFull (drop policy) or ErrClosed (interrupted while blocked): either way the heap cannot be
 		// received into the ring. Remember it so its other packets are not counted again.
@@ -514,8 +372,8 @@ func (a *Assembler) begin(cnt uint64, flavour Flavour, recvNanos int64, slot *ri
 }
 
 // add adds an accepted packet of heap h (spead2's live_heap::add_packet) and publishes the heap if it is
-// now complete.
-func (a *Assembler) add(h *liveHeap, pkt *Packet) {
+// now complete. inPlace: its payload was read straight into the slot (Placed), so nothing is copied.
+func (a *Assembler) add(h *liveHeap, pkt *Packet, inPlace bool) {
 	if !a.consistent(h, pkt) {
 		a.reject(ReasonOther)
 		return
@@ -538,8 +396,8 @@ func (a *Assembler) add(h *liveHeap, pkt *Packet) {
 	h.extent = max(h.extent, end)
 	a.addPointers(h, pkt)
 	if start < a.slotSize {
-		if a.placing {
-			h.stored += min(uint64(len(pkt.Payload)), a.slotSize-start) // already there (Placed)
+		if inPlace {
+			h.stored += min(uint64(len(pkt.Payload)), a.slotSize-start)
 		} else {
 			h.stored += uint64(copy(h.slot.Payload[start:], pkt.Payload))
 		}
@@ -548,13 +406,9 @@ func (a *Assembler) add(h *liveHeap, pkt *Packet) {
 	h.packets++
 	a.p.Add(ring.CounterPackets, 1)
 	a.p.Add(ring.CounterBytes, uint64(len(pkt.Payload)))
-	a.placeHeap, a.placeCnt, a.placeNext, a.placeLen = h, h.cnt, end, uint64(len(pkt.Payload))
-	a.hdrLen = pkt.Size - len(pkt.Payload)
-	if start == 0 {
-		a.firstLen, a.firstHdr = a.placeLen, a.hdrLen
-	}
-	if h.hasLength && h.received == h.heapLength && h.extent <= h.heapLength {
-		a.nextLength = h.heapLength // the next heap is expected as long (Place)
+	complete := h.hasLength && h.received == h.heapLength && h.extent <= h.heapLength
+	a.pl.accepted(h, start, end, pkt.Size-len(pkt.Payload), complete)
+	if complete {
 		a.publish(h, true)
 	}
 }
@@ -901,7 +755,7 @@ func ringDescriptor(d Descriptor) ring.ItemDescriptor {
 // says the stream ended; the caller decides what the end of its input means.
 func (a *Assembler) Flush() {
 	a.flushWindow()
-	a.returnAhead()
+	a.pl.release()
 }
 
 // flushWindow finishes the live heaps in order of first arrival, so a consumer sees older heaps first.
@@ -931,7 +785,7 @@ func (a *Assembler) stop(pkt *Packet) {
 	a.p.Add(ring.CounterPackets, 1)
 	a.p.Add(ring.CounterBytes, uint64(len(pkt.Payload)))
 	a.flushWindow()
-	a.returnAhead()
+	a.pl.release()
 	if err := a.p.PublishEndOfStream(pkt.HeapCnt, a.cfg.EOSTimeout); err != nil && a.cfg.Log != nil {
 		a.cfg.Log.Warn().Err(err).Msg("spead: stream stopped but the end-of-stream marker found no slot")
 	}

@@ -80,12 +80,14 @@ func addAssemblerSeeds(f *testing.F) {
 // shared by every execution: creating a ring costs far more than assembling a few packets, and a fuzzer
 // that spends its time there finds nothing. Each execution starts from an empty ring (the previous one
 // drained it to its end-of-stream marker) and compares counter deltas.
-func FuzzAssembler(f *testing.F) {
-	addAssemblerSeeds(f)
-	type fuzzRing struct {
-		p *ring.Producer
-		c *ring.Consumer
-	}
+// fuzzRing is one of the fuzz target's rings, reused across inputs.
+type fuzzRing struct {
+	p *ring.Producer
+	c *ring.Consumer
+}
+
+// fuzzRings makes one ring per slot size fuzzConfig can choose.
+func fuzzRings(f *testing.F) map[int]fuzzRing {
 	rings := map[int]fuzzRing{}
 	dir := shmDir(f)
 	for n := range 4 {
@@ -105,6 +107,12 @@ func FuzzAssembler(f *testing.F) {
 		f.Cleanup(func() { c.Close() })
 		rings[slotSize] = fuzzRing{p, c}
 	}
+	return rings
+}
+
+func FuzzAssembler(f *testing.F) {
+	addAssemblerSeeds(f)
+	rings := fuzzRings(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) == 0 {
 			return
@@ -119,79 +127,99 @@ func FuzzAssembler(f *testing.F) {
 			t.Fatal(err)
 		}
 		var read fuzzTally
-		eos := false
-		if placing {
-			for i := 0; i < len(packets); i += 4 {
-				placingFeed(t, a, packets[i:min(i+4, len(packets))], 4)
-				if !eos {
-					eos = read.drain(t, c, uint64(slotSize))
-				}
-			}
-		}
-		for i, b := range packets {
-			if placing {
-				break
-			}
-			a.Packet(b, int64(i))
-			if i%3 == 2 && !eos {
-				eos = read.drain(t, c, uint64(slotSize))
-			}
-		}
+		eos := fuzzFeed(t, a, c, &read, packets, placing, uint64(slotSize))
 		a.Flush()
-		if !eos {
-			eos = read.drain(t, c, uint64(slotSize))
-		}
-		if !eos {
-			stopped := false
-			select {
-			case <-a.Done():
-				stopped = true
-			default:
-			}
-			if stopped && c.Stats().Get(ring.CounterEndOfStream) == 1 {
-				t.Fatal("end of stream counted but never read")
-			}
-			if err := p.PublishEndOfStream(0, time.Second); err != nil {
-				t.Fatal(err)
-			}
-			if !read.drain(t, c, uint64(slotSize)) {
-				t.Fatal("no end of stream after publishing it")
-			}
-		}
+		fuzzEndStream(t, a, p, c, &read, eos, uint64(slotSize))
 		s := c.Stats()
 		for i := range s {
 			if ring.Counter(i) != ring.CounterEndOfStream {
 				s[i] -= before[i]
 			}
 		}
-		if s.Get(ring.CounterHeaps) != read.heaps {
-			t.Errorf("heaps counter %d, consumer read %d", s.Get(ring.CounterHeaps), read.heaps)
-		}
-		if s.Get(ring.CounterIncompleteHeaps) != read.incomplete+s.Get(ring.CounterDiscardedIncompleteHeaps) {
-			t.Errorf("incomplete %d != read incomplete %d + discarded %d", s.Get(ring.CounterIncompleteHeaps), read.incomplete,
-				s.Get(ring.CounterDiscardedIncompleteHeaps))
-		}
-		if incomplete && s.Get(ring.CounterDiscardedIncompleteHeaps) != 0 || !incomplete && read.incomplete != 0 {
-			t.Errorf("incomplete=%v: %d read incomplete, %d discarded", incomplete, read.incomplete, s.Get(ring.CounterDiscardedIncompleteHeaps))
-		}
-		if s.Get(ring.CounterTruncatedHeaps) != read.truncated {
-			t.Errorf("truncated counter %d, read %d", s.Get(ring.CounterTruncatedHeaps), read.truncated)
-		}
-		if read.packets > s.Get(ring.CounterPackets) || s.Get(ring.CounterPackets) > uint64(len(packets)) {
-			t.Errorf("packets counter %d: heaps hold %d, %d were sent", s.Get(ring.CounterPackets), read.packets, len(packets))
-		}
-		var packetReasons uint64
-		for _, n := range a.MalformedByReason() {
-			packetReasons += n
-		}
-		if packetReasons != s.Get(ring.CounterMalformedPackets) {
-			t.Errorf("malformed counter %d, by reason %d", s.Get(ring.CounterMalformedPackets), packetReasons)
-		}
-		accounted := s.Get(ring.CounterPackets) + s.Get(ring.CounterMalformedPackets) + s.Get(ring.CounterDuplicatePackets) + a.PacketsAfterStop()
-		if accounted > uint64(len(packets)) {
-			t.Errorf("%d packets accounted for, %d sent", accounted, len(packets))
-		}
+		checkFuzzCounters(t, a, s, &read, incomplete, len(packets))
 	})
+}
+
+// fuzzFeed hands the packets to a (as a placing source does, or one at a time) and reads what is
+// published as it goes; it reports whether the end of stream was read.
+func fuzzFeed(t *testing.T, a *spead.Assembler, c *ring.Consumer, read *fuzzTally, packets [][]byte, placing bool,
+	slotSize uint64) (eos bool) {
+	if placing {
+		feeder := newPlacingFeeder(t, a, 4)
+		for i := 0; i < len(packets); i += 4 {
+			feeder.feed(packets[i:min(i+4, len(packets))])
+			if !eos {
+				eos = read.drain(t, c, slotSize)
+			}
+		}
+		return eos
+	}
+	for i, b := range packets {
+		a.Packet(b, int64(i))
+		if i%3 == 2 && !eos {
+			eos = read.drain(t, c, slotSize)
+		}
+	}
+	return eos
+}
+
+// fuzzEndStream reads the rest, publishing the end of stream if the input did not stop it, so the ring
+// is empty for the next input.
+func fuzzEndStream(t *testing.T, a *spead.Assembler, p *ring.Producer, c *ring.Consumer, read *fuzzTally, eos bool,
+	slotSize uint64) {
+	if !eos {
+		eos = read.drain(t, c, slotSize)
+	}
+	if eos {
+		return
+	}
+	stopped := false
+	select {
+	case <-a.Done():
+		stopped = true
+	default:
+	}
+	if stopped && c.Stats().Get(ring.CounterEndOfStream) == 1 {
+		t.Fatal("end of stream counted but never read")
+	}
+	if err := p.PublishEndOfStream(0, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if !read.drain(t, c, slotSize) {
+		t.Fatal("no end of stream after publishing it")
+	}
+}
+
+// checkFuzzCounters checks the ring's counters (this input's share, s) against what the consumer read
+// and what was sent.
+func checkFuzzCounters(t *testing.T, a *spead.Assembler, s ring.Stats, read *fuzzTally, incomplete bool, sent int) {
+	if s.Get(ring.CounterHeaps) != read.heaps {
+		t.Errorf("heaps counter %d, consumer read %d", s.Get(ring.CounterHeaps), read.heaps)
+	}
+	if s.Get(ring.CounterIncompleteHeaps) != read.incomplete+s.Get(ring.CounterDiscardedIncompleteHeaps) {
+		t.Errorf("incomplete %d != read incomplete %d + discarded %d", s.Get(ring.CounterIncompleteHeaps), read.incomplete,
+			s.Get(ring.CounterDiscardedIncompleteHeaps))
+	}
+	if incomplete && s.Get(ring.CounterDiscardedIncompleteHeaps) != 0 || !incomplete && read.incomplete != 0 {
+		t.Errorf("incomplete=%v: %d read incomplete, %d discarded", incomplete, read.incomplete, s.Get(ring.CounterDiscardedIncompleteHeaps))
+	}
+	if s.Get(ring.CounterTruncatedHeaps) != read.truncated {
+		t.Errorf("truncated counter %d, read %d", s.Get(ring.CounterTruncatedHeaps), read.truncated)
+	}
+	if read.packets > s.Get(ring.CounterPackets) || s.Get(ring.CounterPackets) > uint64(sent) {
+		t.Errorf("packets counter %d: heaps hold %d, %d were sent", s.Get(ring.CounterPackets), read.packets, sent)
+	}
+	var packetReasons uint64
+	for _, n := range a.MalformedByReason() {
+		packetReasons += n
+	}
+	if packetReasons != s.Get(ring.CounterMalformedPackets) {
+		t.Errorf("malformed counter %d, by reason %d", s.Get(ring.CounterMalformedPackets), packetReasons)
+	}
+	accounted := s.Get(ring.CounterPackets) + s.Get(ring.CounterMalformedPackets) + s.Get(ring.CounterDuplicatePackets) + a.PacketsAfterStop()
+	if accounted > uint64(sent) {
+		t.Errorf("%d packets accounted for, %d sent", accounted, sent)
+	}
 }
 
 // fuzzTally is what the fuzz consumer read.

@@ -7,5 +7,7 @@
 // header, because real senders mix flavours within one stream (spead2_send's stop heap honours --addr-bits
 // while its data heaps do not). Everything that concerns a heap as a whole (reassembly, duplicate detection,
 // item lengths, descriptors, stream stop) is the Assembler's, which follows spead2's receive rules; its doc
-// comment lists them.
+// comment lists them. Where a heap lands (its slot, the slots taken ahead for the heaps expected next, the
+// guesses that let a source read payloads straight into place) is a placer's (placer.go), which the
+// Assembler calls through a small interface.
 package spead

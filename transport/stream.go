@@ -11,10 +11,28 @@ import (
 // queued: a receiver then sees the stream end instead of waiting for heaps that never come.
 const drainTimeout = time.Second
 
+// DrainContext is ctx while it is live; once it is done, a context with ctx's values that lasts
+// drainTimeout: an interrupted sender still drains what it has queued, briefly (the frames are built, and
+// the heaps they finish should arrive whole). Call the cancel func when done.
+func DrainContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Err() == nil {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), drainTimeout)
+}
+
 // spreadStopGrace is how long a stream spread over several destinations waits, once every lane has
 // flushed, before its stop heap: a receiver reading the destinations on several threads takes the last
 // packets of each before the stop heap, arriving on one of them, ends the stream.
 const spreadStopGrace = 20 * time.Millisecond
+
+// drainingKey marks the context of an interrupted stream's drain (Draining).
+type drainingKey struct{}
+
+// Draining reports whether ctx is the drain of an interrupted stream: what was queued and the stop heap
+// go out without pacing (at a rate of 1e-12 b/s the next batch is due in centuries; the user asked to
+// stop, and a queue of one batch is a burst the receiver takes).
+func Draining(ctx context.Context) bool { return ctx.Value(drainingKey{}) != nil }
 
 // SendStream sends heaps 1..n (heap(cnt) builds each; it may reuse one Heap) and then, if stop, a
 // stream-stop heap with cnt n+1, and waits until everything has left. A cancelled ctx ends the data heaps
@@ -92,8 +110,15 @@ func SendSpread(ctx context.Context, lanes []Lane, numDests int, n uint64, stop 
 	}
 	if ctx.Err() != nil {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.Background(), drainTimeout)
+		ctx, cancel = context.WithTimeout(context.WithValue(context.Background(), drainingKey{}, true), drainTimeout)
 		defer cancel()
+		for _, l := range lanes { // what each lane left queued goes out first, unpaced
+			for _, hs := range l.Senders {
+				if err := hs.Flush(ctx); err != nil {
+					return sent, err
+				}
+			}
+		}
 	}
 	if numDests > 1 {
 		select {

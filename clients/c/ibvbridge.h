@@ -826,5 +826,7 @@ static inline const void *ibvb_item_ptr(const struct ibvb_heap *h, const struct 
 
 /* The producer API (ibvbridge_producer.c). */
 #include "ibvbridge_producer.h"
+/* Items by name: descriptors, formats, dtypes (ibvbridge_items.c). */
+#include "ibvbridge_items.h"
 
 #endif /* IBVBRIDGE_H */

@@ -15,11 +15,14 @@ import (
 	"github.com/ibvbridge/ibvbridge/bench"
 )
 
-const benchUsage = "usage: ibvbridge bench ring|udp|xdp [flags]  (ibvbridge bench KIND -h for its flags)"
+// benchKinds are the benchmarks runBench dispatches; the top-level help and the usage line list them.
+var benchKinds = []string{"ring", "udp", "xdp"}
+
+var benchUsage = "usage: ibvbridge bench " + strings.Join(benchKinds, "|") + " [flags]  (ibvbridge bench KIND -h for its flags)"
 
 func runBench(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usageError(benchUsage)
+		return usageError("%s", benchUsage)
 	}
 	// A signal stops the benchmark where it is; the library removes its rings and processes on the way out.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -37,7 +40,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, benchUsage)
 		return flag.ErrHelp
 	default:
-		return usageError("unknown benchmark %q (want ring, udp or xdp)", args[0])
+		return usageError("unknown benchmark %q (want %s)", args[0], strings.Join(benchKinds, ", "))
 	}
 	if errors.Is(err, bench.ErrBadOption) {
 		return usageError("%v", err)
@@ -136,9 +139,13 @@ func runBenchXDP(ctx context.Context, env bench.Env, args []string, stdout, stde
 	var o bench.XDPOptions
 	sizes, asJSON := udpFlags(fs, &o.UDPOptions, 1472, 256<<20, 6)
 	fs.StringVar(&o.Mode, "xdp-mode", "auto", "XDP attach mode: auto, native or generic")
+	fs.Float64Var(&o.Rate, "rate", 0, "offer this load (Gb/s) in every run, alternating udp and xdp runs, instead of searching, and report the medians' CPU costs")
+	fs.StringVar(&o.SendTransport, "send-transport", "udp", "how both streams are sent: udp (sockets) or xdp (send --transport xdp)")
+	recvArgs := fs.String("xdp-recv-args", "", "extra flags for the AF_XDP recv, space-separated (e.g. --xdp-prefer-busy-poll)")
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
+	o.RecvArgs = strings.Fields(*recvArgs)
 	var err error
 	if o.HeapSizes, err = parseSizeList(*sizes); err != nil {
 		return err

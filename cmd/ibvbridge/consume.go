@@ -19,6 +19,8 @@ func runConsume(args []string, stdout, stderr io.Writer) error {
 	timeoutMs := fs.Int("timeout-ms", 10000, "attach timeout and per-heap wait timeout")
 	hold := fs.Int("hold", 0, "keep up to N heaps unreleased (a consumer that reads ahead)")
 	sleepUs := fs.Int("sleep-us", 0, "sleep this long per heap (a slow consumer, for tests)")
+	wait := fs.Bool("wait", false, "wait up to --timeout-ms for a ring that does not exist yet (default: fail at once)")
+	stopFirst := fs.Bool("stop-first", false, "after taking the first heap, stop this process (SIGSTOP) before reading it, until SIGCONT (a consumer stalled mid-read, for tests)")
 	maxLatencyUs := fs.Int("max-latency-us", 0, "let heaps of a moving stream wait up to this long for coalesced wakes (0: a wake per heap)")
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
@@ -39,7 +41,8 @@ func runConsume(args []string, stdout, stderr io.Writer) error {
 	}
 	res := bench.Consume(*name, bench.ConsumeOptions{Verify: *verify, MaxHeaps: *maxHeaps,
 		Timeout: time.Duration(*timeoutMs) * time.Millisecond, Hold: *hold, Sleep: time.Duration(*sleepUs) * time.Microsecond,
-		MaxLatency: time.Duration(*maxLatencyUs) * time.Microsecond, Dir: *dir, FromHead: *start == "head"})
+		MaxLatency: time.Duration(*maxLatencyUs) * time.Microsecond, Dir: *dir, FromHead: *start == "head",
+		StopFirst: *stopFirst, Wait: *wait})
 	if err := json.NewEncoder(stdout).Encode(res); err != nil {
 		return err
 	}

@@ -23,10 +23,11 @@ import (
 	"github.com/ibvbridge/ibvbridge/transport/xdp"
 )
 
-// Defaults of recv. The slot holds one heap: 2 MiB takes spead2's common 1 MiB heaps with their first
-// heap's descriptors, and 256 of them (512 MiB) fit the 512 hugepages scripts/setup.sh reserves.
+// Defaults of recv. The slot holds one heap: 2 MiB takes spead2's common 1 MiB heaps (send's default) with
+// their first heap's descriptors; 128 of them (256 MiB) take a quarter of the 512 × 2 MiB hugepages
+// scripts/setup.sh reserves, so a second default ring and the demo's still fit on hugepages.
 const (
-	defaultSlots    = 256
+	defaultSlots    = 128
 	defaultSlotSize = 2 << 20
 	minSlotSize     = 1 << 10
 )
@@ -56,6 +57,7 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	ringDir := fs.String("dir", "", "ring directory for the socket and lock (default: $IBVBRIDGE_RING_DIR, else /run/ibvbridge for root, else /dev/shm/ibvbridge-UID)")
 	group := fs.String("group", "", "let members of this group attach as consumers (default: only this user and root)")
 	maxConsumers := fs.Int("max-consumers", ring.DefaultMaxConsumer, "consumers that may attach at once")
+	maxObservers := fs.Int("max-observers", ring.DefaultMaxObservers, "observers (stat, ls) that may be connected at once")
 	transportName := fs.String("transport", "", "udp, pcap, xdp or ibv (default udp, or pcap with --pcap)")
 	xdpOpt := addXDPFlags(fs)
 	ibvOpt := addIBVFlags(fs, false) // ibv: --ibv, --ibv-* flags (transport_ibv.go)
@@ -88,6 +90,9 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	}
 	if *maxItems < 1 || *maxItems > ring.MaxItems {
 		return usageError("--max-items %d: want 1..%d", *maxItems, ring.MaxItems)
+	}
+	if *maxObservers < 1 {
+		return usageError("--max-observers %d: want at least 1", *maxObservers)
 	}
 	if *maxConsumers < 1 || *maxConsumers > ring.MaxConsumersLimit {
 		return usageError("--max-consumers %d: want 1..%d", *maxConsumers, ring.MaxConsumersLimit)
@@ -155,7 +160,7 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 
 	cfg := bridge.Config{Ring: *name,
 		RingCfg: ring.Config{SlotCount: *slots, SlotSize: *slotSize, MaxItems: *maxItems, Policy: pol, HugePages: hp,
-			Dir: *ringDir, Group: *group, MaxConsumers: *maxConsumers, ReplayTimestamps: tr == "pcap"},
+			Dir: *ringDir, Group: *group, MaxConsumers: *maxConsumers, MaxObservers: *maxObservers, ReplayTimestamps: tr == "pcap"},
 		Assembler:    spead.AssemblerConfig{MaxHeaps: *maxHeaps, Incomplete: *incomplete},
 		WaitConsumer: *waitConsumer, StatsInterval: *statsEvery, Log: &log}
 	switch tr {
@@ -214,8 +219,14 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 		collector.Attach(rcv)
 	}
 	p := rcv.Producer()
-	log.Info().Str("ring", *name).Str("transport", tr).Strs("endpoints", pos).Str("file", *pcapFile).
-		Int("slots", *slots).Int("slot_size", p.SlotSize()).Bool("hugepages", p.Huge()).
+	ev := log.Info().Str("ring", *name).Str("transport", tr)
+	if len(pos) > 0 {
+		ev = ev.Strs("endpoints", pos)
+	}
+	if *pcapFile != "" { // only a replay has a file
+		ev = ev.Str("file", *pcapFile)
+	}
+	ev.Int("slots", *slots).Int("slot_size", p.SlotSize()).Bool("hugepages", p.Huge()).
 		Str("policy", pol.String()).Msg("receiving")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

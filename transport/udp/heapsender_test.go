@@ -152,6 +152,36 @@ func TestHeapSenderCancelEndsPacingWait(t *testing.T) {
 	}
 }
 
+// TestHeapSenderStopHeapAfterCancelledFlush: Ctrl-C of a paced send cancels a flush with the batch full;
+// the drain then sends that batch and the stream-stop heap, unpaced, and they arrive (the stop heap used to
+// index past the batch buffers and panic, or wait centuries for its pacing at a tiny rate).
+func TestHeapSenderStopHeapAfterCancelledFlush(t *testing.T) {
+	src := loopback(t, 1, Config{})
+	sink := testutil.NewRecordingSink(true)
+	stop := run(t, src, sink)
+	defer stop()
+	hs := openHeapSender(t, src.LocalEndpoints()[0], 1e-3) // the second batch is due in hours
+	h := spead.Heap{Items: []spead.Item{{ID: 0x1000, Data: make([]byte, 4*1400)}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel) // heaps 1-2 left in the first batch; 3-4 wait in the second
+	sent, err := transport.SendStream(ctx, hs, 10, func(cnt uint64) *spead.Heap { h.Cnt = cnt; return &h }, true)
+	if err != nil {
+		t.Fatalf("interrupted stream: %v", err)
+	}
+	// The first batch left at once; the second, full, waited for its time when the cancel came: it leaves
+	// in the drain, and the stop heap after it.
+	tot := hs.Totals()
+	if sent < 2 || len(hs.pkts) != 0 || tot.Packets != 2*uint64(cap(hs.pkts))+1 {
+		t.Fatalf("%d heaps, %d packets sent, %d still queued: want two full batches and the stop heap", sent, tot.Packets, len(hs.pkts))
+	}
+	waitCount(t, sink, int(tot.Packets))
+	pkts := sink.Packets()
+	var last spead.Packet
+	if err := spead.Decode(pkts[len(pkts)-1], &last); err != nil || !last.IsStreamStop() {
+		t.Fatalf("%d packets arrived, the last not the stream stop (%v)", len(pkts), err)
+	}
+}
+
 func TestHeapSenderRejectsBadRates(t *testing.T) {
 	enc, _ := spead.NewEncoder(spead.Flavour64_48, 1472)
 	for _, r := range []float64{-1, math.NaN(), math.Inf(1)} {

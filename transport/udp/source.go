@@ -50,8 +50,9 @@ type Config struct {
 	// datagram is its own message as before.
 	GRO bool
 	// Threads receive in parallel (spead2_recv's --threads): worker k owns endpoints k, k+Threads, …,
-	// each on its own OS thread with its own epoll, all feeding the one sink (under a lock: the heap
-	// assembler is one state machine). 0 or 1: one receiver. More threads than endpoints is an error.
+	// each on its own OS thread with its own epoll, all feeding the one sink under a lock taken per read
+	// (the heap assembler is one state machine), which keeps its batches and its placement. 0 or 1: one
+	// receiver. More threads than endpoints is an error.
 	Threads int
 	// CPUs, if set, pins worker k to CPUs[k % len(CPUs)].
 	CPUs []int
@@ -101,7 +102,7 @@ type socket struct {
 	gro   bool   // UDP_GRO is on: a message may hold several datagrams
 	ctl   []byte // per message, room for the UDP_GRO control message
 
-	packets, bytes atomic.Uint64 // this socket's share of the Source's counters (per-thread metrics)
+	packets, bytes, placed atomic.Uint64 // this socket's share of the Source's counters (per-thread metrics)
 
 	// Direct placement (GRO sockets feeding a transport.Placer): one recvmsg whose iovecs alternate a
 	// header buffer and the region Place expects that datagram's payload in, then an overflow buffer.
@@ -329,17 +330,18 @@ func (s *Source) BufferSize() int { return s.bufSize }
 const maxBatchesPerWake = 16
 
 // Run reads every socket and hands each datagram to sink until ctx is cancelled or a socket fails. With
-// several threads, each worker runs on its own locked OS thread and the sink is called under a lock.
+// several threads, each worker runs on its own locked OS thread and they share the sink under a lock
+// taken per read (see workerSink).
 func (s *Source) Run(ctx context.Context, sink transport.Sink) error {
 	stop := context.AfterFunc(ctx, s.wake)
 	defer stop()
 	if len(s.epfds) == 1 {
-		return s.runWorker(ctx, 0, sink)
+		return s.runWorker(ctx, 0, newWorkerSink(sink, nil))
 	}
-	shared := &lockedSink{sink: sink}
+	var mu sync.Mutex
 	errs := make(chan error, len(s.epfds))
 	for k := range s.epfds {
-		go func() { errs <- s.runWorker(ctx, k, shared) }()
+		go func() { errs <- s.runWorker(ctx, k, newWorkerSink(sink, &mu)) }()
 	}
 	var first error
 	for range s.epfds {
@@ -354,20 +356,61 @@ func (s *Source) Run(ctx context.Context, sink transport.Sink) error {
 	return first
 }
 
-// lockedSink serialises several workers' packets into one sink.
-type lockedSink struct {
-	mu   sync.Mutex
-	sink transport.Sink
+// workerSink is how one receive thread hands datagrams to the stream's sink, with the sink's batch and
+// placement hooks found once. With one thread it owns the sink: a batch spans a whole drain of a socket.
+// With several they share it under shared, which a thread holds for one read at a time — a recvmmsg's
+// messages handed over as one batch (several heaps published with one head store), or a placed read from
+// Place through the read to the last Placed, since the regions Place gave belong to the sink's state and
+// another thread's packets could hand them to another heap meanwhile. The read syscall of an unplaced
+// read runs outside the lock, so the threads' reads overlap.
+type workerSink struct {
+	sink    transport.Sink
+	batcher transport.Batcher // nil: the sink has no batches
+	placer  transport.Placer  // nil: the sink does not place
+	shared  *sync.Mutex       // nil: one thread
 }
 
-func (l *lockedSink) Packet(p []byte, ns int64) {
-	l.mu.Lock()
-	l.sink.Packet(p, ns)
-	l.mu.Unlock()
+func newWorkerSink(sink transport.Sink, shared *sync.Mutex) *workerSink {
+	w := &workerSink{sink: sink, shared: shared}
+	w.batcher, _ = sink.(transport.Batcher)
+	w.placer, _ = sink.(transport.Placer)
+	return w
+}
+
+// beginDrain and endDrain bracket the drain of one socket: one batch when the thread owns the sink.
+func (w *workerSink) beginDrain() {
+	if w.shared == nil && w.batcher != nil {
+		w.batcher.BeginBatch()
+	}
+}
+
+func (w *workerSink) endDrain() {
+	if w.shared == nil && w.batcher != nil {
+		w.batcher.EndBatch()
+	}
+}
+
+// beginRead and endRead bracket one read's hand-over when threads share the sink: the lock, and a batch.
+func (w *workerSink) beginRead() {
+	if w.shared != nil {
+		w.shared.Lock()
+		if w.batcher != nil {
+			w.batcher.BeginBatch()
+		}
+	}
+}
+
+func (w *workerSink) endRead() {
+	if w.shared != nil {
+		if w.batcher != nil {
+			w.batcher.EndBatch()
+		}
+		w.shared.Unlock()
+	}
 }
 
 // runWorker is one receive thread: its epoll, its sockets, pinned to its CPU when asked.
-func (s *Source) runWorker(ctx context.Context, k int, sink transport.Sink) error {
+func (s *Source) runWorker(ctx context.Context, k int, sink *workerSink) error {
 	if len(s.epfds) > 1 || len(s.cfg.CPUs) > 0 {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
@@ -399,7 +442,7 @@ func (s *Source) runWorker(ctx context.Context, k int, sink transport.Sink) erro
 			if ev.Fd < 0 {
 				continue // the wake eventfd: the loop head sees stopping
 			}
-			if err := s.drainBatch(s.socks[ev.Fd], sink); err != nil {
+			if err := s.drainSocket(s.socks[ev.Fd], sink); err != nil {
 				return err
 			}
 		}
@@ -433,99 +476,123 @@ func (s *Source) wake() {
 	_, _ = unix.Write(s.wakeFD, one[:])
 }
 
-// drainBatch drains a socket as one batch of a Batcher sink: the heaps it completes reach consumers
-// together when the socket is empty (or has had its share), not one cursor store at a time.
-func (s *Source) drainBatch(sk *socket, sink transport.Sink) error {
-	b, ok := sink.(transport.Batcher)
-	if !ok {
-		return s.drain(sk, sink)
-	}
-	b.BeginBatch()
-	defer b.EndBatch()
-	return s.drain(sk, sink)
-}
-
-// drain reads batches from one socket until it is empty (or has had its share).
-func (s *Source) drain(sk *socket, sink transport.Sink) error {
-	placer, _ := sink.(transport.Placer)
+// drainSocket drains a socket as one batch of a Batcher sink when the thread owns it: the heaps it
+// completes reach consumers together when the socket is empty (or has had its share), not one cursor
+// store at a time.
+func (s *Source) drainSocket(sk *socket, w *workerSink) error {
+	w.beginDrain()
+	defer w.endDrain()
 	for range maxBatchesPerWake {
-		hdrs := sk.hdrs
-		if placer != nil && sk.gro {
-			if hdrLen, k := placer.Place(sk.regions); k > 0 && hdrLen <= maxPlaceHdr {
-				more, err := s.readPlaced(sk, placer, hdrLen, k)
-				if err != nil || !more {
-					return err
-				}
-				continue
-			}
-			// No guess (a heap's first packets): read one message the usual way, so the next read can
-			// place again instead of a whole batch going through the copy.
-			hdrs = sk.hdrs[:1]
-		}
-		if sk.gro {
-			for i := range sk.hdrs {
-				sk.hdrs[i].hdr.SetControllen(groCmsgSpace) // the kernel overwrites it with what it used
-			}
-		}
-		n, err := recvmmsg(sk.fd, hdrs)
-		if err != nil {
-			switch {
-			case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EINTR):
-				return nil
-			case errors.Is(err, unix.ENOMEM), errors.Is(err, unix.ENOBUFS), errors.Is(err, unix.ECONNREFUSED):
-				// Transient: count it and carry on, as a receiver must not die of one bad moment.
-				s.errs.Add(1)
-				return nil
-			}
-			s.errs.Add(1)
-			return fmt.Errorf("udp: recvmmsg on %s: %w", sk.ep, err)
-		}
-		now := time.Now().UnixNano()
-		var bytes, trunc, packets, coalesced uint64
-		maxPkt := s.cfg.MaxPacketSize
-		for i := range n {
-			h := &sk.hdrs[i]
-			if h.hdr.Flags&unix.MSG_TRUNC != 0 {
-				trunc++
-				continue
-			}
-			msg := sk.bufs[i][:h.n]
-			seg := len(msg)
-			if sk.gro {
-				seg = groSegment(sk.ctl[i*groCmsgSpace:(i+1)*groCmsgSpace], int(h.hdr.Controllen), seg)
-			}
-			// A GRO message is datagrams of seg bytes, the last one maybe shorter.
-			if seg < len(msg) {
-				coalesced += uint64((len(msg) + seg - 1) / seg)
-			}
-			for len(msg) > 0 {
-				d := msg[:min(seg, len(msg))]
-				msg = msg[len(d):]
-				if len(d) > maxPkt {
-					trunc++ // larger than --max-packet: counted, as a truncated datagram would be
-					continue
-				}
-				bytes += uint64(len(d))
-				packets++
-				sink.Packet(d, now)
-			}
-		}
-		s.packets.Add(packets)
-		sk.packets.Add(packets)
-		sk.bytes.Add(bytes)
-		if coalesced > 0 {
-			s.merged.Add(coalesced)
-		}
-		s.bytes.Add(bytes)
-		s.batches.Add(1)
-		if trunc > 0 {
-			s.trunc.Add(trunc)
-		}
-		if n < len(hdrs) || s.stopping.Load() {
-			return nil
+		more, err := s.readOnce(sk, w)
+		if err != nil || !more || s.stopping.Load() {
+			return err
 		}
 	}
 	return nil
+}
+
+// readOnce makes one read of a socket and hands what it read over: straight into place where the sink
+// has a guess, else a recvmmsg batch. It reports whether the socket may have more to read.
+func (s *Source) readOnce(sk *socket, w *workerSink) (bool, error) {
+	hdrs := sk.hdrs
+	if w.placer != nil && sk.gro {
+		w.beginRead()
+		if hdrLen, k := w.placer.Place(sk.regions); k > 0 && hdrLen <= maxPlaceHdr {
+			more, err := s.readPlaced(sk, w.placer, hdrLen, k)
+			w.endRead()
+			return more, err
+		}
+		w.endRead()
+		// No guess (a heap's first packets): read one message the usual way, so the next read can place
+		// again instead of a whole batch going through the copy.
+		hdrs = sk.hdrs[:1]
+	}
+	if sk.gro {
+		for i := range hdrs {
+			hdrs[i].hdr.SetControllen(groCmsgSpace) // the kernel overwrites it with what it used
+		}
+	}
+	n, errno := recvmmsg(sk.fd, hdrs)
+	if errno != 0 {
+		return false, s.readFailed(sk, "recvmmsg", errno)
+	}
+	w.beginRead()
+	s.handOver(sk, n, w.sink)
+	w.endRead()
+	return n == len(hdrs), nil
+}
+
+// readFailed classifies a failed read, for both read paths: nil for what only ends this drain (nothing
+// to read, a signal, or a transient shortage, which the errors counter records: a receiver must not die
+// of one bad moment), else the error that stops the receiver.
+func (s *Source) readFailed(sk *socket, call string, errno unix.Errno) error {
+	switch errno {
+	case unix.EAGAIN, unix.EINTR:
+		return nil
+	case unix.ENOMEM, unix.ENOBUFS, unix.ECONNREFUSED:
+		s.errs.Add(1)
+		return nil
+	}
+	s.errs.Add(1)
+	return fmt.Errorf("udp: read on %s: %w", sk.ep, os.NewSyscallError(call, errno))
+}
+
+// handOver cuts the n messages of a recvmmsg into datagrams (a GRO message holds several), hands them to
+// sink and counts them.
+func (s *Source) handOver(sk *socket, n int, sink transport.Sink) {
+	now := time.Now().UnixNano()
+	var bytes, trunc, packets, coalesced uint64
+	maxPkt := s.cfg.MaxPacketSize
+	for i := range n {
+		h := &sk.hdrs[i]
+		if h.hdr.Flags&unix.MSG_TRUNC != 0 {
+			trunc++
+			continue
+		}
+		msg := sk.bufs[i][:h.n]
+		seg := len(msg)
+		if sk.gro {
+			seg = groSegment(sk.ctl[i*groCmsgSpace:(i+1)*groCmsgSpace], int(h.hdr.Controllen), seg)
+		}
+		// A GRO message is datagrams of seg bytes, the last one maybe shorter.
+		if seg < len(msg) {
+			coalesced += uint64((len(msg) + seg - 1) / seg)
+		}
+		for len(msg) > 0 {
+			d := msg[:min(seg, len(msg))]
+			msg = msg[len(d):]
+			if len(d) > maxPkt {
+				trunc++ // larger than --max-packet: counted, as a truncated datagram would be
+				continue
+			}
+			bytes += uint64(len(d))
+			packets++
+			sink.Packet(d, now)
+		}
+	}
+	s.count(sk, packets, bytes, 0, 0)
+	if coalesced > 0 {
+		s.merged.Add(coalesced)
+	}
+	if trunc > 0 {
+		s.trunc.Add(trunc)
+	}
+}
+
+// count adds a read's datagrams to the source's and the socket's counters.
+func (s *Source) count(sk *socket, packets, bytes, placed, misses uint64) {
+	s.packets.Add(packets)
+	s.bytes.Add(bytes)
+	sk.packets.Add(packets)
+	sk.bytes.Add(bytes)
+	s.batches.Add(1)
+	if placed > 0 {
+		s.placed.Add(placed)
+		sk.placed.Add(placed)
+	}
+	if misses > 0 {
+		s.misses.Add(misses)
+	}
 }
 
 // readPlaced reads one GRO message with its guessed datagrams' payloads going straight to the k regions
@@ -555,15 +622,7 @@ func (s *Source) readPlaced(sk *socket, pl transport.Placer, hdrLen, k int) (boo
 	m.SetControllen(groCmsgSpace)
 	n, _, errno := unix.Syscall(unix.SYS_RECVMSG, uintptr(sk.fd), uintptr(unsafe.Pointer(m)), unix.MSG_DONTWAIT)
 	if errno != 0 {
-		switch errno {
-		case unix.EAGAIN, unix.EINTR:
-			return false, nil
-		case unix.ENOMEM, unix.ENOBUFS, unix.ECONNREFUSED:
-			s.errs.Add(1)
-			return false, nil
-		}
-		s.errs.Add(1)
-		return false, fmt.Errorf("udp: recvmsg on %s: %w", sk.ep, errno)
+		return false, s.readFailed(sk, "recvmsg", errno)
 	}
 	now := time.Now().UnixNano()
 	total := int(n)
@@ -612,13 +671,7 @@ func (s *Source) readPlaced(sk *socket, pl transport.Placer, hdrLen, k int) (boo
 		}
 		pl.Packet(copied[dg.index:dg.index+dg.size], now)
 	}
-	s.packets.Add(packets)
-	s.bytes.Add(bytes)
-	sk.packets.Add(packets)
-	sk.bytes.Add(bytes)
-	s.batches.Add(1)
-	s.placed.Add(placed)
-	s.misses.Add(misses)
+	s.count(sk, packets, bytes, placed, misses)
 	if packets > 1 {
 		s.merged.Add(packets)
 	}
@@ -666,13 +719,13 @@ func groSegment(ctl []byte, used, n int) int {
 
 // recvmmsg reads up to len(hdrs) datagrams without blocking. The call is direct (x/sys has no wrapper), and
 // reuses the same headers every time, so it allocates nothing.
-func recvmmsg(fd int, hdrs []mmsghdr) (int, error) {
+func recvmmsg(fd int, hdrs []mmsghdr) (int, unix.Errno) {
 	n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&hdrs[0])),
 		uintptr(len(hdrs)), unix.MSG_DONTWAIT, 0, 0)
 	if errno != 0 {
 		return 0, errno
 	}
-	return int(n), nil
+	return int(n), 0
 }
 
 // Stats reads the counters; safe from any goroutine.
@@ -718,12 +771,13 @@ func kernelDrops(inodes []uint64) uint64 {
 func (s *Source) ThreadCounters() []map[string]uint64 {
 	out := make([]map[string]uint64, len(s.epfds))
 	for k := range out {
-		out[k] = map[string]uint64{"packets": 0, "bytes": 0}
+		out[k] = map[string]uint64{"packets": 0, "bytes": 0, "placed": 0}
 	}
 	for i, sk := range s.socks {
 		m := out[i%len(out)]
 		m["packets"] += sk.packets.Load()
 		m["bytes"] += sk.bytes.Load()
+		m["placed"] += sk.placed.Load()
 	}
 	return out
 }

@@ -30,7 +30,7 @@ import os
 import select
 import socket
 import time
-from typing import Any, Iterator, Mapping, Sequence, Union
+from typing import Any, AsyncIterator, Iterator, Mapping, Sequence, Union
 
 from . import layout as L
 from . import shared as _shared
@@ -481,6 +481,11 @@ class Heap:
                     r._release_through(self.position)  # handed out by the iterator's fast path
                 else:
                     r._release_entry(self._entry)
+
+    def __getitem__(self, key: str | int) -> Any:
+        """``heap['name']`` / ``heap[id]``: the item decoded by the ring's descriptor (ibvbridge.items)."""
+        from .items import heap_item
+        return heap_item(self, key)
 
     def __enter__(self) -> Heap:
         return self
@@ -1317,6 +1322,16 @@ class Ring:
             self._flush_release()
 
     __iter__ = heaps
+
+    async def next_async(self, timeout: float | None = None) -> Heap:
+        """``await ring.next_async()``: next() for asyncio, the same waiting rules (ibvbridge.aio)."""
+        from .aio import next_async
+        return await next_async(self, timeout)
+
+    def __aiter__(self) -> AsyncIterator[Heap]:
+        """``async for heap in ring``: each heap released when the loop advances (ibvbridge.aio)."""
+        from .aio import heaps_async
+        return heaps_async(self)
 
     def next_batch(self, max_heaps: int, timeout: float | None = None) -> Batch:
         """Up to ``max_heaps`` already-published heaps at once (at least one; fewer at the ring's wrap point
