@@ -6,7 +6,6 @@ import json
 import logging
 import os
 import shutil
-import socket
 import subprocess
 import sys
 
