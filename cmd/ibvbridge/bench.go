@@ -15,7 +15,7 @@ import (
 	"github.com/ibvbridge/ibvbridge/bench"
 )
 
-const benchUsage = "usage: ibvbridge bench ring|udp|xdp [flags]  (ibvbridge bench KIND -h for its flags)"
+const benchUsage = "usage: ibvbridge bench ring|udp|xdp|floor [flags]  (ibvbridge bench KIND -h for its flags)"
 
 func runBench(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -33,11 +33,13 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		err = runBenchUDP(ctx, env, args[1:], stdout, stderr)
 	case "xdp":
 		err = runBenchXDP(ctx, env, args[1:], stdout, stderr)
+	case "floor":
+		err = runBenchFloor(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprintln(stderr, benchUsage)
 		return flag.ErrHelp
 	default:
-		return usageError("unknown benchmark %q (want ring, udp or xdp)", args[0])
+		return usageError("unknown benchmark %q (want ring, udp, xdp or floor)", args[0])
 	}
 	if errors.Is(err, bench.ErrBadOption) {
 		return usageError("%v", err)
@@ -127,6 +129,28 @@ func runBenchUDP(ctx context.Context, env bench.Env, args []string, stdout, stde
 	}
 	bench.PrintUDP(stdout, results)
 	return nil
+}
+
+// runBenchFloor is the floor receiver `bench udp --peer` runs: it counts a stream's bytes and prints them
+// as one JSON line.
+func runBenchFloor(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("bench floor", stderr)
+	buffer := byteSize(32 << 20)
+	fs.Var(&buffer, "buffer", "socket receive buffer")
+	first := fs.Duration("first-wait", time.Minute, "give up if nothing arrives within this")
+	idle := fs.Duration("idle", 300*time.Millisecond, "the stream has ended once nothing arrives for this long")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageError("usage: ibvbridge bench floor [flags] IPv4:PORT")
+	}
+	r, err := bench.Floor(pos[0], int(buffer), *first, *idle)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(stdout).Encode(r)
 }
 
 // runBenchXDP compares `recv --transport xdp` with `--transport udp` over a veth pair between two network
