@@ -1,8 +1,9 @@
 // Package bench owns ibvbridge's benchmark harness: the ring benchmark (a Go producer and a consumer
 // process in C, Python or Go), the loopback and veth UDP/AF_XDP receive benchmarks (send → recv →
-// consumer processes, a search for the highest lossless rate), the floor receiver (the cheapest receiver of a
-// UDP stream, what the kernel alone costs) and the side-by-side run with spead2_recv (bench udp --peer), launching the consumer tools, CPU
-// accounting, the memcpy reference, medians and the JSON results. `ibvbridge bench` parses flags and
+// consumer processes, a search for the highest lossless rate), the floor receiver (the cheapest receiver
+// of a UDP stream: what the kernel alone costs), the side-by-side run with spead2_recv (bench udp
+// --peer), launching the consumer tools, CPU accounting, the memcpy reference, medians and the JSON
+// results. `ibvbridge bench` parses flags and
 // prints; everything measured is here, so tests and other tools can run the same benchmarks.
 package bench
 

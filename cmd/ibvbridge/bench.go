@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -98,12 +100,69 @@ func runBenchUDP(ctx context.Context, env bench.Env, args []string, stdout, stde
 	sizes, asJSON := udpFlags(fs, &o, 8972, 512<<20, 7)
 	fs.Float64Var(&o.Rate, "rate", 0, "offer this load (Gb/s) in every run instead of searching, and report CPU costs (medians of --runs)")
 	baseline := fs.String("baseline", "", "with --rate: also receive the same traffic with this ibvbridge binary (e.g. main built from git), alternating runs, and print the ratios")
+	peer := fs.String("peer", "", "spead2: receive spead2_send's traffic with recv, spead2_recv and the floor receiver, alternating, and print CPU and ratios (default shapes: 1M at 6 Gb/s, 8K at 2.5 Gb/s; --heap-sizes and --rate override)")
+	var peerBins peerBinaries
+	fs.Var(&peerBins, "peer-bin", "with --peer: a spead2_recv to compare, PATH or LABEL=PATH; repeatable (default: spead2_recv on PATH)")
+	peerArgs := fs.String("peer-args", strings.Join(bench.DefaultSpead2RecvArgs, " "), "with --peer: spead2_recv's flags")
+	recvArgs := fs.String("recv-args", "", "with --peer: more flags for recv, space-separated (e.g. --hugepages off)")
+	peerSlots := fs.String("slots", "64", "with --peer: recv's ring sizes, comma-separated (slots of twice the heap size)")
+	peerSeconds := fs.Float64("seconds", 2, "with --peer and --heap-sizes/--rate: seconds of stream per run")
+	peerBuffer := byteSize(32 << 20)
+	fs.Var(&peerBuffer, "buffer", "with --peer: every receiver's socket buffer")
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	var err error
 	if o.HeapSizes, err = parseSizeList(*sizes); err != nil {
 		return err
+	}
+	if *peer != "" {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["runs"] {
+			o.Runs = 5
+		}
+		po := bench.PeerOptions{Runs: o.Runs, Spead2: peerBins, Spead2RecvArgs: strings.Fields(*peerArgs),
+			Buffer: int(peerBuffer), Floor: true, RecvArgs: strings.Fields(*recvArgs)}
+		if *peer != "spead2" {
+			return usageError("--peer %q: the only peer is spead2", *peer)
+		}
+		if po.Slots, err = parseSizeList(*peerSlots); err != nil {
+			return err
+		}
+		po.Shapes = bench.DefaultPeerShapes
+		if set["heap-sizes"] || set["rate"] {
+			if o.Rate <= 0 {
+				return usageError("--peer with --heap-sizes needs --rate")
+			}
+			po.Shapes = nil
+			for _, hs := range o.HeapSizes {
+				po.Shapes = append(po.Shapes, bench.PeerShape{HeapSize: hs, PacketSize: o.PacketSize, RateGbps: o.Rate,
+					Heaps: uint64(max(1, o.Rate*1e9/8**peerSeconds/float64(hs)))})
+			}
+		}
+		if len(po.Spead2) == 0 {
+			if p, err := exec.LookPath("spead2_recv"); err == nil {
+				po.Spead2 = []bench.PeerBinary{{Label: "spead2_recv", Path: p}}
+			}
+		}
+		if p, err := exec.LookPath("spead2_send"); err == nil {
+			po.Spead2Send = p
+		}
+		if len(po.Spead2) == 0 || po.Spead2Send == "" {
+			fmt.Fprintln(stdout, "spead2_recv or spead2_send not on PATH (see the README's performance section): no spead2 rows, and ibvbridge send sends")
+			po.Spead2 = nil
+			po.Spead2Send = ""
+		}
+		res, err := bench.Peer(ctx, env, po)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return json.NewEncoder(stdout).Encode(map[string]any{"peer": po, "results": res})
+		}
+		bench.PrintPeer(stdout, res, po.Runs)
+		return nil
 	}
 	if *baseline != "" {
 		cmp, err := bench.Compare(ctx, env, bench.Loopback, o, *baseline)
@@ -128,6 +187,22 @@ func runBenchUDP(ctx context.Context, env bench.Env, args []string, stdout, stde
 		return nil
 	}
 	bench.PrintUDP(stdout, results)
+	return nil
+}
+
+// peerBinaries collects --peer-bin: PATH or LABEL=PATH.
+type peerBinaries []bench.PeerBinary
+
+func (p *peerBinaries) String() string { return fmt.Sprint(*p) }
+func (p *peerBinaries) Set(v string) error {
+	label, path, ok := strings.Cut(v, "=")
+	if !ok {
+		label, path = v, v
+	}
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Errorf("spead2_recv %q: %w", path, err)
+	}
+	*p = append(*p, bench.PeerBinary{Label: label, Path: path})
 	return nil
 }
 
