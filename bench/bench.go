@@ -147,6 +147,46 @@ func cpuTime(pid int) (time.Duration, error) {
 	return time.Duration(ut+st) * time.Second / clkTck, nil
 }
 
+// receiver is a receiving process (recv, spead2_recv, the floor) started with a goroutine waiting for it.
+type receiver struct {
+	cmd    *exec.Cmd
+	done   chan error
+	reaped bool
+}
+
+// startReceiver starts cmd; the caller defers kill, so the process is gone on every return.
+func startReceiver(cmd *exec.Cmd) (*receiver, error) {
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
+	}
+	r := &receiver{cmd: cmd, done: make(chan error, 1)}
+	go func() { r.done <- cmd.Wait() }()
+	return r, nil
+}
+
+// finish waits for the receiver to end at the end of its stream; a lossy run may have lost the stop heap
+// itself, so after grace it is interrupted (it then prints what it has). Its exit error.
+func (r *receiver) finish(grace time.Duration) error {
+	var err error
+	select {
+	case err = <-r.done:
+	case <-time.After(grace):
+		_ = r.cmd.Process.Signal(syscall.SIGINT)
+		err = <-r.done // bounded by the command's context, which kills it
+	}
+	r.reaped = true
+	return err
+}
+
+// kill ends and reaps the receiver unless finish has.
+func (r *receiver) kill() {
+	if !r.reaped {
+		_ = r.cmd.Process.Kill()
+		<-r.done
+		r.reaped = true
+	}
+}
+
 // LockedBuffer collects a child process's output while another goroutine reads it.
 type LockedBuffer struct {
 	mu sync.Mutex

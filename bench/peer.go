@@ -11,7 +11,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/ibvbridge/ibvbridge/internal/testnet"
@@ -212,18 +211,11 @@ func processRun(ctx context.Context, env Env, sender Sender, sh PeerShape, recei
 	var errOut LockedBuffer
 	cmd := receiver(ctx, endpoint)
 	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Start(); err != nil {
-		return run, fmt.Errorf("start %s: %w", cmd.Path, err)
+	rp, err := startReceiver(cmd)
+	if err != nil {
+		return run, err
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	reaped := false
-	defer func() {
-		if !reaped {
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	}()
+	defer rp.kill()
 	if err := waitFor(10*time.Second, func() bool { return udpPortBound(port) }); err != nil {
 		return run, fmt.Errorf("%s did not bind %s: %s", cmd.Path, endpoint, errOut.String())
 	}
@@ -240,14 +232,7 @@ func processRun(ctx context.Context, env Env, sender Sender, sh PeerShape, recei
 	if err != nil {
 		return run, err
 	}
-	var werr error
-	select {
-	case werr = <-done:
-	case <-time.After(3 * time.Second): // the stop heap was lost: stop it, it prints what it has
-		_ = cmd.Process.Signal(syscall.SIGINT)
-		werr = <-done
-	}
-	reaped = true
+	werr := rp.finish(3 * time.Second)
 	if werr != nil && cmd.ProcessState == nil {
 		return run, fmt.Errorf("%s: %w: %s", cmd.Path, werr, errOut.String())
 	}

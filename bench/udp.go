@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/ibvbridge/ibvbridge/internal/testnet"
@@ -409,19 +408,12 @@ func udpRun(ctx context.Context, env Env, path Path, o UDPOptions, heapSize int,
 	recv := wrapped(ctx, path.RecvWrap, recvBin, append(append([]string{"recv", "--ring", name, "--slots", strconv.Itoa(slots),
 		"--slot-size", strconv.Itoa(slotSize), "--max-heaps", "8", "--log-format", "json"}, path.RecvArgs...), endpoint)...)
 	recv.Stdout, recv.Stderr = &recvOut, &recvErr
-	if err := recv.Start(); err != nil {
-		return run, fmt.Errorf("start recv: %w", err)
+	rp, err := startReceiver(recv)
+	if err != nil {
+		return run, err
 	}
-	recvDone := make(chan error, 1)
-	go func() { recvDone <- recv.Wait() }()
-	recvReaped := false
 	// On every return: recv killed and reaped before its ring is removed (a live recv holds the ring's lock).
-	defer func() {
-		if !recvReaped {
-			_ = recv.Process.Kill()
-			<-recvDone
-		}
-	}()
+	defer rp.kill()
 	// "receiving" is logged once the transport is open (a kernel-bypass one opens after the ring exists).
 	if err := waitFor(10*time.Second, func() bool { return strings.Contains(recvErr.String(), `"message":"receiving"`) }); err != nil {
 		return run, fmt.Errorf("recv did not start receiving on ring %s: %s", name, recvErr.String())
@@ -476,20 +468,12 @@ func udpRun(ctx context.Context, env Env, path Path, o UDPOptions, heapSize int,
 		return run, err
 	}
 	run.SentGbps, run.Seconds = sr.Gbps, sr.Seconds
-	// A lossy run may have lost the stop heap itself: give recv a moment, then stop it.
-	var recvErrV error
-	select {
-	case recvErrV = <-recvDone:
-	case <-time.After(3 * time.Second):
-		_ = recv.Process.Signal(syscall.SIGINT)
-		recvErrV = <-recvDone // bounded by ctx: CommandContext kills it
-	}
-	recvReaped = true
-	if recvErrV != nil {
+	if recvErrV := rp.finish(3 * time.Second); recvErrV != nil {
 		return run, fmt.Errorf("recv: %w: %s", recvErrV, recvErr.String())
 	}
-	recvCPU := recv.ProcessState.UserTime() + recv.ProcessState.SystemTime() - recvCPU0 // a baseline's, to its exit
-	_ = cons.Wait()                                                                     // it ends at the end of stream; its exit status says how, its JSON what it read
+	// A baseline build's CPU counts to its exit; this build's recv reports its own at the stream's end.
+	recvCPU := recv.ProcessState.UserTime() + recv.ProcessState.SystemTime() - recvCPU0
+	_ = cons.Wait() // it ends at the end of stream; its exit status says how, its JSON what it read
 	consCPU := cons.ProcessState.UserTime() + cons.ProcessState.SystemTime() - consCPU0
 	var rc map[string]any
 	if err := json.Unmarshal(LastLine(recvOut.Bytes()), &rc); err != nil {
