@@ -56,8 +56,9 @@ func TestKeptUpConsumerKeepsWorkingSetSmallInLargeRing(t *testing.T) {
 		c.Release(h)
 	}
 	// The consumer stores its cursor every 64 releases (a 1024-slot ring's release batch, spec §7.4) and
-	// the producer looks for released slots every 16 takes (4 KiB slots): at most 64 + 16 + 1 in use.
-	if len(used) > 81 {
-		t.Fatalf("4096 heaps used %d of 1024 slots, want at most 81", len(used))
+	// the producer looks for released slots every 64 takes (4 KiB slots: 256 KiB): at most 64 + 64 + 1
+	// in use.
+	if len(used) > 129 {
+		t.Fatalf("4096 heaps used %d of 1024 slots, want at most 129", len(used))
 	}
 }

@@ -365,9 +365,10 @@ func (p *Producer) bindShared() {
 			items: items[i*int(g.MaxItems) : (i+1)*int(g.MaxItems)]}
 		p.free = append(p.free, uint32(n-1-i)) // slot 0 on top: filled first
 	}
-	// About 256 KiB of slots between looks: a look (a mutex and each consumer's cursor) costs far less
-	// than the cache misses a deeper working set costs the kernel's copy into the slots.
-	p.reclaimEvery = max(1, min(16, (256<<10)/int(max(1, g.SlotSize))))
+	// About 256 KiB of slots between looks, 64 at most (a consumer stores its cursor every 64 releases at
+	// most, spec §7.4): a look (a mutex and each consumer's cursor) costs far less than the cache misses a
+	// deeper working set costs the kernel's copy into the slots, and small heaps pay it once per 64.
+	p.reclaimEvery = max(1, min(64, (256<<10)/int(max(1, g.SlotSize))))
 	p.pos, p.reclaim = p.cfg.InitialPosition, p.cfg.InitialPosition
 	p.snap.Store(&memberSet{})
 	p.hotSnap = p.snap.Load()
