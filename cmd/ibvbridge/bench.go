@@ -100,7 +100,7 @@ func runBenchUDP(ctx context.Context, env bench.Env, args []string, stdout, stde
 	sizes, asJSON := udpFlags(fs, &o, 8972, 512<<20, 7)
 	fs.Float64Var(&o.Rate, "rate", 0, "offer this load (Gb/s) in every run instead of searching, and report CPU costs (medians of --runs)")
 	baseline := fs.String("baseline", "", "with --rate: also receive the same traffic with this ibvbridge binary (e.g. main built from git), alternating runs, and print the ratios")
-	peer := fs.String("peer", "", "spead2: receive spead2_send's traffic with recv, spead2_recv and the floor receiver, alternating, and print CPU and ratios (default shapes: 1M at 6 Gb/s, 8K at 2.5 Gb/s; --heap-sizes and --rate override)")
+	peer := fs.String("peer", "", "spead2: receive spead2_send's traffic with recv (its consumer: ibvb-consume --no-touch), spead2_recv and the floor receiver, alternating, and print CPU and ratios (default shapes: 1M at 6 Gb/s, 8K at 2.5 Gb/s; --heap-sizes and --rate override; --runs defaults to 5)")
 	var peerBins peerBinaries
 	fs.Var(&peerBins, "peer-bin", "with --peer: a spead2_recv to compare, PATH or LABEL=PATH; repeatable (default: spead2_recv on PATH)")
 	peerArgs := fs.String("peer-args", strings.Join(bench.DefaultSpead2RecvArgs, " "), "with --peer: spead2_recv's flags")
