@@ -655,7 +655,12 @@ func TestAttackOverrunMidReadNeverTorn(t *testing.T) {
 	if !slow.Valid(h) {
 		t.Fatal("a heap just read and held is not valid while its consumer is attached")
 	}
-	for cnt := uint64(1); cnt <= uint64(cfg.SlotCount)+3; cnt++ {
+	// F releases every heap until the pool runs dry and S is detached, then holds the next heaps: the free
+	// pool hands out the slot released last (LIFO), so only F holding slots makes the producer reach the one
+	// S's heap was in.
+	n := uint64(cfg.SlotCount)
+	var held []ring.Heap
+	for cnt := uint64(1); cnt <= 2*n; cnt++ {
 		if cnt > 2 {
 			publish(t, p, cnt, 256)
 		}
@@ -663,6 +668,15 @@ func TestAttackOverrunMidReadNeverTorn(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if cnt > n+1 {
+			held = append(held, fh)
+			continue
+		}
+		if err := fast.Release(fh); err != nil {
+			t.Fatalf("fast consumer: %v", err)
+		}
+	}
+	for _, fh := range held {
 		if err := fast.Release(fh); err != nil {
 			t.Fatalf("fast consumer: %v", err)
 		}

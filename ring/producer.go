@@ -209,12 +209,16 @@ type Producer struct {
 	pending   [numCounters]uint64
 	dirty     uint32   // bit c: pending[c] holds an unstored increment
 	posSlot   []uint32 // slot named by each unreleased position
-	free      []uint32 // FIFO of free slots
-	freeR     uint64
-	freeW     uint64
+	// free is a LIFO of free slots (capacity: every slot, so pushing never allocates): the slot released
+	// last is filled next, still in cache, so a ring's size costs no CPU while consumers keep up.
+	free []uint32
+	// reclaimEvery: the hot path looks for released slots every this many acquires, not only when the
+	// pool is empty, so the pool's top stays the slots consumers just released; sinceReclaim counts.
+	reclaimEvery, sinceReclaim int
 
 	// mu guards the consumer set, the table rows, reclaim and grave: admission (server goroutine) and
-	// reclaiming (hot path, only when the free pool is empty) must agree on which positions are held.
+	// reclaiming (hot path: when the pool is empty, and every reclaimEvery takes) must agree on which
+	// positions are held.
 	mu        sync.Mutex
 	reclaim   uint64    // positions below this have had their slots returned to the pool
 	members   []*member // attached consumers
@@ -420,15 +424,18 @@ func (p *Producer) bindShared() {
 	p.descs = unsafe.Slice((*descriptor)(unsafe.Pointer(&p.data[g.DescOffset])), n)
 	items := unsafe.Slice((*Item)(unsafe.Pointer(&p.data[g.ItemsOffset])), n*int(g.MaxItems))
 	p.slots = make([]Slot, n)
-	p.free = make([]uint32, n)
+	p.free = make([]uint32, 0, n)
 	p.posSlot = make([]uint32, n)
 	for i := range p.slots {
 		off := g.PayloadOffset + uint64(i)*g.SlotSize
 		p.slots[i] = Slot{Index: uint32(i), Payload: p.data[off : off+g.SlotSize : off+g.SlotSize],
 			items: items[i*int(g.MaxItems) : (i+1)*int(g.MaxItems)]}
-		p.free[i] = uint32(i)
+		p.free = append(p.free, uint32(n-1-i)) // slot 0 on top: filled first
 	}
-	p.freeW = uint64(n)
+	// About 256 KiB of slots between looks, 64 at most (a consumer stores its cursor every 64 releases at
+	// most, spec §7.4): a look (a mutex and each consumer's cursor) costs far less than the cache misses a
+	// deeper working set costs the kernel's copy into the slots, and small heaps pay it once per 64.
+	p.reclaimEvery = max(1, min(64, (256<<10)/int(max(1, g.SlotSize))))
 	p.pos, p.reclaim, p.readMark = p.cfg.InitialPosition, p.cfg.InitialPosition, p.cfg.InitialPosition
 	p.snap.Store(&memberSet{})
 	p.hotSnap = p.snap.Load()
@@ -465,11 +472,8 @@ func (p *Producer) PacketArea() []byte {
 	return p.data[g.PacketOffset : g.PacketOffset+g.PacketSize : g.PacketOffset+g.PacketSize]
 }
 
-// freeSlot returns a slot to the pool.
-func (p *Producer) freeSlot(s uint32) {
-	p.free[p.freeW%uint64(len(p.free))] = s
-	p.freeW++
-}
+// freeSlot returns a slot to the pool's top.
+func (p *Producer) freeSlot(s uint32) { p.free = append(p.free, s) }
 
 // reclaimLocked reads every attached consumer's cursor (spec §7.2) and returns to the pool the slots of
 // the positions all of them have released. With nobody attached, drop reclaims the oldest position that
@@ -477,7 +481,7 @@ func (p *Producer) freeSlot(s uint32) {
 func (p *Producer) reclaimLocked() {
 	to := p.reclaim
 	if len(p.members) == 0 {
-		if p.cfg.Policy != PolicyDrop || p.freeR != p.freeW {
+		if p.cfg.Policy != PolicyDrop || len(p.free) != 0 {
 			return
 		}
 		for to != p.pos && p.posSlot[to&p.mask] == noSlot {
@@ -550,23 +554,23 @@ func (p *Producer) overrunLocked() bool {
 		i++
 	}
 	p.reclaimLocked()
-	return p.freeR != p.freeW
+	return len(p.free) != 0
 }
 
 // Acquire takes a free slot for a new heap. With the drop policy it returns ErrFull when none is free
 // (the caller counts the dropped heap); with the block policy it waits for the slowest consumer, and
 // returns ErrClosed if Interrupt is called meanwhile.
 func (p *Producer) Acquire() (*Slot, error) {
-	if p.freeR == p.freeW {
+	if len(p.free) == 0 {
 		p.commit() // staged heaps first: consumers cannot release what they cannot see
 		p.mu.Lock()
 		p.reclaimLocked()
-		if p.freeR == p.freeW && p.cfg.Policy == PolicyDrop && !p.overrunLocked() {
+		if len(p.free) == 0 && p.cfg.Policy == PolicyDrop && !p.overrunLocked() {
 			p.mu.Unlock()
 			return nil, ErrFull
 		}
 		p.mu.Unlock()
-		if p.freeR == p.freeW {
+		if len(p.free) == 0 {
 			if err := p.waitFor(p.slotFreeLocked, nil, 0); err != nil {
 				return nil, err
 			}
@@ -575,28 +579,36 @@ func (p *Producer) Acquire() (*Slot, error) {
 	return p.takeFree(), nil
 }
 
-// TryAcquire takes a free slot if the pool has one, without reclaiming or waiting: for a slot taken ahead
+// TryAcquire takes a free slot if the pool has one, without waiting: for a slot taken ahead
 // of need (the assembler's next heaps), which Discard gives back if it goes unused. nil when none.
 func (p *Producer) TryAcquire() *Slot {
-	if p.freeR == p.freeW {
+	if len(p.free) == 0 {
 		return nil
 	}
 	return p.takeFree()
 }
 
 // FreeSlots is how many slots the pool holds now, without reclaiming. Hot path only.
-func (p *Producer) FreeSlots() int { return int(p.freeW - p.freeR) }
+func (p *Producer) FreeSlots() int { return len(p.free) }
 
+// takeFree pops the pool's top: the slot released last. Every reclaimEvery takes it first returns the
+// slots consumers have released since, if the lock is free (never waits: the server goroutine may hold it).
 func (p *Producer) takeFree() *Slot {
-	s := &p.slots[p.free[p.freeR%uint64(len(p.free))]]
-	p.freeR++
+	if p.sinceReclaim++; p.sinceReclaim >= p.reclaimEvery && p.mu.TryLock() {
+		p.sinceReclaim = 0
+		p.reclaimLocked()
+		p.mu.Unlock()
+	}
+	n := len(p.free) - 1
+	s := &p.slots[p.free[n]]
+	p.free = p.free[:n]
 	s.ResetItems()
 	return s
 }
 
 func (p *Producer) slotFreeLocked() bool {
 	p.reclaimLocked()
-	return p.freeR != p.freeW
+	return len(p.free) != 0
 }
 
 // waitFor sleeps until done (called with mu held) reports true: the mirror of the consumer's wait (spec

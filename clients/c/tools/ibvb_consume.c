@@ -2,7 +2,7 @@
  *
  * ibvb-consume --ring NAME_OR_SOCKET [--dir DIR] [--start oldest|head] [--verify] [--max-heaps N]
  *              [--timeout-ms T] [--hold N] [--sleep-us U]
- *              [--max-latency-us L]   (ibvb_set_max_latency: 0 wakes per heap)
+ *              [--max-latency-us L]   (ibvb_set_max_latency: 0 wakes per heap) [--no-touch]
  *
  * Used by the Go cross-process tests and the ring benchmark: the per-heap path makes no syscalls
  * (unless --sleep-us, or the ring is empty) and its checksum loop vectorises.
@@ -28,12 +28,13 @@ static void usage(int code)
 {
 	fprintf(code ? stderr : stdout,
 		"usage: ibvb-consume --ring NAME_OR_SOCKET [--dir DIR] [--start oldest|head] [--verify]\n"
-		"                    [--max-heaps N] [--timeout-ms T] [--max-latency-us L] [--hold N] [--sleep-us U]\n"
+		"                    [--max-heaps N] [--timeout-ms T] [--max-latency-us L] [--hold N] [--sleep-us U] [--no-touch]\n"
 		"  --ring R           ring name (looked up as R.v2.sock) or the path of its socket (ends in .v2.sock)\n"
 		"  --dir DIR          ring directory to look the name up in (default: $IBVBRIDGE_RING_DIR, else\n"
 		"                     /dev/shm/ibvbridge-EUID or /run/ibvbridge as root, then /run/ibvbridge)\n"
 		"  --start S          oldest (default): from the oldest heap the ring holds; head: only new heaps\n"
 		"  --verify           check the test pattern and item 0x1001 == heap_cnt\n"
+		"  --no-touch         take and release each heap without reading its payload (checksum 0)\n"
 		"  --max-heaps N      stop after N heaps (result max)\n"
 		"  --timeout-ms T     attach and per-heap wait timeout (default 10000)\n"
 		"  --max-latency-us L let heaps of a moving stream wait up to L us for coalesced wakes (0: a wake per heap)\n"
@@ -79,13 +80,17 @@ int main(int argc, char **argv)
 {
 	const char *ring = NULL;
 	struct ibvb_attach_opts aopts = {.dir = NULL, .start = IBVB_START_OLDEST};
-	int verify = 0;
+	int verify = 0, touch = 1;
 	uint64_t max_heaps = 0, hold = 0, sleep_us = 0, timeout_ms = 10000;
 	int64_t max_latency_us = -1; /* -1: the library's default */
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (!strcmp(a, "--verify")) {
 			verify = 1;
+			continue;
+		}
+		if (!strcmp(a, "--no-touch")) { /* what spead2_recv's main thread does with its heaps */
+			touch = 0;
 			continue;
 		}
 		if (!strcmp(a, "-h") || !strcmp(a, "--help"))
@@ -192,7 +197,8 @@ int main(int argc, char **argv)
 			last = h.heap_cnt;
 			heaps++;
 			bytes += h.received;
-			sum += checksum(h.payload, h.received);
+			if (touch)
+				sum += checksum(h.payload, h.received);
 			if (h.flags & IBVB_FLAG_INCOMPLETE)
 				incomplete++;
 			if (verify && !(h.flags & IBVB_FLAG_INCOMPLETE)) { /* holes hold unspecified bytes */
