@@ -577,6 +577,18 @@ int ibvb_attach_opts(struct ibvb_ring **out, const char *arg, int timeout_ms, co
 		rc = fail(-ENOMEM, "ring %s: out of memory", t.name);
 		goto err;
 	}
+	/* Private copies of held heaps' item entries (spec 2.1 §A): as large as the ring's item tables (so
+	 * within data_size, checked), reserved, not committed — only the entries heaps use are touched. */
+	r->own_items_size = c->slot_count * c->max_items * IBVB_ITEM_SIZE;
+	void *own = mmap(NULL, (size_t)r->own_items_size, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (own == MAP_FAILED) {
+		rc = fail(-errno, "ring %s: mmap item copies (%llu bytes): %s", t.name,
+			  (unsigned long long)r->own_items_size, strerror(errno));
+		free(r);
+		goto err;
+	}
+	r->own_items = own;
 	close_fds(wf.fd, 3);
 	r->ctl = c;
 	r->row = (const struct ibvb_row *)((const uint8_t *)c + IBVB_OFF_CONSUMER_TABLE +
@@ -595,7 +607,7 @@ int ibvb_attach_opts(struct ibvb_ring **out, const char *arg, int timeout_ms, co
 	r->session_id = c->session_id;
 	r->consumer_index = w.consumer_index;
 	r->generation = w.generation;
-	r->row_expect = IBVB_CONSUMER_ATTACHED | (uint64_t)w.generation << 32;
+	r->row_state_ok = IBVB_CONSUMER_ATTACHED;
 	r->max_latency_ns = IBVB_DEFAULT_MAX_LATENCY_NS;
 	r->coalesce_heaps = c->slot_count / 2 < 1 ? 1 : c->slot_count / 2;
 	r->sock = sock;
@@ -629,40 +641,51 @@ void ibvb_detach(struct ibvb_ring *r)
 	munmap((void *)r->data, (size_t)r->data_size);
 	munmap(r->region, IBVB_REGION_SIZE);
 	munmap((void *)r->ctl, (size_t)r->ctl_size);
+	munmap(r->own_items, (size_t)r->own_items_size);
 	close(r->sock);
 	free(r);
 }
 
 /* ---- detach by the producer, liveness, waiting ------------------------------------------------------ */
 
+/* The row no longer says "ours" (ibvb__attached failed): why, as -errno with a message; 0 if a clean stop
+ * marked it gone (what is published can still be read). Sticky: the next peek reloads head and lands here. */
 int ibvb__row_changed(struct ibvb_ring *r)
 {
 	uint32_t state = atomic_load_explicit(&r->row->state, memory_order_acquire);
-	uint32_t gen = atomic_load_explicit(&r->row->generation, memory_order_relaxed);
-	r->cached_head = r->read; /* sticky: the next peek reloads head and lands here again */
-	if (gen == r->generation) {
-		if (state == IBVB_CONSUMER_ATTACHED) {
-			return 0; /* raced with a write of the other half: still ours */
-		}
-		if (state == IBVB_CONSUMER_OVERRUN) {
-			uint64_t lost = atomic_load_explicit(&r->row->lost_heaps, memory_order_relaxed);
-			return fail(-EOVERFLOW,
-				    "ring %s overrun: detached after falling a whole ring behind, %llu heaps lost",
-				    r->name, (unsigned long long)lost);
-		}
-		if (state == IBVB_CONSUMER_BAD_CURSOR)
-			return fail(-ECONNRESET, "ring %s: detached: invalid cursor", r->name);
-		if (state == IBVB_CONSUMER_GONE &&
-		    atomic_load_explicit(&r->ctl->state, memory_order_acquire) == IBVB_STATE_CLOSED) {
-			/* a clean stop marked our row gone when it closed the connection: read what is left */
-			r->row_expect = IBVB_CONSUMER_GONE | (uint64_t)gen << 32;
-			r->cached_head = atomic_load_explicit(&r->ctl->head, memory_order_acquire);
-			return 0;
-		}
-		return fail(-ECONNRESET, "ring %s: detached by the producer (row state %u)", r->name, state);
+	uint32_t gen = atomic_load_explicit(&r->row->generation, memory_order_acquire);
+	r->cached_head = r->read;
+	if (gen != r->generation)
+		return fail(-ECONNRESET, "ring %s: detached: consumer row %u was reused (generation %u, ours %u)",
+			    r->name, r->consumer_index, gen, r->generation);
+	if (state == r->row_state_ok)
+		return 0; /* cannot happen (state is loaded before generation) but is harmless */
+	if (state == IBVB_CONSUMER_OVERRUN) {
+		uint64_t lost = atomic_load_explicit(&r->row->lost_heaps, memory_order_relaxed);
+		return fail(-EOVERFLOW, "ring %s overrun: detached after falling a whole ring behind, %llu heaps lost",
+			    r->name, (unsigned long long)lost);
 	}
-	return fail(-ECONNRESET, "ring %s: detached: consumer row %u was reused (generation %u, ours %u)", r->name,
-		    r->consumer_index, gen, r->generation);
+	if (state == IBVB_CONSUMER_BAD_CURSOR)
+		return fail(-ECONNRESET, "ring %s: detached: invalid cursor", r->name);
+	if (state == IBVB_CONSUMER_GONE && r->row_state_ok == IBVB_CONSUMER_ATTACHED &&
+	    atomic_load_explicit(&r->ctl->state, memory_order_acquire) == IBVB_STATE_CLOSED) {
+		/* a clean stop marked our row gone when it closed the connection: it reuses no slot, so what it
+		 * published (and what we hold) stays valid: read what is left */
+		r->row_state_ok = IBVB_CONSUMER_GONE;
+		r->cached_head = atomic_load_explicit(&r->ctl->head, memory_order_acquire);
+		return 0;
+	}
+	return fail(-ECONNRESET, "ring %s: detached by the producer (row state %u)", r->name, state);
+}
+
+int ibvb__stale(struct ibvb_ring *r)
+{
+	int rc = ibvb__row_changed(r);
+	if (rc == 0)
+		return 0;
+	char why[sizeof errbuf];
+	snprintf(why, sizeof why, "%s", errbuf);
+	return fail(-ESTALE, "ring %s: a released heap was overrun while held (%s)", r->name, why);
 }
 
 int ibvb_producer_alive(const struct ibvb_ring *r)
@@ -696,8 +719,7 @@ void ibvb__wake_producer(struct ibvb_ring *r)
 int ibvb__corrupt_desc(struct ibvb_ring *r, uint64_t pos, const char *what, uint64_t v1, uint64_t v2)
 {
 	/* A slot reused under a detached consumer looks corrupt: say detached if the row says so (§7.6). */
-	if (atomic_load_explicit((const _Atomic uint64_t *)(const void *)r->row, memory_order_acquire) !=
-	    r->row_expect) {
+	if (!ibvb__attached(r)) {
 		int rc = ibvb__row_changed(r);
 		if (rc < 0)
 			return rc;

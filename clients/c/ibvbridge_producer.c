@@ -474,6 +474,8 @@ static void detach_locked(struct ibvb_producer *p, uint32_t i, uint32_t state, u
 	struct ibvb_row *row = &p->rows[i];
 	atomic_store_explicit(&row->lost_heaps, lost, memory_order_relaxed);
 	atomic_store_explicit(&row->state, state, memory_order_release);
+	/* 2.1 §A: the row says detached before any slot it held is reused (a consumer checks it after reading) */
+	atomic_thread_fence(memory_order_seq_cst);
 	if (state == IBVB_CONSUMER_OVERRUN)
 		atomic_fetch_add_explicit(&p->ctl->stats[IBVB_CTR_CONSUMER_OVERRUNS], 1, memory_order_relaxed);
 	if (state == IBVB_CONSUMER_BAD_CURSOR)

@@ -282,12 +282,12 @@ static void t_major(void)
 	sock_of(sock, sizeof sock, "major");
 	p.ctl->major = 3; /* in the header */
 	CHECK_EQ(ibvb_attach(&r, sock, 0), -EPROTONOSUPPORT);
-	CHECK(strstr(ibvb_last_error(), "layout 3.0"));
-	CHECK(strstr(ibvb_last_error(), "speaks 2.0"));
+	CHECK(strstr(ibvb_last_error(), "layout 3.")); /* the header's minor follows */
+	CHECK(strstr(ibvb_last_error(), "speaks 2.1"));
 	p.ctl->major = 2;
 	p.welcome_mode = TP_WELCOME_MAJOR3; /* in the welcome */
 	CHECK_EQ(ibvb_attach(&r, sock, 0), -EPROTONOSUPPORT);
-	CHECK(strstr(ibvb_last_error(), "layout 3.0"));
+	CHECK(strstr(ibvb_last_error(), "layout 3.1"));
 	p.welcome_mode = TP_WELCOME_OK;
 	p.refuse_status = IBVB_STATUS_VERSION; /* the producer's version error record */
 	snprintf(p.refuse_msg, sizeof p.refuse_msg, "ring major is layout 2.0; this client speaks 3.0");
@@ -1310,6 +1310,85 @@ static void t_overrun(void)
 	tp_close(&p);
 }
 
+/* Spec 2.1 §A, deterministic: a slow consumer S holds heap 0 while a fast one F keeps up and the producer
+ * laps S (drop: S is detached as overrun and its slots are reused). S's held heap is reported invalid after
+ * its bytes were rewritten, its release says -ESTALE, and its next peek says overrun with the heaps lost —
+ * even for a position below the head it had already seen whose slot the producer has begun to rewrite
+ * before writing the new descriptor (2.0 handed that heap out with the new bytes). */
+static void t_overrun_while_held_is_reported_not_torn(void)
+{
+	struct tp p;
+	char sock[512];
+	struct ibvb_ring *s, *f;
+	struct ibvb_heap h0, h;
+	CHECK_EQ(tp_create(&p, g_dir, "torn", NULL), 0);
+	sock_of(sock, sizeof sock, "torn");
+	CHECK_EQ(ibvb_attach(&s, sock, 0), 0);
+	CHECK_EQ(ibvb_attach(&f, sock, 0), 0);
+	for (int i = 0; i < 4; i++)
+		CHECK_EQ(pub(&p, i, 64), 0);
+	CHECK_EQ(ibvb_peek(s, &h0), 0); /* S holds heap 0 and has seen head 4 */
+	CHECK_EQ(h0.heap_cnt, 0);
+	CHECK(pattern_ok(&h0));
+	CHECK_EQ(ibvb_heap_valid(s, &h0), 1);
+	for (int i = 4; i <= 8; i++) {
+		while (ibvb_peek(f, &h) == 0)
+			CHECK_EQ(ibvb_release(f, &h), 0); /* F keeps up, and is valid throughout */
+		ibvb_flush_release(f);
+		CHECK_EQ(pub(&p, i, 64), 0); /* heap 8: the ring is full, F is ahead: S is detached */
+	}
+	uint32_t is = ibvb_consumer_index(s);
+	CHECK_EQ(atomic_load(&p.rows[is].state), IBVB_CONSUMER_OVERRUN);
+	CHECK_EQ(atomic_load(&p.rows[is].lost_heaps), 8);
+	/* the producer has begun to reuse position 1's slot: new bytes, the old descriptor still in place */
+	uint32_t slot1 = p.desc[1].slot;
+	memset(p.payload + (uint64_t)slot1 * p.slot_size, 0xEE, 64);
+	CHECK(!pattern_ok(&h0)); /* heap 8's bytes now sit in heap 0's slot */
+	CHECK_EQ(ibvb_heap_valid(s, &h0), 0);
+	CHECK_EQ(ibvb_peek(s, &h), -EOVERFLOW); /* not position 1 with 0xEE bytes */
+	CHECK(strstr(ibvb_last_error(), "8 heaps lost"));
+	CHECK_EQ(ibvb_release(s, &h0), -ESTALE);
+	CHECK(strstr(ibvb_last_error(), "overrun while held"));
+	CHECK(strstr(ibvb_last_error(), "8 heaps lost"));
+	CHECK_EQ(ibvb_peek(s, &h), -EOVERFLOW); /* sticky */
+	CHECK_EQ(ibvb_wait(s, &h, 50), -EOVERFLOW);
+	CHECK_EQ(ibvb_peek(f, &h), 0);
+	CHECK_EQ(h.heap_cnt, 8);
+	CHECK(pattern_ok(&h));
+	CHECK_EQ(ibvb_heap_valid(f, &h), 1);
+	CHECK_EQ(ibvb_release(f, &h), 0);
+	ibvb_detach(s);
+	ibvb_detach(f);
+	tp_close(&p);
+}
+
+/* Spec 2.1 §A: item entries are copied out of the ring and validated once: a producer that rewrites an
+ * entry after the heap was handed out changes nothing the consumer sees (ibvb_item_ptr, find_item). */
+static void t_items_are_private_copies(void)
+{
+	struct tp p;
+	char sock[512];
+	struct ibvb_ring *r;
+	struct ibvb_heap h;
+	CHECK_EQ(tp_create(&p, g_dir, "itemcopy", NULL), 0);
+	sock_of(sock, sizeof sock, "itemcopy");
+	CHECK_EQ(ibvb_attach(&r, sock, 0), 0);
+	CHECK_EQ(pub(&p, 7, 64), 0);
+	CHECK_EQ(ibvb_peek(r, &h), 0);
+	struct ibvb_item *shared = p.items + (uint64_t)h.slot * p.max_items;
+	CHECK(h.items != shared);
+	shared[1].value = 1ull << 40; /* a hostile rewrite of the validated offset */
+	shared[0].value = 99;
+	const struct ibvb_item *it = ibvb_find_item(&h, 0x1600);
+	CHECK(it);
+	CHECK_EQ(it->value, 8);
+	CHECK(ibvb_item_ptr(&h, it) == h.payload + 8);
+	CHECK_EQ(ibvb_find_item(&h, 0x1001)->value, 7);
+	CHECK_EQ(ibvb_release(r, &h), 0);
+	ibvb_detach(r);
+	tp_close(&p);
+}
+
 /* An invalid cursor gets the consumer detached (state 3): -ECONNRESET; so does a reused row. */
 static void t_bad_cursor(void)
 {
@@ -1691,6 +1770,75 @@ static void t_consume_tool(void)
 	unlink(sock);
 }
 
+/* 1 once process pid sleeps in nanosleep/clock_nanosleep (ibvb-consume --sleep-us holds a heap then). */
+static int in_nanosleep(pid_t pid)
+{
+	char path[64], buf[128];
+	snprintf(path, sizeof path, "/proc/%d/syscall", (int)pid);
+	int fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	long nr = strtol(buf, NULL, 10);
+	return nr == SYS_nanosleep || nr == SYS_clock_nanosleep;
+}
+
+/* Spec 2.1 §A across processes: ibvb-consume --verify is stopped (SIGSTOP) while it holds a heap, the
+ * producer laps it while another consumer keeps up, then SIGCONT: the heap it then reads is counted as
+ * overrun (overrun_heaps 1), never as a verify error or good data, and it exits 4 (overrun). */
+static void t_consume_tool_sigstopped_overrun_counts_overrun_heaps(void)
+{
+	if (!g_consume) {
+		fprintf(stderr, "    (skipped: no ibvb-consume path given)\n");
+		return;
+	}
+	snprintf(g_errfile, sizeof g_errfile, "%s/stopped.err", g_dir);
+	struct tp p;
+	char sock[512], out[4096];
+	pid_t pid;
+	int fd, el;
+	struct ibvb_ring *f;
+	struct ibvb_heap h;
+	CHECK_EQ(tp_create(&p, g_dir, "stopped", NULL), 0);
+	sock_of(sock, sizeof sock, "stopped");
+	const char *slow[] = {"--sleep-us", "200000", NULL};
+	CHECK_EQ(run_consume(sock, slow, &pid, &fd), 0);
+	CHECK_EQ(wait_attached(&p, 1), 0);
+	CHECK_EQ(ibvb_attach(&f, sock, 0), 0);
+	CHECK_EQ(pub(&p, 0, 256), 0);
+	int64_t t0 = now_ms();
+	while (!in_nanosleep(pid) && now_ms() - t0 < 10000)
+		usleep(200);
+	CHECK(in_nanosleep(pid)); /* it has taken heap 0 and sleeps holding it */
+	CHECK_EQ(kill(pid, SIGSTOP), 0);
+	int st;
+	CHECK_EQ(waitpid(pid, &st, WUNTRACED), pid);
+	CHECK(WIFSTOPPED(st));
+	for (int i = 1; i <= 9; i++) {
+		while (ibvb_peek(f, &h) == 0)
+			ibvb_release(f, &h);
+		ibvb_flush_release(f);
+		CHECK_EQ(pub(&p, (uint64_t)i, 256), 0);
+	}
+	CHECK_EQ(atomic_load(&p.ctl->stats[IBVB_CTR_CONSUMER_OVERRUNS]), 1);
+	CHECK_EQ(kill(pid, SIGCONT), 0);
+	int ec = finish_consume(pid, fd, out, sizeof out, &el);
+	if (ec != 4)
+		fprintf(stderr, "    ibvb-consume exit %d: %s\n", ec, out);
+	CHECK_EQ(ec, 4);
+	CHECK(strstr(out, "\"heaps\":1,"));
+	CHECK(strstr(out, "\"verify_errors\":0,"));
+	CHECK(strstr(out, "\"overrun_heaps\":1,"));
+	CHECK(strstr(out, "\"result\":\"overrun\""));
+	CHECK(strstr(out, "8 heaps lost"));
+	ibvb_detach(f);
+	tp_close(&p);
+}
+
 /* ---- runner ------------------------------------------------------------------------------------ */
 
 static const struct test tests[] = {
@@ -1725,12 +1873,15 @@ static const struct test tests[] = {
     {"three_consumers", t_three_consumers},
     {"detach_one_consumer", t_detach_one},
     {"overrun", t_overrun},
+    {"overrun_while_held_is_reported_not_torn", t_overrun_while_held_is_reported_not_torn},
+    {"items_are_private_copies", t_items_are_private_copies},
     {"bad_cursor", t_bad_cursor},
     {"error_records", t_error_records},
     {"welcome_malformed", t_welcome_malformed},
     {"untrusted_uid", t_untrusted_uid},
     {"start_and_lookup", t_start_and_lookup},
     {"consume_tool", t_consume_tool},
+    {"consume_tool_sigstopped_overrun", t_consume_tool_sigstopped_overrun_counts_overrun_heaps},
 };
 
 
