@@ -3,6 +3,7 @@
  * Only libc. */
 #define _GNU_SOURCE
 #include "ibvbridge.h"
+#include "ibvbridge_internal.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -102,19 +103,27 @@ static int valid_name(const char *name)
 
 #define MAX_DIRS 2
 #define PATH_CAP sizeof(((struct sockaddr_un *)0)->sun_path)
+#define DEFAULT_WELCOME_MS 5000 /* spec 2.1 §1.2: the welcome's timeout when the attach has none */
 
 struct target {
-	char name[IBVB_NAME_MAX + 1];   /* for messages */
+	char name[IBVB_NAME_MAX + 1];        /* for messages */
+	char sock[IBVB_NAME_MAX + 16];       /* NAME.v2.sock: the file name in a directory */
 	int ndirs;
-	char paths[MAX_DIRS][PATH_CAP]; /* candidate socket paths, in lookup order */
+	int given;                           /* the directory (or socket path) was given: untrusted = refuse */
+	char dirs[MAX_DIRS][PATH_MAX];       /* candidate directories, in lookup order */
+	int warned[MAX_DIRS];                /* an untrusted directory was named in a warning */
+	uint32_t dir_uid;                    /* the connected socket's (trusted) directory */
+	uint32_t dir_mode;
+	int which;                           /* index of that directory */
 };
 
-static int add_path(struct target *t, const char *dir, const char *arg)
+static int add_dir(struct target *t, const char *dir)
 {
-	int n = snprintf(t->paths[t->ndirs], PATH_CAP, "%s/%s%s", dir, arg, IBVB_SOCK_SUFFIX);
-	if (n < 0 || (size_t)n >= PATH_CAP)
-		return fail(-ENAMETOOLONG, "ring %s: socket path %s/%s%s is too long for a Unix socket", arg, dir, arg,
-			    IBVB_SOCK_SUFFIX);
+	for (int i = 0; i < t->ndirs; i++)
+		if (!strcmp(t->dirs[i], dir))
+			return 0;
+	if (snprintf(t->dirs[t->ndirs], PATH_MAX, "%s", dir) >= PATH_MAX)
+		return fail(-ENAMETOOLONG, "ring %s: directory %s is too long", t->name, dir);
 	t->ndirs++;
 	return 0;
 }
@@ -126,36 +135,38 @@ static int resolve(const char *arg, const char *dir, struct target *t)
 	if (strchr(arg, '/')) {
 		if (n <= sl || strcmp(arg + n - sl, IBVB_SOCK_SUFFIX) != 0)
 			return fail(-EINVAL, "ring socket path %s must end in %s", arg, IBVB_SOCK_SUFFIX);
-		if (n >= PATH_CAP)
-			return fail(-ENAMETOOLONG, "ring socket path %s is too long for a Unix socket", arg);
-		memcpy(t->paths[0], arg, n + 1);
-		t->ndirs = 1;
 		const char *base = strrchr(arg, '/') + 1;
 		size_t bl = strlen(base) - sl;
 		if (bl > IBVB_NAME_MAX)
-			bl = IBVB_NAME_MAX;
+			return fail(-EINVAL, "ring socket path %s: the name is longer than %d characters", arg,
+				    IBVB_NAME_MAX);
 		memcpy(t->name, base, bl);
-		t->name[bl] = 0;
+		memcpy(t->sock, base, strlen(base) + 1);
+		t->given = 1;
+		if (base - arg >= PATH_MAX)
+			return fail(-ENAMETOOLONG, "ring socket path %s is too long", arg);
+		t->ndirs = 1;
+		if (base - arg == 1)
+			snprintf(t->dirs[0], PATH_MAX, "/");
+		else
+			snprintf(t->dirs[0], PATH_MAX, "%.*s", (int)(base - arg - 1), arg);
 		return 0;
 	}
 	if (!valid_name(arg))
 		return fail(-EINVAL, "ring name \"%s\": use 1-64 characters from [A-Za-z0-9_.-], not starting with '.'",
 			    arg);
 	memcpy(t->name, arg, n + 1);
+	snprintf(t->sock, sizeof t->sock, "%s%s", arg, IBVB_SOCK_SUFFIX);
 	const char *env = getenv(IBVB_DIR_ENV);
-	if (dir)
-		return add_path(t, dir, arg);
-	if (env && env[0])
-		return add_path(t, env, arg);
-	uid_t euid = geteuid();
-	int rc;
-	if (euid == 0)
-		return add_path(t, IBVB_RUN_DIR, arg);
-	char own[64];
-	snprintf(own, sizeof own, "%s%u", IBVB_SHM_DIR_PREFIX, (unsigned)euid);
-	if ((rc = add_path(t, own, arg)) < 0)
-		return rc;
-	return add_path(t, IBVB_RUN_DIR, arg);
+	if (dir || (env && env[0])) {
+		t->given = 1;
+		return add_dir(t, dir ? dir : env);
+	}
+	char own[PATH_MAX];
+	if (ibvb__own_default_dir(own, sizeof own) < 0)
+		return fail(-ENAMETOOLONG, "ring %s: the default directory ($XDG_RUNTIME_DIR) is too long", t->name);
+	int rc = add_dir(t, own);
+	return rc < 0 ? rc : add_dir(t, IBVB_RUN_DIR);
 }
 
 /* Spec §1.2: the uids a consumer trusts to serve a ring. */
@@ -166,63 +177,111 @@ int ibvb_peer_uid_trusted(uint32_t peer_uid, uint32_t euid, uint32_t dir_uid, ui
 	return peer_uid == dir_uid && (dir_mode & (S_IWGRP | S_IWOTH)) == 0;
 }
 
-static int check_peer(const struct target *t, int fd, const char *path)
+static int check_peer(const struct target *t, int fd)
 {
 	struct ucred cr;
 	socklen_t len = sizeof cr;
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0)
-		return fail(-errno, "ring %s: SO_PEERCRED on %s: %s", t->name, path, strerror(errno));
-	char dir[PATH_CAP];
-	snprintf(dir, sizeof dir, "%s", path);
-	char *slash = strrchr(dir, '/');
-	if (slash == dir)
-		slash[1] = 0;
-	else if (slash)
-		*slash = 0;
-	else
-		snprintf(dir, sizeof dir, ".");
-	struct stat st;
-	uint32_t dir_uid = UINT32_MAX, dir_mode = 0777;
-	if (stat(dir, &st) == 0) {
-		dir_uid = st.st_uid;
-		dir_mode = st.st_mode;
-	}
-	if (!ibvb_peer_uid_trusted(cr.uid, geteuid(), dir_uid, dir_mode))
-		return fail(-EPERM, "ring %s: socket %s served by uid %u, which is not trusted", t->name, path,
-			    (unsigned)cr.uid);
+		return fail(-errno, "ring %s: SO_PEERCRED on %s/%s: %s", t->name, t->dirs[t->which], t->sock,
+			    strerror(errno));
+	if (!ibvb_peer_uid_trusted(cr.uid, geteuid(), t->dir_uid, t->dir_mode))
+		return fail(-EPERM, "ring %s: socket %s/%s served by uid %u, which is not trusted", t->name,
+			    t->dirs[t->which], t->sock, (unsigned)cr.uid);
 	return 0;
 }
 
-#define NEED_RETRY (-1000000) /* try_connect: not there yet (ENOENT / ECONNREFUSED): retry */
+enum lookup { FOUND, NOT_FOUND, STALE };
 
-/* Connect to the first candidate socket that exists. Returns the fd (*which: its path), NEED_RETRY, or
- * -errno. */
-static int try_connect(const struct target *t, int *which)
+/* connect() to NAME.v2.sock inside the directory open as dfd (through /proc/self/fd: the directory checked
+ * is the one connected in). 0 and *sock; 1 refused (stale); -errno. */
+static int connect_in(const struct target *t, int dfd, int *sock)
 {
-	for (int i = 0; i < t->ndirs; i++) {
-		struct stat st;
-		if (t->ndirs > 1 && stat(t->paths[i], &st) < 0)
-			continue; /* §1.1: the first directory that holds the socket wins */
-		int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-		if (fd < 0)
-			return fail(-errno, "ring %s: socket: %s", t->name, strerror(errno));
-		struct sockaddr_un sa;
-		memset(&sa, 0, sizeof sa);
-		sa.sun_family = AF_UNIX;
-		memcpy(sa.sun_path, t->paths[i], strlen(t->paths[i]) + 1);
-		if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
-			*which = i;
-			return fd;
-		}
-		int e = errno;
-		close(fd);
-		if (e == ENOENT || e == ECONNREFUSED)
-			return NEED_RETRY; /* marker: retry */
-		if (e == EACCES || e == EPERM)
-			return fail(-EACCES, "ring %s: connect %s: %s", t->name, t->paths[i], strerror(e));
-		return fail(-e, "ring %s: connect %s: %s", t->name, t->paths[i], strerror(e));
+	struct sockaddr_un sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sun_family = AF_UNIX;
+	snprintf(sa.sun_path, sizeof sa.sun_path, "/proc/self/fd/%d/%s", dfd, t->sock);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return fail(-errno, "ring %s: socket: %s", t->name, strerror(errno));
+	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
+		*sock = fd;
+		return 0;
 	}
-	return NEED_RETRY;
+	int e = errno;
+	close(fd);
+	if (e == ECONNREFUSED || e == ENOENT)
+		return 1;
+	if (e == EACCES || e == EPERM)
+		return fail(-EACCES, "ring %s: connect %s/%s: %s", t->name, t->dirs[t->which], t->sock, strerror(e));
+	return fail(-e, "ring %s: connect %s/%s: %s", t->name, t->dirs[t->which], t->sock, strerror(e));
+}
+
+/* One pass over the directories (spec 2.1 §1.1): the first trusted one holding a live socket wins.
+ * FOUND (*sock), NOT_FOUND, STALE (*stale_dir: the first refusing socket's directory), or -errno. */
+static int try_connect(struct target *t, int *sock, int *stale_dir)
+{
+	int result = NOT_FOUND;
+	uid_t euid = geteuid();
+	for (int i = 0; i < t->ndirs; i++) {
+		int dfd;
+		struct stat st, sst;
+		char why[PATH_MAX + 100];
+		int rc = ibvb__open_trusted_dir(t->dirs[i], euid, &dfd, &st, why, sizeof why);
+		if (rc == -ENOENT)
+			continue;
+		if (rc == -EPERM && t->given)
+			return fail(-EPERM, "ring %s: refusing untrusted directory %s", t->name, why);
+		if (rc == -EPERM) {
+			if (!t->warned[i])
+				ibvb__warn("skipping %s", why);
+			t->warned[i] = 1;
+			continue;
+		}
+		if (rc < 0)
+			return fail(rc, "ring %s: %s", t->name, why);
+		t->which = i;
+		if (fstatat(dfd, t->sock, &sst, AT_SYMLINK_NOFOLLOW) < 0) {
+			close(dfd);
+			continue;
+		}
+		rc = connect_in(t, dfd, sock);
+		close(dfd);
+		if (rc < 0)
+			return rc;
+		if (rc == 0) {
+			t->dir_uid = st.st_uid;
+			t->dir_mode = st.st_mode;
+			return FOUND;
+		}
+		if (result == NOT_FOUND)
+			*stale_dir = i;
+		result = STALE;
+	}
+	return result;
+}
+
+/* Connect (spec 2.1 §9 step 1): not found fails at once unless wait; stale is retried until the deadline. */
+static int find_and_connect(struct target *t, int wait, int64_t deadline)
+{
+	for (;;) {
+		int sock = -1, stale = 0;
+		int rc = try_connect(t, &sock, &stale);
+		if (rc < 0)
+			return rc;
+		if (rc == FOUND)
+			return sock;
+		int64_t now = mono_ns();
+		if (now >= deadline || (rc == NOT_FOUND && !wait)) {
+			if (rc == STALE)
+				return fail(-ECONNREFUSED,
+					    "ring %s: stale socket %s/%s (no producer; `ibvbridge rm --stale` removes it)",
+					    t->name, t->dirs[stale], t->sock);
+			if (t->ndirs > 1)
+				return fail(-ENOENT, "ring %s not found (looked in %s, %s)", t->name, t->dirs[0], t->dirs[1]);
+			return fail(-ENOENT, "ring %s not found (looked in %s)", t->name, t->dirs[0]);
+		}
+		sleep_ns(deadline - now < RETRY_NS ? deadline - now : RETRY_NS);
+	}
 }
 
 /* ---- handshake (spec §1.2, §9 step 3) -------------------------------------------------------------- */
@@ -259,7 +318,7 @@ static int handshake(const struct target *t, int sock, int start, int64_t deadli
 		if (deadline_ns != INT64_MAX) {
 			int64_t left = deadline_ns - mono_ns();
 			if (left <= 0)
-				return fail(-ETIMEDOUT, "ring %s: no welcome from the producer in time", t->name);
+				return fail(-ETIMEDOUT, "ring %s: the producer did not answer (no welcome in time)", t->name);
 			ms = (int)((left + 999999) / 1000000);
 		}
 		struct pollfd pfd = {.fd = sock, .events = POLLIN};
@@ -495,7 +554,7 @@ int ibvb_attach_opts(struct ibvb_ring **out, const char *arg, int timeout_ms, co
 	const void *data = MAP_FAILED;
 	void *region = MAP_FAILED;
 	uint64_t ctl_size = 0, data_size = 0;
-	int sock = -1, which = 0, rc;
+	int sock = -1, rc;
 
 	errbuf[0] = 0;
 	if (!out || !arg)
@@ -508,26 +567,12 @@ int ibvb_attach_opts(struct ibvb_ring **out, const char *arg, int timeout_ms, co
 		return rc;
 	int64_t t0 = mono_ns();
 	int64_t deadline = timeout_ms < 0 ? INT64_MAX : t0 + (int64_t)timeout_ms * 1000000LL;
-	for (;;) {
-		sock = try_connect(&t, &which);
-		if (sock >= 0)
-			break;
-		if (sock != NEED_RETRY)
-			return sock;
-		int64_t now = mono_ns();
-		if (now >= deadline) {
-			if (t.ndirs > 1)
-				return fail(-ENOENT, "ring %s not found (no %s%s in %.*s or %s)", t.name, t.name,
-					    IBVB_SOCK_SUFFIX, (int)(strrchr(t.paths[0], '/') - t.paths[0]), t.paths[0],
-					    IBVB_RUN_DIR);
-			return fail(-ENOENT, "ring %s not found (%s)", t.name, t.paths[0]);
-		}
-		sleep_ns(deadline - now < RETRY_NS ? deadline - now : RETRY_NS);
-	}
-	if ((rc = check_peer(&t, sock, t.paths[which])) < 0)
+	if ((sock = find_and_connect(&t, opts && (opts->flags & IBVB_ATTACH_WAIT), deadline)) < 0)
+		return sock;
+	if ((rc = check_peer(&t, sock)) < 0)
 		goto err;
-	int64_t hs_deadline = deadline;
-	if (hs_deadline != INT64_MAX && hs_deadline < mono_ns() + HANDSHAKE_MIN_MS * 1000000LL)
+	int64_t hs_deadline = deadline == INT64_MAX ? mono_ns() + DEFAULT_WELCOME_MS * 1000000LL : deadline;
+	if (hs_deadline < mono_ns() + HANDSHAKE_MIN_MS * 1000000LL)
 		hs_deadline = mono_ns() + HANDSHAKE_MIN_MS * 1000000LL;
 	if ((rc = handshake(&t, sock, start, hs_deadline, &w, &wf)) < 0)
 		goto err;

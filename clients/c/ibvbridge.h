@@ -561,18 +561,30 @@ struct ibvb_info {
 
 /* Attach options (all-zero = the defaults). */
 struct ibvb_attach_opts {
-	const char *dir; /* ring directory to look in; NULL: the §1.1 rules ($IBVBRIDGE_RING_DIR, else
-			  * /dev/shm/ibvbridge-EUID (or /run/ibvbridge as root), then /run/ibvbridge) */
+	const char *dir; /* ring directory to look in (only that one); NULL: the §1.1 rules: $IBVBRIDGE_RING_DIR
+			  * (only that), else the own default (/run/ibvbridge as root, else $XDG_RUNTIME_DIR/ibvbridge,
+			  * else /dev/shm/ibvbridge-EUID), then /run/ibvbridge */
 	int start;       /* IBVB_START_OLDEST (0, default): from the oldest heap the ring still holds;
 			  * IBVB_START_HEAD (1): only heaps published after the attach */
+	unsigned flags;  /* IBVB_ATTACH_WAIT: wait (up to the timeout) for a ring that does not exist yet */
 };
+#define IBVB_ATTACH_WAIT 0x1u
 
-/* Attach as a consumer to a ring: NAME (looked up as NAME.v2.sock, spec §1.1) or the path of the socket
- * (contains '/', ends in ".v2.sock"). Retries every 10 ms until timeout_ms (<0: forever) while the socket
- * is missing or refuses connections. On success *out is the handle; the caller owns it (ibvb_detach).
+/* Where warnings go (a ring directory skipped because it is not trusted, spec 2.1 §1.1): fn(msg, arg) with
+ * one line without a newline; NULL (the default): "ibvbridge: MSG" on stderr. Process-wide. */
+typedef void (*ibvb_warn_fn)(const char *msg, void *arg);
+void ibvb_set_warn_handler(ibvb_warn_fn fn, void *arg);
+
+/* Attach as a consumer to a ring: NAME (looked up as NAME.v2.sock in trusted directories only, spec 2.1
+ * §1.1: an untrusted one is skipped with a warning) or the path of the socket (contains '/', ends in
+ * ".v2.sock"; its directory must be trusted). A ring no directory holds fails at once (-ENOENT, "ring NAME
+ * not found (looked in DIR, DIR)") unless opts->flags has IBVB_ATTACH_WAIT: then it retries every 10 ms
+ * until timeout_ms (<0: forever). A socket that refuses connections (stale) is retried until timeout_ms,
+ * then reported (-ECONNREFUSED). The welcome is awaited up to timeout_ms (at least 2 s; 5 s when
+ * timeout_ms < 0). On success *out is the handle; the caller owns it (ibvb_detach).
  * Errors (*out = NULL, ibvb_last_error() says more):
- *   -EINVAL bad name, path or option; -ENOENT not found before the timeout; -EPERM the socket is served by
- *   an untrusted uid; -EACCES not permitted (by the producer, or connect was denied); -EBUSY every consumer
+ *   -EINVAL bad name, path or option; -ENOENT not found; -ECONNREFUSED stale socket; -EPERM an untrusted
+ *   directory was given, or the socket is served by an untrusted uid; -EACCES not permitted (by the producer, or connect was denied); -EBUSY every consumer
  *   row is taken; -ESHUTDOWN the producer is closing; -EPROTONOSUPPORT another layout major (the message
  *   names both versions); -EPROTO malformed welcome or a protocol error record; -EBADMSG corrupt header or
  *   geometry, missing seals or a size mismatch; -ETIMEDOUT no welcome in time; other -errno. */

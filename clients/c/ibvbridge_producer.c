@@ -2,6 +2,7 @@
  * Only libc and pthreads. */
 #define _GNU_SOURCE
 #include "ibvbridge.h"
+#include "ibvbridge_internal.h"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -154,56 +155,30 @@ struct ibvb__pstate {
 
 /* ---- the ring directory and the lock (spec §1.1) --------------------------------------------- */
 
+/* Spec 2.1 §B: $IBVBRIDGE_RING_DIR, else the caller's own default (/run/ibvbridge for root, else
+ * $XDG_RUNTIME_DIR/ibvbridge, else /dev/shm/ibvbridge-EUID). */
 static void default_dir(char *buf, size_t cap)
 {
 	const char *e = getenv(IBVB_DIR_ENV);
 	if (e && *e)
 		snprintf(buf, cap, "%s", e);
-	else if (geteuid() == 0)
-		snprintf(buf, cap, "%s", IBVB_RUN_DIR);
-	else
-		snprintf(buf, cap, "%s%u", IBVB_SHM_DIR_PREFIX, (unsigned)geteuid());
+	else if (ibvb__own_default_dir(buf, cap) < 0)
+		buf[0] = 0; /* refused by open_ring_dir */
 }
 
-/* mkdir -p of path's parent (0755). */
-static void mkdir_parents(const char *path)
-{
-	char tmp[PATH_MAX];
-	snprintf(tmp, sizeof tmp, "%s", path);
-	char *slash = strrchr(tmp, '/');
-	if (!slash || slash == tmp)
-		return;
-	*slash = 0;
-	for (char *q = tmp + 1; *q; q++) {
-		if (*q == '/') {
-			*q = 0;
-			mkdir(tmp, 0755);
-			*q = '/';
-		}
-	}
-	mkdir(tmp, 0755);
-}
-
+/* The ring directory, made component by component without following a symlink (spec 2.1 §B); the final one
+ * must be ours and not writable by group or others. */
 static int open_ring_dir(struct ibvb__pstate *st)
 {
 	const char *path = st->dir;
-	mkdir_parents(path);
-	if (mkdir(path, 0755) < 0 && errno != EEXIST)
-		return fail(-errno, "ring directory %s: mkdir: %s", path, strerror(errno));
-	struct stat lst, fst;
-	if (lstat(path, &lst) < 0)
-		return fail(-errno, "ring directory %s: lstat: %s", path, strerror(errno));
-	if (!S_ISDIR(lst.st_mode))
-		return fail(-EPERM, "unsafe ring directory: %s is not a directory (a symlink or a file is in its place)",
-			    path);
-	int fd = open(path, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_RDONLY);
-	if (fd < 0)
-		return fail(-errno, "ring directory %s: open: %s", path, strerror(errno));
-	int rc = 0;
+	if (!path[0])
+		return fail(-ENAMETOOLONG, "ring directory: the default path is too long ($XDG_RUNTIME_DIR)");
+	int fd, rc = ibvb__make_dir_nofollow(path, st->euid, &fd);
+	if (rc < 0)
+		return rc;
+	struct stat fst;
 	if (fstat(fd, &fst) < 0)
 		rc = fail(-errno, "ring directory %s: fstat: %s", path, strerror(errno));
-	else if (fst.st_dev != lst.st_dev || fst.st_ino != lst.st_ino)
-		rc = fail(-EPERM, "unsafe ring directory: %s changed while it was opened", path);
 	else if (fst.st_uid != st->euid)
 		rc = fail(-EPERM, "unsafe ring directory: %s is owned by uid %u, not %u (remove it, or give --dir)", path,
 			  (unsigned)fst.st_uid, (unsigned)st->euid);

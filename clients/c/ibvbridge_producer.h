@@ -63,7 +63,8 @@ extern "C" {
 /* Creation options; all-zero (or a NULL pointer) gives the defaults. */
 struct ibvb_producer_opts {
 	const char *dir;        /* ring directory; NULL: $IBVBRIDGE_RING_DIR, else /run/ibvbridge as root, else
-				 * /dev/shm/ibvbridge-EUID (spec §1.1) */
+				 * $XDG_RUNTIME_DIR/ibvbridge, else /dev/shm/ibvbridge-EUID (spec §1.1); made
+				 * component by component, never through a symlink */
 	uint64_t slot_count;    /* payload slots, a power of two in 1..2^24 (default 256) */
 	uint64_t slot_size;     /* payload bytes per slot, rounded up to 64 (default 1 MiB) */
 	uint32_t max_items;     /* item-table entries per slot, 1..65536 (default 64) */

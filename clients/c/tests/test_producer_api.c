@@ -68,7 +68,7 @@ static int pub(struct ibvb_producer *p, uint64_t cnt, uint64_t len)
 
 static int attach(struct ibvb_ring **r, const char *name, int start)
 {
-	struct ibvb_attach_opts ao = {g_dir, start};
+	struct ibvb_attach_opts ao = {g_dir, start, 0};
 	return ibvb_attach_opts(r, name, 5000, &ao);
 }
 
@@ -167,7 +167,7 @@ static void test_bytes_block(void)
 	ibvb_producer_close(p);
 	CHECK(!file_exists("bytes-block", IBVB_SOCK_SUFFIX) && !file_exists("bytes-block", IBVB_LOCK_SUFFIX));
 	struct ibvb_ring *r;
-	struct ibvb_attach_opts ao = {g_dir, 0};
+	struct ibvb_attach_opts ao = {g_dir, 0, 0};
 	CHECK_EQ(ibvb_attach_opts(&r, "bytes-block", 50, &ao), -ENOENT);
 }
 
@@ -779,6 +779,42 @@ static void test_hugepages(void)
 	CHECK(strstr(ibvb_last_error(), "MiB of shared memory") != NULL);
 }
 
+/* Spec 2.1 §1.1: the ring directory is made component by component without following a symlink. --dir
+ * X/link/y/z, where link is another user's symlink to a directory, is refused naming link, and nothing is
+ * created through it (2.0 followed it and made y/, z/, the socket and the lock in the attacker's directory);
+ * a component owned by another user is refused too. */
+static void test_attack_parent_symlink_dir_is_refused(void)
+{
+	if (geteuid() != 0) {
+		fprintf(stderr, "    (skipped: needs root to own the attacker's symlink as another uid)\n");
+		return;
+	}
+	struct ibvb_producer_opts o = opts(4, 64, IBVB_POLICY_DROP);
+	struct ibvb_producer *q = NULL;
+	char att[512], link[512], d[700], made[700];
+	snprintf(att, sizeof att, "%s/attacker", g_dir);
+	snprintf(link, sizeof link, "%s/x", g_dir);
+	CHECK_EQ(mkdir(att, 0777), 0);
+	CHECK_EQ(chown(att, 65534, 65534), 0);
+	CHECK_EQ(symlink(att, link), 0);
+	CHECK_EQ(lchown(link, 65534, 65534), 0);
+	snprintf(d, sizeof d, "%s/y/z", link);
+	o.dir = d;
+	CHECK_EQ(ibvb_producer_create(&q, "psym", &o), -EPERM);
+	CHECK(q == NULL);
+	CHECK(strstr(ibvb_last_error(), link));
+	CHECK(strstr(ibvb_last_error(), "symbolic link"));
+	snprintf(made, sizeof made, "%s/y", att);
+	CHECK(access(made, F_OK) != 0); /* nothing made through the link */
+	/* the attacker's real directory as a middle component: refused by owner */
+	snprintf(d, sizeof d, "%s/y/z", att);
+	CHECK_EQ(ibvb_producer_create(&q, "psym", &o), -EPERM);
+	CHECK(strstr(ibvb_last_error(), "owned by uid 65534"));
+	CHECK(access(made, F_OK) != 0);
+	unlink(link);
+	rmdir(att);
+}
+
 static const struct test tests[] = {
 	{"producer_bytes_block", test_bytes_block},
 	{"producer_bytes_drop", test_bytes_drop},
@@ -788,6 +824,7 @@ static const struct test tests[] = {
 	{"producer_bad_cursor", test_bad_cursor},
 	{"producer_consumer_killed", test_consumer_killed},
 	{"producer_refusals", test_refusals},
+	{"attack_parent_symlink_dir_is_refused", test_attack_parent_symlink_dir_is_refused},
 	{"producer_peer_gate", test_peer_gate},
 	{"producer_seals", test_seals},
 	{"producer_interrupt", test_interrupt},

@@ -18,6 +18,7 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <grp.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -486,24 +487,39 @@ static void t_busy(void)
 	tp_close(&p);
 }
 
-static void t_not_found(void)
+/* Spec 2.1 §1.1: a ring no directory holds fails at once, naming where it looked, unless the caller asked to
+ * wait (IBVB_ATTACH_WAIT: retried until the timeout); a stale socket (ECONNREFUSED) is retried until the
+ * timeout, then reported as stale. */
+static void t_missing_ring_fails_at_once_unless_waiting(void)
 {
 	char sock[512];
 	struct ibvb_ring *r;
 	sock_of(sock, sizeof sock, "nf");
 	int64_t t0 = now_ms();
-	CHECK_EQ(ibvb_attach(&r, sock, 80), -ENOENT);
+	CHECK_EQ(ibvb_attach(&r, sock, 20000), -ENOENT);
+	CHECK(now_ms() - t0 < 10000); /* not the 20 s timeout */
+	CHECK(strstr(ibvb_last_error(), "ring nf not found (looked in "));
+	CHECK(strstr(ibvb_last_error(), g_dir));
+	struct ibvb_attach_opts o = {.dir = g_dir, .start = 0, .flags = 0};
+	CHECK_EQ(ibvb_attach_opts(&r, "nf", 20000, &o), -ENOENT);
+	CHECK(now_ms() - t0 < 10000);
+	o.flags = IBVB_ATTACH_WAIT;
+	t0 = now_ms();
+	CHECK_EQ(ibvb_attach_opts(&r, "nf", 80, &o), -ENOENT);
 	CHECK(now_ms() - t0 >= 70);
 	CHECK(strstr(ibvb_last_error(), "not found"));
-	/* a stale socket (nobody listening: ECONNREFUSED) is "not found" too, after retrying */
+	/* a stale socket (nobody listening: ECONNREFUSED) is retried, then reported as stale */
 	int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
 	sock_of(sock, sizeof sock, "stale");
 	struct sockaddr_un sa = sun_of(sock);
 	CHECK_EQ(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
 	close(fd);
 	t0 = now_ms();
-	CHECK_EQ(ibvb_attach(&r, sa.sun_path, 50), -ENOENT);
+	CHECK_EQ(ibvb_attach(&r, sa.sun_path, 50), -ECONNREFUSED);
 	CHECK(now_ms() - t0 >= 40);
+	CHECK(strstr(ibvb_last_error(), "stale socket"));
+	CHECK(strstr(ibvb_last_error(), sa.sun_path));
+	CHECK(strstr(ibvb_last_error(), "ibvbridge rm --stale"));
 	unlink(sa.sun_path);
 }
 
@@ -827,7 +843,8 @@ static void t_abandon(void)
 	CHECK(lat < 400); /* ≤ one 250 ms slice */
 	ibvb_detach(r);
 	/* a new consumer cannot attach to the crashed ring's stale socket */
-	CHECK_EQ(ibvb_attach(&r, sock, 30), -ENOENT);
+	CHECK_EQ(ibvb_attach(&r, sock, 30), -ECONNREFUSED);
+	CHECK(strstr(ibvb_last_error(), "stale socket"));
 	unlink(sock);
 }
 
@@ -1522,6 +1539,7 @@ static void t_untrusted_uid(void)
 		pid_t pid = fork();
 		CHECK(pid >= 0);
 		if (pid == 0) {
+			alarm(10); /* never outlives the test */
 			close(pfd[0]);
 			int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
 			struct sockaddr_un sa = sun_of(sock);
@@ -1544,6 +1562,12 @@ static void t_untrusted_uid(void)
 		int rc = ibvb_attach(&r, sock, 1000);
 		if (k == 1) {
 			CHECK_EQ(rc, -EPROTO); /* trusted: it got as far as the (missing) welcome */
+		} else if (k == 2) {
+			/* 2.1: a directory writable by others is refused before connecting */
+			kill(pid, SIGKILL);
+			CHECK_EQ(rc, -EPERM);
+			CHECK(strstr(ibvb_last_error(), "untrusted directory"));
+			CHECK(strstr(ibvb_last_error(), "writable by group or others"));
 		} else {
 			CHECK_EQ(rc, -EPERM);
 			CHECK(strstr(ibvb_last_error(), "uid 65534"));
@@ -1759,14 +1783,14 @@ static void t_consume_tool(void)
 	CHECK_EQ(el, 1);
 	CHECK(strstr(out, "\"result\":\"producer_gone\""));
 
-	/* not found: the crashed producer's stale socket */
+	/* the crashed producer's stale socket */
 	const char *nf[] = {"--timeout-ms", "50", NULL};
 	CHECK_EQ(run_consume(sock, nf, &pid, &fd), 0);
 	ec = finish_consume(pid, fd, out, sizeof out, &el);
 	CHECK_EQ(ec, 1);
 	CHECK_EQ(el, 1);
 	CHECK(strstr(out, "\"result\":\"error\""));
-	CHECK(strstr(out, "not found"));
+	CHECK(strstr(out, "stale socket"));
 	unlink(sock);
 }
 
@@ -1839,6 +1863,96 @@ static void t_consume_tool_sigstopped_overrun_counts_overrun_heaps(void)
 	tp_close(&p);
 }
 
+/* Spec 2.1 §1.1, the squatting attack: as nobody, /dev/shm/ibvbridge-VICTIM (0755) is made and serves a
+ * socket with the real ring's name that never answers. The victim (a throwaway uid without XDG_RUNTIME_DIR
+ * or IBVBRIDGE_RING_DIR, so that directory is its own default) attaching BY NAME skips it with a warning
+ * naming it and why, and reads the real ring's heaps from /run/ibvbridge. 2.0 hung on the silent socket. */
+static void t_attack_squatted_user_dir_is_skipped_by_name(void)
+{
+	if (!g_consume || geteuid() != 0) {
+		fprintf(stderr, "    (skipped: needs root to run a squatter and a victim under other uids%s)\n",
+			g_consume ? "" : ", and the ibvb-consume path");
+		return;
+	}
+	const unsigned victim = 65533, squatter = 65534;
+	char squat[64], name[64], ssock[160], out[4096], errs[2048];
+	struct stat st;
+	snprintf(squat, sizeof squat, "%s%u", IBVB_SHM_DIR_PREFIX, victim);
+	CHECK(lstat(squat, &st) < 0); /* the test owns this name for its run */
+	snprintf(name, sizeof name, "squat-%d", (int)getpid());
+	snprintf(ssock, sizeof ssock, "%s/%s%s", squat, name, IBVB_SOCK_SUFFIX);
+	int made_run = mkdir(IBVB_RUN_DIR, 0755) == 0;
+	struct tp p;
+	CHECK_EQ(tp_create(&p, IBVB_RUN_DIR, name, NULL), 0);
+	chmod(p.sock_path, 0666); /* the test ring admits the victim */
+	for (int i = 0; i < 3; i++)
+		CHECK_EQ(pub(&p, 100 + (uint64_t)i, 64), 0);
+	int pfd[2];
+	CHECK_EQ(pipe(pfd), 0);
+	pid_t sq = fork();
+	if (sq == 0) {
+		alarm(20);
+		close(pfd[0]);
+		if (setgroups(0, NULL) < 0 || setgid(squatter) < 0 || setuid(squatter) < 0 || mkdir(squat, 0755) < 0)
+			_exit(1);
+		int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+		struct sockaddr_un sa = sun_of(ssock);
+		if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || chmod(ssock, 0777) < 0 || listen(fd, 16) < 0 ||
+		    write(pfd[1], "x", 1) != 1)
+			_exit(1);
+		for (;;) /* a silent listener: accept and never answer */
+			if (accept(fd, NULL, NULL) < 0)
+				pause();
+	}
+	close(pfd[1]);
+	char c;
+	int ready = read(pfd[0], &c, 1) == 1;
+	close(pfd[0]);
+	snprintf(g_errfile, sizeof g_errfile, "%s/victim.err", g_dir);
+	int opfd[2];
+	pid_t v = -1;
+	if (ready && pipe(opfd) == 0 && (v = fork()) == 0) {
+		dup2(opfd[1], 1);
+		close(opfd[0]);
+		int ef = open(g_errfile, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		dup2(ef, 2);
+		unsetenv("XDG_RUNTIME_DIR");
+		unsetenv(IBVB_DIR_ENV);
+		if (setgroups(0, NULL) < 0 || setgid(victim) < 0 || setuid(victim) < 0)
+			_exit(126);
+		execl(g_consume, g_consume, "--ring", name, "--verify", "--max-heaps", "3", "--timeout-ms", "5000",
+		      (char *)NULL);
+		_exit(127);
+	}
+	int ec = -1, el = 0;
+	if (v > 0) {
+		close(opfd[1]);
+		ec = finish_consume(v, opfd[0], out, sizeof out, &el);
+	}
+	kill(sq, SIGKILL);
+	waitpid(sq, NULL, 0);
+	rm_tree(squat);
+	tp_close(&p);
+	if (made_run)
+		rmdir(IBVB_RUN_DIR);
+	CHECK(ready);
+	CHECK(v > 0);
+	int fd = open(g_errfile, O_RDONLY);
+	ssize_t n = fd >= 0 ? read(fd, errs, sizeof errs - 1) : -1;
+	errs[n > 0 ? n : 0] = 0;
+	if (fd >= 0)
+		close(fd);
+	if (ec != 0)
+		fprintf(stderr, "    victim exit %d: %s%s\n", ec, out, errs);
+	CHECK_EQ(ec, 0);
+	CHECK(strstr(out, "\"heaps\":3,"));
+	CHECK(strstr(out, "\"first_heap_cnt\":100,"));
+	CHECK(strstr(out, "\"verify_errors\":0,"));
+	char want[200];
+	snprintf(want, sizeof want, "skipping %s: owned by uid %u, not %u or root", squat, squatter, victim);
+	CHECK(strstr(errs, want));
+}
+
 /* ---- runner ------------------------------------------------------------------------------------ */
 
 static const struct test tests[] = {
@@ -1852,7 +1966,7 @@ static const struct test tests[] = {
     {"geometry_corrupt", t_geometry},
     {"descriptor_corrupt", t_desc_corrupt},
     {"busy_and_names", t_busy},
-    {"not_found", t_not_found},
+    {"missing_ring_fails_at_once_unless_waiting", t_missing_ring_fails_at_once_unless_waiting},
     {"attach_waits", t_attach_waits},
     {"wait_timeout", t_wait_timeout},
     {"wait_coalesced", t_wait_coalesced},
@@ -1881,6 +1995,7 @@ static const struct test tests[] = {
     {"untrusted_uid", t_untrusted_uid},
     {"start_and_lookup", t_start_and_lookup},
     {"consume_tool", t_consume_tool},
+    {"attack_squatted_user_dir_is_skipped_by_name", t_attack_squatted_user_dir_is_skipped_by_name},
     {"consume_tool_sigstopped_overrun", t_consume_tool_sigstopped_overrun_counts_overrun_heaps},
 };
 

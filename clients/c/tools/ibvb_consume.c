@@ -29,11 +29,13 @@ const char *const tool_name = "ibvb-consume";
 static void usage(int code)
 {
 	fprintf(code ? stderr : stdout,
-		"usage: ibvb-consume --ring NAME_OR_SOCKET [--dir DIR] [--start oldest|head] [--verify]\n"
+		"usage: ibvb-consume --ring NAME_OR_SOCKET [--dir DIR] [--start oldest|head] [--verify] [--wait]\n"
 		"                    [--max-heaps N] [--timeout-ms T] [--max-latency-us L] [--hold N] [--sleep-us U]\n"
 		"  --ring R           ring name (looked up as R.v2.sock) or the path of its socket (ends in .v2.sock)\n"
 		"  --dir DIR          ring directory to look the name up in (default: $IBVBRIDGE_RING_DIR, else\n"
-		"                     /dev/shm/ibvbridge-EUID or /run/ibvbridge as root, then /run/ibvbridge)\n"
+		"                     /run/ibvbridge as root, else $XDG_RUNTIME_DIR/ibvbridge or /dev/shm/ibvbridge-EUID,\n"
+		"                     then /run/ibvbridge; directories not owned by you or root are skipped)\n"
+		"  --wait             wait up to --timeout-ms for a ring that does not exist yet (else: not found at once)\n"
 		"  --start S          oldest (default): from the oldest heap the ring holds; head: only new heaps\n"
 		"  --verify           check the test pattern and item 0x1001 == heap_cnt, then that the heap was not\n"
 		"                     overrun while read (counted in overrun_heaps, not verify_errors)\n"
@@ -81,7 +83,7 @@ static void json_str(const char *s)
 int main(int argc, char **argv)
 {
 	const char *ring = NULL;
-	struct ibvb_attach_opts aopts = {.dir = NULL, .start = IBVB_START_OLDEST};
+	struct ibvb_attach_opts aopts = {.dir = NULL, .start = IBVB_START_OLDEST, .flags = 0};
 	int verify = 0;
 	uint64_t max_heaps = 0, hold = 0, sleep_us = 0, timeout_ms = 10000;
 	int64_t max_latency_us = -1; /* -1: the library's default */
@@ -89,6 +91,10 @@ int main(int argc, char **argv)
 		const char *a = argv[i];
 		if (!strcmp(a, "--verify")) {
 			verify = 1;
+			continue;
+		}
+		if (!strcmp(a, "--wait")) {
+			aopts.flags |= IBVB_ATTACH_WAIT;
 			continue;
 		}
 		if (!strcmp(a, "-h") || !strcmp(a, "--help"))
