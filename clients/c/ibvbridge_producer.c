@@ -18,6 +18,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -43,7 +44,8 @@
 #define BEAT_NS 100000000LL       /* heartbeat and table refresh */
 #define HELLO_TIMEOUT_NS 2000000000LL
 #define MAX_PENDING 16  /* connections that have not said hello yet */
-#define MAX_OBSERVERS 16
+#define MAX_OBSERVERS IBVB_PRODUCER_MAX_OBSERVERS
+#define NGROUPS_MAX_PEER 65536 /* the kernel's NGROUPS_MAX */
 
 /* ---- small helpers ---------------------------------------------------------------------------- */
 
@@ -131,7 +133,8 @@ struct ibvb__pstate {
 	int stop_pipe[2];
 	int dirfd, lockfd, listen_fd, ctl_fd, data_fd;
 	uint64_t ctl_size, data_size;
-	uint32_t page_size, max_consumers;
+	uint32_t page_size, max_consumers, max_observers;
+	uint64_t fd_limit; /* RLIMIT_NOFILE at create: a connection landing in the last 32 is refused */
 	int gid; /* --group, -1 without */
 	uid_t euid;
 	int closing;
@@ -143,6 +146,7 @@ struct ibvb__pstate {
 	size_t ngrave, capgrave;
 	int pend[MAX_PENDING];
 	int64_t pend_deadline[MAX_PENDING];
+	int pend_short[MAX_PENDING]; /* accepted inside the descriptor reserve: refused busy at its hello */
 	int obs[MAX_OBSERVERS];
 	int64_t refused_logged;
 	_Atomic int interrupted;
@@ -327,23 +331,39 @@ struct geometry {
 	uint64_t desc_off, items_off, meta_off, payload_off, packet_off, data_size;
 };
 
-static struct geometry layout(const struct ibvb_producer_opts *o, uint64_t page)
+/* off += n, then rounded up to a; 0 on overflow. */
+static int grow(uint64_t *off, uint64_t n, uint64_t a)
 {
-	struct geometry g;
-	memset(&g, 0, sizeof g);
-	uint64_t off = 0;
-	g.desc_off = off;
-	off = align_up(off + o->slot_count * IBVB_DESC_SIZE, IBVB_REGION_ALIGN);
-	g.items_off = off;
-	off = align_up(off + o->slot_count * o->max_items * IBVB_ITEM_SIZE, IBVB_REGION_ALIGN);
-	g.meta_off = off;
-	off = align_up(off + o->meta_size, IBVB_REGION_ALIGN);
-	g.payload_off = off;
-	off = align_up(off + o->slot_count * o->slot_size, IBVB_REGION_ALIGN);
-	g.packet_off = o->packet_size ? off : 0;
-	off = align_up(off + o->packet_size, IBVB_REGION_ALIGN);
-	g.data_size = align_up(off, page);
-	return g;
+	uint64_t v;
+	if (__builtin_add_overflow(*off, n, &v) || __builtin_add_overflow(v, a - 1, &v))
+		return 0;
+	*off = v & ~(a - 1);
+	return 1;
+}
+
+/* The data memory's regions (spec §2), every size overflow-checked (spec 2.1 §C). 0, or -EINVAL. */
+static int layout(const struct ibvb_producer_opts *o, uint64_t page, struct geometry *g)
+{
+	memset(g, 0, sizeof *g);
+	uint64_t off = 0, desc, items, payload;
+	int ok = !__builtin_mul_overflow(o->slot_count, (uint64_t)IBVB_DESC_SIZE, &desc) &&
+		 !__builtin_mul_overflow(o->slot_count, (uint64_t)o->max_items * IBVB_ITEM_SIZE, &items) &&
+		 !__builtin_mul_overflow(o->slot_count, o->slot_size, &payload);
+	g->desc_off = off;
+	ok = ok && grow(&off, desc, IBVB_REGION_ALIGN);
+	g->items_off = off;
+	ok = ok && grow(&off, items, IBVB_REGION_ALIGN);
+	g->meta_off = off;
+	ok = ok && grow(&off, o->meta_size, IBVB_REGION_ALIGN);
+	g->payload_off = off;
+	ok = ok && grow(&off, payload, IBVB_REGION_ALIGN);
+	g->packet_off = o->packet_size ? off : 0;
+	ok = ok && grow(&off, o->packet_size, IBVB_REGION_ALIGN) && grow(&off, 0, page) && off <= (uint64_t)SIZE_MAX / 2;
+	g->data_size = off;
+	if (!ok)
+		return fail(-EINVAL, "%llu slots of %llu bytes (%u items each) overflow a 64-bit ring size",
+			    (unsigned long long)o->slot_count, (unsigned long long)o->slot_size, o->max_items);
+	return 0;
 }
 
 static int make_data(struct ibvb_producer *p, const struct ibvb_producer_opts *o, struct geometry *g)
@@ -361,10 +381,8 @@ static int make_data(struct ibvb_producer *p, const struct ibvb_producer_opts *o
 			rc = fail(-errno, "memfd_create(MFD_HUGETLB): %s", strerror(errno));
 		else if (fstat(fd, &sb) < 0)
 			rc = fail(-errno, "fstat: %s", strerror(errno));
-		else {
-			*g = layout(o, (uint64_t)sb.st_blksize);
+		else if ((rc = layout(o, (uint64_t)sb.st_blksize, g)) == 0)
 			rc = size_and_map(fd, g->data_size, 1, &m);
-		}
 		if (rc == 0) {
 			st->data_fd = fd;
 			st->page_size = (uint32_t)sb.st_blksize;
@@ -382,7 +400,8 @@ static int make_data(struct ibvb_producer *p, const struct ibvb_producer_opts *o
 		fprintf(stderr, "ibvbridge: ring %s: no hugepages for the ring data (%s); using 4 KiB pages\n", st->name,
 			ibvb_last_error());
 	}
-	*g = layout(o, 4096);
+	if ((rc = layout(o, 4096, g)) < 0)
+		return rc;
 	int fd = memfd_create(mname, MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0)
 		return fail(-errno, "memfd_create: %s", strerror(errno));
@@ -432,9 +451,29 @@ static void bump_set_locked(struct ibvb_producer *p)
 {
 	struct ibvb__pstate *st = p->st;
 	st->set_gen++;
-	atomic_store_explicit(&p->set_gen, st->set_gen, memory_order_release);
+	atomic_store_explicit(&p->set_gen, st->set_gen, memory_order_seq_cst);
 	atomic_store_explicit(&p->ctl->stats[IBVB_CTR_CONSUMERS_ATTACHED], (uint64_t)st->nmembers,
 			      memory_order_relaxed);
+}
+
+/* After a set_gen bump: 1 if the hot path is not using a consumer region outside the mutex and will adopt
+ * the new set before it does (Dekker: it stores hot_busy, fences, loads set_gen; we store set_gen, fence,
+ * load hot_busy — one of the two sees the other). mu held. */
+static int hot_idle(struct ibvb_producer *p)
+{
+	atomic_thread_fence(memory_order_seq_cst);
+	return atomic_load_explicit(&p->hot_busy, memory_order_relaxed) == 0;
+}
+
+/* Unmap the detached regions the hot path can no longer reach (an idle ring never adopts). mu held. */
+static void sweep_grave_locked(struct ibvb_producer *p)
+{
+	struct ibvb__pstate *st = p->st;
+	if (st->ngrave == 0 || !hot_idle(p))
+		return;
+	for (size_t j = 0; j < st->ngrave; j++)
+		munmap(st->grave[j].region, IBVB_REGION_SIZE);
+	st->ngrave = 0;
 }
 
 /* End attachment i (row state 2-4): the row says so (state last), it no longer holds back the reclaim point,
@@ -462,6 +501,11 @@ static void detach_locked(struct ibvb_producer *p, uint32_t i, uint32_t state, u
 	m->on = 0;
 	st->nmembers--;
 	bump_set_locked(p);
+	if (hot_idle(p)) { /* spec 2.1 §C: unmapped at detach, not at the next publish */
+		munmap(m->region, IBVB_REGION_SIZE);
+		m->region = NULL;
+		return;
+	}
 	if (st->ngrave == st->capgrave) {
 		size_t cap = st->capgrave ? st->capgrave * 2 : 16;
 		struct pgrave *g = realloc(st->grave, cap * sizeof *g);
@@ -569,7 +613,19 @@ static int check_locked(struct ibvb_producer *p, enum wait_cond c)
 
 /* Wait until c holds (spec §7.4): spin a little, then sleep on the slowest consumer's release_futex (or, with
  * none attached, for an attach) in ≤ 250 ms slices. deadline_ns 0: none. Hot path. */
+static int wait_for_busy(struct ibvb_producer *p, enum wait_cond c, int64_t deadline_ns);
+
+/* wait_for holds the slowest consumer's region outside the mutex: hot_busy keeps it mapped meanwhile. */
 static int wait_for(struct ibvb_producer *p, enum wait_cond c, int64_t deadline_ns)
+{
+	atomic_store_explicit(&p->hot_busy, 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_seq_cst);
+	int rc = wait_for_busy(p, c, deadline_ns);
+	atomic_store_explicit(&p->hot_busy, 0, memory_order_release);
+	return rc;
+}
+
+static int wait_for_busy(struct ibvb_producer *p, enum wait_cond c, int64_t deadline_ns)
 {
 	struct ibvb__pstate *st = p->st;
 	int64_t spin_until = mono_ns() + SPIN_NS;
@@ -711,8 +767,13 @@ static int send_fds(int fd, const void *rec, size_t len, const int *fds, int nfd
 	return sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)len ? 0 : -errno;
 }
 
-/* The SO_PEERCRED gate: this euid, root, or a member of --group (primary or supplementary). */
-static int permitted(const struct ibvb__pstate *st, const struct ucred *cr)
+#ifndef SO_PEERGROUPS
+#define SO_PEERGROUPS 59
+#endif
+
+/* The SO_PEERCRED gate: this euid, root, or a member of --group: the peer's primary gid or one of its real
+ * supplementary groups (SO_PEERGROUPS, spec 2.1 §1.2 — not /etc/group). */
+static int permitted(const struct ibvb__pstate *st, int fd, const struct ucred *cr)
 {
 	if (cr->uid == 0 || cr->uid == st->euid)
 		return 1;
@@ -720,15 +781,11 @@ static int permitted(const struct ibvb__pstate *st, const struct ucred *cr)
 		return 0;
 	if ((int)cr->gid == st->gid)
 		return 1;
-	struct passwd pw, *res = NULL;
-	char buf[4096];
-	if (getpwuid_r(cr->uid, &pw, buf, sizeof buf, &res) != 0 || !res)
-		return 0;
-	gid_t groups[256];
-	int n = 256;
-	if (getgrouplist(pw.pw_name, pw.pw_gid, groups, &n) < 0)
-		return 0;
-	for (int i = 0; i < n; i++)
+	gid_t groups[NGROUPS_MAX_PEER];
+	socklen_t len = sizeof groups;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0)
+		return 0; /* ERANGE: more groups than we take; refused rather than guessed */
+	for (size_t i = 0; i < len / sizeof(gid_t); i++)
 		if ((int)groups[i] == st->gid)
 			return 1;
 	return 0;
@@ -804,7 +861,7 @@ static int admit(struct ibvb_producer *p, const struct ucred *cr, uint32_t start
 
 /* A connection that has said something: answer its hello. Returns 1 if fd is now kept (a consumer or an
  * observer), 0 if it was closed. */
-static int answer_hello(struct ibvb_producer *p, int fd)
+static int answer_hello(struct ibvb_producer *p, int fd, int fd_short)
 {
 	struct ibvb__pstate *st = p->st;
 	struct ucred cr;
@@ -829,7 +886,12 @@ static int answer_hello(struct ibvb_producer *p, int fd)
 		refuse(st, fd, &cr, IBVB_STATUS_PROTOCOL, msg);
 		return 0;
 	}
-	if (!permitted(st, &cr)) {
+	if (fd_short) {
+		snprintf(msg, sizeof msg, "ring %s busy: out of file descriptors", st->name);
+		refuse(st, fd, &cr, IBVB_STATUS_BUSY, msg);
+		return 0;
+	}
+	if (!permitted(st, fd, &cr)) {
 		snprintf(msg, sizeof msg, "ring %s: uid %u may not attach (the producer runs as uid %u)", st->name,
 			 (unsigned)cr.uid, (unsigned)st->euid);
 		refuse(st, fd, &cr, IBVB_STATUS_NOT_PERMITTED, msg);
@@ -858,12 +920,17 @@ static int answer_hello(struct ibvb_producer *p, int fd)
 	if (h.role == IBVB_ROLE_OBSERVER) {
 		w.consumer_index = IBVB_NO_CONSUMER_INDEX;
 		int slot = -1;
-		for (int i = 0; i < MAX_OBSERVERS; i++)
+		for (uint32_t i = 0; i < st->max_observers; i++)
 			if (st->obs[i] < 0) {
-				slot = i;
+				slot = (int)i;
 				break;
 			}
-		if (slot < 0 || send_fds(fd, &w, sizeof w, &st->ctl_fd, 1) < 0) {
+		if (slot < 0) {
+			snprintf(msg, sizeof msg, "ring %s busy: %u observers", st->name, st->max_observers);
+			refuse(st, fd, &cr, IBVB_STATUS_BUSY, msg);
+			return 0;
+		}
+		if (send_fds(fd, &w, sizeof w, &st->ctl_fd, 1) < 0) {
 			close(fd);
 			return 0;
 		}
@@ -991,6 +1058,7 @@ static void *service(void *arg)
 		if (now >= next_beat) {
 			atomic_store_explicit(&p->ctl->heartbeat_ns, ibvb__realtime_ns(), memory_order_relaxed);
 			read_cursors_locked(p, 0); /* keep the table's released columns current for `stat` */
+			sweep_grave_locked(p);
 			next_beat = now + BEAT_NS;
 		}
 		pthread_mutex_unlock(&st->mu);
@@ -1001,7 +1069,7 @@ static void *service(void *arg)
 			} else if (kind[k] == K_PEND) {
 				int i = which[k];
 				if (pf[k].revents) {
-					answer_hello(p, st->pend[i]);
+					answer_hello(p, st->pend[i], st->pend_short[i]);
 					st->pend[i] = -1;
 				} else if (now >= st->pend_deadline[i]) {
 					close(st->pend[i]); /* a silent stranger holds nothing */
@@ -1014,6 +1082,7 @@ static void *service(void *arg)
 				int cfd = accept4(st->listen_fd, NULL, NULL, SOCK_CLOEXEC);
 				if (cfd < 0)
 					break;
+
 				int slot = -1;
 				for (int i = 0; i < MAX_PENDING; i++)
 					if (st->pend[i] < 0) {
@@ -1025,6 +1094,9 @@ static void *service(void *arg)
 					continue;
 				}
 				st->pend[slot] = cfd;
+				/* descriptors are allocated lowest first: cfd this high means fewer than the reserve
+				 * are left (a consumer needs 3 more): its hello gets the true reason */
+				st->pend_short[slot] = (uint64_t)cfd + IBVB_PRODUCER_FD_RESERVE >= st->fd_limit;
 				st->pend_deadline[slot] = now + HELLO_TIMEOUT_NS;
 			}
 		}
@@ -1123,6 +1195,11 @@ int ibvb_producer_create(struct ibvb_producer **out, const char *name, const str
 		o.meta_size = IBVB_PRODUCER_DEFAULT_META_SIZE;
 	if (!o.max_consumers)
 		o.max_consumers = IBVB_DEFAULT_MAX_CONSUMERS;
+	if (!o.max_observers)
+		o.max_observers = IBVB_PRODUCER_DEFAULT_MAX_OBSERVERS;
+	if (o.max_observers > IBVB_PRODUCER_MAX_OBSERVERS)
+		return fail(-EINVAL, "create ring %s: max observers %u must be in 1..%d", name, o.max_observers,
+			    IBVB_PRODUCER_MAX_OBSERVERS);
 	if (o.slot_count > IBVB_MAX_SLOT_COUNT || (o.slot_count & (o.slot_count - 1)))
 		return fail(-EINVAL, "create ring %s: slot count %llu must be a power of two in 1..%u", name,
 			    (unsigned long long)o.slot_count, IBVB_MAX_SLOT_COUNT);
@@ -1140,9 +1217,12 @@ int ibvb_producer_create(struct ibvb_producer **out, const char *name, const str
 		return fail(-EINVAL, "create ring %s: policy %u (IBVB_POLICY_DROP or IBVB_POLICY_BLOCK)", name, o.policy);
 	if (o.hugepages != IBVB_HUGEPAGES_AUTO && o.hugepages != IBVB_HUGEPAGES_REQUIRE && o.hugepages != IBVB_HUGEPAGES_OFF)
 		return fail(-EINVAL, "create ring %s: hugepages %d", name, o.hugepages);
-	if (o.slot_count * o.slot_size / o.slot_size != o.slot_count ||
-	    o.slot_count * o.max_items * IBVB_ITEM_SIZE / IBVB_ITEM_SIZE / o.max_items != o.slot_count)
-		return fail(-EINVAL, "create ring %s: the ring is too large", name);
+	struct geometry probe; /* every size overflow-checked before anything is created (spec 2.1 §C) */
+	if (layout(&o, 1u << 30, &probe) < 0) {
+		char msg[300];
+		snprintf(msg, sizeof msg, "create ring %s: %s", name, ibvb_last_error());
+		return fail(-EINVAL, "%s", msg);
+	}
 
 	struct ibvb_producer *p = calloc(1, sizeof *p);
 	struct ibvb__pstate *st = p ? calloc(1, sizeof *st) : NULL;
@@ -1162,6 +1242,9 @@ int ibvb_producer_create(struct ibvb_producer **out, const char *name, const str
 	st->gid = -1;
 	st->euid = geteuid();
 	st->max_consumers = o.max_consumers;
+	st->max_observers = o.max_observers;
+	struct rlimit rl;
+	st->fd_limit = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? rl.rlim_cur : 1u << 20;
 	snprintf(st->name, sizeof st->name, "%s", name);
 	if (o.dir && *o.dir)
 		snprintf(st->dir, sizeof st->dir, "%s", o.dir);

@@ -12,7 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -815,6 +818,147 @@ static void test_attack_parent_symlink_dir_is_refused(void)
 	rmdir(att);
 }
 
+/* Spec 2.1 §C: 50 000 attach/detach cycles on an idle ring (nothing published, so the hot path never adopts
+ * a new consumer set): every detached consumer's region is unmapped at its detach, so the producer's
+ * mappings and descriptors stay bounded (2.0 kept one 4 KiB mapping per cycle until the next publish). */
+static void test_attack_idle_attach_detach_churn_is_bounded(void)
+{
+	struct ibvb_producer_opts o = opts(4, 64, IBVB_POLICY_DROP);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "churn", &o), 0);
+	struct ibvb_ring *r;
+	CHECK_EQ(attach(&r, "churn", 0), 0); /* warm up: the first attach's one-off allocations */
+	ibvb_detach(r);
+	int64_t t0 = now_ms();
+	while (ibvb_producer_consumers(p) != 0 && now_ms() - t0 < 5000)
+		usleep(1000);
+	int maps0 = count_maps(), fds0 = count_fds();
+	for (int i = 0; i < 50000; i++) {
+		CHECK_EQ(attach(&r, "churn", 0), 0);
+		ibvb_detach(r);
+	}
+	t0 = now_ms();
+	while (ibvb_producer_consumers(p) != 0 && now_ms() - t0 < 5000)
+		usleep(1000);
+	CHECK_EQ(ibvb_producer_consumers(p), 0);
+	int maps1 = count_maps(), fds1 = count_fds();
+	if (maps1 - maps0 > 8)
+		fprintf(stderr, "    maps %d -> %d, fds %d -> %d\n", maps0, maps1, fds0, fds1);
+	CHECK(maps1 - maps0 <= 8);
+	CHECK(fds1 - fds0 <= 2);
+	ibvb_producer_close(p);
+}
+
+/* A raw connection saying hello as role (1 consumer, 2 observer); the answer's status (0 welcome), its
+ * message in msg. The connection is returned open in *fd (-1 on failure). */
+static int raw_hello(const char *sock_path, uint32_t role, int *fd, char *msg, size_t cap)
+{
+	*fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	struct sockaddr_un sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sun_family = AF_UNIX;
+	snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock_path);
+	struct ibvb_hello h = {IBVB_MAGIC, IBVB_MAJOR, IBVB_MINOR, role, 0, {0, 0, 0}};
+	struct ibvb_error_record er;
+	memset(&er, 0, sizeof er);
+	ssize_t n = -1;
+	if (connect(*fd, (struct sockaddr *)&sa, sizeof sa) == 0 && send(*fd, &h, sizeof h, 0) == (ssize_t)sizeof h)
+		n = recv(*fd, &er, sizeof er - 1, 0); /* any descriptors are closed by the kernel (no cmsg buffer) */
+	if (n < 16) {
+		close(*fd);
+		*fd = -1;
+		return -1;
+	}
+	snprintf(msg, cap, "%s", er.status ? er.message : "");
+	return (int)er.status;
+}
+
+/* Spec 2.1 §C: observers are limited (default 4): the fifth is refused "busy: 4 observers" while the four
+ * hold their places, and a consumer still attaches (2.0 took ~20 000 and then refused consumers for the
+ * wrong reason). */
+static void test_attack_observer_flood_is_refused_busy(void)
+{
+	struct ibvb_producer_opts o = opts(4, 64, IBVB_POLICY_DROP);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "obsflood", &o), 0);
+	int fds[8];
+	char msg[256];
+	for (int i = 0; i < 4; i++) {
+		CHECK_EQ(raw_hello(ibvb_producer_socket_path(p), IBVB_ROLE_OBSERVER, &fds[i], msg, sizeof msg), 0);
+		CHECK(fds[i] >= 0);
+	}
+	int extra;
+	CHECK_EQ(raw_hello(ibvb_producer_socket_path(p), IBVB_ROLE_OBSERVER, &extra, msg, sizeof msg),
+		 (int)IBVB_STATUS_BUSY);
+	CHECK(strstr(msg, "busy: 4 observers"));
+	close(extra);
+	struct ibvb_ring *r;
+	CHECK_EQ(attach(&r, "obsflood", 0), 0);
+	ibvb_detach(r);
+	close(fds[0]); /* a place comes free */
+	int64_t t0 = now_ms();
+	int st = -1;
+	while (st != 0 && now_ms() - t0 < 5000) {
+		st = raw_hello(ibvb_producer_socket_path(p), IBVB_ROLE_OBSERVER, &fds[0], msg, sizeof msg);
+		if (st != 0) {
+			if (fds[0] >= 0)
+				close(fds[0]);
+			usleep(2000);
+		}
+	}
+	CHECK_EQ(st, 0);
+	for (int i = 0; i < 4; i++)
+		close(fds[i]);
+	ibvb_producer_close(p);
+}
+
+/* Spec 2.1 §C: the producer keeps a reserve of descriptors: with fewer than 32 left a new connection is
+ * refused "busy: out of file descriptors" (2.0 answered with a wrong reason, e.g. memfd_create failing). */
+static void test_attack_fd_exhaustion_is_refused_busy(void)
+{
+	struct rlimit rl = {256, 256};
+	CHECK_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0); /* this test's child only */
+	struct ibvb_producer_opts o = opts(4, 64, IBVB_POLICY_DROP);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "fdres", &o), 0);
+	int hog[256], nh = 0;
+	while (nh < 256) { /* leave 20 descriptors: inside the reserve */
+		int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			break;
+		if (fd >= 256 - 20) {
+			close(fd);
+			break;
+		}
+		hog[nh++] = fd;
+	}
+	struct ibvb_ring *r;
+	CHECK_EQ(attach(&r, "fdres", 0), -EBUSY);
+	CHECK(strstr(ibvb_last_error(), "out of file descriptors"));
+	for (int i = 0; i < nh; i++)
+		close(hog[i]);
+	CHECK_EQ(attach(&r, "fdres", 0), 0);
+	ibvb_detach(r);
+	ibvb_producer_close(p);
+}
+
+/* Spec 2.1 §C: every size is overflow-checked: 16777216 slots of 1 TiB are refused in one line before
+ * anything is created (2.0's Go producer mapped 1.5 GiB and panicked). */
+static void test_size_overflow_is_refused_in_one_line(void)
+{
+	struct ibvb_producer_opts o = opts(16777216, 1ull << 40, IBVB_POLICY_DROP);
+	o.max_items = 1;
+	struct ibvb_producer *p = NULL;
+	CHECK_EQ(ibvb_producer_create(&p, "huge", &o), -EINVAL);
+	CHECK(p == NULL);
+	CHECK(strstr(ibvb_last_error(), "16777216 slots of 1099511627776 bytes"));
+	CHECK(strstr(ibvb_last_error(), "overflow"));
+	CHECK(strchr(ibvb_last_error(), '\n') == NULL);
+	char path[600];
+	snprintf(path, sizeof path, "%s/huge%s", g_dir, IBVB_LOCK_SUFFIX);
+	CHECK(access(path, F_OK) != 0);
+}
+
 static const struct test tests[] = {
 	{"producer_bytes_block", test_bytes_block},
 	{"producer_bytes_drop", test_bytes_drop},
@@ -825,6 +969,10 @@ static const struct test tests[] = {
 	{"producer_consumer_killed", test_consumer_killed},
 	{"producer_refusals", test_refusals},
 	{"attack_parent_symlink_dir_is_refused", test_attack_parent_symlink_dir_is_refused},
+	{"attack_idle_attach_detach_churn_is_bounded", test_attack_idle_attach_detach_churn_is_bounded},
+	{"attack_observer_flood_is_refused_busy", test_attack_observer_flood_is_refused_busy},
+	{"attack_fd_exhaustion_is_refused_busy", test_attack_fd_exhaustion_is_refused_busy},
+	{"size_overflow_is_refused_in_one_line", test_size_overflow_is_refused_in_one_line},
 	{"producer_peer_gate", test_peer_gate},
 	{"producer_seals", test_seals},
 	{"producer_interrupt", test_interrupt},

@@ -1472,18 +1472,6 @@ static void t_error_records(void)
 }
 
 /* Malformed welcomes: -EPROTO (and nothing leaks: every descriptor that came is closed). */
-static int count_fds(void)
-{
-	int n = 0;
-	DIR *d = opendir("/proc/self/fd");
-	if (!d)
-		return -1;
-	while (readdir(d))
-		n++;
-	closedir(d);
-	return n;
-}
-
 static void t_welcome_malformed(void)
 {
 	struct tp p;
