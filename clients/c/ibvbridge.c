@@ -22,9 +22,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "the ring layout is little-endian; big-endian hosts are not supported"
-#endif
 
 #ifndef F_SEAL_FUTURE_WRITE
 #define F_SEAL_FUTURE_WRITE 0x0010
@@ -35,49 +32,10 @@
 #define HANDSHAKE_MIN_MS 2000     /* the welcome may take this long even with a shorter attach timeout */
 #define MAX_FDS 8                 /* descriptors accepted from one record (extra ones are closed) */
 
-static _Thread_local char errbuf[512];
 
-const char *ibvb_last_error(void) { return errbuf; }
 
-/* For ibvbridge_producer.c: set this thread's message. */
-void ibvb__set_error(const char *msg) { snprintf(errbuf, sizeof errbuf, "%s", msg); }
 
-__attribute__((format(printf, 2, 3))) static int fail(int err, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(errbuf, sizeof errbuf, fmt, ap);
-	va_end(ap);
-	return err;
-}
 
-static int64_t mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static void sleep_ns(int64_t ns)
-{
-	struct timespec ts = {ns / 1000000000LL, ns % 1000000000LL};
-	nanosleep(&ts, NULL);
-}
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield" ::: "memory");
-#endif
-}
-
-static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
-{
-	/* Shared futex (no FUTEX_PRIVATE_FLAG): the word lives in a mapping shared between processes. */
-	return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
-}
 
 void ibvb_full_fence(void) { atomic_thread_fence(memory_order_seq_cst); }
 void ibvb_acquire_fence(void) { atomic_thread_fence(memory_order_acquire); }
@@ -87,19 +45,6 @@ uint32_t ibvb_consumer_index(const struct ibvb_ring *r) { return r->consumer_ind
 
 /* ---- names and the socket (spec §1.1) -------------------------------------------------------------- */
 
-static int valid_name(const char *name)
-{
-	size_t n = strlen(name);
-	if (n < 1 || n > IBVB_NAME_MAX || name[0] == '.')
-		return 0;
-	for (size_t i = 0; i < n; i++) {
-		char c = name[i];
-		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
-		      c == '.' || c == '-'))
-			return 0;
-	}
-	return 1;
-}
 
 #define MAX_DIRS 2
 #define PATH_CAP sizeof(((struct sockaddr_un *)0)->sun_path)
@@ -152,7 +97,7 @@ static int resolve(const char *arg, const char *dir, struct target *t)
 			snprintf(t->dirs[0], PATH_MAX, "%.*s", (int)(base - arg - 1), arg);
 		return 0;
 	}
-	if (!valid_name(arg))
+	if (!ibvb__valid_name(arg))
 		return fail(-EINVAL, "ring name \"%s\": use 1-64 characters from [A-Za-z0-9_.-], not starting with '.'",
 			    arg);
 	memcpy(t->name, arg, n + 1);
@@ -280,7 +225,7 @@ static int find_and_connect(struct target *t, int wait, int64_t deadline)
 				return fail(-ENOENT, "ring %s not found (looked in %s, %s)", t->name, t->dirs[0], t->dirs[1]);
 			return fail(-ENOENT, "ring %s not found (looked in %s)", t->name, t->dirs[0]);
 		}
-		sleep_ns(deadline - now < RETRY_NS ? deadline - now : RETRY_NS);
+		ibvb__sleep_ns(deadline - now < RETRY_NS ? deadline - now : RETRY_NS);
 	}
 }
 
@@ -556,7 +501,7 @@ int ibvb_attach_opts(struct ibvb_ring **out, const char *arg, int timeout_ms, co
 	uint64_t ctl_size = 0, data_size = 0;
 	int sock = -1, rc;
 
-	errbuf[0] = 0;
+	ibvb__set_error("");
 	if (!out || !arg)
 		return fail(-EINVAL, "ibvb_attach: NULL argument");
 	*out = NULL;
@@ -728,8 +673,8 @@ int ibvb__stale(struct ibvb_ring *r)
 	int rc = ibvb__row_changed(r);
 	if (rc == 0)
 		return 0;
-	char why[sizeof errbuf];
-	snprintf(why, sizeof why, "%s", errbuf);
+	char why[IBVB__ERRBUF_SIZE];
+	snprintf(why, sizeof why, "%s", ibvb_last_error());
 	return fail(-ESTALE, "ring %s: a released heap was overrun while held (%s)", r->name, why);
 }
 
@@ -758,7 +703,7 @@ void ibvb__wake_producer(struct ibvb_ring *r)
 	/* Spec §7.4: plain load and store (this consumer is the word's only writer), then a shared wake. */
 	_Atomic uint32_t *f = &r->region->release_futex;
 	atomic_store_explicit(f, atomic_load_explicit(f, memory_order_relaxed) + 1, memory_order_release);
-	futex(f, FUTEX_WAKE, INT_MAX, NULL);
+	ibvb__futex_wake_all(f);
 }
 
 int ibvb__corrupt_desc(struct ibvb_ring *r, uint64_t pos, const char *what, uint64_t v1, uint64_t v2)
@@ -813,7 +758,7 @@ int ibvb_wait(struct ibvb_ring *r, struct ibvb_heap *h, int timeout_ms)
 		int64_t spin_end = start + r->spin_budget_ns;
 		for (;;) {
 			for (int i = 0; i < 64; i++) {
-				cpu_relax();
+				ibvb__cpu_relax();
 				if ((rc = ibvb_peek(r, h)) != -EAGAIN) {
 					note_wait(r, start);
 					return rc;
@@ -848,8 +793,7 @@ int ibvb_wait(struct ibvb_ring *r, struct ibvb_heap *h, int timeout_ms)
 		int64_t slice = coalesce ? r->max_latency_ns : WAIT_SLICE_NS;
 		if (deadline - now < slice)
 			slice = deadline - now;
-		struct timespec ts = {slice / 1000000000LL, slice % 1000000000LL};
-		long wr = futex(&g->consumer_futex, FUTEX_WAIT, f, &ts);
+		long wr = ibvb__futex_wait(&g->consumer_futex, f, slice);
 		int e = wr < 0 ? errno : 0;
 		if (e == EINTR) {
 			atomic_store_explicit(&g->consumer_waiting, 0, memory_order_relaxed);
@@ -966,7 +910,7 @@ long ibvb_read_meta(const struct ibvb_ring *r, void *buf, size_t cap, size_t *ne
 			if (attempt > 100)
 				sched_yield();
 			else
-				cpu_relax();
+				ibvb__cpu_relax();
 			continue;
 		}
 		uint64_t len = *(volatile const uint64_t *)&mh->length;

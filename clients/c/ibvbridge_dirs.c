@@ -43,17 +43,6 @@ void ibvb__warn(const char *fmt, ...)
 	pthread_mutex_unlock(&warn_mu);
 }
 
-static int set_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int set_fail(int err, const char *fmt, ...)
-{
-	char buf[600];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(buf, sizeof buf, fmt, ap);
-	va_end(ap);
-	ibvb__set_error(buf);
-	return err;
-}
 
 /* ---- defaults and the trust rule --------------------------------------------------------------- */
 
@@ -126,28 +115,28 @@ static int step_into(int dfd, const char *comp, const char *prefix, uid_t euid)
 	int fd = openat(dfd, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0 && errno == ENOENT) {
 		if (mkdirat(dfd, comp, 0755) < 0 && errno != EEXIST)
-			return set_fail(-errno, "ring directory %s: mkdir: %s", prefix, strerror(errno));
+			return fail(-errno, "ring directory %s: mkdir: %s", prefix, strerror(errno));
 		fd = openat(dfd, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	}
 	if (fd < 0) {
 		int e = errno;
 		struct stat lst;
 		if (fstatat(dfd, comp, &lst, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(lst.st_mode))
-			return set_fail(-EPERM, "unsafe ring directory: %s is a symbolic link (owned by uid %u)", prefix,
+			return fail(-EPERM, "unsafe ring directory: %s is a symbolic link (owned by uid %u)", prefix,
 					(unsigned)lst.st_uid);
 		if (e == ENOTDIR)
-			return set_fail(-EPERM, "unsafe ring directory: %s is not a directory", prefix);
-		return set_fail(-e, "ring directory %s: open: %s", prefix, strerror(e));
+			return fail(-EPERM, "unsafe ring directory: %s is not a directory", prefix);
+		return fail(-e, "ring directory %s: open: %s", prefix, strerror(e));
 	}
 	struct stat st;
 	if (fstat(fd, &st) < 0) {
 		int e = errno;
 		close(fd);
-		return set_fail(-e, "ring directory %s: fstat: %s", prefix, strerror(e));
+		return fail(-e, "ring directory %s: fstat: %s", prefix, strerror(e));
 	}
 	if (st.st_uid != euid && st.st_uid != 0) {
 		close(fd);
-		return set_fail(-EPERM, "unsafe ring directory: %s is owned by uid %u, not %u or root", prefix,
+		return fail(-EPERM, "unsafe ring directory: %s is owned by uid %u, not %u or root", prefix,
 				(unsigned)st.st_uid, (unsigned)euid);
 	}
 	return fd;
@@ -157,10 +146,10 @@ int ibvb__make_dir_nofollow(const char *path, uid_t euid, int *fdp)
 {
 	char buf[PATH_MAX], prefix[PATH_MAX];
 	if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-		return set_fail(-ENAMETOOLONG, "ring directory %s: path too long", path);
+		return fail(-ENAMETOOLONG, "ring directory %s: path too long", path);
 	int dfd = open(path[0] == '/' ? "/" : ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0)
-		return set_fail(-errno, "ring directory %s: open: %s", path, strerror(errno));
+		return fail(-errno, "ring directory %s: open: %s", path, strerror(errno));
 	size_t plen = 0;
 	prefix[0] = 0;
 	char *save = NULL;
@@ -171,7 +160,7 @@ int ibvb__make_dir_nofollow(const char *path, uid_t euid, int *fdp)
 			continue;
 		if (!strcmp(comp, "..")) {
 			close(dfd);
-			return set_fail(-EINVAL, "ring directory %s: '..' components are not allowed", path);
+			return fail(-EINVAL, "ring directory %s: '..' components are not allowed", path);
 		}
 		int fd = step_into(dfd, comp, prefix, euid);
 		close(dfd);
@@ -183,7 +172,7 @@ int ibvb__make_dir_nofollow(const char *path, uid_t euid, int *fdp)
 	int e = errno;
 	close(dfd);
 	if (fd < 0)
-		return set_fail(-e, "ring directory %s: open: %s", path, strerror(e));
+		return fail(-e, "ring directory %s: open: %s", path, strerror(e));
 	*fdp = fd;
 	return 0;
 }

@@ -26,9 +26,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "the ring layout is little-endian; big-endian hosts are not supported"
-#endif
 
 #ifndef F_SEAL_FUTURE_WRITE
 #define F_SEAL_FUTURE_WRITE 0x0010
@@ -49,23 +46,7 @@
 
 /* ---- small helpers ---------------------------------------------------------------------------- */
 
-__attribute__((format(printf, 2, 3))) static int fail(int err, const char *fmt, ...)
-{
-	char buf[512];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(buf, sizeof buf, fmt, ap);
-	va_end(ap);
-	ibvb__set_error(buf);
-	return err;
-}
 
-static int64_t mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 uint64_t ibvb__realtime_ns(void)
 {
@@ -74,43 +55,10 @@ uint64_t ibvb__realtime_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield" ::: "memory");
-#endif
-}
 
-/* Shared futexes (no FUTEX_PRIVATE_FLAG) everywhere: the consumer words live in shared mappings, and
- * interrupt wakes whichever word the hot path sleeps on with the same operation. */
-static void futex_wake_all(_Atomic uint32_t *w)
-{
-	syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-}
-
-static void futex_wait(_Atomic uint32_t *w, uint32_t val, int64_t ns)
-{
-	struct timespec ts = {ns / 1000000000LL, ns % 1000000000LL};
-	syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, val, &ts, NULL, 0);
-}
 
 static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
 
-static int valid_name(const char *name)
-{
-	size_t n = strlen(name);
-	if (n < 1 || n > IBVB_NAME_MAX || name[0] == '.')
-		return 0;
-	for (size_t i = 0; i < n; i++) {
-		char c = name[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-		      c == '.' || c == '-'))
-			return 0;
-	}
-	return 1;
-}
 
 /* ---- private state ---------------------------------------------------------------------------- */
 
@@ -494,7 +442,7 @@ static void detach_locked(struct ibvb_producer *p, uint32_t i, uint32_t state, u
 		atomic_fetch_add_explicit(&p->ctl->stats[IBVB_CTR_CONSUMER_OVERRUNS], 1, memory_order_relaxed);
 	if (state == IBVB_CONSUMER_BAD_CURSOR)
 		atomic_fetch_add_explicit(&p->ctl->stats[IBVB_CTR_CONSUMER_ERRORS], 1, memory_order_relaxed);
-	futex_wake_all(&m->region->release_futex);
+	ibvb__futex_wake_all(&m->region->release_futex);
 	if (m->fd >= 0)
 		close(m->fd);
 	m->fd = -1;
@@ -647,7 +595,7 @@ static int wait_for_busy(struct ibvb_producer *p, enum wait_cond c, int64_t dead
 			return fail(-ETIMEDOUT, "ring %s: timed out waiting for the consumers", st->name);
 		if (now < spin_until) {
 			for (int k = 0; k < 64; k++)
-				cpu_relax();
+				ibvb__cpu_relax();
 			continue;
 		}
 		int64_t slice = WAIT_SLICE_NS;
@@ -656,7 +604,7 @@ static int wait_for_busy(struct ibvb_producer *p, enum wait_cond c, int64_t dead
 		if (!g) {
 			atomic_store(&st->wait_word, &st->attach_seq);
 			if (!atomic_load(&st->interrupted))
-				futex_wait(&st->attach_seq, aseq, slice);
+				ibvb__futex_wait(&st->attach_seq, aseq, slice);
 			atomic_store(&st->wait_word, NULL);
 			continue;
 		}
@@ -669,7 +617,7 @@ static int wait_for_busy(struct ibvb_producer *p, enum wait_cond c, int64_t dead
 		if (ok == 0) {
 			atomic_store(&st->wait_word, &g->release_futex);
 			if (!atomic_load(&st->interrupted))
-				futex_wait(&g->release_futex, f, slice);
+				ibvb__futex_wait(&g->release_futex, f, slice);
 			atomic_store(&st->wait_word, NULL);
 		}
 		atomic_store_explicit(&p->ctl->producer_waiting, 0, memory_order_relaxed);
@@ -723,7 +671,7 @@ void ibvb__producer_wake(struct ibvb_producer *p, uint32_t i)
 	struct ibvb_region *g = p->hot[i].region;
 	if (atomic_exchange(&g->consumer_waiting, 0) != 0) {
 		atomic_fetch_add(&g->consumer_futex, 1);
-		futex_wake_all(&g->consumer_futex);
+		ibvb__futex_wake_all(&g->consumer_futex);
 		_Atomic uint64_t *w = &p->hot[i].row->wakes;
 		atomic_store_explicit(w, atomic_load_explicit(w, memory_order_relaxed) + 1, memory_order_relaxed);
 	}
@@ -975,7 +923,7 @@ static int answer_hello(struct ibvb_producer *p, int fd, int fd_short)
 		detach_locked(p, (uint32_t)idx, IBVB_CONSUMER_GONE, 0);
 	else {
 		atomic_fetch_add(&st->attach_seq, 1);
-		futex_wake_all(&st->attach_seq);
+		ibvb__futex_wake_all(&st->attach_seq);
 	}
 	pthread_mutex_unlock(&st->mu);
 	return rc == 0;
@@ -1124,7 +1072,7 @@ static void destroy(struct ibvb_producer *p, int unlink_files)
 			if (m->region) {
 				/* the row stays "attached": the consumer drains what was published, then reads CLOSED */
 				atomic_fetch_add(&m->region->consumer_futex, 1);
-				futex_wake_all(&m->region->consumer_futex);
+				ibvb__futex_wake_all(&m->region->consumer_futex);
 				munmap(m->region, IBVB_REGION_SIZE);
 				m->region = NULL;
 			}
@@ -1178,7 +1126,7 @@ static void destroy(struct ibvb_producer *p, int unlink_files)
 int ibvb_producer_create(struct ibvb_producer **out, const char *name, const struct ibvb_producer_opts *opts)
 {
 	*out = NULL;
-	if (!name || !valid_name(name))
+	if (!name || !ibvb__valid_name(name))
 		return fail(-EINVAL, "ring name \"%s\": use 1-64 characters from [A-Za-z0-9_.-], not starting with '.'",
 			    name ? name : "(null)");
 	struct ibvb_producer_opts o;
@@ -1421,10 +1369,10 @@ void ibvb_producer_interrupt(struct ibvb_producer *p)
 	struct ibvb__pstate *st = p->st;
 	atomic_store(&st->interrupted, 1);
 	atomic_fetch_add(&st->attach_seq, 1);
-	futex_wake_all(&st->attach_seq);
+	ibvb__futex_wake_all(&st->attach_seq);
 	_Atomic uint32_t *w = atomic_load(&st->wait_word);
 	if (w)
-		futex_wake_all(w); /* at worst a word just unmapped: EFAULT, harmless */
+		ibvb__futex_wake_all(w); /* at worst a word just unmapped: EFAULT, harmless */
 }
 
 int ibvb_producer_consumers(const struct ibvb_producer *p)
