@@ -1123,9 +1123,10 @@ static void destroy(struct ibvb_producer *p, int unlink_files)
 	free(p);
 }
 
-int ibvb_producer_create(struct ibvb_producer **out, const char *name, const struct ibvb_producer_opts *opts)
+/* Creation step 1: the options with defaults filled in, each checked, every size overflow-checked before
+ * anything is created (spec 2.1 §C). */
+static int check_opts(const char *name, const struct ibvb_producer_opts *opts, struct ibvb_producer_opts *out)
 {
-	*out = NULL;
 	if (!name || !ibvb__valid_name(name))
 		return fail(-EINVAL, "ring name \"%s\": use 1-64 characters from [A-Za-z0-9_.-], not starting with '.'",
 			    name ? name : "(null)");
@@ -1165,18 +1166,21 @@ int ibvb_producer_create(struct ibvb_producer **out, const char *name, const str
 		return fail(-EINVAL, "create ring %s: policy %u (IBVB_POLICY_DROP or IBVB_POLICY_BLOCK)", name, o.policy);
 	if (o.hugepages != IBVB_HUGEPAGES_AUTO && o.hugepages != IBVB_HUGEPAGES_REQUIRE && o.hugepages != IBVB_HUGEPAGES_OFF)
 		return fail(-EINVAL, "create ring %s: hugepages %d", name, o.hugepages);
-	struct geometry probe; /* every size overflow-checked before anything is created (spec 2.1 §C) */
-	if (layout(&o, 1u << 30, &probe) < 0) {
-		char msg[300];
-		snprintf(msg, sizeof msg, "create ring %s: %s", name, ibvb_last_error());
-		return fail(-EINVAL, "%s", msg);
-	}
+	struct geometry probe;
+	if (layout(&o, 1u << 30, &probe) < 0)
+		return fail(-EINVAL, "create ring %s: %s", name, ibvb_last_error());
+	*out = o;
+	return 0;
+}
 
+/* Step 2: the producer and its private state, every descriptor -1, the directory and socket paths. */
+static struct ibvb_producer *new_producer(const char *name, const struct ibvb_producer_opts *o)
+{
 	struct ibvb_producer *p = calloc(1, sizeof *p);
 	struct ibvb__pstate *st = p ? calloc(1, sizeof *st) : NULL;
 	if (!st) {
 		free(p);
-		return fail(-ENOMEM, "create ring %s: out of memory", name);
+		return NULL;
 	}
 	p->st = st;
 	pthread_mutex_init(&st->mu, NULL);
@@ -1189,78 +1193,83 @@ int ibvb_producer_create(struct ibvb_producer **out, const char *name, const str
 		st->obs[i] = -1;
 	st->gid = -1;
 	st->euid = geteuid();
-	st->max_consumers = o.max_consumers;
-	st->max_observers = o.max_observers;
+	st->max_consumers = o->max_consumers;
+	st->max_observers = o->max_observers;
 	struct rlimit rl;
 	st->fd_limit = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? rl.rlim_cur : 1u << 20;
 	snprintf(st->name, sizeof st->name, "%s", name);
-	if (o.dir && *o.dir)
-		snprintf(st->dir, sizeof st->dir, "%s", o.dir);
+	if (o->dir && *o->dir)
+		snprintf(st->dir, sizeof st->dir, "%s", o->dir);
 	else
 		default_dir(st->dir, sizeof st->dir);
 	snprintf(st->sock_path, sizeof st->sock_path, "%s/%s%s", st->dir, name, IBVB_SOCK_SUFFIX);
-	int rc;
-	if (strlen(st->sock_path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
-		rc = fail(-ENAMETOOLONG, "create ring %s: socket path %s is too long for a Unix socket", name, st->sock_path);
-		goto out;
-	}
-	if (o.group && *o.group) {
+	return p;
+}
+
+/* Step 3: the socket path fits, --group exists, the directory (made safely) and the lock. */
+static int claim_name(struct ibvb_producer *p, const struct ibvb_producer_opts *o)
+{
+	struct ibvb__pstate *st = p->st;
+	const char *name = st->name;
+	if (strlen(st->sock_path) >= sizeof(((struct sockaddr_un *)0)->sun_path))
+		return fail(-ENAMETOOLONG, "create ring %s: socket path %s is too long for a Unix socket", name,
+			    st->sock_path);
+	if (o->group && *o->group) {
 		struct group gr, *res = NULL;
 		char buf[8192];
-		if (getgrnam_r(o.group, &gr, buf, sizeof buf, &res) != 0 || !res) {
-			rc = fail(-EINVAL, "create ring %s: group \"%s\" not found", name, o.group);
-			goto out;
-		}
+		if (getgrnam_r(o->group, &gr, buf, sizeof buf, &res) != 0 || !res)
+			return fail(-EINVAL, "create ring %s: group \"%s\" not found", name, o->group);
 		st->gid = (int)gr.gr_gid;
 	}
-	if ((rc = open_ring_dir(st)) < 0)
-		goto out;
-	if ((rc = take_lock(st)) < 0)
-		goto out;
+	int rc = open_ring_dir(st);
+	return rc < 0 ? rc : take_lock(st);
+}
 
-	/* data memory, then control memory: sized and reserved before a byte is written */
-	struct geometry g;
-	memset(&g, 0, sizeof g);
-	if ((rc = make_data(p, &o, &g)) < 0) {
-		char msg[512];
-		snprintf(msg, sizeof msg, "create ring %s: %s", name, ibvb_last_error());
-		rc = fail(rc, "%s", msg);
-		goto out;
-	}
-	st->ctl_size = IBVB_CTL_SIZE_FOR(o.max_consumers);
+/* Step 4: data memory, then control memory, sized and reserved before a byte is written; the hot path's
+ * views of them and its free list. */
+static int make_memory(struct ibvb_producer *p, const struct ibvb_producer_opts *o, struct geometry *g)
+{
+	struct ibvb__pstate *st = p->st;
+	const char *name = st->name;
+	int rc;
+	memset(g, 0, sizeof *g);
+	if ((rc = make_data(p, o, g)) < 0)
+		return fail(rc, "create ring %s: %s", name, ibvb_last_error());
+	st->ctl_size = IBVB_CTL_SIZE_FOR(o->max_consumers);
 	char cname[IBVB_NAME_MAX + 32];
 	snprintf(cname, sizeof cname, "ibvbridge.%s.ctl", name);
 	void *cm;
-	if ((rc = new_shm(cname, st->ctl_size, &st->ctl_fd, &cm)) < 0) {
-		char msg[512];
-		snprintf(msg, sizeof msg, "create ring %s: control memory: %s", name, ibvb_last_error());
-		rc = fail(rc, "%s", msg);
-		goto out;
-	}
+	if ((rc = new_shm(cname, st->ctl_size, &st->ctl_fd, &cm)) < 0)
+		return fail(rc, "create ring %s: control memory: %s", name, ibvb_last_error());
 	p->ctl = cm;
 	p->rows = (struct ibvb_row *)((uint8_t *)cm + IBVB_OFF_CONSUMER_TABLE);
-	p->desc = (struct ibvb_desc *)(p->data + g.desc_off);
-	p->items = (struct ibvb_item *)(p->data + g.items_off);
-	p->meta = p->data + g.meta_off;
-	p->payload = p->data + g.payload_off;
-	p->slot_count = o.slot_count;
-	p->mask = o.slot_count - 1;
-	p->slot_size = o.slot_size;
-	p->meta_size = o.meta_size;
-	p->max_items = o.max_items;
-	p->policy = o.policy;
-	p->free = malloc(o.slot_count * sizeof *p->free);
-	p->pos_slot = malloc(o.slot_count * sizeof *p->pos_slot);
-	if (!p->free || !p->pos_slot) {
-		rc = fail(-ENOMEM, "create ring %s: out of memory", name);
-		goto out;
-	}
-	for (uint64_t i = 0; i < o.slot_count; i++) {
+	p->desc = (struct ibvb_desc *)(p->data + g->desc_off);
+	p->items = (struct ibvb_item *)(p->data + g->items_off);
+	p->meta = p->data + g->meta_off;
+	p->payload = p->data + g->payload_off;
+	p->slot_count = o->slot_count;
+	p->mask = o->slot_count - 1;
+	p->slot_size = o->slot_size;
+	p->meta_size = o->meta_size;
+	p->max_items = o->max_items;
+	p->policy = o->policy;
+	p->free = malloc(o->slot_count * sizeof *p->free);
+	p->pos_slot = malloc(o->slot_count * sizeof *p->pos_slot);
+	if (!p->free || !p->pos_slot)
+		return fail(-ENOMEM, "create ring %s: out of memory", name);
+	for (uint64_t i = 0; i < o->slot_count; i++) {
 		p->free[i] = (uint32_t)i;
 		p->pos_slot[i] = IBVB__NO_SLOT;
 	}
-	p->free_w = o.slot_count;
+	p->free_w = o->slot_count;
+	return 0;
+}
 
+/* Step 5: the header (spec §2), magic and state last, then the seals: from here on no client can write,
+ * grow or shrink either memory; our own mappings stay writable. */
+static int write_header(struct ibvb_producer *p, const struct ibvb_producer_opts *o, const struct geometry *g)
+{
+	struct ibvb__pstate *st = p->st;
 	struct ibvb_ctl *c = p->ctl;
 	uint64_t sid = 0;
 	while (sid == 0)
@@ -1269,50 +1278,49 @@ int ibvb_producer_create(struct ibvb_producer **out, const char *name, const str
 	c->major = IBVB_MAJOR;
 	c->minor = IBVB_MINOR;
 	c->ctl_size = (uint32_t)st->ctl_size;
-	c->policy = o.policy;
+	c->policy = o->policy;
 	c->session_id = sid;
 	c->producer_pid = (uint64_t)getpid();
 	c->producer_start_ns = ibvb__realtime_ns();
-	c->slot_count = o.slot_count;
-	c->slot_size = o.slot_size;
-	c->max_items = o.max_items;
+	c->slot_count = o->slot_count;
+	c->slot_size = o->slot_size;
+	c->max_items = o->max_items;
 	c->desc_size = IBVB_DESC_SIZE;
 	c->item_size = IBVB_ITEM_SIZE;
 	c->page_size = st->page_size;
 	c->data_size = st->data_size;
-	c->desc_offset = g.desc_off;
-	c->items_offset = g.items_off;
-	c->meta_offset = g.meta_off;
-	c->meta_size = o.meta_size;
-	c->payload_offset = g.payload_off;
-	c->packet_offset = g.packet_off;
-	c->packet_size = o.packet_size;
-	c->features = o.features;
+	c->desc_offset = g->desc_off;
+	c->items_offset = g->items_off;
+	c->meta_offset = g->meta_off;
+	c->meta_size = o->meta_size;
+	c->payload_offset = g->payload_off;
+	c->packet_offset = g->packet_off;
+	c->packet_size = o->packet_size;
+	c->features = o->features;
 	c->stats_count = IBVB_STATS_COUNT;
-	c->max_consumers = o.max_consumers;
+	c->max_consumers = o->max_consumers;
 	atomic_store(&c->heartbeat_ns, ibvb__realtime_ns());
 	atomic_store(&c->head, 0);
 	atomic_store(&c->oldest, 0);
 	atomic_store_explicit(&c->magic, IBVB_MAGIC, memory_order_relaxed);
 	atomic_store_explicit(&c->state, IBVB_STATE_READY, memory_order_release);
-	/* from here on no client can write, grow or shrink either memory; our own mappings stay writable */
-	if (fcntl(st->data_fd, F_ADD_SEALS, SEALS_READ_ONLY) < 0 || fcntl(st->ctl_fd, F_ADD_SEALS, SEALS_READ_ONLY) < 0) {
-		rc = fail(-errno, "create ring %s: sealing the ring memory: %s", name, strerror(errno));
-		goto out;
-	}
+	if (fcntl(st->data_fd, F_ADD_SEALS, SEALS_READ_ONLY) < 0 || fcntl(st->ctl_fd, F_ADD_SEALS, SEALS_READ_ONLY) < 0)
+		return fail(-errno, "create ring %s: sealing the ring memory: %s", st->name, strerror(errno));
+	return 0;
+}
 
-	/* the socket, bound through the directory descriptor: born 0600 */
+/* Step 6: the socket, bound through the directory descriptor: born 0600 (0660 and --group's with one). */
+static int listen_socket(struct ibvb_producer *p, const char *group)
+{
+	struct ibvb__pstate *st = p->st;
+	const char *name = st->name;
 	char sname[IBVB_NAME_MAX + 16];
 	snprintf(sname, sizeof sname, "%s%s", name, IBVB_SOCK_SUFFIX);
-	if (unlinkat(st->dirfd, sname, 0) < 0 && errno != ENOENT) { /* stale: we hold the lock */
-		rc = fail(-errno, "create ring %s: remove stale %s: %s", name, st->sock_path, strerror(errno));
-		goto out;
-	}
+	if (unlinkat(st->dirfd, sname, 0) < 0 && errno != ENOENT) /* stale: we hold the lock */
+		return fail(-errno, "create ring %s: remove stale %s: %s", name, st->sock_path, strerror(errno));
 	st->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (st->listen_fd < 0) {
-		rc = fail(-errno, "create ring %s: socket: %s", name, strerror(errno));
-		goto out;
-	}
+	if (st->listen_fd < 0)
+		return fail(-errno, "create ring %s: socket: %s", name, strerror(errno));
 	struct sockaddr_un sa;
 	memset(&sa, 0, sizeof sa);
 	sa.sun_family = AF_UNIX;
@@ -1325,31 +1333,46 @@ int ibvb_producer_create(struct ibvb_producer **out, const char *name, const str
 		int e = brc < 0 ? be : errno;
 		close(st->listen_fd);
 		st->listen_fd = -1;
-		rc = fail(-e, "create ring %s: listen on %s: %s", name, st->sock_path, strerror(e));
-		goto out;
+		return fail(-e, "create ring %s: listen on %s: %s", name, st->sock_path, strerror(e));
 	}
-	if (st->gid >= 0) {
-		if (fchownat(st->dirfd, sname, (uid_t)-1, (gid_t)st->gid, AT_SYMLINK_NOFOLLOW) < 0 ||
-		    fchmodat(st->dirfd, sname, 0660, 0) < 0) {
-			rc = fail(-errno, "create ring %s: give %s to group %s: %s", name, st->sock_path, o.group,
-				  strerror(errno));
-			goto out;
-		}
-	}
-	if (pipe2(st->stop_pipe, O_CLOEXEC) < 0) {
-		rc = fail(-errno, "create ring %s: pipe: %s", name, strerror(errno));
-		goto out;
-	}
-	if ((rc = pthread_create(&st->thr, NULL, service, p)) != 0) {
-		rc = fail(-rc, "create ring %s: pthread_create: %s", name, strerror(rc));
-		goto out;
-	}
+	if (st->gid >= 0 && (fchownat(st->dirfd, sname, (uid_t)-1, (gid_t)st->gid, AT_SYMLINK_NOFOLLOW) < 0 ||
+			     fchmodat(st->dirfd, sname, 0660, 0) < 0))
+		return fail(-errno, "create ring %s: give %s to group %s: %s", name, st->sock_path, group,
+			    strerror(errno));
+	return 0;
+}
+
+/* Step 7: the service thread (accepts, handshakes, hang-ups, heartbeat). */
+static int start_service(struct ibvb_producer *p)
+{
+	struct ibvb__pstate *st = p->st;
+	if (pipe2(st->stop_pipe, O_CLOEXEC) < 0)
+		return fail(-errno, "create ring %s: pipe: %s", st->name, strerror(errno));
+	int rc = pthread_create(&st->thr, NULL, service, p);
+	if (rc != 0)
+		return fail(-rc, "create ring %s: pthread_create: %s", st->name, strerror(rc));
 	st->thr_on = 1;
+	return 0;
+}
+
+int ibvb_producer_create(struct ibvb_producer **out, const char *name, const struct ibvb_producer_opts *opts)
+{
+	*out = NULL;
+	struct ibvb_producer_opts o;
+	int rc = check_opts(name, opts, &o);
+	if (rc < 0)
+		return rc;
+	struct ibvb_producer *p = new_producer(name, &o);
+	if (!p)
+		return fail(-ENOMEM, "create ring %s: out of memory", name);
+	struct geometry g;
+	if ((rc = claim_name(p, &o)) < 0 || (rc = make_memory(p, &o, &g)) < 0 || (rc = write_header(p, &o, &g)) < 0 ||
+	    (rc = listen_socket(p, o.group)) < 0 || (rc = start_service(p)) < 0) {
+		destroy(p, p->st->lockfd >= 0);
+		return rc;
+	}
 	*out = p;
 	return 0;
-out:
-	destroy(p, st->lockfd >= 0);
-	return rc;
 }
 
 void ibvb_producer_close(struct ibvb_producer *p)
