@@ -807,115 +807,120 @@ static int admit(struct ibvb_producer *p, const struct ucred *cr, uint32_t start
 	return idx;
 }
 
-/* A connection that has said something: answer its hello. Returns 1 if fd is now kept (a consumer or an
- * observer), 0 if it was closed. */
-static int answer_hello(struct ibvb_producer *p, int fd, int fd_short)
+/* The hello's checks, in order: a hello at all, the descriptor reserve, permission, the major version, role
+ * and start. 0 with *cr and *h filled, or -1: refused (an error record) and closed. */
+static int check_hello(struct ibvb_producer *p, int fd, int fd_short, struct ucred *cr, struct ibvb_hello *h)
 {
 	struct ibvb__pstate *st = p->st;
-	struct ucred cr;
-	socklen_t cl = sizeof cr;
-	memset(&cr, 0, sizeof cr);
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0) {
+	socklen_t cl = sizeof *cr;
+	memset(cr, 0, sizeof *cr);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cr, &cl) < 0) {
 		close(fd);
-		return 0;
+		return -1;
 	}
 	uint8_t buf[IBVB_ERROR_RECORD_MAX];
 	ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
 	if (n <= 0) {
 		close(fd);
-		return 0;
+		return -1;
 	}
-	struct ibvb_hello h;
-	memset(&h, 0, sizeof h);
-	memcpy(&h, buf, (size_t)n < sizeof h ? (size_t)n : sizeof h);
+	memset(h, 0, sizeof *h);
+	memcpy(h, buf, (size_t)n < sizeof *h ? (size_t)n : sizeof *h);
 	char msg[IBVB_ERROR_RECORD_MAX - 16];
-	if (n != (ssize_t)sizeof h || h.magic != IBVB_MAGIC) {
+	if (n != (ssize_t)sizeof *h || h->magic != IBVB_MAGIC) {
 		snprintf(msg, sizeof msg, "ring %s: hello of %zd bytes is not an ibvbridge hello", st->name, n);
-		refuse(st, fd, &cr, IBVB_STATUS_PROTOCOL, msg);
-		return 0;
+		refuse(st, fd, cr, IBVB_STATUS_PROTOCOL, msg);
+		return -1;
 	}
 	if (fd_short) {
 		snprintf(msg, sizeof msg, "ring %s busy: out of file descriptors", st->name);
-		refuse(st, fd, &cr, IBVB_STATUS_BUSY, msg);
-		return 0;
+		refuse(st, fd, cr, IBVB_STATUS_BUSY, msg);
+		return -1;
 	}
-	if (!permitted(st, fd, &cr)) {
+	if (!permitted(st, fd, cr)) {
 		snprintf(msg, sizeof msg, "ring %s: uid %u may not attach (the producer runs as uid %u)", st->name,
-			 (unsigned)cr.uid, (unsigned)st->euid);
-		refuse(st, fd, &cr, IBVB_STATUS_NOT_PERMITTED, msg);
-		return 0;
+			 (unsigned)cr->uid, (unsigned)st->euid);
+		refuse(st, fd, cr, IBVB_STATUS_NOT_PERMITTED, msg);
+		return -1;
 	}
-	if (h.major != IBVB_MAJOR) {
+	if (h->major != IBVB_MAJOR) {
 		snprintf(msg, sizeof msg, "ring %s is layout %d.%d; this client speaks %u.%u", st->name, IBVB_MAJOR,
-			 IBVB_MINOR, h.major, h.minor);
-		refuse(st, fd, &cr, IBVB_STATUS_VERSION, msg);
+			 IBVB_MINOR, h->major, h->minor);
+		refuse(st, fd, cr, IBVB_STATUS_VERSION, msg);
+		return -1;
+	}
+	if ((h->role != IBVB_ROLE_CONSUMER && h->role != IBVB_ROLE_OBSERVER) ||
+	    (h->start != IBVB_START_OLDEST && h->start != IBVB_START_HEAD)) {
+		snprintf(msg, sizeof msg, "ring %s: role %u, start %u", st->name, h->role, h->start);
+		refuse(st, fd, cr, IBVB_STATUS_PROTOCOL, msg);
+		return -1;
+	}
+	return 0;
+}
+
+/* An observer (`stat`, `ls`): the control memory only, while a place among max_observers is free. 1 kept,
+ * 0 refused and closed. */
+static int welcome_observer(struct ibvb_producer *p, int fd, const struct ucred *cr, struct ibvb_welcome *w)
+{
+	struct ibvb__pstate *st = p->st;
+	char msg[IBVB_ERROR_RECORD_MAX - 16];
+	w->consumer_index = IBVB_NO_CONSUMER_INDEX;
+	int slot = -1;
+	for (uint32_t i = 0; i < st->max_observers; i++)
+		if (st->obs[i] < 0) {
+			slot = (int)i;
+			break;
+		}
+	if (slot < 0) {
+		snprintf(msg, sizeof msg, "ring %s busy: %u observers", st->name, st->max_observers);
+		refuse(st, fd, cr, IBVB_STATUS_BUSY, msg);
 		return 0;
 	}
-	if ((h.role != IBVB_ROLE_CONSUMER && h.role != IBVB_ROLE_OBSERVER) ||
-	    (h.start != IBVB_START_OLDEST && h.start != IBVB_START_HEAD)) {
-		snprintf(msg, sizeof msg, "ring %s: role %u, start %u", st->name, h.role, h.start);
-		refuse(st, fd, &cr, IBVB_STATUS_PROTOCOL, msg);
+	if (send_fds(fd, w, sizeof *w, &st->ctl_fd, 1) < 0) {
+		close(fd);
 		return 0;
 	}
-	struct ibvb_welcome w;
-	memset(&w, 0, sizeof w);
-	w.magic = IBVB_MAGIC;
-	w.major = IBVB_MAJOR;
-	w.minor = IBVB_MINOR;
-	w.status = IBVB_STATUS_OK;
-	w.session_id = p->ctl->session_id;
-	w.ctl_size = st->ctl_size;
-	if (h.role == IBVB_ROLE_OBSERVER) {
-		w.consumer_index = IBVB_NO_CONSUMER_INDEX;
-		int slot = -1;
-		for (uint32_t i = 0; i < st->max_observers; i++)
-			if (st->obs[i] < 0) {
-				slot = (int)i;
-				break;
-			}
-		if (slot < 0) {
-			snprintf(msg, sizeof msg, "ring %s busy: %u observers", st->name, st->max_observers);
-			refuse(st, fd, &cr, IBVB_STATUS_BUSY, msg);
-			return 0;
-		}
-		if (send_fds(fd, &w, sizeof w, &st->ctl_fd, 1) < 0) {
-			close(fd);
-			return 0;
-		}
-		st->obs[slot] = fd; /* held until the observer closes it */
-		return 1;
-	}
-	/* a fresh sealed region */
+	st->obs[slot] = fd; /* held until the observer closes it */
+	return 1;
+}
+
+/* A consumer: a fresh sealed region, a row (admit), the welcome with the three descriptors. 1 kept, 0
+ * refused or failed (closed). */
+static int welcome_consumer(struct ibvb_producer *p, int fd, const struct ucred *cr, uint32_t start,
+			    struct ibvb_welcome *w)
+{
+	struct ibvb__pstate *st = p->st;
+	char msg[IBVB_ERROR_RECORD_MAX - 16];
 	char rname[IBVB_NAME_MAX + 32];
 	snprintf(rname, sizeof rname, "ibvbridge.%s.consumer", st->name);
 	int rfd;
 	void *rm;
 	if (new_shm(rname, IBVB_REGION_SIZE, &rfd, &rm) < 0) {
 		snprintf(msg, sizeof msg, "ring %s: no memory for a consumer region: %s", st->name, ibvb_last_error());
-		refuse(st, fd, &cr, IBVB_STATUS_BUSY, msg);
+		refuse(st, fd, cr, IBVB_STATUS_BUSY, msg);
 		return 0;
 	}
 	if (fcntl(rfd, F_ADD_SEALS, SEALS_REGION) < 0) {
 		snprintf(msg, sizeof msg, "ring %s: sealing a consumer region: %s", st->name, strerror(errno));
 		munmap(rm, IBVB_REGION_SIZE);
 		close(rfd);
-		refuse(st, fd, &cr, IBVB_STATUS_BUSY, msg);
+		refuse(st, fd, cr, IBVB_STATUS_BUSY, msg);
 		return 0;
 	}
 	uint32_t status = 0, gen = 0;
-	int idx = admit(p, &cr, h.start, rm, &status, msg, sizeof msg, &gen);
+	int idx = admit(p, cr, start, rm, &status, msg, sizeof msg, &gen);
 	if (idx < 0) {
 		munmap(rm, IBVB_REGION_SIZE);
 		close(rfd);
-		refuse(st, fd, &cr, status, msg);
+		refuse(st, fd, cr, status, msg);
 		return 0;
 	}
-	w.consumer_index = (uint32_t)idx;
-	w.generation = gen;
-	w.data_size = st->data_size;
-	w.region_size = IBVB_REGION_SIZE;
+	w->consumer_index = (uint32_t)idx;
+	w->generation = gen;
+	w->data_size = st->data_size;
+	w->region_size = IBVB_REGION_SIZE;
 	int fds[3] = {st->ctl_fd, st->data_fd, rfd};
-	int rc = send_fds(fd, &w, sizeof w, fds, 3);
+	int rc = send_fds(fd, w, sizeof *w, fds, 3);
 	close(rfd); /* the consumer's descriptor is its own now; we keep our mapping */
 	pthread_mutex_lock(&st->mu);
 	st->m[idx].fd = fd;
@@ -927,6 +932,27 @@ static int answer_hello(struct ibvb_producer *p, int fd, int fd_short)
 	}
 	pthread_mutex_unlock(&st->mu);
 	return rc == 0;
+}
+
+/* A connection that has said something: answer its hello. Returns 1 if fd is now kept (a consumer or an
+ * observer), 0 if it was closed. */
+static int answer_hello(struct ibvb_producer *p, int fd, int fd_short)
+{
+	struct ucred cr;
+	struct ibvb_hello h;
+	if (check_hello(p, fd, fd_short, &cr, &h) < 0)
+		return 0;
+	struct ibvb_welcome w;
+	memset(&w, 0, sizeof w);
+	w.magic = IBVB_MAGIC;
+	w.major = IBVB_MAJOR;
+	w.minor = IBVB_MINOR;
+	w.status = IBVB_STATUS_OK;
+	w.session_id = p->ctl->session_id;
+	w.ctl_size = p->st->ctl_size;
+	if (h.role == IBVB_ROLE_OBSERVER)
+		return welcome_observer(p, fd, &cr, &w);
+	return welcome_consumer(p, fd, &cr, h.start, &w);
 }
 
 /* ---- the service thread ----------------------------------------------------------------------- */
