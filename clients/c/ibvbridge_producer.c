@@ -971,43 +971,120 @@ static void gone_locked(struct ibvb_producer *p, uint32_t i)
 	detach_locked(p, i, IBVB_CONSUMER_GONE, 0);
 }
 
+enum poll_kind { K_STOP, K_LISTEN, K_PEND, K_MEMBER, K_OBS };
+#define POLL_MAX (2 + MAX_PENDING + IBVB_MAX_CONSUMERS_LIMIT + MAX_OBSERVERS)
+
+/* What the service thread polls this round: the stop pipe, the listener, pending connections (whose hello
+ * deadline may come before *wake_at), members and observers. Returns the number of entries. */
+static int poll_set(struct ibvb__pstate *st, struct pollfd *pf, int *kind, int *which, int64_t *wake_at)
+{
+	int n = 0;
+	pf[n] = (struct pollfd){.fd = st->stop_pipe[0], .events = POLLIN};
+	kind[n++] = K_STOP;
+	pf[n] = (struct pollfd){.fd = st->listen_fd, .events = POLLIN};
+	kind[n++] = K_LISTEN;
+	for (int i = 0; i < MAX_PENDING; i++)
+		if (st->pend[i] >= 0) {
+			pf[n] = (struct pollfd){.fd = st->pend[i], .events = POLLIN};
+			kind[n] = K_PEND;
+			which[n++] = i;
+			if (st->pend_deadline[i] < *wake_at)
+				*wake_at = st->pend_deadline[i];
+		}
+	pthread_mutex_lock(&st->mu);
+	for (uint32_t i = 0; i < st->max_consumers; i++)
+		if (st->m[i].on && st->m[i].fd >= 0) {
+			pf[n] = (struct pollfd){.fd = st->m[i].fd, .events = POLLIN | POLLRDHUP};
+			kind[n] = K_MEMBER;
+			which[n++] = (int)i;
+		}
+	pthread_mutex_unlock(&st->mu);
+	for (int i = 0; i < MAX_OBSERVERS; i++)
+		if (st->obs[i] >= 0) {
+			pf[n] = (struct pollfd){.fd = st->obs[i], .events = POLLIN | POLLRDHUP};
+			kind[n] = K_OBS;
+			which[n++] = i;
+		}
+	return n;
+}
+
+/* Members whose connection spoke or hung up: the attachment ends. mu held. */
+static void members_gone_locked(struct ibvb_producer *p, const struct pollfd *pf, const int *kind,
+				const int *which, int n)
+{
+	struct ibvb__pstate *st = p->st;
+	for (int k = 0; k < n; k++) {
+		if (kind[k] != K_MEMBER || !pf[k].revents)
+			continue;
+		uint32_t i = (uint32_t)which[k];
+		if (!st->m[i].on || st->m[i].fd != pf[k].fd)
+			continue; /* detached meanwhile */
+		char b[16];
+		ssize_t r = recv(pf[k].fd, b, sizeof b, MSG_DONTWAIT);
+		if (r < 0 && (errno == EAGAIN || errno == EINTR) && !(pf[k].revents & (POLLHUP | POLLRDHUP | POLLERR)))
+			continue;
+		gone_locked(p, i); /* EOF, error, or a record after the welcome: the attachment ends */
+	}
+}
+
+/* Observers that hung up leave; pending connections that spoke get their answer, silent ones past their
+ * hello deadline are closed. */
+static void serve_others(struct ibvb_producer *p, const struct pollfd *pf, const int *kind, const int *which,
+			 int n, int64_t now)
+{
+	struct ibvb__pstate *st = p->st;
+	for (int k = 0; k < n; k++) {
+		if (kind[k] == K_OBS && pf[k].revents) {
+			close(st->obs[which[k]]);
+			st->obs[which[k]] = -1;
+		} else if (kind[k] == K_PEND) {
+			int i = which[k];
+			if (pf[k].revents) {
+				answer_hello(p, st->pend[i], st->pend_short[i]);
+				st->pend[i] = -1;
+			} else if (now >= st->pend_deadline[i]) {
+				close(st->pend[i]); /* a silent stranger holds nothing */
+				st->pend[i] = -1;
+			}
+		}
+	}
+}
+
+/* Every waiting connection becomes pending (its hello due within HELLO_TIMEOUT_NS); none left: closed. */
+static void accept_all(struct ibvb__pstate *st, int64_t now)
+{
+	for (;;) {
+		int cfd = accept4(st->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+		if (cfd < 0)
+			break;
+		int slot = -1;
+		for (int i = 0; i < MAX_PENDING; i++)
+			if (st->pend[i] < 0) {
+				slot = i;
+				break;
+			}
+		if (slot < 0) {
+			close(cfd);
+			continue;
+		}
+		st->pend[slot] = cfd;
+		/* descriptors are allocated lowest first: cfd this high means fewer than the reserve
+		 * are left (a consumer needs 3 more): its hello gets the true reason */
+		st->pend_short[slot] = (uint64_t)cfd + IBVB_PRODUCER_FD_RESERVE >= st->fd_limit;
+		st->pend_deadline[slot] = now + HELLO_TIMEOUT_NS;
+	}
+}
+
 static void *service(void *arg)
 {
 	struct ibvb_producer *p = arg;
 	struct ibvb__pstate *st = p->st;
 	int64_t next_beat = mono_ns() + BEAT_NS;
-	enum { K_STOP, K_LISTEN, K_PEND, K_MEMBER, K_OBS };
-	struct pollfd pf[2 + MAX_PENDING + IBVB_MAX_CONSUMERS_LIMIT + MAX_OBSERVERS];
-	int kind[sizeof pf / sizeof pf[0]], which[sizeof pf / sizeof pf[0]];
+	struct pollfd pf[POLL_MAX];
+	int kind[POLL_MAX], which[POLL_MAX];
 	for (;;) {
-		int n = 0;
 		int64_t now = mono_ns(), wake_at = next_beat;
-		pf[n] = (struct pollfd){.fd = st->stop_pipe[0], .events = POLLIN};
-		kind[n++] = K_STOP;
-		pf[n] = (struct pollfd){.fd = st->listen_fd, .events = POLLIN};
-		kind[n++] = K_LISTEN;
-		for (int i = 0; i < MAX_PENDING; i++)
-			if (st->pend[i] >= 0) {
-				pf[n] = (struct pollfd){.fd = st->pend[i], .events = POLLIN};
-				kind[n] = K_PEND;
-				which[n++] = i;
-				if (st->pend_deadline[i] < wake_at)
-					wake_at = st->pend_deadline[i];
-			}
-		pthread_mutex_lock(&st->mu);
-		for (uint32_t i = 0; i < st->max_consumers; i++)
-			if (st->m[i].on && st->m[i].fd >= 0) {
-				pf[n] = (struct pollfd){.fd = st->m[i].fd, .events = POLLIN | POLLRDHUP};
-				kind[n] = K_MEMBER;
-				which[n++] = (int)i;
-			}
-		pthread_mutex_unlock(&st->mu);
-		for (int i = 0; i < MAX_OBSERVERS; i++)
-			if (st->obs[i] >= 0) {
-				pf[n] = (struct pollfd){.fd = st->obs[i], .events = POLLIN | POLLRDHUP};
-				kind[n] = K_OBS;
-				which[n++] = i;
-			}
+		int n = poll_set(st, pf, kind, which, &wake_at);
 		int64_t ms = (wake_at - now + 999999) / 1000000;
 		if (ms < 0)
 			ms = 0;
@@ -1017,18 +1094,7 @@ static void *service(void *arg)
 			return NULL;
 		now = mono_ns();
 		pthread_mutex_lock(&st->mu);
-		for (int k = 0; k < n; k++) {
-			if (kind[k] != K_MEMBER || !pf[k].revents)
-				continue;
-			uint32_t i = (uint32_t)which[k];
-			if (!st->m[i].on || st->m[i].fd != pf[k].fd)
-				continue; /* detached meanwhile */
-			char b[16];
-			ssize_t r = recv(pf[k].fd, b, sizeof b, MSG_DONTWAIT);
-			if (r < 0 && (errno == EAGAIN || errno == EINTR) && !(pf[k].revents & (POLLHUP | POLLRDHUP | POLLERR)))
-				continue;
-			gone_locked(p, i); /* EOF, error, or a record after the welcome: the attachment ends */
-		}
+		members_gone_locked(p, pf, kind, which, n);
 		if (now >= next_beat) {
 			atomic_store_explicit(&p->ctl->heartbeat_ns, ibvb__realtime_ns(), memory_order_relaxed);
 			read_cursors_locked(p, 0); /* keep the table's released columns current for `stat` */
@@ -1036,44 +1102,9 @@ static void *service(void *arg)
 			next_beat = now + BEAT_NS;
 		}
 		pthread_mutex_unlock(&st->mu);
-		for (int k = 0; k < n; k++) {
-			if (kind[k] == K_OBS && pf[k].revents) {
-				close(st->obs[which[k]]);
-				st->obs[which[k]] = -1;
-			} else if (kind[k] == K_PEND) {
-				int i = which[k];
-				if (pf[k].revents) {
-					answer_hello(p, st->pend[i], st->pend_short[i]);
-					st->pend[i] = -1;
-				} else if (now >= st->pend_deadline[i]) {
-					close(st->pend[i]); /* a silent stranger holds nothing */
-					st->pend[i] = -1;
-				}
-			}
-		}
-		if (pf[1].revents) {
-			for (;;) {
-				int cfd = accept4(st->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-				if (cfd < 0)
-					break;
-
-				int slot = -1;
-				for (int i = 0; i < MAX_PENDING; i++)
-					if (st->pend[i] < 0) {
-						slot = i;
-						break;
-					}
-				if (slot < 0) {
-					close(cfd);
-					continue;
-				}
-				st->pend[slot] = cfd;
-				/* descriptors are allocated lowest first: cfd this high means fewer than the reserve
-				 * are left (a consumer needs 3 more): its hello gets the true reason */
-				st->pend_short[slot] = (uint64_t)cfd + IBVB_PRODUCER_FD_RESERVE >= st->fd_limit;
-				st->pend_deadline[slot] = now + HELLO_TIMEOUT_NS;
-			}
-		}
+		serve_others(p, pf, kind, which, n, now);
+		if (pf[1].revents)
+			accept_all(st, now);
 	}
 }
 
