@@ -243,8 +243,7 @@ static void close_fds(int *fds, int n)
 			close(fds[i]);
 }
 
-static int handshake(const struct target *t, int sock, int start, int64_t deadline_ns, struct ibvb_welcome *w,
-		     struct welcome_fds *wf)
+static int send_hello(const struct target *t, int sock, int start)
 {
 	struct ibvb_hello hello;
 	memset(&hello, 0, sizeof hello);
@@ -257,7 +256,12 @@ static int handshake(const struct target *t, int sock, int start, int64_t deadli
 	if (k != (ssize_t)sizeof hello)
 		return fail(k < 0 ? -errno : -EPROTO, "ring %s: sending hello: %s", t->name,
 			    k < 0 ? strerror(errno) : "short send");
+	return 0;
+}
 
+/* Wait until the welcome (or an error record) is there, up to deadline_ns (INT64_MAX: forever). */
+static int await_record(const struct target *t, int sock, int64_t deadline_ns)
+{
 	for (;;) {
 		int ms = -1;
 		if (deadline_ns != INT64_MAX) {
@@ -273,15 +277,19 @@ static int handshake(const struct target *t, int sock, int start, int64_t deadli
 		if (pr < 0)
 			return fail(-errno, "ring %s: poll: %s", t->name, strerror(errno));
 		if (pr > 0)
-			break;
+			return 0;
 	}
+}
 
-	uint8_t buf[IBVB_ERROR_RECORD_MAX];
+/* One record into buf (its length, or -errno) and the descriptors that came with it (fds, *nfds). */
+static ssize_t recv_record(const struct target *t, int sock, uint8_t *buf, size_t cap, int *fds, int *nfds,
+			   int *truncated)
+{
 	union {
 		struct cmsghdr h;
 		char b[CMSG_SPACE(sizeof(int) * MAX_FDS)];
 	} cm;
-	struct iovec iov = {.iov_base = buf, .iov_len = sizeof buf};
+	struct iovec iov = {.iov_base = buf, .iov_len = cap};
 	struct msghdr msg;
 	memset(&msg, 0, sizeof msg);
 	memset(&cm, 0, sizeof cm);
@@ -295,20 +303,60 @@ static int handshake(const struct target *t, int sock, int start, int64_t deadli
 	while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return fail(-errno, "ring %s: receiving welcome: %s", t->name, strerror(errno));
-	int fds[MAX_FDS], nfds = 0;
+	*nfds = 0;
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
 		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
 			continue;
 		size_t cnt = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (size_t i = 0; i < cnt && nfds < MAX_FDS; i++)
-			memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+		for (size_t i = 0; i < cnt && *nfds < MAX_FDS; i++)
+			memcpy(&fds[(*nfds)++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
 	}
-	int rc = 0;
+	*truncated = (msg.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) != 0;
+	return n;
+}
+
+/* An error record's status as -errno, with the producer's message (m: NUL-terminated). */
+static int refused(const struct target *t, const struct ibvb_error_record *er, const char *m)
+{
+	int rc;
+	switch (er->status) {
+	case IBVB_STATUS_VERSION:
+		rc = fail(-EPROTONOSUPPORT, "ring %s is layout %u.%u; this client speaks %d.%d (%s)", t->name,
+			  er->major, er->minor, IBVB_MAJOR, IBVB_MINOR, m);
+		break;
+	case IBVB_STATUS_NOT_PERMITTED:
+		rc = fail(-EACCES, "ring %s: not permitted: %s", t->name, m);
+		break;
+	case IBVB_STATUS_BUSY:
+		rc = fail(-EBUSY, "ring %s busy: %s", t->name, m);
+		break;
+	case IBVB_STATUS_CLOSING:
+		rc = fail(-ESHUTDOWN, "ring %s is closing: %s", t->name, m);
+		break;
+	case IBVB_STATUS_PROTOCOL:
+		rc = fail(-EPROTO, "ring %s: protocol error: %s", t->name, m);
+		break;
+	default:
+		rc = fail(-EPROTO, "ring %s: unknown status %u: %s", t->name, er->status, m);
+	}
+	return rc;
+}
+
+static int handshake(const struct target *t, int sock, int start, int64_t deadline_ns, struct ibvb_welcome *w,
+		     struct welcome_fds *wf)
+{
+	uint8_t buf[IBVB_ERROR_RECORD_MAX];
+	int fds[MAX_FDS], nfds = 0, trunc = 0, rc;
+	if ((rc = send_hello(t, sock, start)) < 0 || (rc = await_record(t, sock, deadline_ns)) < 0)
+		return rc;
+	ssize_t n = recv_record(t, sock, buf, sizeof buf, fds, &nfds, &trunc);
+	if (n < 0)
+		return (int)n;
 	if (n == 0) {
 		rc = fail(-EPROTO, "ring %s: the producer closed the connection without a welcome", t->name);
 		goto bad;
 	}
-	if (msg.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) {
+	if (trunc) {
 		rc = fail(-EPROTO, "ring %s: malformed welcome: record or descriptors truncated", t->name);
 		goto bad;
 	}
@@ -328,26 +376,7 @@ static int handshake(const struct target *t, int sock, int start, int64_t deadli
 		size_t ml = n > 16 ? (size_t)n - 16 : 0;
 		memcpy(m, er.message, ml);
 		m[ml] = 0; /* the message is NUL-terminated; this bounds one that is not */
-		switch (er.status) {
-		case IBVB_STATUS_VERSION:
-			rc = fail(-EPROTONOSUPPORT, "ring %s is layout %u.%u; this client speaks %d.%d (%s)", t->name,
-				  er.major, er.minor, IBVB_MAJOR, IBVB_MINOR, m);
-			break;
-		case IBVB_STATUS_NOT_PERMITTED:
-			rc = fail(-EACCES, "ring %s: not permitted: %s", t->name, m);
-			break;
-		case IBVB_STATUS_BUSY:
-			rc = fail(-EBUSY, "ring %s busy: %s", t->name, m);
-			break;
-		case IBVB_STATUS_CLOSING:
-			rc = fail(-ESHUTDOWN, "ring %s is closing: %s", t->name, m);
-			break;
-		case IBVB_STATUS_PROTOCOL:
-			rc = fail(-EPROTO, "ring %s: protocol error: %s", t->name, m);
-			break;
-		default:
-			rc = fail(-EPROTO, "ring %s: unknown status %u: %s", t->name, er.status, m);
-		}
+		rc = refused(t, &er, m);
 		goto bad;
 	}
 	if (n < IBVB_WELCOME_SIZE) {
