@@ -518,136 +518,166 @@ int ibvb_attach(struct ibvb_ring **out, const char *arg, int timeout_ms)
 	return ibvb_attach_opts(out, arg, timeout_ms, NULL);
 }
 
+/* The mappings an attach makes, undone together if a later step fails. */
+struct mapped {
+	const struct ibvb_ctl *ctl; /* NULL until mapped */
+	uint64_t ctl_size;
+	const void *data;           /* MAP_FAILED until mapped */
+	uint64_t data_size;
+	void *region;               /* MAP_FAILED until mapped */
+	void *own;                  /* private item copies, MAP_FAILED until mapped */
+	uint64_t own_size;
+};
+
+static void unmap_all(struct mapped *mp)
+{
+	if (mp->own != MAP_FAILED)
+		munmap(mp->own, (size_t)mp->own_size);
+	if (mp->region != MAP_FAILED)
+		munmap(mp->region, IBVB_REGION_SIZE);
+	if (mp->data != MAP_FAILED)
+		munmap((void *)mp->data, (size_t)mp->data_size);
+	if (mp->ctl)
+		munmap((void *)mp->ctl, (size_t)mp->ctl_size);
+}
+
+/* Attach steps 1-3 (spec §9): find and connect the socket, check the server, hello and welcome. The
+ * socket's fd, or -errno (nothing left open). */
+static int connect_and_greet(struct target *t, int timeout_ms, int wait, int start, struct ibvb_welcome *w,
+			     struct welcome_fds *wf)
+{
+	int64_t deadline = timeout_ms < 0 ? INT64_MAX : mono_ns() + (int64_t)timeout_ms * 1000000LL;
+	int sock = find_and_connect(t, wait, deadline), rc;
+	if (sock < 0)
+		return sock;
+	int64_t hs_deadline = deadline == INT64_MAX ? mono_ns() + DEFAULT_WELCOME_MS * 1000000LL : deadline;
+	if (hs_deadline < mono_ns() + HANDSHAKE_MIN_MS * 1000000LL)
+		hs_deadline = mono_ns() + HANDSHAKE_MIN_MS * 1000000LL;
+	if ((rc = check_peer(t, sock)) < 0 || (rc = handshake(t, sock, start, hs_deadline, w, wf)) < 0) {
+		close(sock);
+		return rc;
+	}
+	return sock;
+}
+
+/* Step 4: seals and sizes, before mapping anything. */
+static int check_memory(const struct target *t, const struct ibvb_welcome *w, const struct welcome_fds *wf)
+{
+	const int ro_seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE;
+	int rc;
+	if (w->ctl_size < IBVB_CTL_FIXED_SIZE || w->ctl_size > IBVB_CTL_SIZE_FOR(IBVB_MAX_CONSUMERS_LIMIT) ||
+	    w->ctl_size % 4096 != 0)
+		return fail(-EBADMSG, "ring %s corrupt: welcome ctl_size %llu", t->name, (unsigned long long)w->ctl_size);
+	if (w->data_size == 0 || w->data_size > (uint64_t)SIZE_MAX / 2)
+		return fail(-EBADMSG, "ring %s corrupt: welcome data_size %llu", t->name,
+			    (unsigned long long)w->data_size);
+	if ((rc = check_fd(t, wf->fd[0], "control", ro_seals, w->ctl_size)) < 0 ||
+	    (rc = check_fd(t, wf->fd[1], "data", ro_seals, w->data_size)) < 0 ||
+	    (rc = check_fd(t, wf->fd[2], "consumer region", F_SEAL_SHRINK | F_SEAL_GROW, IBVB_REGION_SIZE)) < 0)
+		return rc;
+	return 0;
+}
+
+/* Steps 5-6: the control memory read-only, validated before the data is mapped; the data read-only, the
+ * region read-write; the private item copies (spec 2.1 §A: as large as the ring's item tables, so within
+ * data_size, checked; reserved, not committed: only the entries heaps use are touched). */
+static int map_ring(const struct target *t, const struct ibvb_welcome *w, const struct welcome_fds *wf,
+		    struct mapped *mp)
+{
+	int rc;
+	void *m = mmap(NULL, (size_t)w->ctl_size, PROT_READ, MAP_SHARED, wf->fd[0], 0);
+	if (m == MAP_FAILED)
+		return fail(-errno, "ring %s: mmap control memory: %s", t->name, strerror(errno));
+	mp->ctl = (const struct ibvb_ctl *)m;
+	mp->ctl_size = w->ctl_size;
+	if ((rc = validate_ctl(t, mp->ctl, w)) < 0)
+		return rc;
+	mp->data_size = w->data_size;
+	mp->data = mmap(NULL, (size_t)mp->data_size, PROT_READ, MAP_SHARED, wf->fd[1], 0);
+	if (mp->data == MAP_FAILED)
+		return fail(-errno, "ring %s: mmap data memory (%llu bytes): %s", t->name,
+			    (unsigned long long)mp->data_size, strerror(errno));
+	mp->region = mmap(NULL, IBVB_REGION_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, wf->fd[2], 0);
+	if (mp->region == MAP_FAILED)
+		return fail(-errno, "ring %s: mmap consumer region: %s", t->name, strerror(errno));
+	mp->own_size = mp->ctl->slot_count * mp->ctl->max_items * IBVB_ITEM_SIZE;
+	mp->own = mmap(NULL, (size_t)mp->own_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+		       -1, 0);
+	if (mp->own == MAP_FAILED)
+		return fail(-errno, "ring %s: mmap item copies (%llu bytes): %s", t->name,
+			    (unsigned long long)mp->own_size, strerror(errno));
+	return 0;
+}
+
+/* The handle over validated mappings; the read position is the start the producer stored in tail (§7.1). */
+static void init_ring(struct ibvb_ring *r, const struct target *t, const struct ibvb_welcome *w,
+		      const struct mapped *mp, int sock)
+{
+	const struct ibvb_ctl *c = mp->ctl;
+	r->ctl = c;
+	r->row = (const struct ibvb_row *)((const uint8_t *)c + IBVB_OFF_CONSUMER_TABLE +
+					   (uint64_t)w->consumer_index * IBVB_ROW_SIZE);
+	r->region = (struct ibvb_region *)mp->region;
+	r->data = (const uint8_t *)mp->data;
+	r->own_items = mp->own;
+	r->own_items_size = mp->own_size;
+	r->desc = (const struct ibvb_desc *)(r->data + c->desc_offset);
+	r->items = (const struct ibvb_item *)(r->data + c->items_offset);
+	r->payload = r->data + c->payload_offset;
+	r->slot_count = c->slot_count;
+	r->mask = c->slot_count - 1;
+	r->slot_size = c->slot_size;
+	r->max_items = c->max_items;
+	r->data_size = mp->data_size;
+	r->ctl_size = mp->ctl_size;
+	r->session_id = c->session_id;
+	r->consumer_index = w->consumer_index;
+	r->generation = w->generation;
+	r->row_state_ok = IBVB_CONSUMER_ATTACHED;
+	r->max_latency_ns = IBVB_DEFAULT_MAX_LATENCY_NS;
+	r->coalesce_heaps = c->slot_count / 2 < 1 ? 1 : c->slot_count / 2;
+	r->sock = sock;
+	snprintf(r->name, sizeof r->name, "%s", t->name);
+	ibvb_set_spin_budget(r, IBVB_DEFAULT_SPIN_BUDGET_NS);
+	r->read = r->released = r->stored = r->cached_head =
+	    atomic_load_explicit(&r->region->tail, memory_order_acquire);
+	r->release_batch = r->slot_count / 8 < 1 ? 1 : (r->slot_count / 8 > 64 ? 64 : r->slot_count / 8);
+}
+
 int ibvb_attach_opts(struct ibvb_ring **out, const char *arg, int timeout_ms, const struct ibvb_attach_opts *opts)
 {
 	struct target t;
 	struct welcome_fds wf = {{-1, -1, -1}, 0};
 	struct ibvb_welcome w;
-	const struct ibvb_ctl *c = NULL;
+	struct mapped mp = {NULL, 0, MAP_FAILED, 0, MAP_FAILED, MAP_FAILED, 0};
 	memset(&w, 0, sizeof w);
-	const void *data = MAP_FAILED;
-	void *region = MAP_FAILED;
-	uint64_t ctl_size = 0, data_size = 0;
-	int sock = -1, rc;
-
 	ibvb__set_error("");
 	if (!out || !arg)
 		return fail(-EINVAL, "ibvb_attach: NULL argument");
 	*out = NULL;
-	int start = opts ? opts->start : IBVB_START_OLDEST;
+	int start = opts ? opts->start : IBVB_START_OLDEST, rc;
 	if (start != IBVB_START_OLDEST && start != IBVB_START_HEAD)
 		return fail(-EINVAL, "ibvb_attach: start %d is neither IBVB_START_OLDEST nor IBVB_START_HEAD", start);
 	if ((rc = resolve(arg, opts ? opts->dir : NULL, &t)) < 0)
 		return rc;
-	int64_t t0 = mono_ns();
-	int64_t deadline = timeout_ms < 0 ? INT64_MAX : t0 + (int64_t)timeout_ms * 1000000LL;
-	if ((sock = find_and_connect(&t, opts && (opts->flags & IBVB_ATTACH_WAIT), deadline)) < 0)
+	int sock = connect_and_greet(&t, timeout_ms, opts && (opts->flags & IBVB_ATTACH_WAIT), start, &w, &wf);
+	if (sock < 0)
 		return sock;
-	if ((rc = check_peer(&t, sock)) < 0)
+	struct ibvb_ring *r = NULL;
+	if ((rc = check_memory(&t, &w, &wf)) < 0 || (rc = map_ring(&t, &w, &wf, &mp)) < 0)
 		goto err;
-	int64_t hs_deadline = deadline == INT64_MAX ? mono_ns() + DEFAULT_WELCOME_MS * 1000000LL : deadline;
-	if (hs_deadline < mono_ns() + HANDSHAKE_MIN_MS * 1000000LL)
-		hs_deadline = mono_ns() + HANDSHAKE_MIN_MS * 1000000LL;
-	if ((rc = handshake(&t, sock, start, hs_deadline, &w, &wf)) < 0)
-		goto err;
-
-	/* §9 step 4: seals and sizes, before mapping anything. */
-	const int ro_seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE;
-	if (w.ctl_size < IBVB_CTL_FIXED_SIZE || w.ctl_size > IBVB_CTL_SIZE_FOR(IBVB_MAX_CONSUMERS_LIMIT) ||
-	    w.ctl_size % 4096 != 0) {
-		rc = fail(-EBADMSG, "ring %s corrupt: welcome ctl_size %llu", t.name, (unsigned long long)w.ctl_size);
-		goto err;
-	}
-	if (w.data_size == 0 || w.data_size > (uint64_t)SIZE_MAX / 2) {
-		rc = fail(-EBADMSG, "ring %s corrupt: welcome data_size %llu", t.name, (unsigned long long)w.data_size);
-		goto err;
-	}
-	if ((rc = check_fd(&t, wf.fd[0], "control", ro_seals, w.ctl_size)) < 0 ||
-	    (rc = check_fd(&t, wf.fd[1], "data", ro_seals, w.data_size)) < 0 ||
-	    (rc = check_fd(&t, wf.fd[2], "consumer region", F_SEAL_SHRINK | F_SEAL_GROW, IBVB_REGION_SIZE)) < 0)
-		goto err;
-
-	/* §9 step 5: the control memory, read-only; validate before mapping the data. */
-	void *m = mmap(NULL, (size_t)w.ctl_size, PROT_READ, MAP_SHARED, wf.fd[0], 0);
-	if (m == MAP_FAILED) {
-		rc = fail(-errno, "ring %s: mmap control memory: %s", t.name, strerror(errno));
-		goto err;
-	}
-	c = (const struct ibvb_ctl *)m;
-	ctl_size = w.ctl_size;
-	if ((rc = validate_ctl(&t, c, &w)) < 0)
-		goto err;
-
-	/* §9 step 6 */
-	data_size = w.data_size;
-	data = mmap(NULL, (size_t)data_size, PROT_READ, MAP_SHARED, wf.fd[1], 0);
-	if (data == MAP_FAILED) {
-		rc = fail(-errno, "ring %s: mmap data memory (%llu bytes): %s", t.name, (unsigned long long)data_size,
-			  strerror(errno));
-		goto err;
-	}
-	region = mmap(NULL, IBVB_REGION_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, wf.fd[2], 0);
-	if (region == MAP_FAILED) {
-		rc = fail(-errno, "ring %s: mmap consumer region: %s", t.name, strerror(errno));
-		goto err;
-	}
-	struct ibvb_ring *r = calloc(1, sizeof *r);
-	if (!r) {
+	if (!(r = calloc(1, sizeof *r))) {
 		rc = fail(-ENOMEM, "ring %s: out of memory", t.name);
 		goto err;
 	}
-	/* Private copies of held heaps' item entries (spec 2.1 §A): as large as the ring's item tables (so
-	 * within data_size, checked), reserved, not committed — only the entries heaps use are touched. */
-	r->own_items_size = c->slot_count * c->max_items * IBVB_ITEM_SIZE;
-	void *own = mmap(NULL, (size_t)r->own_items_size, PROT_READ | PROT_WRITE,
-			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (own == MAP_FAILED) {
-		rc = fail(-errno, "ring %s: mmap item copies (%llu bytes): %s", t.name,
-			  (unsigned long long)r->own_items_size, strerror(errno));
-		free(r);
-		goto err;
-	}
-	r->own_items = own;
 	close_fds(wf.fd, 3);
-	r->ctl = c;
-	r->row = (const struct ibvb_row *)((const uint8_t *)c + IBVB_OFF_CONSUMER_TABLE +
-					   (uint64_t)w.consumer_index * IBVB_ROW_SIZE);
-	r->region = (struct ibvb_region *)region;
-	r->data = (const uint8_t *)data;
-	r->desc = (const struct ibvb_desc *)((const uint8_t *)data + c->desc_offset);
-	r->items = (const struct ibvb_item *)((const uint8_t *)data + c->items_offset);
-	r->payload = (const uint8_t *)data + c->payload_offset;
-	r->slot_count = c->slot_count;
-	r->mask = c->slot_count - 1;
-	r->slot_size = c->slot_size;
-	r->max_items = c->max_items;
-	r->data_size = data_size;
-	r->ctl_size = ctl_size;
-	r->session_id = c->session_id;
-	r->consumer_index = w.consumer_index;
-	r->generation = w.generation;
-	r->row_state_ok = IBVB_CONSUMER_ATTACHED;
-	r->max_latency_ns = IBVB_DEFAULT_MAX_LATENCY_NS;
-	r->coalesce_heaps = c->slot_count / 2 < 1 ? 1 : c->slot_count / 2;
-	r->sock = sock;
-	snprintf(r->name, sizeof r->name, "%s", t.name);
-	ibvb_set_spin_budget(r, IBVB_DEFAULT_SPIN_BUDGET_NS);
-	/* §7.1: the producer stored the start position in tail before the welcome. */
-	r->read = r->released = r->stored = r->cached_head =
-	    atomic_load_explicit(&r->region->tail, memory_order_acquire);
-	r->release_batch = r->slot_count / 8 < 1 ? 1 : (r->slot_count / 8 > 64 ? 64 : r->slot_count / 8);
+	init_ring(r, &t, &w, &mp, sock);
 	*out = r;
 	return 0;
 err:
-	if (region != MAP_FAILED)
-		munmap(region, IBVB_REGION_SIZE);
-	if (data != MAP_FAILED)
-		munmap((void *)data, (size_t)data_size);
-	if (c)
-		munmap((void *)c, (size_t)ctl_size);
+	unmap_all(&mp);
 	close_fds(wf.fd, wf.n);
-	if (sock >= 0)
-		close(sock);
+	close(sock);
 	return rc;
 }
 
