@@ -1,4 +1,4 @@
-/* test_ring.c — tests for the ibvbridge C consumer (layout 2.0) against the test-only C producer.
+/* test_ring.c — tests for the ibvbridge C consumer (layout 2.1) against the test-only C producer.
  * Usage: test_ring [path/to/ibvb-consume]. Each test runs in a forked child with an alarm, so a crash or a
  * hang fails that test only. IBVB_TEST=substring runs only matching tests. Prints "N passed, N failed". */
 #define _GNU_SOURCE
@@ -78,7 +78,7 @@ static int wait_attached(struct tp *p, int n)
 
 /* ---------------------------------------------------------------------------------------------------- */
 
-static void t_roundtrip(void)
+static void t_every_heap_arrives_byte_for_byte(void)
 {
 	struct tp p;
 	char sock[512];
@@ -133,7 +133,7 @@ static void t_roundtrip(void)
 
 /* ibvb_for_each_heap visits every heap published now, holding them; ibvb_advance releases them in one
  * tail store; the loop's rc says why it stopped (nothing more, or end of stream). */
-static void t_batch(void)
+static void t_for_each_heap_holds_and_advance_releases(void)
 {
 	struct tp p;
 	char sock[512];
@@ -174,7 +174,7 @@ static void t_batch(void)
 	tp_close(&p);
 }
 
-static void t_items(void)
+static void t_items_are_found_by_id(void)
 {
 	struct tp p;
 	char sock[512];
@@ -209,7 +209,7 @@ static void t_items(void)
 }
 
 /* One consumer holding heaps: the drop producer drops new heaps rather than overwrite a held one. */
-static void t_hold_and_full(void)
+static void t_held_heaps_make_drop_policy_drop_new_heaps(void)
 {
 	struct tp p;
 	char sock[512];
@@ -253,7 +253,7 @@ static void t_hold_and_full(void)
 	tp_close(&p);
 }
 
-static void t_bad_magic(void)
+static void t_bad_magic_is_refused(void)
 {
 	struct tp p;
 	char sock[512];
@@ -274,7 +274,7 @@ static void t_bad_magic(void)
 	tp_close(&p);
 }
 
-static void t_major(void)
+static void t_other_major_is_refused_naming_both(void)
 {
 	struct tp p;
 	char sock[512];
@@ -297,7 +297,7 @@ static void t_major(void)
 	tp_close(&p);
 }
 
-static void t_minor(void)
+static void t_newer_minor_and_unknown_fields_are_accepted(void)
 {
 	struct tp p;
 	char sock[512];
@@ -322,7 +322,7 @@ static void t_minor(void)
 
 /* Every bad header value is refused with -EBADMSG, validated from the read-only control memory before the
  * data memory is mapped; a failed attach leaves nothing held (the last attach succeeds). */
-static void t_geometry(void)
+static void t_corrupt_geometry_is_refused_before_mapping(void)
 {
 	struct tp p;
 	char sock[512];
@@ -385,7 +385,7 @@ static void t_geometry(void)
 	tp_close(&p);
 }
 
-static void t_desc_corrupt(void)
+static void t_corrupt_descriptor_is_refused_unconsumed(void)
 {
 	struct tp p;
 	char sock[512];
@@ -440,7 +440,7 @@ static void t_desc_corrupt(void)
 
 /* max_consumers rows: one more is refused as busy; a detach frees a row; a new consumer starts at the
  * oldest heap still held. Bad names and paths. */
-static void t_busy(void)
+static void t_full_consumer_table_is_busy(void)
 {
 	struct tp p;
 	char sock[512];
@@ -549,7 +549,7 @@ static void *delayed_fn(void *arg)
 	return NULL;
 }
 
-static void t_attach_waits(void)
+static void t_attach_retries_a_stale_socket_until_the_producer_comes(void)
 {
 	struct tp q;
 	char sock[512];
@@ -572,7 +572,7 @@ static void t_attach_waits(void)
 	tp_close(&q);
 }
 
-static void t_wait_timeout(void)
+static void t_wait_times_out(void)
 {
 	struct tp p;
 	char sock[512];
@@ -653,8 +653,8 @@ static void wake_rounds(const char *name, uint32_t futex_start, int rounds)
 	tp_close(&p);
 }
 
-static void t_wait_wakes(void) { wake_rounds("wake", 0, 5); }
-static void t_futex_wrap(void) { wake_rounds("fwrap", 0xFFFFFFFEu, 5); }
+static void t_wait_is_woken_by_publish(void) { wake_rounds("wake", 0, 5); }
+static void t_wake_survives_futex_word_wrap(void) { wake_rounds("fwrap", 0xFFFFFFFEu, 5); }
 
 struct trickle {
 	struct tp *p;
@@ -676,7 +676,7 @@ static void *trickle_fn(void *arg)
  * arrives in order and the producer wakes the consumer at most a couple of times for 40 heaps (a wake per
  * heap would be 40). An idle stream then sleeps until its next heap: a wait times out on time and a heap
  * after the pause is still delivered. */
-static void t_wait_coalesced(void)
+static void t_latency_bound_coalesces_wakes(void)
 {
 	struct tp p;
 	char sock[512];
@@ -746,7 +746,7 @@ static pid_t spawn_producer(const char *name, int n)
 	return pid;
 }
 
-static void t_producer_death(void)
+static void t_producer_death_is_seen_within_a_slice(void)
 {
 	char sock[512];
 	pid_t pid = spawn_producer("death", 3);
@@ -784,7 +784,7 @@ static void t_producer_death(void)
 }
 
 /* published-but-unread heaps come out before EPIPE even when the producer is already dead */
-static void t_death_before_drain(void)
+static void t_dead_producers_heaps_are_read_before_epipe(void)
 {
 	char sock[512];
 	pid_t pid = spawn_producer("death2", 4);
@@ -809,7 +809,7 @@ static void t_death_before_drain(void)
 
 /* The fake producer closes its side without CLOSED (a crash in-process): -EPIPE after the drain; a
  * consumer asleep in wait notices within a futex slice. */
-static void t_abandon(void)
+static void t_abandoned_ring_gives_epipe_then_a_stale_socket(void)
 {
 	struct tp p;
 	char sock[512];
@@ -848,7 +848,7 @@ static void t_abandon(void)
 	unlink(sock);
 }
 
-static void t_closed(void)
+static void t_closed_ring_is_drained_then_ends(void)
 {
 	struct tp p;
 	char sock[512];
@@ -891,7 +891,7 @@ static void t_closed(void)
 	tp_close(&p);
 }
 
-static void t_eos(void)
+static void t_end_of_stream_marker_ends_reading(void)
 {
 	struct tp p;
 	char sock[512];
@@ -931,7 +931,7 @@ static void t_eos(void)
 
 /* The control and data mappings are read-only and cannot be made writable (sealed F_SEAL_FUTURE_WRITE);
  * the region is ours to write. */
-static void t_readonly(void)
+static void t_ring_mappings_cannot_be_written(void)
 {
 	struct tp p;
 	char sock[512];
@@ -973,7 +973,7 @@ static void t_readonly(void)
 }
 
 /* Memory without the required seals is refused (a fake producer could shrink it under us). */
-static void t_unsealed(void)
+static void t_unsealed_memory_is_refused(void)
 {
 	struct tp p;
 	char sock[512];
@@ -992,7 +992,7 @@ static void t_unsealed(void)
 	tp_close(&p);
 }
 
-static void t_wrap(void)
+static void t_cursors_wrap_around_2_64(void)
 {
 	struct tp p;
 	char sock[512];
@@ -1026,7 +1026,7 @@ static void t_wrap(void)
 	tp_close(&p);
 }
 
-static void t_meta(void)
+static void t_metadata_is_read_consistently(void)
 {
 	struct tp p;
 	char sock[512];
@@ -1085,7 +1085,7 @@ static void t_meta(void)
 	tp_close(&p);
 }
 
-static void t_stats(void)
+static void t_stats_counters_are_read_by_name_and_index(void)
 {
 	struct tp p;
 	char sock[512];
@@ -1153,7 +1153,7 @@ static void *pwaiter_fn(void *arg)
 
 /* §7.4: a release while the producer waits bumps the region's release_futex and wakes it; without a
  * waiting producer the release makes no wake. */
-static void t_producer_wake(void)
+static void t_release_wakes_a_waiting_producer(void)
 {
 	struct tp p;
 	char sock[512];
@@ -1238,11 +1238,11 @@ static void multi(int n)
 	tp_close(&p);
 }
 
-static void t_two_consumers(void) { multi(2); }
-static void t_three_consumers(void) { multi(3); }
+static void t_two_consumers_each_read_every_heap(void) { multi(2); }
+static void t_three_consumers_each_read_every_heap(void) { multi(3); }
 
 /* One consumer detaching (holding heaps) does not disturb another, and stops holding the ring back. */
-static void t_detach_one(void)
+static void t_detaching_consumer_stops_holding_the_ring(void)
 {
 	struct tp p;
 	char sock[512];
@@ -1279,7 +1279,7 @@ static void t_detach_one(void)
 
 /* drop: a stalled consumer is detached as overrun rather than cost the others heaps; it reports -EOVERFLOW
  * with the count, sticky, while the other reads on. */
-static void t_overrun(void)
+static void t_stalled_consumer_is_detached_as_overrun(void)
 {
 	struct tp p;
 	char sock[512];
@@ -1407,7 +1407,7 @@ static void t_items_are_private_copies(void)
 }
 
 /* An invalid cursor gets the consumer detached (state 3): -ECONNRESET; so does a reused row. */
-static void t_bad_cursor(void)
+static void t_invalid_cursor_or_reused_row_detaches(void)
 {
 	struct tp p;
 	char sock[512];
@@ -1438,7 +1438,7 @@ static void t_bad_cursor(void)
 }
 
 /* Error records map to -errno, with the producer's message. */
-static void t_error_records(void)
+static void t_error_records_map_to_errno(void)
 {
 	struct tp p;
 	char sock[512];
@@ -1472,7 +1472,7 @@ static void t_error_records(void)
 }
 
 /* Malformed welcomes: -EPROTO (and nothing leaks: every descriptor that came is closed). */
-static void t_welcome_malformed(void)
+static void t_malformed_welcome_is_refused_without_leaks(void)
 {
 	struct tp p;
 	char sock[512];
@@ -1500,7 +1500,7 @@ static void t_welcome_malformed(void)
 
 /* §1.2: the consumer refuses a socket served by a uid it does not trust. A child binds as root in a
  * directory, drops to uid 65534, then listens (SO_PEERCRED reports the listener's uid at listen). */
-static void t_untrusted_uid(void)
+static void t_socket_of_an_untrusted_uid_is_refused(void)
 {
 	CHECK(ibvb_peer_uid_trusted(0, 1000, 2000, 040755));
 	CHECK(ibvb_peer_uid_trusted(1000, 1000, 2000, 040755));
@@ -1570,7 +1570,7 @@ static void t_untrusted_uid(void)
 
 /* start = head skips what was published before the attach; lookup by name with opts.dir and with
  * $IBVBRIDGE_RING_DIR. */
-static void t_start_and_lookup(void)
+static void t_start_head_skips_and_name_lookup_finds(void)
 {
 	struct tp p;
 	struct ibvb_ring *r;
@@ -1656,7 +1656,7 @@ static int finish_consume(pid_t pid, int fd, char *out, size_t cap, int *errline
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-static void t_consume_tool(void)
+static void t_consume_tool_summarises_and_exits_by_result(void)
 {
 	if (!g_consume) {
 		fprintf(stderr, "    (skipped: no ibvb-consume path given)\n");
@@ -1944,47 +1944,47 @@ static void t_attack_squatted_user_dir_is_skipped_by_name(void)
 /* ---- runner ------------------------------------------------------------------------------------ */
 
 static const struct test tests[] = {
-    {"roundtrip", t_roundtrip},
-    {"batch", t_batch},
-    {"items", t_items},
-    {"hold_and_full", t_hold_and_full},
-    {"bad_magic", t_bad_magic},
-    {"major_mismatch", t_major},
-    {"newer_minor", t_minor},
-    {"geometry_corrupt", t_geometry},
-    {"descriptor_corrupt", t_desc_corrupt},
-    {"busy_and_names", t_busy},
+    {"every_heap_arrives_byte_for_byte", t_every_heap_arrives_byte_for_byte},
+    {"for_each_heap_holds_and_advance_releases", t_for_each_heap_holds_and_advance_releases},
+    {"items_are_found_by_id", t_items_are_found_by_id},
+    {"held_heaps_make_drop_policy_drop_new_heaps", t_held_heaps_make_drop_policy_drop_new_heaps},
+    {"bad_magic_is_refused", t_bad_magic_is_refused},
+    {"other_major_is_refused_naming_both", t_other_major_is_refused_naming_both},
+    {"newer_minor_and_unknown_fields_are_accepted", t_newer_minor_and_unknown_fields_are_accepted},
+    {"corrupt_geometry_is_refused_before_mapping", t_corrupt_geometry_is_refused_before_mapping},
+    {"corrupt_descriptor_is_refused_unconsumed", t_corrupt_descriptor_is_refused_unconsumed},
+    {"full_consumer_table_is_busy", t_full_consumer_table_is_busy},
     {"missing_ring_fails_at_once_unless_waiting", t_missing_ring_fails_at_once_unless_waiting},
-    {"attach_waits", t_attach_waits},
-    {"wait_timeout", t_wait_timeout},
-    {"wait_coalesced", t_wait_coalesced},
-    {"wait_wakes", t_wait_wakes},
-    {"futex_wrap", t_futex_wrap},
-    {"producer_death", t_producer_death},
-    {"producer_death_before_drain", t_death_before_drain},
-    {"producer_abandon", t_abandon},
-    {"closed", t_closed},
-    {"end_of_stream", t_eos},
-    {"readonly_mappings", t_readonly},
-    {"unsealed_memory", t_unsealed},
-    {"cursor_wrap", t_wrap},
-    {"metadata", t_meta},
-    {"stats", t_stats},
-    {"producer_wake", t_producer_wake},
-    {"two_consumers", t_two_consumers},
-    {"three_consumers", t_three_consumers},
-    {"detach_one_consumer", t_detach_one},
-    {"overrun", t_overrun},
+    {"attach_retries_a_stale_socket_until_the_producer_comes", t_attach_retries_a_stale_socket_until_the_producer_comes},
+    {"wait_times_out", t_wait_times_out},
+    {"latency_bound_coalesces_wakes", t_latency_bound_coalesces_wakes},
+    {"wait_is_woken_by_publish", t_wait_is_woken_by_publish},
+    {"wake_survives_futex_word_wrap", t_wake_survives_futex_word_wrap},
+    {"producer_death_is_seen_within_a_slice", t_producer_death_is_seen_within_a_slice},
+    {"dead_producers_heaps_are_read_before_epipe", t_dead_producers_heaps_are_read_before_epipe},
+    {"abandoned_ring_gives_epipe_then_a_stale_socket", t_abandoned_ring_gives_epipe_then_a_stale_socket},
+    {"closed_ring_is_drained_then_ends", t_closed_ring_is_drained_then_ends},
+    {"end_of_stream_marker_ends_reading", t_end_of_stream_marker_ends_reading},
+    {"ring_mappings_cannot_be_written", t_ring_mappings_cannot_be_written},
+    {"unsealed_memory_is_refused", t_unsealed_memory_is_refused},
+    {"cursors_wrap_around_2_64", t_cursors_wrap_around_2_64},
+    {"metadata_is_read_consistently", t_metadata_is_read_consistently},
+    {"stats_counters_are_read_by_name_and_index", t_stats_counters_are_read_by_name_and_index},
+    {"release_wakes_a_waiting_producer", t_release_wakes_a_waiting_producer},
+    {"two_consumers_each_read_every_heap", t_two_consumers_each_read_every_heap},
+    {"three_consumers_each_read_every_heap", t_three_consumers_each_read_every_heap},
+    {"detaching_consumer_stops_holding_the_ring", t_detaching_consumer_stops_holding_the_ring},
+    {"stalled_consumer_is_detached_as_overrun", t_stalled_consumer_is_detached_as_overrun},
     {"overrun_while_held_is_reported_not_torn", t_overrun_while_held_is_reported_not_torn},
     {"items_are_private_copies", t_items_are_private_copies},
-    {"bad_cursor", t_bad_cursor},
-    {"error_records", t_error_records},
-    {"welcome_malformed", t_welcome_malformed},
-    {"untrusted_uid", t_untrusted_uid},
-    {"start_and_lookup", t_start_and_lookup},
-    {"consume_tool", t_consume_tool},
+    {"invalid_cursor_or_reused_row_detaches", t_invalid_cursor_or_reused_row_detaches},
+    {"error_records_map_to_errno", t_error_records_map_to_errno},
+    {"malformed_welcome_is_refused_without_leaks", t_malformed_welcome_is_refused_without_leaks},
+    {"socket_of_an_untrusted_uid_is_refused", t_socket_of_an_untrusted_uid_is_refused},
+    {"start_head_skips_and_name_lookup_finds", t_start_head_skips_and_name_lookup_finds},
+    {"consume_tool_summarises_and_exits_by_result", t_consume_tool_summarises_and_exits_by_result},
     {"attack_squatted_user_dir_is_skipped_by_name", t_attack_squatted_user_dir_is_skipped_by_name},
-    {"consume_tool_sigstopped_overrun", t_consume_tool_sigstopped_overrun_counts_overrun_heaps},
+    {"consume_tool_sigstopped_overrun_counts_overrun_heaps", t_consume_tool_sigstopped_overrun_counts_overrun_heaps},
 };
 
 
