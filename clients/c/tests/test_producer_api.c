@@ -6,6 +6,7 @@
 #include "harness.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -959,6 +960,48 @@ static void test_size_overflow_is_refused_in_one_line(void)
 	CHECK(access(path, F_OK) != 0);
 }
 
+/* Attach to sock as uid 65533 with the supplementary groups given (setgroups, as a login would not: the
+ * uid has no /etc/passwd entry). The child's exit: 0 attached, 2 refused "may not attach", 1 other. */
+static int attach_as_stranger(const char *sock, const gid_t *groups, size_t n)
+{
+	pid_t c = fork();
+	if (c == 0) {
+		if (setgroups(n, groups) || setgid(65533) || setuid(65533))
+			_exit(9);
+		struct ibvb_ring *r;
+		int rc = ibvb_attach(&r, sock, 2000);
+		if (rc == 0)
+			_exit(0);
+		_exit(rc == -EACCES && strstr(ibvb_last_error(), "may not attach") ? 2 : 1);
+	}
+	int st;
+	waitpid(c, &st, 0);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* Spec 2.1 §1.2: --group membership comes from the peer's real groups (SO_PEERGROUPS), not /etc/group: a
+ * process given the group with setgroups is admitted (2.0 looked the uid up in /etc/group and refused it),
+ * the same uid without the group is refused. */
+static void test_group_member_is_admitted_by_its_real_groups(void)
+{
+	if (geteuid() != 0) {
+		fprintf(stderr, "    (skipped: needs root to run a process as another uid with chosen groups)\n");
+		return;
+	}
+	struct group *gr = getgrnam("nogroup");
+	CHECK(gr != NULL); /* Debian's gid 65534 */
+	struct ibvb_producer_opts o = opts(4, 64, IBVB_POLICY_DROP);
+	o.group = "nogroup";
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "grp", &o), 0);
+	chmod(ibvb_producer_socket_path(p), 0666); /* the socket's mode is not what is tested: SO_PEER* are */
+	gid_t member[1] = {gr->gr_gid};
+	CHECK_EQ(attach_as_stranger(ibvb_producer_socket_path(p), member, 1), 0);
+	gid_t other[1] = {65533};
+	CHECK_EQ(attach_as_stranger(ibvb_producer_socket_path(p), other, 1), 2);
+	ibvb_producer_close(p);
+}
+
 static const struct test tests[] = {
 	{"producer_bytes_block", test_bytes_block},
 	{"producer_bytes_drop", test_bytes_drop},
@@ -973,6 +1016,7 @@ static const struct test tests[] = {
 	{"attack_observer_flood_is_refused_busy", test_attack_observer_flood_is_refused_busy},
 	{"attack_fd_exhaustion_is_refused_busy", test_attack_fd_exhaustion_is_refused_busy},
 	{"size_overflow_is_refused_in_one_line", test_size_overflow_is_refused_in_one_line},
+	{"group_member_is_admitted_by_its_real_groups", test_group_member_is_admitted_by_its_real_groups},
 	{"producer_peer_gate", test_peer_gate},
 	{"producer_seals", test_seals},
 	{"producer_interrupt", test_interrupt},
