@@ -5,8 +5,9 @@
  * libibvbridge. Functions return 0 (or a count) on success and -errno on failure; ibvb_last_error()
  * gives a human message for the last failure in the calling thread.
  *
- * How 2.0 attaches (spec §1, §9): a ring NAME is a SOCK_SEQPACKET Unix socket NAME.v2.sock in a ring
- * directory. ibvb_attach connects, checks that the server's uid is trusted (SO_PEERCRED), sends a hello
+ * How 2.x attaches (spec §1, §9): a ring NAME is a SOCK_SEQPACKET Unix socket NAME.v2.sock in a ring
+ * directory. ibvb_attach connects only in a trusted directory (2.1: owned by the caller or root, not
+ * writable by others), checks that the server's uid is trusted (SO_PEERCRED), sends a hello
  * and receives a welcome carrying three sealed memfds: the control memory (read-only: header, head, stats,
  * consumer table), the data memory (read-only: descriptors, item tables, metadata, payload) and this
  * consumer's own 4 KiB region (read-write: its cursor `tail` and its wake words). The socket stays open:
