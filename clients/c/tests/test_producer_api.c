@@ -323,6 +323,70 @@ static void test_overrun(void)
 	ibvb_producer_close(p);
 }
 
+/* Spec 2.1 §A with the library's producer, in another process (forked): a slow consumer holds heap 1 while
+ * a fast one keeps up and the producer laps the slow one; the held heap's bytes are then another heap's,
+ * ibvb_heap_valid says 0, its release -ESTALE, the next peek -EOVERFLOW with the 8 heaps lost. */
+static void test_overrun_while_held_is_reported_with_forked_producer(void)
+{
+	int go[2], done[2];
+	CHECK_EQ(pipe(go), 0);
+	CHECK_EQ(pipe(done), 0);
+	pid_t pid = fork();
+	if (pid == 0) { /* the producer: create, then publish one heap per byte read from go */
+		alarm(30);
+		struct ibvb_producer_opts o = opts(8, 256, IBVB_POLICY_DROP);
+		struct ibvb_producer *p;
+		char c = ibvb_producer_create(&p, "heldlap", &o) == 0 ? 'r' : 'x';
+		if (write(done[1], &c, 1) != 1 || c != 'r')
+			_exit(1);
+		uint64_t cnt = 1;
+		while (read(go[0], &c, 1) == 1 && c == 'p') {
+			int rc = pub(p, cnt++, 200);
+			if (write(done[1], rc == 0 ? "k" : "d", 1) != 1)
+				_exit(1);
+		}
+		ibvb_producer_close(p);
+		_exit(0);
+	}
+	char c;
+	CHECK_EQ(read(done[0], &c, 1), 1);
+	CHECK_EQ(c, 'r');
+	struct ibvb_ring *slow, *fast;
+	struct ibvb_heap held, h;
+	uint64_t last = 0;
+	CHECK_EQ(attach(&slow, "heldlap", IBVB_START_OLDEST), 0);
+	CHECK_EQ(attach(&fast, "heldlap", IBVB_START_OLDEST), 0);
+	for (int i = 0; i < 9; i++) { /* heap 9 needs the slow consumer's slot: it is detached */
+		CHECK_EQ(write(go[1], "p", 1), 1);
+		CHECK_EQ(read(done[0], &c, 1), 1);
+		CHECK_EQ(c, 'k');
+		if (i == 0) {
+			CHECK_EQ(ibvb_wait(slow, &held, 2000), 0);
+			CHECK(pattern_ok(held.payload, held.heap_cnt, 200));
+			CHECK_EQ(ibvb_heap_valid(slow, &held), 1);
+		}
+		while (ibvb_peek(fast, &h) == 0) {
+			CHECK(pattern_ok(h.payload, h.heap_cnt, 200));
+			CHECK_EQ(ibvb_heap_valid(fast, &h), 1);
+			CHECK_EQ(ibvb_release(fast, &h), 0);
+			last = h.heap_cnt;
+		}
+		ibvb_flush_release(fast);
+	}
+	CHECK_EQ(last, 9);
+	CHECK(!pattern_ok(held.payload, held.heap_cnt, 200)); /* heap 9's bytes */
+	CHECK_EQ(ibvb_heap_valid(slow, &held), 0);
+	CHECK_EQ(ibvb_peek(slow, &h), -EOVERFLOW);
+	CHECK(strstr(ibvb_last_error(), "8 heaps lost"));
+	CHECK_EQ(ibvb_release(slow, &held), -ESTALE);
+	ibvb_detach(slow);
+	ibvb_detach(fast);
+	CHECK_EQ(write(go[1], "q", 1), 1);
+	int st;
+	CHECK_EQ(waitpid(pid, &st, 0), pid);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
 static void test_bad_cursor(void)
 {
 	struct ibvb_producer_opts o = opts(8, 256, IBVB_POLICY_BLOCK);
@@ -1011,6 +1075,7 @@ static const struct test tests[] = {
 	{"producer_bad_cursor", test_bad_cursor},
 	{"producer_consumer_killed", test_consumer_killed},
 	{"producer_refusals", test_refusals},
+	{"overrun_while_held_is_reported_with_forked_producer", test_overrun_while_held_is_reported_with_forked_producer},
 	{"attack_parent_symlink_dir_is_refused", test_attack_parent_symlink_dir_is_refused},
 	{"attack_idle_attach_detach_churn_is_bounded", test_attack_idle_attach_detach_churn_is_bounded},
 	{"attack_observer_flood_is_refused_busy", test_attack_observer_flood_is_refused_busy},
