@@ -213,10 +213,12 @@ type Producer struct {
 	members   []*member // attached consumers
 	observers int       // connected observers, at most cfg.MaxObservers
 	readMark  uint64    // the furthest any detached consumer released: what no consumer read starts here
-	grave     []*member // detached ones whose regions the hot path may still be reading (while hotBusy)
-	// hotBusy is set while the hot path uses members' regions outside mu (waking them, sleeping on a
-	// release futex): a region detached meanwhile waits in grave; otherwise it is unmapped at detach.
+	grave     []*member // detached ones whose regions the hot path may still be reading (hotInUse)
+	// hotBusy is set while the hot path sleeps on a member's release futex (outside mu); hotDone is the
+	// head of the last commit whose wakes are done, so head != hotDone while a commit reads members'
+	// regions. A region detached meanwhile waits in grave; otherwise it is unmapped at detach.
 	hotBusy atomic.Bool
+	hotDone atomic.Uint64
 	closing bool
 	setGen  uint64
 	snap    atomic.Pointer[memberSet] // attached consumers, for the hot path's lock-free wakes
@@ -417,6 +419,7 @@ func (p *Producer) bindShared() {
 	}
 	p.freeW = uint64(n)
 	p.pos, p.reclaim, p.readMark = p.cfg.InitialPosition, p.cfg.InitialPosition, p.cfg.InitialPosition
+	p.hotDone.Store(p.cfg.InitialPosition)
 	p.snap.Store(&memberSet{})
 	p.hotSnap = p.snap.Load()
 }
@@ -803,9 +806,9 @@ func (p *Producer) commitWake(force bool) {
 	}
 	p.committed = p.pos
 	p.head.Store(p.pos) // sequentially consistent: the release plus the fence of §7.5
-	// Busy before the set is loaded (both sequentially consistent): a detach that finds the hot path not
-	// busy published its new set first, so the hot path can no longer reach the detached region.
-	p.hotBusy.Store(true)
+	// The head store above marks the wakes' start and hotDone their end (both sequentially consistent, the
+	// set loaded between them): a detach that publishes its new set, then finds hotDone == head, knows the
+	// hot path is not inside a commit that loaded the old set (hotInUse). One store per commit.
 	s := p.snap.Load()
 	for _, m := range s.members {
 		if woke, n := wakeIfWaiting(m.consWait, m.consFutex, m.wakeAt, p.pos, force); woke {
@@ -814,7 +817,7 @@ func (p *Producer) commitWake(force bool) {
 			w.Add(1) // rows are written under mu or by the hot path alone; Add is one instruction
 		}
 	}
-	p.hotBusy.Store(false)
+	p.hotDone.Store(p.pos)
 	if s != p.hotSnap {
 		p.adopt(s)
 	}
@@ -946,7 +949,7 @@ func (p *Producer) release() error {
 	}
 	p.members = nil
 	p.hotBusy.Store(false) // the hot path has returned (Close's contract)
-	p.buryLocked()
+	p.buryAllLocked()
 	p.mu.Unlock()
 	p.handlers.Wait() // none may still be passing a descriptor we are about to close
 	p.ctl, p.data = nil, nil
