@@ -1104,3 +1104,30 @@ func TestAttackConnectionFloodKeepsFDReserve(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestAttackExplicitUntrustedDirRefused (layout 2.1 §B): a directory given explicitly that another user
+// owns in a place anyone may create in (or that anyone may write) is refused in one line naming it and
+// why, before anything is connected to.
+func TestAttackExplicitUntrustedDirRefused(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give a directory to another user")
+	}
+	for _, tc := range []struct {
+		uid  int
+		mode os.FileMode
+		why  string
+	}{{65534, 0o755, "owned by uid 65534, not 0 or root"}, {0, 0o777, "writable by group or others"}} {
+		parent := t.TempDir() // anyone may create here, as in /tmp or /dev/shm: no root-only parent
+		os.Chmod(parent, 0o1777)
+		dir := filepath.Join(parent, "d")
+		if err := os.Mkdir(dir, tc.mode); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(dir, tc.mode)
+		os.Chown(dir, tc.uid, tc.uid)
+		_, err := ring.Attach("x", ring.AttachOptions{Dir: dir, Timeout: -1})
+		if !errors.Is(err, ring.ErrUnsafeDir) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), tc.why) {
+			t.Errorf("explicit dir uid %d mode %o: %v; want ErrUnsafeDir naming it: %s", tc.uid, tc.mode, err, tc.why)
+		}
+	}
+}
