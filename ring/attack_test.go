@@ -1131,3 +1131,27 @@ func TestAttackExplicitUntrustedDirRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestAttackSilentConnectionTimesOut (layout 2.1 §C): a connection that sends no hello is closed after the
+// hello timeout (2 s) and counted; the producer holds nothing for it.
+func TestAttackSilentConnectionTimesOut(t *testing.T) {
+	cfg := testConfig(t)
+	p := ringtest.New(t, "silent", cfg)
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: directSocket(t, p.SocketPath())}); err != nil {
+		t.Fatal(err)
+	}
+	tv := unix.Timeval{Sec: 30}
+	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	buf := make([]byte, 64)
+	if n, err := unix.Read(fd, buf); n != 0 || err != nil { // EOF: the producer closed it
+		t.Fatalf("silent connection: read %d bytes, %v; want the producer to close it", n, err)
+	}
+	if got := p.HelloTimeouts(); got != 1 {
+		t.Fatalf("HelloTimeouts %d, want 1", got)
+	}
+}

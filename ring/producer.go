@@ -219,11 +219,13 @@ type Producer struct {
 	// regions. A region detached meanwhile waits in grave; otherwise it is unmapped at detach.
 	hotBusy atomic.Bool
 	hotDone atomic.Uint64
-	closing bool
-	setGen  uint64
-	snap    atomic.Pointer[memberSet] // attached consumers, for the hot path's lock-free wakes
-	hotSnap *memberSet                // the set the hot path last woke from
-	attachC chan struct{}             // a consumer attached (wakes a block producer with none)
+
+	helloTimeouts atomic.Uint64 // connections closed for sending no hello within helloTimeout
+	closing       bool
+	setGen        uint64
+	snap          atomic.Pointer[memberSet] // attached consumers, for the hot path's lock-free wakes
+	hotSnap       *memberSet                // the set the hot path last woke from
+	attachC       chan struct{}             // a consumer attached (wakes a block producer with none)
 
 	waitWord    atomic.Pointer[atomic.Uint32] // the futex word a blocked hot path sleeps on, for Interrupt
 	interrupted atomic.Bool
@@ -739,6 +741,10 @@ func (p *Producer) WaitDrained(stop <-chan struct{}) error {
 	}
 	return err
 }
+
+// HelloTimeouts is how many connections were closed for sending no hello within 2 s (layout 2.1 §C): a
+// silent stranger holds a descriptor that long at most. Safe from any goroutine.
+func (p *Producer) HelloTimeouts() uint64 { return p.helloTimeouts.Load() }
 
 // Consumers is how many consumers are attached now. Safe from any goroutine.
 func (p *Producer) Consumers() int {

@@ -144,6 +144,9 @@ func (p *Producer) handle(c *net.UnixConn) string {
 	buf := make([]byte, ErrorRecordMax)
 	n, err := c.Read(buf)
 	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			p.helloTimeouts.Add(1)
+		}
 		c.Close()
 		return fmt.Sprintf("pid %d: no hello: %v", cred.Pid, err)
 	}
