@@ -224,15 +224,19 @@ type Producer struct {
 	members   []*member // attached consumers
 	observers int       // connected observers, at most cfg.MaxObservers
 	readMark  uint64    // the furthest any detached consumer released: what no consumer read starts here
-	grave     []*member // detached ones whose regions the hot path may still be reading (while hotBusy)
-	// hotBusy is set while the hot path uses members' regions outside mu (waking them, sleeping on a
-	// release futex): a region detached meanwhile waits in grave; otherwise it is unmapped at detach.
+	grave     []*member // detached ones whose regions the hot path may still be reading (hotInUse)
+	// hotBusy is set while the hot path sleeps on a member's release futex (outside mu); hotDone is the
+	// head of the last commit whose wakes are done, so head != hotDone while a commit reads members'
+	// regions. A region detached meanwhile waits in grave; otherwise it is unmapped at detach.
 	hotBusy atomic.Bool
-	closing bool
-	setGen  uint64
-	snap    atomic.Pointer[memberSet] // attached consumers, for the hot path's lock-free wakes
-	hotSnap *memberSet                // the set the hot path last woke from
-	attachC chan struct{}             // a consumer attached (wakes a block producer with none)
+	hotDone atomic.Uint64
+
+	helloTimeouts atomic.Uint64 // connections closed for sending no hello within helloTimeout
+	closing       bool
+	setGen        uint64
+	snap          atomic.Pointer[memberSet] // attached consumers, for the hot path's lock-free wakes
+	hotSnap       *memberSet                // the set the hot path last woke from
+	attachC       chan struct{}             // a consumer attached (wakes a block producer with none)
 
 	waitWord    atomic.Pointer[atomic.Uint32] // the futex word a blocked hot path sleeps on, for Interrupt
 	interrupted atomic.Bool
@@ -437,6 +441,7 @@ func (p *Producer) bindShared() {
 	// deeper working set costs the kernel's copy into the slots, and small heaps pay it once per 64.
 	p.reclaimEvery = max(1, min(64, (256<<10)/int(max(1, g.SlotSize))))
 	p.pos, p.reclaim, p.readMark = p.cfg.InitialPosition, p.cfg.InitialPosition, p.cfg.InitialPosition
+	p.hotDone.Store(p.cfg.InitialPosition)
 	p.snap.Store(&memberSet{})
 	p.hotSnap = p.snap.Load()
 }
@@ -762,6 +767,10 @@ func (p *Producer) WaitDrained(stop <-chan struct{}) error {
 	return err
 }
 
+// HelloTimeouts is how many connections were closed for sending no hello within 2 s (layout 2.1 §C): a
+// silent stranger holds a descriptor that long at most. Safe from any goroutine.
+func (p *Producer) HelloTimeouts() uint64 { return p.helloTimeouts.Load() }
+
 // Consumers is how many consumers are attached now. Safe from any goroutine.
 func (p *Producer) Consumers() int {
 	p.mu.Lock()
@@ -828,9 +837,9 @@ func (p *Producer) commitWake(force bool) {
 	}
 	p.committed = p.pos
 	p.head.Store(p.pos) // sequentially consistent: the release plus the fence of §7.5
-	// Busy before the set is loaded (both sequentially consistent): a detach that finds the hot path not
-	// busy published its new set first, so the hot path can no longer reach the detached region.
-	p.hotBusy.Store(true)
+	// The head store above marks the wakes' start and hotDone their end (both sequentially consistent, the
+	// set loaded between them): a detach that publishes its new set, then finds hotDone == head, knows the
+	// hot path is not inside a commit that loaded the old set (hotInUse). One store per commit.
 	s := p.snap.Load()
 	for _, m := range s.members {
 		if woke, n := wakeIfWaiting(m.consWait, m.consFutex, m.wakeAt, p.pos, force); woke {
@@ -839,7 +848,7 @@ func (p *Producer) commitWake(force bool) {
 			w.Add(1) // rows are written under mu or by the hot path alone; Add is one instruction
 		}
 	}
-	p.hotBusy.Store(false)
+	p.hotDone.Store(p.pos)
 	if s != p.hotSnap {
 		p.adopt(s)
 	}
@@ -971,7 +980,7 @@ func (p *Producer) release() error {
 	}
 	p.members = nil
 	p.hotBusy.Store(false) // the hot path has returned (Close's contract)
-	p.buryLocked()
+	p.buryAllLocked()
 	p.mu.Unlock()
 	p.handlers.Wait() // none may still be passing a descriptor we are about to close
 	p.ctl, p.data = nil, nil

@@ -33,6 +33,7 @@ func TestAuditedBadInput(t *testing.T) {
 		{[]string{"bench", "udp", "--runs", "0"}, "runs must be positive"},
 		{[]string{"bench", "udp", "--packet-size", "1"}, "packet size 1"},
 		{[]string{"bench", "ring", "--heap-size", "64", "stray"}, `unexpected argument "stray"`},
+		{[]string{"recv", "--ring", "obs", "--max-observers", "0", "17997"}, "--max-observers"},
 		// The ring's size overflows 64 bits (it used to wrap, map 1.5 GiB and panic in bindShared).
 		{[]string{"recv", "--ring", "ovf", "--slots", "16777216", "--slot-size", "1099511627776", "--max-items", "1", "--hugepages", "off", "17998"}, "overflows"},
 		{[]string{"recv", "--ring", "cpuprof", "--cpuprofile", "/nonexistent/dir/p.prof", "--hugepages", "off", "17999"}, "--cpuprofile"},

@@ -56,7 +56,7 @@ func runStat(args []string, stdout, stderr io.Writer) error {
 		case <-t.C:
 		}
 		cur, err := ring.Inspect(pos[0], *dir)
-		if errors.Is(err, ring.ErrNotFound) {
+		if errors.Is(err, ring.ErrNotFound) || errors.Is(err, ring.ErrProducerGone) || errors.Is(err, ring.ErrClosing) {
 			fmt.Fprintf(stderr, "ibvbridge stat: ring %s is gone: its producer stopped\n", pos[0])
 			return nil // a stopped recv removes its ring: the watch is over, not failed
 		}
