@@ -2,7 +2,7 @@
 
     python3 -m ibvbridge.consume --ring NAME_OR_SOCKET [--dir DIR] [--start oldest|head] [--verify]
                                  [--max-heaps N] [--timeout-ms T] [--hold N] [--sleep-us U] [--batch N]
-                                 [--stop-first] [--wait]
+                                 [--stop-first] [--wait] [--no-touch]
 
 The ring is a name (looked up in --dir, else $IBVBRIDGE_RING_DIR, else the default ring directories) or the
 path of its socket (NAME.v2.sock). A ring that does not exist is an error at once, unless --wait: then the
@@ -11,7 +11,8 @@ next one published.
 
 Prints exactly one JSON object on stdout:
     {"heaps", "bytes", "checksum", "verify_errors", "overrun_heaps", "incomplete", "first_heap_cnt",
-     "last_heap_cnt", "heap_cnt_out_of_order", "seconds", "result", "error", "counters", "session_id"}
+     "last_heap_cnt", "heap_cnt_out_of_order", "seconds", "cpu_seconds", "result", "error", "counters",
+     "session_id", "chunks", "heaps_present"}
 Exit status: 0 eos / max, 2 producer_gone, 3 timeout, 4 overrun (detached after falling a whole ring
 behind), 5 detached (any other reason), 1 anything else. Every result but eos / max also prints its error as
 one line on stderr.
@@ -25,7 +26,16 @@ overrun_heaps (not in verify_errors, nor in heaps, bytes or checksum: its bytes 
 the tool stops with result overrun. Incomplete heaps are not verified: their holes hold unspecified
 bytes. heap_cnt_out_of_order counts heaps whose heap_cnt is not greater
 than the previous heap's. first/last_heap_cnt are 0 when no heap was read. seconds runs from the end of
-attach to the end of reading.
+attach to the end of reading. --no-touch takes and releases each heap without reading its payload (checksum
+0, nothing verified): the cost of the ring itself.
+
+A ring in chunk mode (spec §13) is read chunk by chunk (--batch does not apply): "heaps" counts the ring
+positions read, here chunks (as the Go consume tool does), "chunks" likewise, "heaps_present" the heap
+positions the presence maps mark present; bytes is the sum of the chunks' received; checksum runs over
+the present heaps' bytes; first/last_heap_cnt are chunk ids and incomplete counts incomplete chunks.
+--verify checks each present heap position against the pattern of heap cnt chunk_id × positions +
+t × axis + a + 1 (send --pattern --timestamp-step, whose heaps count from 1); a wrong position is one
+verify error. --no-touch still reads the presence maps.
 """
 
 import argparse
@@ -59,9 +69,11 @@ def _on_sigterm(signum, frame):
 
 
 class Stats:
-    def __init__(self, verify, slot_size):
+    def __init__(self, verify, slot_size, touch=True):
         self.verify = verify
+        self.touch = touch
         self.heaps = self.bytes = self.checksum = self.verify_errors = self.incomplete = self.overrun_heaps = 0
+        self.chunks = self.heaps_present = 0
         self.first = self.last = None
         self.out_of_order = 0
         # pattern[b] = bytes (b + i) & 0xff for i < slot_size (+255 so any start fits)
@@ -72,6 +84,8 @@ class Stats:
         """Account one heap: read (and verify) its bytes, THEN check it is still valid. False (counted in
         overrun_heaps, nothing else) when the producer overran this consumer while it held the heap."""
         n = h.received
+        if not self.touch:
+            return self._count(h.heap_cnt, n, h.flags, h.valid)
         pl = h.payload
         n8 = n & ~7
         if n8 <= 512 or np is None:
@@ -106,6 +120,57 @@ class Stats:
             self.out_of_order += 1
         self.last = cnt
         self.heaps += 1
+        return True
+
+    def _count(self, cnt, n, flags, valid, s=0, bad=0):
+        """Account one position read (a heap, or a chunk: cnt its chunk id) once its validity is known."""
+        if not valid:
+            self.overrun_heaps += 1
+            return False
+        self.verify_errors += bad
+        self.checksum = (self.checksum + s) & M64
+        self.bytes += n
+        if flags & L.FLAG_INCOMPLETE:
+            self.incomplete += 1
+        if self.first is None:
+            self.first = cnt
+        elif cnt <= self.last:
+            self.out_of_order += 1
+        self.last = cnt
+        self.heaps += 1
+        return True
+
+    # ---------------------------------------------------------------- one chunk (spec §13)
+    def chunk(self, c):
+        """Account one chunk: count its present heaps (the presence map), checksum their bytes and, with
+        --verify, check each present heap position (t, a) holds the pattern of heap cnt chunk_id ×
+        positions + t × axis + a + 1 (send --pattern --timestamp-step, counting heaps from 1); a wrong
+        position is one verify error. Then check validity (read, then check): False when overrun."""
+        g = c.geometry
+        npos, hs = g.positions, g.heap_size
+        pres = c.present.reshape(npos)
+        npres = int(np.count_nonzero(pres))
+        s = bad = 0
+        if self.touch and npres:
+            d = c.data.reshape(npos, hs)
+            rows = d if npres == npos else d[pres]
+            hs8 = hs & ~7
+            if hs8:
+                s = int(rows[:, :hs8].view("<u8").sum(dtype=np.uint64)) if hs8 == hs else int(
+                    np.ascontiguousarray(rows[:, :hs8]).view("<u8").sum(dtype=np.uint64))
+            if hs8 != hs:
+                tail = np.zeros((len(rows), 8), np.uint8)
+                tail[:, :hs - hs8] = rows[:, hs8:]
+                s += int(tail.view("<u8").sum(dtype=np.uint64))
+            if self.verify:
+                cnt = np.arange(npos, dtype=np.uint64) + np.uint64((c.chunk_id * npos + 1) & M64)
+                start = ((cnt * np.uint64(31)) & np.uint64(0xFF)).astype(np.uint8)
+                expect = start[:, None] + np.arange(hs, dtype=np.uint8)[None, :]  # uint8 wraps: & 0xff
+                bad = int(np.count_nonzero((d != expect).any(axis=1) & pres))
+        if not self._count(c.chunk_id, c.received, c.flags, c.valid, s & M64, bad):
+            return False
+        self.chunks += 1
+        self.heaps_present += npres
         return True
 
     # ---------------------------------------------------------------- a batch (vectorised)
@@ -182,6 +247,8 @@ def main(argv=None):
     ap.add_argument("--hold", type=int, default=0, help="keep up to N heaps unreleased")
     ap.add_argument("--sleep-us", type=float, default=0, help="sleep after each heap (each batch with --batch)")
     ap.add_argument("--batch", type=int, default=0, help="use next_batch with up to N heaps")
+    ap.add_argument("--no-touch", action="store_true",
+                    help="take and release each heap without reading its payload (a chunk's presence map is read)")
     ap.add_argument("--stop-first", action="store_true",
                     help="after taking the first heap (or batch), stop this process (SIGSTOP) before reading it, "
                          "until SIGCONT (a consumer stalled mid-read, for tests)")
@@ -191,7 +258,7 @@ def main(argv=None):
            "first_heap_cnt": 0,
            "last_heap_cnt": 0, "heap_cnt_out_of_order": 0, "seconds": 0.0, "cpu_seconds": 0.0, "result": "error",
            "error": "",
-           "counters": {}, "session_id": 0}
+           "counters": {}, "session_id": 0, "chunks": 0, "heaps_present": 0}
     signal.signal(signal.SIGTERM, _on_sigterm)
     ring = None
     st = None
@@ -203,9 +270,10 @@ def main(argv=None):
         ring = Ring.attach(a.ring, timeout=timeout, directory=a.dir, start=a.start,
                            max_latency=a.max_latency_us / 1e6, wait=a.wait)
         out["session_id"] = ring.session_id
-        st = Stats(a.verify, ring.slot_size)
-        if a.batch and np is None:
-            raise RingError("--batch needs numpy")
+        st = Stats(a.verify, ring.slot_size, touch=not a.no_touch)
+        chunked = ring.chunk_geometry is not None
+        if (a.batch or chunked) and np is None:
+            raise RingError("--batch and chunk rings need numpy")
         t0 = time.perf_counter()
         cpu0 = time.process_time()
         sleep = a.sleep_us / 1e6
@@ -217,7 +285,10 @@ def main(argv=None):
                 result = "max"
                 break
             try:
-                if a.batch:
+                if chunked:
+                    item = ring.next_chunk(timeout)
+                    k = 1
+                elif a.batch:
                     want = a.batch if limit is None else min(a.batch, limit - st.heaps)
                     item = ring.next_batch(want, timeout)
                     k = len(item)
@@ -227,7 +298,7 @@ def main(argv=None):
                 if stop_first:
                     stop_first = False
                     os.kill(os.getpid(), signal.SIGSTOP)
-                if not (st.batch(item) if a.batch else st.heap(item)):
+                if not (st.chunk(item) if chunked else st.batch(item) if a.batch else st.heap(item)):
                     ring.release(item)  # overrun while held: raises Overrun (result overrun)
                     raise RingError("heap invalid but the ring still counts this consumer")
             except EndOfStream:
@@ -275,7 +346,7 @@ def main(argv=None):
         out.update(heaps=st.heaps, bytes=st.bytes, checksum=st.checksum, verify_errors=st.verify_errors,
                    overrun_heaps=st.overrun_heaps,
                    incomplete=st.incomplete, first_heap_cnt=st.first or 0, last_heap_cnt=st.last or 0,
-                   heap_cnt_out_of_order=st.out_of_order)
+                   heap_cnt_out_of_order=st.out_of_order, chunks=st.chunks, heaps_present=st.heaps_present)
     sys.stdout.write(json.dumps(out, separators=(",", ":")) + "\n")
     sys.stdout.flush()
     if out["result"] not in ("eos", "max"):

@@ -32,6 +32,7 @@ import socket
 import time
 from typing import Any, AsyncIterator, Iterator, Mapping, Sequence, Union
 
+from . import chunks as _chunks
 from . import layout as L
 from . import shared as _shared
 from .shared import (I_CONSUMER_FUTEX, I_CONSUMER_WAITING, I_PRODUCER_WAITING, I_RELEASE_FUTEX, I_STATE, M64,
@@ -620,6 +621,7 @@ class Ring:
         self._c64 = self._c32 = self._r64 = self._r32 = self._d64 = self._dmv = None
         self._cfutex = self._rfutex = None
         self._desc_arr = self._desc_raw = self._items2d = self._payload2d = None
+        self._chunk_geo = self._chunk_data = self._chunk_present = None
         self._detached = None
         self._gone = False
 
@@ -789,6 +791,9 @@ class Ring:
         self._closed = False
         hdr = self._check_header(w)
         self._geo = g = validate_geometry(hdr)
+        # chunk geometry (§13.5), from a private copy of the header's bytes, before the data is mapped
+        self._chunk_geo = _chunks.chunk_geometry(hdr["features"], bytes(self._ctl_mm[L.OFF_CHUNK_HEAPS:0x100]),
+                                                 g.slot_size)
         # 6. data read-only, region read-write; the descriptors are closed, the socket kept
         self._data_mm = _map(data_fd, g.data_size, False)
         self._region_mm = _map(region_fd, L.REGION_SIZE, True)
@@ -814,6 +819,7 @@ class Ring:
                                           g.items_offset).reshape(g.slot_count, g.max_items)
             self._payload2d = np.frombuffer(self._data_mm, np.uint8, g.slot_count * g.slot_size,
                                             g.payload_offset).reshape(g.slot_count, g.slot_size)
+            _chunks.setup_views(self)
         self._i_row_state = row_word(self.consumer_index, "state")
         self._i_row_gen = row_word(self.consumer_index, "generation")
         self._q_row_lost = row_word(self.consumer_index, "lost_heaps")
@@ -1407,6 +1413,23 @@ class Ring:
             if b is not None:
                 b.release()
 
+    # ------------------------------------------------------------------ chunks (spec §13: ibvbridge.chunks)
+    @property
+    def chunk_geometry(self) -> _chunks.ChunkGeometry | None:
+        """The ring's chunk geometry (validated at attach), or None when it is not in chunk mode."""
+        return self._chunk_geo
+
+    def next_chunk(self, timeout: float | None = None) -> _chunks.Chunk:
+        """The next chunk of a chunk-mode ring (use ``with ring.next_chunk() as chunk:``); waits and raises
+        as next() (EndOfStream after the last chunk), CorruptRing for a position that is not a valid chunk,
+        RingError when the ring is not in chunk mode."""
+        return _chunks.next_chunk(self, timeout)
+
+    def chunks(self, timeout: float | None = None) -> Iterator[_chunks.Chunk]:
+        """Iterate over chunks until end of stream, releasing each when the loop advances or is left
+        (Overrun at the next step when the producer overran this consumer while the loop held one)."""
+        return _chunks.iter_chunks(self, timeout)
+
     # ------------------------------------------------------------------ waiting (spec §7.5)
     def _wait(self, timeout):
         """Return when a heap is published (cached_head updated); raise EndOfStream / ProducerGone / Timeout /
@@ -1518,6 +1541,7 @@ class Ring:
                 pass
         self._fds = []
         self._desc_arr = self._desc_raw = self._items2d = self._payload2d = None
+        self._chunk_data = self._chunk_present = None
         self._cfutex = self._rfutex = None
         for mv in (self._c64, self._c32, self._r64, self._r32, self._d64, self._dmv):
             if mv is not None:

@@ -14,7 +14,8 @@ PKG = os.path.dirname(HERE)
 PY = sys.executable
 M64 = (1 << 64) - 1
 KEYS = ["heaps", "bytes", "checksum", "verify_errors", "overrun_heaps", "incomplete", "first_heap_cnt", "last_heap_cnt",
-        "heap_cnt_out_of_order", "seconds", "cpu_seconds", "result", "error", "counters", "session_id"]
+        "heap_cnt_out_of_order", "seconds", "cpu_seconds", "result", "error", "counters", "session_id", "chunks",
+        "heaps_present"]
 
 
 def expected_checksum(heaps):

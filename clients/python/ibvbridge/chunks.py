@@ -1,0 +1,259 @@
+"""Chunks of a chunk-mode ring (docs/ring-layout.md §13), read zero-copy.
+
+A ring in chunk mode (header feature CHUNKS) holds one chunk per position: ``heaps × axis`` heap positions
+of ``heap_size`` bytes each, time-major, followed in the slot by a presence map of one byte per position
+(1: that heap arrived complete). This module owns the chunk geometry (read from a private copy of the
+header and validated at attach, §13.5) and the Chunk view handed out by ``Ring.next_chunk`` /
+``Ring.chunks``::
+
+    for chunk in ring.chunks(timeout=5):
+        power = (chunk.data_as(np.int8).astype(np.float32) ** 2)   # [time, axis, samples]
+        use(chunk.chunk_id, chunk.present, power)
+        if not chunk.valid: ...                                    # read, THEN check (§7.7)
+
+A Chunk's arrays view the ring's memory: they are the chunk's bytes until it is released (the loop's next
+step, ``with``, ``chunk.release()``), and only while ``chunk.valid``. ``ring.release(chunk)`` raises
+Overrun when the producer overran this consumer while it held the chunk, as for a heap.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
+
+from . import layout as L
+from .errors import CorruptRing, EndOfStream, RingError
+
+try:
+    import numpy as np
+except ImportError:  # pragma: no cover - numpy is needed only for the array views
+    np = None
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .ring import Heap, Ring
+
+__all__ = ["ChunkGeometry", "Chunk", "chunk_geometry"]
+
+
+class ChunkGeometry(collections.namedtuple("ChunkGeometry", (
+        "heaps", "axis", "heap_size", "step", "time_item", "axis_item"))):
+    """A chunk-mode ring's geometry (spec §13.1), validated against the slot size at attach."""
+
+    @property
+    def positions(self) -> int:
+        """Heap positions per chunk: heaps × axis."""
+        return self.heaps * self.axis
+
+    @property
+    def chunk_bytes(self) -> int:
+        """A chunk's payload bytes: positions × heap_size (the presence map starts there)."""
+        return self.heaps * self.axis * self.heap_size
+
+
+def chunk_geometry(features: int, raw: Any, slot_size: int) -> ChunkGeometry | None:
+    """The chunk geometry from ``raw``, a private copy of the header bytes at 0xA0 (layout.CHUNK_STRUCT),
+    when ``features`` has CHUNKS; None otherwise. CorruptRing (refuse to attach) when a field is 0 or the
+    chunk and its presence map do not fit a slot (spec §13.5; Python integers do not overflow, so the
+    u64 overflow the spec names is a sum past 2^64, which is past any slot_size too)."""
+    if not features & L.FEATURE_CHUNKS:
+        return None
+    f = dict(zip(L.CHUNK_FIELDS, L.CHUNK_STRUCT.unpack_from(raw, 0)))
+    g = ChunkGeometry(f["chunk_heaps"], f["chunk_axis"], f["chunk_heap_size"], f["chunk_step"],
+                      f["chunk_time_item"], f["chunk_axis_item"])
+    if min(g.heaps, g.axis, g.heap_size, g.step) < 1:
+        raise CorruptRing(f"corrupt chunk geometry: {g.heaps} heaps × {g.axis} axis × {g.heap_size} bytes, "
+                          f"step {g.step}: each must be at least 1")
+    need = g.chunk_bytes + g.positions
+    if need > slot_size:  # slot_size is a u64: a sum that overflows u64 is past it too
+        raise CorruptRing(f"corrupt chunk geometry: a chunk of {g.heaps} × {g.axis} positions of {g.heap_size} "
+                          f"bytes and its presence map ({need} bytes) do not fit a slot of {slot_size} bytes")
+    return g
+
+
+class Chunk:
+    """One chunk (spec §13.2–13.3), handed out by ``Ring.next_chunk`` / ``Ring.chunks``.
+
+    ``chunk_id`` (the descriptor's heap_cnt: time index / heaps), ``position``, ``timestamp_ns``,
+    ``received``, ``packets``, ``flags``, ``slot`` come from the checked private descriptor copy.
+    ``data`` is a read-only uint8 view [time, axis, heap bytes] of the slot; ``data_as(dtype)`` the same
+    bytes as [time, axis, elements] of dtype; ``present`` a bool array [time, axis] (True: that heap
+    arrived complete; bytes of a position not present are undefined). Read, then check ``valid``.
+    """
+
+    __slots__ = ("_ring", "_heap", "_geo", "_present", "chunk_id", "position", "timestamp_ns", "received",
+                 "packets", "flags", "slot")
+    chunk_id: int
+    position: int
+    timestamp_ns: int
+    received: int
+    packets: int
+    flags: int
+    slot: int
+
+    def __init__(self, ring: Ring, heap: Heap, geo: ChunkGeometry) -> None:
+        self._ring = ring
+        self._heap = heap
+        self._geo = geo
+        self._present = None
+        self.chunk_id = heap.heap_cnt
+        self.position = heap.position
+        self.timestamp_ns = heap.timestamp_ns
+        self.received = heap.received
+        self.packets = heap.packets
+        self.flags = heap.flags
+        self.slot = heap.slot
+
+    # ----- geometry
+    @property
+    def geometry(self) -> ChunkGeometry:
+        return self._geo
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(time, axis): heap positions of the chunk."""
+        return (self._geo.heaps, self._geo.axis)
+
+    # ----- flags
+    @property
+    def complete(self) -> bool:
+        """Every heap position arrived (the descriptor's COMPLETE flag)."""
+        return bool(self.flags & L.FLAG_COMPLETE)
+
+    @property
+    def incomplete(self) -> bool:
+        return bool(self.flags & L.FLAG_INCOMPLETE)
+
+    # ----- views
+    def _check_live(self):
+        if self._heap.released:
+            raise RingError(f"chunk {self.chunk_id} at position {self.position} was released: its memory "
+                            "belongs to the producer")
+        if self._ring._closed:
+            raise RingError("ring is closed")
+
+    @property
+    def data(self) -> np.ndarray:
+        """The chunk's payload as a read-only uint8 view [time, axis, heap_size] (no copy)."""
+        self._check_live()
+        return self._ring._chunk_data[self.slot]
+
+    def data_as(self, dtype: Any, shape: int | Sequence[int] | None = None) -> np.ndarray:
+        """The payload as a read-only view [time, axis, *shape] of ``dtype``: each heap position's bytes
+        reinterpreted (shape defaults to heap_size / itemsize elements). ValueError when a heap position
+        does not hold a whole number of dtype elements or the shape does not match it."""
+        dt = np.dtype(dtype)
+        hs = self._geo.heap_size
+        if dt.itemsize == 0 or hs % dt.itemsize:
+            raise ValueError(f"a heap position of {hs} bytes is not a whole number of {dt} elements")
+        a = self.data.view(dt)
+        if shape is None:
+            return a
+        shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        return a.reshape(self.shape + shape)
+
+    @property
+    def present(self) -> np.ndarray:
+        """The presence map as a bool array [time, axis]: True where the presence byte is 1 (any other
+        value is a corrupt chunk and reads as not present, spec §13.2). A private copy, made on first use:
+        check ``valid`` after reading it, as for the bytes."""
+        p = self._present
+        if p is None:
+            self._check_live()
+            p = self._ring._chunk_present[self.slot] == 1
+            p.flags.writeable = False
+            self._present = p
+        return p
+
+    @property
+    def heaps_present(self) -> int:
+        """How many heap positions are present."""
+        return int(np.count_nonzero(self.present))
+
+    def heap(self, t: int, a: int = 0) -> np.ndarray:
+        """Heap position (t, a)'s bytes (a read-only uint8 view of heap_size bytes)."""
+        g = self._geo
+        if not (0 <= t < g.heaps and 0 <= a < g.axis):
+            raise IndexError(f"heap position ({t}, {a}) outside {g.heaps} × {g.axis}")
+        return self.data[t, a]
+
+    # ----- validity and release (as a Heap: spec §7.7)
+    @property
+    def valid(self) -> bool:
+        """Whether every byte read from this chunk so far was the chunk's: True while the ring still counts
+        this consumer (read, THEN check). False after release and after the ring is closed."""
+        return self._heap.valid
+
+    @property
+    def released(self) -> bool:
+        return self._heap.released
+
+    def release(self) -> None:
+        """Give the chunk's slot back (in position order, as heaps). Idempotent; ``ring.release(chunk)``
+        also proves the chunk was read whole (Overrun when it was not)."""
+        self._heap.release()
+
+    def copy(self) -> tuple[np.ndarray, np.ndarray]:
+        """(data, present) copied out of the ring, then checked: Overrun / Detached when the producer
+        overran this consumer while it held the chunk, so a copy is never torn."""
+        d = np.array(self.data)
+        p = np.array(self.present)
+        self._ring._check_row()
+        return d, p
+
+    def __enter__(self) -> Chunk:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        g = self._geo
+        return (f"Chunk(chunk_id={self.chunk_id}, position={self.position}, {g.heaps}x{g.axis}x{g.heap_size}, "
+                f"flags={self.flags:#x})")
+
+
+def setup_views(ring: Ring) -> None:
+    """Per-slot views of a chunk ring's payload: _chunk_data[slot] is [time, axis, heap_size] uint8,
+    _chunk_present[slot] [time, axis] uint8, both inside [0, slot_size) by the attach check."""
+    g = ring._chunk_geo
+    if g is None or np is None:
+        return
+    p2 = ring._payload2d  # (slot_count, slot_size), read-only
+    cb = g.chunk_bytes
+    ring._chunk_data = p2[:, :cb].reshape(p2.shape[0], g.heaps, g.axis, g.heap_size) if cb else None
+    ring._chunk_present = p2[:, cb:cb + g.positions].reshape(p2.shape[0], g.heaps, g.axis)
+
+
+def next_chunk(ring: Ring, timeout: float | None) -> Chunk:
+    """Ring.next_chunk: the next position (descriptor checked as every heap's, §9.1), checked as a chunk
+    (§13.5: CHUNK flag, heap_size == chunk_bytes, received ≤ chunk_bytes) from the private copy."""
+    g = ring._chunk_geo
+    if g is None:
+        raise RingError(f"ring {ring.name} is not in chunk mode (no CHUNKS feature)")
+    if np is None:
+        raise RingError("numpy is required for chunks (apt install python3-numpy)")
+    h = ring.next(timeout)  # EndOfStream at the marker
+    cb = g.chunk_bytes
+    if not h.flags & L.FLAG_CHUNK or h.heap_size != cb or h.received > cb:
+        h.release()
+        raise ring._corrupt_desc(h.position, f"not a chunk of {cb} bytes: flags {h.flags:#x}, heap_size "
+                                 f"{h.heap_size}, received {h.received}")
+    return Chunk(ring, h, g)
+
+
+def iter_chunks(ring: Ring, timeout: float | None) -> Iterator[Chunk]:
+    """Ring.chunks: every chunk until end of stream, each released when the loop advances or is left; a
+    chunk overrun while the loop held it raises Overrun at the next step (after its release)."""
+    c = None
+    try:
+        while True:
+            try:
+                c = next_chunk(ring, timeout)
+            except EndOfStream:
+                return
+            yield c
+            cc, c = c, None
+            ring.release(cc)  # raises Overrun when the producer lapped us while the loop body read it
+    finally:
+        if c is not None:
+            c.release()
