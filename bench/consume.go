@@ -33,7 +33,11 @@ type ConsumeResult struct {
 	Error      string            `json:"error"`
 	Counters   map[string]uint64 `json:"counters"`
 	SessionID  uint64            `json:"session_id"`
-	exitCode   int
+	// Chunks and HeapsPresent: the C and Python tools on a chunk-mode ring (spec §13), where Heaps counts
+	// the positions read (chunks) and HeapsPresent the heap positions their presence maps mark present.
+	Chunks       uint64 `json:"chunks,omitempty"`
+	HeapsPresent uint64 `json:"heaps_present,omitempty"`
+	exitCode     int
 }
 
 // ExitCode is the consumer tools' exit status for this result: 0 end of stream (or --max-heaps reached),

@@ -527,6 +527,7 @@ struct mapped {
 	void *region;               /* MAP_FAILED until mapped */
 	void *own;                  /* private item copies, MAP_FAILED until mapped */
 	uint64_t own_size;
+	struct ibvb_chunk_geometry chunks; /* spec §13.5, validated with the header */
 };
 
 static void unmap_all(struct mapped *mp)
@@ -590,7 +591,7 @@ static int map_ring(const struct target *t, const struct ibvb_welcome *w, const 
 		return fail(-errno, "ring %s: mmap control memory: %s", t->name, strerror(errno));
 	mp->ctl = (const struct ibvb_ctl *)m;
 	mp->ctl_size = w->ctl_size;
-	if ((rc = validate_ctl(t, mp->ctl, w)) < 0)
+	if ((rc = validate_ctl(t, mp->ctl, w)) < 0 || (rc = ibvb__chunk_load(t->name, mp->ctl, &mp->chunks)) < 0)
 		return rc;
 	mp->data_size = w->data_size;
 	mp->data = mmap(NULL, (size_t)mp->data_size, PROT_READ, MAP_SHARED, wf->fd[1], 0);
@@ -634,6 +635,7 @@ static void init_ring(struct ibvb_ring *r, const struct target *t, const struct 
 	r->consumer_index = w->consumer_index;
 	r->generation = w->generation;
 	r->row_state_ok = IBVB_CONSUMER_ATTACHED;
+	r->chunks = mp->chunks;
 	r->max_latency_ns = IBVB_DEFAULT_MAX_LATENCY_NS;
 	r->coalesce_heaps = c->slot_count / 2 < 1 ? 1 : c->slot_count / 2;
 	r->sock = sock;
@@ -649,7 +651,7 @@ int ibvb_attach_opts(struct ibvb_ring **out, const char *arg, int timeout_ms, co
 	struct target t;
 	struct welcome_fds wf = {{-1, -1, -1}, 0};
 	struct ibvb_welcome w;
-	struct mapped mp = {NULL, 0, MAP_FAILED, 0, MAP_FAILED, MAP_FAILED, 0};
+	struct mapped mp = {NULL, 0, MAP_FAILED, 0, MAP_FAILED, MAP_FAILED, 0, {0}};
 	memset(&w, 0, sizeof w);
 	ibvb__set_error("");
 	if (!out || !arg)

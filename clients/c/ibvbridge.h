@@ -494,6 +494,22 @@ IBVB__CHECK(struct ibvb_meta_record_header, description_len, 0x14);
 IBVB__CHECK(struct ibvb_meta_record_header, format_len, 0x18);
 IBVB__CHECK(struct ibvb_meta_record_header, dtype_len, 0x1C);
 
+/* ---- chunk geometry (spec §13) ---------------------------------------------------------------- */
+
+/* A chunk-mode ring's geometry: a private copy of the header's fields, validated at attach (each field ≥ 1,
+ * positions × heap_size + positions ≤ slot_size without overflow). Heap position (t, a) is the heap_size
+ * bytes at (t × axis + a) × heap_size of the chunk; the presence map (positions bytes) follows them. */
+struct ibvb_chunk_geometry {
+	uint32_t heaps;       /* heap positions along the time axis per chunk */
+	uint32_t axis;        /* positions along the second axis (1 when there is none) */
+	uint64_t heap_size;   /* bytes per heap position */
+	uint64_t step;        /* the time item's value per heap position */
+	uint64_t time_item;   /* the immediate item giving the time index (for labels) */
+	uint64_t axis_item;   /* the immediate item giving the axis index, 0 when none (for labels) */
+	uint64_t positions;   /* heaps × axis: bytes of the presence map */
+	uint64_t chunk_bytes; /* positions × heap_size: bytes of a chunk's payload */
+};
+
 /* ---- consumer handle ------------------------------------------------------------------------- */
 
 /* Defined here so the hot path can be inline; treat the fields as private. */
@@ -531,6 +547,7 @@ struct ibvb_ring {
 	int active;                       /* the last wait found a heap */
 	int sock;                         /* the connection: open for the life of the attachment */
 	char name[IBVB_NAME_MAX + 1];     /* ring name, for messages */
+	struct ibvb_chunk_geometry chunks; /* validated at attach; all 0 when the ring is not in chunk mode */
 };
 
 /* One heap: payload is a view into the ring (valid while ibvb_heap_valid says so), items a private,
@@ -867,6 +884,50 @@ static inline int ibvb_advance(struct ibvb_ring *r, uint64_t n)
 		return 0;
 	h.position = r->released + (n < held ? n : held) - 1;
 	return ibvb_release(r, &h);
+}
+
+/* ---- chunks (spec §13) ----------------------------------------------------------------------- */
+
+/* One chunk of a chunk-mode ring: heap is the position as ibvb_peek / ibvb_wait handed it out (release it
+ * with ibvb_release(r, &c->heap); check ibvb_heap_valid(r, &c->heap) after reading, as for any heap).
+ * data and present point into the ring's slot (read-only): data holds chunk_bytes bytes, heap position
+ * (t, a) at (t × axis + a) × heap_size; present holds positions bytes, 1 = that heap arrived complete (any
+ * other value reads as absent: use ibvb_chunk_present). Bytes of an absent position are undefined. */
+struct ibvb_chunk {
+	struct ibvb_heap heap;
+	uint64_t chunk_id;     /* heap.heap_cnt: time index / heaps */
+	const uint8_t *data;
+	const uint8_t *present;
+	uint32_t heaps, axis;  /* the geometry validated at attach */
+	uint64_t heap_size;
+	uint64_t positions;
+	uint64_t chunk_bytes;
+};
+
+/* The ring's chunk geometry: 0 and *g filled, or -ENOTSUP (message set) when the ring is not in chunk
+ * mode (its header has no CHUNKS feature). */
+int ibvb_chunk_geometry(const struct ibvb_ring *r, struct ibvb_chunk_geometry *g);
+/* View heap h (from ibvb_peek / ibvb_wait, still held) as a chunk, checked against the geometry validated at
+ * attach (spec §13.5: the CHUNK flag, heap_size == chunk_bytes, received ≤ chunk_bytes, all from h, the
+ * private descriptor copy): 0 and *c filled; -ENOTSUP not a chunk ring; -EBADMSG not a valid chunk (or
+ * the detach error when the row says detached). The heap stays held either way. */
+int ibvb_heap_chunk(struct ibvb_ring *r, const struct ibvb_heap *h, struct ibvb_chunk *c);
+/* ibvb_wait, then ibvb_heap_chunk: 0 and *c filled (the chunk held), or ibvb_wait's errors (-ENODATA after
+ * the last chunk), or ibvb_heap_chunk's (the position then stays held: ibvb_release_all gives it back). */
+int ibvb_wait_chunk(struct ibvb_ring *r, struct ibvb_chunk *c, int timeout_ms);
+
+/* Heap position (t, a)'s heap_size bytes, or NULL when (t, a) is outside the chunk. */
+static inline const uint8_t *ibvb_chunk_heap(const struct ibvb_chunk *c, uint32_t t, uint32_t a)
+{
+	if (t >= c->heaps || a >= c->axis)
+		return NULL;
+	return c->data + ((uint64_t)t * c->axis + a) * c->heap_size;
+}
+
+/* 1 when heap position (t, a) arrived complete (its presence byte is exactly 1), else 0. */
+static inline int ibvb_chunk_present(const struct ibvb_chunk *c, uint32_t t, uint32_t a)
+{
+	return t < c->heaps && a < c->axis && c->present[(uint64_t)t * c->axis + a] == 1;
 }
 
 /* ---- items ----------------------------------------------------------------------------------- */

@@ -9,7 +9,11 @@
  * With --verify, a heap found overrun after it was read (ibvb_heap_valid, layout 2.1) counts in
  * overrun_heaps, not verify_errors; the next read then reports the overrun (exit 4).
  * Exit: 0 eos/max, 2 producer_gone, 3 timeout, 4 overrun (detached for falling a ring behind),
- * 5 detached (invalid cursor), 1 other errors. A failure is also one line on stderr. */
+ * 5 detached (invalid cursor), 1 other errors. A failure is also one line on stderr.
+ * A chunk-mode ring (spec §13) is read chunk by chunk: heaps counts positions (chunks), "chunks" and
+ * "heaps_present" (from the presence maps) follow; checksum and --verify cover the present heap positions,
+ * position (t, a) of chunk c being heap cnt c × positions + t × axis + a + 1 (send --pattern
+ * --timestamp-step); first/last_heap_cnt are chunk ids, incomplete counts incomplete chunks. */
 #define _GNU_SOURCE
 #include "ibvbridge.h"
 #include "tool.h"
@@ -64,6 +68,37 @@ static int pattern_ok(const uint8_t *p, uint64_t n, uint64_t heap_cnt)
 	for (uint64_t i = 0; i < n; i++)
 		bad |= (uint8_t)(p[i] ^ pattern_byte(heap_cnt, i));
 	return bad == 0;
+}
+
+/* Chunk-mode totals. */
+struct chunk_totals {
+	uint64_t chunks, heaps_present, sum, verify_errors;
+};
+
+/* Account chunk position h (held): count its present heaps, checksum them (touch) and check each against
+ * the pattern of its heap cnt (verify). Returns the verify errors it found; the caller checks validity
+ * after this read, as for a heap. h not a valid chunk: -1 (the message set). */
+static int64_t account_chunk(struct ibvb_ring *r, const struct ibvb_heap *h, int touch, int verify,
+			     struct chunk_totals *ct)
+{
+	struct ibvb_chunk c;
+	if (ibvb_heap_chunk(r, h, &c) < 0)
+		return -1;
+	int64_t bad = 0;
+	uint64_t present = 0;
+	for (uint64_t k = 0; k < c.positions; k++) {
+		if (c.present[k] != 1)
+			continue;
+		present++;
+		const uint8_t *d = c.data + k * c.heap_size;
+		if (touch)
+			ct->sum += checksum(d, c.heap_size);
+		if (verify && !pattern_ok(d, c.heap_size, c.chunk_id * c.positions + k + 1))
+			bad++;
+	}
+	ct->chunks++;
+	ct->heaps_present += present;
+	return bad;
 }
 
 static void json_str(const char *s)
@@ -147,7 +182,10 @@ int main(int argc, char **argv)
 
 	struct ibvb_ring *r = NULL;
 	double cpu0 = 0, cpu1 = 0; /* CPU seconds at attach and at the stream's end: the stream's cost alone */
+	struct chunk_totals ct = {0, 0, 0, 0};
+	struct ibvb_chunk_geometry cg;
 	int rc = ibvb_attach_opts(&r, ring, (int)timeout_ms, &aopts);
+	int chunked = rc == 0 && ibvb_chunk_geometry(r, &cg) == 0;
 	if (rc < 0) {
 		snprintf(errmsg, sizeof errmsg, "%s", ibvb_last_error());
 		result = rc == -ETIMEDOUT ? "timeout" : "error";
@@ -208,11 +246,23 @@ int main(int argc, char **argv)
 			if (sleep_us) /* a slow reader: the heap is held meanwhile (and may be overrun under drop) */
 				usleep((useconds_t)sleep_us);
 			bytes += h.received;
-			if (touch)
-				sum += checksum(h.payload, h.received);
 			if (h.flags & IBVB_FLAG_INCOMPLETE)
 				incomplete++;
-			if (verify && !(h.flags & IBVB_FLAG_INCOMPLETE)) { /* holes hold unspecified bytes */
+			if (chunked) {
+				int64_t bad = account_chunk(r, &h, touch, verify, &ct);
+				if (bad < 0) {
+					snprintf(errmsg, sizeof errmsg, "%s", ibvb_last_error());
+					result = "error";
+					exit_code = 1;
+					break;
+				}
+				if (!ibvb_heap_valid(r, &h)) /* read, then check (2.1) */
+					overrun_heaps++;
+				else
+					verify_errors += (uint64_t)bad;
+			} else if (touch)
+				sum += checksum(h.payload, h.received);
+			if (!chunked && verify && !(h.flags & IBVB_FLAG_INCOMPLETE)) { /* holes hold unspecified bytes */
 				/* The pattern covers the payload before the heap's item descriptors (send --descriptors
 				 * appends them after the data). */
 				uint64_t plen = h.received;
@@ -253,12 +303,13 @@ int main(int argc, char **argv)
 	printf("{\"heaps\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"checksum\":%" PRIu64 ",\"verify_errors\":%" PRIu64
 	       ",\"overrun_heaps\":%" PRIu64 ",\"incomplete\":%" PRIu64 ",\"first_heap_cnt\":%" PRIu64 ",\"last_heap_cnt\":%" PRIu64
 	       ",\"heap_cnt_out_of_order\":%" PRIu64 ",\"seconds\":%.6f,\"cpu_seconds\":%.6f,\"result\":\"%s\",\"error\":",
-	       heaps, bytes, sum, verify_errors, overrun_heaps, incomplete, first, last, ooo, heaps ? t1 - t0 : 0.0, cpu1 - cpu0, result);
+	       heaps, bytes, sum + ct.sum, verify_errors, overrun_heaps, incomplete, first, last, ooo, heaps ? t1 - t0 : 0.0, cpu1 - cpu0, result);
 	json_str(errmsg);
 	printf(",\"counters\":{");
 	for (unsigned i = 0; r && i < IBVB_CTR_COUNT; i++)
 		printf("%s\"%s\":%" PRIu64, i ? "," : "", ibvb_counter_name(i), ibvb_counter(r, i));
-	printf("},\"session_id\":%" PRIu64 "}\n", r ? ibvb_session_id(r) : 0);
+	printf("},\"session_id\":%" PRIu64 ",\"chunks\":%" PRIu64 ",\"heaps_present\":%" PRIu64 "}\n",
+	       r ? ibvb_session_id(r) : 0, ct.chunks, ct.heaps_present);
 	fflush(stdout);
 	ibvb_detach(r);
 	return exit_code;
