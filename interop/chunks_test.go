@@ -1,10 +1,14 @@
 package interop_test
 
 import (
+	"bytes"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,5 +92,68 @@ func TestChunkRingReadByCAndPythonTools(t *testing.T) {
 			t.Errorf("%s consumer %+v; want 10 chunks, %d heaps present (the last chunk %d of %d), checksum %d; recv %v",
 				kind, r.ConsumeResult, chunkSent, chunkSent%per, per, sum, m)
 		}
+	}
+}
+
+// wantPowerLines is what examples/chunks/power.py prints for the chunk traffic, computed here from the
+// pattern bytes directly: per chunk, the present heaps (every heap sent: the last chunk partly filled),
+// the sum of re² + im² over their int8 (re, im) pairs, the channel of largest summed power (the first of
+// equals) and its mean over the present heaps; then the summary.
+func wantPowerLines() []string {
+	const per, channels = chunkHeaps * chunkAxis, chunkHeapSize / 2
+	var lines []string
+	buf := make([]byte, chunkHeapSize)
+	for c := uint64(0); c*per < chunkSent; c++ {
+		sums := make([]int64, channels)
+		n := 0
+		for p := uint64(0); p < per && c*per+p < chunkSent; p++ {
+			pattern.FillPattern(buf, c*per+p+1)
+			for ch := range channels {
+				re, im := int64(int8(buf[2*ch])), int64(int8(buf[2*ch+1]))
+				sums[ch] += re*re + im*im
+			}
+			n++
+		}
+		var total int64
+		peak := 0
+		for ch, s := range sums {
+			total += s
+			if s > sums[peak] {
+				peak = ch
+			}
+		}
+		lines = append(lines, fmt.Sprintf(`{"chunk": %d, "present": %d, "total_power": %d, "peak_channel": %d, "peak_mean_power": "%.3f"}`,
+			c, n, total, peak, float64(sums[peak])/float64(n)))
+	}
+	return append(lines, fmt.Sprintf(`{"chunks": %d, "heaps": %d, "overrun_chunks": 0}`, len(lines), chunkSent))
+}
+
+// TestChunksPowerExample: examples/chunks/power.py reads recv's chunk ring fed by send and prints, per
+// chunk, exactly the power figures computed here from the pattern bytes.
+func TestChunksPowerExample(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("no /usr/bin/python3 for the Python example")
+	}
+	sock, port, recv := startChunkRecv(t, "chunks-power")
+	cmd := exec.Command("/usr/bin/python3", filepath.Join(repoRoot, "examples/chunks/power.py"), "--ring", sock)
+	cmd.Env = append(os.Environ(), "PYENV_VERSION=system")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	sendChunkTraffic(t, sock, port, 1)
+	recv()
+	timer := time.AfterFunc(60*time.Second, func() { _ = cmd.Process.Kill() })
+	err := cmd.Wait()
+	timer.Stop()
+	if err != nil {
+		t.Fatalf("power.py: %v\n%s", err, errb.String())
+	}
+	got := strings.Split(strings.TrimSpace(out.String()), "\n")
+	want := wantPowerLines()
+	if !slices.Equal(got, want) {
+		t.Fatalf("power.py printed\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
