@@ -93,6 +93,10 @@ func udpFlags(fs *flag.FlagSet, o *bench.UDPOptions, packet, bytesPerRun, runs i
 	fs.IntVar(&o.Runs, "runs", runs, "runs per heap size: one unpaced, then a search on the rate")
 	fs.StringVar(&o.Consumer, "consumer", "c", "consumer process: go, c or python")
 	fs.DurationVar(&o.ConsumerMaxLatency, "consumer-max-latency", 0, "the consumer's latency bound (its --max-latency-us: coalesced wakes, e.g. 1ms; 0: a wake per heap)")
+	fs.Func("consumer-args", "more flags for the consumer, space-separated (e.g. --no-touch: take and release heaps or chunks without reading their bytes)", func(v string) error {
+		o.ConsumerArgs = strings.Fields(v)
+		return nil
+	})
 	asJSON = fs.Bool("json", false, "print one JSON object")
 	return sizes, asJSON
 }

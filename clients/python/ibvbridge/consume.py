@@ -178,6 +178,8 @@ class Stats:
         """Account a batch as heap() does one heap: False (all n in overrun_heaps) when it was overrun."""
         n = len(b)
         recv = b.received
+        if not self.touch:  # --no-touch: the descriptors only
+            return self._account_batch(b, n, recv, 0, 0)
         maxr = int(recv.max())
         nb = (maxr + 7) & ~7
         arr = b.payloads(nb)
@@ -214,13 +216,18 @@ class Stats:
             bad |= found & (((items["flags"] & L.ITEM_IMMEDIATE) == 0) | (items["value"] != hc))
             bad &= (flags & L.FLAG_INCOMPLETE) == 0  # holes hold unspecified bytes
             nbad = int(np.count_nonzero(bad))
+        return self._account_batch(b, n, recv, s, nbad)
+
+    def _account_batch(self, b, n, recv, s, nbad):
+        """Account a batch read (checksum s, nbad verify errors) once its validity is known."""
         if not b.valid:
             self.overrun_heaps += n
             return False
+        hc = b.heap_cnt
         self.verify_errors += nbad
         self.checksum = (self.checksum + s) & M64
         self.bytes += int(recv.sum(dtype=np.uint64))
-        self.incomplete += int(np.count_nonzero(flags & L.FLAG_INCOMPLETE))
+        self.incomplete += int(np.count_nonzero(b.flags & L.FLAG_INCOMPLETE))
         ooo = int(np.count_nonzero(hc[1:] <= hc[:-1]))
         if self.first is None:
             self.first = int(hc[0])

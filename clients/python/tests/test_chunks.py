@@ -205,3 +205,18 @@ def test_consume_tool_counts_chunks_and_verifies_present_heaps(make_producer, to
             s += sum(int.from_bytes(d[k * S + i:k * S + i + 8], "little")
                      for k in range(NP) if pres[k] == 1 for i in range(0, S, 8))
         assert out["checksum"] == s % (1 << 64)
+
+
+@pytest.mark.parametrize("mode", [[], ["--batch", "8"]])
+def test_consume_tool_no_touch_counts_heaps_without_reading_them(make_producer, mode):
+    import os
+    from test_consume import consume
+    from fake_producer import pattern
+    p = make_producer(slot_count=16, slot_size=128)
+    for cnt in range(1, 6):
+        p.publish(cnt, pattern(cnt + 1, 40))  # wrong bytes: --verify would count them, --no-touch reads none
+    p.publish_eos()
+    rc, out = consume("--ring", "r", "--dir", os.path.dirname(p.socket_path), "--verify", "--no-touch", *mode)
+    assert rc == 0 and out["result"] == "eos"
+    assert (out["heaps"], out["bytes"], out["checksum"], out["verify_errors"]) == (5, 200, 0, 0)
+    assert (out["first_heap_cnt"], out["last_heap_cnt"], out["chunks"]) == (1, 5, 0)
