@@ -80,28 +80,22 @@ class Chunk:
     arrived complete; bytes of a position not present are undefined). Read, then check ``valid``.
     """
 
-    __slots__ = ("_ring", "_heap", "_geo", "_present", "chunk_id", "position", "timestamp_ns", "received",
-                 "packets", "flags", "slot")
-    chunk_id: int
-    position: int
-    timestamp_ns: int
-    received: int
-    packets: int
-    flags: int
-    slot: int
+    __slots__ = ("_ring", "_heap", "_geo", "_present")
 
     def __init__(self, ring: Ring, heap: Heap, geo: ChunkGeometry) -> None:
         self._ring = ring
         self._heap = heap
         self._geo = geo
         self._present = None
-        self.chunk_id = heap.heap_cnt
-        self.position = heap.position
-        self.timestamp_ns = heap.timestamp_ns
-        self.received = heap.received
-        self.packets = heap.packets
-        self.flags = heap.flags
-        self.slot = heap.slot
+
+    # ----- the descriptor copy's fields
+    chunk_id = property(lambda self: self._heap.heap_cnt, doc="the chunk id: time index / heaps")
+    position = property(lambda self: self._heap.position, doc="the chunk's position in the ring")
+    timestamp_ns = property(lambda self: self._heap.timestamp_ns, doc="the time of the chunk's first packet")
+    received = property(lambda self: self._heap.received, doc="payload bytes that arrived")
+    packets = property(lambda self: self._heap.packets, doc="packets placed into the chunk")
+    flags = property(lambda self: self._heap.flags, doc="layout.FLAG_*: CHUNK, COMPLETE or INCOMPLETE")
+    slot = property(lambda self: self._heap.slot, doc="the slot holding the chunk")
 
     # ----- geometry
     @property
@@ -135,7 +129,7 @@ class Chunk:
     def data(self) -> np.ndarray:
         """The chunk's payload as a read-only uint8 view [time, axis, heap_size] (no copy)."""
         self._check_live()
-        return self._ring._chunk_data[self.slot]
+        return self._ring._chunk_data[self._heap.slot]
 
     def data_as(self, dtype: Any, shape: int | Sequence[int] | None = None) -> np.ndarray:
         """The payload as a read-only view [time, axis, *shape] of ``dtype``: each heap position's bytes
@@ -151,23 +145,33 @@ class Chunk:
         shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
         return a.reshape(self.shape + shape)
 
-    @property
-    def present(self) -> np.ndarray:
-        """The presence map as a bool array [time, axis]: True where the presence byte is 1 (any other
-        value is a corrupt chunk and reads as not present, spec §13.2). A private copy, made on first use:
-        check ``valid`` after reading it, as for the bytes."""
+    def _presence(self) -> bytes:
+        """The presence map's bytes, copied once out of the slot (a private copy, like the descriptor)."""
         p = self._present
         if p is None:
             self._check_live()
-            p = self._ring._chunk_present[self.slot] == 1
-            p.flags.writeable = False
-            self._present = p
+            r, g = self._ring, self._geo
+            off = r._pay_base + self._heap.slot * r._geo.slot_size + g.chunk_bytes
+            p = self._present = r._data_mm[off:off + g.positions]  # mmap slicing copies
         return p
 
     @property
+    def present(self) -> np.ndarray:
+        """The presence map as a read-only bool array [time, axis]: True where the presence byte is 1 (any
+        other value is a corrupt chunk and reads as not present, spec §13.2). Made from a private copy of
+        the map, taken on first use: check ``valid`` after reading it, as for the bytes."""
+        p = self._presence()
+        g = self._geo
+        if p.count(0) + p.count(1) == len(p):  # the usual map: its bytes are the bools
+            return np.frombuffer(p, np.bool_).reshape(g.heaps, g.axis)
+        a = np.frombuffer(p, np.uint8).reshape(g.heaps, g.axis) == 1
+        a.flags.writeable = False
+        return a
+
+    @property
     def heaps_present(self) -> int:
-        """How many heap positions are present."""
-        return int(np.count_nonzero(self.present))
+        """How many heap positions are present (presence byte 1)."""
+        return self._presence().count(1)
 
     def heap(self, t: int, a: int = 0) -> np.ndarray:
         """Heap position (t, a)'s bytes (a read-only uint8 view of heap_size bytes)."""
@@ -224,15 +228,10 @@ def setup_views(ring: Ring) -> None:
     ring._chunk_present = p2[:, cb:cb + g.positions].reshape(p2.shape[0], g.heaps, g.axis)
 
 
-def next_chunk(ring: Ring, timeout: float | None) -> Chunk:
-    """Ring.next_chunk: the next position (descriptor checked as every heap's, §9.1), checked as a chunk
-    (§13.5: CHUNK flag, heap_size == chunk_bytes, received ≤ chunk_bytes) from the private copy."""
-    g = ring._chunk_geo
-    if g is None:
-        raise RingError(f"ring {ring.name} is not in chunk mode (no CHUNKS feature)")
-    if np is None:
-        raise RingError("numpy is required for chunks (apt install python3-numpy)")
-    h = ring.next(timeout)  # EndOfStream at the marker
+def _as_chunk(ring: Ring, h: Heap, g: ChunkGeometry) -> Chunk:
+    """h (handed out, held) as a chunk, checked against the attach geometry from its private descriptor copy
+    (§13.5: CHUNK flag, heap_size == chunk_bytes, received ≤ chunk_bytes); CorruptRing (after releasing h)
+    when it is not one."""
     cb = g.chunk_bytes
     if not h.flags & L.FLAG_CHUNK or h.heap_size != cb or h.received > cb:
         h.release()
@@ -241,19 +240,26 @@ def next_chunk(ring: Ring, timeout: float | None) -> Chunk:
     return Chunk(ring, h, g)
 
 
+def _geometry(ring: Ring) -> ChunkGeometry:
+    g = ring._chunk_geo
+    if g is None:
+        raise RingError(f"ring {ring.name} is not in chunk mode (no CHUNKS feature)")
+    if np is None:
+        raise RingError("numpy is required for chunks (apt install python3-numpy)")
+    return g
+
+
+def next_chunk(ring: Ring, timeout: float | None) -> Chunk:
+    """Ring.next_chunk: the next position (descriptor checked as every heap's, §9.1), checked as a chunk."""
+    g = _geometry(ring)
+    return _as_chunk(ring, ring.next(timeout), g)  # EndOfStream at the marker
+
+
 def iter_chunks(ring: Ring, timeout: float | None) -> Iterator[Chunk]:
-    """Ring.chunks: every chunk until end of stream, each released when the loop advances or is left; a
-    chunk overrun while the loop held it raises Overrun at the next step (after its release)."""
-    c = None
-    try:
-        while True:
-            try:
-                c = next_chunk(ring, timeout)
-            except EndOfStream:
-                return
-            yield c
-            cc, c = c, None
-            ring.release(cc)  # raises Overrun when the producer lapped us while the loop body read it
-    finally:
-        if c is not None:
-            c.release()
+    """Ring.chunks: every chunk until end of stream, each released when the loop advances or is left. It
+    rides on the heap iterator's fast path (one descriptor copy checked per position, releases stored to
+    the tail in batches); that path checks this consumer's row before it hands out the next position, so a
+    chunk overrun while the loop held it raises Overrun at the next step."""
+    g = _geometry(ring)
+    for h in ring.heaps(timeout):
+        yield _as_chunk(ring, h, g)

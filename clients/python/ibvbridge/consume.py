@@ -146,12 +146,12 @@ class Stats:
         --verify, check each present heap position (t, a) holds the pattern of heap cnt chunk_id ×
         positions + t × axis + a + 1 (send --pattern --timestamp-step, counting heaps from 1); a wrong
         position is one verify error. Then check validity (read, then check): False when overrun."""
-        g = c.geometry
-        npos, hs = g.positions, g.heap_size
-        pres = c.present.reshape(npos)
-        npres = int(np.count_nonzero(pres))
+        npres = c.heaps_present
         s = bad = 0
         if self.touch and npres:
+            g = c.geometry
+            npos, hs = g.positions, g.heap_size
+            pres = c.present.reshape(npos)
             d = c.data.reshape(npos, hs)
             rows = d if npres == npos else d[pres]
             hs8 = hs & ~7
