@@ -52,10 +52,7 @@ type openChunk struct {
 // in open chunks, as long as the last heap that completed, in packets as long as the latest first one.
 type chunkPlacer struct {
 	follower
-	lastID, lastPos uint64 // the chunk and position of the heap begun last
-	nextLength      uint64 // the length of the last heap that completed (0: no guess for the next heaps)
-	firstLen        uint64 // payload and header length of the latest first packet (offset 0) of a heap
-	firstHdr        int
+	lastID, lastPos uint64    // the chunk and position of the heap begun last
 	aheadView       ring.Slot // expected's answer for a heap not begun
 	p               *ring.Producer
 	g               ring.ChunkGeometry
@@ -198,16 +195,6 @@ func (cp *chunkPlacer) retire(c *openChunk) {
 		cp.p.PublishChunk(c.slot, ring.ChunkInfo{ID: c.id, Received: c.received, Packets: c.packets, TimestampNs: c.firstNs})
 	}
 	c.slot, c.noSlot = nil, false
-}
-
-func (cp *chunkPlacer) accepted(h *liveHeap, start, end uint64, hdrLen int, complete bool) {
-	cp.note(h, start, end, hdrLen)
-	if start == 0 {
-		cp.firstLen, cp.firstHdr = cp.length, hdrLen
-	}
-	if complete {
-		cp.nextLength = h.heapLength
-	}
 }
 
 // ended records a heap leaving the window in its chunk: present if it is complete and fits its position,

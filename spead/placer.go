@@ -35,17 +35,30 @@ type placer interface {
 }
 
 // follower follows the heap the latest accepted packet joined and guesses that its next packet comes
-// right after it, as long as it, up to the end of the heap's slot (or position) and length.
+// right after it, as long as it, up to the end of the heap's slot (or position) and length. It also keeps
+// what both placers guess the next heaps from: the length of the last heap that completed and the
+// lengths of the latest first packet of a heap. Its accepted is both placers'.
 type follower struct {
 	heap   *liveHeap
 	cnt    uint64
 	next   uint64
 	length uint64
 	hdrLen int
+	// The length of the last heap that completed (0: no guess), the payload and header length of the
+	// latest first packet (offset 0) of a heap.
+	nextLength uint64
+	firstLen   uint64
+	firstHdr   int
 }
 
-func (f *follower) note(h *liveHeap, start, end uint64, hdrLen int) {
+func (f *follower) accepted(h *liveHeap, start, end uint64, hdrLen int, complete bool) {
 	f.heap, f.cnt, f.next, f.length, f.hdrLen = h, h.cnt, end, end-start, hdrLen
+	if start == 0 {
+		f.firstLen, f.firstHdr = f.length, hdrLen
+	}
+	if complete {
+		f.nextLength = h.heapLength
+	}
 }
 
 // live is the heap the latest packet joined if it is still under assembly, else nil.
@@ -83,15 +96,11 @@ type streamPlacer struct {
 
 	follower // the heap the latest accepted packet joined
 	// The heaps expected after it: the cnt stride between heaps as they begin (learnt from two equal gaps
-	// in a row), the length of the last heap that completed (0: no guess), the payload and header length
-	// of the latest first packet (offset 0) of a heap, and the slots taken ahead for them.
-	lastBegun  uint64
-	lastGap    uint64
-	stride     uint64
-	nextLength uint64
-	firstLen   uint64
-	firstHdr   int
-	ahead      []aheadSlot
+	// in a row) and the slots taken ahead for them.
+	lastBegun uint64
+	lastGap   uint64
+	stride    uint64
+	ahead     []aheadSlot
 }
 
 // aheadSlot is a slot taken from the pool for a heap not begun yet, where the guesses put its first
@@ -127,16 +136,6 @@ func (sp *streamPlacer) heapSlot(h *liveHeap, _ *Packet) (*ring.Slot, error) {
 		sp.release() // a heap that arrived comes before the ones expected
 	}
 	return sp.p.Acquire()
-}
-
-func (sp *streamPlacer) accepted(h *liveHeap, start, end uint64, hdrLen int, complete bool) {
-	sp.note(h, start, end, hdrLen)
-	if start == 0 {
-		sp.firstLen, sp.firstHdr = sp.length, hdrLen
-	}
-	if complete {
-		sp.nextLength = h.heapLength
-	}
 }
 
 func (sp *streamPlacer) guess(dst [][]byte) (hdrLen, n int) {
