@@ -21,6 +21,10 @@ const defaultChunkWindow = 2
 // maxChunkWindow bounds the open chunks (each holds a ring slot and a position table).
 const maxChunkWindow = 1 << 10
 
+// maxChunkLiveHeaps bounds the heaps under assembly in chunk mode (AssemblerConfig.MaxHeaps), where they
+// do not hold slots: each has its own preallocated bookkeeping.
+const maxChunkLiveHeaps = 1 << 12
+
 // Position states of an open chunk, private to the placer (the ring's presence map holds only 0 and 1).
 const (
 	posEmpty   uint8 = iota

@@ -430,3 +430,31 @@ func FuzzChunkPlacement(f *testing.F) {
 		}
 	})
 }
+
+// With the drop policy and a consumer that reads nothing, a chunk that finds no free slot drops its heaps,
+// each counted in dropped_heaps, and writes nothing; the chunks that had slots are published whole.
+func TestChunkWithoutSlotDropsItsHeapsCounted(t *testing.T) {
+	p, c := testRing(t, ring.Config{SlotCount: 2, Chunks: ckGeometry, Policy: ring.PolicyDrop})
+	a, err := spead.NewAssembler(p, spead.AssemblerConfig{ChunkWindow: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cnt := uint64(0)
+	for tt := uint64(0); tt < 3*ckHeaps; tt++ { // chunks 0, 1 and 2, every position
+		for ax := uint64(0); ax < ckAxis; ax++ {
+			cnt++
+			h := ckHeap(cnt, tt, ax, ckHeapSize, 0)
+			for _, b := range encodeAll(t, spead.Flavour64_40, 1500, &h) {
+				a.Packet(b, 1)
+			}
+		}
+	}
+	expectCounters(t, p.Stats(), map[ring.Counter]uint64{ring.CounterChunks: 2, ring.CounterIncompleteChunks: 0,
+		ring.CounterDroppedHeaps: ckHeaps * ckAxis, ring.CounterHeaps: 2 * ckHeaps * ckAxis})
+	for id := uint64(0); id < 2; id++ {
+		ch, err := c.NextChunk(time.Second)
+		if err != nil || ch.ID != id || ch.Flags&ring.FlagComplete == 0 {
+			t.Fatalf("chunk %d: %+v, %v", id, ch.ID, err)
+		}
+	}
+}
