@@ -88,7 +88,10 @@ func (c *Config) setChunkDefaults() error {
 	if !ok {
 		return fmt.Errorf("%w: a chunk of %d × %d heaps of %d bytes is too large", ErrBadConfig, g.Heaps, g.Axis, g.HeapSize)
 	}
-	if c.SlotSize == 0 {
+	switch {
+	case c.SlotSize < 0:
+		return fmt.Errorf("%w: slot size %d must be positive", ErrBadConfig, c.SlotSize)
+	case c.SlotSize == 0:
 		c.SlotSize = int(need)
 	}
 	if err := g.check(alignUp(uint64(c.SlotSize), 64)); err != nil {
