@@ -98,10 +98,10 @@ func (cp *chunkPlacer) place(pkt *Packet) (id, pos uint64, ok bool) {
 		if !ip.Immediate {
 			continue
 		}
-		switch ip.ID {
-		case cp.g.TimeItem:
+		switch {
+		case ip.ID == cp.g.TimeItem:
 			t, haveT = ip.Value/cp.g.Step, true
-		case cp.g.AxisItem:
+		case ip.ID == cp.g.AxisItem && cp.g.AxisItem != 0: // not a null item standing for "no axis"
 			a, haveA = ip.Value, true
 		}
 	}

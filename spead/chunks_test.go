@@ -458,3 +458,26 @@ func TestChunkWithoutSlotDropsItsHeapsCounted(t *testing.T) {
 		}
 	}
 }
+
+// Without an axis item, a heap's null items (id 0, as senders pad with) are not taken for an axis index:
+// the heap is placed by its time item alone.
+func TestChunkWithoutAxisIgnoresNullItems(t *testing.T) {
+	g := ckGeometry
+	g.Axis, g.AxisItem = 1, 0
+	p, c := testRing(t, ring.Config{SlotCount: 4, Chunks: g})
+	a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tt := uint64(0); tt < ckHeaps; tt++ {
+		h := spead.Heap{Cnt: tt + 1, Items: []spead.Item{{ID: ckTimeItem, Immediate: true, Value: tt * ckStep},
+			{ID: spead.NullID, Immediate: true, Value: 7}, {ID: ckDataItem, Data: make([]byte, 100)}}}
+		for _, b := range encodeAll(t, spead.Flavour64_40, 1500, &h) {
+			a.Packet(b, 1)
+		}
+	}
+	ch, err := c.NextChunk(time.Second)
+	if err != nil || ch.ID != 0 || ch.Flags&ring.FlagComplete == 0 {
+		t.Fatalf("chunk %d flags %#x, %v; counters %v", ch.ID, ch.Flags, err, p.Stats().Map())
+	}
+}
