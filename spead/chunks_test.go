@@ -481,3 +481,32 @@ func TestChunkWithoutAxisIgnoresNullItems(t *testing.T) {
 		t.Fatalf("chunk %d flags %#x, %v; counters %v", ch.ID, ch.Flags, err, p.Stats().Map())
 	}
 }
+
+// The heap cnt (item 0x1) can be the time item, as spead2 users often place by it: heap cnt k goes to
+// position k mod heaps of chunk k / heaps.
+func TestChunkPlacedByHeapCnt(t *testing.T) {
+	g := ring.ChunkGeometry{Heaps: 4, Axis: 1, HeapSize: 100, Step: 1, TimeItem: spead.HeapCntID}
+	p, c := testRing(t, ring.Config{SlotCount: 4, Chunks: g})
+	a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for cnt := uint64(8); cnt < 16; cnt++ { // chunks 2 and 3
+		h := spead.Heap{Cnt: cnt, Items: []spead.Item{{ID: ckDataItem, Data: bytes.Repeat([]byte{byte(cnt)}, 100)}}}
+		for _, b := range encodeAll(t, spead.Flavour64_40, 1500, &h) {
+			a.Packet(b, 1)
+		}
+	}
+	for id := uint64(2); id <= 3; id++ {
+		ch, err := c.NextChunk(time.Second)
+		if err != nil || ch.ID != id || ch.Flags&ring.FlagComplete == 0 {
+			t.Fatalf("chunk %d flags %#x, %v; want chunk %d complete", ch.ID, ch.Flags, err, id)
+		}
+		for pos := range uint32(4) {
+			if d := ch.HeapData(pos, 0); d[0] != byte(id*4+uint64(pos)) || d[99] != d[0] {
+				t.Fatalf("chunk %d position %d holds heap %d's bytes", id, pos, d[0])
+			}
+		}
+		c.Release(ch.Heap)
+	}
+}
