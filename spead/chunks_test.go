@@ -510,3 +510,47 @@ func TestChunkPlacedByHeapCnt(t *testing.T) {
 		c.Release(ch.Heap)
 	}
 }
+
+// Heaps of several packets handed over by Packet (a source that does not place) allocate nothing per
+// heap either, window moves and chunk publications included.
+func TestChunkCopiedPathAllocatesNothing(t *testing.T) {
+	p, c := chunkRing(t, 8)
+	a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := ckHeap(1, 0, 0, ckHeapSize, 0)
+	packets := encodeAll(t, spead.Flavour64_40, 1500, &h) // 3 packets
+	tt, cnt := uint64(0), uint64(0)
+	heap := func() {
+		cnt++
+		for _, b := range packets {
+			setHeapCnt(b, cnt)
+		}
+		setImmediate(packets[0], ckTimeItem, (tt/ckAxis)*ckStep)
+		setImmediate(packets[0], ckAxisItem, tt%ckAxis)
+		tt++
+		for _, b := range packets {
+			a.Packet(b, 1)
+		}
+		for {
+			ch, ok, err := c.TryNext()
+			if err != nil {
+				panic(err)
+			}
+			if !ok {
+				break
+			}
+			c.Release(ch)
+		}
+	}
+	for range 30 {
+		heap()
+	}
+	if allocs := testing.AllocsPerRun(500, heap); allocs != 0 {
+		t.Fatalf("%v allocations per heap", allocs)
+	}
+	if st := p.Stats(); st.Get(ring.CounterChunks) < 40 || st.Get(ring.CounterIncompleteChunks) != 0 || st.Get(ring.CounterHeaps) < 500 {
+		t.Fatalf("counters %v", st.Map())
+	}
+}
