@@ -29,7 +29,9 @@ test: setup build
 	@echo "== Go tests (race detector), cross-language tests and fuzz seed corpora"
 	IBVBRIDGE_REQUIRE_CLIENTS=1 $(GO) test -race -count=1 ./...
 
-# A fuzzing session on every parser and the assembler, FUZZTIME each (not part of make test). Each target
+# A fuzzing session on every parser and the assembler, and on both sides of the ring's trust boundary
+# (hello records and consumer regions as the producer reads them; header, descriptors, item tables and
+# metadata as the Go client reads them), FUZZTIME each (not part of make test). Each target
 # makes well over 100 k executions a minute here; new findings land in testdata/fuzz/ as regression seeds.
 FUZZTIME ?= 60s
 fuzz:
@@ -37,6 +39,11 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseDescriptor$$' -fuzztime $(FUZZTIME) ./spead/
 	$(GO) test -run '^$$' -fuzz '^FuzzAssembler$$' -fuzztime $(FUZZTIME) ./spead/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./frame/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeHello$$' -fuzztime $(FUZZTIME) ./ring/
+	$(GO) test -run '^$$' -fuzz '^FuzzProducerReadsRegion$$' -fuzztime $(FUZZTIME) ./ring/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseHeader$$' -fuzztime $(FUZZTIME) ./ring/
+	$(GO) test -run '^$$' -fuzz '^FuzzValidateHeap$$' -fuzztime $(FUZZTIME) ./ring/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMeta$$' -fuzztime $(FUZZTIME) ./ring/
 
 # SOAK_SECONDS (default 600) of send → recv with consumers killed and restarted and recv restarted twice;
 # every heap accounted for, recv's memory flat (scripts/soak.sh). Not part of make test.

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/ibvbridge/ibvbridge/ring"
-	"github.com/ibvbridge/ibvbridge/ring/pattern"
+	"github.com/ibvbridge/ibvbridge/spead/pattern"
 )
 
 // RingResult is one ring benchmark run, or the medians of several (what `bench ring --json` prints).

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/ibvbridge/ibvbridge/ring"
-	"github.com/ibvbridge/ibvbridge/ring/pattern"
 	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/spead/pattern"
 	"github.com/ibvbridge/ibvbridge/transport/udp"
 )
 

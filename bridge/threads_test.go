@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ibvbridge/ibvbridge/ring/pattern"
 	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/spead/pattern"
 	"github.com/ibvbridge/ibvbridge/transport"
 	"github.com/ibvbridge/ibvbridge/transport/udp"
 )

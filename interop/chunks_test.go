@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/ibvbridge/ibvbridge/ring"
-	"github.com/ibvbridge/ibvbridge/ring/pattern"
+	"github.com/ibvbridge/ibvbridge/spead/pattern"
 )
 
 // A chunk-mode ring is read safely by consumers that know nothing of chunks (spec §13): the C, Python and

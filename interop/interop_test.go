@@ -18,7 +18,8 @@ import (
 
 	"github.com/ibvbridge/ibvbridge/bench"
 	"github.com/ibvbridge/ibvbridge/ring"
-	"github.com/ibvbridge/ibvbridge/ring/pattern"
+	"github.com/ibvbridge/ibvbridge/ring/ringtest"
+	"github.com/ibvbridge/ibvbridge/spead/pattern"
 )
 
 var (
@@ -89,6 +90,9 @@ func consumerCmd(t *testing.T, kind, ctlPath string, verify bool, extra ...strin
 	case "c":
 		cmd = exec.Command(filepath.Join(repoRoot, "clients/c/build/ibvb-consume"), args...)
 	case "python":
+		// Layout 2.1: a ring that does not exist yet is an error at once unless --wait (tests start some
+		// consumers together with their producer).
+		args = append(args, "--wait")
 		cmd = exec.Command("/usr/bin/python3", append([]string{"-m", "ibvbridge.consume"}, args...)...)
 		cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(repoRoot, "clients/python"), "PYENV_VERSION=system")
 	}
@@ -158,21 +162,13 @@ func waitAttached(t *testing.T, p *ring.Producer) {
 
 func newRing(t *testing.T, name string, cfg ring.Config) *ring.Producer {
 	t.Helper()
-	if cfg.Dir == "" {
-		cfg.Dir = t.TempDir()
-	}
 	if cfg.SlotCount == 0 {
 		cfg.SlotCount = 16
 	}
 	if cfg.SlotSize == 0 {
 		cfg.SlotSize = 8192
 	}
-	p, err := ring.Create(name, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	return p
+	return ringtest.New(t, name, cfg)
 }
 
 // sizeOf gives heap cnt a size that varies, including sizes that are not multiples of 8.

@@ -23,6 +23,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ibvbridge/ibvbridge/ring"
+	"github.com/ibvbridge/ibvbridge/spead"
 )
 
 // Pipeline is what the collector reads; bridge.Receiver implements it. Every method is called at scrape
@@ -82,9 +83,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			c.counter(ch, "ibvbridge_"+k.String()+"_total", "ring counter "+k.String()+" (docs/ring-layout.md §2.3)", ringLabel, float64(st.Get(k)), c.ring)
 		}
 	}
-	byReason := p.MalformedByReason()
-	if len(byReason) == 0 && st.Get(ring.CounterMalformedPackets) == 0 {
-		byReason = map[string]uint64{"none": 0} // the series exists from the start, so rate() works at once
+	// Every rejection reason has its series from the start (0 until it happens), so rate() works at once;
+	// there is no reason="none" series: "none" is not a rejection.
+	byReason := map[string]uint64{}
+	for r := spead.ReasonNone + 1; r < spead.NumReasons; r++ {
+		byReason[r.String()] = 0
+	}
+	for reason, n := range p.MalformedByReason() {
+		byReason[reason] = n
 	}
 	for reason, n := range byReason {
 		c.counter(ch, "ibvbridge_malformed_packets_total", "packets the SPEAD decoder or assembler rejected, by reason",

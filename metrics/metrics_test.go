@@ -11,7 +11,8 @@ import (
 	"testing"
 
 	"github.com/ibvbridge/ibvbridge/ring"
-	"github.com/ibvbridge/ibvbridge/ring/pattern"
+	"github.com/ibvbridge/ibvbridge/ring/ringtest"
+	"github.com/ibvbridge/ibvbridge/spead/pattern"
 )
 
 type fakePipeline struct {
@@ -30,12 +31,7 @@ func (f fakePipeline) ThreadCounters() []map[string]uint64  { return f.threads }
 func testProducer(t *testing.T) (string, *ring.Producer) {
 	t.Helper()
 	name := fmt.Sprintf("metrics-%d", os.Getpid())
-	p, err := ring.Create(name, ring.Config{Dir: t.TempDir(), SlotCount: 8, SlotSize: 4096, HugePages: ring.HugePagesOff})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	return name, p
+	return name, ringtest.New(t, name, ring.Config{HugePages: ring.HugePagesOff})
 }
 
 func scrape(t *testing.T, s *Server) string {
@@ -87,6 +83,18 @@ func TestScrape(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("scrape lacks %q", want)
 		}
+	}
+	// every rejection reason is a series from the start, and "none" (no rejection) is not one
+	for _, want := range []string{
+		fmt.Sprintf(`ibvbridge_malformed_packets_total{reason="bad magic",ring=%q} 0`, name),
+		fmt.Sprintf(`ibvbridge_malformed_packets_total{reason="other",ring=%q} 0`, name),
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("scrape lacks %q", want)
+		}
+	}
+	if strings.Contains(body, `reason="none"`) {
+		t.Error(`scrape has a reason="none" series`)
 	}
 	if t.Failed() {
 		t.Logf("scrape:\n%s", body)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ibvbridge/ibvbridge/ring"
+	"github.com/ibvbridge/ibvbridge/ring/ringtest"
 	"github.com/ibvbridge/ibvbridge/spead"
 	"github.com/ibvbridge/ibvbridge/transport"
 )
@@ -33,18 +34,7 @@ func (c *captureSender) Close() error                 { return nil }
 // testRing is a small ring and its consumer, closed when the test ends.
 func testRing(t *testing.T) (*ring.Producer, *ring.Consumer) {
 	t.Helper()
-	dir := t.TempDir()
-	p, err := ring.Create("relay", ring.Config{Dir: dir, SlotCount: 8, SlotSize: 4096, HugePages: ring.HugePagesOff})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	c, err := ring.Attach("relay", ring.AttachOptions{Dir: dir, Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return p, c
+	return ringtest.Pair(t, "relay", ring.Config{HugePages: ring.HugePagesOff}, ring.AttachOptions{Timeout: time.Second})
 }
 
 func publish(t *testing.T, p *ring.Producer, cnt uint64, payload []byte, flags uint32, items ...ring.Item) {

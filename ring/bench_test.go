@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/ibvbridge/ibvbridge/ring"
-	"github.com/ibvbridge/ibvbridge/ring/pattern"
+	"github.com/ibvbridge/ibvbridge/spead/pattern"
 )
 
 // BenchmarkHandoff64B measures one 64-byte heap through the ring between two goroutines (producer and Go

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ibvbridge/ibvbridge/ring"
+	"github.com/ibvbridge/ibvbridge/ring/ringtest"
 )
 
 func chunkConfig(t *testing.T) ring.Config {
@@ -18,11 +19,11 @@ func chunkConfig(t *testing.T) ring.Config {
 // rounded up to 64; the header carries the geometry and the CHUNKS feature.
 func TestChunkRingSlotSizeDerivedAndHeaderWritten(t *testing.T) {
 	cfg := chunkConfig(t)
-	p := mustCreate(t, "chunks", cfg)
+	p := ringtest.New(t, "chunks", cfg)
 	if got, want := p.SlotSize(), 1216; got != want { // 1212 rounded up to 64
 		t.Fatalf("slot size %d, want %d", got, want)
 	}
-	c := mustAttach(t, "chunks", cfg)
+	c := ringtest.Attach(t, "chunks", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
 	g, ok := c.Chunks()
 	if !ok || g != cfg.Chunks {
 		t.Fatalf("consumer reads chunk geometry %+v (ok %v), producer made %+v", g, ok, cfg.Chunks)
@@ -62,8 +63,8 @@ func TestChunkConfigRefusesOverflowAndSmallSlots(t *testing.T) {
 // presence map after them; a chunk with a missing position is INCOMPLETE and counted.
 func TestChunkPublishedAndReadBack(t *testing.T) {
 	cfg := chunkConfig(t)
-	p := mustCreate(t, "chunks", cfg)
-	c := mustAttach(t, "chunks", cfg)
+	p := ringtest.New(t, "chunks", cfg)
+	c := ringtest.Attach(t, "chunks", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
 	g := p.Chunks()
 	for id := uint64(7); id <= 8; id++ {
 		s, err := p.Acquire()
@@ -130,8 +131,8 @@ func TestChunkPublishedAndReadBack(t *testing.T) {
 // a plain ring has no chunks to give.
 func TestChunkOfRefusesCorruptDescriptors(t *testing.T) {
 	cfg := chunkConfig(t)
-	p := mustCreate(t, "chunks", cfg)
-	c := mustAttach(t, "chunks", cfg)
+	p := ringtest.New(t, "chunks", cfg)
+	c := ringtest.Attach(t, "chunks", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
 	for _, info := range []ring.HeapInfo{
 		{HeapCnt: 1, HeapSize: 1300, Received: 10, Flags: ring.FlagChunk | ring.FlagComplete},
 		{HeapCnt: 2, HeapSize: 1200, Received: 1210, Flags: ring.FlagChunk | ring.FlagComplete},
@@ -145,8 +146,8 @@ func TestChunkOfRefusesCorruptDescriptors(t *testing.T) {
 		}
 	}
 	plain := testConfig(t)
-	pp := mustCreate(t, "plain", plain)
-	pc := mustAttach(t, "plain", plain)
+	pp := ringtest.New(t, "plain", plain)
+	pc := ringtest.Attach(t, "plain", ring.AttachOptions{Dir: plain.Dir, Timeout: time.Second})
 	s, _ := pp.Acquire()
 	pp.Publish(s, ring.HeapInfo{HeapCnt: 1, Flags: ring.FlagComplete})
 	if _, err := pc.NextChunk(time.Second); !errors.Is(err, ring.ErrNotChunk) {
@@ -157,7 +158,7 @@ func TestChunkOfRefusesCorruptDescriptors(t *testing.T) {
 // A header whose chunk geometry does not fit its slot (a corrupt or hostile producer) is refused at attach.
 func TestAttachRefusesChunkGeometryPastSlot(t *testing.T) {
 	cfg := chunkConfig(t)
-	p := mustCreate(t, "chunks", cfg)
+	p := ringtest.New(t, "chunks", cfg)
 	binary.LittleEndian.PutUint64(ring.CtlForTest(p)[0xA8:], 1<<62) // chunk_heap_size
 	if _, err := ring.Attach("chunks", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second}); !errors.Is(err, ring.ErrCorrupt) {
 		t.Fatalf("attach: %v, want ErrCorrupt", err)

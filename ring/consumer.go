@@ -55,16 +55,16 @@ type Consumer struct {
 	index  uint32
 	gen    uint32
 
-	head      *uint64
-	state     *uint32
-	prodWait  *uint32
-	rowState  *uint32
-	rowGen    *uint32
-	tail      *uint64
-	consWait  *uint32
-	consFutex *uint32
-	relFutex  *uint32
-	stats     *[StatsSlots]uint64
+	head      *atomic.Uint64
+	state     *atomic.Uint32
+	prodWait  *atomic.Uint32
+	rowState  *atomic.Uint32
+	rowGen    *atomic.Uint32
+	tail      *atomic.Uint64
+	consWait  *atomic.Uint32
+	consFutex *atomic.Uint32
+	relFutex  *atomic.Uint32
+	stats     *[StatsSlots]atomic.Uint64
 
 	descs      []descriptor
 	items      []Item // the ring's item tables: read only by copying (a hostile producer may rewrite them)
@@ -74,7 +74,7 @@ type Consumer struct {
 	cachedHead uint64
 	released   uint64 // released position, published to tail in batches
 
-	wakeAt        *uint64
+	wakeAt        *atomic.Uint64
 	maxLatency    time.Duration // AttachOptions.MaxLatency
 	spinBudget    time.Duration // AttachOptions.SpinBudget
 	waitAvg       time.Duration // moving average of waits that found a heap
@@ -83,6 +83,7 @@ type Consumer struct {
 	futexAtAttach uint32        // consumer_futex when attached: Wakes counts from here
 	stored        uint64        // last value stored to tail
 	batch         uint64        // releases per tail store
+	futexWakeups  uint64        // sleeps a FUTEX_WAKE ended (not the slice): tests prove the wake with it
 	eosPending    bool          // an end-of-stream marker was read but not yet released
 	eosPos        uint64
 }
@@ -148,7 +149,7 @@ func Attach(nameOrPath string, opt AttachOptions) (c *Consumer, err error) {
 	if err = c.mapAll(a); err != nil {
 		return c, fmt.Errorf("attach %s: %w", a.name, err)
 	}
-	c.released = atomic.LoadUint64(c.tail)
+	c.released = c.tail.Load()
 	c.read, c.cachedHead, c.stored = c.released, c.released, c.released
 	// Storing tail once per batch rather than per heap keeps the producer from taking a cache miss on it
 	// per heap; an eighth of the ring keeps the producer supplied with free slots (spec §7.4).
@@ -225,9 +226,10 @@ func (a *attachment) handshake(c candidate, h hello, left time.Duration) error {
 	if err := unix.SetsockoptTimeval(a.sock, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
 		return os.NewSyscallError("setsockopt(SO_RCVTIMEO)", err)
 	}
-	// A producer refusing a connection at once (busy) may have closed it before the hello: its error
-	// record is still there to read, so EPIPE is not the answer.
-	if err := retryEINTR(func() error { _, err := unix.Write(a.sock, h.encode()); return err }); err != nil && !errors.Is(err, unix.EPIPE) {
+	// A producer refusing a connection at once (busy) or stopping may have closed it before the hello: an
+	// error record may still be there to read, so a closed peer is not the answer yet.
+	if err := retryEINTR(func() error { _, err := unix.Write(a.sock, h.encode()); return err }); err != nil &&
+		!errors.Is(err, unix.EPIPE) && !errors.Is(err, unix.ECONNRESET) {
 		return fmt.Errorf("send hello: %w", os.NewSyscallError("write", err))
 	}
 	buf := make([]byte, ErrorRecordMax)
@@ -237,6 +239,9 @@ func (a *attachment) handshake(c candidate, h hello, left time.Duration) error {
 		n, oobn, flags, _, err = unix.Recvmsg(a.sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
 		return err
 	})
+	if errors.Is(err, unix.ECONNRESET) {
+		n, err = 0, nil // closed by the producer before it read our hello: as an empty answer
+	}
 	if err != nil {
 		if errors.Is(err, unix.EAGAIN) {
 			return fmt.Errorf("%w: the producer did not answer within %v", ErrProtocol, left)
@@ -251,7 +256,7 @@ func (a *attachment) handshake(c candidate, h hello, left time.Duration) error {
 		}
 	}
 	if n == 0 {
-		return fmt.Errorf("%w: the producer closed the connection without an answer", ErrProtocol)
+		return fmt.Errorf("%w: the producer closed the connection without an answer (it is stopping)", ErrProducerGone)
 	}
 	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
 		return fmt.Errorf("%w: the producer's answer was longer than the spec allows", ErrProtocol)
@@ -319,9 +324,9 @@ func (c *Consumer) mapAll(a *attachment) error {
 	c.tail, c.consWait, c.consFutex = u64at(rg, regTail), u32at(rg, regConsWaiting), u32at(rg, regConsFutex)
 	c.relFutex, c.wakeAt = u32at(rg, regReleaseFutex), u64at(rg, regWakeAt)
 	c.coalesceHeaps = max(1, g.SlotCount/2)
-	atomic.StoreUint64(u64at(rg, regSpinBudget), uint64(max(c.spinBudget, 0)))
-	c.futexAtAttach = atomic.LoadUint32(c.consFutex)
-	c.stats = (*[StatsSlots]uint64)(unsafe.Pointer(&ct[offStats]))
+	u64at(rg, regSpinBudget).Store(uint64(max(c.spinBudget, 0)))
+	c.futexAtAttach = c.consFutex.Load()
+	c.stats = (*[StatsSlots]atomic.Uint64)(unsafe.Pointer(&ct[offStats]))
 	c.descs = unsafe.Slice((*descriptor)(unsafe.Pointer(&c.data[g.DescOffset])), g.SlotCount)
 	c.items = unsafe.Slice((*Item)(unsafe.Pointer(&c.data[g.ItemsOffset])), g.SlotCount*uint64(g.MaxItems))
 	c.itemCopy = make([]Item, g.SlotCount*uint64(g.MaxItems))
@@ -336,8 +341,8 @@ func (c *Consumer) Index() int { return int(c.index) }
 // state, then its generation, two separate acquire loads in that order. While it holds, no slot this
 // consumer holds has been reused.
 func (c *Consumer) attached() bool {
-	return c.rowState != nil && ConsumerState(atomic.LoadUint32(c.rowState)) == ConsumerAttached &&
-		atomic.LoadUint32(c.rowGen) == c.gen
+	return c.rowState != nil && ConsumerState(c.rowState.Load()) == ConsumerAttached &&
+		c.rowGen.Load() == c.gen
 }
 
 // detached reports why the producer detached this consumer (spec §7.6), nil while it is attached.
@@ -348,13 +353,13 @@ func (c *Consumer) detached() error {
 	if c.rowState == nil {
 		return fmt.Errorf("ring %s: %w (closed)", c.name, ErrDetached)
 	}
-	st := ConsumerState(atomic.LoadUint32(c.rowState))
+	st := ConsumerState(c.rowState.Load())
 	row := c.ctl[offTable+TableRowSize*int(c.index):]
 	switch {
-	case atomic.LoadUint32(c.rowGen) != c.gen:
+	case c.rowGen.Load() != c.gen:
 		return fmt.Errorf("ring %s: %w (its row was given to another consumer)", c.name, ErrDetached)
 	case st == ConsumerOverrun:
-		return &OverrunError{Ring: c.name, Lost: atomic.LoadUint64(u64at(row, rowLostHeaps))}
+		return &OverrunError{Ring: c.name, Lost: u64at(row, rowLostHeaps).Load()}
 	case st == ConsumerBadCursor:
 		return fmt.Errorf("ring %s: %w: invalid cursor", c.name, ErrDetached)
 	}
@@ -368,11 +373,17 @@ func (c *Consumer) Valid(h Heap) bool {
 	return h.Position-c.released < c.read-c.released && c.attached()
 }
 
-// SessionID identifies the producer run (the ring's epoch); ProducerPID is for messages.
-func (c *Consumer) SessionID() uint64   { return c.hdr.SessionID }
+// SessionID identifies the producer run (the ring's epoch).
+func (c *Consumer) SessionID() uint64 { return c.hdr.SessionID }
+
+// ProducerPID is the producer's process id as its header states it (for messages).
 func (c *Consumer) ProducerPID() uint64 { return c.hdr.ProducerPID }
-func (c *Consumer) Geometry() Geometry  { return c.hdr.Geometry }
-func (c *Consumer) Policy() Policy      { return c.hdr.Policy }
+
+// Geometry is where the ring's regions lie, as validated at attach.
+func (c *Consumer) Geometry() Geometry { return c.hdr.Geometry }
+
+// Policy is what the producer does when the ring is full.
+func (c *Consumer) Policy() Policy { return c.hdr.Policy }
 
 // Stats reads the producer's counters.
 func (c *Consumer) Stats() Stats { return readStats(c.stats, c.hdr.StatsCount) }
@@ -380,7 +391,7 @@ func (c *Consumer) Stats() Stats { return readStats(c.stats, c.hdr.StatsCount) }
 // TryNext returns the next heap without waiting; ok is false when none is published yet.
 func (c *Consumer) TryNext() (Heap, bool, error) {
 	if c.read == c.cachedHead {
-		c.cachedHead = atomic.LoadUint64(c.head)
+		c.cachedHead = c.head.Load()
 		if err := c.detached(); err != nil {
 			return Heap{}, false, err
 		}
@@ -484,17 +495,17 @@ func (c *Consumer) Next(timeout time.Duration) (Heap, error) {
 		if coalesce {
 			wakeAt = c.read + c.coalesceHeaps
 		}
-		f := atomic.LoadUint32(c.consFutex)
-		atomic.StoreUint64(c.wakeAt, wakeAt)
-		atomic.StoreUint32(c.consWait, 1) // sequentially consistent: the fence before re-reading head
+		f := c.consFutex.Load()
+		c.wakeAt.Store(wakeAt)
+		c.consWait.Store(1) // sequentially consistent: the fence before re-reading head
 		if h, ok, err := c.TryNext(); ok || err != nil {
-			atomic.StoreUint32(c.consWait, 0)
+			c.consWait.Store(0)
 			c.noteWait(start)
 			return h, err
 		}
-		if State(atomic.LoadUint32(c.state)) == StateClosed {
+		if State(c.state.Load()) == StateClosed {
 			// Everything was published before CLOSED was stored: one more look drains it.
-			atomic.StoreUint32(c.consWait, 0)
+			c.consWait.Store(0)
 			if h, ok, err := c.TryNext(); ok || err != nil {
 				return h, err
 			}
@@ -507,20 +518,22 @@ func (c *Consumer) Next(timeout time.Duration) (Heap, error) {
 		if timeout >= 0 {
 			left := timeout - time.Since(start)
 			if left <= 0 {
-				atomic.StoreUint32(c.consWait, 0)
+				c.consWait.Store(0)
 				return Heap{}, ErrTimeout
 			}
 			slice = min(slice, left)
 		}
 		sliceStart := time.Now()
-		futexWaitOn(c.consFutex, f, slice)
+		if futexWaitOn(c.consFutex, f, slice) {
+			c.futexWakeups++
+		}
 		if time.Since(sliceStart) < slice {
 			continue // woken (or a spurious wake): look again
 		}
 		if coalesce {
 			// The latency bound passed: read what came; nothing at all means the stream went idle.
 			if h, ok, err := c.TryNext(); ok || err != nil {
-				atomic.StoreUint32(c.consWait, 0)
+				c.consWait.Store(0)
 				c.noteWait(start)
 				return h, err
 			}
@@ -554,7 +567,7 @@ func (c *Consumer) noteWait(start time.Time) {
 
 // Wakes is how many times the producer has woken this consumer since it attached (the movement of the
 // consumer futex word, spec §7.4): what a sleeping consumer costs the producer in syscalls.
-func (c *Consumer) Wakes() uint32 { return atomic.LoadUint32(c.consFutex) - c.futexAtAttach }
+func (c *Consumer) Wakes() uint32 { return c.consFutex.Load() - c.futexAtAttach }
 
 // checkProducer reports ErrProducerGone once the producer has hung up the attachment and everything it
 // published has been read (spec §7.6).
@@ -562,10 +575,10 @@ func (c *Consumer) checkProducer() error {
 	if c.ProducerAlive() {
 		return nil
 	}
-	if State(atomic.LoadUint32(c.state)) == StateClosed {
+	if State(c.state.Load()) == StateClosed {
 		return nil // a clean close: the wait loop reports end of stream after draining
 	}
-	if atomic.LoadUint64(c.head) != c.read {
+	if c.head.Load() != c.read {
 		return nil // published heaps are still to be read
 	}
 	return fmt.Errorf("ring %s: %w (pid %d)", c.name, ErrProducerGone, c.hdr.ProducerPID)
@@ -622,9 +635,9 @@ func (c *Consumer) flushRelease() {
 		return
 	}
 	c.stored = c.released
-	atomic.StoreUint64(c.tail, c.released) // sequentially consistent: the fence before reading producer_waiting
-	if atomic.LoadUint32(c.prodWait) != 0 {
-		atomic.StoreUint32(c.relFutex, atomic.LoadUint32(c.relFutex)+1)
+	c.tail.Store(c.released) // sequentially consistent: the fence before reading producer_waiting
+	if c.prodWait.Load() != 0 {
+		c.relFutex.Store(c.relFutex.Load() + 1)
 		futexWake(c.relFutex)
 	}
 }

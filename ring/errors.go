@@ -39,6 +39,7 @@ type VersionError struct {
 	Found, Supported uint16
 }
 
+// Error names the version found and the one supported.
 func (e *VersionError) Error() string {
 	return fmt.Sprintf("ring layout major version %d, this client supports %d", e.Found, e.Supported)
 }
@@ -54,6 +55,7 @@ type OverrunError struct {
 	Lost uint64 // heaps lost: published but never released by this consumer
 }
 
+// Error names the ring and the heaps lost.
 func (e *OverrunError) Error() string {
 	return fmt.Sprintf("ring %s: %v, %d heaps lost", e.Ring, ErrOverrun, e.Lost)
 }

@@ -9,10 +9,17 @@ func DataFDForTest(p *Producer) int  { return p.dataMem.fd }
 func CtlFDForTest(p *Producer) int   { return p.ctlMem.fd }
 
 // SetFutexForTest sets the consumer's futex word, as a long-running ring would have it.
-func (c *Consumer) SetFutexForTest(v uint32) { *c.consFutex, c.futexAtAttach = v, v }
+func (c *Consumer) SetFutexForTest(v uint32) { c.consFutex.Store(v); c.futexAtAttach = v }
 
 // StoreTailForTest writes the consumer's cursor as a buggy or hostile consumer would.
-func (c *Consumer) StoreTailForTest(v uint64) { *c.tail = v }
+func (c *Consumer) StoreTailForTest(v uint64) { c.tail.Store(v) }
 
 // HeadForTest is the published head a consumer sees.
-func (c *Consumer) HeadForTest() uint64 { return *c.head }
+func (c *Consumer) HeadForTest() uint64 { return c.head.Load() }
+
+// FutexWokenForTest is how many sleepers the producer's futex wakes (of consumers, and Interrupt's of its
+// own wait) actually woke, by the kernel's count.
+func (p *Producer) FutexWokenForTest() uint64 { return p.futexWoken.Load() }
+
+// FutexWakeupsForTest is how many of the consumer's sleeps a FUTEX_WAKE ended (rather than the slice).
+func (c *Consumer) FutexWakeupsForTest() uint64 { return c.futexWakeups }

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/bits"
-	"sync/atomic"
 )
 
 // Geometry is where everything lies in the data memory (spec §4).
@@ -138,7 +137,7 @@ func parseHeader(ctl []byte) (header, error) {
 	if h.Major != MajorVersion {
 		return h, &VersionError{Found: h.Major, Supported: MajorVersion}
 	}
-	if State(atomic.LoadUint32(u32at(ctl, offState))) == StateInit {
+	if State(u32at(ctl, offState).Load()) == StateInit {
 		return h, fmt.Errorf("%w: state INIT in memory handed out", ErrCorrupt)
 	}
 	h.CtlSize = le.Uint32(ctl[offCtlSize:])

@@ -51,6 +51,7 @@ type ConsumerInfo struct {
 // Attached reports whether this row is an attached consumer (not a detached one's record).
 func (c ConsumerInfo) Attached() bool { return c.State == ConsumerAttached.String() }
 
+// String is the state's name as stat and ls print it.
 func (s State) String() string {
 	switch s {
 	case StateInit:
@@ -63,6 +64,7 @@ func (s State) String() string {
 	return fmt.Sprintf("state(%d)", uint32(s))
 }
 
+// String is the policy's name as the --policy flag spells it.
 func (p Policy) String() string {
 	switch p {
 	case PolicyDrop:
@@ -89,7 +91,7 @@ func ParsePolicy(s string) (Policy, error) {
 func Inspect(nameOrPath, dir string) (Info, error) {
 	a, err := dial(nameOrPath, dialOptions{dir: dir, timeout: -1, warn: os.Stderr}, hello{Major: MajorVersion, Minor: MinorVersion, Role: RoleObserver})
 	if err != nil {
-		return Info{}, fmt.Errorf("stat: %w", err)
+		return Info{}, err // dial names the ring and what went wrong
 	}
 	defer unix.Close(a.sock)
 	defer a.closeFDs()
@@ -99,37 +101,37 @@ func Inspect(nameOrPath, dir string) (Info, error) {
 	}
 	defer unix.Munmap(ctl)
 	path := a.path
-	head := atomic.LoadUint64(u64at(ctl, offHead))
+	head := u64at(ctl, offHead).Load()
 	info := Info{
 		Name: a.name, Socket: path, Major: h.Major, Minor: h.Minor,
-		State:          State(atomic.LoadUint32(u32at(ctl, offState))).String(),
+		State:          State(u32at(ctl, offState).Load()).String(),
 		Policy:         h.Policy.String(),
 		SessionID:      h.SessionID,
 		ProducerPID:    h.ProducerPID,
 		ProducerAlive:  true, // it answered
-		HeartbeatAgeNs: int64(realtimeNanos() - atomic.LoadUint64(u64at(ctl, offHeartbeat))),
+		HeartbeatAgeNs: int64(realtimeNanos() - u64at(ctl, offHeartbeat).Load()),
 		Features:       h.Features,
 		MaxConsumers:   h.MaxConsumers,
 		Geometry:       h.Geometry,
 		Head:           head,
-		Oldest:         atomic.LoadUint64(u64at(ctl, offOldest)),
+		Oldest:         u64at(ctl, offOldest).Load(),
 		Consumers:      []ConsumerInfo{},
-		Counters:       readStats((*[StatsSlots]uint64)(unsafePointer(ctl, offStats)), h.StatsCount).Map(),
+		Counters:       readStats((*[StatsSlots]atomic.Uint64)(unsafePointer(ctl, offStats)), h.StatsCount).Map(),
 	}
 	if h.Chunks.Enabled() {
 		info.Chunks = &h.Chunks
 	}
 	for i := range int(h.MaxConsumers) {
 		row := ctl[offTable+TableRowSize*i:]
-		st := ConsumerState(atomic.LoadUint32(u32at(row, rowState)))
+		st := ConsumerState(u32at(row, rowState).Load())
 		if st == ConsumerFree {
 			continue
 		}
-		pos := atomic.LoadUint64(u64at(row, rowReleased))
+		pos := u64at(row, rowReleased).Load()
 		info.Consumers = append(info.Consumers, ConsumerInfo{Index: i, State: st.String(),
-			PID: atomic.LoadUint64(u64at(row, rowPID)), UID: atomic.LoadUint64(u64at(row, rowUID)),
-			AttachNs: atomic.LoadUint64(u64at(row, rowAttachNs)), Position: pos, Lag: head - pos,
-			Wakes: atomic.LoadUint64(u64at(row, rowWakes)), LostHeaps: atomic.LoadUint64(u64at(row, rowLostHeaps))})
+			PID: u64at(row, rowPID).Load(), UID: u64at(row, rowUID).Load(),
+			AttachNs: u64at(row, rowAttachNs).Load(), Position: pos, Lag: head - pos,
+			Wakes: u64at(row, rowWakes).Load(), LostHeaps: u64at(row, rowLostHeaps).Load()})
 		if st == ConsumerAttached && head-pos <= h.SlotCount+1 { // a row being reused mid-read is skipped
 			info.Unread = max(info.Unread, head-pos)
 		}

@@ -8,6 +8,9 @@ import "fmt"
 // after read), the producer stores a detached row's lost_heaps and state before it reuses any slot that
 // consumer held, and chunk mode (§13: header chunk_* fields, feature CHUNKS, flag CHUNK, counters 13–16). Any minor of major 2 is accepted both ways.
 
+// The layout's constants and offsets (spec §1–§6): the exported ones are what clients and tools need
+// (versions, sizes, limits, handshake roles, starts and statuses); the unexported ones are byte offsets
+// that only this package reads, through u64at/u32at.
 const (
 	Magic        uint64 = 0x474E495242564249 // "IBVBRING" little-endian
 	MajorVersion uint16 = 2
@@ -137,6 +140,7 @@ func CtlSizeFor(maxConsumers int) int {
 // ConsumerState is a consumer-table row's state word (spec §2.2).
 type ConsumerState uint32
 
+// Consumer-table row states (spec §2.2): free, attached, or why the producer detached it.
 const (
 	ConsumerFree      ConsumerState = 0
 	ConsumerAttached  ConsumerState = 1
@@ -145,6 +149,7 @@ const (
 	ConsumerGone      ConsumerState = 4
 )
 
+// String is the state's name as stat prints it and the spec spells it.
 func (s ConsumerState) String() string {
 	switch s {
 	case ConsumerFree:
@@ -171,6 +176,7 @@ const FeatureChunks uint64 = 0x2
 // State is the ring's lifecycle state word.
 type State uint32
 
+// Ring states (spec §2): INIT while the producer builds it, READY while it serves, CLOSED after it ended.
 const (
 	StateInit   State = 0
 	StateReady  State = 1
@@ -207,6 +213,7 @@ const ItemImmediate uint32 = 0x1
 // Counter indexes the stats block.
 type Counter int
 
+// The counters of the stats block (spec §2.3), in index order; String gives their names.
 const (
 	CounterPackets Counter = iota
 	CounterBytes

@@ -3,7 +3,6 @@ package ring
 import (
 	"encoding/binary"
 	"fmt"
-	"sync/atomic"
 )
 
 // ItemDescriptor is a SPEAD item descriptor as the ring's stream-metadata area stores it (spec §6), so a
@@ -107,11 +106,11 @@ func (p *Producer) SetDescriptors(ds []ItemDescriptor) error {
 	}
 	area := p.data[g.MetaOffset : g.MetaOffset+g.MetaSize]
 	seq := u64at(area, 0)
-	s := atomic.LoadUint64(seq)
-	atomic.StoreUint64(seq, s+1) // odd: being rewritten
+	s := seq.Load()
+	seq.Store(s + 1) // odd: being rewritten
 	binary.LittleEndian.PutUint64(area[8:], uint64(len(rec)))
 	copy(area[metaHeaderSize:], rec)
-	atomic.StoreUint64(seq, s+2)
+	seq.Store(s + 2)
 	return nil
 }
 
@@ -122,19 +121,19 @@ func (c *Consumer) Descriptors() ([]ItemDescriptor, error) {
 	seq := u64at(area, 0)
 	buf := make([]byte, 0, 256)
 	for tries := 0; ; tries++ {
-		s1 := atomic.LoadUint64(seq)
+		s1 := seq.Load()
 		if s1&1 != 0 {
 			if tries > 1_000_000 {
 				return nil, fmt.Errorf("ring %s: metadata area stays locked", c.name)
 			}
 			continue
 		}
-		n := atomic.LoadUint64(u64at(area, 8))
+		n := u64at(area, 8).Load()
 		if n > g.MetaSize-metaHeaderSize {
 			return nil, fmt.Errorf("%w: metadata length %d exceeds area", ErrCorrupt, n)
 		}
 		buf = append(buf[:0], area[metaHeaderSize:metaHeaderSize+n]...)
-		if atomic.LoadUint64(seq) == s1 {
+		if seq.Load() == s1 {
 			return decodeMeta(buf)
 		}
 	}

@@ -194,10 +194,10 @@ type Producer struct {
 	ln       *net.UnixListener
 	gid      int // --group's gid, -1 without
 
-	head     *uint64
-	oldest   *uint64
-	prodWait *uint32
-	stats    *[StatsSlots]uint64
+	head     *atomic.Uint64
+	oldest   *atomic.Uint64
+	prodWait *atomic.Uint32
+	stats    *[StatsSlots]atomic.Uint64
 
 	descs []descriptor
 	slots []Slot
@@ -209,29 +209,38 @@ type Producer struct {
 	pending   [numCounters]uint64
 	dirty     uint32   // bit c: pending[c] holds an unstored increment
 	posSlot   []uint32 // slot named by each unreleased position
-	free      []uint32 // FIFO of free slots
-	freeR     uint64
-	freeW     uint64
+	// free is a LIFO of free slots (capacity: every slot, so pushing never allocates): the slot released
+	// last is filled next, still in cache, so a ring's size costs no CPU while consumers keep up.
+	free []uint32
+	// reclaimEvery: the hot path looks for released slots every this many acquires, not only when the
+	// pool is empty, so the pool's top stays the slots consumers just released; sinceReclaim counts.
+	reclaimEvery, sinceReclaim int
 
 	// mu guards the consumer set, the table rows, reclaim and grave: admission (server goroutine) and
-	// reclaiming (hot path, only when the free pool is empty) must agree on which positions are held.
+	// reclaiming (hot path: when the pool is empty, and every reclaimEvery takes) must agree on which
+	// positions are held.
 	mu        sync.Mutex
 	reclaim   uint64    // positions below this have had their slots returned to the pool
 	members   []*member // attached consumers
 	observers int       // connected observers, at most cfg.MaxObservers
 	readMark  uint64    // the furthest any detached consumer released: what no consumer read starts here
-	grave     []*member // detached ones whose regions the hot path may still be reading (while hotBusy)
-	// hotBusy is set while the hot path uses members' regions outside mu (waking them, sleeping on a
-	// release futex): a region detached meanwhile waits in grave; otherwise it is unmapped at detach.
+	grave     []*member // detached ones whose regions the hot path may still be reading (hotInUse)
+	// hotBusy is set while the hot path sleeps on a member's release futex (outside mu); hotDone is the
+	// head of the last commit whose wakes are done, so head != hotDone while a commit reads members'
+	// regions. A region detached meanwhile waits in grave; otherwise it is unmapped at detach.
 	hotBusy atomic.Bool
-	closing bool
-	setGen  uint64
-	snap    atomic.Pointer[memberSet] // attached consumers, for the hot path's lock-free wakes
-	hotSnap *memberSet                // the set the hot path last woke from
-	attachC chan struct{}             // a consumer attached (wakes a block producer with none)
+	hotDone atomic.Uint64
 
-	waitWord    atomic.Pointer[uint32] // the futex word a blocked hot path sleeps on, for Interrupt
+	helloTimeouts atomic.Uint64 // connections closed for sending no hello within helloTimeout
+	closing       bool
+	setGen        uint64
+	snap          atomic.Pointer[memberSet] // attached consumers, for the hot path's lock-free wakes
+	hotSnap       *memberSet                // the set the hot path last woke from
+	attachC       chan struct{}             // a consumer attached (wakes a block producer with none)
+
+	waitWord    atomic.Pointer[atomic.Uint32] // the futex word a blocked hot path sleeps on, for Interrupt
 	interrupted atomic.Bool
+	futexWoken  atomic.Uint64 // sleepers the kernel woke for our futex wakes of consumers and Interrupt (tests)
 	stopBeat    chan struct{}
 	beatDone    sync.WaitGroup
 	serveDone   sync.WaitGroup
@@ -395,10 +404,10 @@ func (p *Producer) createCtl() error {
 	le.PutUint32(c[offMaxConsumers:], uint32(p.cfg.MaxConsumers))
 	le.PutUint64(c[offHeartbeat:], realtimeNanos())
 	p.bindShared()
-	atomic.StoreUint64(p.head, p.cfg.InitialPosition)
-	atomic.StoreUint64(p.oldest, p.cfg.InitialPosition)
-	atomic.StoreUint64(u64at(c, offMagic), Magic)
-	atomic.StoreUint32(u32at(c, offState), uint32(StateReady))
+	p.head.Store(p.cfg.InitialPosition)
+	p.oldest.Store(p.cfg.InitialPosition)
+	u64at(c, offMagic).Store(Magic)
+	u32at(c, offState).Store(uint32(StateReady))
 	// From here on no client can write, grow or shrink either memory; our own mappings stay writable.
 	if err := seal(p.dataMem.fd, sealsReadOnly); err != nil {
 		return fmt.Errorf("seal data memory: %w", err)
@@ -413,34 +422,44 @@ func (p *Producer) createCtl() error {
 func (p *Producer) bindShared() {
 	c, g := p.ctl, p.geo
 	p.head, p.oldest, p.prodWait = u64at(c, offHead), u64at(c, offOldest), u32at(c, offProdWaiting)
-	p.stats = (*[StatsSlots]uint64)(unsafe.Pointer(&c[offStats]))
+	p.stats = (*[StatsSlots]atomic.Uint64)(unsafe.Pointer(&c[offStats]))
 	n := int(g.SlotCount)
 	p.mask = g.SlotCount - 1
 	p.descs = unsafe.Slice((*descriptor)(unsafe.Pointer(&p.data[g.DescOffset])), n)
 	items := unsafe.Slice((*Item)(unsafe.Pointer(&p.data[g.ItemsOffset])), n*int(g.MaxItems))
 	p.slots = make([]Slot, n)
-	p.free = make([]uint32, n)
+	p.free = make([]uint32, 0, n)
 	p.posSlot = make([]uint32, n)
 	for i := range p.slots {
 		off := g.PayloadOffset + uint64(i)*g.SlotSize
 		p.slots[i] = Slot{Index: uint32(i), Payload: p.data[off : off+g.SlotSize : off+g.SlotSize],
 			items: items[i*int(g.MaxItems) : (i+1)*int(g.MaxItems)]}
-		p.free[i] = uint32(i)
+		p.free = append(p.free, uint32(n-1-i)) // slot 0 on top: filled first
 	}
-	p.freeW = uint64(n)
+	// About 256 KiB of slots between looks, 64 at most (a consumer stores its cursor every 64 releases at
+	// most, spec §7.4): a look (a mutex and each consumer's cursor) costs far less than the cache misses a
+	// deeper working set costs the kernel's copy into the slots, and small heaps pay it once per 64.
+	p.reclaimEvery = max(1, min(64, (256<<10)/int(max(1, g.SlotSize))))
 	p.pos, p.reclaim, p.readMark = p.cfg.InitialPosition, p.cfg.InitialPosition, p.cfg.InitialPosition
+	p.hotDone.Store(p.cfg.InitialPosition)
 	p.snap.Store(&memberSet{})
 	p.hotSnap = p.snap.Load()
 }
 
-// Name is the ring's name; Geometry where its regions lie; SlotSize the payload bytes per slot.
-func (p *Producer) Name() string       { return p.name }
-func (p *Producer) Geometry() Geometry { return p.geo }
-func (p *Producer) SlotSize() int      { return int(p.geo.SlotSize) }
+// Name is the ring's name.
+func (p *Producer) Name() string { return p.name }
 
-// SocketPath is where consumers connect; Dir the ring directory.
+// Geometry is where the ring's regions lie in the data memory.
+func (p *Producer) Geometry() Geometry { return p.geo }
+
+// SlotSize is the payload bytes per slot.
+func (p *Producer) SlotSize() int { return int(p.geo.SlotSize) }
+
+// SocketPath is where consumers connect.
 func (p *Producer) SocketPath() string { return p.cfg.Dir + "/" + SocketName(p.name) }
-func (p *Producer) Dir() string        { return p.cfg.Dir }
+
+// Dir is the ring directory (socket and lock file).
+func (p *Producer) Dir() string { return p.cfg.Dir }
 
 // SessionID is this producer run's random epoch.
 func (p *Producer) SessionID() uint64 { return p.sid }
@@ -458,11 +477,8 @@ func (p *Producer) PacketArea() []byte {
 	return p.data[g.PacketOffset : g.PacketOffset+g.PacketSize : g.PacketOffset+g.PacketSize]
 }
 
-// freeSlot returns a slot to the pool.
-func (p *Producer) freeSlot(s uint32) {
-	p.free[p.freeW%uint64(len(p.free))] = s
-	p.freeW++
-}
+// freeSlot returns a slot to the pool's top.
+func (p *Producer) freeSlot(s uint32) { p.free = append(p.free, s) }
 
 // reclaimLocked reads every attached consumer's cursor (spec §7.2) and returns to the pool the slots of
 // the positions all of them have released. With nobody attached, drop reclaims the oldest position that
@@ -470,7 +486,7 @@ func (p *Producer) freeSlot(s uint32) {
 func (p *Producer) reclaimLocked() {
 	to := p.reclaim
 	if len(p.members) == 0 {
-		if p.cfg.Policy != PolicyDrop || p.freeR != p.freeW {
+		if p.cfg.Policy != PolicyDrop || len(p.free) != 0 {
 			return
 		}
 		for to != p.pos && p.posSlot[to&p.mask] == noSlot {
@@ -492,7 +508,7 @@ func (p *Producer) reclaimLocked() {
 			p.posSlot[p.reclaim&p.mask] = noSlot
 		}
 	}
-	atomic.StoreUint64(p.oldest, p.reclaim)
+	p.oldest.Store(p.reclaim)
 }
 
 // readCursorsLocked reads every attached consumer's cursor (spec §7.2): a valid one becomes its released
@@ -503,7 +519,7 @@ func (p *Producer) reclaimLocked() {
 func (p *Producer) readCursorsLocked(bound func() uint64) {
 	for i := 0; i < len(p.members); {
 		m := p.members[i]
-		t := atomic.LoadUint64(m.tail)
+		t := m.tail.Load()
 		head := bound()
 		// A consumer can write anything into its cursor: one outside [released, head] detaches it.
 		if t-m.released > head-m.released {
@@ -512,14 +528,14 @@ func (p *Producer) readCursorsLocked(bound func() uint64) {
 		}
 		if t != m.released {
 			m.released = t
-			atomic.StoreUint64(u64at(m.row, rowReleased), t)
+			u64at(m.row, rowReleased).Store(t)
 		}
 		i++
 	}
 }
 
 func (p *Producer) hotBound() uint64      { return p.committed }
-func (p *Producer) publishedHead() uint64 { return atomic.LoadUint64(p.head) }
+func (p *Producer) publishedHead() uint64 { return p.head.Load() }
 
 // overrunLocked is the drop policy's answer to a full ring held by its slowest consumers (spec §7.3): if
 // another attached consumer is ahead of them, they are detached as overrun and the ring moves on; it
@@ -543,23 +559,23 @@ func (p *Producer) overrunLocked() bool {
 		i++
 	}
 	p.reclaimLocked()
-	return p.freeR != p.freeW
+	return len(p.free) != 0
 }
 
 // Acquire takes a free slot for a new heap. With the drop policy it returns ErrFull when none is free
 // (the caller counts the dropped heap); with the block policy it waits for the slowest consumer, and
 // returns ErrClosed if Interrupt is called meanwhile.
 func (p *Producer) Acquire() (*Slot, error) {
-	if p.freeR == p.freeW {
+	if len(p.free) == 0 {
 		p.commit() // staged heaps first: consumers cannot release what they cannot see
 		p.mu.Lock()
 		p.reclaimLocked()
-		if p.freeR == p.freeW && p.cfg.Policy == PolicyDrop && !p.overrunLocked() {
+		if len(p.free) == 0 && p.cfg.Policy == PolicyDrop && !p.overrunLocked() {
 			p.mu.Unlock()
 			return nil, ErrFull
 		}
 		p.mu.Unlock()
-		if p.freeR == p.freeW {
+		if len(p.free) == 0 {
 			if err := p.waitFor(p.slotFreeLocked, nil, 0); err != nil {
 				return nil, err
 			}
@@ -568,28 +584,36 @@ func (p *Producer) Acquire() (*Slot, error) {
 	return p.takeFree(), nil
 }
 
-// TryAcquire takes a free slot if the pool has one, without reclaiming or waiting: for a slot taken ahead
+// TryAcquire takes a free slot if the pool has one, without waiting: for a slot taken ahead
 // of need (the assembler's next heaps), which Discard gives back if it goes unused. nil when none.
 func (p *Producer) TryAcquire() *Slot {
-	if p.freeR == p.freeW {
+	if len(p.free) == 0 {
 		return nil
 	}
 	return p.takeFree()
 }
 
 // FreeSlots is how many slots the pool holds now, without reclaiming. Hot path only.
-func (p *Producer) FreeSlots() int { return int(p.freeW - p.freeR) }
+func (p *Producer) FreeSlots() int { return len(p.free) }
 
+// takeFree pops the pool's top: the slot released last. Every reclaimEvery takes it first returns the
+// slots consumers have released since, if the lock is free (never waits: the server goroutine may hold it).
 func (p *Producer) takeFree() *Slot {
-	s := &p.slots[p.free[p.freeR%uint64(len(p.free))]]
-	p.freeR++
+	if p.sinceReclaim++; p.sinceReclaim >= p.reclaimEvery && p.mu.TryLock() {
+		p.sinceReclaim = 0
+		p.reclaimLocked()
+		p.mu.Unlock()
+	}
+	n := len(p.free) - 1
+	s := &p.slots[p.free[n]]
+	p.free = p.free[:n]
 	s.ResetItems()
 	return s
 }
 
 func (p *Producer) slotFreeLocked() bool {
 	p.reclaimLocked()
-	return p.freeR != p.freeW
+	return len(p.free) != 0
 }
 
 // waitFor sleeps until done (called with mu held) reports true: the mirror of the consumer's wait (spec
@@ -653,8 +677,8 @@ func (p *Producer) sleepOnRelease(done func() bool, slow *member, slice time.Dur
 	}
 	p.hotBusy.Store(true)
 	p.mu.Unlock()
-	f := atomic.LoadUint32(slow.relFutex)
-	atomic.StoreUint32(p.prodWait, 1) // sequentially consistent: the fence before the re-check
+	f := slow.relFutex.Load()
+	p.prodWait.Store(1) // sequentially consistent: the fence before the re-check
 	p.mu.Lock()
 	ok := done()
 	p.mu.Unlock()
@@ -665,7 +689,7 @@ func (p *Producer) sleepOnRelease(done func() bool, slow *member, slice time.Dur
 		}
 		p.waitWord.Store(nil)
 	}
-	atomic.StoreUint32(p.prodWait, 0)
+	p.prodWait.Store(0)
 	p.mu.Lock()
 	p.hotBusy.Store(false)
 	p.buryLocked()
@@ -703,13 +727,13 @@ func (p *Producer) Unread() uint64 {
 func (p *Producer) UnreadHeaps() uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	head := atomic.LoadUint64(p.head)
+	head := p.head.Load()
 	p.readCursorsLocked(p.publishedHead)
 	if len(p.members) > 0 {
 		return head - p.slowestLocked().released
 	}
 	from := p.readMark
-	if oldest := atomic.LoadUint64(p.oldest); int64(oldest-from) > 0 {
+	if oldest := p.oldest.Load(); int64(oldest-from) > 0 {
 		from = oldest
 	}
 	if int64(head-from) < 0 {
@@ -721,7 +745,7 @@ func (p *Producer) UnreadHeaps() uint64 {
 // Backlog is how many published heaps still hold their slots (head − oldest), safe from any goroutine
 // (a metrics scrape): what the slowest consumer has not released, or, with none attached, what a
 // consumer attaching at the oldest position would find.
-func (p *Producer) Backlog() uint64 { return atomic.LoadUint64(p.head) - atomic.LoadUint64(p.oldest) }
+func (p *Producer) Backlog() uint64 { return p.head.Load() - p.oldest.Load() }
 
 // WaitDrained waits until every attached consumer has released everything published, so closing the
 // ring loses nothing. It returns ErrNoConsumer as soon as no consumer is attached (nobody would ever
@@ -742,6 +766,10 @@ func (p *Producer) WaitDrained(stop <-chan struct{}) error {
 	}
 	return err
 }
+
+// HelloTimeouts is how many connections were closed for sending no hello within 2 s (layout 2.1 §C): a
+// silent stranger holds a descriptor that long at most. Safe from any goroutine.
+func (p *Producer) HelloTimeouts() uint64 { return p.helloTimeouts.Load() }
 
 // Consumers is how many consumers are attached now. Safe from any goroutine.
 func (p *Producer) Consumers() int {
@@ -800,7 +828,7 @@ func (p *Producer) commit() { p.commitWake(false) }
 func (p *Producer) commitWake(force bool) {
 	for d := p.dirty; d != 0; d &= d - 1 {
 		c := bits.TrailingZeros32(d)
-		atomic.StoreUint64(&p.stats[c], p.stats[c]+p.pending[c])
+		p.stats[c].Store(p.stats[c].Load() + p.pending[c]) // this goroutine is the only writer
 		p.pending[c] = 0
 	}
 	p.dirty = 0
@@ -808,18 +836,19 @@ func (p *Producer) commitWake(force bool) {
 		return
 	}
 	p.committed = p.pos
-	atomic.StoreUint64(p.head, p.pos) // sequentially consistent: the release plus the fence of §7.5
-	// Busy before the set is loaded (both sequentially consistent): a detach that finds the hot path not
-	// busy published its new set first, so the hot path can no longer reach the detached region.
-	p.hotBusy.Store(true)
+	p.head.Store(p.pos) // sequentially consistent: the release plus the fence of §7.5
+	// The head store above marks the wakes' start and hotDone their end (both sequentially consistent, the
+	// set loaded between them): a detach that publishes its new set, then finds hotDone == head, knows the
+	// hot path is not inside a commit that loaded the old set (hotInUse). One store per commit.
 	s := p.snap.Load()
 	for _, m := range s.members {
-		if wakeIfWaiting(m.consWait, m.consFutex, m.wakeAt, p.pos, force) {
+		if woke, n := wakeIfWaiting(m.consWait, m.consFutex, m.wakeAt, p.pos, force); woke {
+			p.futexWoken.Add(uint64(n))
 			w := u64at(m.row, rowWakes)
-			atomic.StoreUint64(w, *w+1)
+			w.Add(1) // rows are written under mu or by the hot path alone; Add is one instruction
 		}
 	}
-	p.hotBusy.Store(false)
+	p.hotDone.Store(p.pos)
 	if s != p.hotSnap {
 		p.adopt(s)
 	}
@@ -864,14 +893,14 @@ func (p *Producer) Add(c Counter, n uint64) {
 		p.dirty |= 1 << c
 		return
 	}
-	atomic.StoreUint64(&p.stats[c], p.stats[c]+n)
+	p.stats[c].Store(p.stats[c].Load() + n)
 }
 
 // Set sets a counter now, dropping any increment of it still pending in a batch.
 func (p *Producer) Set(c Counter, v uint64) {
 	p.pending[c] = 0
 	p.dirty &^= 1 << c
-	atomic.StoreUint64(&p.stats[c], v)
+	p.stats[c].Store(v)
 }
 
 // Stats returns the ring's counters.
@@ -884,7 +913,7 @@ func (p *Producer) Interrupt() {
 	// has not cleared hotBusy (under mu).
 	p.mu.Lock()
 	if w := p.waitWord.Load(); w != nil {
-		futexWakeAll(w)
+		p.futexWoken.Add(uint64(futexWakeAll(w)))
 	}
 	p.mu.Unlock()
 }
@@ -898,7 +927,7 @@ func (p *Producer) heartbeat() {
 		case <-p.stopBeat:
 			return
 		case <-t.C:
-			atomic.StoreUint64(u64at(p.ctl, offHeartbeat), realtimeNanos())
+			u64at(p.ctl, offHeartbeat).Store(realtimeNanos())
 			// Keep the consumer table's positions current for `stat` while the stream is idle.
 			p.mu.Lock()
 			p.readCursorsLocked(p.publishedHead)
@@ -920,7 +949,7 @@ func (p *Producer) Close() error {
 			p.beatDone.Wait()
 		}
 		if p.ctl != nil {
-			atomic.StoreUint32(u32at(p.ctl, offState), uint32(StateClosed))
+			u32at(p.ctl, offState).Store(uint32(StateClosed))
 		}
 		p.closeErr = p.release()
 	})
@@ -951,7 +980,7 @@ func (p *Producer) release() error {
 	}
 	p.members = nil
 	p.hotBusy.Store(false) // the hot path has returned (Close's contract)
-	p.buryLocked()
+	p.buryAllLocked()
 	p.mu.Unlock()
 	p.handlers.Wait() // none may still be passing a descriptor we are about to close
 	p.ctl, p.data = nil, nil

@@ -17,7 +17,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ibvbridge/ibvbridge/ring"
-	"github.com/ibvbridge/ibvbridge/ring/pattern"
+	"github.com/ibvbridge/ibvbridge/ring/ringtest"
+	"github.com/ibvbridge/ibvbridge/spead/pattern"
 )
 
 // The test binary doubles as a producer process for the kill -9 tests.
@@ -59,26 +60,6 @@ func testConfig(t *testing.T) ring.Config {
 	return ring.Config{Dir: t.TempDir(), HugePages: ring.HugePagesOff, SlotCount: 8, SlotSize: 4096}
 }
 
-func mustCreate(t *testing.T, name string, cfg ring.Config) *ring.Producer {
-	t.Helper()
-	p, err := ring.Create(name, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	return p
-}
-
-func mustAttach(t *testing.T, name string, cfg ring.Config) *ring.Consumer {
-	t.Helper()
-	c, err := ring.Attach(name, ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
 func publish(t *testing.T, p *ring.Producer, cnt uint64, size int) {
 	t.Helper()
 	pb := pattern.Publisher{P: p, Size: size, Fill: true}
@@ -107,8 +88,8 @@ func checkHeap(t *testing.T, h ring.Heap, cnt uint64, size int) {
 
 func TestRoundTrip(t *testing.T) {
 	cfg := testConfig(t)
-	p := mustCreate(t, "rt", cfg)
-	c := mustAttach(t, "rt", cfg)
+	p := ringtest.New(t, "rt", cfg)
+	c := ringtest.Attach(t, "rt", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
 	if c.SessionID() == 0 {
 		t.Fatal("session id 0")
 	}
@@ -136,8 +117,8 @@ func TestRoundTrip(t *testing.T) {
 
 func TestHeldSlotsSurviveFullLapDropPolicy(t *testing.T) {
 	cfg := testConfig(t)
-	p := mustCreate(t, "drop", cfg)
-	c := mustAttach(t, "drop", cfg)
+	p := ringtest.New(t, "drop", cfg)
+	c := ringtest.Attach(t, "drop", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
 	for cnt := uint64(1); cnt <= 8; cnt++ {
 		publish(t, p, cnt, 256)
 	}
@@ -189,8 +170,8 @@ func TestHeldSlotsSurviveFullLapDropPolicy(t *testing.T) {
 func TestBlockPolicyLosesNothing(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Policy = ring.PolicyBlock
-	p := mustCreate(t, "block", cfg)
-	c := mustAttach(t, "block", cfg)
+	p := ringtest.New(t, "block", cfg)
+	c := ringtest.Attach(t, "block", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
 	const n = 2000
 	done := make(chan error, 1)
 	go func() {
@@ -222,31 +203,47 @@ func TestBlockPolicyLosesNothing(t *testing.T) {
 	}
 }
 
+// TestBlockedProducerInterrupted: a block producer waiting on its consumer's release futex stays blocked
+// past a whole sleep slice (it re-sleeps, it does not give up), and Interrupt's futex wake wakes it —
+// by the kernel's count, so the test fails if the wake is removed (then only the 250 ms slice would end
+// the sleep).
 func TestBlockedProducerInterrupted(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Policy = ring.PolicyBlock
-	p := mustCreate(t, "intr", cfg)
+	p := ringtest.New(t, "intr", cfg)
+	ringtest.Attach(t, "intr", ring.AttachOptions{Dir: cfg.Dir}) // holds every heap: reads and releases none
 	for cnt := uint64(1); cnt <= 8; cnt++ {
 		publish(t, p, cnt, 8)
 	}
-	errc := make(chan error)
+	errc := make(chan error, 1)
 	go func() { _, err := p.Acquire(); errc <- err }()
-	time.Sleep(20 * time.Millisecond)
+	select {
+	case err := <-errc:
+		t.Fatalf("Acquire returned %v from a ring its consumer holds full", err)
+	case <-time.After(300 * time.Millisecond): // longer than the 250 ms sleep slice
+	}
+	woken := p.FutexWokenForTest()
 	p.Interrupt()
 	select {
 	case err := <-errc:
 		if !errors.Is(err, ring.ErrClosed) {
 			t.Fatalf("interrupted acquire: %v", err)
 		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("Interrupt did not wake the blocked producer")
+	case <-time.After(5 * time.Second):
+		t.Fatal("Interrupt did not end the blocked Acquire")
+	}
+	if n := p.FutexWokenForTest() - woken; n < 1 {
+		t.Fatal("Interrupt's futex wake woke no sleeper: the producer was not woken, its slice ran out")
 	}
 }
 
+// TestWaitWakesAndTimesOut: Next times out on an empty ring; a consumer asleep on its futex is woken by the
+// producer's futex wake when a heap is published — the futex wait itself says a wake ended it, so the test
+// fails if the wake is removed (the sleep slice alone would still deliver the heap, late).
 func TestWaitWakesAndTimesOut(t *testing.T) {
 	cfg := testConfig(t)
-	p := mustCreate(t, "wait", cfg)
-	c := mustAttach(t, "wait", cfg)
+	p := ringtest.New(t, "wait", cfg)
+	c := ringtest.Attach(t, "wait", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
 	start := time.Now()
 	if _, err := c.Next(30 * time.Millisecond); !errors.Is(err, ring.ErrTimeout) || !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("empty ring: %v", err)
@@ -267,17 +264,20 @@ func TestWaitWakesAndTimesOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkHeap(t, h, 7, 32)
+	if c.FutexWakeupsForTest() < 1 || c.Wakes() < 1 {
+		t.Fatalf("no FUTEX_WAKE ended the consumer's sleep (%d wakes counted): the heap came by the sleep slice", c.Wakes())
+	}
 }
 
 func TestSecondProducerRefusedConsumersShare(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.MaxConsumers = 2
-	p := mustCreate(t, "one", cfg)
+	p := ringtest.New(t, "one", cfg)
 	if _, err := ring.Create("one", cfg); !errors.Is(err, ring.ErrInUse) {
 		t.Fatalf("second producer: %v", err)
 	}
-	c := mustAttach(t, "one", cfg)
-	c2 := mustAttach(t, "one", cfg)
+	c := ringtest.Attach(t, "one", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
+	c2 := ringtest.Attach(t, "one", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
 	if _, err := ring.Attach("one", ring.AttachOptions{Dir: cfg.Dir, Timeout: -1}); !errors.Is(err, ring.ErrBusy) {
 		t.Fatalf("third consumer of a 2-consumer ring: %v", err)
 	}
@@ -299,7 +299,7 @@ func TestSecondProducerRefusedConsumersShare(t *testing.T) {
 	c.Close()
 	waitConsumers(t, p, 1)
 	// A consumer that attaches later starts at the oldest heap the ring still holds: c2 holds heap 4.
-	c3 := mustAttach(t, "one", cfg)
+	c3 := ringtest.Attach(t, "one", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
 	h, err := c3.Next(time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -382,7 +382,7 @@ func TestVersionAndGeometryChecks(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig(t)
-			p := mustCreate(t, "geo", cfg)
+			p := ringtest.New(t, "geo", cfg)
 			patchCtl(p, tc.off, tc.val)
 			_, err := ring.Attach("geo", ring.AttachOptions{Dir: cfg.Dir, Timeout: -1})
 			if !errors.Is(err, tc.want) {
@@ -398,9 +398,9 @@ func TestVersionAndGeometryChecks(t *testing.T) {
 	}
 	t.Run("newer minor accepted", func(t *testing.T) {
 		cfg := testConfig(t)
-		p := mustCreate(t, "minor", cfg)
+		p := ringtest.New(t, "minor", cfg)
 		patchCtl(p, 0x0A, le16(7))
-		c := mustAttach(t, "minor", cfg)
+		c := ringtest.Attach(t, "minor", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
 		publish(t, p, 1, 8)
 		if _, err := c.Next(time.Second); err != nil {
 			t.Fatal(err)
@@ -411,7 +411,7 @@ func TestVersionAndGeometryChecks(t *testing.T) {
 // mapDataRW is the producer's writable view of the data memory, as only a corrupting producer has.
 func mapDataRW(t *testing.T, p *ring.Producer) []byte { return ring.DataForTest(p) }
 
-func TestCorruptDescriptorRejected(t *testing.T) {
+func TestAttackCorruptDescriptorRejected(t *testing.T) {
 	cases := []struct {
 		name string
 		off  int
@@ -425,8 +425,8 @@ func TestCorruptDescriptorRejected(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig(t)
-			p := mustCreate(t, "cd", cfg)
-			c := mustAttach(t, "cd", cfg)
+			p := ringtest.New(t, "cd", cfg)
+			c := ringtest.Attach(t, "cd", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
 			publish(t, p, 1, 64)
 			data := mapDataRW(t, p)
 			copy(data[int(p.Geometry().DescOffset)+tc.off:], tc.val)
@@ -437,8 +437,8 @@ func TestCorruptDescriptorRejected(t *testing.T) {
 	}
 	t.Run("item outside slot", func(t *testing.T) {
 		cfg := testConfig(t)
-		p := mustCreate(t, "ci", cfg)
-		c := mustAttach(t, "ci", cfg)
+		p := ringtest.New(t, "ci", cfg)
+		c := ringtest.Attach(t, "ci", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
 		publish(t, p, 1, 64)
 		data := mapDataRW(t, p)
 		g := p.Geometry()
@@ -451,10 +451,10 @@ func TestCorruptDescriptorRejected(t *testing.T) {
 	})
 }
 
-func TestDataMappedReadOnly(t *testing.T) {
+func TestAttackDataMappedReadOnly(t *testing.T) {
 	cfg := testConfig(t)
-	p := mustCreate(t, "ro", cfg)
-	c := mustAttach(t, "ro", cfg)
+	p := ringtest.New(t, "ro", cfg)
+	c := ringtest.Attach(t, "ro", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
 	publish(t, p, 1, 64)
 	h, err := c.Next(time.Second)
 	if err != nil {
@@ -500,8 +500,8 @@ func TestDataMappedReadOnly(t *testing.T) {
 
 func TestEndOfStreamAndClose(t *testing.T) {
 	cfg := testConfig(t)
-	p := mustCreate(t, "eos", cfg)
-	c := mustAttach(t, "eos", cfg)
+	p := ringtest.New(t, "eos", cfg)
+	c := ringtest.Attach(t, "eos", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
 	publish(t, p, 1, 8)
 	if err := p.PublishEndOfStream(42, time.Second); err != nil {
 		t.Fatal(err)
@@ -516,8 +516,8 @@ func TestEndOfStreamAndClose(t *testing.T) {
 	}
 
 	// Close without a marker: the consumer drains, then sees the end.
-	p2 := mustCreate(t, "close", cfg)
-	c2 := mustAttach(t, "close", cfg)
+	p2 := ringtest.New(t, "close", cfg)
+	c2 := ringtest.Attach(t, "close", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
 	publish(t, p2, 5, 8)
 	if err := p2.Close(); err != nil {
 		t.Fatal(err)
@@ -538,8 +538,8 @@ func TestEndOfStreamAndClose(t *testing.T) {
 func TestCursorsWrapAround2to64(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.InitialPosition = ^uint64(0) - 5
-	p := mustCreate(t, "wrap", cfg)
-	c := mustAttach(t, "wrap", cfg)
+	p := ringtest.New(t, "wrap", cfg)
+	c := ringtest.Attach(t, "wrap", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
 	for cnt := uint64(1); cnt <= 40; cnt++ {
 		publish(t, p, cnt, 16)
 		h, err := c.Next(time.Second)
@@ -553,8 +553,8 @@ func TestCursorsWrapAround2to64(t *testing.T) {
 
 func TestFutexWordWraps(t *testing.T) {
 	cfg := testConfig(t)
-	p := mustCreate(t, "fw", cfg)
-	c := mustAttach(t, "fw", cfg)
+	p := ringtest.New(t, "fw", cfg)
+	c := ringtest.Attach(t, "fw", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
 	c.SetFutexForTest(^uint32(0) - 1)
 	done := make(chan struct{})
 	defer func() { <-done }()
@@ -578,8 +578,8 @@ func TestFutexWordWraps(t *testing.T) {
 
 func TestDescriptorsMetadata(t *testing.T) {
 	cfg := testConfig(t)
-	p := mustCreate(t, "meta", cfg)
-	c := mustAttach(t, "meta", cfg)
+	p := ringtest.New(t, "meta", cfg)
+	c := ringtest.Attach(t, "meta", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
 	if ds, err := c.Descriptors(); err != nil || len(ds) != 0 {
 		t.Fatalf("fresh ring: %v %v", ds, err)
 	}
@@ -638,7 +638,7 @@ func TestProducerKilledThenRestarted(t *testing.T) {
 	dir := t.TempDir()
 	cfg := ring.Config{Dir: dir, HugePages: ring.HugePagesOff, SlotCount: 8, SlotSize: 4096}
 	child := startChild(t, dir, "kill")
-	c := mustAttach(t, "kill", cfg)
+	c := ringtest.Attach(t, "kill", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
 	oldSession := c.SessionID()
 	if !c.ProducerAlive() {
 		t.Fatal("live producer reported dead")
@@ -667,10 +667,10 @@ func TestProducerKilledThenRestarted(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, ring.SocketName("kill"))); err != nil {
 		t.Fatalf("stale socket: %v", err)
 	}
-	p := mustCreate(t, "kill", cfg)
+	p := ringtest.New(t, "kill", cfg)
 	publish(t, p, 100, 8)
 	c.Close()
-	c2 := mustAttach(t, "kill", cfg)
+	c2 := ringtest.Attach(t, "kill", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
 	if c2.SessionID() == oldSession {
 		t.Fatal("restarted producer has the old session id")
 	}
@@ -685,10 +685,10 @@ func TestConsumerOnOldInodeSeesRestart(t *testing.T) {
 	dir := t.TempDir()
 	cfg := ring.Config{Dir: dir, HugePages: ring.HugePagesOff, SlotCount: 8, SlotSize: 4096}
 	child := startChild(t, dir, "epoch")
-	c := mustAttach(t, "epoch", cfg)
+	c := ringtest.Attach(t, "epoch", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
 	child.Process.Signal(syscall.SIGKILL)
 	child.Wait()
-	mustCreate(t, "epoch", cfg) // a new producer serves the name, but not the old attachment
+	ringtest.New(t, "epoch", cfg) // a new producer serves the name, but not the old attachment
 	for i := 0; i < 3; i++ {
 		h, _ := c.Next(time.Second)
 		c.Release(h)
@@ -701,8 +701,8 @@ func TestConsumerOnOldInodeSeesRestart(t *testing.T) {
 func TestConcurrentProducerConsumer(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.SlotCount = 64
-	p := mustCreate(t, "conc", cfg)
-	c := mustAttach(t, "conc", cfg)
+	p := ringtest.New(t, "conc", cfg)
+	c := ringtest.Attach(t, "conc", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
 	const n = 20000
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -786,14 +786,19 @@ func TestHugePages(t *testing.T) {
 	checkHeap(t, h, 3, 4096)
 	c.Close()
 	p.Close()
-	// Other test packages may hold hugepages of their own meanwhile: ours must come back, within 5 s.
+	if got := waitHugePagesBack(t, free); got < free {
+		t.Fatalf("free hugepages %d after close, %d before: memory outlived the ring", got, free)
+	}
+}
+
+// waitHugePagesBack waits up to 5 s for HugePages_Free to be back at free and returns it: other test
+// packages may hold hugepages of their own meanwhile, but ours must come back.
+func waitHugePagesBack(t *testing.T, free int) int {
 	deadline := time.Now().Add(5 * time.Second)
 	for hugePagesFree(t) < free && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if got := hugePagesFree(t); got < free {
-		t.Fatalf("free hugepages %d after close, %d before: memory outlived the ring", got, free)
-	}
+	return hugePagesFree(t)
 }
 
 func hugePagesFree(t *testing.T) int {
@@ -807,8 +812,8 @@ func hugePagesFree(t *testing.T) int {
 
 func TestDiscardOutOfOrder(t *testing.T) {
 	cfg := testConfig(t)
-	p := mustCreate(t, "disc", cfg)
-	c := mustAttach(t, "disc", cfg)
+	p := ringtest.New(t, "disc", cfg)
+	c := ringtest.Attach(t, "disc", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
 	var slots []*ring.Slot
 	for i := 0; i < 8; i++ {
 		s, err := p.Acquire()
@@ -844,8 +849,8 @@ func TestDiscardOutOfOrder(t *testing.T) {
 func TestEndOfStreamWhileHoldingHeaps(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Policy = ring.PolicyBlock
-	p := mustCreate(t, "eoshold", cfg)
-	c := mustAttach(t, "eoshold", cfg)
+	p := ringtest.New(t, "eoshold", cfg)
+	c := ringtest.Attach(t, "eoshold", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
 	publish(t, p, 1, 8)
 	publish(t, p, 2, 8)
 	p.PublishEndOfStream(0, time.Second)
@@ -876,7 +881,7 @@ func TestEndOfStreamWhileHoldingHeaps(t *testing.T) {
 
 func TestRemove(t *testing.T) {
 	cfg := testConfig(t)
-	p := mustCreate(t, "rm", cfg)
+	p := ringtest.New(t, "rm", cfg)
 	if err := ring.Remove(cfg.Dir, "rm"); !errors.Is(err, ring.ErrInUse) {
 		t.Fatalf("remove with a live producer: %v", err)
 	}
@@ -906,8 +911,8 @@ func TestRemove(t *testing.T) {
 
 func TestWaitDrained(t *testing.T) {
 	cfg := testConfig(t)
-	p := mustCreate(t, "drain", cfg)
-	c := mustAttach(t, "drain", cfg)
+	p := ringtest.New(t, "drain", cfg)
+	c := ringtest.Attach(t, "drain", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
 	for cnt := uint64(1); cnt <= 3; cnt++ {
 		publish(t, p, cnt, 8)
 	}
@@ -949,8 +954,8 @@ func TestWaitDrained(t *testing.T) {
 func TestBatchPublishesAtEndBatch(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Policy = ring.PolicyBlock
-	p := mustCreate(t, "batch", cfg)
-	c := mustAttach(t, "batch", cfg)
+	p := ringtest.New(t, "batch", cfg)
+	c := ringtest.Attach(t, "batch", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
 	p.BeginBatch()
 	for cnt := uint64(1); cnt <= 3; cnt++ {
 		publish(t, p, cnt, 64)
@@ -1011,7 +1016,7 @@ func TestBatchPublishesAtEndBatch(t *testing.T) {
 // later consumer: Backlog), and one that left two behind leaves exactly two.
 func TestUnreadHeapsAfterConsumersLeave(t *testing.T) {
 	cfg := testConfig(t)
-	p := mustCreate(t, "unreadleave", cfg)
+	p := ringtest.New(t, "unreadleave", cfg)
 	for _, tc := range []struct{ read, want int }{{4, 0}, {2, 2}} {
 		c, err := ring.Attach("unreadleave", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second, FromHead: true})
 		if err != nil {

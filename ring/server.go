@@ -22,11 +22,11 @@ type member struct {
 	conn   *net.UnixConn
 	pid    int32
 
-	tail      *uint64
-	consWait  *uint32
-	consFutex *uint32
-	relFutex  *uint32
-	wakeAt    *uint64
+	tail      *atomic.Uint64
+	consWait  *atomic.Uint32
+	consFutex *atomic.Uint32
+	relFutex  *atomic.Uint32
+	wakeAt    *atomic.Uint64
 	released  uint64 // last valid tail, under Producer.mu
 	detached  bool
 }
@@ -144,6 +144,9 @@ func (p *Producer) handle(c *net.UnixConn) string {
 	buf := make([]byte, ErrorRecordMax)
 	n, err := c.Read(buf)
 	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			p.helloTimeouts.Add(1)
+		}
 		c.Close()
 		return fmt.Sprintf("pid %d: no hello: %v", cred.Pid, err)
 	}
@@ -160,36 +163,52 @@ func (p *Producer) handle(c *net.UnixConn) string {
 		return refuse(StatusProtocol, fmt.Sprintf("ring %s: role %d, start %d", p.name, h.Role, h.Start))
 	}
 	if h.Role == RoleObserver {
-		p.mu.Lock()
-		full := p.observers >= p.cfg.MaxObservers
-		if !full {
-			p.observers++
+		if msg := p.serveObserver(c, buf); msg != "" {
+			return refuse(StatusBusy, msg)
 		}
-		p.mu.Unlock()
-		if full {
-			return refuse(StatusBusy, fmt.Sprintf("ring %s is busy: %d observers (--max-observers)", p.name, p.cfg.MaxObservers))
-		}
-		defer func() {
-			p.mu.Lock()
-			p.observers--
-			p.mu.Unlock()
-		}()
-		w := welcome{Index: noConsumerIndex, SessionID: p.sid, CtlSize: uint64(len(p.ctlMem.mem))}
-		if _, _, err := c.WriteMsgUnix(w.encode(), unix.UnixRights(p.ctlMem.fd), nil); err == nil {
-			_, _ = c.Read(buf) // hold the connection until the observer closes it
-		}
-		c.Close()
 		return ""
 	}
 	m, status, msg := p.admit(c, cred, h.Start)
 	if m == nil {
 		return refuse(status, msg)
 	}
-	w := welcome{Index: uint32(m.index), Generation: atomic.LoadUint32(u32at(m.row, rowGeneration)),
+	p.serveConsumer(c, m, buf)
+	return ""
+}
+
+// serveObserver welcomes an observer with the control memory and holds the connection until it closes,
+// or returns the busy message when --max-observers are connected already.
+func (p *Producer) serveObserver(c *net.UnixConn, buf []byte) string {
+	p.mu.Lock()
+	full := p.observers >= p.cfg.MaxObservers
+	if !full {
+		p.observers++
+	}
+	p.mu.Unlock()
+	if full {
+		return fmt.Sprintf("ring %s is busy: %d observers (--max-observers)", p.name, p.cfg.MaxObservers)
+	}
+	defer func() {
+		p.mu.Lock()
+		p.observers--
+		p.mu.Unlock()
+	}()
+	w := welcome{Index: noConsumerIndex, SessionID: p.sid, CtlSize: uint64(len(p.ctlMem.mem))}
+	if _, _, err := c.WriteMsgUnix(w.encode(), unix.UnixRights(p.ctlMem.fd), nil); err == nil {
+		_, _ = c.Read(buf) // hold the connection until the observer closes it
+	}
+	c.Close()
+	return ""
+}
+
+// serveConsumer sends an admitted consumer its welcome and descriptors, then holds the attachment until
+// the connection ends, and detaches it.
+func (p *Producer) serveConsumer(c *net.UnixConn, m *member, buf []byte) {
+	w := welcome{Index: uint32(m.index), Generation: u32at(m.row, rowGeneration).Load(),
 		SessionID: p.sid, CtlSize: uint64(len(p.ctlMem.mem)), DataSize: p.geo.DataSize, RegionLength: RegionSize}
 	// Under mu: Close may be tearing the ring down, and must not see a descriptor half given away.
 	p.mu.Lock()
-	err = errClosed
+	err := errClosed
 	if !m.detached {
 		_, _, err = c.WriteMsgUnix(w.encode(), unix.UnixRights(p.ctlMem.fd, p.dataMem.fd, m.region.fd), nil)
 	}
@@ -207,7 +226,6 @@ func (p *Producer) handle(c *net.UnixConn) string {
 	p.mu.Lock()
 	p.detachLocked(m, ConsumerGone, "connection closed")
 	p.mu.Unlock()
-	return ""
 }
 
 // permitted is the SO_PEERCRED gate (spec §1.2): the producer's own user, root, or a process whose
@@ -302,13 +320,13 @@ func (p *Producer) admit(c *net.UnixConn, cred *unix.Ucred, start uint32) (*memb
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closing || atomic.LoadUint32(u32at(p.ctl, offState)) == uint32(StateClosed) {
+	if p.closing || u32at(p.ctl, offState).Load() == uint32(StateClosed) {
 		region.close()
 		return nil, StatusClosing, fmt.Sprintf("ring %s is closing: the stream has ended", p.name)
 	}
 	index := -1
 	for i := range p.cfg.MaxConsumers {
-		if ConsumerState(atomic.LoadUint32(u32at(p.rowAt(i), rowState))) != ConsumerAttached {
+		if ConsumerState(u32at(p.rowAt(i), rowState).Load()) != ConsumerAttached {
 			index = i
 			break
 		}
@@ -323,19 +341,19 @@ func (p *Producer) admit(c *net.UnixConn, cred *unix.Ucred, start uint32) (*memb
 		relFutex: u32at(r, regReleaseFutex), wakeAt: u64at(r, regWakeAt)}
 	m.released = p.oldestHeldLocked()
 	if start == StartHead {
-		m.released = atomic.LoadUint64(p.head)
+		m.released = p.head.Load()
 	}
-	atomic.StoreUint64(m.tail, m.released)
+	m.tail.Store(m.released)
 	row, le := m.row, u64at
-	atomic.StoreUint64(le(row, rowPID), uint64(cred.Pid))
-	atomic.StoreUint64(le(row, rowUID), uint64(cred.Uid))
-	atomic.StoreUint64(le(row, rowAttachNs), realtimeNanos())
-	atomic.StoreUint64(le(row, rowReleased), m.released)
-	atomic.StoreUint64(le(row, rowWakes), 0)
-	atomic.StoreUint64(le(row, rowLostHeaps), 0)
+	le(row, rowPID).Store(uint64(cred.Pid))
+	le(row, rowUID).Store(uint64(cred.Uid))
+	le(row, rowAttachNs).Store(realtimeNanos())
+	le(row, rowReleased).Store(m.released)
+	le(row, rowWakes).Store(0)
+	le(row, rowLostHeaps).Store(0)
 	gen := u32at(row, rowGeneration)
-	atomic.StoreUint32(gen, atomic.LoadUint32(gen)+1)
-	atomic.StoreUint32(u32at(row, rowState), uint32(ConsumerAttached)) // last: the row is complete
+	gen.Store(gen.Load() + 1)
+	u32at(row, rowState).Store(uint32(ConsumerAttached)) // last: the row is complete
 	p.members = append(p.members, m)
 	p.publishSetLocked()
 	select {
@@ -365,13 +383,13 @@ func (p *Producer) rowAt(i int) []byte {
 func (p *Producer) publishSetLocked() {
 	p.setGen++
 	p.snap.Store(&memberSet{gen: p.setGen, members: slices.Clone(p.members)})
-	atomic.StoreUint64(&p.stats[CounterConsumersAttached], uint64(len(p.members)))
+	p.stats[CounterConsumersAttached].Store(uint64(len(p.members)))
 }
 
 // bumpLocked counts one on a consumer counter: those change under mu from any goroutine, never in a
 // hot-path batch. mu held.
 func (p *Producer) bumpLocked(c Counter) {
-	atomic.StoreUint64(&p.stats[c], atomic.LoadUint64(&p.stats[c])+1)
+	p.stats[c].Store(p.stats[c].Load() + 1)
 }
 
 // detachLocked ends an attachment for why (spec §2.2 states 2–4): the row says so, the consumer no longer
@@ -383,15 +401,15 @@ func (p *Producer) detachLocked(m *member, why ConsumerState, detail string) {
 	}
 	m.detached = true
 	// The consumer's final cursor (spec §7.2), if valid: what it released before it went is not lost.
-	head := atomic.LoadUint64(p.head)
-	if t := atomic.LoadUint64(m.tail); t-m.released <= head-m.released {
+	head := p.head.Load()
+	if t := m.tail.Load(); t-m.released <= head-m.released {
 		m.released = t
-		atomic.StoreUint64(u64at(m.row, rowReleased), t)
+		u64at(m.row, rowReleased).Store(t)
 	}
 	// Layout 2.1 §A: lost_heaps, then the state (a sequentially consistent store: the full fence), and only
 	// after that may any slot the consumer held be reused — a consumer that reads its row after reading a
 	// heap's bytes and sees it attached knows those bytes were the heap's.
-	atomic.StoreUint64(u64at(m.row, rowLostHeaps), head-m.released)
+	u64at(m.row, rowLostHeaps).Store(head - m.released)
 	if int64(m.released-p.readMark) > 0 {
 		p.readMark = m.released
 	}
@@ -399,7 +417,7 @@ func (p *Producer) detachLocked(m *member, why ConsumerState, detail string) {
 	p.members = slices.Delete(p.members, i, i+1)
 	p.publishSetLocked()
 	p.grave = append(p.grave, m)
-	atomic.StoreUint32(u32at(m.row, rowState), uint32(why))
+	u32at(m.row, rowState).Store(uint32(why))
 	switch why {
 	case ConsumerOverrun:
 		p.bumpLocked(CounterConsumerOverruns)
@@ -415,16 +433,33 @@ func (p *Producer) detachLocked(m *member, why ConsumerState, detail string) {
 	p.buryLocked() // at once, unless the hot path is using regions right now (then at its next commit)
 }
 
-// buryLocked unmaps the regions of detached consumers unless the hot path is busy with regions (layout
-// 2.1 §C): it reloads the member set each time it becomes busy, so when it is not, none of them is
-// reachable from it. mu held.
+// buryLocked unmaps the regions of detached consumers unless the hot path may be using them (layout 2.1
+// §C): it loads the member set afresh in each commit, so outside one, none of them is reachable from it.
+// mu held.
 func (p *Producer) buryLocked() {
-	if p.hotBusy.Load() {
+	if p.hotInUse() {
 		return
 	}
+	p.buryAllLocked()
+}
+
+// buryAllLocked unmaps every detached consumer's region: for Close, once the hot path has returned. mu held.
+func (p *Producer) buryAllLocked() {
 	for _, m := range p.grave {
 		m.region.close()
 	}
 	clear(p.grave)
 	p.grave = p.grave[:0]
+}
+
+// hotInUse reports whether the hot path may be reading members' regions from a member set published
+// before this call: asleep on a release futex, or inside a commit's wakes (it stored head, and has not
+// yet stored the same position to hotDone). hotDone is loaded before head: a commit that starts after
+// the load of hotDone loads the current set.
+func (p *Producer) hotInUse() bool {
+	if p.hotBusy.Load() {
+		return true
+	}
+	done := p.hotDone.Load()
+	return p.head.Load() != done
 }

@@ -17,11 +17,11 @@ func (s Stats) Map() map[string]uint64 {
 	return m
 }
 
-func readStats(block *[StatsSlots]uint64, defined uint32) Stats {
+func readStats(block *[StatsSlots]atomic.Uint64, defined uint32) Stats {
 	var s Stats
 	for i := range s {
 		if uint32(i) < defined {
-			s[i] = atomic.LoadUint64(&block[i])
+			s[i] = block[i].Load()
 		}
 	}
 	return s

@@ -26,25 +26,35 @@ const maxWaitSlice = 250 * time.Millisecond
 // paying for the syscall round trip.
 const spinFor = 20 * time.Microsecond
 
-func u64at(b []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&b[off])) }
-func u32at(b []byte, off int) *uint32 { return (*uint32)(unsafe.Pointer(&b[off])) }
+// u64at and u32at view a word of shared memory (8- and 4-byte aligned by the layout) as a typed atomic:
+// every access to a shared word goes through Load/Store/Add/Swap, so a plain, possibly torn or reordered
+// access does not compile (issue 18).
+func u64at(b []byte, off int) *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Pointer(&b[off])) }
+func u32at(b []byte, off int) *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&b[off])) }
 
-// futexWaitOn sleeps while *addr == val, at most d. Spurious returns are fine: callers re-check.
-func futexWaitOn(addr *uint32, val uint32, d time.Duration) {
+// futexWaitOn sleeps while *addr == val, at most d. Spurious returns are fine: callers re-check. It
+// reports whether a FUTEX_WAKE ended the sleep (not the timeout, a signal, or a changed word).
+func futexWaitOn(addr *atomic.Uint32, val uint32, d time.Duration) bool {
 	ts := unix.NsecToTimespec(d.Nanoseconds())
-	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexOpWait, uintptr(val),
+	_, _, e := unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexOpWait, uintptr(val),
 		uintptr(unsafe.Pointer(&ts)), 0, 0)
+	return e == 0
 }
 
 // futexWake wakes every sleeper on addr without touching the word (the caller changed it).
-func futexWake(addr *uint32) {
+func futexWake(addr *atomic.Uint32) {
 	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexOpWake, uintptr(1<<31-1), 0, 0, 0)
 }
 
-// futexWakeAll bumps the futex word and wakes every sleeper on it.
-func futexWakeAll(addr *uint32) {
-	atomic.AddUint32(addr, 1)
-	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexOpWake, uintptr(1<<31-1), 0, 0, 0)
+// futexWakeAll bumps the futex word and wakes every sleeper on it; it returns how many it woke (the
+// kernel's count: tests prove a wake-up with it).
+func futexWakeAll(addr *atomic.Uint32) int {
+	addr.Add(1)
+	n, _, e := unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexOpWake, uintptr(1<<31-1), 0, 0, 0)
+	if e != 0 {
+		return 0
+	}
+	return int(n)
 }
 
 // wakeIfWaiting is the publishing side of the wait protocol (spec §7.5): after the cursor store (a
@@ -52,16 +62,15 @@ func futexWakeAll(addr *uint32) {
 // only if it announced that it is going to sleep and head has reached the position it asked to be woken
 // at (unless force: the end of the stream). wakeAt is the consumer's to write: a wrong value only delays
 // its own wake, which its own timeout bounds. The exchange makes it one wake per sleep; it reports whether
-// it woke.
-func wakeIfWaiting(waiting, futex *uint32, wakeAt *uint64, head uint64, force bool) bool {
-	if atomic.LoadUint32(waiting) == 0 || (!force && int64(head-atomic.LoadUint64(wakeAt)) < 0) {
-		return false
+// it woke the futex and how many sleepers the kernel woke.
+func wakeIfWaiting(waiting, futex *atomic.Uint32, wakeAt *atomic.Uint64, head uint64, force bool) (bool, int) {
+	if waiting.Load() == 0 || (!force && int64(head-wakeAt.Load()) < 0) {
+		return false, 0
 	}
-	if atomic.SwapUint32(waiting, 0) != 0 {
-		futexWakeAll(futex)
-		return true
+	if waiting.Swap(0) != 0 {
+		return true, futexWakeAll(futex)
 	}
-	return false
+	return false, 0
 }
 
 // lockExclusive takes a non-blocking exclusive flock; held reports that someone else has it.

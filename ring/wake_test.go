@@ -6,19 +6,13 @@ import (
 	"time"
 
 	"github.com/ibvbridge/ibvbridge/ring"
-	"github.com/ibvbridge/ibvbridge/ring/pattern"
+	"github.com/ibvbridge/ibvbridge/ring/ringtest"
+	"github.com/ibvbridge/ibvbridge/spead/pattern"
 )
 
 func coalescingPair(t *testing.T, slots int, maxLatency time.Duration) (*ring.Producer, *ring.Consumer) {
 	t.Helper()
-	cfg := ring.Config{Dir: t.TempDir(), SlotCount: slots, SlotSize: 4096, HugePages: ring.HugePagesOff}
-	p := mustCreate(t, "wake", cfg)
-	c, err := ring.Attach("wake", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second, MaxLatency: maxLatency})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return p, c
+	return ringtest.Pair(t, "wake", ring.Config{SlotCount: slots, HugePages: ring.HugePagesOff}, ring.AttachOptions{Timeout: time.Second, MaxLatency: maxLatency})
 }
 
 // With MaxLatency a moving stream's wakes are coalesced (spec §7.5): every heap arrives in order, and the

@@ -53,14 +53,16 @@ for _ in $(seq 200); do # the stream starts once the consumer is attached
   sleep 0.05
 done
 
-echo "== send: 2000 heaps of 64 KiB, 4 items, descriptors first"
-$BIN send "127.0.0.1:$PORT" --heaps 2000 --heap-size 65536 --items 4 --descriptors --rate 1
+echo "== send: 2000 heaps of 64 KiB, 4 items, descriptors first (its summary follows the consumer's output)"
+$BIN send "127.0.0.1:$PORT" --heaps 2000 --heap-size 65536 --items 4 --descriptors --rate 1 >"$work/send.out"
 
 status=0
 wait_pid "$cons_pid" "$TIMEOUT" || { echo "demo: consumer failed or timed out" >&2; status=1; }
 cons_pid=''
 wait_pid "$recv_pid" 5 || { echo "demo: recv did not stop at the end of stream" >&2; status=1; }
 recv_pid=''
+echo "== send's summary"
+sed 's/^/  /' "$work/send.out"
 echo "== recv's final counters"
 if command -v $PY >/dev/null && [[ -s $work/recv.json ]]; then
   $PY -c 'import json,sys; d=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); print("  " + ", ".join(f"{k} {d[k]}" for k in ("result","packets","heaps","incomplete_heaps","dropped_heaps","malformed_packets","bytes")) + ", kernel drops %d" % d["transport_counters"]["kernel_drops"])' "$work/recv.json"
@@ -73,19 +75,5 @@ if ! BIN=$BIN HEAPS=200 examples/pipeline/run.sh >"$work/pipeline.json" 2>"$work
   echo "demo: the pipeline failed" >&2
   status=1
 fi
-$PY - "$work/pipeline.json" <<'PYEOF'
-import json, sys
-for line in open(sys.argv[1]):
-    try:
-        d = json.loads(line)
-    except ValueError:  # a stage that failed printed no result (its log is above)
-        print(f"  (no result) {line.strip()[:100]}")
-        continue
-    if "stage" in d:
-        r = d["result"]
-        print(f"  {d['stage']:9s} heaps {r.get('heaps')}" + (f", checksum {r['checksum']}" if "checksum" in r else "")
-              + (f", parseval errors {r['parseval_errors']}" if "parseval_errors" in r else ""))
-    else:
-        print(f"  expected checksum {d['pipeline']['expected_checksum']}")
-PYEOF
+$PY examples/pipeline/verdict.py "$work/pipeline.json" || status=1
 exit $status

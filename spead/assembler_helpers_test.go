@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ibvbridge/ibvbridge/ring"
+	"github.com/ibvbridge/ibvbridge/ring/ringtest"
 	"github.com/ibvbridge/ibvbridge/spead"
 )
 
@@ -41,21 +42,8 @@ func copyHeap(h ring.Heap) gotHeap {
 // testRing creates a ring in a fresh directory and attaches its consumer.
 func testRing(t testing.TB, cfg ring.Config) (*ring.Producer, *ring.Consumer) {
 	t.Helper()
-	if cfg.Dir == "" {
-		cfg.Dir = t.TempDir()
-	}
 	cfg.HugePages = ring.HugePagesOff
-	p, err := ring.Create("asm", cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	c, err := ring.Attach("asm", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return p, c
+	return ringtest.Pair(t, "asm", cfg, ring.AttachOptions{Timeout: time.Second})
 }
 
 // shmDir is a temporary directory in /dev/shm when there is one, so that benchmarks write ring memory

@@ -240,16 +240,17 @@ func (cp *chunkPlacer) ended(h *liveHeap, complete bool) bool {
 }
 
 func (cp *chunkPlacer) guess(dst [][]byte) (hdrLen, n int) {
-	if cp.length == 0 || cp.hdrLen == 0 {
+	hdrLen, step := cp.nextStep()
+	if step == 0 || hdrLen == 0 {
 		return 0, 0
 	}
-	n, ok := cp.regions(dst)
+	n, ok := cp.regions(dst, step)
 	if !ok {
 		return 0, 0
 	}
 	hs := cp.g.HeapSize
-	if cp.nextLength == 0 || cp.nextLength > hs || cp.firstLen == 0 || cp.firstHdr != cp.hdrLen {
-		return cp.hdrLen, n
+	if cp.nextLength == 0 || cp.nextLength > hs || cp.firstLen == 0 || cp.firstHdr != hdrLen {
+		return hdrLen, n
 	}
 	id, pos := cp.lastID, cp.lastPos
 	for n < len(dst) {
@@ -263,7 +264,7 @@ func (cp *chunkPlacer) guess(dst [][]byte) (hdrLen, n int) {
 		v := cp.view(c, pos)
 		n += fillRegions(dst[n:], v.Payload, 0, cp.nextLength, cp.firstLen)
 	}
-	return cp.hdrLen, n
+	return hdrLen, n
 }
 
 func (cp *chunkPlacer) expected(pkt *Packet) (*liveHeap, *ring.Slot) {

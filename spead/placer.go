@@ -49,16 +49,34 @@ type follower struct {
 	nextLength uint64
 	firstLen   uint64
 	firstHdr   int
+	// The payload and header length of the latest packet that was neither its heap's first nor its last,
+	// and whether the latest packet was a first one.
+	restLen     uint64
+	restHdr     int
+	latestFirst bool
 }
 
 func (f *follower) accepted(h *liveHeap, start, end uint64, hdrLen int, complete bool) {
 	f.heap, f.cnt, f.next, f.length, f.hdrLen = h, h.cnt, end, end-start, hdrLen
+	f.latestFirst = start == 0
 	if start == 0 {
 		f.firstLen, f.firstHdr = f.length, hdrLen
+	} else if !h.hasLength || end < h.heapLength {
+		f.restLen, f.restHdr = f.length, hdrLen // not its heap's last packet, which may be shorter
 	}
 	if complete {
 		f.nextLength = h.heapLength
 	}
+}
+
+// nextStep is the header length and payload length the live heap's next packets are expected with: the
+// latest packet's, or after a heap's first packet, which may carry more item pointers than the rest
+// (spead2 sends them so), the previous heap's middle packets'.
+func (f *follower) nextStep() (hdrLen int, step uint64) {
+	if f.latestFirst && f.restHdr != 0 {
+		return f.restHdr, f.restLen
+	}
+	return f.hdrLen, f.length
 }
 
 // live is the heap the latest packet joined if it is still under assembly, else nil.
@@ -69,9 +87,9 @@ func (f *follower) live() *liveHeap {
 	return nil
 }
 
-// regions fills dst with the live heap's next regions; ok is false when the heap is not filling in order
-// (something past the expected offset arrived already) or there is no live heap.
-func (f *follower) regions(dst [][]byte) (n int, ok bool) {
+// regions fills dst with the live heap's next regions, step bytes each; ok is false when the heap is not
+// filling in order (something past the expected offset arrived already) or there is no live heap.
+func (f *follower) regions(dst [][]byte, step uint64) (n int, ok bool) {
 	h := f.live()
 	if h == nil {
 		return 0, true
@@ -83,7 +101,7 @@ func (f *follower) regions(dst [][]byte) (n int, ok bool) {
 	if h.hasLength {
 		limit = min(limit, h.heapLength)
 	}
-	return fillRegions(dst, h.slot.Payload, f.next, limit, f.length), true
+	return fillRegions(dst, h.slot.Payload, f.next, limit, step), true
 }
 
 // streamPlacer guesses that heaps arrive in order: a heap's next packet right after its latest one, as
@@ -139,17 +157,18 @@ func (sp *streamPlacer) heapSlot(h *liveHeap, _ *Packet) (*ring.Slot, error) {
 }
 
 func (sp *streamPlacer) guess(dst [][]byte) (hdrLen, n int) {
-	if sp.length == 0 || sp.hdrLen == 0 {
+	hdrLen, step := sp.nextStep()
+	if step == 0 || hdrLen == 0 {
 		return 0, 0
 	}
-	n, ok := sp.regions(dst)
+	n, ok := sp.regions(dst, step)
 	if !ok {
 		return 0, 0 // not filling in order: something past the expected offset arrived already
 	}
-	if sp.nextLength == 0 || sp.stride == 0 || sp.firstLen == 0 || sp.firstHdr != sp.hdrLen {
+	if sp.nextLength == 0 || sp.stride == 0 || sp.firstLen == 0 || sp.firstHdr != hdrLen {
 		// No guess for the next heaps; nor when their first packet has another header length than the
 		// packets that follow it (more item pointers, as spead2 sends them).
-		return sp.hdrLen, n
+		return hdrLen, n
 	}
 	for cnt := sp.cnt + sp.stride; n < len(dst); cnt += sp.stride {
 		s := sp.aheadFor(cnt)
@@ -158,7 +177,7 @@ func (sp *streamPlacer) guess(dst [][]byte) (hdrLen, n int) {
 		}
 		n += fillRegions(dst[n:], s.Payload, 0, min(sp.slotSize, sp.nextLength), sp.firstLen)
 	}
-	return sp.hdrLen, n
+	return hdrLen, n
 }
 
 func (sp *streamPlacer) ended(*liveHeap, bool) bool { return false }

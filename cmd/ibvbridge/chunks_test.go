@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/ibvbridge/ibvbridge/ring"
-	"github.com/ibvbridge/ibvbridge/ring/pattern"
+	"github.com/ibvbridge/ibvbridge/spead/pattern"
 )
 
 // TestSendRecvChunksGoConsumer: the README's chunk mode example end to end — send with a timestamp

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/ibvbridge/ibvbridge/ring"
-	"github.com/ibvbridge/ibvbridge/ring/pattern"
+	"github.com/ibvbridge/ibvbridge/spead/pattern"
 )
 
 func createRing(t *testing.T, dir, name string) *ring.Producer {

@@ -9,8 +9,10 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 )
 
 // exitError carries a process exit status through the command functions.
@@ -42,7 +44,7 @@ func commands() []command {
 		{"rm", "remove rings nobody holds (NAME... or --stale)", runRm},
 		{"consume", "read a ring as its consumer (verification and benchmarks)", runConsume},
 		{"devices", "list RDMA devices and their capabilities", runDevices},
-		{"bench", "benchmarks: ring, udp", runBench},
+		{"bench", "benchmarks: " + strings.Join(benchKinds, ", "), runBench},
 	}
 }
 
@@ -116,13 +118,36 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-// newLogger builds the zerolog logger for --log-format console|json.
+// newLogger builds the zerolog logger for --log-format console|json. The console has colour only on a
+// terminal (and not with NO_COLOR set), and its own millisecond clock: zerolog's timestamp field is
+// formatted with whole seconds (its global TimeFieldFormat), which printed every millisecond as .000.
 func newLogger(format string, w io.Writer) (zerolog.Logger, error) {
 	switch format {
 	case "console", "":
-		return zerolog.New(zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}).With().Timestamp().Logger(), nil
+		cw := zerolog.ConsoleWriter{Out: w, NoColor: !colourTerminal(w)}
+		return zerolog.New(cw).Hook(consoleClock{}), nil
 	case "json":
 		return zerolog.New(w).With().Timestamp().Logger(), nil
 	}
 	return zerolog.Nop(), usageError("--log-format %q: want console or json", format)
+}
+
+// logNow is the console log's clock (a variable so a test can fix it).
+var logNow = time.Now
+
+// consoleClock stamps each console line with the local time to the millisecond.
+type consoleClock struct{}
+
+func (consoleClock) Run(e *zerolog.Event, _ zerolog.Level, _ string) {
+	e.Str(zerolog.TimestampFieldName, logNow().Format("15:04:05.000"))
+}
+
+// colourTerminal reports whether w is a terminal that may take colour codes.
+func colourTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok || os.Getenv("NO_COLOR") != "" {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/ibvbridge/ibvbridge/bench"
 	"github.com/ibvbridge/ibvbridge/ring"
-	"github.com/ibvbridge/ibvbridge/ring/pattern"
+	"github.com/ibvbridge/ibvbridge/spead/pattern"
 )
 
 // waitStopped waits until process pid is in the stopped state (it SIGSTOPped itself).

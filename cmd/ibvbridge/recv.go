@@ -11,10 +11,12 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strconv"
 	"syscall"
 
 	"github.com/rs/zerolog"
 
+	"github.com/ibvbridge/ibvbridge/bench"
 	"github.com/ibvbridge/ibvbridge/bridge"
 	"github.com/ibvbridge/ibvbridge/metrics"
 	"github.com/ibvbridge/ibvbridge/ring"
@@ -25,10 +27,11 @@ import (
 	"github.com/ibvbridge/ibvbridge/transport/xdp"
 )
 
-// Defaults of recv. The slot holds one heap: 2 MiB takes spead2's common 1 MiB heaps with their first
-// heap's descriptors, and 256 of them (512 MiB) fit the 512 hugepages scripts/setup.sh reserves.
+// Defaults of recv. The slot holds one heap: 2 MiB takes spead2's common 1 MiB heaps (send's default) with
+// their first heap's descriptors; 128 of them (256 MiB) take a quarter of the 512 × 2 MiB hugepages
+// scripts/setup.sh reserves, so a second default ring and the demo's still fit on hugepages.
 const (
-	defaultSlots    = 256
+	defaultSlots    = 128
 	defaultSlotSize = 2 << 20
 	minSlotSize     = 1 << 10
 )
@@ -234,8 +237,17 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 		collector.Attach(rcv)
 	}
 	p := rcv.Producer()
-	log.Info().Str("ring", *name).Str("transport", tr).Strs("endpoints", pos).Str("file", *pcapFile).
-		Int("slots", *slots).Int("slot_size", p.SlotSize()).Bool("hugepages", p.Huge()).Uint("chunk_heaps", *chunkHeaps).
+	ev := log.Info().Str("ring", *name).Str("transport", tr)
+	if len(pos) > 0 {
+		ev = ev.Strs("endpoints", pos)
+	}
+	if *pcapFile != "" { // only a replay has a file
+		ev = ev.Str("file", *pcapFile)
+	}
+	if *chunkHeaps > 0 {
+		ev = ev.Uint("chunk_heaps", *chunkHeaps)
+	}
+	ev.Int("slots", *slots).Int("slot_size", p.SlotSize()).Bool("hugepages", p.Huge()).
 		Str("policy", pol.String()).Msg("receiving")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -244,12 +256,24 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The stream's CPU ends here: closing a large ring frees its pages, seconds of it for gigabytes.
+	cpu := bench.ProcessCPU()
 	res.Transport = tr
 	if err := rcv.Close(); err != nil {
 		log.Warn().Err(err).Msg("closing the ring")
 	}
 	if *logFormat == "json" {
-		if err := json.NewEncoder(stdout).Encode(res); err != nil {
+		// cpu_seconds beside the result's fields: user + system, from the start to the stream's end.
+		var out map[string]json.RawMessage
+		b, err := json.Marshal(res)
+		if err == nil {
+			err = json.Unmarshal(b, &out)
+		}
+		if err != nil {
+			return err
+		}
+		out["cpu_seconds"] = json.RawMessage(strconv.FormatFloat(cpu.Seconds(), 'f', 6, 64))
+		if err := json.NewEncoder(stdout).Encode(out); err != nil {
 			return err
 		}
 	} else {

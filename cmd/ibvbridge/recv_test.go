@@ -513,3 +513,23 @@ func TestSendSpreadThreads(t *testing.T) {
 		t.Errorf("--threads beyond the destinations: exit %d, %q", code, stderr)
 	}
 }
+
+// TestSendRecvDefaultsFit: `send` with its defaults into `recv` with its defaults (the README's first
+// commands) delivers every heap whole: send's heaps fit recv's slots and its pace recv's socket buffer.
+func TestSendRecvDefaultsFit(t *testing.T) {
+	name, port := testRing(t, "defaults"), freePort(t)
+	recv, out := startRecv(t, "--ring", name, "--log-format", "json", "127.0.0.1:"+port)
+	cons := startConsumer(t, name, false)
+	stdout, stderr, code := runCmd(t, 60*time.Second, "send", "127.0.0.1:"+port, "--heaps", "60")
+	if code != 0 || !strings.HasPrefix(stdout, "sent 60 heaps") {
+		t.Fatalf("send: exit %d, %s %s", code, stdout, stderr)
+	}
+	m := waitRecv(t, recv, out, 30*time.Second)
+	cr := waitConsumer(t, cons)
+	if num(m, "heaps") != 60 || num(m, "truncated_heaps") != 0 || num(m, "incomplete_heaps") != 0 || m["result"] != "stream_stop" {
+		t.Errorf("recv counters %v", m)
+	}
+	if cr.Heaps != 60 || cr.Bytes != 60<<20 || cr.Result != "eos" {
+		t.Errorf("consumer %+v", cr)
+	}
+}

@@ -35,11 +35,11 @@ func runStat(args []string, stdout, stderr io.Writer) error {
 	}
 	info, err := ring.Inspect(pos[0], *dir)
 	if err != nil {
-		return err
+		return statError(pos[0], *dir, err)
 	}
 	if !*watch {
 		if *asJSON {
-			return json.NewEncoder(stdout).Encode(info)
+			return json.NewEncoder(stdout).Encode(statJSON{Info: info, Geometry: snakeGeometry(info.Geometry)})
 		}
 		return printInfo(stdout, info, nil)
 	}
@@ -56,21 +56,21 @@ func runStat(args []string, stdout, stderr io.Writer) error {
 		case <-t.C:
 		}
 		cur, err := ring.Inspect(pos[0], *dir)
-		if errors.Is(err, ring.ErrNotFound) {
+		if errors.Is(err, ring.ErrNotFound) || errors.Is(err, ring.ErrProducerGone) || errors.Is(err, ring.ErrClosing) {
 			fmt.Fprintf(stderr, "ibvbridge stat: ring %s is gone: its producer stopped\n", pos[0])
 			return nil // a stopped recv removes its ring: the watch is over, not failed
 		}
 		if err != nil {
-			return err
+			return statError(pos[0], *dir, err)
 		}
 		now := time.Now()
 		r := rates(prev, cur, now.Sub(prevAt))
 		prev, prevAt = cur, now
 		if *asJSON {
 			if err := json.NewEncoder(stdout).Encode(struct {
-				ring.Info
+				statJSON
 				Rates ringRates `json:"rates"`
-			}{cur, r}); err != nil {
+			}{statJSON{cur, snakeGeometry(cur.Geometry)}, r}); err != nil {
 				return err
 			}
 		} else {
@@ -87,6 +87,59 @@ func runStat(args []string, stdout, stderr io.Writer) error {
 			return nil
 		}
 	}
+}
+
+// statJSON is ring.Info as `stat --json` prints it: the geometry's keys in snake_case like every other
+// key (ring.Geometry has no JSON names; its Go field names came out as SlotCount, ...).
+type statJSON struct {
+	ring.Info
+	Geometry geometryJSON `json:"geometry"` // shadows Info.Geometry
+}
+
+type geometryJSON struct {
+	SlotCount     uint64 `json:"slot_count"`
+	SlotSize      uint64 `json:"slot_size"`
+	MaxItems      uint32 `json:"max_items"`
+	PageSize      uint32 `json:"page_size"`
+	DataSize      uint64 `json:"data_size"`
+	DescOffset    uint64 `json:"desc_offset"`
+	ItemsOffset   uint64 `json:"items_offset"`
+	MetaOffset    uint64 `json:"meta_offset"`
+	MetaSize      uint64 `json:"meta_size"`
+	PayloadOffset uint64 `json:"payload_offset"`
+	PacketOffset  uint64 `json:"packet_offset"`
+	PacketSize    uint64 `json:"packet_size"`
+}
+
+func snakeGeometry(g ring.Geometry) geometryJSON { return geometryJSON(g) }
+
+// statErr is an error of ring.Inspect as stat reports it, with a hint when the ring's files outlived its
+// producer.
+type statErr struct {
+	msg string
+	err error
+}
+
+func (e *statErr) Error() string { return e.msg }
+func (e *statErr) Unwrap() error { return e.err }
+
+func statError(name, dir string, err error) error {
+	msg := err.Error()
+	if errors.Is(err, ring.ErrNotFound) {
+		if rings, lerr := ring.List(dir); lerr == nil {
+			for _, l := range rings {
+				if l.Name == name || l.Path() == name {
+					rm := "ibvbridge rm --stale"
+					if dir != "" {
+						rm += " --dir " + dir
+					}
+					msg += " (its socket or lock file is left from a producer that is gone: `" + rm + "` removes it)"
+					break
+				}
+			}
+		}
+	}
+	return &statErr{msg: msg, err: err}
 }
 
 func printInfo(stdout io.Writer, info ring.Info, r *ringRates) error {

@@ -10,8 +10,8 @@ import (
 
 	"github.com/ibvbridge/ibvbridge/internal/testutil"
 	"github.com/ibvbridge/ibvbridge/ring"
-	"github.com/ibvbridge/ibvbridge/ring/pattern"
 	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/spead/pattern"
 	"github.com/ibvbridge/ibvbridge/transport"
 )
 

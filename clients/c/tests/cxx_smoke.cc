@@ -27,6 +27,19 @@ int main()
 		return 1;
 	}
 	(void)drain; // instantiated above; exercised on a live ring by test_ring's batch test
+	// items by name (ibvbridge_items.h) from C++: a scalar decoded by its format
+	struct ibvb_descriptor d;
+	std::memset(&d, 0, sizeof d);
+	d.format_len = 1;
+	d.format[0] = {'i', 16};
+	struct ibvb_item it = {0x1600, 0xFFFE, 2, IBVB_ITEM_IMMEDIATE, 0};
+	struct ibvb_heap h;
+	std::memset(&h, 0, sizeof h);
+	struct ibvb_value v;
+	if (ibvb_item_decode(&h, &it, &d, &v) != 0 || v.i != -2 || ibvb_descriptor_count(nullptr) != 0) {
+		std::fprintf(stderr, "cxx_smoke: ibvb_item_decode of i16 0xFFFE gave %lld\n", (long long)v.i);
+		return 1;
+	}
 	std::printf("cxx_smoke: ok\n");
 	return 0;
 }

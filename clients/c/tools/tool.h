@@ -1,5 +1,5 @@
 /* tool.h — what ibvb-consume and ibvb-produce share: the clock, option parsing, the payload checksum and
- * the test pattern (ring/pattern's in Go, so the three languages' tools agree). Tools only. */
+ * the test pattern (spead/pattern's in Go, so the three languages' tools agree). Tools only. */
 #ifndef IBVB_TOOL_H
 #define IBVB_TOOL_H
 

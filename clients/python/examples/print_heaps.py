@@ -17,11 +17,26 @@ try:
 except ImportError:  # not installed: use the source tree next to this example
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     import ibvbridge
+from ibvbridge.items import DESCRIPTOR_ITEM, parse_descriptor_item, parse_format
+
+
+def described(data):
+    """What an item descriptor (item 0x5) describes, as one line's words; None if it does not parse."""
+    try:
+        d = parse_descriptor_item(data)
+    except (ValueError, ibvbridge.RingError):
+        return None
+    what = f"{d.id:#06x}" + (f" {d.name!r}" if d.name else "")
+    return what + (f" (dtype {d.dtype}, shape {d.shape})" if d.dtype is not None
+                   else f" (format {parse_format(d.format)})")
 
 
 def show_item(heap, it, descs):
     d = descs.get(it.id)
     name = f"{d.name} " if d and d.name else ""
+    if it.id == DESCRIPTOR_ITEM and not it.immediate:
+        what = described(it.data)
+        return f"    item descriptor of {what} [{it.length} B]" if what else f"    item descriptor [{it.length} B]"
     if it.immediate:
         return f"    {name}{it.id:#06x} = {it.value:#x} (immediate)"
     try:

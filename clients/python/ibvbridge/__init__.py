@@ -23,8 +23,9 @@ _ERRORS = ["RingError", "RingNotFound", "PermissionDenied", "RingBusy", "RingClo
            "RingInUse", "UnsafeDirectory", "NoSpace", "NoHugePages", "RingFull", "Interrupted", "NoConsumer",
            "HugePageWarning"]
 _PRODUCER = {"Producer", "Slot"}
+_ITEMS = {"ItemGroup", "HeapGenerator", "Descriptor"}  # spead2's vocabulary (ibvbridge.items)
 
-__all__ = sorted(_LAZY | _PRODUCER) + ["attach", "layout"] + _ERRORS + ["__version__"]
+__all__ = sorted(_LAZY | _PRODUCER | _ITEMS) + ["attach", "layout", "shared"] + _ERRORS + ["__version__"]
 
 
 def __getattr__(name):
@@ -35,9 +36,12 @@ def __getattr__(name):
     if name in _PRODUCER:
         from . import producer
         return getattr(producer, name)
-    if name == "layout":
+    if name in _ITEMS:
+        from . import items
+        return getattr(items, name)
+    if name in ("layout", "shared"):
         import importlib
-        return importlib.import_module(".layout", __name__)
+        return importlib.import_module("." + name, __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

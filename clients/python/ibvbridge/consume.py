@@ -2,14 +2,16 @@
 
     python3 -m ibvbridge.consume --ring NAME_OR_SOCKET [--dir DIR] [--start oldest|head] [--verify]
                                  [--max-heaps N] [--timeout-ms T] [--hold N] [--sleep-us U] [--batch N]
+                                 [--stop-first] [--wait]
 
 The ring is a name (looked up in --dir, else $IBVBRIDGE_RING_DIR, else the default ring directories) or the
-path of its socket (NAME.v2.sock). --start: begin at the oldest heap the ring holds (default) or at the
+path of its socket (NAME.v2.sock). A ring that does not exist is an error at once, unless --wait: then the
+tool waits for it up to --timeout-ms. --start: begin at the oldest heap the ring holds (default) or at the
 next one published.
 
 Prints exactly one JSON object on stdout:
-    {"heaps", "bytes", "checksum", "verify_errors", "incomplete", "first_heap_cnt", "last_heap_cnt",
-     "heap_cnt_out_of_order", "seconds", "result", "error", "counters", "session_id"}
+    {"heaps", "bytes", "checksum", "verify_errors", "overrun_heaps", "incomplete", "first_heap_cnt",
+     "last_heap_cnt", "heap_cnt_out_of_order", "seconds", "result", "error", "counters", "session_id"}
 Exit status: 0 eos / max, 2 producer_gone, 3 timeout, 4 overrun (detached after falling a whole ring
 behind), 5 detached (any other reason), 1 anything else. Every result but eos / max also prints its error as
 one line on stderr.
@@ -17,7 +19,10 @@ one line on stderr.
 checksum: wrapping uint64 sum over all heaps of payload[0:received] read as little-endian uint64 words
 (the last partial word zero-padded). --verify: byte i of payload[0:received] must be
 (heap_cnt*31 + i) & 0xff and item 0x1001, if present, immediate with value == heap_cnt; each heap failing
-either check counts one verify error. Incomplete heaps are not verified: their holes hold unspecified
+either check counts one verify error. Every heap's bytes are read (and verified) first, then its validity
+is checked (layout 2.1 §A): a heap the producer overran while this consumer held it counts in
+overrun_heaps (not in verify_errors, nor in heaps, bytes or checksum: its bytes were not the heap's), and
+the tool stops with result overrun. Incomplete heaps are not verified: their holes hold unspecified
 bytes. heap_cnt_out_of_order counts heaps whose heap_cnt is not greater
 than the previous heap's. first/last_heap_cnt are 0 when no heap was read. seconds runs from the end of
 attach to the end of reading.
@@ -26,6 +31,7 @@ attach to the end of reading.
 import argparse
 import collections
 import json
+import os
 import signal
 import sys
 import time
@@ -55,7 +61,7 @@ def _on_sigterm(signum, frame):
 class Stats:
     def __init__(self, verify, slot_size):
         self.verify = verify
-        self.heaps = self.bytes = self.checksum = self.verify_errors = self.incomplete = 0
+        self.heaps = self.bytes = self.checksum = self.verify_errors = self.incomplete = self.overrun_heaps = 0
         self.first = self.last = None
         self.out_of_order = 0
         # pattern[b] = bytes (b + i) & 0xff for i < slot_size (+255 so any start fits)
@@ -63,6 +69,8 @@ class Stats:
 
     # ---------------------------------------------------------------- one heap
     def heap(self, h):
+        """Account one heap: read (and verify) its bytes, THEN check it is still valid. False (counted in
+        overrun_heaps, nothing else) when the producer overran this consumer while it held the heap."""
         n = h.received
         pl = h.payload
         n8 = n & ~7
@@ -72,17 +80,8 @@ class Stats:
             s = int(np.frombuffer(pl, "<u8", n8 >> 3).sum(dtype=np.uint64))
         if n8 != n:
             s += int.from_bytes(pl[n8:n], "little")
-        self.checksum = (self.checksum + s) & M64
-        self.bytes += n
         cnt = h.heap_cnt
-        if h.flags & L.FLAG_INCOMPLETE:
-            self.incomplete += 1
-        if self.first is None:
-            self.first = cnt
-        elif cnt <= self.last:
-            self.out_of_order += 1
-        self.last = cnt
-        self.heaps += 1
+        ok = True
         if self.verify and not h.flags & L.FLAG_INCOMPLETE:  # holes hold unspecified bytes
             b = (cnt * 31) & 0xFF
             m = n
@@ -92,11 +91,26 @@ class Stats:
             if ok:
                 it = h.find(VERIFY_ITEM)
                 ok = it is None or (it.immediate and it.value == cnt)
-            if not ok:
-                self.verify_errors += 1
+        if not h.valid:
+            self.overrun_heaps += 1
+            return False
+        if not ok:
+            self.verify_errors += 1
+        self.checksum = (self.checksum + s) & M64
+        self.bytes += n
+        if h.flags & L.FLAG_INCOMPLETE:
+            self.incomplete += 1
+        if self.first is None:
+            self.first = cnt
+        elif cnt <= self.last:
+            self.out_of_order += 1
+        self.last = cnt
+        self.heaps += 1
+        return True
 
     # ---------------------------------------------------------------- a batch (vectorised)
     def batch(self, b):
+        """Account a batch as heap() does one heap: False (all n in overrun_heaps) when it was overrun."""
         n = len(b)
         recv = b.received
         maxr = int(recv.max())
@@ -108,24 +122,16 @@ class Stats:
         else:
             mask = np.arange(nb, dtype=np.uint64)[None, :] < recv[:, None]
             data = np.where(mask, arr, np.uint8(0))
+        s = 0
         if nb:
             try:
                 words = data.view("<u8")
             except ValueError:
                 words = np.ascontiguousarray(data).view("<u8")
-            self.checksum = (self.checksum + int(words.sum(dtype=np.uint64))) & M64
-        self.bytes += int(recv.sum(dtype=np.uint64))
+            s = int(words.sum(dtype=np.uint64))
         hc = b.heap_cnt
         flags = b.flags
-        self.incomplete += int(np.count_nonzero(flags & L.FLAG_INCOMPLETE))
-        ooo = int(np.count_nonzero(hc[1:] <= hc[:-1]))
-        if self.first is None:
-            self.first = int(hc[0])
-        elif int(hc[0]) <= self.last:
-            ooo += 1
-        self.out_of_order += ooo
-        self.last = int(hc[-1])
-        self.heaps += n
+        nbad = 0
         if self.verify:
             start = ((hc * np.uint64(31)) & np.uint64(0xFF)).astype(np.uint8)
             expect = start[:, None] + np.arange(nb, dtype=np.uint8)[None, :]  # uint8 wraps: & 0xff
@@ -142,7 +148,23 @@ class Stats:
             found, items = b.find_item(VERIFY_ITEM)
             bad |= found & (((items["flags"] & L.ITEM_IMMEDIATE) == 0) | (items["value"] != hc))
             bad &= (flags & L.FLAG_INCOMPLETE) == 0  # holes hold unspecified bytes
-            self.verify_errors += int(np.count_nonzero(bad))
+            nbad = int(np.count_nonzero(bad))
+        if not b.valid:
+            self.overrun_heaps += n
+            return False
+        self.verify_errors += nbad
+        self.checksum = (self.checksum + s) & M64
+        self.bytes += int(recv.sum(dtype=np.uint64))
+        self.incomplete += int(np.count_nonzero(flags & L.FLAG_INCOMPLETE))
+        ooo = int(np.count_nonzero(hc[1:] <= hc[:-1]))
+        if self.first is None:
+            self.first = int(hc[0])
+        elif int(hc[0]) <= self.last:
+            ooo += 1
+        self.out_of_order += ooo
+        self.last = int(hc[-1])
+        self.heaps += n
+        return True
 
 
 def main(argv=None):
@@ -154,14 +176,19 @@ def main(argv=None):
     ap.add_argument("--verify", action="store_true", help="check the test pattern and item 0x1001")
     ap.add_argument("--max-heaps", type=int, default=0, help="stop after N heaps (0: no limit)")
     ap.add_argument("--timeout-ms", type=float, default=10000, help="attach timeout and per-wait timeout")
+    ap.add_argument("--wait", action="store_true", help="wait up to --timeout-ms for a ring that does not exist yet")
     ap.add_argument("--max-latency-us", type=float, default=0,
                     help="let heaps of a moving stream wait up to this long for coalesced wakes (0: a wake per heap)")
     ap.add_argument("--hold", type=int, default=0, help="keep up to N heaps unreleased")
     ap.add_argument("--sleep-us", type=float, default=0, help="sleep after each heap (each batch with --batch)")
     ap.add_argument("--batch", type=int, default=0, help="use next_batch with up to N heaps")
+    ap.add_argument("--stop-first", action="store_true",
+                    help="after taking the first heap (or batch), stop this process (SIGSTOP) before reading it, "
+                         "until SIGCONT (a consumer stalled mid-read, for tests)")
     a = ap.parse_args(argv)
     timeout = a.timeout_ms / 1000.0
-    out = {"heaps": 0, "bytes": 0, "checksum": 0, "verify_errors": 0, "incomplete": 0, "first_heap_cnt": 0,
+    out = {"heaps": 0, "bytes": 0, "checksum": 0, "verify_errors": 0, "overrun_heaps": 0, "incomplete": 0,
+           "first_heap_cnt": 0,
            "last_heap_cnt": 0, "heap_cnt_out_of_order": 0, "seconds": 0.0, "cpu_seconds": 0.0, "result": "error",
            "error": "",
            "counters": {}, "session_id": 0}
@@ -174,7 +201,7 @@ def main(argv=None):
     held_n = 0
     try:
         ring = Ring.attach(a.ring, timeout=timeout, directory=a.dir, start=a.start,
-                           max_latency=a.max_latency_us / 1e6)
+                           max_latency=a.max_latency_us / 1e6, wait=a.wait)
         out["session_id"] = ring.session_id
         st = Stats(a.verify, ring.slot_size)
         if a.batch and np is None:
@@ -182,6 +209,7 @@ def main(argv=None):
         t0 = time.perf_counter()
         cpu0 = time.process_time()
         sleep = a.sleep_us / 1e6
+        stop_first = a.stop_first
         limit = a.max_heaps if a.max_heaps > 0 else None
         result = None
         while result is None:
@@ -192,12 +220,16 @@ def main(argv=None):
                 if a.batch:
                     want = a.batch if limit is None else min(a.batch, limit - st.heaps)
                     item = ring.next_batch(want, timeout)
-                    st.batch(item)
                     k = len(item)
                 else:
                     item = ring.next(timeout)
-                    st.heap(item)
                     k = 1
+                if stop_first:
+                    stop_first = False
+                    os.kill(os.getpid(), signal.SIGSTOP)
+                if not (st.batch(item) if a.batch else st.heap(item)):
+                    ring.release(item)  # overrun while held: raises Overrun (result overrun)
+                    raise RingError("heap invalid but the ring still counts this consumer")
             except EndOfStream:
                 result = "eos"
                 break
@@ -241,6 +273,7 @@ def main(argv=None):
         ring.close()
     if st is not None:
         out.update(heaps=st.heaps, bytes=st.bytes, checksum=st.checksum, verify_errors=st.verify_errors,
+                   overrun_heaps=st.overrun_heaps,
                    incomplete=st.incomplete, first_heap_cnt=st.first or 0, last_heap_cnt=st.last or 0,
                    heap_cnt_out_of_order=st.out_of_order)
     sys.stdout.write(json.dumps(out, separators=(",", ":")) + "\n")

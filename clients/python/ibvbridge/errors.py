@@ -1,4 +1,6 @@
-"""Exceptions of the ibvbridge consumer (layout 2.0). All derive from RingError."""
+"""Exceptions of the ibvbridge consumer (layout 2.1). All derive from RingError."""
+
+from __future__ import annotations
 
 
 class RingError(Exception):
@@ -6,7 +8,8 @@ class RingError(Exception):
 
 
 class RingNotFound(RingError):
-    """No producer answered on the ring's socket before the attach timeout."""
+    """No socket of that name in any trusted ring directory (at once, or after the timeout with wait=True), or
+    only a stale one (no producer answered) until the timeout."""
 
 
 class PermissionDenied(RingError):
@@ -27,7 +30,7 @@ class VersionMismatch(RingError):
     mismatch in the welcome or header). ``found`` and ``supported`` are the majors; the message names both
     versions."""
 
-    def __init__(self, found, supported, message=None):
+    def __init__(self, found: int, supported: int, message: str | None = None) -> None:
         self.found = found
         self.supported = supported
         super().__init__(message or f"ring layout major version {found}, this client supports {supported}")
@@ -47,7 +50,7 @@ class Detached(RingError):
     """The producer detached this consumer (spec §7.6); the ring must not be read any more. ``reason`` is
     the consumer-table row state (layout.CONSUMER_*) or None when the row was reused."""
 
-    def __init__(self, message, reason=None):
+    def __init__(self, message: str, reason: int | None = None) -> None:
         self.reason = reason
         super().__init__(message)
 
@@ -56,7 +59,7 @@ class Overrun(Detached):
     """Detached as overrun: the consumer fell a whole ring behind under the drop policy. ``lost_heaps``:
     the published heaps it had not released."""
 
-    def __init__(self, message, lost_heaps):
+    def __init__(self, message: str, lost_heaps: int) -> None:
         self.lost_heaps = lost_heaps
         super().__init__(message, 2)
 

@@ -1,4 +1,4 @@
-"""The ring layout of docs/ring-layout.md, version 2.0, as Python constants.
+"""The ring layout of docs/ring-layout.md, version 2.1, as Python constants.
 
 This module is the one place the Python client knows where anything lies.  ring/layout.go (Go) and
 clients/c/ibvbridge.h (C) carry the same numbers; ``python -m ibvbridge.layout`` prints them as
@@ -10,11 +10,14 @@ offset and the struct that reads it cannot disagree.
 numpy is optional here: DESC_DTYPE / ITEM_DTYPE are ``None`` when numpy is not installed.
 """
 
+from __future__ import annotations
+
 import struct
+from typing import Any
 
 MAGIC = 0x474E495242564249  # b"IBVBRING" little-endian
 MAJOR_VERSION = 2
-MINOR_VERSION = 0
+MINOR_VERSION = 1  # 2.1: held heaps validated (§A), trusted lookup (§B); any minor of major 2 interoperates
 
 STATS_SLOTS = 32
 REGION_ALIGN = 4096
@@ -210,7 +213,7 @@ SEALS_SHARED = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE  # ctl and data
 SEALS_REGION = F_SEAL_SHRINK | F_SEAL_GROW  # the consumer region must have these
 
 
-def ctl_size_for(max_consumers):
+def ctl_size_for(max_consumers: int) -> int:
     """The control memory's size for a consumer table of max_consumers rows (spec §2)."""
     n = OFF_CONSUMER_TABLE + ROW_SIZE * max_consumers
     return (n + 4095) // 4096 * 4096
@@ -311,32 +314,35 @@ META_RECORD_STRUCT, META_RECORD_FIELDS = _fields_struct((
 
 
 # --- handshake helpers (§1.2) --------------------------------------------------------------------------
-def pack_hello(role=ROLE_CONSUMER, start=START_OLDEST, major=MAJOR_VERSION, minor=MINOR_VERSION, magic=MAGIC):
+def pack_hello(role: int = ROLE_CONSUMER, start: int = START_OLDEST, major: int = MAJOR_VERSION,
+               minor: int = MINOR_VERSION, magic: int = MAGIC) -> bytes:
     """A 32-byte hello record."""
     return HELLO_STRUCT.pack(magic, major, minor, role, start)
 
 
-def unpack_hello(buf):
+def unpack_hello(buf: bytes) -> dict[str, int]:
     """A hello as a dict; ValueError unless it is exactly HELLO_SIZE bytes."""
     if len(buf) != HELLO_SIZE:
         raise ValueError(f"hello of {len(buf)} bytes, want {HELLO_SIZE}")
     return dict(zip(HELLO_FIELDS, HELLO_STRUCT.unpack(buf)))
 
 
-def pack_welcome(consumer_index, generation, session_id, ctl_size, data_size, region_size=REGION_SIZE,
-                 major=MAJOR_VERSION, minor=MINOR_VERSION, magic=MAGIC, status=STATUS_OK):
+def pack_welcome(consumer_index: int, generation: int, session_id: int, ctl_size: int, data_size: int,
+                 region_size: int = REGION_SIZE, major: int = MAJOR_VERSION, minor: int = MINOR_VERSION,
+                 magic: int = MAGIC, status: int = STATUS_OK) -> bytes:
     """A 64-byte welcome record (its descriptors travel beside it as SCM_RIGHTS)."""
     return WELCOME_STRUCT.pack(magic, major, minor, status, consumer_index, generation, session_id, ctl_size,
                                data_size, region_size)
 
 
-def pack_error(status, message, major=MAJOR_VERSION, minor=MINOR_VERSION, magic=MAGIC):
+def pack_error(status: int, message: str, major: int = MAJOR_VERSION, minor: int = MINOR_VERSION,
+               magic: int = MAGIC) -> bytes:
     """An error record: the common prefix, then the NUL-terminated UTF-8 message (cut to fit 256 bytes)."""
     msg = message.encode("utf-8")[:ERROR_RECORD_MAX - WELCOME_MESSAGE - 1]
     return RECORD_PREFIX_STRUCT.pack(magic, major, minor, status) + msg + b"\0"
 
 
-def unpack_record(buf):
+def unpack_record(buf: bytes) -> dict[str, Any]:
     """The producer's answer as a dict: magic, major, minor, status, and either the welcome's fields
     (status 0, at least WELCOME_SIZE bytes) or ``message`` (an error record). ValueError when it is too short
     to be either; the caller checks magic, major and the size of a welcome."""
@@ -373,7 +379,7 @@ assert META_RECORD_STRUCT.size == META_RECORD_HEADER_SIZE and META_HEADER_STRUCT
 assert HELLO_STRUCT.size == HELLO_SIZE and WELCOME_STRUCT.size == WELCOME_SIZE and ROW_STRUCT.size == ROW_SIZE
 
 
-def dump():
+def dump() -> dict[str, int]:
     """Every constant and offset of the spec by name, exactly as ring.LayoutTable() in Go names them (the
     golden cross-language test requires identical tables).
 

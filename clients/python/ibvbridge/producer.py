@@ -1,4 +1,4 @@
-"""Producer side of the ibvbridge shared-memory heap ring (docs/ring-layout.md, layout 2.0).
+"""Producer side of the ibvbridge shared-memory heap ring (docs/ring-layout.md, layout 2.1).
 
     import numpy as np, ibvbridge
     with ibvbridge.Producer.create("myring", slot_count=1024, slot_size=4096, policy="block") as p:
@@ -50,22 +50,30 @@ between our load and store; that consumer still gets our futex increment and wak
 itself again — a spurious wake, which the protocol allows. There is one waker per consumer per publish.
 """
 
+from __future__ import annotations
+
 import ctypes
 import errno
 import fcntl
 import logging
 import mmap
 import os
-import re
 import secrets
 import select
 import socket
+import resource
 import stat as _stat
+import struct
 import threading
 import time
 import warnings
+from typing import Any, Iterable, Sequence
 
 from . import layout as L
+from . import shared as _shared
+from .shared import (C_ATTACHED, C_BYTES, C_EOS, C_ERRORS, C_HEAPS, C_OVERRUNS, C_PACKETS, COUNTER, I_CONSUMER_FUTEX,
+                     I_CONSUMER_WAITING, I_PRODUCER_WAITING, I_RELEASE_FUTEX, I_STATE, M64, POLL_GONE, Q_HEAD,
+                     Q_HEARTBEAT_NS, Q_OLDEST, Q_STATS, Q_TAIL, Q_WAKE_AT, row_word)
 from ._sys import (ORDERED, acquire_fence, add_seals, full_fence, futex_wait, futex_wake, peer_cred, release_fence,
                    require_supported)
 from .errors import (HugePageWarning, Interrupted, NoConsumer, NoHugePages, NoSpace, RingError, RingFull,
@@ -78,7 +86,7 @@ __all__ = ["Producer", "Slot", "producer_dir", "layout_for", "COMPLETE", "INCOMP
 
 log = logging.getLogger("ibvbridge.producer")
 
-M64 = (1 << 64) - 1
+MAX_DATA_SIZE = (1 << 63) - 1  # off_t: the largest memfd and mapping
 F_SEAL_FUTURE_WRITE = getattr(fcntl, "F_SEAL_FUTURE_WRITE", 0x10)
 SEALS_SHARED = L.F_SEAL_SHRINK | L.F_SEAL_GROW | F_SEAL_FUTURE_WRITE | L.F_SEAL_SEAL
 SEALS_REGION = L.F_SEAL_SHRINK | L.F_SEAL_GROW | L.F_SEAL_SEAL
@@ -92,68 +100,65 @@ IMMEDIATE = L.ITEM_IMMEDIATE
 
 POLICIES = {"drop": L.POLICY_DROP, "block": L.POLICY_BLOCK, L.POLICY_DROP: L.POLICY_DROP,
             L.POLICY_BLOCK: L.POLICY_BLOCK}
-COUNTERS = {name: i for i, name in enumerate(L.COUNTER_NAMES)}
-C_PACKETS, C_BYTES, C_HEAPS = 0, 1, 2
-C_DROPPED, C_EOS, C_ATTACHED, C_OVERRUNS, C_ERRORS = 4, 9, 10, 11, 12
 
-_Q_HEAD = L.OFF_HEAD >> 3
-_Q_HEARTBEAT = L.OFF_HEARTBEAT_NS >> 3
-_Q_OLDEST = L.OFF_OLDEST >> 3
-_Q_STATS = L.OFF_STATS >> 3
-_I_STATE = L.OFF_STATE >> 2
-_I_PRODUCER_WAITING = L.OFF_PRODUCER_WAITING >> 2
-_I_WAITING = L.REG_CONSUMER_WAITING >> 2
-_Q_WAKE_AT = L.REG_WAKE_AT >> 3
-_I_FUTEX = L.REG_CONSUMER_FUTEX >> 2
-_I_RELEASE = L.REG_RELEASE_FUTEX >> 2
-_POLL_GONE = select.POLLHUP | select.POLLRDHUP | select.POLLERR | select.POLLNVAL
 BEAT_SECONDS = 0.1  # heartbeat and row refresh (spec: every <= 250 ms)
+HELLO_TIMEOUT = 2.0  # a connection that sends no hello within this is closed and counted (layout 2.1 §C)
+MAX_PENDING = 64  # connections waiting for their hello at once; more are refused busy
+FD_RESERVE = 32  # descriptors kept free under RLIMIT_NOFILE: below, new connections are refused busy
+SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # linux/socket.h; missing from Python's socket module
+_GID = struct.Struct("I")
+
+
+def peer_groups(sock: socket.socket) -> tuple[int, ...]:
+    """The supplementary groups of a connected Unix socket's peer (SO_PEERGROUPS: the kernel's word, as it
+    was at connect), as a tuple of gids; () if the kernel cannot say."""
+    for n in (256, 65536):
+        try:
+            raw = sock.getsockopt(socket.SOL_SOCKET, SO_PEERGROUPS, n * _GID.size)
+        except OSError as e:
+            if e.errno == errno.ERANGE:
+                continue
+            return ()
+        return tuple(g for (g,) in _GID.iter_unpack(raw[:len(raw) - len(raw) % _GID.size]))
+    return ()
+
+
+def _fds_left():
+    """Descriptors this process may still open (RLIMIT_NOFILE's soft limit minus those open)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 30
+    return soft - len(os.listdir("/proc/self/fd"))
 SPIN_SECONDS = 50e-6
 
 
 # ---------------------------------------------------------------- directory, lock, socket (spec §1.1)
-def _valid_name(name):
-    return re.match(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$", name) is not None
+_valid_name = _shared.valid_name
 
 
-def producer_dir(directory=None):
+def producer_dir(directory: str | os.PathLike[str] | None = None) -> str:
     """The producer's ring directory (spec §1.1): ``directory`` if given, else $IBVBRIDGE_RING_DIR if set
-    and non-empty, else /run/ibvbridge for euid 0, else /dev/shm/ibvbridge-UID."""
-    if directory:
-        return os.fspath(directory)
-    env = os.environ.get(L.ENV_DIR)
-    if env:
-        return env
-    uid = os.geteuid()
-    return L.RUN_DIR if uid == 0 else f"/dev/shm/ibvbridge-{uid}"
+    and non-empty, else /run/ibvbridge for euid 0, else $XDG_RUNTIME_DIR/ibvbridge when XDG_RUNTIME_DIR is
+    set and absolute, else /dev/shm/ibvbridge-UID."""
+    return _shared.default_dir(directory)
 
 
-def open_ring_dir(path):
-    """Create path (0755) if missing, open it O_DIRECTORY | O_NOFOLLOW and check it (fstat and lstat): a
-    directory, not a link, owned by our euid, not writable by group or others. Returns its descriptor;
-    UnsafeDirectory with one line naming the path and the problem otherwise."""
+def open_ring_dir(path: str) -> int:
+    """Create path (0755) if missing, component by component from '/' without following any symlink
+    (layout 2.1 §B: each component is opened O_DIRECTORY | O_NOFOLLOW relative to its parent and must be
+    owned by our euid or root), and check the final directory: owned by our euid, not writable by group or
+    others. Returns its descriptor; UnsafeDirectory with one line naming the path and the problem
+    otherwise."""
     try:
-        parent = os.path.dirname(os.path.abspath(path))
-        os.makedirs(parent, 0o755, exist_ok=True)
-        try:
-            os.mkdir(path, 0o755)
-        except FileExistsError:
-            pass
-        lst = os.lstat(path)
+        fd = _shared.make_dir_nofollow(path, 0o755)
+    except _shared.Untrusted as e:
+        raise UnsafeDirectory(f"ring directory {path}: {e}") from None
     except OSError as e:
         raise RingError(f"ring directory {path}: {e.strerror or e}") from None
-    if not _stat.S_ISDIR(lst.st_mode):
-        raise UnsafeDirectory(f"ring directory {path} is not a directory (a symlink or a file is in its place)")
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as e:
-        raise UnsafeDirectory(f"ring directory {path}: {e.strerror or e}") from None
     st = os.fstat(fd)
     uid = os.geteuid()
     why = None
-    if (st.st_dev, st.st_ino) != (lst.st_dev, lst.st_ino):
-        why = f"ring directory {path} changed while it was opened"
-    elif st.st_uid != uid:
+    if st.st_uid != uid:
         why = f"ring directory {path} is owned by uid {st.st_uid}, not {uid} (remove it, or give directory=)"
     elif st.st_mode & 0o022:
         why = (f"ring directory {path} is writable by group or others (mode {st.st_mode & 0o7777:#o}): "
@@ -228,7 +233,7 @@ def _meminfo(key):
     return 0
 
 
-def shm_available():
+def shm_available() -> int:
     """The memory a new shared mapping may take: MemAvailable, or less under this process's cgroup v2
     memory limit; 0 if unknown."""
     avail = _meminfo("MemAvailable")
@@ -253,7 +258,7 @@ def shm_available():
     return avail
 
 
-def new_shm(name, size):
+def new_shm(name: str, size: int) -> tuple[int, mmap.mmap]:
     """A sealable shmem memfd of size bytes, refused up front when larger than the available memory (an
     unlimited shmem fallocate would meet the OOM killer rather than fail), reserved with posix_fallocate
     and mapped read-write. Returns (fd, mmap); not sealed yet."""
@@ -282,7 +287,8 @@ def _align(v, a=4096):
     return (v + a - 1) // a * a
 
 
-def layout_for(slot_count, slot_size, max_items, meta_size, packet_size=0, page_size=4096):
+def layout_for(slot_count: int, slot_size: int, max_items: int, meta_size: int, packet_size: int = 0,
+               page_size: int = 4096) -> dict[str, int]:
     """The data memory's geometry (spec §4): a dict of desc_offset, items_offset, meta_offset,
     payload_offset, packet_offset, data_size. Every region starts on a 4096-byte boundary; data_size is
     a multiple of page_size."""
@@ -313,6 +319,11 @@ def _check_params(name, slot_count, slot_size, max_items, meta_size, max_consume
         raise ValueError(f"meta_size {meta_size} < {L.META_HEADER_SIZE}")
     if not 1 <= max_consumers <= L.MAX_CONSUMERS_LIMIT:
         raise ValueError(f"max_consumers {max_consumers} not in 1..{L.MAX_CONSUMERS_LIMIT}")
+    # Python's integers cannot wrap, but the sizes must fit the header's u64 fields and mmap's off_t.
+    size = layout_for(slot_count, slot_size, max_items, meta_size)["data_size"]
+    if size > MAX_DATA_SIZE:
+        raise ValueError(f"a ring of {slot_count} slots x {slot_size} bytes with {max_items} items each needs "
+                         f"{size} bytes of data memory, more than the {MAX_DATA_SIZE} a ring can have")
 
 
 # ---------------------------------------------------------------- stream metadata records (spec §6)
@@ -335,7 +346,8 @@ def _dtype_text(d, shape):
             f"'shape': {shp}}}")
 
 
-def meta_record(item_id, name="", description="", shape=None, fmt=b"", dtype=""):
+def meta_record(item_id: int, name: str = "", description: str = "", shape: Sequence[int] | None = None,
+                fmt: bytes = b"", dtype: Any = "") -> bytes:
     """One stream-metadata record (spec §6). dtype: the numpy header text (or "")."""
     nb, db, tb = name.encode(), description.encode(), dtype.encode()
     fmt = bytes(fmt or b"")
@@ -377,13 +389,22 @@ class Member:
 
     @property
     def tail(self):
-        return self.r64[0]
+        return self.r64[Q_TAIL]
 
 
 class Slot:
     """A payload slot taken by ``Producer.acquire()``: fill ``payload`` (a writable numpy uint8 view of
     the whole slot, no copy) and the item table (``add_item``), then ``Producer.publish(slot, ...)``, or
-    give it back unpublished with ``discard()``."""
+    give it back unpublished with ``discard()``.
+
+    As a context manager it cannot leak: leaving the ``with`` block without publishing (an exception, or
+    no publish call) discards it, so the pool never loses a slot (under ``block`` a lost slot would
+    stall the ring for good)::
+
+        with p.acquire() as slot:
+            slot.payload[:n] = fill()           # an exception here gives the slot back
+            p.publish(slot, heap_cnt=k)
+    """
 
     __slots__ = ("_p", "index", "payload", "item_count", "overflow", "end", "_live")
 
@@ -396,7 +417,7 @@ class Slot:
         self.end = 0  # the end of the furthest address item
         self._live = True
 
-    def add_item(self, item_id, value=0, length=0, immediate=False):
+    def add_item(self, item_id: int, value: int = 0, length: int = 0, immediate: bool = False) -> bool:
         """Append an item pointer (spec §5). An address item's bytes are payload[value:value+length]
         (ValueError past the slot); an immediate item carries ``value`` and its width ``length`` in bytes.
         Returns False (and the heap gets ITEMS_OVERFLOW) when the table already holds max_items."""
@@ -415,12 +436,25 @@ class Slot:
         self.item_count += 1
         return True
 
-    def reset_items(self):
+    def reset_items(self) -> None:
         self.item_count, self.overflow, self.end = 0, False, 0
 
-    def discard(self):
+    def discard(self) -> None:
         """Return the slot to the pool unpublished."""
         self._p.discard(self)
+
+    @property
+    def live(self) -> bool:
+        """True until the slot is published or discarded."""
+        return self._live
+
+    def __enter__(self) -> Slot:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> bool:
+        if self._live and not self._p._closed:
+            self._p.discard(self)
+        return False
 
     def __repr__(self):
         return f"Slot({self.index}, items={self.item_count})"
@@ -436,9 +470,10 @@ class Producer:
     _unmap_on_close = True
 
     @classmethod
-    def create(cls, name, slot_count=256, slot_size=1 << 20, max_items=64, meta_size=64 << 10,
-               policy="drop", hugepages="auto", directory=None, max_consumers=L.DEFAULT_MAX_CONSUMERS,
-               group=None):
+    def create(cls, name: str, slot_count: int = 256, slot_size: int = 1 << 20, max_items: int = 64,
+               meta_size: int = 64 << 10, policy: str | int = "drop", hugepages: str = "auto",
+               directory: str | os.PathLike[str] | None = None, max_consumers: int = L.DEFAULT_MAX_CONSUMERS,
+               group: str | int | None = None) -> Producer:
         """Create ring ``name``: check/create the ring directory, take the name's lock, reserve and seal the
         memory, bind the socket and start serving consumers.
 
@@ -502,7 +537,7 @@ class Producer:
         self.meta_off = g["meta_offset"]
         self.c64 = memoryview(self.ctl).cast("Q")
         self.c32 = memoryview(self.ctl).cast("I")
-        self._stats = self.c64[_Q_STATS:_Q_STATS + L.STATS_SLOTS]
+        self._stats = self.c64[Q_STATS:Q_STATS + L.STATS_SLOTS]
         self._desc_off = g["desc_offset"]
         # private state of the hot path
         self._pos = start_position & M64  # next position to publish (= head after each publish)
@@ -511,9 +546,9 @@ class Producer:
         self._free_r, self._free_w = 0, sc
         self._pos_slot = np.zeros(sc, dtype=np.uint32)
         self._taken = set()  # slots acquired and not yet published (single-heap API)
-        self.c64[_Q_HEAD] = self._pos
-        self.c64[_Q_OLDEST] = self._reclaim
-        self.c64[_Q_HEARTBEAT] = time.time_ns()
+        self.c64[Q_HEAD] = self._pos
+        self.c64[Q_OLDEST] = self._reclaim
+        self.c64[Q_HEARTBEAT_NS] = time.time_ns()
         # consumers: index -> Member, under _lock; _snap is the hot path's lock-free copy
         self.lock = threading.RLock()
         self.conns = {}
@@ -524,6 +559,8 @@ class Producer:
         self._wait_addr = 0
         self.refused = []
         self._refused_logged = 0.0
+        self.hello_timeouts = 0  # connections closed for sending no hello within HELLO_TIMEOUT
+        self._spare_fd = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)  # given up to refuse at EMFILE
         # the socket (spec §1.1): a leftover one is stale (we hold the lock): remove it, bind afresh
         sname = self.name + L.SOCKET_SUFFIX
         try:
@@ -605,49 +642,53 @@ class Producer:
 
     # ..................................................................... properties
     @property
-    def consumers(self):
+    def consumers(self) -> int:
         """Consumers attached now."""
         return len(self._snap)
 
     @property
-    def head(self):
+    def head(self) -> int:
         """The published head (positions below it are visible to consumers)."""
         return self._pos
 
     @property
-    def oldest(self):
+    def oldest(self) -> int:
         return self._reclaim
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         return self._closed
 
-    def stats(self):
+    def stats(self) -> dict[str, int]:
         """The ring's counters as {name: value} (spec §2.3)."""
         st = self._stats
         return {n: st[i] for i, n in enumerate(L.COUNTER_NAMES)}
 
     def _counter(self, c):
-        i = COUNTERS[c] if isinstance(c, str) else int(c)
+        i = COUNTER[c] if isinstance(c, str) else int(c)
         if not 0 <= i < L.STATS_SLOTS:
             raise IndexError(f"counter {c!r}")
         return i
 
-    def add(self, counter, n=1):
+    def add(self, counter: str | int, n: int = 1) -> None:
         """Add n to a counter (a name of layout.COUNTER_NAMES, or its index)."""
         i = self._counter(counter)
         self._stats[i] = (self._stats[i] + n) & M64
 
-    def set(self, counter, value):
+    def set(self, counter: str | int, value: int) -> None:
         """Set a counter."""
         self._stats[self._counter(counter)] = value & M64
 
     # ..................................................................... the socket (spec §1.2)
     def _serve(self):
+        """The serving thread: accepts connections, answers hellos (each within HELLO_TIMEOUT, without ever
+        blocking on one), notices consumers' hang-ups, beats. Everything a connection creates ends with it
+        (layout 2.1 §C): a pending hello holds one descriptor, a consumer its socket and region."""
         poller = select.poll()
         poller.register(self._listener, select.POLLIN)
         poller.register(self._stop_r, select.POLLIN)
         watched = {}
+        pending = {}  # fd -> (connection, hello deadline)
         next_beat = 0.0
         while True:
             with self.lock:
@@ -675,27 +716,47 @@ class Producer:
             if now >= next_beat:
                 next_beat = now + BEAT_SECONDS
                 self._beat()
+            for fd, (conn, dl) in list(pending.items()):
+                if now >= dl:  # no hello in time: closed and counted
+                    poller.unregister(fd)
+                    del pending[fd]
+                    conn.close()
+                    self.hello_timeouts += 1
+                    self._log_refusal(f"ring {self.name}: closed a connection that sent no hello within "
+                                      f"{HELLO_TIMEOUT} s")
+            wake = min([next_beat] + [dl for _, dl in pending.values()])
             try:
-                events = poller.poll(max(1, int((next_beat - time.monotonic()) * 1000)))
+                events = poller.poll(max(1, int((wake - time.monotonic()) * 1000) + 1))
             except InterruptedError:
                 continue
             for fd, ev in events:
                 if fd == self._stop_r:
+                    for conn, _ in pending.values():
+                        conn.close()
                     return
                 if fd == self._listener.fileno():
+                    conn = self._accept()
+                    if conn is not None:
+                        pending[conn.fileno()] = (conn, time.monotonic() + HELLO_TIMEOUT)
+                        poller.register(conn, select.POLLIN | select.POLLRDHUP)
+                    continue
+                if fd in pending:
+                    conn, _ = pending.pop(fd)
+                    poller.unregister(fd)
                     try:
-                        conn, _ = self._listener.accept()
+                        msg = conn.recv(256, socket.MSG_DONTWAIT)
                     except OSError:
+                        conn.close()
                         continue
                     try:
-                        self._handshake(conn)
+                        self._answer(conn, msg)
                     except OSError:
                         conn.close()
                     continue
                 m = watched.get(fd)
                 if m is None:
                     continue
-                hung = bool(ev & _POLL_GONE)
+                hung = bool(ev & POLL_GONE)
                 if not hung:
                     try:
                         hung = m.sock.recv(256, socket.MSG_DONTWAIT) == b""
@@ -708,35 +769,67 @@ class Producer:
                     del watched[fd]
                     self._consumer_left(m)
 
+    def _accept(self):
+        """Accept one connection, or None. Keeps FD_RESERVE descriptors free (layout 2.1 §C): when fewer
+        are left, or MAX_PENDING hellos are outstanding, the connection is refused as busy with the reason;
+        when accept itself finds no descriptor, the spare one is given up to refuse it likewise (else the
+        listener would stay readable and the loop spin)."""
+        try:
+            conn, _ = self._listener.accept()
+        except OSError as e:
+            if e.errno not in (errno.EMFILE, errno.ENFILE) or self._spare_fd is None:
+                return None
+            os.close(self._spare_fd)
+            self._spare_fd = None
+            try:
+                conn, _ = self._listener.accept()
+                self._refuse(conn, L.STATUS_BUSY, f"ring {self.name} busy: the producer is out of file "
+                                                  "descriptors")
+            except OSError:
+                pass
+            finally:
+                try:
+                    self._spare_fd = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+                except OSError:
+                    pass
+            return None
+        left = _fds_left()
+        if left < FD_RESERVE:
+            self._refuse(conn, L.STATUS_BUSY, f"ring {self.name} busy: the producer has {left} file descriptors "
+                                              f"left (keeps {FD_RESERVE} in reserve)")
+            return None
+        conn.setblocking(False)
+        return conn
+
     def _beat(self):
         """Heartbeat (for humans) and the table rows' released positions, kept current while idle."""
         if self._closed:
             return
-        self.c64[_Q_HEARTBEAT] = time.time_ns()
+        self.c64[Q_HEARTBEAT_NS] = time.time_ns()
         with self.lock:
-            self._read_cursors_locked(self.c64[_Q_HEAD])
+            self._read_cursors_locked(self.c64[Q_HEAD])
 
-    def _permitted(self, uid, gid):
-        """The SO_PEERCRED gate (spec §1.2): our euid, root, or a member of the producer's group."""
+    def _permitted(self, uid, gid, conn=None):
+        """The SO_PEERCRED gate (spec §1.2): our euid, root, or a member of the producer's group — by the
+        peer's real groups (SO_PEERGROUPS, layout 2.1 §C), not /etc/group."""
         if uid in (0, os.geteuid()):
             return True
         if self.gid is None:
             return False
         if gid == self.gid:
             return True
-        try:
-            import pwd
-            return self.gid in os.getgrouplist(pwd.getpwuid(uid).pw_name, gid)
-        except (KeyError, OSError):
-            return False
+        return conn is not None and self.gid in peer_groups(conn)
+
+    def _log_refusal(self, message):
+        now = time.monotonic()
+        if now - self._refused_logged > 1.0:  # a stranger connecting in a loop gets a line a second
+            self._refused_logged = now
+            log.warning("%s", message)
 
     def _refuse(self, conn, status, message):
         self.refused.append((status, message))
         del self.refused[:-100]
-        now = time.monotonic()
-        if now - self._refused_logged > 1.0:  # a stranger connecting in a loop gets a line a second
-            self._refused_logged = now
-            log.warning("ring %s: refused a client: %s", self.name, message)
+        self._log_refusal(f"ring {self.name}: refused a client: {message}")
         try:
             conn.send(L.pack_error(status, message))
         except OSError:
@@ -753,12 +846,17 @@ class Producer:
     _region_seals = SEALS_REGION
 
     def _handshake(self, conn):
-        conn.settimeout(1.0)
+        """Answer one connection on the caller's thread (blocking up to HELLO_TIMEOUT for its hello)."""
+        conn.settimeout(HELLO_TIMEOUT)
         try:
             msg = conn.recv(256)
         except (socket.timeout, OSError):
             conn.close()
             return
+        self._answer(conn, msg)
+
+    def _answer(self, conn, msg):
+        """Answer the hello msg of conn: an error record, or a welcome with the ring's descriptors."""
         if self._refuse_hook(conn):
             return
         pid, uid, gid = peer_cred(conn)
@@ -769,7 +867,7 @@ class Producer:
         if h is None or h["magic"] != L.MAGIC:
             return self._refuse(conn, L.STATUS_PROTOCOL, f"ring {self.name}: hello of {len(msg)} bytes is not "
                                 "an ibvbridge hello")
-        if not self._permitted(uid, gid):
+        if not self._permitted(uid, gid, conn):
             return self._refuse(conn, L.STATUS_NOT_PERMITTED, f"ring {self.name}: uid {uid} may not attach "
                                 f"(the producer runs as uid {os.geteuid()})")
         if h["major"] != L.MAJOR_VERSION:
@@ -779,7 +877,7 @@ class Producer:
                                                                                      L.START_HEAD):
             return self._refuse(conn, L.STATUS_PROTOCOL, f"ring {self.name}: role {h['role']}, start "
                                 f"{h['start']}")
-        if self._closed or self.c32[_I_STATE] == L.STATE_CLOSED:
+        if self._closed or self.c32[I_STATE] == L.STATE_CLOSED:
             return self._refuse(conn, L.STATUS_CLOSING, f"ring {self.name} is closing: the stream has ended")
         if h["role"] == L.ROLE_OBSERVER:
             rec = L.pack_welcome(L.NO_CONSUMER_INDEX, 0, self.session_id, self.ctl_size, 0, 0)
@@ -798,7 +896,7 @@ class Producer:
                                         "consumer rows are attached")
                 idx = free[0]
                 # the start position goes into the region under the reclaim lock (spec §7.1)
-                start = self._reclaim if h["start"] == L.START_OLDEST else self.c64[_Q_HEAD]
+                start = self._reclaim if h["start"] == L.START_OLDEST else self.c64[Q_HEAD]
                 rmm[0:8] = start.to_bytes(8, "little")
                 gen = (self.row_get(idx, "generation") + 1) & 0xFFFFFFFF
                 self.row_set(idx, generation=gen, pid=pid, uid=uid, attach_ns=time.time_ns(), released=start,
@@ -825,9 +923,13 @@ class Producer:
             os.close(rfd)
 
     def _consumer_left(self, m):
-        """A consumer's socket hung up: its row becomes gone (4) and it stops counting (spec §7.6)."""
+        """A consumer's socket hung up: its final tail is read (layout 2.1 §D: released and lost_heaps are
+        then right), its row becomes gone (4) and it stops counting (spec §7.6)."""
         with self.lock:
             if self.conns.get(m.index) is m:
+                t = m.r64[Q_TAIL]
+                if (t - m.released) & M64 <= (self._pos - m.released) & M64:
+                    m.released = t  # a valid final cursor; an invalid one is ignored (it is leaving anyway)
                 del self.conns[m.index]
                 self._snap = tuple(self.conns.values())
                 if self.row_get(m.index, "generation") == m.generation:
@@ -849,6 +951,9 @@ class Producer:
         self.row_set(m.index, lost_heaps=lost_heaps, released=m.released)
         full_fence()
         self.row_set(m.index, state=state)
+        # Layout 2.1 §A: the consumer checks its row after copying a heap; a slot it held may be reused only
+        # once the detached state is visible to it, i.e. after this fence.
+        full_fence()
         if state == L.CONSUMER_OVERRUN:
             self._stats[C_OVERRUNS] += 1
         elif state == L.CONSUMER_BAD_CURSOR:
@@ -864,24 +969,23 @@ class Producer:
             self._graveyard.append(m)  # the serving thread unregisters and closes it
 
     # ..................................................................... consumer table (spec §2.2)
-    def row_off(self, index, field):
-        return L.OFF_CONSUMER_TABLE + L.ROW_SIZE * index + getattr(L, "ROW_" + field.upper())
+    def row_get(self, index: int, field: str) -> int:
+        """One field of consumer-table row index: one aligned load."""
+        w = row_word(index, field)
+        return self.c32[w] if field in ("state", "generation") else self.c64[w]
 
-    def row_get(self, index, field):
-        o = self.row_off(index, field)
-        return self.c32[o >> 2] if field in ("state", "generation") else self.c64[o >> 3]
-
-    def row_set(self, index, **fields):
+    def row_set(self, index: int, **fields: int) -> None:
+        """Store fields of row index in the order given (state last, by the callers), one store each."""
         for field, v in fields.items():
-            o = self.row_off(index, field)
+            w = row_word(index, field)
             if field == "state" and ORDERED:
                 release_fence()  # the row's state is stored last, with release (spec §2.2)
             if field in ("state", "generation"):
-                self.c32[o >> 2] = v & 0xFFFFFFFF
+                self.c32[w] = v & 0xFFFFFFFF
             else:
-                self.c64[o >> 3] = v & M64
+                self.c64[w] = v & M64
 
-    def row(self, index):
+    def row(self, index: int) -> dict[str, int]:
         """Consumer-table row ``index`` as a dict (spec §2.2)."""
         o = L.OFF_CONSUMER_TABLE + L.ROW_SIZE * index
         return dict(zip(L.ROW_FIELDS, L.ROW_STRUCT.unpack_from(self.ctl, o)))
@@ -891,7 +995,7 @@ class Producer:
         """Read every attached consumer's tail (spec §7.2): a valid one (in [released, head]) becomes its
         released position and its row's; an invalid one detaches it (state 3, consumer_errors)."""
         for m in list(self.conns.values()):
-            t = m.r64[0]
+            t = m.r64[Q_TAIL]
             r = m.released
             if (t - r) & M64 > (head - r) & M64:
                 self._detach_locked(m, L.CONSUMER_BAD_CURSOR, 0)
@@ -927,7 +1031,7 @@ class Producer:
             self._free[:n - k] = slots[k:]
         self._free_w += n
         self._reclaim = to & M64
-        self.c64[_Q_OLDEST] = self._reclaim
+        self.c64[Q_OLDEST] = self._reclaim
 
     def _reclaim_locked(self, want=1):
         """Give back the slots every attached consumer has released (up to the slowest one's cursor).
@@ -941,7 +1045,7 @@ class Producer:
                 held = (self._pos - self._reclaim) & M64
                 self._free_positions((self._reclaim + min(need, held)) & M64)
             return
-        self._read_cursors_locked(self.c64[_Q_HEAD])
+        self._read_cursors_locked(self.c64[Q_HEAD])
         slow = self._slowest_locked()
         if slow is not None:
             self._free_positions(slow.released)
@@ -1003,8 +1107,8 @@ class Producer:
                 if none and not self._interrupted:
                     self._attached.wait(slice_)
                 continue
-            f = slow.r32[_I_RELEASE]
-            c32[_I_PRODUCER_WAITING] = 1
+            f = slow.r32[I_RELEASE_FUTEX]
+            c32[I_PRODUCER_WAITING] = 1
             full_fence()
             with self.lock:
                 ok = done()
@@ -1013,11 +1117,11 @@ class Producer:
                 if not self._interrupted:
                     futex_wait(slow.rf_addr, f, slice_)
                 self._wait_addr = 0
-            c32[_I_PRODUCER_WAITING] = 0
+            c32[I_PRODUCER_WAITING] = 0
             if ok:
                 return
 
-    def interrupt(self):
+    def interrupt(self) -> None:
         """Make a blocked acquire / publish_batch / wait_drained / end_of_stream raise Interrupted (the
         next one, if none is waiting). Safe from any thread."""
         self._interrupted = True
@@ -1027,7 +1131,7 @@ class Producer:
             futex_wake(a)
 
     # ..................................................................... the hot path
-    def acquire(self, timeout=None):
+    def acquire(self, timeout: float | None = None) -> Slot:
         """A free payload slot (a Slot). drop: RingFull when none is free (count the heap with
         ``add("dropped_heaps", 1)``); block: waits for the slowest consumer (timeout seconds, None:
         forever; Timeout after it), Interrupted after interrupt()."""
@@ -1039,7 +1143,7 @@ class Producer:
         self._taken.add(s)
         return Slot(self, s)
 
-    def discard(self, slot):
+    def discard(self, slot: Slot) -> None:
         """Give an acquired slot back unpublished."""
         if not slot._live:
             raise RingError(f"slot {slot.index} was already published or discarded")
@@ -1048,8 +1152,8 @@ class Producer:
         self._free[self._free_w % self.slot_count] = slot.index
         self._free_w += 1
 
-    def publish(self, slot, heap_cnt, heap_size=None, received=None, timestamp_ns=None, flags=COMPLETE,
-                packets=1):
+    def publish(self, slot: Slot, heap_cnt: int, heap_size: int | None = None, received: int | None = None,
+                timestamp_ns: int | None = None, flags: int = COMPLETE, packets: int = 1) -> int:
         """Publish the heap in ``slot`` (spec §7.3): its item table is already written by add_item; the
         descriptor, then a release store of head, then a wake for each consumer that announced it sleeps.
 
@@ -1090,17 +1194,17 @@ class Producer:
         pos = self._pos
         if ORDERED:
             release_fence()  # descriptors and item tables before head: a release store (spec §7.3)
-        self.c64[_Q_HEAD] = pos
+        self.c64[Q_HEAD] = pos
         full_fence()
         for m in self._snap:
             r32 = m.r32
-            if r32[_I_WAITING] and (force or (pos - m.r64[_Q_WAKE_AT]) & M64 < 1 << 63):
-                r32[_I_WAITING] = 0
+            if r32[I_CONSUMER_WAITING] and (force or (pos - m.r64[Q_WAKE_AT]) & M64 < 1 << 63):
+                r32[I_CONSUMER_WAITING] = 0
                 full_fence()
-                r32[_I_FUTEX] = (r32[_I_FUTEX] + 1) & 0xFFFFFFFF
+                r32[I_CONSUMER_FUTEX] = (r32[I_CONSUMER_FUTEX] + 1) & 0xFFFFFFFF
                 futex_wake(m.cf_addr)
                 if not m.detached:  # (a detached member's row may belong to someone else by now)
-                    o = (L.OFF_CONSUMER_TABLE + L.ROW_SIZE * m.index + L.ROW_WAKES) >> 3
+                    o = row_word(m.index, "wakes")
                     self.c64[o] = (self.c64[o] + 1) & M64
 
     def _items_block(self, items, n):
@@ -1140,8 +1244,9 @@ class Producer:
                     cols.append((c, f, a))
         return t, None, cols, over
 
-    def publish_batch(self, payloads, heap_cnts, heap_sizes=None, items=None, flags=COMPLETE,
-                      timestamp_ns=None, packets=1, timeout=None):
+    def publish_batch(self, payloads: Any, heap_cnts: Any, heap_sizes: Any = None, items: Any = None,
+                      flags: Any = COMPLETE, timestamp_ns: Any = None, packets: Any = 1,
+                      timeout: float | None = None) -> int:
         """Publish many (small) heaps at once: takes free slots, copies the payloads with numpy, writes all
         descriptors and item tables vectorised and stores head once per run of free slots (one wake check
         per consumer per head store).
@@ -1302,7 +1407,7 @@ class Producer:
         self._free_r += k
         return s
 
-    def end_of_stream(self, stop_heap_cnt=0, timeout=None):
+    def end_of_stream(self, stop_heap_cnt: int = 0, timeout: float | None = None) -> int:
         """Publish the END_OF_STREAM marker (spec §4.1). It takes a slot like a heap: with none free it
         waits up to timeout seconds (None: drop does not wait, block waits forever) for the consumers, then
         raises RingFull (close() still marks the ring CLOSED, which consumers also read as the end)."""
@@ -1331,7 +1436,7 @@ class Producer:
         self._commit(force=True)  # the end of the stream wakes consumers whose wakes are coalesced too
         return pos
 
-    def wait_drained(self, timeout=None):
+    def wait_drained(self, timeout: float | None = None) -> None:
         """Wait until every attached consumer has released everything published (so closing loses
         nothing). NoConsumer when no consumer is attached when it is called (nobody would ever drain the
         ring); consumers that detach meanwhile stop counting, and it returns when the last one has gone.
@@ -1346,7 +1451,7 @@ class Producer:
             return not self.conns or self._reclaim == self._pos
         self._wait_for(done, timeout)
 
-    def wait_consumers(self, n, timeout=None):
+    def wait_consumers(self, n: int, timeout: float | None = None) -> None:
         """Wait until at least n consumers are attached; Timeout otherwise."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while len(self._snap) < n:
@@ -1360,7 +1465,7 @@ class Producer:
             if len(self._snap) < n:
                 self._attached.wait(0.05 if left is None else min(0.05, left))
 
-    def set_descriptors(self, records):
+    def set_descriptors(self, records: Iterable[Any]) -> None:
         """Rewrite the stream-metadata area (spec §6, a seqlock) with item descriptors: ItemDescriptor-like
         objects (id, name, description, format bytes, dtype: a numpy dtype, a dtype string or the numpy
         header text, shape: a tuple with -1 for a variable dimension, or None) or ready-made records
@@ -1389,7 +1494,7 @@ class Producer:
             raise RingError(f"ring {self.name} is closed")
 
     # ..................................................................... stopping (spec §7.6)
-    def close(self):
+    def close(self) -> None:
         """Clean stop: interrupt a waiting hot path, state CLOSED, wake every consumer, close every
         connection, remove the socket and the lock file, unmap. Consumers keep their mappings, drain what
         was published, then see the end of stream. Idempotent."""
@@ -1403,12 +1508,12 @@ class Producer:
             with self.lock:
                 if ORDERED:
                     release_fence()  # state is a release store: everything published comes before it
-                self.c32[_I_STATE] = L.STATE_CLOSED
+                self.c32[I_STATE] = L.STATE_CLOSED
                 full_fence()
                 for m in self.conns.values():
                     r32 = m.r32
-                    r32[_I_WAITING] = 0
-                    r32[_I_FUTEX] = (r32[_I_FUTEX] + 1) & 0xFFFFFFFF
+                    r32[I_CONSUMER_WAITING] = 0
+                    r32[I_CONSUMER_FUTEX] = (r32[I_CONSUMER_FUTEX] + 1) & 0xFFFFFFFF
                     futex_wake(m.cf_addr)
         self._release(unlink=True)
 
@@ -1442,7 +1547,7 @@ class Producer:
                         os.unlink(f, dir_fd=self._dirfd)
                     except OSError:
                         pass
-        for attr in ("_lockfd", "_dirfd", "_stop_r", "_stop_w", "ctl_fd", "data_fd"):
+        for attr in ("_lockfd", "_dirfd", "_stop_r", "_stop_w", "ctl_fd", "data_fd", "_spare_fd"):
             fd = getattr(self, attr, None)
             if fd is not None:
                 try:
@@ -1472,13 +1577,13 @@ class Producer:
                 except BufferError:
                     pass  # views the caller still holds: unmapped when the last one goes
 
-    def __enter__(self):
+    def __enter__(self) -> Producer:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         if self._closed:
             return f"Producer({self.name!r}, closed)"
         return (f"Producer({self.name!r}, socket={self.socket_path!r}, slots={self.slot_count}x"

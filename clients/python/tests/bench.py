@@ -1,6 +1,11 @@
 """Rough consumer throughput against a pre-filled fake ring (not a test; run by hand).
 
     /usr/bin/python3 tests/bench.py [--heaps N] [--size B] [--items K]
+    /usr/bin/python3 tests/bench.py --itemgroup [--heaps N] [--rounds R]
+
+--itemgroup measures what ItemGroup.update plus reading three named items (a numpy array of 64 float32,
+two immediates) adds per heap on top of ring.next(): CPU time of a loop with and without them, rounds
+alternated in one process, the median difference reported.
 
 Fills a ring with N heaps (vectorised, so the producer is not the bottleneck) plus an END_OF_STREAM
 marker, then times: the per-heap iterator, next_batch, and the consume CLI in both modes. Each consumer
@@ -47,13 +52,83 @@ def fill(p, n, size, items):
     p.commit()
 
 
+def fill_items(p, n):
+    """n heaps of three items: immediates timestamp (u48) and offset (i48), the array spectrum (64 f4)."""
+    p.set_descriptors([
+        type("D", (), dict(id=0x1600, name="timestamp", description="", shape=(), dtype=None,
+                           format=b"u\x00\x30", order="C"))(),
+        type("D", (), dict(id=0x1601, name="offset", description="", shape=(), dtype=None,
+                           format=b"i\x00\x30", order="C"))(),
+        type("D", (), dict(id=0x1800, name="spectrum", description="", shape=(64,), dtype=np.dtype("<f4"),
+                           format=b"", order="C"))()])
+    pos = np.arange(n, dtype=np.uint64)
+    d = p.desc[:n]
+    d["seq"] = pos + 1
+    d["heap_cnt"] = pos + 1
+    d["heap_size"] = d["received"] = 256
+    d["slot"] = pos
+    d["flags"] = L.FLAG_COMPLETE
+    d["item_count"] = 3
+    d["packets"] = 1
+    p.items[:n, 0] = (0x1600, 0, 6, L.ITEM_IMMEDIATE, 0)
+    p.items["value"][:n, 0] = pos * 4096
+    p.items[:n, 1] = (0x1601, 5, 6, L.ITEM_IMMEDIATE, 0)
+    p.items[:n, 2] = (0x1800, 0, 256, 0, 0)
+    p.desc[n] = (n + 1, 0, 0, 0, 0, n, L.FLAG_END_OF_STREAM, 0, 0, 0)
+    p.head = n + 1
+    p.commit()
+
+
+def bench_itemgroup(heaps, rounds):
+    from ibvbridge import ItemGroup, EndOfStream
+    sc = 1 << (heaps + 1).bit_length()
+    plain, named = [], []
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as d:
+        p = FakeProducer(d, "items", slot_count=sc, slot_size=256, max_items=3)
+        fill_items(p, heaps)
+
+        def run(with_items):
+            ig = ItemGroup()
+            with Ring.attach(p.socket_path) as ring:
+                t = time.process_time()
+                try:
+                    while True:
+                        with ring.next() as h:
+                            if with_items:
+                                ig.update(h)
+                                s = ig["spectrum"].value
+                                ts = ig["timestamp"].value
+                                off = ig["offset"].value
+                except EndOfStream:
+                    pass
+                dt = time.process_time() - t
+            if with_items:
+                assert s.shape == (64,) and ts == (heaps - 1) * 4096 and off == 5
+            return dt / heaps
+
+        for _ in range(rounds):
+            plain.append(run(False))
+            named.append(run(True))
+        p.close()
+    diffs = sorted(b - a for a, b in zip(plain, named))
+    print(f"ring.next() + release            {sorted(plain)[rounds // 2] * 1e6:6.2f} µs/heap (median of {rounds})")
+    print(f"  + ItemGroup.update + 3 items   {sorted(named)[rounds // 2] * 1e6:6.2f} µs/heap")
+    print(f"  added by the items             {diffs[rounds // 2] * 1e6:6.2f} µs/heap (median of the pairs; "
+          f"min {diffs[0] * 1e6:.2f}, max {diffs[-1] * 1e6:.2f})")
+
+
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--itemgroup", action="store_true")
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--heaps", type=int, default=1_000_000)
     ap.add_argument("--size", type=int, default=64)
     ap.add_argument("--items", type=int, default=1)
     ap.add_argument("--batch", type=int, default=4096)
     a = ap.parse_args()
+    if a.itemgroup:
+        bench_itemgroup(min(a.heaps, 200_000), a.rounds)
+        return
     sc = 1 << (a.heaps + 1).bit_length()
     with tempfile.TemporaryDirectory(dir="/dev/shm") as d:
         p = FakeProducer(d, "bench", slot_count=sc, slot_size=max(64, (a.size + 63) // 64 * 64), max_items=2)

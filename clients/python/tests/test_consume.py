@@ -13,7 +13,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PKG = os.path.dirname(HERE)
 PY = sys.executable
 M64 = (1 << 64) - 1
-KEYS = ["heaps", "bytes", "checksum", "verify_errors", "incomplete", "first_heap_cnt", "last_heap_cnt",
+KEYS = ["heaps", "bytes", "checksum", "verify_errors", "overrun_heaps", "incomplete", "first_heap_cnt", "last_heap_cnt",
         "heap_cnt_out_of_order", "seconds", "cpu_seconds", "result", "error", "counters", "session_id"]
 
 

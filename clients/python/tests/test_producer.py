@@ -455,11 +455,11 @@ def test_unsafe_directories_refused(tmp_path):
     real.mkdir()
     link = tmp_path / "link"
     link.symlink_to(real)
-    with pytest.raises(UnsafeDirectory, match="not a directory"):
+    with pytest.raises(UnsafeDirectory, match=f"{link} is a symbolic link"):
         Producer.create("r", directory=str(link), **kw)
     f = tmp_path / "file"
     f.write_text("")
-    with pytest.raises(UnsafeDirectory):
+    with pytest.raises(UnsafeDirectory, match=f"{f} is not a directory"):
         Producer.create("r", directory=str(f), **kw)
     # a planted symlink where the lock goes
     target = tmp_path / "victim"
@@ -469,6 +469,30 @@ def test_unsafe_directories_refused(tmp_path):
         Producer.create("r", directory=str(real), **kw)
     assert target.read_text() == "keep"
     assert not os.path.exists(real / ("r" + L.SOCKET_SUFFIX))
+
+
+def test_attack_parent_symlink_of_another_user_is_not_followed(tmp_path):
+    # --dir /tmp/x/y/z where /tmp/x is another user's symlink: nothing is created through it
+    kw = dict(hugepages="off", slot_count=4, slot_size=64)
+    target = tmp_path / "attacker"
+    target.mkdir()
+    os.chown(target, 65534, 65534)
+    link = tmp_path / "x"
+    link.symlink_to(target)
+    os.chown(link, 65534, 65534, follow_symlinks=False)
+    with pytest.raises(UnsafeDirectory, match=f"^ring directory {link}/y/z: {link} is a symbolic link$"):
+        Producer.create("r", directory=str(link / "y" / "z"), **kw)
+    assert os.listdir(target) == []
+
+
+def test_directory_component_owned_by_another_user_is_refused(tmp_path):
+    kw = dict(hugepages="off", slot_count=4, slot_size=64)
+    other = tmp_path / "other"
+    other.mkdir(mode=0o755)
+    os.chown(other, 65534, 65534)
+    with pytest.raises(UnsafeDirectory, match=f"{other} is owned by uid 65534, not {os.geteuid()} or root"):
+        Producer.create("r", directory=str(other / "ring"), **kw)
+    assert os.listdir(other) == []
 
 
 def test_bad_names_and_geometry(tmp_path):
@@ -595,3 +619,26 @@ def test_hugepages_auto_falls_back_with_a_warning(tmp_path, monkeypatch):
         p = Producer.create("w", directory=str(tmp_path), hugepages="auto", slot_count=4, slot_size=64)
     with p:
         assert not p.huge and p.page_size == 4096
+
+
+def test_slot_context_manager_returns_the_slot_on_an_exception_under_block(tmp_path):
+    with Producer.create("slot", slot_count=2, slot_size=64, policy="block", hugepages="off",
+                         directory=str(tmp_path)) as p:
+        for _ in range(10):  # 10 failures on a 2-slot ring: any leaked slot would make acquire time out
+            with pytest.raises(ValueError, match="fill failed"):
+                with p.acquire(timeout=1) as slot:
+                    slot.payload[:4] = 7
+                    raise ValueError("fill failed")
+            assert not slot.live
+        with p.acquire(timeout=1) as slot:
+            pass  # left without publishing: given back too
+        assert not slot.live
+        with Ring.attach(p.socket_path, timeout=2) as ring:
+            with p.acquire(timeout=1) as slot:
+                slot.payload[:3] = np.frombuffer(b"abc", np.uint8)
+                p.publish(slot, heap_cnt=1, received=3)
+            assert not slot.live
+            with ring.next(timeout=1) as h:
+                assert h.heap_cnt == 1 and bytes(h.payload) == b"abc"
+            with p.acquire(timeout=1), p.acquire(timeout=1):
+                pass  # both slots free again

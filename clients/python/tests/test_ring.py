@@ -67,7 +67,7 @@ def test_structs_follow_offsets():
     assert int.from_bytes(raw[L.OFF_DATA_SIZE:L.OFF_DATA_SIZE + 8], "little") == hdr["data_size"]
     assert int.from_bytes(raw[L.OFF_MAX_CONSUMERS:L.OFF_MAX_CONSUMERS + 4], "little") == hdr["max_consumers"]
     h = L.pack_hello(L.ROLE_CONSUMER, L.START_HEAD)
-    assert len(h) == 32 and L.unpack_hello(h) == dict(magic=L.MAGIC, major=2, minor=0, role=1, start=1)
+    assert len(h) == 32 and L.unpack_hello(h) == dict(magic=L.MAGIC, major=2, minor=1, role=1, start=1)
     assert h[L.HELLO_START] == 1 and h[0x14:] == bytes(12)
     w = L.pack_welcome(3, 9, 0x1234, 8192, 65536)
     d = L.unpack_record(w)
@@ -246,7 +246,7 @@ def test_major_mismatch_names_both(make_producer):
     p = make_producer(header_overrides={"major": 3})  # the header of a producer that welcomed us as 2.0
     with pytest.raises(VersionMismatch) as e:
         attach(p)
-    assert "3.0" in str(e.value) and "2.0" in str(e.value)
+    assert "3.1" in str(e.value) and "2.1" in str(e.value)
     assert e.value.found == 3 and e.value.supported == 2
 
 
@@ -255,7 +255,7 @@ def test_welcome_major_mismatch(make_producer):
     p.welcome_hook = lambda rec: rec[:8] + (3).to_bytes(2, "little") + rec[10:]
     with pytest.raises(VersionMismatch) as e:
         attach(p)
-    assert e.value.found == 3 and "3.0" in str(e.value) and "2.0" in str(e.value)
+    assert e.value.found == 3 and "3.1" in str(e.value) and "2.1" in str(e.value)
 
 
 def test_1_0_control_file_path_is_a_version_error(tmp_path):
@@ -274,6 +274,15 @@ def test_newer_minor_accepted(make_producer):
             assert bytes(h.payload) == b"abc"
 
 
+def test_layout_2_0_producer_accepted(make_producer):
+    # a 2.0 producer (minor 0 in the header and the welcome) interoperates with this 2.1 client
+    p = make_producer(header_overrides={"minor": 0})
+    p.welcome_hook = lambda rec: rec[:L.MSG_MINOR] + (0).to_bytes(2, "little") + rec[L.MSG_MINOR + 2:]
+    p.publish(1, b"abc")
+    with attach(p) as ring, ring.next() as h:
+        assert ring.minor == 0 and bytes(h.payload) == b"abc"
+
+
 def test_init_state_is_corrupt(make_producer):
     p = make_producer(header_overrides={"state": L.STATE_INIT})
     with pytest.raises(CorruptRing, match="INIT"):
@@ -288,39 +297,53 @@ def test_no_answer_times_out(make_producer):
     assert 0.25 < time.monotonic() - t < 2
 
 
-def test_not_found_and_late_creation(tmp_path):
+def test_missing_ring_fails_at_once_and_wait_true_waits_for_a_late_producer(tmp_path):
     path = str(tmp_path / "late.v2.sock")
+    t = time.monotonic()
+    with pytest.raises(RingNotFound, match=f"ring {path} not found \\(looked in {tmp_path}\\)"):
+        Ring.attach(path, timeout=30)  # no wait: at once, not after the timeout
+    with pytest.raises(RingNotFound, match=f"ring late not found \\(looked in {tmp_path}\\)"):
+        Ring.attach("late", directory=str(tmp_path), timeout=30)
+    assert time.monotonic() - t < 5
     with pytest.raises(RingNotFound, match="not found"):
-        Ring.attach(path, timeout=0.1)
-    with pytest.raises(RingNotFound):
-        Ring.attach("late", directory=str(tmp_path), timeout=0.05)
+        Ring.attach("late", directory=str(tmp_path), timeout=0.05, wait=True)
     made = []
     t = threading.Timer(0.3, lambda: made.append(FakeProducer(str(tmp_path), "late")))
     t.start()
     try:
-        with Ring.attach(path, timeout=5) as ring:
+        with Ring.attach(path, timeout=5, wait=True) as ring:
             assert ring.session_id == made[0].session_id
     finally:
         t.join()
         made[0].close()
 
 
-def test_stale_socket_is_not_found(tmp_path):
+def test_stale_socket_is_retried_then_named_stale(tmp_path):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     s.bind(str(tmp_path / "stale.v2.sock"))
     s.close()  # the file stays, nobody listens: ECONNREFUSED, retried until the timeout
-    with pytest.raises(RingNotFound):
-        Ring.attach("stale", directory=str(tmp_path), timeout=0.1)
+    t = time.monotonic()
+    with pytest.raises(RingNotFound, match=f"ring stale: stale socket {tmp_path}/stale.v2.sock \\(no producer; "
+                       "`ibvbridge rm --stale` removes it\\)"):
+        Ring.attach("stale", directory=str(tmp_path), timeout=0.3)
+    assert time.monotonic() - t >= 0.3  # retried: a producer may be restarting
 
 
 def test_name_resolution(tmp_path, monkeypatch):
     monkeypatch.delenv("IBVBRIDGE_RING_DIR", raising=False)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     assert ibvbridge.default_dir() == ("/run/ibvbridge" if os.geteuid() == 0 else f"/dev/shm/ibvbridge-{os.geteuid()}")
     assert ibvbridge.lookup_dirs() == ([L.RUN_DIR] if os.geteuid() == 0 else [ibvbridge.default_dir(), L.RUN_DIR])
     assert ibvbridge.socket_path_for("abc", "/x") == "/x/abc.v2.sock"
     assert ibvbridge.socket_path_for("/some/where/abc.v2.sock") == "/some/where/abc.v2.sock"
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert ibvbridge.lookup_dirs() == ["/dev/shm/ibvbridge-1000", "/run/ibvbridge"]
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/1000")  # layout 2.1: the per-user default moves there
+    assert ibvbridge.lookup_dirs() == ["/run/user/1000/ibvbridge", "/run/ibvbridge"]
+    assert ibvbridge.default_dir() == "/run/user/1000/ibvbridge"
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "relative/dir")  # only an absolute XDG_RUNTIME_DIR counts
+    assert ibvbridge.lookup_dirs() == ["/dev/shm/ibvbridge-1000", "/run/ibvbridge"]
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
     monkeypatch.setenv("IBVBRIDGE_RING_DIR", str(tmp_path))
     assert ibvbridge.lookup_dirs() == [str(tmp_path)] and ibvbridge.default_dir() == str(tmp_path)
     assert ibvbridge.lookup_dirs("/given") == ["/given"]
@@ -336,7 +359,7 @@ def test_lookup_first_directory_holding_the_socket_wins(tmp_path, monkeypatch):
     own.mkdir()
     run.mkdir()
     monkeypatch.delenv("IBVBRIDGE_RING_DIR", raising=False)
-    monkeypatch.setattr(ring_mod, "default_dir", lambda: str(own))
+    monkeypatch.setattr(ibvbridge.shared, "own_default_dir", lambda: str(own))
     monkeypatch.setattr(L, "RUN_DIR", str(run))
     assert ibvbridge.lookup_dirs() == [str(own), str(run)]
     p = FakeProducer(str(run), "r")
@@ -513,6 +536,7 @@ def test_hello_is_what_the_spec_says(make_producer):
         attach(p, start="head")
     t.join()
     assert got[0] == L.pack_hello(L.ROLE_CONSUMER, L.START_HEAD) and len(got[0]) == 32
+    assert L.unpack_hello(got[0])["minor"] == 1  # layout 2.1
 
 
 def test_untrusted_producer_uid(tmp_path):
@@ -594,7 +618,8 @@ def test_max_consumers_busy_and_reattach(make_producer):
     r1.close()
     assert held.released is False
     p.wait_consumers(0)
-    assert p.row_get(0, "state") == L.CONSUMER_GONE and p.row_get(0, "released") == 0
+    # layout 2.1 §D: the producer reads the final tail at detach (positions 0 and 1 were released)
+    assert p.row_get(0, "state") == L.CONSUMER_GONE and p.row_get(0, "released") == 2
     # a new consumer starts at the oldest heap the ring still holds: nothing was reclaimed, so position 0
     with attach(p) as r2:
         assert r2.position == p.reclaimed == r2.oldest == 0 and r2.generation == 2 and r2.consumer_index == 0
@@ -877,7 +902,8 @@ def test_batch_consecutive_is_zero_copy(make_producer):
             assert pl.shape == (6, 64) and np.shares_memory(pl, ring._payload2d) and not pl.flags.writeable
             for i in range(6):
                 assert pl[i].tobytes() == pattern(i, 64)
-            assert np.shares_memory(b.heap_cnt, ring._desc_arr)
+            # descriptors are a private copy (spec §A): a producer rewriting them cannot change what was checked
+            assert not np.shares_memory(b.heap_cnt, ring._desc_arr) and not b.descs.flags.writeable
             found, items = b.find_item(0x1001)
             assert found.all() and items["value"].tolist() == list(range(6))
         assert ring.tail == 6

@@ -10,6 +10,7 @@ import (
 	"fmt"
 
 	"github.com/ibvbridge/ibvbridge/ring"
+	"github.com/ibvbridge/ibvbridge/spead"
 )
 
 // Item ids of a pattern heap: the payload as one address item, and the heap cnt as an immediate.
@@ -17,9 +18,6 @@ const (
 	PayloadItemID = 0x1000
 	CntItemID     = 0x1001
 )
-
-// descriptorItemID is SPEAD's item descriptor item (spead.DescriptorID; ring imports no spead here).
-const descriptorItemID = 0x5
 
 // PatternByte is byte i of the payload of heap cnt: (cnt*31 + i) mod 256.
 func PatternByte(cnt uint64, i int) byte { return byte(cnt*31 + uint64(i)) }
@@ -113,7 +111,7 @@ func (pb *Publisher) Publish(cnt uint64, nowNanos uint64) (uint64, error) {
 func Verify(h *ring.Heap) bool {
 	data := h.Payload
 	for _, it := range h.Items {
-		if it.ID == descriptorItemID && !it.Immediate() && it.Value < uint64(len(data)) {
+		if it.ID == spead.DescriptorID && !it.Immediate() && it.Value < uint64(len(data)) {
 			data = data[:it.Value]
 		}
 	}

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/ibvbridge/ibvbridge/ring"
-	"github.com/ibvbridge/ibvbridge/ring/pattern"
 	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/spead/pattern"
 )
 
 func TestFillVerifyChecksum(t *testing.T) {
@@ -100,5 +100,40 @@ func TestHeapGen(t *testing.T) {
 	}
 	if _, err := pattern.NewHeapGen(spead.Flavour64_48, 2, 3, false, false); err == nil {
 		t.Error("3 items in a 2-byte heap accepted")
+	}
+}
+
+// With Options.Timestamp every heap carries immediate item 0x1600 = (cnt-1) × heap size, and heap 1's
+// descriptors name it "timestamp" with a u<address bits> format.
+func TestHeapGenTimestampItem(t *testing.T) {
+	g, err := pattern.NewHeapGenOptions(spead.Flavour64_48, 100, 1, pattern.Options{Pattern: true, Descriptors: true, Timestamp: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := false
+	for _, cnt := range []uint64{1, 2, 7} {
+		h := g.Heap(cnt)
+		var ts *spead.Item
+		for i := range h.Items {
+			it := &h.Items[i]
+			if it.ID == pattern.TimestampItemID {
+				ts = it
+			}
+			if it.ID == spead.DescriptorID {
+				d, err := spead.ParseDescriptor(it.Data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.ID == pattern.TimestampItemID {
+					named = d.Name == "timestamp" && len(d.Format) == 1 && d.Format[0] == spead.FormatField{Code: 'u', Bits: 48}
+				}
+			}
+		}
+		if ts == nil || !ts.Immediate || ts.Value != (cnt-1)*100 {
+			t.Fatalf("heap %d: timestamp item %+v, want immediate %d", cnt, ts, (cnt-1)*100)
+		}
+	}
+	if !named {
+		t.Error("heap 1 has no descriptor naming 0x1600 \"timestamp\" with format u48")
 	}
 }

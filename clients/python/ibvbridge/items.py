@@ -1,0 +1,635 @@
+"""Items by name, in spead2's vocabulary: ItemGroup, Item and HeapGenerator over a ring's heaps.
+
+    import ibvbridge
+    ig = ibvbridge.ItemGroup()
+    with ibvbridge.attach("cbf") as ring:
+        for heap in ring:
+            for name, item in ig.update(heap).items():   # the items this heap changed
+                print(name, item.value)                 # decoded as spead2 decodes them
+
+This module owns the decoding of item values: descriptors (from the ring's stream-metadata area, spec §6,
+which the producer updates before it publishes a heap with HAS_DESCRIPTORS) become Items; ``update(heap)``
+gives each Item of the heap its value:
+
+* an item with a numpy ``dtype`` (or a format numpy can hold, such as ``[('u', 32)]``): a read-only numpy
+  VIEW of the slot (no copy), valid until the heap is released — ``.copy()`` what must outlive it. A
+  shape of ``()`` gives a scalar, as in spead2. With spead2's default ``new_order='='`` a non-native byte
+  order is converted (a copy); ``new_order='|'`` keeps the view.
+* a format such as ``[('u', 48)]`` (immediates included): Python ints (two's complement for ``'i'``);
+  several fields give a tuple, a shape gives nested lists; ``[('c', 8)]`` of shape ``(n,)`` a str.
+* a shape with one ``None`` (``-1`` in the ring's metadata) takes its length from the item's bytes.
+
+Differences from spead2, on purpose: values of numpy items are views of shared memory (spead2 copies the
+heap into its own memory); descriptors come from the ring's metadata, so a consumer that attaches after the
+descriptor heap still names its items. ``HeapGenerator`` fills a producer's slots (the twin of spead2's
+``send.HeapGenerator``): the descriptors go to the ring's metadata once, not into every heap.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import (Any, Dict, ItemsView, Iterator, KeysView, List, Optional, Sequence, Tuple,
+                    Union, ValuesView)
+
+import numpy as np
+
+from . import layout as L
+from .errors import RingError
+
+Shape = Tuple[Optional[int], ...]
+Format = List[Tuple[str, int]]
+
+STREAM_CTRL_ID = 0x6  # ids up to this one are SPEAD's own (heap cnt ... stream control): not items
+_UNRESERVED_ID = 0x1000
+_IMMEDIATE_BYTES = 6  # HeapGenerator's immediates: SPEAD-64-48, spead2's default flavour
+
+# How an item's value is decoded (spead2's fast paths).
+_NUMPY, _IMMEDIATE, _BITS = 0, 1, 2
+
+
+def parse_format(raw: Union[bytes, Sequence[Tuple[str, int]], None],
+                 immediate_bytes: Optional[int] = None) -> Optional[Format]:
+    """A SPEAD format as a list of (code, bits). ``raw``: the wire form kept in the ring's metadata (one
+    code byte and 8 - heap address bytes of bit length per field; that width is tried first when known,
+    then SPEAD-64-48's and SPEAD-64-40's, and the first split into known codes is taken, as the Go side
+    does), or a list already. None when there is no format or no width fits."""
+    if raw is None or len(raw) == 0:
+        return None
+    if not isinstance(raw, (bytes, bytearray, memoryview)):
+        return [(str(c), int(b)) for c, b in raw]
+    raw = bytes(raw)
+    widths = [3, 4]
+    if immediate_bytes:
+        w = 1 + 8 - immediate_bytes
+        widths = [w] + [x for x in widths if x != w]
+    for w in widths:
+        if w < 2 or len(raw) % w:
+            continue
+        fields = [(chr(raw[i]), int.from_bytes(raw[i + 1:i + w], "big")) for i in range(0, len(raw), w)]
+        if all(c in "uifcb" and b > 0 for c, b in fields):
+            return fields
+    return None
+
+
+def format_bytes(fmt: Format, immediate_bytes: int = _IMMEDIATE_BYTES) -> bytes:
+    """The wire form of a format for a stream whose heap addresses take immediate_bytes bytes."""
+    w = 8 - immediate_bytes
+    return b"".join(c.encode("ascii") + int(b).to_bytes(w, "big") for c, b in fmt)
+
+
+def _format_dtype(fmt: Format) -> np.dtype:
+    """The numpy dtype spead2 decodes a format into: object ('O') where numpy has no such type."""
+    fields = []
+    for code, bits in fmt:
+        if (code in "ui" and bits in (8, 16, 32, 64)) or (code == "f" and bits in (32, 64)):
+            fields.append(f">{code}{bits // 8}")
+        elif code == "b" and bits == 8:
+            fields.append("?")
+        elif code == "c" and bits == 8:
+            fields.append("S1")
+        elif code in "uib":
+            fields.append("O")
+        else:
+            raise ValueError(f"illegal format ({code!r}, {bits})")
+    return np.dtype(",".join(fields))
+
+
+DESCRIPTOR_ITEM = 0x5  # an item descriptor: its bytes are a SPEAD packet describing one item
+_D_NAME, _D_DESCRIPTION, _D_SHAPE, _D_FORMAT, _D_ID, _D_DTYPE = 0x10, 0x11, 0x12, 0x13, 0x14, 0x15
+
+
+def parse_descriptor_item(data: Any) -> Any:
+    """An item descriptor as it travels in a heap (item 0x5: an embedded SPEAD packet), as the ring's
+    ItemDescriptor (what Ring.descriptors() gives). Item lengths as spead2 and the Go side take them: the
+    addressed items sorted by address, each ending where the next begins. ValueError when malformed."""
+    from .producer import meta_record  # one encoder and one parser of descriptors: the metadata record's
+    from .ring import _parse_metadata
+    b = bytes(data)
+    if len(b) < 8 or b[0] != 0x53 or b[1] != 4 or b[2] + b[3] != 8 or not 1 <= b[3] <= 7:
+        raise ValueError("item descriptor: not a SPEAD-64 packet")
+    imm_bytes = b[3]
+    addr_bits = 8 * imm_bytes
+    n = int.from_bytes(b[6:8], "big")
+    payload = b[8 + 8 * n:]
+    if len(b) < 8 + 8 * n:
+        raise ValueError(f"item descriptor: {n} item pointers past its {len(b)} bytes")
+    iid, addressed = None, []
+    for k in range(n):
+        ptr = int.from_bytes(b[8 + 8 * k:16 + 8 * k], "big")
+        item, value = (ptr >> addr_bits) & ((1 << (63 - addr_bits)) - 1), ptr & ((1 << addr_bits) - 1)
+        if ptr >> 63:
+            if item == _D_ID:
+                iid = value
+        elif item:
+            addressed.append((value, item))
+    addressed.sort(key=lambda t: t[0])  # stable: ties keep wire order
+    fields: Dict[int, bytes] = {}
+    for k, (off, item) in enumerate(addressed):
+        end = addressed[k + 1][0] if k + 1 < len(addressed) else len(payload)
+        if off > end or end > len(payload):
+            raise ValueError(f"item descriptor: item {item:#x} at {off}..{end} past its {len(payload)} bytes")
+        fields[item] = payload[off:end]
+    if not iid:
+        raise ValueError("item descriptor without an id")
+    shape: Optional[Tuple[int, ...]] = None
+    if _D_SHAPE in fields:
+        raw, w = fields[_D_SHAPE], 1 + imm_bytes
+        if len(raw) % w:
+            raise ValueError(f"item descriptor {iid:#x}: shape of {len(raw)} bytes, fields of {w}")
+        shape = tuple(-1 if raw[i] & 0x01 else int.from_bytes(raw[i + 1:i + w], "big")
+                      for i in range(0, len(raw), w))
+    try:
+        name = fields.get(_D_NAME, b"").decode()
+        desc = fields.get(_D_DESCRIPTION, b"").decode()
+        dtype = fields.get(_D_DTYPE, b"").decode("ascii")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"item descriptor {iid:#x}: {e}") from None
+    rec = meta_record(iid, name, desc, shape, fields.get(_D_FORMAT, b""), dtype)
+    return next(iter(_parse_metadata(rec).values()))
+
+
+class Descriptor:
+    """What a SPEAD item descriptor says: id, name, description, shape (None for the variable dimension),
+    dtype (numpy) or format (list of (code, bits)), order ('C' or 'F')."""
+
+    __slots__ = ("id", "name", "description", "shape", "dtype", "order", "format", "_kind", "_dt", "_var",
+                 "_known", "_nbytes", "_top", "_string")
+
+    def __init__(self, id: int, name: str, description: str, shape: Sequence[Optional[int]],
+                 dtype: Any = None, order: str = "C", format: Optional[Format] = None) -> None:
+        shape = tuple(None if (s is None or s < 0) else int(s) for s in shape)
+        if sum(s is None for s in shape) > 1:
+            raise ValueError(f"item {name!r}: shape {shape} has more than one variable dimension")
+        if order not in ("C", "F"):
+            raise ValueError(f"item {name!r}: order must be 'C' or 'F', not {order!r}")
+        if dtype is not None:
+            dtype = np.dtype(dtype)
+            if dtype.hasobject or dtype.itemsize == 0:
+                raise ValueError(f"item {name!r}: dtype {dtype} has objects or no size")
+            if format is not None:
+                raise ValueError(f"item {name!r}: give a dtype or a format, not both")
+            internal = dtype
+        else:
+            if not format:
+                raise ValueError(f"item {name!r}: give a dtype or a format")
+            format = [(str(c), int(b)) for c, b in format]
+            internal = _format_dtype(format)
+        self.id, self.name, self.description = int(id), name, description
+        self.shape: Shape = shape
+        self.dtype: Optional[np.dtype] = dtype
+        self.order, self.format = order, format
+        self._dt = internal
+        self._var = None in shape
+        known = 1
+        for s in shape:
+            if s is not None:
+                known *= s
+        self._known = known
+        if not internal.hasobject:
+            self._kind = _NUMPY
+            self._nbytes = known * internal.itemsize
+        elif not shape and dtype is None and len(format) == 1 and format[0][0] in "ui" and format[0][1] < 64:
+            self._kind = _IMMEDIATE
+            self._nbytes = (format[0][1] + 7) // 8
+        else:
+            self._kind = _BITS
+            self._nbytes = (known * self.itemsize_bits + 7) // 8
+        self._top = 1 << (format[0][1] - 1) if format and format[0][0] == "i" else 0
+        self._string = len(shape) == 1 and format == [("c", 8)]
+
+    @property
+    def itemsize_bits(self) -> int:
+        """Bits per element."""
+        return self._dt.itemsize * 8 if self.format is None else sum(b for _, b in self.format)
+
+    def is_variable_size(self) -> bool:
+        return self._var
+
+    def dynamic_shape(self, max_elements: int) -> Tuple[int, ...]:
+        """The shape with its variable dimension as large as max_elements elements allow."""
+        if not self._var:
+            return self.shape  # type: ignore[return-value]
+        var = max_elements // self._known if self._known else 0
+        return tuple(var if s is None else s for s in self.shape)
+
+    @classmethod
+    def from_ring(cls, d: Any, immediate_bytes: Optional[int] = None) -> "Descriptor":
+        """From a ring's ItemDescriptor (Ring.descriptors()): the numpy header wins over the format."""
+        shape = () if d.shape is None else d.shape
+        if d.dtype is not None:
+            return cls(d.id, d.name, d.description, shape, dtype=d.dtype, order=d.order)
+        fmt = parse_format(d.format, immediate_bytes)
+        if fmt is None:
+            raise ValueError(f"item {d.id:#x} ({d.name!r}): no dtype and no readable format {d.format!r}")
+        return cls(d.id, d.name, d.description, shape, format=fmt)
+
+    def __repr__(self) -> str:
+        t = f"dtype={self.dtype}" if self.dtype is not None else f"format={self.format}"
+        return f"{type(self).__name__}(id={self.id:#x}, name={self.name!r}, shape={self.shape}, {t})"
+
+
+class Item(Descriptor):
+    """A descriptor with a value. ``version`` counts the updates (as in spead2: a HeapGenerator sends an
+    item whose version changed since the last heap)."""
+
+    __slots__ = ("_value", "version")
+
+    def __init__(self, *args: Any, value: Any = None, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._value = value
+        self.version = 1
+
+    @classmethod
+    def from_descriptor(cls, d: Descriptor) -> "Item":
+        return cls(d.id, d.name, d.description, d.shape, dtype=d.dtype, order=d.order, format=d.format)
+
+    @property
+    def value(self) -> Any:
+        """The decoded value; a numpy value is a view of the heap's slot, valid until the heap's release."""
+        return self._value
+
+    @value.setter
+    def value(self, v: Any) -> None:
+        if v is None:
+            raise ValueError(f"item {self.name!r}: a value cannot be None (SPEAD cannot encode it)")
+        self._value = v
+        self.version += 1
+
+    def set_from_raw(self, buf: Any, offset: int, length: int, new_order: str = "=") -> None:
+        """Decode an address item: ``length`` bytes at ``offset`` of ``buf`` (no copy for numpy items)."""
+        if self._kind == _NUMPY:
+            dt = self._dt
+            if self._var:
+                shape = self.dynamic_shape(length // dt.itemsize)
+                count = 1
+                for s in shape:
+                    count *= s
+            else:
+                shape, count = self.shape, self._known
+            if count * dt.itemsize > length:
+                raise ValueError(f"item {self.name!r}: {length} bytes are too few for {shape} of {dt}")
+            a = np.frombuffer(buf, dt, count, offset)
+            if new_order != "|" and not dt.isnative and new_order in "=<>":
+                a = a.astype(dt.newbyteorder(new_order), casting="equiv", copy=False)
+            self._finish(a.reshape(shape, order=self.order))
+        else:
+            self._from_bytes(bytes(memoryview(buf)[offset:offset + length]), False)
+
+    def set_from_immediate(self, value: int, width: int) -> None:
+        """Decode an immediate item: its value and its width in bytes (the ring's item table)."""
+        if self._kind == _IMMEDIATE and width * 8 == self.format[0][1]:  # type: ignore[index]
+            top = self._top
+            self._value = value - 2 * top if top and value >= top else value
+            self.version += 1
+        else:
+            self._from_bytes((value & ((1 << (8 * width)) - 1)).to_bytes(width, "big"), True)
+
+    def _from_bytes(self, raw: bytes, immediate: bool) -> None:
+        if self._kind == _NUMPY:
+            dt = self._dt
+            shape = self.dynamic_shape(len(raw) // dt.itemsize)
+            count = 1
+            for s in shape:
+                count *= s
+            n = count * dt.itemsize
+            if n > len(raw):
+                raise ValueError(f"item {self.name!r}: {len(raw)} bytes are too few for {shape} of {dt}")
+            raw = raw[len(raw) - n:] if immediate else raw[:n]  # immediates are padded at the head
+            a = np.frombuffer(raw, dt, count)
+            if not dt.isnative:
+                a = a.astype(dt.newbyteorder("="), casting="equiv")
+            self._finish(a.reshape(shape, order=self.order))
+            return
+        bits = self.itemsize_bits
+        shape = self.dynamic_shape(len(raw) * 8 // bits)
+        count = 1
+        for s in shape:
+            count *= s
+        if count * bits > len(raw) * 8:
+            raise ValueError(f"item {self.name!r}: {len(raw)} bytes are too few for {shape} of {self.format}")
+        if immediate:
+            raw = raw[len(raw) - (count * bits + 7) // 8:]
+        acc = int.from_bytes(raw, "big")
+        left = len(raw) * 8
+        fmt = self.format
+
+        def field() -> Any:
+            nonlocal left
+            out = []
+            for code, nb in fmt:  # type: ignore[union-attr]
+                left -= nb
+                v = (acc >> left) & ((1 << nb) - 1)
+                if code == "i" and v >= 1 << (nb - 1):
+                    v -= 1 << nb
+                elif code == "b":
+                    v = bool(v)
+                elif code == "c":
+                    v = bytes((v,))
+                elif code == "f":
+                    v = (np.uint32(v).view(np.float32) if nb == 32 else np.uint64(v).view(np.float64))
+                out.append(v)
+            return out[0] if len(out) == 1 else tuple(out)
+
+        def load(dims: Tuple[int, ...]) -> Any:
+            return [load(dims[1:]) for _ in range(dims[0])] if dims else field()
+
+        value = load(tuple(shape))
+        if self._string:
+            value = b"".join(value).decode("ascii")
+        self._value = value
+        self.version += 1
+
+    def _finish(self, a: np.ndarray) -> None:
+        self._value = a[()] if not self.shape else (b"".join(a).decode("ascii") if self._string else a)
+        self.version += 1
+
+    def to_bytes(self, immediate_bytes: int = _IMMEDIATE_BYTES) -> Tuple[Union[bytes, np.ndarray], Optional[int]]:
+        """The value encoded for a heap: (bytes or a numpy array to copy into the payload, None), or
+        (b"", int) when it travels as an immediate (a fixed-size value of at most immediate_bytes bytes)."""
+        v = self._value
+        if v is None:
+            raise ValueError(f"item {self.name!r} has no value")
+        if self._kind == _IMMEDIATE and self.format[0][1] <= 8 * immediate_bytes:  # type: ignore[index]
+            nb = self.format[0][1]  # type: ignore[index]
+            iv = int(v)
+            lo, hi = (-(1 << (nb - 1)), 1 << (nb - 1)) if self._top else (0, 1 << nb)
+            if not lo <= iv < hi:
+                raise ValueError(f"item {self.name!r}: {iv} does not fit {self.format}")
+            return b"", iv & ((1 << nb) - 1)
+        if self._kind == _NUMPY:
+            if self._string and isinstance(v, (str, bytes)):
+                v = [v[i:i + 1] for i in range(len(v))]
+                v = [x.encode("ascii") if isinstance(x, str) else x for x in v]
+            a = np.asarray(v, dtype=self._dt, order=self.order)
+            if len(a.shape) != len(self.shape) or any(s is not None and s != x for s, x in zip(self.shape, a.shape)):
+                raise ValueError(f"item {self.name!r}: value of shape {a.shape}, want {self.shape}")
+            return (a.T if self.order == "F" else a), None
+        # generic bit packing, as spead2 does
+        fmt = self.format
+        acc, nbits = 0, 0
+
+        def store(x: Any, dims: int) -> None:
+            nonlocal acc, nbits
+            if dims:
+                for y in x:
+                    store(y, dims - 1)
+                return
+            fields = x if len(fmt) > 1 else (x,)  # type: ignore[arg-type]
+            for (code, nb), f in zip(fmt, fields):  # type: ignore[arg-type]
+                if code == "f":
+                    f = int((np.float32(f) if nb == 32 else np.float64(f)).view(np.uint32 if nb == 32 else np.uint64))
+                elif code == "c":
+                    f = f[0] if isinstance(f, (bytes, bytearray)) else ord(f)
+                f = int(f)
+                if code == "i" and f < 0:
+                    f += 1 << nb
+                if not 0 <= f < (1 << nb):
+                    raise ValueError(f"item {self.name!r}: {f} does not fit {nb} bits")
+                acc = (acc << nb) | f
+                nbits += nb
+
+        store(v, len(self.shape))
+        pad = -nbits % 8
+        return (acc << pad).to_bytes((nbits + pad) // 8, "big"), None
+
+
+class ItemGroup:
+    """Items by name and by id, as ``spead2.ItemGroup``: ``update(heap)`` learns descriptors and decodes
+    the heap's items; ``ig['name']`` / ``ig[id]`` give an Item, ``keys()`` the names, ``ids()`` the ids,
+    ``values()`` the Items, ``items()`` (name, Item) pairs."""
+
+    def __init__(self) -> None:
+        self._by_name: Dict[str, Item] = {}
+        self._by_id: Dict[int, Item] = {}
+        self._lookup: Dict[Union[str, int], Item] = {}
+        self._meta: Any = None  # the ring metadata mapping last read (Ring.descriptors() caches it)
+        self._imm_bytes: Optional[int] = None
+
+    # ----- spead2's mapping interface
+    def __getitem__(self, key: Union[str, int]) -> Item:
+        return self._lookup[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._lookup
+
+    def keys(self) -> KeysView[str]:
+        return self._by_name.keys()
+
+    def ids(self) -> KeysView[int]:
+        return self._by_id.keys()
+
+    def values(self) -> ValuesView[Item]:
+        return self._by_name.values()
+
+    def items(self) -> ItemsView[str, Item]:
+        return self._by_name.items()
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_name)
+
+    def add_item(self, id: Optional[int], name: str, description: str, shape: Sequence[Optional[int]],
+                 dtype: Any = None, order: str = "C", format: Optional[Format] = None,
+                 value: Any = None) -> Item:
+        """Describe an item (id None: the next free id from 0x1000). A new descriptor for an id or a name
+        replaces the old item, as in spead2."""
+        if id is None:
+            id = _UNRESERVED_ID
+            while id in self._by_id:
+                id += 1
+        item = Item(id, name, description, shape, dtype=dtype, order=order, format=format, value=value)
+        self._add(item)
+        return item
+
+    def _add(self, item: Item) -> None:
+        old = self._by_id.get(item.id)
+        if old is not None and (old.name, old.shape, old.dtype, old.order, old.format) == (
+                item.name, item.shape, item.dtype, item.order, item.format):
+            old.description = item.description  # the same item described again: keep its value
+            return
+        for o in (old, self._by_name.get(item.name)):
+            if o is not None:
+                self._by_id.pop(o.id, None)
+                self._by_name.pop(o.name, None)
+                self._lookup.pop(o.id, None)
+                self._lookup.pop(o.name, None)
+        self._by_id[item.id] = item
+        self._by_name[item.name] = item
+        self._lookup[item.id] = item
+        self._lookup[item.name] = item
+
+    def add_descriptors(self, descriptors: Any) -> None:
+        """Learn descriptors: a Ring's ``descriptors()`` mapping ({id: ItemDescriptor}) or Descriptors.
+        A descriptor this module cannot decode is left out (spead2 logs and drops it too)."""
+        for d in (descriptors.values() if isinstance(descriptors, dict) else descriptors):
+            if isinstance(d, Descriptor):
+                self._add(Item.from_descriptor(d))
+                continue
+            try:
+                self._add(Item.from_descriptor(Descriptor.from_ring(d, self._imm_bytes)))
+            except ValueError:
+                continue
+
+    def _learn(self, heap: Any) -> None:
+        """Read the ring's metadata (cached by the ring until the producer rewrites it)."""
+        if self._imm_bytes is None:
+            for _iid, _v, length, fl in heap._raw_items:
+                if fl & L.ITEM_IMMEDIATE and 1 <= length <= 7:
+                    self._imm_bytes = length
+                    break
+        ring = heap._ring
+        meta = ring.descriptors() if ring is not None else (heap._descmap or {})
+        if meta is not self._meta:
+            self._meta = meta
+            self.add_descriptors(meta)
+        if heap.flags & L.FLAG_HAS_DESCRIPTORS:
+            # The heap's own descriptors too: the ring's metadata may lack them (an area too small for the
+            # stream's descriptors: the producer then logs and leaves it as it was).
+            found = []
+            for iid, value, length, fl in heap._raw_items:
+                if iid == DESCRIPTOR_ITEM and not fl & L.ITEM_IMMEDIATE:
+                    try:
+                        found.append(parse_descriptor_item(heap._mv[heap._base + value:heap._base + value + length]))
+                    except (ValueError, RingError):
+                        continue  # spead2 drops a descriptor it cannot read, too
+            self.add_descriptors(found)
+
+    def update(self, heap: Any, new_order: str = "=") -> Dict[str, Item]:
+        """Learn the descriptors the heap brought (HAS_DESCRIPTORS) or the ring knows, and decode the heap's
+        items. Returns {name: Item} of the items this heap changed. Numpy values are views of the heap's
+        slot: valid until it is released."""
+        if heap._released:
+            raise RingError(f"heap at position {heap.position} was released: its memory belongs to the producer")
+        raw = heap._raw
+        if raw is None:
+            raw = heap._raw_items
+        if heap.flags & L.FLAG_HAS_DESCRIPTORS or self._meta is None:
+            self._learn(heap)
+        by_id = self._by_id
+        buf, base = heap._buf, heap._base
+        updated = {}
+        learnt = False
+        for iid, value, length, flags in raw:
+            it = by_id.get(iid)
+            if it is None:
+                if iid <= STREAM_CTRL_ID or learnt:
+                    continue
+                self._learn(heap)  # a descriptor written since we last looked (attached late, or no flag)
+                learnt = True
+                it = by_id.get(iid)
+                if it is None:
+                    continue
+            if flags & L.ITEM_IMMEDIATE:
+                it.set_from_immediate(value, length)
+            elif it._kind == _NUMPY and not it._var and it._dt.isnative and it.shape and not it._string:
+                # the common case, inlined: a fixed-shape native numpy array is one frombuffer (a view)
+                if it._nbytes > length:
+                    raise ValueError(f"item {it.name!r}: {length} bytes are too few for {it.shape} of {it._dt}")
+                a = np.frombuffer(buf, it._dt, it._known, base + value)
+                it._value = a if len(it.shape) == 1 else a.reshape(it.shape, order=it.order)
+                it.version += 1
+            else:
+                it.set_from_raw(buf, base + value, length, new_order)
+            updated[it.name] = it
+        return updated
+
+
+def heap_item(heap: Any, key: Union[str, int]) -> Item:
+    """``heap['name']`` / ``heap[id]``: one item of a single heap, decoded by the ring's descriptor (a
+    fresh Item; numpy values are views valid until the heap's release). KeyError when the ring has no
+    descriptor of that name or the heap has no such item."""
+    ring = heap._ring
+    meta = ring.descriptors() if ring is not None else (heap._descmap or {})
+    if isinstance(key, numbers.Integral):
+        d = meta.get(int(key))
+    else:
+        d = next((x for x in meta.values() if x.name == key), None)
+    if d is None:
+        raise KeyError(f"no item descriptor for {key!r}")
+    imm = next((t[2] for t in heap._raw_items if t[3] & L.ITEM_IMMEDIATE and 1 <= t[2] <= 7), None)
+    item = Item.from_descriptor(Descriptor.from_ring(d, imm))
+    heap._check_live()
+    for iid, value, length, flags in heap._raw_items:
+        if iid == d.id:
+            if flags & L.ITEM_IMMEDIATE:
+                item.set_from_immediate(value, length)
+            else:
+                item.set_from_raw(heap._buf, heap._base + value, length)
+            return item
+    raise KeyError(f"heap {heap.heap_cnt} has no item {key!r} ({d.id:#x})")
+
+
+class HeapGenerator:
+    """The twin of ``spead2.send.HeapGenerator`` for a ring producer: ``publish(heap_cnt)`` takes a slot,
+    writes the changed items' values (``data='stale'``) or all of them (``data='all'``), and publishes it.
+    The descriptors go to the ring's stream-metadata area (spec §6) when they change, before the first
+    heap that carries their items — not into every heap. Fixed-size integer formats of up to 48 bits
+    travel as immediates (SPEAD-64-48), everything else as address items in the payload."""
+
+    def __init__(self, item_group: ItemGroup, producer: Any) -> None:
+        self._ig = item_group
+        self._p = producer
+        self._sent_versions: Dict[int, int] = {}
+        self._described: Optional[List[Tuple[Any, ...]]] = None
+
+    def _write_descriptors(self) -> None:
+        now = [(it.id, it.name, it.description, it.shape, it.dtype, it.order, it.format)
+               for it in self._ig._by_id.values()]
+        if now == self._described:
+            return
+        recs = []
+        for it in self._ig._by_id.values():
+            shape = tuple(-1 if s is None else s for s in it.shape)
+            fmt = b"" if it.format is None else format_bytes(it.format)
+            recs.append(_MetaDescriptor(it.id, it.name, it.description, shape, it.dtype, fmt, it.order))
+        self._p.set_descriptors(recs)
+        self._described = now
+        self._sent_versions.clear()  # the descriptors changed: send every item again
+
+    def publish(self, heap_cnt: int, data: str = "stale", timeout: Optional[float] = None, **kw: Any) -> int:
+        """Fill a slot with the items and publish it as heap heap_cnt; returns its position. kw goes to
+        Producer.publish (timestamp_ns, flags, ...). ValueError when the values do not fit the slot."""
+        if data not in ("stale", "all"):
+            raise ValueError(f"data must be 'stale' or 'all', not {data!r}")
+        self._write_descriptors()
+        slot = self._p.acquire(timeout)
+        try:
+            off = 0
+            payload = slot.payload
+            sent = self._sent_versions
+            for it in self._ig._by_id.values():
+                if it._value is None or (data == "stale" and sent.get(it.id) == it.version):
+                    continue
+                body, imm = it.to_bytes()
+                if imm is not None:
+                    slot.add_item(it.id, value=imm, length=_IMMEDIATE_BYTES, immediate=True)
+                    continue
+                raw = memoryview(np.ascontiguousarray(body)).cast("B") if isinstance(body, np.ndarray) \
+                    else memoryview(body)
+                n = raw.nbytes
+                if off + n > len(payload):
+                    raise ValueError(f"items take more than the slot's {len(payload)} bytes (at {it.name!r})")
+                payload[off:off + n] = np.frombuffer(raw, np.uint8)
+                slot.add_item(it.id, value=off, length=n)
+                off += n
+        except BaseException:
+            slot.discard()
+            raise
+        pos = self._p.publish(slot, heap_cnt=heap_cnt, **kw)
+        for it in self._ig._by_id.values():
+            sent[it.id] = it.version
+        return pos
+
+
+class _MetaDescriptor:
+    """What Producer.set_descriptors reads from a descriptor (its ItemDescriptor-like interface)."""
+
+    __slots__ = ("id", "name", "description", "shape", "dtype", "format", "order")
+
+    def __init__(self, id: int, name: str, description: str, shape: Tuple[int, ...], dtype: Any,
+                 format: bytes, order: str) -> None:
+        self.id, self.name, self.description, self.shape = id, name, description, shape
+        self.dtype, self.format, self.order = dtype, format, order
+

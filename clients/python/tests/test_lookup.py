@@ -1,0 +1,162 @@
+"""Layout 2.1 §B: a name is looked up only in trusted directories (not writable by group or others, owned by
+the caller or root, or made by root); an untrusted default directory is skipped with one warning line and
+never connected to; the producer must be root, the caller or the trusted directory's owner."""
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ibvbridge import PermissionDenied, Producer, Ring, RingNotFound
+from ibvbridge import layout as L
+from ibvbridge import shared
+from fake_producer import FakeProducer, pattern
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PKG = os.path.dirname(HERE)
+PY = sys.executable
+NOBODY = 65534
+
+
+def test_trust_rule_owner_mode_symlink_and_root_made(tmp_path):
+    euid = 1000
+    own = tmp_path / "own"
+    own.mkdir(mode=0o755)
+    os.chown(own, euid, euid)
+    fd, owner = shared.open_trusted_dir(str(own), euid)
+    os.close(fd)
+    assert owner == euid
+    os.chmod(own, 0o775)
+    with pytest.raises(shared.Untrusted, match="writable by group or others"):
+        shared.open_trusted_dir(str(own), euid)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path)
+    with pytest.raises(shared.Untrusted, match="a symbolic link"):
+        shared.open_trusted_dir(str(link), euid)
+    # owned by a third uid: trusted only because its parent is root's and nobody else can write it
+    nested = tmp_path / "parent"
+    nested.mkdir(mode=0o755)
+    (nested / "svc").mkdir(mode=0o755)
+    os.chown(nested / "svc", 4242, 4242)
+    fd, owner = shared.open_trusted_dir(str(nested / "svc"), euid)
+    os.close(fd)
+    assert owner == 4242
+    os.chown(nested, NOBODY, NOBODY)  # a parent another user owns: that user could have made it
+    with pytest.raises(shared.Untrusted, match=f"owned by uid 4242, not {euid} or root"):
+        shared.open_trusted_dir(str(nested / "svc"), euid)
+    with pytest.raises(FileNotFoundError):
+        shared.open_trusted_dir(str(tmp_path / "missing"), euid)
+    assert shared.peer_trusted(0, 4242, euid) and shared.peer_trusted(euid, 4242, euid)
+    assert shared.peer_trusted(4242, 4242, euid) and not shared.peer_trusted(NOBODY, 4242, euid)
+
+
+def test_untrusted_given_directory_is_refused_in_one_line(tmp_path):
+    d = tmp_path / "open"
+    d.mkdir()
+    os.chmod(d, 0o777)
+    with pytest.raises(PermissionDenied, match=f"^ring r: ring directory {d} is not trusted: writable by group or "
+                       "others \\(mode 0777\\)$"):
+        Ring.attach("r", directory=str(d), timeout=1)
+    with pytest.raises(PermissionDenied, match="not trusted"):
+        Ring.attach(str(d / "r.v2.sock"), timeout=1)
+
+
+def test_untrusted_default_directory_is_skipped_with_a_warning(tmp_path, monkeypatch, caplog):
+    squat, run = tmp_path / "nobodys" / "squat", tmp_path / "run"
+    squat.mkdir(mode=0o755, parents=True)
+    os.chmod(squat.parent, 0o755)
+    os.chown(squat.parent, NOBODY, NOBODY)  # squat/'s parent is not root's: squat/ is not root-made
+    os.chown(squat, NOBODY, NOBODY)
+    monkeypatch.delenv(L.ENV_DIR, raising=False)
+    monkeypatch.setattr(shared, "own_default_dir", lambda: str(squat))
+    monkeypatch.setattr(L, "RUN_DIR", str(run))
+    p = FakeProducer(str(run), "r")
+    try:
+        with caplog.at_level(logging.WARNING, logger="ibvbridge.ring"):
+            with Ring.attach("r", timeout=2) as ring:
+                assert ring.session_id == p.session_id and ring.socket_path == str(run / "r.v2.sock")
+        lines = [r.getMessage() for r in caplog.records]
+        assert lines == [f"ibvbridge: skipping {squat}: owned by uid {NOBODY}, not {os.geteuid()} or root"]
+        with pytest.raises(RingNotFound, match=f"ring gone not found \\(looked in {squat}, {run}\\)"):
+            Ring.attach("gone", timeout=2)
+    finally:
+        p.close()
+
+
+SQUATTER = """
+import os, sys, time
+sys.path[:0] = [sys.argv[1], os.path.join(sys.argv[1], "tests")]
+from fake_producer import FakeProducer, imm, pattern
+mode, d, name = sys.argv[2:5]
+if mode == "silent":  # a listener that never answers
+    import socket
+    os.makedirs(d, 0o755)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.bind(os.path.join(d, name + ".v2.sock"))
+    s.listen(8)
+else:  # a full fake ring that lets anyone in and serves spoofed heaps 1000...
+    class Squat(FakeProducer):
+        def _permitted(self, uid, gid):
+            return True
+    p = Squat(d, name, slot_count=8, slot_size=256)
+    for k in range(3):
+        p.publish(1000 + k, pattern(1000 + k, 64), items=[imm(0x1001, 1000 + k)])
+    p.publish_eos()
+os.chmod(os.path.join(d, name + ".v2.sock"), 0o666)  # open to every victim
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("squatter", ["spoofing", "silent"])
+def test_attack_squatted_per_user_directory_never_reached_by_name(squatter):
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run the squatter as nobody and the victim as another uid")
+    victim = 20000 + os.getpid() % 20000
+    squat = f"/dev/shm/ibvbridge-{victim}"
+    if os.path.lexists(squat):
+        pytest.skip(f"{squat} exists already (not ours to remove)")
+    name = f"squat-test-{os.getpid()}"
+    run_dir = L.RUN_DIR
+    made_run = not os.path.exists(run_dir)
+    env = {k: v for k, v in os.environ.items() if k not in (L.ENV_DIR, "XDG_RUNTIME_DIR")}
+    env["PYTHONPATH"] = PKG
+    sq = None
+    p = Producer.create(name, slot_count=8, slot_size=256, policy="block", hugepages="off", directory=run_dir,
+                        group=victim)
+    try:
+        for cnt in (1, 2, 3):
+            s = p.acquire(timeout=1)
+            s.payload[:64] = np.frombuffer(pattern(cnt, 64), np.uint8)
+            s.add_item(0x1001, cnt, 5, immediate=True)
+            p.publish(s, heap_cnt=cnt, received=64)
+        p.end_of_stream(timeout=1)
+        sq = subprocess.Popen(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", PY, "-c",
+                               SQUATTER, PKG, squatter, squat, name], stdout=subprocess.PIPE, text=True, env=env,
+                              cwd="/")
+        assert sq.stdout.readline().strip() == "ready"
+        assert os.stat(squat).st_uid == NOBODY and os.path.exists(f"{squat}/{name}.v2.sock")
+        r = subprocess.run(["setpriv", f"--reuid={victim}", f"--regid={victim}", "--clear-groups", PY, "-m",
+                            "ibvbridge.consume", "--ring", name, "--verify", "--timeout-ms", "5000"],
+                           capture_output=True, text=True, env=env, cwd=PKG, timeout=60)
+        out = json.loads(r.stdout)
+        assert r.returncode == 0 and out["result"] == "eos", (out, r.stderr)
+        assert out["session_id"] == p.session_id  # the real ring, not the squatter's
+        assert out["heaps"] == 3 and out["first_heap_cnt"] == 1 and out["verify_errors"] == 0, out
+        assert r.stderr == f"ibvbridge: skipping {squat}: owned by uid {NOBODY}, not {victim} or root\n"
+    finally:
+        p.close()
+        if sq is not None:
+            sq.kill()
+            sq.wait()
+        shutil.rmtree(squat, ignore_errors=True)
+        if made_run:
+            try:
+                os.rmdir(run_dir)
+            except OSError:
+                pass
