@@ -295,33 +295,15 @@ func TestChunkPlacementAllocatesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	feeder := newPlacingFeeder(t, a, 4)
-	tt, cnt, placed, runs := uint64(0), uint64(0), 0, 0
-	h := ckHeap(1, 0, 0, 1000, 0) // one packet, shorter than its position
-	packets := encodeAll(t, spead.Flavour64_40, 1500, &h)
-	if len(packets) != 1 {
-		t.Fatalf("%d packets", len(packets))
+	placed, runs := 0, 0
+	s := newPositionStream(t, 1000) // one packet, shorter than its position
+	if len(s.packets) != 1 {
+		t.Fatalf("%d packets", len(s.packets))
 	}
 	heap := func() {
-		// One position after the other: time index and cnt in the first packet's pointers rewritten.
-		cnt++
-		for _, b := range packets {
-			setHeapCnt(b, cnt)
-		}
-		setImmediate(packets[0], ckTimeItem, (tt/ckAxis)*ckStep)
-		setImmediate(packets[0], ckAxisItem, tt%ckAxis)
-		tt++
 		runs++
-		placed += feeder.feed(packets)
-		for {
-			ch, ok, err := c.TryNext()
-			if err != nil {
-				panic(err)
-			}
-			if !ok {
-				break
-			}
-			c.Release(ch)
-		}
+		placed += feeder.feed(s.next())
+		releaseChunks(c)
 	}
 	for range 30 {
 		heap()
@@ -338,6 +320,43 @@ func TestChunkPlacementAllocatesNothing(t *testing.T) {
 	}
 	if p.Stats().Get(ring.CounterChunks) < 40 || p.Stats().Get(ring.CounterIncompleteChunks) != 0 {
 		t.Fatalf("counters %v", p.Stats().Map())
+	}
+}
+
+// positionStream is one heap's packets, rewritten for one position after the other (heap cnt, time and
+// axis items), allocating nothing.
+type positionStream struct {
+	packets [][]byte
+	pos     uint64
+}
+
+func newPositionStream(t testing.TB, size int) *positionStream {
+	h := ckHeap(1, 0, 0, size, 0)
+	return &positionStream{packets: encodeAll(t, spead.Flavour64_40, 1500, &h)}
+}
+
+// next is the next position's heap.
+func (s *positionStream) next() [][]byte {
+	for _, b := range s.packets {
+		setHeapCnt(b, s.pos+1)
+	}
+	setImmediate(s.packets[0], ckTimeItem, (s.pos/ckAxis)*ckStep)
+	setImmediate(s.packets[0], ckAxisItem, s.pos%ckAxis)
+	s.pos++
+	return s.packets
+}
+
+// releaseChunks releases every chunk published so far.
+func releaseChunks(c *ring.Consumer) {
+	for {
+		ch, ok, err := c.TryNext()
+		if err != nil {
+			panic(err)
+		}
+		if !ok {
+			return
+		}
+		c.Release(ch)
 	}
 }
 
@@ -519,30 +538,12 @@ func TestChunkCopiedPathAllocatesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := ckHeap(1, 0, 0, ckHeapSize, 0)
-	packets := encodeAll(t, spead.Flavour64_40, 1500, &h) // 3 packets
-	tt, cnt := uint64(0), uint64(0)
+	s := newPositionStream(t, ckHeapSize) // 3 packets
 	heap := func() {
-		cnt++
-		for _, b := range packets {
-			setHeapCnt(b, cnt)
-		}
-		setImmediate(packets[0], ckTimeItem, (tt/ckAxis)*ckStep)
-		setImmediate(packets[0], ckAxisItem, tt%ckAxis)
-		tt++
-		for _, b := range packets {
+		for _, b := range s.next() {
 			a.Packet(b, 1)
 		}
-		for {
-			ch, ok, err := c.TryNext()
-			if err != nil {
-				panic(err)
-			}
-			if !ok {
-				break
-			}
-			c.Release(ch)
-		}
+		releaseChunks(c)
 	}
 	for range 30 {
 		heap()
