@@ -286,40 +286,49 @@ func TestChunkWindowJump(t *testing.T) {
 	expectCounters(t, p.Stats(), map[ring.Counter]uint64{ring.CounterChunks: 3, ring.CounterTooOldHeaps: 1})
 }
 
-// Placing a chunk stream's one-packet heaps allocates nothing per heap, and most are read straight into
-// their positions.
+// Placing a chunk stream's heaps allocates nothing per heap, and most packets are read straight into
+// their positions: one-packet heaps one position after the other (reads of 4), and a 3-packet heap's two
+// packets after its first (reads of 1: the first, with more item pointers, is copied; the next are
+// expected as the previous heap's were).
 func TestChunkPlacementAllocatesNothing(t *testing.T) {
-	p, c := chunkRing(t, 8)
-	a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	feeder := newPlacingFeeder(t, a, 4)
-	placed, runs := 0, 0
-	s := newPositionStream(t, 1000) // one packet, shorter than its position
-	if len(s.packets) != 1 {
-		t.Fatalf("%d packets", len(s.packets))
-	}
-	heap := func() {
-		runs++
-		placed += feeder.feed(s.next())
-		releaseChunks(c)
-	}
-	for range 30 {
-		heap()
-	}
-	placed, runs = 0, 0
-	if allocs := testing.AllocsPerRun(500, heap); allocs != 0 {
-		t.Fatalf("%v allocations per heap", allocs)
-	}
-	// Heaps are guessed one position after the other, in open chunks: most are read into place (a read
-	// that reaches into a chunk not open yet is copied from there on).
-	t.Logf("%d of %d placed", placed, runs)
-	if placed < runs*3/4 {
-		t.Errorf("%d of %d packets placed, want at least three quarters", placed, runs)
-	}
-	if p.Stats().Get(ring.CounterChunks) < 40 || p.Stats().Get(ring.CounterIncompleteChunks) != 0 {
-		t.Fatalf("counters %v", p.Stats().Map())
+	for _, tc := range []struct {
+		name          string
+		size, per     int
+		packets, want int // packets per heap; packets per heap at least placed, in quarters
+	}{{"1packet", 1000, 4, 1, 3}, {"3packets", ckHeapSize, 1, 3, 7}} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, c := chunkRing(t, 8)
+			a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			feeder := newPlacingFeeder(t, a, tc.per)
+			placed, runs := 0, 0
+			s := newPositionStream(t, tc.size)
+			if len(s.packets) != tc.packets {
+				t.Fatalf("%d packets", len(s.packets))
+			}
+			heap := func() {
+				runs++
+				placed += feeder.feed(s.next())
+				releaseChunks(c)
+			}
+			for range 30 {
+				heap()
+			}
+			placed, runs = 0, 0
+			if allocs := testing.AllocsPerRun(500, heap); allocs != 0 {
+				t.Fatalf("%v allocations per heap", allocs)
+			}
+			// (A read that reaches into a chunk not open yet is copied from there on.)
+			t.Logf("%d packets of %d heaps placed", placed, runs)
+			if 4*placed < tc.want*runs {
+				t.Errorf("%d packets of %d heaps placed, want at least %d/4 a heap", placed, runs, tc.want)
+			}
+			if p.Stats().Get(ring.CounterChunks) < 40 || p.Stats().Get(ring.CounterIncompleteChunks) != 0 {
+				t.Fatalf("counters %v", p.Stats().Map())
+			}
+		})
 	}
 }
 
