@@ -2,6 +2,7 @@ package bench
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -74,6 +75,10 @@ func Consume(name string, o ConsumeOptions) *ConsumeResult {
 	}
 	defer c.Close()
 	res.SessionID = c.SessionID()
+	if _, chunks := c.Chunks(); chunks && verify {
+		res.Error, res.exitCode = fmt.Sprintf("ring %s is in chunk mode: --verify checks heaps of the test pattern, not chunks", name), 1
+		return res
+	}
 	cpu0 := ProcessCPU()
 	var start time.Time
 	held := make([]ring.Heap, hold+1) // a circular queue of the heaps held: nothing allocated per heap

@@ -11,7 +11,6 @@ import (
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/spead"
 	"github.com/ibvbridge/ibvbridge/spead/pattern"
-	"github.com/ibvbridge/ibvbridge/transport"
 	"github.com/ibvbridge/ibvbridge/transport/udp"
 )
 
@@ -27,14 +26,7 @@ func TestThreadsFillOneSetOfChunks(t *testing.T) {
 	)
 	for threads := 1; threads <= endpoints; threads++ {
 		t.Run(fmt.Sprintf("threads=%d", threads), func(t *testing.T) {
-			var eps []transport.Endpoint
-			for range endpoints {
-				eps = append(eps, transport.Endpoint{Addr: netip.MustParseAddr("127.0.0.1")})
-			}
-			src, err := udp.Open(udp.Config{Endpoints: eps, Threads: threads, GRO: true})
-			if err != nil {
-				t.Fatal(err)
-			}
+			src := openLoopbackSource(t, endpoints, threads)
 			cfg := testConfig(t, src)
 			cfg.RingCfg.SlotCount, cfg.RingCfg.SlotSize = 64, 0
 			cfg.RingCfg.Chunks = ring.ChunkGeometry{Heaps: chunkHeaps, Axis: axis, HeapSize: heapSize, Step: step,
@@ -83,6 +75,7 @@ func TestThreadsFillOneSetOfChunks(t *testing.T) {
 			senders := make([]*udp.HeapSender, endpoints)
 			for i := range senders {
 				enc, _ := spead.NewEncoder(spead.Flavour64_40, 8972)
+				var err error
 				if senders[i], err = udp.OpenHeapSender(udp.HeapSenderConfig{Encoder: enc, Batch: 1, Rate: 0.05e9,
 					SenderConfig: udp.SenderConfig{Dest: netip.AddrPortFrom(local[i].Addr, local[i].Port)}}); err != nil {
 					t.Fatal(err)
@@ -96,17 +89,7 @@ func TestThreadsFillOneSetOfChunks(t *testing.T) {
 			if err := g.SetChunkItems(pattern.ChunkItems{TimeItem: 0x1600, Step: step, AxisItem: 0x4101, AxisCount: axis}); err != nil {
 				t.Fatal(err)
 			}
-			for cnt := uint64(1); cnt <= heaps; cnt++ {
-				if err := senders[cnt%endpoints].SendHeap(ctx, g.Heap(cnt)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			for _, s := range senders {
-				if err := s.Flush(ctx); err != nil {
-					t.Fatal(err)
-				}
-			}
-			time.Sleep(200 * time.Millisecond) // the last datagrams reach the sockets
+			sendSpread(t, ctx, senders, g, heaps)
 			cancel()
 			rs := <-res
 			gt := <-done

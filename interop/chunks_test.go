@@ -61,6 +61,64 @@ func waitConsumers(t *testing.T, name string, n int) {
 	}
 }
 
+// A chunk-mode ring is read safely by a consumer that knows nothing of chunks (spec §13): the Go consumer
+// tool reads every chunk as a heap — its received bytes, no items. The C and Python tools know chunks
+// (their clients' chunk APIs): they read the same chunks chunk by chunk, their checksum covering exactly
+// the heap positions the presence maps mark present. The chunk counters travel with the others.
+func TestChunkRingReadAsHeapsByEveryConsumer(t *testing.T) {
+	for _, kind := range consumers(t) {
+		t.Run(kind, func(t *testing.T) {
+			p := newRing(t, "chunks-"+kind, ring.Config{Policy: ring.PolicyBlock, // 8192-byte slots: room for 8016
+
+				Chunks: ring.ChunkGeometry{Heaps: 8, Axis: 2, HeapSize: 500, Step: 1, TimeItem: 0x1600}})
+			wait := startConsumerVerify(t, kind, p.SocketPath(), false)
+			waitAttached(t, p)
+			g := p.Chunks()
+			const n = 40
+			var sum, sumPresent, bytes, present uint64
+			for id := uint64(0); id < n; id++ {
+				s, err := p.Acquire()
+				if err != nil {
+					t.Fatal(err)
+				}
+				pattern.FillPattern(s.Payload[:g.Bytes()], id)
+				pres := g.Presence(s.Payload)
+				for i := range pres {
+					pres[i] = byte(1 - (id+uint64(i))%5/4) // some positions absent
+				}
+				received := g.Bytes() - id*7 // what "arrived"
+				p.PublishChunk(s, ring.ChunkInfo{ID: id, Received: received, Packets: 16})
+				sum += pattern.Checksum(s.Payload[:received])
+				bytes += received
+				for k, b := range pres {
+					if b == 1 {
+						off := uint64(k) * g.HeapSize
+						sumPresent += pattern.Checksum(s.Payload[off : off+g.HeapSize])
+						present++
+					}
+				}
+			}
+			if err := p.PublishEndOfStream(0, 5*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			r := wait()
+			wantSum, wantChunks, wantPresent := sum, uint64(0), uint64(0)
+			if kind != "go" {
+				wantSum, wantChunks, wantPresent = sumPresent, n, present
+			}
+			if r.Result != "eos" || r.exitCode != 0 || r.Heaps != n || r.Bytes != bytes || r.Checksum != wantSum ||
+				r.Chunks != wantChunks || r.HeapsPresent != wantPresent {
+				t.Fatalf("%s consumer: %+v (want %d chunks, %d bytes, checksum %#x, %d chunks and %d heaps present from a chunk-aware tool)",
+					kind, r, n, bytes, wantSum, wantChunks, wantPresent)
+			}
+			checkCounters(t, kind, r.Counters, p.Stats())
+			if st := p.Stats(); st.Get(ring.CounterChunks) != n || st.Get(ring.CounterIncompleteChunks) == 0 {
+				t.Fatalf("producer counters %v", st.Map())
+			}
+		})
+	}
+}
+
 // TestChunkRingReadByCAndPythonTools: recv in chunk mode fed by send; the C (ibvb-consume) and Python
 // (ibvbridge.consume) tools read it chunk by chunk through their clients' chunk APIs and verify every
 // present heap position against its heap's pattern: 10 chunks in id order, the last one partly filled,

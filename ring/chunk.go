@@ -88,7 +88,10 @@ func (c *Config) setChunkDefaults() error {
 	if !ok {
 		return fmt.Errorf("%w: a chunk of %d × %d heaps of %d bytes is too large", ErrBadConfig, g.Heaps, g.Axis, g.HeapSize)
 	}
-	if c.SlotSize == 0 {
+	switch {
+	case c.SlotSize < 0:
+		return fmt.Errorf("%w: slot size %d must be positive", ErrBadConfig, c.SlotSize)
+	case c.SlotSize == 0:
 		c.SlotSize = int(need)
 	}
 	if err := g.check(alignUp(uint64(c.SlotSize), 64)); err != nil {
@@ -151,13 +154,13 @@ func (p *Producer) PublishChunk(s *Slot, c ChunkInfo) {
 // and Present view ring memory, read-only: Data holds heap position (t, a) at (t × Axis + a) × HeapSize;
 // bytes of a position whose Present byte is not 1 are undefined.
 type Chunk struct {
-	Heap
+	Heap            // the descriptor: Heap.HeapSize is the chunk's bytes, Heap.Received what arrived
 	ID       uint64 // the chunk id: time index / Heaps
 	Data     []byte // Heaps × Axis × HeapSize bytes
 	Present  []byte // Heaps × Axis bytes, 1 = that heap arrived complete
-	Heaps    uint32
-	Axis     uint32
-	HeapSize uint64
+	Heaps    uint32 // time positions
+	Axis     uint32 // axis positions per time position
+	HeapSize uint64 // bytes per heap position (shadows Heap.HeapSize)
 }
 
 // HeapData is heap position (t, a)'s bytes within the chunk.

@@ -49,6 +49,10 @@ func TestChunkConfigRefusesOverflowAndSmallSlots(t *testing.T) {
 		}
 	}
 	cfg := chunkConfig(t)
+	cfg.SlotSize = -1
+	if _, err := ring.Create("negative", cfg); !errors.Is(err, ring.ErrBadConfig) {
+		t.Errorf("slot size -1: %v, want ErrBadConfig", err)
+	}
 	cfg.SlotSize = 1150 // 1152 once rounded to 64: not even the payload fits
 	if _, err := ring.Create("small", cfg); !errors.Is(err, ring.ErrBadConfig) {
 		t.Errorf("slot of 1152 bytes for 1212: %v, want ErrBadConfig", err)

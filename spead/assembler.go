@@ -174,9 +174,13 @@ func NewAssembler(p *ring.Producer, cfg AssemblerConfig) (*Assembler, error) {
 		cfg.EOSTimeout = defaultEOSTimeout
 	}
 	geo := p.Geometry()
-	if cfg.MaxHeaps < 1 || uint64(cfg.MaxHeaps) > geo.SlotCount {
-		return nil, fmt.Errorf("spead: new assembler on ring %s: max heaps %d must be in 1..%d (the ring's slot count)",
-			p.Name(), cfg.MaxHeaps, geo.SlotCount)
+	limit := geo.SlotCount // every live heap holds a slot
+	if p.Chunks().Enabled() {
+		limit = maxChunkLiveHeaps // live heaps hold positions in the open chunks, not slots
+	}
+	if cfg.MaxHeaps < 1 || uint64(cfg.MaxHeaps) > limit {
+		return nil, fmt.Errorf("spead: new assembler on ring %s: max heaps %d must be in 1..%d (the ring's slot count, or in chunk mode %d)",
+			p.Name(), cfg.MaxHeaps, geo.SlotCount, uint64(maxChunkLiveHeaps))
 	}
 	maxPointers := int(geo.MaxItems) + extraPointers
 	a := &Assembler{

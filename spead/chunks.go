@@ -21,6 +21,10 @@ const defaultChunkWindow = 2
 // maxChunkWindow bounds the open chunks (each holds a ring slot and a position table).
 const maxChunkWindow = 1 << 10
 
+// maxChunkLiveHeaps bounds the heaps under assembly in chunk mode (AssemblerConfig.MaxHeaps), where they
+// do not hold slots: each has its own preallocated bookkeeping.
+const maxChunkLiveHeaps = 1 << 12
+
 // Position states of an open chunk, private to the placer (the ring's presence map holds only 0 and 1).
 const (
 	posEmpty   uint8 = iota
@@ -52,10 +56,7 @@ type openChunk struct {
 // in open chunks, as long as the last heap that completed, in packets as long as the latest first one.
 type chunkPlacer struct {
 	follower
-	lastID, lastPos uint64 // the chunk and position of the heap begun last
-	nextLength      uint64 // the length of the last heap that completed (0: no guess for the next heaps)
-	firstLen        uint64 // payload and header length of the latest first packet (offset 0) of a heap
-	firstHdr        int
+	lastID, lastPos uint64    // the chunk and position of the heap begun last
 	aheadView       ring.Slot // expected's answer for a heap not begun
 	p               *ring.Producer
 	g               ring.ChunkGeometry
@@ -97,10 +98,10 @@ func (cp *chunkPlacer) place(pkt *Packet) (id, pos uint64, ok bool) {
 		if !ip.Immediate {
 			continue
 		}
-		switch ip.ID {
-		case cp.g.TimeItem:
+		switch {
+		case ip.ID == cp.g.TimeItem:
 			t, haveT = ip.Value/cp.g.Step, true
-		case cp.g.AxisItem:
+		case ip.ID == cp.g.AxisItem && cp.g.AxisItem != 0: // not a null item standing for "no axis"
 			a, haveA = ip.Value, true
 		}
 	}
@@ -200,16 +201,6 @@ func (cp *chunkPlacer) retire(c *openChunk) {
 	c.slot, c.noSlot = nil, false
 }
 
-func (cp *chunkPlacer) accepted(h *liveHeap, start, end uint64, hdrLen int, complete bool) {
-	cp.note(h, start, end, hdrLen)
-	if start == 0 {
-		cp.firstLen, cp.firstHdr = cp.length, hdrLen
-	}
-	if complete {
-		cp.nextLength = h.heapLength
-	}
-}
-
 // ended records a heap leaving the window in its chunk: present if it is complete and fits its position,
 // else its position is free again (rejected if too long). Full chunks at the window's start are published.
 func (cp *chunkPlacer) ended(h *liveHeap, complete bool) bool {
@@ -249,16 +240,17 @@ func (cp *chunkPlacer) ended(h *liveHeap, complete bool) bool {
 }
 
 func (cp *chunkPlacer) guess(dst [][]byte) (hdrLen, n int) {
-	if cp.length == 0 || cp.hdrLen == 0 {
+	hdrLen, step := cp.nextStep()
+	if step == 0 || hdrLen == 0 {
 		return 0, 0
 	}
-	n, ok := cp.regions(dst, cp.length)
+	n, ok := cp.regions(dst, step)
 	if !ok {
 		return 0, 0
 	}
 	hs := cp.g.HeapSize
-	if cp.nextLength == 0 || cp.nextLength > hs || cp.firstLen == 0 || cp.firstHdr != cp.hdrLen {
-		return cp.hdrLen, n
+	if cp.nextLength == 0 || cp.nextLength > hs || cp.firstLen == 0 || cp.firstHdr != hdrLen {
+		return hdrLen, n
 	}
 	id, pos := cp.lastID, cp.lastPos
 	for n < len(dst) {
@@ -272,7 +264,7 @@ func (cp *chunkPlacer) guess(dst [][]byte) (hdrLen, n int) {
 		v := cp.view(c, pos)
 		n += fillRegions(dst[n:], v.Payload, 0, cp.nextLength, cp.firstLen)
 	}
-	return cp.hdrLen, n
+	return hdrLen, n
 }
 
 func (cp *chunkPlacer) expected(pkt *Packet) (*liveHeap, *ring.Slot) {

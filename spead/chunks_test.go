@@ -286,58 +286,86 @@ func TestChunkWindowJump(t *testing.T) {
 	expectCounters(t, p.Stats(), map[ring.Counter]uint64{ring.CounterChunks: 3, ring.CounterTooOldHeaps: 1})
 }
 
-// Placing a chunk stream's one-packet heaps allocates nothing per heap, and most are read straight into
-// their positions.
+// Placing a chunk stream's heaps allocates nothing per heap, and most packets are read straight into
+// their positions: one-packet heaps one position after the other (reads of 4), and a 3-packet heap's two
+// packets after its first (reads of 1: the first, with more item pointers, is copied; the next are
+// expected as the previous heap's were).
 func TestChunkPlacementAllocatesNothing(t *testing.T) {
-	p, c := chunkRing(t, 8)
-	a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	feeder := newPlacingFeeder(t, a, 4)
-	tt, cnt, placed, runs := uint64(0), uint64(0), 0, 0
-	h := ckHeap(1, 0, 0, 1000, 0) // one packet, shorter than its position
-	packets := encodeAll(t, spead.Flavour64_40, 1500, &h)
-	if len(packets) != 1 {
-		t.Fatalf("%d packets", len(packets))
-	}
-	heap := func() {
-		// One position after the other: time index and cnt in the first packet's pointers rewritten.
-		cnt++
-		for _, b := range packets {
-			setHeapCnt(b, cnt)
-		}
-		setImmediate(packets[0], ckTimeItem, (tt/ckAxis)*ckStep)
-		setImmediate(packets[0], ckAxisItem, tt%ckAxis)
-		tt++
-		runs++
-		placed += feeder.feed(packets)
-		for {
-			ch, ok, err := c.TryNext()
+	for _, tc := range []struct {
+		name          string
+		size, per     int
+		packets, want int // packets per heap; packets per heap at least placed, in quarters
+	}{{"1packet", 1000, 4, 1, 3}, {"3packets", ckHeapSize, 1, 3, 7}} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, c := chunkRing(t, 8)
+			a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
 			if err != nil {
-				panic(err)
+				t.Fatal(err)
 			}
-			if !ok {
-				break
+			feeder := newPlacingFeeder(t, a, tc.per)
+			placed, runs := 0, 0
+			s := newPositionStream(t, tc.size)
+			if len(s.packets) != tc.packets {
+				t.Fatalf("%d packets", len(s.packets))
 			}
-			c.Release(ch)
+			heap := func() {
+				runs++
+				placed += feeder.feed(s.next())
+				releaseChunks(c)
+			}
+			for range 30 {
+				heap()
+			}
+			placed, runs = 0, 0
+			if allocs := testing.AllocsPerRun(500, heap); allocs != 0 {
+				t.Fatalf("%v allocations per heap", allocs)
+			}
+			// (A read that reaches into a chunk not open yet is copied from there on.)
+			t.Logf("%d packets of %d heaps placed", placed, runs)
+			if 4*placed < tc.want*runs {
+				t.Errorf("%d packets of %d heaps placed, want at least %d/4 a heap", placed, runs, tc.want)
+			}
+			if p.Stats().Get(ring.CounterChunks) < 40 || p.Stats().Get(ring.CounterIncompleteChunks) != 0 {
+				t.Fatalf("counters %v", p.Stats().Map())
+			}
+		})
+	}
+}
+
+// positionStream is one heap's packets, rewritten for one position after the other (heap cnt, time and
+// axis items), allocating nothing.
+type positionStream struct {
+	packets [][]byte
+	pos     uint64
+}
+
+func newPositionStream(t testing.TB, size int) *positionStream {
+	h := ckHeap(1, 0, 0, size, 0)
+	return &positionStream{packets: encodeAll(t, spead.Flavour64_40, 1500, &h)}
+}
+
+// next is the next position's heap.
+func (s *positionStream) next() [][]byte {
+	for _, b := range s.packets {
+		setHeapCnt(b, s.pos+1)
+	}
+	setImmediate(s.packets[0], ckTimeItem, (s.pos/ckAxis)*ckStep)
+	setImmediate(s.packets[0], ckAxisItem, s.pos%ckAxis)
+	s.pos++
+	return s.packets
+}
+
+// releaseChunks releases every chunk published so far.
+func releaseChunks(c *ring.Consumer) {
+	for {
+		ch, ok, err := c.TryNext()
+		if err != nil {
+			panic(err)
 		}
-	}
-	for range 30 {
-		heap()
-	}
-	placed, runs = 0, 0
-	if allocs := testing.AllocsPerRun(500, heap); allocs != 0 {
-		t.Fatalf("%v allocations per heap", allocs)
-	}
-	// Heaps are guessed one position after the other, in open chunks: most are read into place (a read
-	// that reaches into a chunk not open yet is copied from there on).
-	t.Logf("%d of %d placed", placed, runs)
-	if placed < runs*3/4 {
-		t.Errorf("%d of %d packets placed, want at least three quarters", placed, runs)
-	}
-	if p.Stats().Get(ring.CounterChunks) < 40 || p.Stats().Get(ring.CounterIncompleteChunks) != 0 {
-		t.Fatalf("counters %v", p.Stats().Map())
+		if !ok {
+			return
+		}
+		c.Release(ch)
 	}
 }
 
@@ -429,4 +457,110 @@ func FuzzChunkPlacement(f *testing.F) {
 			c.Release(ch.Heap)
 		}
 	})
+}
+
+// With the drop policy and a consumer that reads nothing, a chunk that finds no free slot drops its heaps,
+// each counted in dropped_heaps, and writes nothing; the chunks that had slots are published whole.
+func TestChunkWithoutSlotDropsItsHeapsCounted(t *testing.T) {
+	p, c := testRing(t, ring.Config{SlotCount: 2, Chunks: ckGeometry, Policy: ring.PolicyDrop})
+	a, err := spead.NewAssembler(p, spead.AssemblerConfig{ChunkWindow: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cnt := uint64(0)
+	for tt := uint64(0); tt < 3*ckHeaps; tt++ { // chunks 0, 1 and 2, every position
+		for ax := uint64(0); ax < ckAxis; ax++ {
+			cnt++
+			h := ckHeap(cnt, tt, ax, ckHeapSize, 0)
+			for _, b := range encodeAll(t, spead.Flavour64_40, 1500, &h) {
+				a.Packet(b, 1)
+			}
+		}
+	}
+	expectCounters(t, p.Stats(), map[ring.Counter]uint64{ring.CounterChunks: 2, ring.CounterIncompleteChunks: 0,
+		ring.CounterDroppedHeaps: ckHeaps * ckAxis, ring.CounterHeaps: 2 * ckHeaps * ckAxis})
+	for id := uint64(0); id < 2; id++ {
+		ch, err := c.NextChunk(time.Second)
+		if err != nil || ch.ID != id || ch.Flags&ring.FlagComplete == 0 {
+			t.Fatalf("chunk %d: %+v, %v", id, ch.ID, err)
+		}
+	}
+}
+
+// Without an axis item, a heap's null items (id 0, as senders pad with) are not taken for an axis index:
+// the heap is placed by its time item alone.
+func TestChunkWithoutAxisIgnoresNullItems(t *testing.T) {
+	g := ckGeometry
+	g.Axis, g.AxisItem = 1, 0
+	p, c := testRing(t, ring.Config{SlotCount: 4, Chunks: g})
+	a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tt := uint64(0); tt < ckHeaps; tt++ {
+		h := spead.Heap{Cnt: tt + 1, Items: []spead.Item{{ID: ckTimeItem, Immediate: true, Value: tt * ckStep},
+			{ID: spead.NullID, Immediate: true, Value: 7}, {ID: ckDataItem, Data: make([]byte, 100)}}}
+		for _, b := range encodeAll(t, spead.Flavour64_40, 1500, &h) {
+			a.Packet(b, 1)
+		}
+	}
+	ch, err := c.NextChunk(time.Second)
+	if err != nil || ch.ID != 0 || ch.Flags&ring.FlagComplete == 0 {
+		t.Fatalf("chunk %d flags %#x, %v; counters %v", ch.ID, ch.Flags, err, p.Stats().Map())
+	}
+}
+
+// The heap cnt (item 0x1) can be the time item, as spead2 users often place by it: heap cnt k goes to
+// position k mod heaps of chunk k / heaps.
+func TestChunkPlacedByHeapCnt(t *testing.T) {
+	g := ring.ChunkGeometry{Heaps: 4, Axis: 1, HeapSize: 100, Step: 1, TimeItem: spead.HeapCntID}
+	p, c := testRing(t, ring.Config{SlotCount: 4, Chunks: g})
+	a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for cnt := uint64(8); cnt < 16; cnt++ { // chunks 2 and 3
+		h := spead.Heap{Cnt: cnt, Items: []spead.Item{{ID: ckDataItem, Data: bytes.Repeat([]byte{byte(cnt)}, 100)}}}
+		for _, b := range encodeAll(t, spead.Flavour64_40, 1500, &h) {
+			a.Packet(b, 1)
+		}
+	}
+	for id := uint64(2); id <= 3; id++ {
+		ch, err := c.NextChunk(time.Second)
+		if err != nil || ch.ID != id || ch.Flags&ring.FlagComplete == 0 {
+			t.Fatalf("chunk %d flags %#x, %v; want chunk %d complete", ch.ID, ch.Flags, err, id)
+		}
+		for pos := range uint32(4) {
+			if d := ch.HeapData(pos, 0); d[0] != byte(id*4+uint64(pos)) || d[99] != d[0] {
+				t.Fatalf("chunk %d position %d holds heap %d's bytes", id, pos, d[0])
+			}
+		}
+		c.Release(ch.Heap)
+	}
+}
+
+// Heaps of several packets handed over by Packet (a source that does not place) allocate nothing per
+// heap either, window moves and chunk publications included.
+func TestChunkCopiedPathAllocatesNothing(t *testing.T) {
+	p, c := chunkRing(t, 8)
+	a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newPositionStream(t, ckHeapSize) // 3 packets
+	heap := func() {
+		for _, b := range s.next() {
+			a.Packet(b, 1)
+		}
+		releaseChunks(c)
+	}
+	for range 30 {
+		heap()
+	}
+	if allocs := testing.AllocsPerRun(500, heap); allocs != 0 {
+		t.Fatalf("%v allocations per heap", allocs)
+	}
+	if st := p.Stats(); st.Get(ring.CounterChunks) < 40 || st.Get(ring.CounterIncompleteChunks) != 0 || st.Get(ring.CounterHeaps) < 500 {
+		t.Fatalf("counters %v", st.Map())
+	}
 }

@@ -35,17 +35,48 @@ type placer interface {
 }
 
 // follower follows the heap the latest accepted packet joined and guesses that its next packet comes
-// right after it, as long as it, up to the end of the heap's slot (or position) and length.
+// right after it, as long as it, up to the end of the heap's slot (or position) and length. It also keeps
+// what both placers guess the next heaps from: the length of the last heap that completed and the
+// lengths of the latest first packet of a heap. Its accepted is both placers'.
 type follower struct {
 	heap   *liveHeap
 	cnt    uint64
 	next   uint64
 	length uint64
 	hdrLen int
+	// The length of the last heap that completed (0: no guess), the payload and header length of the
+	// latest first packet (offset 0) of a heap.
+	nextLength uint64
+	firstLen   uint64
+	firstHdr   int
+	// The payload and header length of the latest packet that was neither its heap's first nor its last,
+	// and whether the latest packet was a first one.
+	restLen     uint64
+	restHdr     int
+	latestFirst bool
 }
 
-func (f *follower) note(h *liveHeap, start, end uint64, hdrLen int) {
+func (f *follower) accepted(h *liveHeap, start, end uint64, hdrLen int, complete bool) {
 	f.heap, f.cnt, f.next, f.length, f.hdrLen = h, h.cnt, end, end-start, hdrLen
+	f.latestFirst = start == 0
+	if start == 0 {
+		f.firstLen, f.firstHdr = f.length, hdrLen
+	} else if !h.hasLength || end < h.heapLength {
+		f.restLen, f.restHdr = f.length, hdrLen // not its heap's last packet, which may be shorter
+	}
+	if complete {
+		f.nextLength = h.heapLength
+	}
+}
+
+// nextStep is the header length and payload length the live heap's next packets are expected with: the
+// latest packet's, or after a heap's first packet, which may carry more item pointers than the rest
+// (spead2 sends them so), the previous heap's middle packets'.
+func (f *follower) nextStep() (hdrLen int, step uint64) {
+	if f.latestFirst && f.restHdr != 0 {
+		return f.restHdr, f.restLen
+	}
+	return f.hdrLen, f.length
 }
 
 // live is the heap the latest packet joined if it is still under assembly, else nil.
@@ -83,20 +114,11 @@ type streamPlacer struct {
 
 	follower // the heap the latest accepted packet joined
 	// The heaps expected after it: the cnt stride between heaps as they begin (learnt from two equal gaps
-	// in a row), the length of the last heap that completed (0: no guess), the payload and header length
-	// of the latest first packet (offset 0) of a heap, and the slots taken ahead for them.
-	lastBegun  uint64
-	lastGap    uint64
-	stride     uint64
-	nextLength uint64
-	firstLen   uint64
-	firstHdr   int
-	// The payload and header length of the latest packet that was neither its heap's first nor its last,
-	// and whether the latest packet was a first one.
-	restLen     uint64
-	restHdr     int
-	latestFirst bool
-	ahead       []aheadSlot
+	// in a row) and the slots taken ahead for them.
+	lastBegun uint64
+	lastGap   uint64
+	stride    uint64
+	ahead     []aheadSlot
 }
 
 // aheadSlot is a slot taken from the pool for a heap not begun yet, where the guesses put its first
@@ -134,26 +156,8 @@ func (sp *streamPlacer) heapSlot(h *liveHeap, _ *Packet) (*ring.Slot, error) {
 	return sp.p.Acquire()
 }
 
-func (sp *streamPlacer) accepted(h *liveHeap, start, end uint64, hdrLen int, complete bool) {
-	sp.note(h, start, end, hdrLen)
-	sp.latestFirst = start == 0
-	if start == 0 {
-		sp.firstLen, sp.firstHdr = sp.length, hdrLen
-	} else if !h.hasLength || end < h.heapLength {
-		sp.restLen, sp.restHdr = sp.length, hdrLen // not its heap's last packet, which may be shorter
-	}
-	if complete {
-		sp.nextLength = h.heapLength
-	}
-}
-
 func (sp *streamPlacer) guess(dst [][]byte) (hdrLen, n int) {
-	hdrLen, step := sp.hdrLen, sp.length
-	if sp.latestFirst && sp.restHdr != 0 {
-		// A heap's first packet may carry more item pointers than the rest (spead2 sends them so): its
-		// next packets are expected as the previous heap's were.
-		hdrLen, step = sp.restHdr, sp.restLen
-	}
+	hdrLen, step := sp.nextStep()
 	if step == 0 || hdrLen == 0 {
 		return 0, 0
 	}

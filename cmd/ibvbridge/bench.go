@@ -131,19 +131,13 @@ func runBenchUDP(ctx context.Context, env bench.Env, args []string, stdout, stde
 	if o.ChunkHeaps < 0 || o.ChunkHeaps > 0 && *baseline != "" {
 		return usageError("--chunk-heaps %d: want a positive count, and not with --baseline", o.ChunkHeaps)
 	}
-	if o.ChunkHeaps > 0 && o.Rate > 0 {
-		cmp, err := bench.CompareChunks(ctx, env, bench.Loopback, o)
-		if err != nil {
-			return err
+	if o.ChunkHeaps > 0 && o.Rate > 0 || *baseline != "" {
+		var cmp []bench.Comparison
+		if *baseline != "" {
+			cmp, err = bench.Compare(ctx, env, bench.Loopback, o, *baseline)
+		} else {
+			cmp, err = bench.CompareChunks(ctx, env, bench.Loopback, o)
 		}
-		if *asJSON {
-			return json.NewEncoder(stdout).Encode(map[string]any{"consumer": o.Consumer, "rate_gbps": o.Rate, "comparisons": cmp})
-		}
-		bench.PrintFixedRate(stdout, nil, cmp)
-		return nil
-	}
-	if *baseline != "" {
-		cmp, err := bench.Compare(ctx, env, bench.Loopback, o, *baseline)
 		if err != nil {
 			return err
 		}

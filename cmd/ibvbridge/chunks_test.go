@@ -13,7 +13,8 @@ import (
 // TestSendRecvChunksGoConsumer: the README's chunk mode example end to end — send with a timestamp
 // stepping by 4096 and an axis item of 4 values, recv placing them in chunks of 8 × 4 heaps, a Go
 // consumer reading every chunk: ids in order, every presence byte 1, every heap position's bytes its
-// heap's pattern; recv's final JSON and stat show the chunk counters and geometry.
+// heap's pattern; recv's final JSON and stat show the chunk counters and geometry; send --ring refuses to
+// relay a chunk ring, consume --verify to check one.
 func TestSendRecvChunksGoConsumer(t *testing.T) {
 	name, port := testRing(t, "chunks"), freePort(t)
 	recv, out := startRecv(t, "--ring", name, "--slots", "64", "--hugepages", "off", "--log-format", "json",
@@ -24,6 +25,14 @@ func TestSendRecvChunksGoConsumer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	_, relayErr, code := runCmd(t, 10*time.Second, "send", "--ring", name, "127.0.0.1:9")
+	if code == 0 || !strings.Contains(relayErr, "is in chunk mode") {
+		t.Errorf("send --ring of a chunk ring: exit %d, %q; want a refusal", code, relayErr)
+	}
+	verifyOut, _, code := runCmd(t, 10*time.Second, "consume", "--ring", name, "--verify")
+	if code == 0 || !strings.Contains(verifyOut, "is in chunk mode") {
+		t.Errorf("consume --verify of a chunk ring: exit %d, %q; want a refusal", code, verifyOut)
+	}
 	statOut, _, code := runCmd(t, 10*time.Second, "stat", name)
 	if code != 0 || !strings.Contains(statOut, "8 heaps x 4 axis x 8192 bytes per chunk; time item 0x1600 step 4096, axis item 0x4101") ||
 		!strings.Contains(statOut, "too_old_heaps") {

@@ -106,8 +106,8 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	if *maxConsumers < 1 || *maxConsumers > ring.MaxConsumersLimit {
 		return usageError("--max-consumers %d: want 1..%d", *maxConsumers, ring.MaxConsumersLimit)
 	}
-	if *maxHeaps < 1 || *maxHeaps > *slots {
-		return usageError("--max-heaps %d: want 1..%d (every heap under assembly holds a slot)", *maxHeaps, *slots)
+	if *maxHeaps < 1 || *maxHeaps > *slots && *chunkHeaps == 0 || *maxHeaps > 4096 {
+		return usageError("--max-heaps %d: want 1..%d (every heap under assembly holds a slot; with --chunk-heaps up to 4096)", *maxHeaps, min(*slots, 4096))
 	}
 	if *maxPacket < 64 || *maxPacket > 65535 {
 		return usageError("--max-packet %d: want 64..65535", *maxPacket)

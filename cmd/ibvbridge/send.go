@@ -254,6 +254,9 @@ func sendRing(ctx context.Context, name string, hs transport.HeapSender, cfg rel
 		return 0, 0, err
 	}
 	defer c.Close()
+	if _, chunks := c.Chunks(); chunks {
+		return 0, 0, usageError("ring %s is in chunk mode: send --ring relays rings of heaps (a chunk's heaps lost their items)", name)
+	}
 	res, err := relay.Run(ctx, c, hs, cfg)
 	return res.Heaps, res.SkippedIncomplete, err
 }
