@@ -72,14 +72,14 @@ static int pattern_ok(const uint8_t *p, uint64_t n, uint64_t heap_cnt)
 
 /* Chunk-mode totals. */
 struct chunk_totals {
-	uint64_t chunks, heaps_present, sum, verify_errors;
+	uint64_t chunks, heaps_present, sum, verify_errors, overrun;
 };
 
 /* Account chunk position h (held): count its present heaps, checksum them (touch) and check each against
- * the pattern of its heap cnt (verify). Returns the verify errors it found; the caller checks validity
- * after this read, as for a heap. h not a valid chunk: -1 (the message set). */
-static int64_t account_chunk(struct ibvb_ring *r, const struct ibvb_heap *h, int touch, int verify,
-			     struct chunk_totals *ct)
+ * the pattern of its heap cnt (verify); then check validity (read, then check, 2.1): an overrun chunk
+ * counts in overrun, its verify errors nowhere. 0, or -1 when h is not a valid chunk (the message set). */
+static int account_chunk(struct ibvb_ring *r, const struct ibvb_heap *h, int touch, int verify,
+			 struct chunk_totals *ct)
 {
 	struct ibvb_chunk c;
 	if (ibvb_heap_chunk(r, h, &c) < 0)
@@ -96,9 +96,14 @@ static int64_t account_chunk(struct ibvb_ring *r, const struct ibvb_heap *h, int
 		if (verify && !pattern_ok(d, c.heap_size, c.chunk_id * c.positions + k + 1))
 			bad++;
 	}
+	if (!ibvb_heap_valid(r, h)) {
+		ct->overrun++;
+		return 0;
+	}
 	ct->chunks++;
 	ct->heaps_present += present;
-	return bad;
+	ct->verify_errors += (uint64_t)bad;
+	return 0;
 }
 
 static void json_str(const char *s)
@@ -182,7 +187,7 @@ int main(int argc, char **argv)
 
 	struct ibvb_ring *r = NULL;
 	double cpu0 = 0, cpu1 = 0; /* CPU seconds at attach and at the stream's end: the stream's cost alone */
-	struct chunk_totals ct = {0, 0, 0, 0};
+	struct chunk_totals ct = {0, 0, 0, 0, 0};
 	struct ibvb_chunk_geometry cg;
 	int rc = ibvb_attach_opts(&r, ring, (int)timeout_ms, &aopts);
 	int chunked = rc == 0 && ibvb_chunk_geometry(r, &cg) == 0;
@@ -248,19 +253,10 @@ int main(int argc, char **argv)
 			bytes += h.received;
 			if (h.flags & IBVB_FLAG_INCOMPLETE)
 				incomplete++;
-			if (chunked) {
-				int64_t bad = account_chunk(r, &h, touch, verify, &ct);
-				if (bad < 0) {
-					snprintf(errmsg, sizeof errmsg, "%s", ibvb_last_error());
-					result = "error";
-					exit_code = 1;
-					break;
-				}
-				if (!ibvb_heap_valid(r, &h)) /* read, then check (2.1) */
-					overrun_heaps++;
-				else
-					verify_errors += (uint64_t)bad;
-			} else if (touch)
+			if (chunked && account_chunk(r, &h, touch, verify, &ct) < 0) {
+				snprintf(errmsg, sizeof errmsg, "%s", ibvb_last_error());
+				break; /* result error, exit 1 */
+			} else if (!chunked && touch)
 				sum += checksum(h.payload, h.received);
 			if (!chunked && verify && !(h.flags & IBVB_FLAG_INCOMPLETE)) { /* holes hold unspecified bytes */
 				/* The pattern covers the payload before the heap's item descriptors (send --descriptors
@@ -303,7 +299,7 @@ int main(int argc, char **argv)
 	printf("{\"heaps\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"checksum\":%" PRIu64 ",\"verify_errors\":%" PRIu64
 	       ",\"overrun_heaps\":%" PRIu64 ",\"incomplete\":%" PRIu64 ",\"first_heap_cnt\":%" PRIu64 ",\"last_heap_cnt\":%" PRIu64
 	       ",\"heap_cnt_out_of_order\":%" PRIu64 ",\"seconds\":%.6f,\"cpu_seconds\":%.6f,\"result\":\"%s\",\"error\":",
-	       heaps, bytes, sum + ct.sum, verify_errors, overrun_heaps, incomplete, first, last, ooo, heaps ? t1 - t0 : 0.0, cpu1 - cpu0, result);
+	       heaps, bytes, sum + ct.sum, verify_errors + ct.verify_errors, overrun_heaps + ct.overrun, incomplete, first, last, ooo, heaps ? t1 - t0 : 0.0, cpu1 - cpu0, result);
 	json_str(errmsg);
 	printf(",\"counters\":{");
 	for (unsigned i = 0; r && i < IBVB_CTR_COUNT; i++)
