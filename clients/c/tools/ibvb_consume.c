@@ -301,11 +301,10 @@ int main(int argc, char **argv)
 	       ",\"heap_cnt_out_of_order\":%" PRIu64 ",\"seconds\":%.6f,\"cpu_seconds\":%.6f,\"result\":\"%s\",\"error\":",
 	       heaps, bytes, sum + ct.sum, verify_errors + ct.verify_errors, overrun_heaps + ct.overrun, incomplete, first, last, ooo, heaps ? t1 - t0 : 0.0, cpu1 - cpu0, result);
 	json_str(errmsg);
-	printf(",\"counters\":{");
+	printf(",\"chunks\":%" PRIu64 ",\"heaps_present\":%" PRIu64 ",\"counters\":{", ct.chunks, ct.heaps_present);
 	for (unsigned i = 0; r && i < IBVB_CTR_COUNT; i++)
 		printf("%s\"%s\":%" PRIu64, i ? "," : "", ibvb_counter_name(i), ibvb_counter(r, i));
-	printf("},\"session_id\":%" PRIu64 ",\"chunks\":%" PRIu64 ",\"heaps_present\":%" PRIu64 "}\n",
-	       r ? ibvb_session_id(r) : 0, ct.chunks, ct.heaps_present);
+	printf("},\"session_id\":%" PRIu64 "}\n", r ? ibvb_session_id(r) : 0);
 	fflush(stdout);
 	ibvb_detach(r);
 	return exit_code;
