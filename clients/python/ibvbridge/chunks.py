@@ -107,23 +107,12 @@ class Chunk:
         """(time, axis): heap positions of the chunk."""
         return (self._geo.heaps, self._geo.axis)
 
-    # ----- flags
-    @property
-    def complete(self) -> bool:
-        """Every heap position arrived (the descriptor's COMPLETE flag)."""
-        return bool(self.flags & L.FLAG_COMPLETE)
+    # ----- flags and liveness: the heap's
+    complete = property(lambda self: self._heap.complete, doc="every heap position arrived (COMPLETE)")
+    incomplete = property(lambda self: self._heap.incomplete, doc="a heap position is missing (INCOMPLETE)")
 
-    @property
-    def incomplete(self) -> bool:
-        return bool(self.flags & L.FLAG_INCOMPLETE)
-
-    # ----- views
     def _check_live(self):
-        if self._heap.released:
-            raise RingError(f"chunk {self.chunk_id} at position {self.position} was released: its memory "
-                            "belongs to the producer")
-        if self._ring._closed:
-            raise RingError("ring is closed")
+        self._heap._check_live()  # RingError once released or closed: the memory is the producer's again
 
     @property
     def data(self) -> np.ndarray:

@@ -105,22 +105,7 @@ class Stats:
             if ok:
                 it = h.find(VERIFY_ITEM)
                 ok = it is None or (it.immediate and it.value == cnt)
-        if not h.valid:
-            self.overrun_heaps += 1
-            return False
-        if not ok:
-            self.verify_errors += 1
-        self.checksum = (self.checksum + s) & M64
-        self.bytes += n
-        if h.flags & L.FLAG_INCOMPLETE:
-            self.incomplete += 1
-        if self.first is None:
-            self.first = cnt
-        elif cnt <= self.last:
-            self.out_of_order += 1
-        self.last = cnt
-        self.heaps += 1
-        return True
+        return self._count(cnt, n, h.flags, h.valid, s, 0 if ok else 1)
 
     def _count(self, cnt, n, flags, valid, s=0, bad=0):
         """Account one position read (a heap, or a chunk: cnt its chunk id) once its validity is known."""
