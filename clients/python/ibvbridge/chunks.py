@@ -30,9 +30,9 @@ except ImportError:  # pragma: no cover - numpy is needed only for the array vie
     np = None
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .ring import Heap, Ring
+    from .ring import Batch, Heap, Ring
 
-__all__ = ["ChunkGeometry", "Chunk", "chunk_geometry"]
+__all__ = ["ChunkGeometry", "Chunk", "ChunkBatch", "chunk_geometry"]
 
 
 class ChunkGeometry(collections.namedtuple("ChunkGeometry", (
@@ -215,6 +215,115 @@ def setup_views(ring: Ring) -> None:
     cb = g.chunk_bytes
     ring._chunk_data = p2[:, :cb].reshape(p2.shape[0], g.heaps, g.axis, g.heap_size) if cb else None
     ring._chunk_present = p2[:, cb:cb + g.positions].reshape(p2.shape[0], g.heaps, g.axis)
+
+
+class ChunkBatch:
+    """Up to ``max_chunks`` consecutive chunks taken at once (``Ring.next_chunk_batch`` / ``chunk_batches``):
+    their descriptors copied and checked vectorised (as ``Ring.next_batch``, then each as a chunk), released
+    together with one tail store. ``chunk_id`` (uint64 [n]) and ``flags`` come from the private copy;
+    ``present`` is a bool array [n, time, axis] copied out of the slots; ``data`` a read-only uint8 array
+    [n, time, axis, heap bytes] — a zero-copy view when the chunks' slots are consecutive (``consecutive``),
+    else a gathered copy; ``chunk(i)`` views one chunk's bytes. Read, then check ``valid``."""
+
+    __slots__ = ("_ring", "_batch", "_geo", "_present")
+
+    def __init__(self, ring: Ring, batch: Batch, geo: ChunkGeometry) -> None:
+        self._ring = ring
+        self._batch = batch
+        self._geo = geo
+        self._present = None
+
+    def __len__(self) -> int:
+        return len(self._batch)
+
+    geometry = property(lambda self: self._geo)
+    chunk_id = property(lambda self: self._batch.descs["heap_cnt"], doc="uint64 [n]: the chunk ids")
+    flags = property(lambda self: self._batch.descs["flags"], doc="uint32 [n]: CHUNK, COMPLETE / INCOMPLETE")
+    received = property(lambda self: self._batch.descs["received"], doc="uint64 [n]: payload bytes that arrived")
+    slots = property(lambda self: self._batch.descs["slot"], doc="uint32 [n]: the slots holding the chunks")
+    consecutive = property(lambda self: self._batch.consecutive, doc="True: data is a zero-copy view")
+    valid = property(lambda self: self._batch.valid, doc="as Chunk.valid, for every chunk of the batch")
+    released = property(lambda self: self._batch.released)
+
+    @property
+    def present(self) -> np.ndarray:
+        """bool [n, time, axis]: True where the presence byte is 1 (copied once out of the slots)."""
+        p = self._present
+        if p is None:
+            self._batch._check_live()
+            s = self._batch.descs["slot"]
+            r = self._ring
+            if self._batch.consecutive:
+                s0 = int(s[0]) if len(s) else 0
+                raw = r._chunk_present[s0:s0 + len(s)]
+            else:
+                raw = r._chunk_present[s.astype(np.intp)]
+            p = self._present = raw == 1
+            p.flags.writeable = False
+        return p
+
+    @property
+    def data(self) -> np.ndarray:
+        """uint8 [n, time, axis, heap bytes]: a view when ``consecutive``, else a gathered copy."""
+        self._batch._check_live()
+        s = self._batch.descs["slot"]
+        if self._batch.consecutive:
+            s0 = int(s[0]) if len(s) else 0
+            return self._ring._chunk_data[s0:s0 + len(s)]
+        return self._ring._chunk_data[s.astype(np.intp)]
+
+    def chunk(self, i: int) -> np.ndarray:
+        """Chunk i's bytes, uint8 [time, axis, heap bytes], a zero-copy view."""
+        self._batch._check_live()
+        return self._ring._chunk_data[int(self._batch.descs["slot"][i])]
+
+    def release(self) -> None:
+        """Give every chunk's slot back (one tail store). Idempotent."""
+        self._batch.release()
+
+    def __enter__(self) -> ChunkBatch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"ChunkBatch(position={self._batch.position}, n={len(self)})"
+
+
+def next_chunk_batch(ring: Ring, max_chunks: int, timeout: float | None) -> ChunkBatch:
+    """Ring.next_chunk_batch: Ring.next_batch (descriptors copied and checked vectorised), then every
+    descriptor of the copy checked as a chunk (§13.5); CorruptRing (after releasing the batch) for the first
+    that is not one."""
+    g = _geometry(ring)
+    b = ring.next_batch(max_chunks, timeout)  # EndOfStream at the marker
+    d = b.descs
+    cb = np.uint64(g.chunk_bytes)
+    bad = ((d["flags"] & L.FLAG_CHUNK) == 0) | (d["heap_size"] != cb) | (d["received"] > cb)
+    if bad.any():
+        k = int(bad.argmax())
+        b.release()
+        raise ring._corrupt_desc((b.position + k) & ((1 << 64) - 1),
+                                 f"not a chunk of {g.chunk_bytes} bytes: flags {int(d['flags'][k]):#x}, "
+                                 f"heap_size {int(d['heap_size'][k])}, received {int(d['received'][k])}")
+    return ChunkBatch(ring, b, g)
+
+
+def iter_chunk_batches(ring: Ring, max_chunks: int, timeout: float | None) -> Iterator[ChunkBatch]:
+    """Ring.chunk_batches: batches until end of stream, each released when the loop advances or is left."""
+    cb = None
+    try:
+        while True:
+            try:
+                cb = next_chunk_batch(ring, max_chunks, timeout)
+            except EndOfStream:
+                return
+            yield cb
+            cb, done = None, cb
+            ring.release(done._batch)  # Overrun when the producer lapped us while the loop held it
+    finally:
+        if cb is not None:
+            cb.release()
 
 
 def _as_chunk(ring: Ring, h: Heap, g: ChunkGeometry) -> Chunk:

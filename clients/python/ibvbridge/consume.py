@@ -29,7 +29,8 @@ than the previous heap's. first/last_heap_cnt are 0 when no heap was read. secon
 attach to the end of reading. --no-touch takes and releases each heap without reading its payload (checksum
 0, nothing verified): the cost of the ring itself.
 
-A ring in chunk mode (spec §13) is read chunk by chunk (--batch does not apply): "heaps" counts the ring
+A ring in chunk mode (spec §13) is read chunk by chunk (with --batch N, up to N chunks at once through
+Ring.next_chunk_batch, released with one tail store, whenever at least 16 wait): "heaps" counts the ring
 positions read, here chunks (as the Go consume tool does), "chunks" likewise, "heaps_present" the heap
 positions the presence maps mark present; bytes is the sum of the chunks' received; checksum runs over
 the present heaps' bytes; first/last_heap_cnt are chunk ids and incomplete counts incomplete chunks.
@@ -48,6 +49,7 @@ import time
 
 from . import layout as L
 from .errors import Detached, EndOfStream, Overrun, ProducerGone, RingError, Timeout
+from .chunks import ChunkBatch
 from .ring import Ring
 
 try:
@@ -57,6 +59,7 @@ except ImportError:  # pragma: no cover
 
 M64 = (1 << 64) - 1
 VERIFY_ITEM = 0x1001
+CHUNK_BATCH_MIN = 16  # chunks waiting before --batch takes them as a ChunkBatch
 EXIT = {"eos": 0, "max": 0, "producer_gone": 2, "timeout": 3, "overrun": 4, "detached": 5, "error": 1}
 
 
@@ -134,28 +137,52 @@ class Stats:
         npres = c.heaps_present
         s = bad = 0
         if self.touch and npres:
-            g = c.geometry
-            npos, hs = g.positions, g.heap_size
-            pres = c.present.reshape(npos)
-            d = c.data.reshape(npos, hs)
-            rows = d if npres == npos else d[pres]
-            hs8 = hs & ~7
-            if hs8:
-                s = int(rows[:, :hs8].view("<u8").sum(dtype=np.uint64)) if hs8 == hs else int(
-                    np.ascontiguousarray(rows[:, :hs8]).view("<u8").sum(dtype=np.uint64))
-            if hs8 != hs:
-                tail = np.zeros((len(rows), 8), np.uint8)
-                tail[:, :hs - hs8] = rows[:, hs8:]
-                s += int(tail.view("<u8").sum(dtype=np.uint64))
-            if self.verify:
-                cnt = np.arange(npos, dtype=np.uint64) + np.uint64((c.chunk_id * npos + 1) & M64)
-                start = ((cnt * np.uint64(31)) & np.uint64(0xFF)).astype(np.uint8)
-                expect = start[:, None] + np.arange(hs, dtype=np.uint8)[None, :]  # uint8 wraps: & 0xff
-                bad = int(np.count_nonzero((d != expect).any(axis=1) & pres))
+            s, bad = self._present_bytes(c.data, c.present, c.chunk_id, npres)
         if not self._count(c.chunk_id, c.received, c.flags, c.valid, s & M64, bad):
             return False
         self.chunks += 1
         self.heaps_present += npres
+        return True
+
+    def _present_bytes(self, data, present, chunk_id, npres):
+        """(checksum, verify errors) of one chunk's present heap positions: data uint8 [time, axis, bytes],
+        present bool [time, axis] (npres of them True)."""
+        npos, hs = present.size, data.shape[-1]
+        pres = present.reshape(npos)
+        d = data.reshape(npos, hs)
+        rows = d if npres == npos else d[pres]
+        s = bad = 0
+        hs8 = hs & ~7
+        if hs8:
+            s = int(rows[:, :hs8].view("<u8").sum(dtype=np.uint64)) if hs8 == hs else int(
+                np.ascontiguousarray(rows[:, :hs8]).view("<u8").sum(dtype=np.uint64))
+        if hs8 != hs:
+            tail = np.zeros((len(rows), 8), np.uint8)
+            tail[:, :hs - hs8] = rows[:, hs8:]
+            s += int(tail.view("<u8").sum(dtype=np.uint64))
+        if self.verify:
+            cnt = np.arange(npos, dtype=np.uint64) + np.uint64((chunk_id * npos + 1) & M64)
+            start = ((cnt * np.uint64(31)) & np.uint64(0xFF)).astype(np.uint8)
+            expect = start[:, None] + np.arange(hs, dtype=np.uint8)[None, :]  # uint8 wraps: & 0xff
+            bad = int(np.count_nonzero((d != expect).any(axis=1) & pres))
+        return s & M64, bad
+
+    def chunk_batch(self, cb):
+        """Account a chunk batch as chunk() does each chunk: False (all n in overrun_heaps) when overrun."""
+        n = len(cb)
+        present = cb.present
+        npres = np.count_nonzero(present.reshape(n, -1), axis=1)
+        s = bad = 0
+        if self.touch:
+            ids = cb.chunk_id
+            for i in range(n):
+                if npres[i]:
+                    si, bi = self._present_bytes(cb.chunk(i), present[i], int(ids[i]), int(npres[i]))
+                    s, bad = (s + si) & M64, bad + bi
+        if not self._account_batch(cb._batch, n, cb.received, s, bad):
+            return False
+        self.chunks += n
+        self.heaps_present += int(npres.sum())
         return True
 
     # ---------------------------------------------------------------- a batch (vectorised)
@@ -278,8 +305,14 @@ def main(argv=None):
                 break
             try:
                 if chunked:
-                    item = ring.next_chunk(timeout)
-                    k = 1
+                    want = a.batch if limit is None else min(a.batch, limit - st.heaps)
+                    # A batch's numpy set-up costs ~30 chunks' worth of the per-chunk path: batch only when
+                    # enough chunks wait (after a coalesced wake, or behind), else take the next one.
+                    if want >= CHUNK_BATCH_MIN and (ring.head - ring.position) & M64 >= CHUNK_BATCH_MIN:
+                        item = ring.next_chunk_batch(want, timeout)
+                    else:
+                        item = ring.next_chunk(timeout)
+                    k = len(item) if isinstance(item, ChunkBatch) else 1
                 elif a.batch:
                     want = a.batch if limit is None else min(a.batch, limit - st.heaps)
                     item = ring.next_batch(want, timeout)
@@ -290,8 +323,12 @@ def main(argv=None):
                 if stop_first:
                     stop_first = False
                     os.kill(os.getpid(), signal.SIGSTOP)
-                if not (st.chunk(item) if chunked else st.batch(item) if a.batch else st.heap(item)):
-                    ring.release(item)  # overrun while held: raises Overrun (result overrun)
+                if chunked:
+                    ok = st.chunk_batch(item) if isinstance(item, ChunkBatch) else st.chunk(item)
+                else:
+                    ok = st.batch(item) if a.batch else st.heap(item)
+                if not ok:
+                    ring.release(getattr(item, "_batch", item))  # overrun while held: raises Overrun
                     raise RingError("heap invalid but the ring still counts this consumer")
             except EndOfStream:
                 result = "eos"

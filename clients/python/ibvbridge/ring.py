@@ -1430,6 +1430,15 @@ class Ring:
         (Overrun at the next step when the producer overran this consumer while the loop held one)."""
         return _chunks.iter_chunks(self, timeout)
 
+    def next_chunk_batch(self, max_chunks: int, timeout: float | None = None) -> _chunks.ChunkBatch:
+        """Up to ``max_chunks`` already-published chunks at once (at least one; fewer at the ring's wrap point
+        or before END_OF_STREAM) as a ChunkBatch of numpy arrays; waits and raises as next_batch()."""
+        return _chunks.next_chunk_batch(self, max_chunks, timeout)
+
+    def chunk_batches(self, max_chunks: int, timeout: float | None = None) -> Iterator[_chunks.ChunkBatch]:
+        """Iterate over chunk batches until end of stream, releasing each when the loop advances or is left."""
+        return _chunks.iter_chunk_batches(self, max_chunks, timeout)
+
     # ------------------------------------------------------------------ waiting (spec §7.5)
     def _wait(self, timeout):
         """Return when a heap is published (cached_head updated); raise EndOfStream / ProducerGone / Timeout /

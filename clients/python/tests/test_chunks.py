@@ -177,8 +177,9 @@ def pattern_chunk(cid, present, wrong=()):
     return bytes(data) + bytes(present)
 
 
+@pytest.mark.parametrize("batch", [[], ["--batch", "16"], ["--batch", "2"]])
 @pytest.mark.parametrize("touch", [[], ["--no-touch"]])
-def test_consume_tool_counts_chunks_and_verifies_present_heaps(make_producer, touch):
+def test_consume_tool_counts_chunks_and_verifies_present_heaps(make_producer, touch, batch):
     import os
     from test_consume import consume
     p = chunk_producer(make_producer)
@@ -189,8 +190,7 @@ def test_consume_tool_counts_chunks_and_verifies_present_heaps(make_producer, to
               heap_size=CB, received=6 * S)
     p.publish(3, pattern_chunk(3, [1] * NP), flags=L.FLAG_CHUNK | L.FLAG_COMPLETE, heap_size=CB, received=CB)
     p.publish_eos()
-    rc, out = consume("--ring", "r", "--dir", os.path.dirname(p.socket_path), "--verify", "--batch", "16",
-                      *touch)
+    rc, out = consume("--ring", "r", "--dir", os.path.dirname(p.socket_path), "--verify", *batch, *touch)
     assert rc == 0 and out["result"] == "eos", out
     assert (out["heaps"], out["chunks"], out["heaps_present"]) == (3, 3, NP + 6 + NP)
     assert (out["first_heap_cnt"], out["last_heap_cnt"], out["incomplete"]) == (0, 3, 1)
@@ -220,3 +220,61 @@ def test_consume_tool_no_touch_counts_heaps_without_reading_them(make_producer, 
     assert rc == 0 and out["result"] == "eos"
     assert (out["heaps"], out["bytes"], out["checksum"], out["verify_errors"]) == (5, 200, 0, 0)
     assert (out["first_heap_cnt"], out["last_heap_cnt"], out["chunks"]) == (1, 5, 0)
+
+
+def test_chunk_batch_views_many_chunks_and_checks_each_descriptor(make_producer):
+    p = chunk_producer(make_producer)
+    absent = [1, 0, 1, 2, 1, 1, 0, 1]
+    publish_chunk(p, 0, [1] * NP)
+    publish_chunk(p, 1, absent)
+    publish_chunk(p, 4, [1] * NP)
+    publish_chunk(p, 5, [1] * NP, heap_size=CB + 1)  # not a chunk of this geometry
+    with attach(p) as ring:
+        with ring.next_chunk_batch(3, timeout=1) as b:
+            assert len(b) == 3 and b.chunk_id.tolist() == [0, 1, 4]
+            assert b.present.shape == (3, H, A) and b.present.dtype == np.bool_
+            assert b.present[1].ravel().tolist() == [x == 1 for x in absent] and b.present[0].all()
+            assert b.data.shape == (3, H, A, S)
+            for i, cid in enumerate((0, 1, 4)):
+                want = np.frombuffer(chunk_bytes(cid, [1] * NP)[:CB], np.uint8).reshape(H, A, S)
+                np.testing.assert_array_equal(b.chunk(i)[b.present[i]], want[b.present[i]])
+                np.testing.assert_array_equal(b.data[i], b.chunk(i))
+            assert np.shares_memory(b.chunk(2), ring._payload2d)
+            assert b.valid
+        assert b.released
+        with pytest.raises(CorruptRing, match=f"heap_size {CB + 1}"):
+            ring.next_chunk_batch(8, timeout=1)
+
+
+def test_chunk_batches_raise_overrun_after_a_batch_held_while_overrun(make_producer):
+    p = chunk_producer(make_producer)
+    for cid in range(4):
+        publish_chunk(p, cid, [1] * NP)
+    with attach(p) as ring:
+        got = []
+        with pytest.raises(Overrun):
+            for b in ring.chunk_batches(2, timeout=1):
+                got.append(b.chunk_id.tolist())
+                p.detach(ring.consumer_index, L.CONSUMER_OVERRUN, lost_heaps=4)
+                assert not b.valid
+        assert got == [[0, 1]]
+
+
+@pytest.mark.parametrize("batch", [[], ["--batch", "64"]])
+def test_consume_tool_batches_chunks_when_enough_wait(make_producer, batch):
+    import os
+    from test_consume import consume
+    p = chunk_producer(make_producer, slot_count=32)
+    wrong = {7: (1,), 19: (6,)}  # one wrong present position in chunks 7 and 19
+    for cid in range(24):
+        p.publish(cid, pattern_chunk(cid, [1] * NP, wrong.get(cid, ())), flags=L.FLAG_CHUNK | L.FLAG_COMPLETE,
+                  heap_size=CB, received=CB)
+    p.publish_eos()
+    rc, out = consume("--ring", "r", "--dir", os.path.dirname(p.socket_path), "--verify", *batch)
+    assert rc == 0 and out["result"] == "eos", out
+    assert (out["heaps"], out["chunks"], out["heaps_present"], out["verify_errors"]) == (24, 24, 24 * NP, 2)
+    s = 0
+    for cid in range(24):
+        d = pattern_chunk(cid, [1] * NP, wrong.get(cid, ()))
+        s += sum(int.from_bytes(d[i:i + 8], "little") for i in range(0, CB, 8))
+    assert out["checksum"] == s % (1 << 64) and (out["first_heap_cnt"], out["last_heap_cnt"]) == (0, 23)
