@@ -21,6 +21,7 @@ func runConsume(args []string, stdout, stderr io.Writer) error {
 	sleepUs := fs.Int("sleep-us", 0, "sleep this long per heap (a slow consumer, for tests)")
 	wait := fs.Bool("wait", false, "wait up to --timeout-ms for a ring that does not exist yet (default: fail at once)")
 	stopFirst := fs.Bool("stop-first", false, "after taking the first heap, stop this process (SIGSTOP) before reading it, until SIGCONT (a consumer stalled mid-read, for tests)")
+	groupName := fs.String("group-name", "", "attach as a member of this consumer group: the group's members share the stream, each heap read by one of them (starts at head)")
 	maxLatencyUs := fs.Int("max-latency-us", 0, "let heaps of a moving stream wait up to this long for coalesced wakes (0: a wake per heap)")
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
@@ -42,7 +43,7 @@ func runConsume(args []string, stdout, stderr io.Writer) error {
 	res := bench.Consume(*name, bench.ConsumeOptions{Verify: *verify, MaxHeaps: *maxHeaps,
 		Timeout: time.Duration(*timeoutMs) * time.Millisecond, Hold: *hold, Sleep: time.Duration(*sleepUs) * time.Microsecond,
 		MaxLatency: time.Duration(*maxLatencyUs) * time.Microsecond, Dir: *dir, FromHead: *start == "head",
-		StopFirst: *stopFirst, Wait: *wait})
+		StopFirst: *stopFirst, Wait: *wait, Group: *groupName})
 	if err := json.NewEncoder(stdout).Encode(res); err != nil {
 		return err
 	}
