@@ -61,7 +61,12 @@ type ConsumeOptions struct {
 	Wait bool
 	// Group attaches as a member of this consumer group (spec §14): only the heaps assigned to it.
 	Group string
+	// WorkPasses checksums each heap's payload this many more times: CPU-bound work per heap (benchmarks).
+	WorkPasses int
 }
+
+// workSink receives ConsumeOptions.WorkPasses' results.
+var workSink uint64
 
 // Consume reads ring name as its consumer until the end of stream (or o.MaxHeaps), checksumming every
 // heap and, with o.Verify, checking the pattern; `ibvbridge consume` prints the result.
@@ -111,6 +116,9 @@ func Consume(name string, o ConsumeOptions) *ConsumeResult {
 			_ = unix.Kill(unix.Getpid(), unix.SIGSTOP)
 		}
 		sum := pattern.Checksum(h.Payload)
+		for range o.WorkPasses {
+			workSink += pattern.Checksum(h.Payload) // a sink, so the work is not optimised away
+		}
 		bad := verify && h.Flags&ring.FlagIncomplete == 0 && !pattern.Verify(&h) // holes hold unspecified bytes
 		if !c.Valid(h) {
 			// Read, then checked: the slot was reused while the bytes were read, so they prove nothing.

@@ -736,7 +736,7 @@ func (p *Producer) waitFor(done func() bool, stop <-chan struct{}, timeout time.
 		}
 		p.mu.Lock()
 		ok := done()
-		slow := p.slowestLocked()
+		slow := p.blockerLocked()
 		p.mu.Unlock()
 		if ok {
 			return nil
@@ -794,6 +794,23 @@ func (p *Producer) sleepOnRelease(done func() bool, slow *member, slice time.Dur
 	p.hotBusy.Store(false)
 	p.buryLocked()
 	p.mu.Unlock()
+}
+
+// blockerLocked is the consumer whose release a waiting producer needs (spec §7.4): the slowest one, or,
+// when the oldest position still holding a slot is a group member's own (spec §14: the others have
+// released it), that member. nil with none attached. Hot path, mu held.
+func (p *Producer) blockerLocked() *member {
+	slow := p.slowestLocked()
+	if slow == nil || p.reclaim == p.pos || slow.released-p.reclaim > p.pos-p.reclaim {
+		return slow // nothing held, or the slowest has not even passed the oldest held position
+	}
+	need := p.posNeed[p.reclaim&p.mask]
+	for _, m := range p.members {
+		if need&(1<<m.index) != 0 {
+			return m
+		}
+	}
+	return slow
 }
 
 // slowestLocked is the attached consumer that has released least, nil with none. mu held.

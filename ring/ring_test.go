@@ -60,7 +60,7 @@ func testConfig(t *testing.T) ring.Config {
 	return ring.Config{Dir: t.TempDir(), HugePages: ring.HugePagesOff, SlotCount: 8, SlotSize: 4096}
 }
 
-func publish(t testing.TB, p *ring.Producer, cnt uint64, size int) {
+func publish(t *testing.T, p *ring.Producer, cnt uint64, size int) {
 	t.Helper()
 	pb := pattern.Publisher{P: p, Size: size, Fill: true}
 	if _, err := pb.Publish(cnt, uint64(time.Now().UnixNano())); err != nil {
