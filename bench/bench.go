@@ -1,7 +1,9 @@
 // Package bench owns ibvbridge's benchmark harness: the ring benchmark (a Go producer and a consumer
 // process in C, Python or Go), the loopback and veth UDP/AF_XDP receive benchmarks (send → recv →
-// consumer processes, a search for the highest lossless rate), launching the consumer tools, CPU
-// accounting, the memcpy reference, medians and the JSON results. `ibvbridge bench` parses flags and
+// consumer processes, a search for the highest lossless rate), the floor receiver (the cheapest receiver
+// of a UDP stream: what the kernel alone costs), the side-by-side run with spead2_recv (bench udp
+// --peer), launching the consumer tools, CPU accounting, the memcpy reference, medians and the JSON
+// results. `ibvbridge bench` parses flags and
 // prints; everything measured is here, so tests and other tools can run the same benchmarks.
 package bench
 
@@ -143,6 +145,46 @@ func cpuTime(pid int) (time.Duration, error) {
 	st, _ := strconv.ParseUint(f[12], 10, 64)
 	const clkTck = 100
 	return time.Duration(ut+st) * time.Second / clkTck, nil
+}
+
+// receiver is a receiving process (recv, spead2_recv, the floor) started with a goroutine waiting for it.
+type receiver struct {
+	cmd    *exec.Cmd
+	done   chan error
+	reaped bool
+}
+
+// startReceiver starts cmd; the caller defers kill, so the process is gone on every return.
+func startReceiver(cmd *exec.Cmd) (*receiver, error) {
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
+	}
+	r := &receiver{cmd: cmd, done: make(chan error, 1)}
+	go func() { r.done <- cmd.Wait() }()
+	return r, nil
+}
+
+// finish waits for the receiver to end at the end of its stream; a lossy run may have lost the stop heap
+// itself, so after grace it is interrupted (it then prints what it has). Its exit error.
+func (r *receiver) finish(grace time.Duration) error {
+	var err error
+	select {
+	case err = <-r.done:
+	case <-time.After(grace):
+		_ = r.cmd.Process.Signal(syscall.SIGINT)
+		err = <-r.done // bounded by the command's context, which kills it
+	}
+	r.reaped = true
+	return err
+}
+
+// kill ends and reaps the receiver unless finish has.
+func (r *receiver) kill() {
+	if !r.reaped {
+		_ = r.cmd.Process.Kill()
+		<-r.done
+		r.reaped = true
+	}
 }
 
 // LockedBuffer collects a child process's output while another goroutine reads it.

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -80,7 +81,11 @@ func Consume(name string, o ConsumeOptions) *ConsumeResult {
 	}
 	defer c.Close()
 	res.SessionID = c.SessionID()
-	cpu0 := processCPU()
+	if _, chunks := c.Chunks(); chunks && verify {
+		res.Error, res.exitCode = fmt.Sprintf("ring %s is in chunk mode: --verify checks heaps of the test pattern, not chunks", name), 1
+		return res
+	}
+	cpu0 := ProcessCPU()
 	var start time.Time
 	held := make([]ring.Heap, hold+1) // a circular queue of the heaps held: nothing allocated per heap
 	first, nHeld := 0, 0
@@ -146,7 +151,7 @@ func Consume(name string, o ConsumeOptions) *ConsumeResult {
 			first, nHeld = (first+1)%len(held), nHeld-1
 		}
 	}
-	res.CPUSeconds = (processCPU() - cpu0).Seconds()
+	res.CPUSeconds = (ProcessCPU() - cpu0).Seconds()
 	if res.Result == "error" && res.exitCode == 0 {
 		res.Result = "max"
 	}
@@ -157,8 +162,8 @@ func Consume(name string, o ConsumeOptions) *ConsumeResult {
 	return res
 }
 
-// processCPU is the CPU time (user + system) this process has used.
-func processCPU() time.Duration {
+// ProcessCPU is the CPU time (user + system) this process has used.
+func ProcessCPU() time.Duration {
 	var ru unix.Rusage
 	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
 		return 0

@@ -7,12 +7,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/bits"
 	"os"
 	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/ibvbridge/ibvbridge/internal/testnet"
@@ -39,6 +39,8 @@ type UDPRun struct {
 	RecvCPUNsPerPacket float64 `json:"recv_cpu_ns_per_packet"`
 	RecvCPUSecPerGB    float64 `json:"recv_cpu_s_per_gb"`        // recv's CPU per GB of payload received
 	ConsCPUNsPerHeap   float64 `json:"consumer_cpu_ns_per_heap"` // the consumer process's CPU per heap read
+	RecvCPUSeconds     float64 `json:"recv_cpu_s"`               // recv's CPU over the stream
+	ConsCPUSeconds     float64 `json:"consumer_cpu_s"`           // the consumer's CPU over the stream
 }
 
 // UDPSize is the result for one heap size: the highest lossless rate found and every run made.
@@ -63,6 +65,7 @@ type UDPSize struct {
 type Path struct {
 	RecvWrap, SendWrap []string // command prefixes, e.g. ip netns exec NS
 	RecvArgs           []string // transport flags for recv
+	SendArgs           []string // transport flags for send (bench xdp --send-transport xdp)
 	Dest               string   // the address recv listens on and send sends to
 	Port               int      // 0: a free loopback port
 	// RecvBinary, if set, is the ibvbridge whose recv receives (a baseline build); send and the consumer
@@ -87,6 +90,46 @@ type UDPOptions struct {
 	// ConsumerMaxLatency, if positive, is the consumer's latency bound (--max-latency-us: coalesced
 	// wakes); not passed to a --baseline build's consumer.
 	ConsumerMaxLatency time.Duration
+	// ChunkHeaps, if positive, receives in chunk mode (docs/ring-layout.md §13): send gives heap k the
+	// timestamp item 0x1600 = (k-1) × heap size, recv places heaps by it into chunks of ChunkHeaps heaps.
+	ChunkHeaps   int
+	ConsumerArgs []string // more flags for the consumer (e.g. the C consumer's --no-touch)
+	// Slots and SlotSize size recv's ring (0: 4096 slots of 64 KiB, or 128 slots of heap + 64 KiB for
+	// heaps over 32 KiB).
+	Slots, SlotSize int
+	// Sender sends the stream (nil: this ibvbridge's send).
+	Sender Sender
+}
+
+// Sender is the program that sends a benchmark's stream: the command for one run and how to read what it
+// reports having sent.
+type Sender interface {
+	Command(ctx context.Context, wrap []string, endpoint string, heaps uint64, heapSize, packetSize int, rate float64) (*exec.Cmd, error)
+	Parse(stdout []byte) (SendResult, error)
+}
+
+// ibvbridgeSender is `ibvbridge send --json` of env's binary, with extra flags (chunk items, a transport).
+type ibvbridgeSender struct {
+	env   Env
+	extra []string
+}
+
+func (s ibvbridgeSender) Command(ctx context.Context, wrap []string, endpoint string, heaps uint64, heapSize, packetSize int, rate float64) (*exec.Cmd, error) {
+	self, err := s.env.binary()
+	if err != nil {
+		return nil, err
+	}
+	return wrapped(ctx, wrap, self, append([]string{"send", endpoint, "--heaps", strconv.FormatUint(heaps, 10),
+		"--heap-size", strconv.Itoa(heapSize), "--packet-size", strconv.Itoa(packetSize),
+		"--rate", strconv.FormatFloat(rate, 'f', -1, 64), "--json"}, s.extra...)...), nil
+}
+
+func (ibvbridgeSender) Parse(stdout []byte) (SendResult, error) {
+	var sr SendResult
+	if err := json.Unmarshal(LastLine(stdout), &sr); err != nil {
+		return sr, fmt.Errorf("send output %q: %w", stdout, err)
+	}
+	return sr, nil
 }
 
 func (o *UDPOptions) check() error {
@@ -161,6 +204,9 @@ type Comparison struct {
 	RecvCPUPerByte   float64 `json:"recv_cpu_per_byte_ratio"`
 	RecvCPUPerPacket float64 `json:"recv_cpu_per_packet_ratio"`
 	ConsCPUPerHeap   float64 `json:"consumer_cpu_per_heap_ratio"`
+	// What the two sides are ("ours" and "baseline", or "chunks" and "heaps").
+	OursLabel     string `json:"ours_label"`
+	BaselineLabel string `json:"baseline_label"`
 }
 
 // Compare runs every heap size at o.Rate with this ibvbridge's recv and with baseline's, alternating run
@@ -177,24 +223,48 @@ func Compare(ctx context.Context, env Env, path Path, o UDPOptions, baseline str
 	}
 	base := path
 	base.RecvBinary = baseline
-	one := o
-	one.Runs = 1
+	return compareSides(ctx, env, o, [2]compareSide{{path, o, "ours"}, {base, o, "baseline"}})
+}
+
+// CompareChunks receives the same traffic in chunk mode (o.ChunkHeaps) and without, alternating run by
+// run: Ours is chunk mode, Baseline heap mode.
+func CompareChunks(ctx context.Context, env Env, path Path, o UDPOptions) ([]Comparison, error) {
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	if o.Rate <= 0 || o.ChunkHeaps <= 0 {
+		return nil, fmt.Errorf("%w: a chunk comparison needs a fixed rate (--rate) and --chunk-heaps", ErrBadOption)
+	}
+	heaps := o
+	heaps.ChunkHeaps = 0
+	return compareSides(ctx, env, o, [2]compareSide{{path, o, "chunks"}, {path, heaps, "heaps"}})
+}
+
+// compareSide is one receiver of a comparison: its path, options and label.
+type compareSide struct {
+	path  Path
+	o     UDPOptions
+	label string
+}
+
+// compareSides runs every heap size at o.Rate on both sides, alternating run by run so both see the same
+// machine state, and computes the ratios of side 0 over side 1.
+func compareSides(ctx context.Context, env Env, o UDPOptions, sides [2]compareSide) ([]Comparison, error) {
 	var out []Comparison
 	for _, hs := range o.HeapSizes {
 		c := Comparison{HeapSize: hs, Ours: UDPSize{HeapSize: hs, PacketSize: o.PacketSize},
-			Baseline: UDPSize{HeapSize: hs, PacketSize: o.PacketSize}}
+			Baseline: UDPSize{HeapSize: hs, PacketSize: o.PacketSize}, OursLabel: sides[0].label, BaselineLabel: sides[1].label}
+		into := [2]*UDPSize{&c.Ours, &c.Baseline}
 		for range o.Runs {
-			for _, side := range []struct {
-				path  Path
-				into  *UDPSize
-				label string
-			}{{path, &c.Ours, "ours"}, {base, &c.Baseline, "baseline"}} {
+			for i, side := range sides {
+				one := side.o
+				one.Runs = 1
 				one.Label = o.Label + " (" + side.label + ")"
 				r, err := FixedRate(ctx, env, side.path, one, hs)
 				if err != nil {
 					return nil, err
 				}
-				side.into.Runs = append(side.into.Runs, r.Runs...)
+				into[i].Runs = append(into[i].Runs, r.Runs...)
 			}
 		}
 		c.Ours.summarise()
@@ -225,10 +295,10 @@ func PrintFixedRate(w io.Writer, results []UDPSize, cmp []Comparison) {
 		row("ours", r)
 	}
 	for _, c := range cmp {
-		row("ours", c.Ours)
-		row("baseline", c.Baseline)
-		fmt.Fprintf(w, "%10s %8s %10s recv CPU per byte %.2f×, per packet %.2f×, consumer CPU per heap %.2f× the baseline's\n",
-			"", "", "", c.RecvCPUPerByte, c.RecvCPUPerPacket, c.ConsCPUPerHeap)
+		row(c.OursLabel, c.Ours)
+		row(c.BaselineLabel, c.Baseline)
+		fmt.Fprintf(w, "%10s %8s %10s recv CPU per byte %.2f×, per packet %.2f×, consumer CPU per heap %.2f× the %s'\n",
+			"", "", "", c.RecvCPUPerByte, c.RecvCPUPerPacket, c.ConsCPUPerHeap, c.BaselineLabel)
 	}
 }
 
@@ -354,6 +424,12 @@ func udpRun(ctx context.Context, env Env, path Path, o UDPOptions, heapSize int,
 	if heapSize > 32<<10 {
 		slots, slotSize = 128, heapSize+64<<10
 	}
+	if o.Slots > 0 {
+		slots = o.Slots
+	}
+	if o.SlotSize > 0 {
+		slotSize = o.SlotSize
+	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	defer ring.Remove("", name) // each run's name is new: leave nothing behind (runs after the kills below)
@@ -364,22 +440,25 @@ func udpRun(ctx context.Context, env Env, path Path, o UDPOptions, heapSize int,
 	if path.RecvBinary != "" {
 		recvBin = path.RecvBinary
 	}
-	recv := wrapped(ctx, path.RecvWrap, recvBin, append(append([]string{"recv", "--ring", name, "--slots", strconv.Itoa(slots),
-		"--slot-size", strconv.Itoa(slotSize), "--max-heaps", "8", "--log-format", "json"}, path.RecvArgs...), endpoint)...)
-	recv.Stdout, recv.Stderr = &recvOut, &recvErr
-	if err := recv.Start(); err != nil {
-		return run, fmt.Errorf("start recv: %w", err)
+	ringArgs := []string{"--slots", strconv.Itoa(slots), "--slot-size", strconv.Itoa(slotSize)}
+	var sendArgs []string
+	if o.ChunkHeaps > 0 {
+		// A slot holds a chunk: as many slots as keep about the same bytes of ring as heap mode has.
+		chunkSlots := max(16, min(4096, slots*slotSize/(o.ChunkHeaps*heapSize)))
+		chunkSlots = 1 << (bits.Len(uint(chunkSlots)) - 1)
+		ringArgs = []string{"--slots", strconv.Itoa(chunkSlots), "--chunk-heaps", strconv.Itoa(o.ChunkHeaps),
+			"--chunk-by", "0x1600:" + strconv.Itoa(heapSize), "--chunk-heap-size", strconv.Itoa(heapSize)}
+		sendArgs = []string{"--timestamp-step", strconv.Itoa(heapSize)}
 	}
-	recvDone := make(chan error, 1)
-	go func() { recvDone <- recv.Wait() }()
-	recvReaped := false
+	recv := wrapped(ctx, path.RecvWrap, recvBin, append(append(append([]string{"recv", "--ring", name}, ringArgs...),
+		append([]string{"--max-heaps", "8", "--log-format", "json"}, path.RecvArgs...)...), endpoint)...)
+	recv.Stdout, recv.Stderr = &recvOut, &recvErr
+	rp, err := startReceiver(recv)
+	if err != nil {
+		return run, err
+	}
 	// On every return: recv killed and reaped before its ring is removed (a live recv holds the ring's lock).
-	defer func() {
-		if !recvReaped {
-			_ = recv.Process.Kill()
-			<-recvDone
-		}
-	}()
+	defer rp.kill()
 	// "receiving" is logged once the transport is open (a kernel-bypass one opens after the ring exists).
 	if err := waitFor(10*time.Second, func() bool { return strings.Contains(recvErr.String(), `"message":"receiving"`) }); err != nil {
 		return run, fmt.Errorf("recv did not start receiving on ring %s: %s", name, recvErr.String())
@@ -396,7 +475,7 @@ func udpRun(ctx context.Context, env Env, path Path, o UDPOptions, heapSize int,
 	if o.ConsumerMaxLatency > 0 && path.RecvBinary == "" {
 		extra = []string{"--max-latency-us", strconv.FormatInt(o.ConsumerMaxLatency.Microseconds(), 10)}
 	}
-	cons, err := ConsumerCommand(consEnv, consumer, name, 4096, extra...)
+	cons, err := ConsumerCommand(consEnv, consumer, name, 4096, append(extra, o.ConsumerArgs...)...)
 	if err != nil {
 		return run, err
 	}
@@ -413,9 +492,18 @@ func udpRun(ctx context.Context, env Env, path Path, o UDPOptions, heapSize int,
 	if err := waitFor(20*time.Second, func() bool { return consumerAttached(name) }); err != nil {
 		return run, fmt.Errorf("%s consumer did not attach", consumer)
 	}
-	send := wrapped(ctx, path.SendWrap, self, "send", endpoint, "--heaps", strconv.FormatUint(heaps, 10),
-		"--heap-size", strconv.Itoa(heapSize), "--packet-size", strconv.Itoa(packetSize),
-		"--rate", strconv.FormatFloat(rate, 'f', -1, 64), "--json")
+	sendExtra := append(sendArgs, path.SendArgs...)
+	sender := o.Sender
+	if sender == nil {
+		sender = ibvbridgeSender{env, sendExtra}
+	} else if len(sendExtra) > 0 {
+		return run, fmt.Errorf("%w: send flags %q need ibvbridge's own sender", ErrBadOption, sendExtra)
+	}
+	var send *exec.Cmd
+	send, err = sender.Command(ctx, path.SendWrap, endpoint, heaps, heapSize, packetSize, rate)
+	if err != nil {
+		return run, err
+	}
 	send.Stdout, send.Stderr = &sendOut, env.Log
 	// CPU from here on is the stream's: recv's start-up (the ring's memory populated and zeroed) and the
 	// consumer's (a Python import) would otherwise dominate a short run's figures per packet.
@@ -424,23 +512,15 @@ func udpRun(ctx context.Context, env Env, path Path, o UDPOptions, heapSize int,
 	if err := send.Run(); err != nil {
 		return run, fmt.Errorf("send: %w", err)
 	}
-	var sr SendResult
-	if err := json.Unmarshal(LastLine(sendOut.Bytes()), &sr); err != nil {
-		return run, fmt.Errorf("send output %q: %w", sendOut.String(), err)
+	sr, err := sender.Parse(sendOut.Bytes())
+	if err != nil {
+		return run, err
 	}
 	run.SentGbps, run.Seconds = sr.Gbps, sr.Seconds
-	// A lossy run may have lost the stop heap itself: give recv a moment, then stop it.
-	var recvErrV error
-	select {
-	case recvErrV = <-recvDone:
-	case <-time.After(3 * time.Second):
-		_ = recv.Process.Signal(syscall.SIGINT)
-		recvErrV = <-recvDone // bounded by ctx: CommandContext kills it
-	}
-	recvReaped = true
-	if recvErrV != nil {
+	if recvErrV := rp.finish(3 * time.Second); recvErrV != nil {
 		return run, fmt.Errorf("recv: %w: %s", recvErrV, recvErr.String())
 	}
+	// A baseline build's CPU counts to its exit; this build's recv reports its own at the stream's end.
 	recvCPU := recv.ProcessState.UserTime() + recv.ProcessState.SystemTime() - recvCPU0
 	_ = cons.Wait() // it ends at the end of stream; its exit status says how, its JSON what it read
 	consCPU := cons.ProcessState.UserTime() + cons.ProcessState.SystemTime() - consCPU0
@@ -449,6 +529,10 @@ func udpRun(ctx context.Context, env Env, path Path, o UDPOptions, heapSize int,
 		return run, fmt.Errorf("recv output %q: %w", recvOut.String(), err)
 	}
 	num := func(m map[string]any, k string) uint64 { f, _ := m[k].(float64); return uint64(f) }
+	if s, ok := rc["cpu_seconds"].(float64); ok {
+		// recv's own account ends at the stream's end: its exit frees the ring's pages (seconds for GiBs).
+		recvCPU = time.Duration(s*1e9) - recvCPU0
+	}
 	run.HeapsRecv, run.Dropped, run.Incomplete = num(rc, "heaps"), num(rc, "dropped_heaps"), num(rc, "incomplete_heaps")
 	if tc, ok := rc["transport_counters"].(map[string]any); ok {
 		run.Packets, run.KernelDrop = num(tc, "packets"), num(tc, "kernel_drops")
@@ -456,12 +540,19 @@ func udpRun(ctx context.Context, env Env, path Path, o UDPOptions, heapSize int,
 	var cr ConsumeResult
 	if err := json.Unmarshal(LastLine(consOut.Bytes()), &cr); err == nil {
 		run.HeapsCons = cr.Heaps
+		if o.ChunkHeaps > 0 {
+			// The consumer read chunks: count the heaps they hold (the last chunk may be partly filled),
+			// so CPU per heap compares with heap mode's.
+			run.HeapsCons = min(cr.Heaps*uint64(o.ChunkHeaps), heaps)
+			run.Incomplete += num(rc, "too_old_heaps") + num(rc, "rejected_heaps")
+		}
 		if cr.CPUSeconds > 0 {
 			// The consumer's own account, from its attach to the end of its stream, leaves out its exit
 			// (an interpreter's shutdown costs a Python consumer tens of ms).
 			consCPU = time.Duration(cr.CPUSeconds * 1e9)
 		}
 	}
+	run.RecvCPUSeconds, run.ConsCPUSeconds = recvCPU.Seconds(), consCPU.Seconds()
 	if run.Packets > 0 {
 		run.RecvCPUNsPerPacket = float64(recvCPU.Nanoseconds()) / float64(run.Packets)
 	}

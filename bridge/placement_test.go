@@ -21,17 +21,62 @@ import (
 // Every heap must come out complete with every byte of its pattern, whatever was guessed wrong; the
 // in-order stretches must be taken in place, and every duplicate counted.
 func TestPlacementUnderDisorder(t *testing.T) {
-	const heaps, size = 120, 30000
+	runDisordered(t, 120, 30000, 1472, func(s *udp.Sender, wire [][]byte) {
+		for i := 0; i < len(wire); i += 8 {
+			if err := s.Send(wire[i:min(i+8, len(wire))]); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(50 * time.Microsecond) // stay within the socket buffer
+		}
+	})
+}
+
+// runDisordered receives heaps 1..heaps of size bytes, packetized into packetSize-byte datagrams and
+// disordered (disorderedPackets), on a GRO socket into a ring with a consumer, send putting them on the
+// wire; it checks every heap came out once and whole, every duplicate was counted and some datagrams
+// were placed.
+func runDisordered(t *testing.T, heaps uint64, size, packetSize int, send func(s *udp.Sender, wire [][]byte)) {
 	src, err := udp.Open(udp.Config{Endpoints: []transport.Endpoint{{Addr: netip.MustParseAddr("127.0.0.1")}}, GRO: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := testConfig(t, src)
-	cfg.RingCfg.SlotCount, cfg.RingCfg.SlotSize = 256, 32<<10
+	cfg.RingCfg.SlotCount, cfg.RingCfg.SlotSize = 256, (size+4096+4095)&^4095
 	cfg.Assembler.MaxHeaps = 8
 	r, c := openWithConsumer(t, cfg)
-	// Packetize, then disorder: swap neighbours within a window of 4, and repeat every 37th packet.
-	enc, _ := spead.NewEncoder(spead.Flavour64_40, 1472)
+	wire, dups := disorderedPackets(t, heaps, size, packetSize)
+	waitDrained := drainInBackground(c)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan Result, 1)
+	go func() { res, _ := r.Run(ctx); done <- res }()
+	s, err := udp.NewSender(udp.SenderConfig{Dest: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), src.LocalEndpoints()[0].Port)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	send(s, wire)
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	res := <-done
+	if bad := everyHeapOnce(t, waitDrained, heaps, res); bad != 0 {
+		t.Errorf("%d heaps incomplete or with a broken pattern", bad)
+	}
+	tc := res.TransportCounters
+	if tc["placed"] == 0 || tc["kernel_drops"] != 0 || tc["packets"] != uint64(len(wire)) ||
+		res.RingCounters["duplicate_packets"] != uint64(dups) {
+		t.Errorf("transport %v, duplicates %d (sent %d datagrams, %d twice)", tc, res.RingCounters["duplicate_packets"],
+			len(wire), dups)
+	}
+	t.Logf("%d datagrams: %d reads, placed %d, placement misses %d", len(wire), tc["batches"], tc["placed"],
+		tc["placement_misses"])
+}
+
+// disorderedPackets packetizes heaps 1..heaps of the test pattern (two items each) into packets of at most
+// packetSize bytes, then disorders them: neighbours swapped within windows of 4, every 37th packet sent
+// twice (dups counts them).
+func disorderedPackets(t *testing.T, heaps uint64, size, packetSize int) (wire [][]byte, dups int) {
+	t.Helper()
+	enc, _ := spead.NewEncoder(spead.Flavour64_40, packetSize)
 	g, err := pattern.NewHeapGen(spead.Flavour64_40, size, 2, true, false)
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +87,7 @@ func TestPlacementUnderDisorder(t *testing.T) {
 			t.Fatal(err)
 		}
 		for {
-			b := make([]byte, 1472)
+			b := make([]byte, packetSize)
 			n, err := enc.Next(b)
 			if errors.Is(err, io.EOF) {
 				break
@@ -60,8 +105,6 @@ func TestPlacementUnderDisorder(t *testing.T) {
 			pkts[j], pkts[k] = pkts[k], pkts[j]
 		}
 	}
-	var wire [][]byte
-	dups := 0
 	for i, p := range pkts {
 		wire = append(wire, p)
 		if i%37 == 36 {
@@ -69,32 +112,38 @@ func TestPlacementUnderDisorder(t *testing.T) {
 			dups++
 		}
 	}
-	waitDrained := drainInBackground(c)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan Result, 1)
-	go func() { res, _ := r.Run(ctx); done <- res }()
-	s, err := udp.NewSender(udp.SenderConfig{Dest: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), src.LocalEndpoints()[0].Port)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	for i := 0; i < len(wire); i += 8 {
-		if err := s.Send(wire[i:min(i+8, len(wire))]); err != nil {
-			t.Fatal(err)
+	return wire, dups
+}
+
+// The placed read takes several messages a call, and GRO messages hold several datagrams: messages cut
+// short (runs of 1 to 7 datagrams, as a sender's batch ends make them), disorder and duplicates make
+// guesses wrong. Every heap must still come out whole with every byte of its pattern, every duplicate
+// counted, the in-order stretches placed.
+func TestPlacementOfGROMessagesUnderDisorder(t *testing.T) {
+	const packetSize = 8972
+	runDisordered(t, 60, 200000, packetSize, func(s *udp.Sender, wire [][]byte) {
+		if err := s.EnableGSO(packetSize); err != nil {
+			t.Skipf("no UDP GSO here: %v", err)
 		}
-		time.Sleep(50 * time.Microsecond) // stay within the socket buffer
-	}
-	time.Sleep(300 * time.Millisecond)
-	cancel()
-	res := <-done
-	if bad := everyHeapOnce(t, waitDrained, heaps, res); bad != 0 {
-		t.Errorf("%d heaps incomplete or with a broken pattern", bad)
-	}
-	tc := res.TransportCounters
-	if tc["placed"] == 0 || tc["kernel_drops"] != 0 || res.RingCounters["duplicate_packets"] != uint64(dups) {
-		t.Errorf("transport %v, duplicates %d (sent %d)", tc, res.RingCounters["duplicate_packets"], dups)
-	}
-	t.Logf("%d datagrams: placed %d, placement misses %d", len(wire), tc["placed"], tc["placement_misses"])
+		runLengths := []int{7, 7, 3, 7, 1, 7, 5, 7, 7, 2}
+		var runs [][][]byte
+		for i, k := 0, 0; i < len(wire); k++ {
+			// A run is datagrams of its first one's length but its last, which may be shorter.
+			end := i + 1
+			for end < len(wire) && end-i < runLengths[k%len(runLengths)] && len(wire[end]) <= len(wire[i]) &&
+				len(wire[end-1]) == len(wire[i]) {
+				end++
+			}
+			runs = append(runs, wire[i:end])
+			i = end
+		}
+		for i := 0; i < len(runs); i += 16 { // several messages queue up between reads
+			if err := s.SendRuns(runs[i:min(i+16, len(runs))]); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Millisecond) // stay within the socket buffer
+		}
+	})
 }
 
 // Heaps of one packet each (8 KiB in 8972-byte datagrams) arriving in order are read straight into the

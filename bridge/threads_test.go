@@ -13,20 +13,44 @@ import (
 	"github.com/ibvbridge/ibvbridge/transport/udp"
 )
 
+// openLoopbackSource opens a UDP source on endpoints loopback ports, received by threads threads.
+func openLoopbackSource(t *testing.T, endpoints, threads int) *udp.Source {
+	t.Helper()
+	var eps []transport.Endpoint
+	for range endpoints {
+		eps = append(eps, transport.Endpoint{Addr: netip.MustParseAddr("127.0.0.1")})
+	}
+	src, err := udp.Open(udp.Config{Endpoints: eps, Threads: threads, GRO: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src
+}
+
+// sendSpread sends heaps 1..heaps of g, heap k to senders[k mod len(senders)], flushes them and gives
+// the last datagrams time to reach the sockets.
+func sendSpread(t *testing.T, ctx context.Context, senders []*udp.HeapSender, g *pattern.HeapGen, heaps uint64) {
+	t.Helper()
+	for cnt := uint64(1); cnt <= heaps; cnt++ {
+		if err := senders[cnt%uint64(len(senders))].SendHeap(ctx, g.Heap(cnt)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range senders {
+		if err := s.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // the last datagrams reach the sockets
+}
+
 // A stream spread over four endpoints (heap k to endpoint k mod 4, as spead2_send's substreams) received
 // with 1..4 threads comes out whole: every heap exactly once, every byte of its pattern intact.
 func TestThreadsSpreadStream(t *testing.T) {
 	const endpoints, heaps, size = 4, 400, 20000
 	for threads := 1; threads <= endpoints; threads++ {
 		t.Run(fmt.Sprintf("threads=%d", threads), func(t *testing.T) {
-			var eps []transport.Endpoint
-			for range endpoints {
-				eps = append(eps, transport.Endpoint{Addr: netip.MustParseAddr("127.0.0.1")})
-			}
-			src, err := udp.Open(udp.Config{Endpoints: eps, Threads: threads, GRO: true})
-			if err != nil {
-				t.Fatal(err)
-			}
+			src := openLoopbackSource(t, endpoints, threads)
 			cfg := testConfig(t, src)
 			cfg.RingCfg.SlotCount, cfg.RingCfg.SlotSize = 512, 32<<10
 			cfg.Assembler.MaxHeaps = 16 // heaps of four substreams are in flight at once
@@ -38,6 +62,7 @@ func TestThreadsSpreadStream(t *testing.T) {
 			local := src.LocalEndpoints()
 			enc, _ := spead.NewEncoder(spead.Flavour64_40, 8972)
 			senders := make([]*udp.HeapSender, endpoints)
+			var err error
 			for i := range senders {
 				if senders[i], err = udp.OpenHeapSender(udp.HeapSenderConfig{Encoder: enc, GSO: true, Rate: 0.4e9,
 					SenderConfig: udp.SenderConfig{Dest: netip.AddrPortFrom(local[i].Addr, local[i].Port)}}); err != nil {
@@ -49,17 +74,7 @@ func TestThreadsSpreadStream(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for cnt := uint64(1); cnt <= heaps; cnt++ {
-				if err := senders[cnt%endpoints].SendHeap(ctx, g.Heap(cnt)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			for _, s := range senders {
-				if err := s.Flush(ctx); err != nil {
-					t.Fatal(err)
-				}
-			}
-			time.Sleep(200 * time.Millisecond) // the last datagrams reach the sockets
+			sendSpread(t, ctx, senders, g, heaps)
 			cancel()
 			res := <-done
 			if res.Outcome != OutcomeInterrupted || res.TransportCounters["kernel_drops"] != 0 {

@@ -144,9 +144,15 @@ func Parse(frame []byte) (UDP, error) { return Parser{}.Parse(frame) }
 
 // Parse parses an Ethernet II frame carrying an unfragmented IPv4/UDP datagram. Bytes after the IPv4
 // datagram (Ethernet minimum-size padding) are ignored. It never allocates and never panics.
-func (ps Parser) Parse(frame []byte) (UDP, error) {
+func (ps Parser) Parse(frame []byte) (UDP, error) { return ps.ParseSplit(frame, len(frame)) }
+
+// ParseSplit parses a frame received in pieces (AF_XDP multi-buffer): first is its first piece, holding
+// at least the headers, and frameLen the length of all pieces together. The lengths are checked against
+// frameLen; the Payload it returns is only the part of the UDP payload in first (clipped to first).
+func (ps Parser) ParseSplit(first []byte, frameLen int) (UDP, error) {
 	var u UDP
-	if len(frame) < EthernetHeaderLen {
+	frame := first
+	if len(frame) < EthernetHeaderLen || frameLen < len(frame) {
 		return u, ErrTruncated
 	}
 	switch binary.BigEndian.Uint16(frame[12:14]) {
@@ -173,7 +179,7 @@ func (ps Parser) Parse(frame []byte) (UDP, error) {
 	if totalLen < IPv4HeaderLen {
 		return u, ErrBadIPHeader
 	}
-	if totalLen > len(ip) {
+	if totalLen > frameLen-EthernetHeaderLen {
 		return u, ErrTruncated
 	}
 	flagsFrag := binary.BigEndian.Uint16(ip[6:8])
@@ -186,13 +192,14 @@ func (ps Parser) Parse(frame []byte) (UDP, error) {
 	if ps.VerifyIPChecksum && checksum(ip[:IPv4HeaderLen]) != 0 {
 		return u, ErrBadIPChecksum
 	}
-	udp := ip[IPv4HeaderLen:totalLen]
-	if len(udp) < UDPHeaderLen {
+	udpLen := totalLen - IPv4HeaderLen
+	if udpLen < UDPHeaderLen || len(ip) < IPv4HeaderLen+UDPHeaderLen {
 		return u, ErrTruncated
 	}
+	udp := ip[IPv4HeaderLen:min(totalLen, len(ip))]
 	// Strict: a UDP length shorter than the IP payload would leave bytes unaccounted for, which is a
 	// sign of a mangled frame rather than anything a sender does.
-	if int(binary.BigEndian.Uint16(udp[4:6])) != len(udp) {
+	if int(binary.BigEndian.Uint16(udp[4:6])) != udpLen {
 		return u, ErrBadUDPLength
 	}
 	copy(u.DstMAC[:], frame[0:6])

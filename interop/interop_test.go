@@ -90,6 +90,9 @@ func consumerCmd(t *testing.T, kind, ctlPath string, verify bool, extra ...strin
 	case "c":
 		cmd = exec.Command(filepath.Join(repoRoot, "clients/c/build/ibvb-consume"), args...)
 	case "python":
+		// Layout 2.1: a ring that does not exist yet is an error at once unless --wait (tests start some
+		// consumers together with their producer).
+		args = append(args, "--wait")
 		cmd = exec.Command("/usr/bin/python3", append([]string{"-m", "ibvbridge.consume"}, args...)...)
 		cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(repoRoot, "clients/python"), "PYENV_VERSION=system")
 	}

@@ -29,15 +29,7 @@ import (
 // output and exit code. The binary is copied where nobody can execute it.
 func nobodyChild(t *testing.T, role string, env ...string) (string, int) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to run a child as another user")
-	}
-	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
-		t.Skip("setpriv (util-linux) is not installed")
-	}
-	exe := publicCopy(t)
-	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", exe, "-test.run=^$")
+	cmd := asUser(t, 65534, 65534, publicCopy(t), "-test.run=^$")
 	cmd.Env = append(append(os.Environ(), "RING_TEST_ROLE="+role), env...)
 	out, err := cmd.CombinedOutput()
 	code := 0
@@ -448,19 +440,8 @@ func TestAttackKillNineLeavesNothing(t *testing.T) {
 	dir := t.TempDir()
 	name := fmtS("k9-%d", os.Getpid())
 	free0 := hugePagesFree(t)
-	child := exec.Command(os.Args[0], "-test.run=^$")
-	child.Env = append(os.Environ(), "RING_TEST_ROLE=huge-producer", "RING_TEST_NAME="+name, "RING_TEST_DIR="+dir)
-	out, err := child.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
-	buf := make([]byte, 512)
-	n, _ := out.Read(buf)
-	if line := string(buf[:n]); strings.HasPrefix(line, "nohuge") {
+	child := roleCmd("huge-producer", "RING_TEST_NAME="+name, "RING_TEST_DIR="+dir)
+	if line := startRole(t, child)(); strings.HasPrefix(line, "nohuge") {
 		t.Skipf("SKIPPED, NOT PASSED: no hugepage-backed ring could be made (HugePages_Free %d: %s); as root: echo 64 > /proc/sys/vm/nr_hugepages", free0, strings.TrimSpace(line))
 	} else if line != "ready\n" {
 		t.Fatalf("hugepage producer said %q", line)
@@ -469,26 +450,15 @@ func TestAttackKillNineLeavesNothing(t *testing.T) {
 		t.Fatalf("HugePages_Free %d with the child's ring, %d before: the ring is not hugepage-backed", held, free0)
 	}
 	sock := filepath.Join(dir, ring.SocketName(name))
-	cons := exec.Command(os.Args[0], "-test.run=^$")
-	cons.Env = append(os.Environ(), "RING_TEST_ROLE=consumer-sleep", "RING_TEST_SOCKET="+sock)
-	cout, _ := cons.StdoutPipe()
-	if err := cons.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cons.Process.Kill(); cons.Wait() })
-	if n, _ := cout.Read(buf); string(buf[:n]) != "holding\n" {
-		t.Fatalf("consumer: %q", buf[:n])
+	cons := roleCmd("consumer-sleep", "RING_TEST_SOCKET="+sock)
+	if line := startRole(t, cons)(); line != "holding\n" {
+		t.Fatalf("consumer: %q", line)
 	}
 	child.Process.Signal(syscall.SIGKILL)
 	child.Wait()
 	cons.Process.Signal(syscall.SIGKILL)
 	cons.Wait()
-	// Other test packages may take hugepages of their own meanwhile: ours must come back, within 5 s.
-	deadline := time.Now().Add(5 * time.Second)
-	for hugePagesFree(t) < free0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if got := hugePagesFree(t); got < free0 {
+	if got := waitHugePagesBack(t, free0); got < free0 {
 		t.Fatalf("HugePages_Free %d after kill -9 of producer and consumer, %d before: memory outlived every process", got, free0)
 	}
 	ents, _ := os.ReadDir(dir)
@@ -514,20 +484,14 @@ func TestAttackKillNineLeavesNothing(t *testing.T) {
 func TestAttackKilledConsumerSlotsReclaimed(t *testing.T) {
 	cfg := testConfig(t)
 	p := ringtest.New(t, "killedcons", cfg)
-	cons := exec.Command(os.Args[0], "-test.run=^$")
-	cons.Env = append(os.Environ(), "RING_TEST_ROLE=consumer-sleep", "RING_TEST_SOCKET="+p.SocketPath())
-	cout, _ := cons.StdoutPipe()
-	if err := cons.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cons.Process.Kill(); cons.Wait() })
+	cons := roleCmd("consumer-sleep", "RING_TEST_SOCKET="+p.SocketPath())
+	held := startRole(t, cons)
 	waitConsumers(t, p, 1)
 	for cnt := uint64(1); cnt <= uint64(cfg.SlotCount); cnt++ {
 		publish(t, p, cnt, 64)
 	}
-	buf := make([]byte, 64)
-	if n, _ := cout.Read(buf); string(buf[:n]) != "holding\n" {
-		t.Fatalf("consumer: %q", buf[:n])
+	if line := held(); line != "holding\n" {
+		t.Fatalf("consumer: %q", line)
 	}
 	pb := pattern.Publisher{P: p, Size: 64, Fill: true}
 	if _, err := pb.Publish(99, 0); !errors.Is(err, ring.ErrFull) {
@@ -655,7 +619,12 @@ func TestAttackOverrunMidReadNeverTorn(t *testing.T) {
 	if !slow.Valid(h) {
 		t.Fatal("a heap just read and held is not valid while its consumer is attached")
 	}
-	for cnt := uint64(1); cnt <= uint64(cfg.SlotCount)+3; cnt++ {
+	// F releases every heap until the pool runs dry and S is detached, then holds the next heaps: the free
+	// pool hands out the slot released last (LIFO), so only F holding slots makes the producer reach the one
+	// S's heap was in.
+	n := uint64(cfg.SlotCount)
+	var held []ring.Heap
+	for cnt := uint64(1); cnt <= 2*n; cnt++ {
 		if cnt > 2 {
 			publish(t, p, cnt, 256)
 		}
@@ -663,6 +632,15 @@ func TestAttackOverrunMidReadNeverTorn(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if cnt > n+1 {
+			held = append(held, fh)
+			continue
+		}
+		if err := fast.Release(fh); err != nil {
+			t.Fatalf("fast consumer: %v", err)
+		}
+	}
+	for _, fh := range held {
 		if err := fast.Release(fh); err != nil {
 			t.Fatalf("fast consumer: %v", err)
 		}
@@ -685,6 +663,32 @@ func TestAttackOverrunMidReadNeverTorn(t *testing.T) {
 	if h2, err := slow.Next(time.Second); !errors.As(err, &oe) || oe.Lost != uint64(cfg.SlotCount) {
 		t.Fatalf("next call after the overrun: heap %d, %v; want the overrun with %d heaps lost", h2.HeapCnt, err, cfg.SlotCount)
 	}
+}
+
+// startRole starts cmd (this test binary in a RING_TEST_ROLE), kills it when the test ends, and returns
+// a function that waits for the first line it prints (its "ready", "holding" or why not).
+func startRole(t *testing.T, cmd *exec.Cmd) (firstLine func() string) {
+	t.Helper()
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return func() string {
+		line := make([]byte, 512)
+		n, _ := out.Read(line)
+		return string(line[:n])
+	}
+}
+
+// roleCmd is this test binary in role, with env added (RING_TEST_* values).
+func roleCmd(role string, env ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), "RING_TEST_ROLE="+role), env...)
+	return cmd
 }
 
 // asUser runs cmd as uid:gid with no supplementary groups (setpriv), skipping when that cannot be done.
@@ -740,17 +744,8 @@ func TestAttackSquattedLookupDirSkipped(t *testing.T) {
 	publish(t, p, 1, 100)
 	sq := asUser(t, 65534, 65534, exe, "-test.run=^$")
 	sq.Env = append(os.Environ(), "RING_TEST_ROLE=squatter", "RING_TEST_NAME="+name, "RING_TEST_DIR="+squatDir, "XDG_RUNTIME_DIR=")
-	out, err := sq.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sq.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sq.Process.Kill(); sq.Wait() })
-	line := make([]byte, 256)
-	if n, _ := out.Read(line); !strings.Contains(string(line[:n]), "ready") {
-		t.Fatalf("squatter: %s", line[:n])
+	if line := startRole(t, sq)(); !strings.Contains(line, "ready") {
+		t.Fatalf("squatter: %s", line)
 	}
 	v := asUser(t, victim, 65534, exe, "-test.run=^$")
 	v.Env = append(os.Environ(), "RING_TEST_ROLE=victim", "RING_TEST_NAME="+name, "XDG_RUNTIME_DIR=", ring.EnvDir+"=")
@@ -832,36 +827,10 @@ func procCounts(t *testing.T) (maps, fds int) {
 // rawAttachDetach is one attachment by the wire protocol alone (spec §1.2): hello, welcome with its three
 // descriptors (closed at once), close.
 func rawAttachDetach(t *testing.T, sock string) {
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: sock}); err != nil {
-		t.Fatal(err)
-	}
-	hello := make([]byte, ring.HelloSize)
-	copy(hello, "IBVBRING")
-	hello[8], hello[10], hello[12] = byte(ring.MajorVersion), byte(ring.MinorVersion), ring.RoleConsumer
-	if _, err := unix.Write(fd, hello); err != nil {
-		t.Fatal(err)
-	}
-	buf, oob := make([]byte, ring.ErrorRecordMax), make([]byte, unix.CmsgSpace(4*4))
-	_, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
-	n := 0
-	for i := range msgs {
-		fds, _ := unix.ParseUnixRights(&msgs[i])
-		for _, f := range fds {
-			unix.Close(f)
-			n++
-		}
-	}
-	if n != 3 {
-		t.Fatalf("welcome carried %d descriptors: %q", n, buf)
+	fd, st := rawHello(t, sock, ring.RoleConsumer)
+	unix.Close(fd)
+	if st != ring.StatusOK {
+		t.Fatalf("attach refused with status %d", st)
 	}
 }
 
@@ -872,10 +841,7 @@ func rawAttachDetach(t *testing.T, sock string) {
 func TestAttackIdleAttachDetachChurnBounded(t *testing.T) {
 	cfg := testConfig(t)
 	p := ringtest.New(t, "churn", cfg)
-	sock := p.SocketPath()
-	if len(sock) >= 100 {
-		t.Skipf("socket path %s too long to connect to directly", sock)
-	}
+	sock := directSocket(t, p.SocketPath())
 	settle := func() (int, int) {
 		deadline := time.Now().Add(10 * time.Second)
 		for p.Consumers() != 0 && time.Now().Before(deadline) {
@@ -908,10 +874,7 @@ func TestAttackParallelMalformedHellosRaceFree(t *testing.T) {
 	lg := zerolog.New(&logBuf)
 	cfg.Log = &lg
 	p := ringtest.New(t, "malformed", cfg)
-	sock := p.SocketPath()
-	if len(sock) >= 100 {
-		t.Skipf("socket path %s too long to connect to directly", sock)
-	}
+	sock := directSocket(t, p.SocketPath())
 	var wg sync.WaitGroup
 	errs := make(chan string, 64)
 	for range 64 {
@@ -963,7 +926,18 @@ func (w *lockedWriter) String() string {
 	return w.b.String()
 }
 
-// rawHello connects to sock and sends a hello of role, returning the socket and the answer's status.
+// directSocket skips the test when sock is too long for sockaddr_un (the raw clients here connect to it
+// directly), else returns it.
+func directSocket(t *testing.T, sock string) string {
+	t.Helper()
+	if len(sock) >= 100 {
+		t.Skipf("socket path %s too long to connect to directly", sock)
+	}
+	return sock
+}
+
+// rawHello connects to sock and sends a hello of role, returning the socket and the answer's status (its
+// descriptors closed).
 func rawHello(t *testing.T, sock string, role byte) (int, byte) {
 	t.Helper()
 	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
@@ -997,10 +971,7 @@ func rawHello(t *testing.T, sock string, role byte) (int, byte) {
 func TestAttackObserverFloodRefusedConsumersServed(t *testing.T) {
 	cfg := testConfig(t)
 	p := ringtest.New(t, "obsflood", cfg)
-	sock := p.SocketPath()
-	if len(sock) >= 100 {
-		t.Skipf("socket path %s too long to connect to directly", sock)
-	}
+	sock := directSocket(t, p.SocketPath())
 	var held []int
 	t.Cleanup(func() {
 		for _, fd := range held {
@@ -1110,25 +1081,11 @@ func TestInspectUnreadIsSlowestAttachedLag(t *testing.T) {
 // EMFILE — and serves the consumer once the flood is gone.
 func TestAttackConnectionFloodKeepsFDReserve(t *testing.T) {
 	dir := t.TempDir()
-	self, _ := os.Executable()
-	child := exec.Command(self, "-test.run=^$")
-	child.Env = append(os.Environ(), "RING_TEST_ROLE=lowfd-producer", "RING_TEST_NAME=lowfd", "RING_TEST_DIR="+dir)
-	out, err := child.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
+	child := roleCmd("lowfd-producer", "RING_TEST_NAME=lowfd", "RING_TEST_DIR="+dir)
+	if line := startRole(t, child)(); !strings.Contains(line, "ready") {
+		t.Fatalf("producer: %s", line)
 	}
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
-	line := make([]byte, 256)
-	if n, _ := out.Read(line); !strings.Contains(string(line[:n]), "ready") {
-		t.Fatalf("producer: %s", line[:n])
-	}
-	sock := filepath.Join(dir, ring.SocketName("lowfd"))
-	if len(sock) >= 100 {
-		t.Skipf("socket path %s too long to connect to directly", sock)
-	}
+	sock := directSocket(t, filepath.Join(dir, ring.SocketName("lowfd")))
 	var flood []int
 	busy := 0
 	for range 200 { // observers the producer lets stay (--max-observers 1000): each holds a descriptor
@@ -1141,7 +1098,7 @@ func TestAttackConnectionFloodKeepsFDReserve(t *testing.T) {
 	if busy == 0 {
 		t.Fatal("200 held connections under a 128-descriptor limit and none refused as busy")
 	}
-	_, err = ring.Attach(sock, ring.AttachOptions{Timeout: 2 * time.Second})
+	_, err := ring.Attach(sock, ring.AttachOptions{Timeout: 2 * time.Second})
 	if !errors.Is(err, ring.ErrBusy) || !strings.Contains(err.Error(), "file descriptors") {
 		t.Errorf("attach during the flood: %v; want busy for want of descriptors", err)
 	}
@@ -1159,5 +1116,56 @@ func TestAttackConnectionFloodKeepsFDReserve(t *testing.T) {
 			t.Fatalf("attach after the flood: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestAttackExplicitUntrustedDirRefused (layout 2.1 §B): a directory given explicitly that another user
+// owns in a place anyone may create in (or that anyone may write) is refused in one line naming it and
+// why, before anything is connected to.
+func TestAttackExplicitUntrustedDirRefused(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give a directory to another user")
+	}
+	for _, tc := range []struct {
+		uid  int
+		mode os.FileMode
+		why  string
+	}{{65534, 0o755, "owned by uid 65534, not 0 or root"}, {0, 0o777, "writable by group or others"}} {
+		parent := t.TempDir() // anyone may create here, as in /tmp or /dev/shm: no root-only parent
+		os.Chmod(parent, 0o1777)
+		dir := filepath.Join(parent, "d")
+		if err := os.Mkdir(dir, tc.mode); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(dir, tc.mode)
+		os.Chown(dir, tc.uid, tc.uid)
+		_, err := ring.Attach("x", ring.AttachOptions{Dir: dir, Timeout: -1})
+		if !errors.Is(err, ring.ErrUnsafeDir) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), tc.why) {
+			t.Errorf("explicit dir uid %d mode %o: %v; want ErrUnsafeDir naming it: %s", tc.uid, tc.mode, err, tc.why)
+		}
+	}
+}
+
+// TestAttackSilentConnectionTimesOut (layout 2.1 §C): a connection that sends no hello is closed after the
+// hello timeout (2 s) and counted; the producer holds nothing for it.
+func TestAttackSilentConnectionTimesOut(t *testing.T) {
+	cfg := testConfig(t)
+	p := ringtest.New(t, "silent", cfg)
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: directSocket(t, p.SocketPath())}); err != nil {
+		t.Fatal(err)
+	}
+	tv := unix.Timeval{Sec: 30}
+	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	buf := make([]byte, 64)
+	if n, err := unix.Read(fd, buf); n != 0 || err != nil { // EOF: the producer closed it
+		t.Fatalf("silent connection: read %d bytes, %v; want the producer to close it", n, err)
+	}
+	if got := p.HelloTimeouts(); got != 1 {
+		t.Fatalf("HelloTimeouts %d, want 1", got)
 	}
 }

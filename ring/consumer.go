@@ -242,9 +242,10 @@ func (a *attachment) handshake(c candidate, h hello, left time.Duration) error {
 	if err := unix.SetsockoptTimeval(a.sock, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
 		return os.NewSyscallError("setsockopt(SO_RCVTIMEO)", err)
 	}
-	// A producer refusing a connection at once (busy) may have closed it before the hello: its error
-	// record is still there to read, so EPIPE is not the answer.
-	if err := retryEINTR(func() error { _, err := unix.Write(a.sock, h.encode()); return err }); err != nil && !errors.Is(err, unix.EPIPE) {
+	// A producer refusing a connection at once (busy) or stopping may have closed it before the hello: an
+	// error record may still be there to read, so a closed peer is not the answer yet.
+	if err := retryEINTR(func() error { _, err := unix.Write(a.sock, h.encode()); return err }); err != nil &&
+		!errors.Is(err, unix.EPIPE) && !errors.Is(err, unix.ECONNRESET) {
 		return fmt.Errorf("send hello: %w", os.NewSyscallError("write", err))
 	}
 	buf := make([]byte, ErrorRecordMax)
@@ -254,6 +255,9 @@ func (a *attachment) handshake(c candidate, h hello, left time.Duration) error {
 		n, oobn, flags, _, err = unix.Recvmsg(a.sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
 		return err
 	})
+	if errors.Is(err, unix.ECONNRESET) {
+		n, err = 0, nil // closed by the producer before it read our hello: as an empty answer
+	}
 	if err != nil {
 		if errors.Is(err, unix.EAGAIN) {
 			return fmt.Errorf("%w: the producer did not answer within %v", ErrProtocol, left)
@@ -268,7 +272,7 @@ func (a *attachment) handshake(c candidate, h hello, left time.Duration) error {
 		}
 	}
 	if n == 0 {
-		return fmt.Errorf("%w: the producer closed the connection without an answer", ErrProtocol)
+		return fmt.Errorf("%w: the producer closed the connection without an answer (it is stopping)", ErrProducerGone)
 	}
 	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
 		return fmt.Errorf("%w: the producer's answer was longer than the spec allows", ErrProtocol)

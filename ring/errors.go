@@ -28,6 +28,8 @@ var (
 	ErrNoHugePages  = errors.New("no hugepages available")
 	ErrNoSpace      = errors.New("not enough memory for the ring")
 	ErrBadConfig    = errors.New("bad ring configuration")
+	// ErrNotChunk: a chunk was asked of a ring not in chunk mode, or of a position that is not a chunk.
+	ErrNotChunk = errors.New("not a chunk")
 	// ErrTimeout is returned when a wait's deadline passes; it matches os.ErrDeadlineExceeded.
 	ErrTimeout = fmt.Errorf("ring wait: %w", os.ErrDeadlineExceeded)
 )

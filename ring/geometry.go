@@ -117,6 +117,7 @@ type header struct {
 	Features     uint64
 	StatsCount   uint32
 	MaxConsumers uint32
+	Chunks       ChunkGeometry // zero unless Features has FeatureChunks
 	Geometry
 }
 
@@ -175,6 +176,12 @@ func parseHeader(ctl []byte) (header, error) {
 	}
 	if err := h.Geometry.Validate(); err != nil {
 		return h, err
+	}
+	if h.Features&FeatureChunks != 0 {
+		h.Chunks = readChunkGeometry(ctl)
+		if err := h.Chunks.check(h.SlotSize); err != nil {
+			return h, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		}
 	}
 	return h, nil
 }

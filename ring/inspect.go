@@ -24,8 +24,10 @@ type Info struct {
 	Features       uint64   `json:"features"`
 	MaxConsumers   uint32   `json:"max_consumers"`
 	Geometry       Geometry `json:"geometry"`
-	Head           uint64   `json:"head"`
-	Oldest         uint64   `json:"oldest"`
+	// Chunks is the chunk geometry of a chunk-mode ring (spec §13), nil otherwise.
+	Chunks *ChunkGeometry `json:"chunks,omitempty"`
+	Head   uint64         `json:"head"`
+	Oldest uint64         `json:"oldest"`
 	// Unread is head − the slowest attached consumer's released position (0 with none attached): heaps a
 	// consumer has still to read. Head − Oldest also counts heaps kept for a later consumer.
 	Unread    uint64            `json:"unread"`
@@ -93,7 +95,7 @@ func ParsePolicy(s string) (Policy, error) {
 func Inspect(nameOrPath, dir string) (Info, error) {
 	a, err := dial(nameOrPath, dialOptions{dir: dir, timeout: -1, warn: os.Stderr}, hello{Major: MajorVersion, Minor: MinorVersion, Role: RoleObserver})
 	if err != nil {
-		return Info{}, fmt.Errorf("stat: %w", err)
+		return Info{}, err // dial names the ring and what went wrong
 	}
 	defer unix.Close(a.sock)
 	defer a.closeFDs()
@@ -119,6 +121,9 @@ func Inspect(nameOrPath, dir string) (Info, error) {
 		Oldest:         u64at(ctl, offOldest).Load(),
 		Consumers:      []ConsumerInfo{},
 		Counters:       readStats((*[StatsSlots]atomic.Uint64)(unsafePointer(ctl, offStats)), h.StatsCount).Map(),
+	}
+	if h.Chunks.Enabled() {
+		info.Chunks = &h.Chunks
 	}
 	for i := range int(h.MaxConsumers) {
 		row := ctl[offTable+TableRowSize*i:]

@@ -4,9 +4,9 @@ import "fmt"
 
 // This file is the ring layout of docs/ring-layout.md, version 2.1, as Go constants. The C header and the
 // Python layout module carry the same numbers; TestGoldenLayout (interop) checks that all three agree.
-// Minor 1 adds rules, not fields: a consumer checks its row after reading a heap (validate after read),
-// and the producer stores a detached row's lost_heaps and state before it reuses any slot that consumer
-// held. Any minor of major 2 is accepted both ways.
+// Minor 1 adds rules and uses reserved space only: a consumer checks its row after reading a heap (validate
+// after read), the producer stores a detached row's lost_heaps and state before it reuses any slot that
+// consumer held, and chunk mode (§13: header chunk_* fields, feature CHUNKS, flag CHUNK, counters 13–16). Any minor of major 2 is accepted both ways.
 
 // The layout's constants and offsets (spec §1–§6): the exported ones are what clients and tools need
 // (versions, sizes, limits, handshake roles, starts and statuses); the unexported ones are byte offsets
@@ -43,6 +43,13 @@ const (
 	offFeatures      = 0x90
 	offStatsCount    = 0x98
 	offMaxConsumers  = 0x9C
+	// Chunk geometry (§13), in the header's reserved space; all 0 unless features has CHUNKS.
+	offChunkHeaps    = 0xA0
+	offChunkAxis     = 0xA4
+	offChunkHeapSize = 0xA8
+	offChunkStep     = 0xB0
+	offChunkTimeItem = 0xB8
+	offChunkAxisItem = 0xC0
 	offHead          = 0x200
 	offProdWaiting   = 0x280
 	offHeartbeat     = 0x300
@@ -167,6 +174,10 @@ func (s ConsumerState) String() string {
 // FeatureReplayTimestamps: descriptors' timestamp_ns is the capture's time, not the arrival time.
 const FeatureReplayTimestamps uint64 = 0x1
 
+// FeatureChunks: the ring is in chunk mode (§13): a position is a chunk of heaps placed by their time
+// (and axis) items, with a presence map after the payload; the header's chunk_* fields give the geometry.
+const FeatureChunks uint64 = 0x2
+
 // State is the ring's lifecycle state word.
 type State uint32
 
@@ -197,6 +208,8 @@ const (
 	FlagItemsOverflow  uint32 = 0x20
 	FlagNoHeapSize     uint32 = 0x40
 	FlagItemsCut       uint32 = 0x80
+	// FlagChunk marks a chunk's descriptor (§13): heap_cnt is the chunk id, heap_size chunk_bytes.
+	FlagChunk uint32 = 0x100
 )
 
 // ItemImmediate marks an item entry whose value is the item itself rather than a payload offset.
@@ -220,23 +233,23 @@ const (
 	CounterConsumersAttached
 	CounterConsumerOverruns
 	CounterConsumerErrors
-	counterReserved13 // 13–16: chunk mode's counters (§13), defined by the chunk change
-	counterReserved14
-	counterReserved15
-	counterReserved16
-	CounterGroupLost // positions a group member had been assigned and had not released when it left (§14)
-	numCounters      // stats_count of this minor version
+	CounterChunks           // chunks published (§13)
+	CounterIncompleteChunks // of those, chunks with a presence byte 0
+	CounterTooOldHeaps      // heaps for a chunk the window had already passed
+	CounterRejectedHeaps    // heaps no chunk position could take (time item missing, axis out of range, too large)
+	CounterGroupLost        // positions a group member had been assigned and had not released when it left (§14)
+	numCounters             // stats_count of this minor version
 )
 
-// goldenStatsCount is the stats_count the C and Python layout tables know (they do not list the chunk
-// and group counters yet): LayoutTable reports it, and leaves out what only Go defines.
-const goldenStatsCount = uint64(CounterConsumerErrors) + 1
+// goldenStatsCount is the stats_count the C and Python layout tables know (they do not list the group
+// counter yet): LayoutTable reports it, and leaves out what only Go defines (spec §14's fields too).
+const goldenStatsCount = uint64(CounterRejectedHeaps) + 1
 
 var counterNames = [numCounters]string{
 	"packets", "bytes", "heaps", "incomplete_heaps", "dropped_heaps", "malformed_packets",
 	"duplicate_packets", "truncated_heaps", "discarded_incomplete_heaps", "end_of_stream",
 	"consumers_attached", "consumer_overruns", "consumer_errors",
-	"", "", "", "", // reserved for chunk mode (§13)
+	"chunks", "incomplete_chunks", "too_old_heaps", "rejected_heaps",
 	"group_lost",
 }
 
@@ -314,6 +327,8 @@ func LayoutTable() map[string]uint64 {
 		"features": offFeatures, "header.stats_count": offStatsCount, "header.max_consumers": offMaxConsumers,
 		"head": offHead, "producer_waiting": offProdWaiting, "heartbeat_ns": offHeartbeat, "oldest": offOldest,
 		"stats": offStats, "consumer_table": offTable,
+		"chunk_heaps": offChunkHeaps, "chunk_axis": offChunkAxis, "chunk_heap_size": offChunkHeapSize,
+		"chunk_step": offChunkStep, "chunk_time_item": offChunkTimeItem, "chunk_axis_item": offChunkAxisItem,
 
 		"row.state": rowState, "row.generation": rowGeneration, "row.pid": rowPID, "row.uid": rowUID,
 		"row.attach_ns": rowAttachNs, "row.released": rowReleased, "row.wakes": rowWakes,
@@ -354,6 +369,7 @@ func LayoutTable() map[string]uint64 {
 		"flag.truncated": uint64(FlagTruncated), "flag.end_of_stream": uint64(FlagEndOfStream),
 		"flag.has_descriptors": uint64(FlagHasDescriptors), "flag.items_overflow": uint64(FlagItemsOverflow),
 		"flag.no_heap_size": uint64(FlagNoHeapSize), "flag.items_cut": uint64(FlagItemsCut),
+		"flag.chunk": uint64(FlagChunk), "feature.chunks": FeatureChunks,
 		"item_flag.immediate":       uint64(ItemImmediate),
 		"feature.replay_timestamps": FeatureReplayTimestamps,
 	}

@@ -54,10 +54,17 @@ type Config struct {
 	// InitialPosition starts the cursors somewhere other than 0: tests use values near 2^64 to prove
 	// that every client handles wrap-around.
 	InitialPosition uint64
-	Log             *zerolog.Logger // warnings (hugepage fallback, stale ring replaced); nil: silent
+	// Chunks, if its Heaps is set, makes a chunk-mode ring (spec §13): each position a chunk of heaps with a
+	// presence map. Axis and Step default to 1; SlotSize, if 0, is derived (payload + presence map, rounded
+	// up to 64), else must hold both.
+	Chunks ChunkGeometry
+	Log    *zerolog.Logger // warnings (hugepage fallback, stale ring replaced); nil: silent
 }
 
 func (c *Config) setDefaults() error {
+	if err := c.setChunkDefaults(); err != nil {
+		return err
+	}
 	if c.SlotCount == 0 {
 		c.SlotCount = 256
 	}
@@ -213,28 +220,36 @@ type Producer struct {
 	// group member behind by a whole ring holds the others back). inflight: slots taken, not yet
 	// published or discarded.
 	windowEnd, inflight uint64
-	picks               uint64   // assignments made: a member's lastPick orders ties (round robin)
-	free                []uint32 // FIFO of free slots
-	freeR               uint64
-	freeW               uint64
+	picks               uint64 // assignments made: a member's lastPick orders ties (round robin)
+	// free is a LIFO of free slots (capacity: every slot, so pushing never allocates): the slot released
+	// last is filled next, still in cache, so a ring's size costs no CPU while consumers keep up.
+	free []uint32
+	// reclaimEvery: the hot path looks for released slots every this many acquires, not only when the
+	// pool is empty, so the pool's top stays the slots consumers just released; sinceReclaim counts.
+	reclaimEvery, sinceReclaim int
 
 	// mu guards the consumer set, the table rows, reclaim and grave: admission (server goroutine) and
-	// reclaiming (hot path, only when the free pool is empty) must agree on which positions are held.
+	// reclaiming (hot path: when the pool is empty, and every reclaimEvery takes) must agree on which
+	// positions are held.
 	mu        sync.Mutex
 	reclaim   uint64    // positions below this have had their slots returned to the pool
 	members   []*member // attached consumers
 	observers int       // connected observers, at most cfg.MaxObservers
 	readMark  uint64    // the furthest any detached consumer released: what no consumer read starts here
-	grave     []*member // detached ones whose regions the hot path may still be reading (while hotBusy)
+	grave     []*member // detached ones whose regions the hot path may still be reading (hotInUse)
 	departed  []*member // detached group members whose positions the hot path has not settled yet (§14)
-	// hotBusy is set while the hot path uses members' regions outside mu (waking them, sleeping on a
-	// release futex): a region detached meanwhile waits in grave; otherwise it is unmapped at detach.
+	// hotBusy is set while the hot path sleeps on a member's release futex (outside mu); hotDone is the
+	// head of the last commit whose wakes are done, so head != hotDone while a commit reads members'
+	// regions. A region detached meanwhile waits in grave; otherwise it is unmapped at detach.
 	hotBusy atomic.Bool
-	closing bool
-	setGen  uint64
-	snap    atomic.Pointer[memberSet] // attached consumers, for the hot path's lock-free wakes
-	hotSnap *memberSet                // the set the hot path last woke from
-	attachC chan struct{}             // a consumer attached (wakes a block producer with none)
+	hotDone atomic.Uint64
+
+	helloTimeouts atomic.Uint64 // connections closed for sending no hello within helloTimeout
+	closing       bool
+	setGen        uint64
+	snap          atomic.Pointer[memberSet] // attached consumers, for the hot path's lock-free wakes
+	hotSnap       *memberSet                // the set the hot path last woke from
+	attachC       chan struct{}             // a consumer attached (wakes a block producer with none)
 
 	waitWord    atomic.Pointer[atomic.Uint32] // the futex word a blocked hot path sleeps on, for Interrupt
 	interrupted atomic.Bool
@@ -389,9 +404,15 @@ func (p *Producer) createCtl() error {
 	le.PutUint64(c[offPayloadOffset:], g.PayloadOffset)
 	le.PutUint64(c[offPacketOffset:], g.PacketOffset)
 	le.PutUint64(c[offPacketSize:], g.PacketSize)
+	var features uint64
 	if p.cfg.ReplayTimestamps {
-		le.PutUint64(c[offFeatures:], FeatureReplayTimestamps)
+		features |= FeatureReplayTimestamps
 	}
+	if p.cfg.Chunks.Enabled() {
+		features |= FeatureChunks
+		p.cfg.Chunks.write(c)
+	}
+	le.PutUint64(c[offFeatures:], features)
 	le.PutUint32(c[offStatsCount:], uint32(numCounters))
 	le.PutUint32(c[offMaxConsumers:], uint32(p.cfg.MaxConsumers))
 	le.PutUint64(c[offHeartbeat:], realtimeNanos())
@@ -420,18 +441,22 @@ func (p *Producer) bindShared() {
 	p.descs = unsafe.Slice((*descriptor)(unsafe.Pointer(&p.data[g.DescOffset])), n)
 	items := unsafe.Slice((*Item)(unsafe.Pointer(&p.data[g.ItemsOffset])), n*int(g.MaxItems))
 	p.slots = make([]Slot, n)
-	p.free = make([]uint32, n)
+	p.free = make([]uint32, 0, n)
 	p.posSlot = make([]uint32, n)
 	p.posNeed = make([]uint64, n)
 	for i := range p.slots {
 		off := g.PayloadOffset + uint64(i)*g.SlotSize
 		p.slots[i] = Slot{Index: uint32(i), Payload: p.data[off : off+g.SlotSize : off+g.SlotSize],
 			items: items[i*int(g.MaxItems) : (i+1)*int(g.MaxItems)]}
-		p.free[i] = uint32(i)
+		p.free = append(p.free, uint32(n-1-i)) // slot 0 on top: filled first
 	}
-	p.freeW = uint64(n)
+	// About 256 KiB of slots between looks, 64 at most (a consumer stores its cursor every 64 releases at
+	// most, spec §7.4): a look (a mutex and each consumer's cursor) costs far less than the cache misses a
+	// deeper working set costs the kernel's copy into the slots, and small heaps pay it once per 64.
+	p.reclaimEvery = max(1, min(64, (256<<10)/int(max(1, g.SlotSize))))
 	p.pos, p.reclaim, p.readMark = p.cfg.InitialPosition, p.cfg.InitialPosition, p.cfg.InitialPosition
 	p.scan, p.windowEnd = p.cfg.InitialPosition, p.cfg.InitialPosition+g.SlotCount
+	p.hotDone.Store(p.cfg.InitialPosition)
 	p.snap.Store(&memberSet{})
 	p.hotSnap = p.snap.Load()
 }
@@ -467,11 +492,8 @@ func (p *Producer) PacketArea() []byte {
 	return p.data[g.PacketOffset : g.PacketOffset+g.PacketSize : g.PacketOffset+g.PacketSize]
 }
 
-// freeSlot returns a slot to the pool.
-func (p *Producer) freeSlot(s uint32) {
-	p.free[p.freeW%uint64(len(p.free))] = s
-	p.freeW++
-}
+// freeSlot returns a slot to the pool's top.
+func (p *Producer) freeSlot(s uint32) { p.free = append(p.free, s) }
 
 // reclaimLocked reads every attached consumer's cursor (spec §7.2) and returns to the pool the slots of
 // the positions all of them have released — for a group member, only the positions assigned to it
@@ -667,7 +689,7 @@ func (p *Producer) overrunLocked() bool {
 
 // slotReady reports whether a slot may be taken now: the pool has one and its position is within the
 // window (spec §14).
-func (p *Producer) slotReady() bool { return p.freeR != p.freeW && !p.windowFull() }
+func (p *Producer) slotReady() bool { return len(p.free) != 0 && !p.windowFull() }
 
 // Acquire takes a free slot for a new heap. With the drop policy it returns ErrFull when none is free
 // (the caller counts the dropped heap); with the block policy it waits for the slowest consumer, and
@@ -691,7 +713,7 @@ func (p *Producer) Acquire() (*Slot, error) {
 	return p.takeFree(), nil
 }
 
-// TryAcquire takes a free slot if the pool has one, without reclaiming or waiting: for a slot taken ahead
+// TryAcquire takes a free slot if the pool has one, without waiting: for a slot taken ahead
 // of need (the assembler's next heaps), which Discard gives back if it goes unused. nil when none.
 func (p *Producer) TryAcquire() *Slot {
 	if !p.slotReady() {
@@ -701,11 +723,19 @@ func (p *Producer) TryAcquire() *Slot {
 }
 
 // FreeSlots is how many slots the pool holds now, without reclaiming. Hot path only.
-func (p *Producer) FreeSlots() int { return int(p.freeW - p.freeR) }
+func (p *Producer) FreeSlots() int { return len(p.free) }
 
+// takeFree pops the pool's top: the slot released last. Every reclaimEvery takes it first returns the
+// slots consumers have released since, if the lock is free (never waits: the server goroutine may hold it).
 func (p *Producer) takeFree() *Slot {
-	s := &p.slots[p.free[p.freeR%uint64(len(p.free))]]
-	p.freeR++
+	if p.sinceReclaim++; p.sinceReclaim >= p.reclaimEvery && p.mu.TryLock() {
+		p.sinceReclaim = 0
+		p.reclaimLocked()
+		p.mu.Unlock()
+	}
+	n := len(p.free) - 1
+	s := &p.slots[p.free[n]]
+	p.free = p.free[:n]
 	p.inflight++
 	s.ResetItems()
 	return s
@@ -884,6 +914,10 @@ func (p *Producer) WaitDrained(stop <-chan struct{}) error {
 	return err
 }
 
+// HelloTimeouts is how many connections were closed for sending no hello within 2 s (layout 2.1 §C): a
+// silent stranger holds a descriptor that long at most. Safe from any goroutine.
+func (p *Producer) HelloTimeouts() uint64 { return p.helloTimeouts.Load() }
+
 // Consumers is how many consumers are attached now. Safe from any goroutine.
 func (p *Producer) Consumers() int {
 	p.mu.Lock()
@@ -954,24 +988,19 @@ func (p *Producer) commitWake(force bool) {
 	if p.committed == p.pos {
 		return
 	}
-	// Busy before the set is loaded (both sequentially consistent): a detach that finds the hot path not
-	// busy published its new set first, so the hot path can no longer reach the detached region, nor assign
-	// a position to the departed member (whose row may then go to a new consumer: spec §14).
-	p.hotBusy.Store(true)
-	s := p.snap.Load()
-	if s.groups != nil {
-		// Fresh counts for the assignment (a member stores its tail at each release of its own heap), and
-		// the slots its members released back in the pool; skipped when the lock is busy (never waits).
-		if p.mu.TryLock() {
-			p.reclaimLocked()
-			p.mu.Unlock()
-			// Reloaded: a member reclaim detached (bad cursor) has been settled, and must get nothing more.
-			s = p.snap.Load()
-		}
-		p.assign(s.groups)
+	groups := p.snap.Load().groups != nil
+	if groups {
+		p.assignStaged()
 	}
 	p.committed = p.pos
 	p.head.Store(p.pos) // sequentially consistent: the release plus the fence of §7.5
+	if groups {
+		p.hotBusy.Store(false) // assignStaged's; from here head != hotDone says the hot path is busy
+	}
+	// The head store above marks the wakes' start and hotDone their end (both sequentially consistent, the
+	// set loaded between them): a detach that publishes its new set, then finds hotDone == head, knows the
+	// hot path is not inside a commit that loaded the old set (hotInUse). One store per commit.
+	s := p.snap.Load()
 	for _, m := range s.members {
 		if woke, n := wakeIfWaiting(m.consWait, m.consFutex, m.wakeAt, p.pos, force); woke {
 			p.futexWoken.Add(uint64(n))
@@ -979,10 +1008,26 @@ func (p *Producer) commitWake(force bool) {
 			w.Add(1) // rows are written under mu or by the hot path alone; Add is one instruction
 		}
 	}
-	p.hotBusy.Store(false)
+	p.hotDone.Store(p.pos)
 	if s != p.hotSnap {
 		p.adopt(s)
 	}
+}
+
+// assignStaged assigns the staged positions (spec §14) while hotBusy says the hot path uses the member set
+// (busy before the set is loaded, both sequentially consistent): a detach that finds the hot path not
+// busy published its new set first, so no position goes to a departed member (whose region may be
+// unmapped, and whose row may then go to a new consumer). The caller clears hotBusy after its head store.
+func (p *Producer) assignStaged() {
+	p.hotBusy.Store(true)
+	// Fresh counts for the assignment (a member stores its tail at each release of its own heap), and the
+	// slots its members released back in the pool; skipped when the lock is busy (never waits).
+	if p.mu.TryLock() {
+		p.reclaimLocked()
+		p.mu.Unlock()
+	}
+	// Loaded after the reclaim: a member it detached (bad cursor) has been settled and gets nothing more.
+	p.assign(p.snap.Load().groups)
 }
 
 // assign gives each staged position to one member of every group (spec §14): the member with the fewest
@@ -1155,7 +1200,7 @@ func (p *Producer) release() error {
 	}
 	p.members = nil
 	p.hotBusy.Store(false) // the hot path has returned (Close's contract)
-	p.buryLocked()
+	p.buryAllLocked()
 	p.mu.Unlock()
 	p.handlers.Wait() // none may still be passing a descriptor we are about to close
 	p.ctl, p.data = nil, nil

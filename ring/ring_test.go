@@ -786,14 +786,19 @@ func TestHugePages(t *testing.T) {
 	checkHeap(t, h, 3, 4096)
 	c.Close()
 	p.Close()
-	// Other test packages may hold hugepages of their own meanwhile: ours must come back, within 5 s.
+	if got := waitHugePagesBack(t, free); got < free {
+		t.Fatalf("free hugepages %d after close, %d before: memory outlived the ring", got, free)
+	}
+}
+
+// waitHugePagesBack waits up to 5 s for HugePages_Free to be back at free and returns it: other test
+// packages may hold hugepages of their own meanwhile, but ours must come back.
+func waitHugePagesBack(t *testing.T, free int) int {
 	deadline := time.Now().Add(5 * time.Second)
 	for hugePagesFree(t) < free && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if got := hugePagesFree(t); got < free {
-		t.Fatalf("free hugepages %d after close, %d before: memory outlived the ring", got, free)
-	}
+	return hugePagesFree(t)
 }
 
 func hugePagesFree(t *testing.T) int {

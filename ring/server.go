@@ -158,6 +158,9 @@ func (p *Producer) handle(c *net.UnixConn) string {
 	buf := make([]byte, ErrorRecordMax)
 	n, err := c.Read(buf)
 	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			p.helloTimeouts.Add(1)
+		}
 		c.Close()
 		return fmt.Sprintf("pid %d: no hello: %v", cred.Pid, err)
 	}
@@ -495,16 +498,33 @@ func (p *Producer) detachLocked(m *member, why ConsumerState, detail string) {
 	p.buryLocked() // at once, unless the hot path is using regions right now (then at its next commit)
 }
 
-// buryLocked unmaps the regions of detached consumers unless the hot path is busy with regions (layout
-// 2.1 §C): it reloads the member set each time it becomes busy, so when it is not, none of them is
-// reachable from it. mu held.
+// buryLocked unmaps the regions of detached consumers unless the hot path may be using them (layout 2.1
+// §C): it loads the member set afresh in each commit, so outside one, none of them is reachable from it.
+// mu held.
 func (p *Producer) buryLocked() {
-	if p.hotBusy.Load() {
+	if p.hotInUse() {
 		return
 	}
+	p.buryAllLocked()
+}
+
+// buryAllLocked unmaps every detached consumer's region: for Close, once the hot path has returned. mu held.
+func (p *Producer) buryAllLocked() {
 	for _, m := range p.grave {
 		m.region.close()
 	}
 	clear(p.grave)
 	p.grave = p.grave[:0]
+}
+
+// hotInUse reports whether the hot path may be reading members' regions from a member set published
+// before this call: asleep on a release futex, or inside a commit's wakes (it stored head, and has not
+// yet stored the same position to hotDone). hotDone is loaded before head: a commit that starts after
+// the load of hotDone loads the current set.
+func (p *Producer) hotInUse() bool {
+	if p.hotBusy.Load() {
+		return true
+	}
+	done := p.hotDone.Load()
+	return p.head.Load() != done
 }

@@ -23,6 +23,8 @@ type AssemblerConfig struct {
 	Incomplete bool
 	// EOSTimeout bounds the wait for a free slot for the end-of-stream marker (default 1 s).
 	EOSTimeout time.Duration
+	// ChunkWindow is how many chunks are open at once on a chunk-mode ring (default 2; spec §13).
+	ChunkWindow int
 	// Log receives warnings that are not per-packet (item descriptors that do not fit the metadata
 	// area, an end-of-stream marker that found no slot); nil: silent.
 	Log *zerolog.Logger
@@ -85,6 +87,7 @@ type Assembler struct {
 	slotSize uint64
 
 	pkt     Packet // decoded in place: reusing it keeps Decode allocation-free
+	fitsPkt Packet // Fits' decoding, apart from pkt (Placed decodes into pkt after Fits)
 	window  []liveHeap
 	lastHit int    // window index of the previous packet's heap: consecutive packets usually share it
 	arrival uint64 // first-arrival sequence number, for oldest-first eviction
@@ -139,6 +142,12 @@ type liveHeap struct {
 	pointers     []uint64    // raw item pointers except ids 0x1–0x4, wire order, deduplicated across packets
 	seen         pointerSet  // the same pointers, for an O(1) duplicate test whatever the heap's item count
 	pointersLost bool
+	// Chunk mode: the heap's position in an open chunk, view its bytes there; dup: a heap for a position
+	// already filled, whose packets count as duplicates.
+	chunk    *openChunk
+	chunkPos uint64
+	view     ring.Slot
+	dup      bool
 }
 
 // byteRange is a half-open range of heap payload offsets.
@@ -165,9 +174,13 @@ func NewAssembler(p *ring.Producer, cfg AssemblerConfig) (*Assembler, error) {
 		cfg.EOSTimeout = defaultEOSTimeout
 	}
 	geo := p.Geometry()
-	if cfg.MaxHeaps < 1 || uint64(cfg.MaxHeaps) > geo.SlotCount {
-		return nil, fmt.Errorf("spead: new assembler on ring %s: max heaps %d must be in 1..%d (the ring's slot count)",
-			p.Name(), cfg.MaxHeaps, geo.SlotCount)
+	limit := geo.SlotCount // every live heap holds a slot
+	if p.Chunks().Enabled() {
+		limit = maxChunkLiveHeaps // live heaps hold positions in the open chunks, not slots
+	}
+	if cfg.MaxHeaps < 1 || uint64(cfg.MaxHeaps) > limit {
+		return nil, fmt.Errorf("spead: new assembler on ring %s: max heaps %d must be in 1..%d (the ring's slot count, or in chunk mode %d)",
+			p.Name(), cfg.MaxHeaps, geo.SlotCount, uint64(maxChunkLiveHeaps))
 	}
 	maxPointers := int(geo.MaxItems) + extraPointers
 	a := &Assembler{
@@ -180,7 +193,15 @@ func NewAssembler(p *ring.Producer, cfg AssemblerConfig) (*Assembler, error) {
 		descriptors: map[uint64]ring.ItemDescriptor{},
 		done:        make(chan struct{}),
 		recent:      newRecentHeaps(recentHeapsFor(cfg.MaxHeaps)),
-		pl:          newStreamPlacer(p),
+	}
+	if p.Chunks().Enabled() {
+		cp, err := newChunkPlacer(p, cfg.ChunkWindow, a.evictChunk)
+		if err != nil {
+			return nil, err
+		}
+		a.pl = cp
+	} else {
+		a.pl = newStreamPlacer(p)
 	}
 	for i := range a.window {
 		a.window[i].ranges = make([]byteRange, 0, initialRanges)
@@ -240,9 +261,12 @@ func (a *Assembler) Packet(payload []byte, recvNanos int64) {
 			a.p.Add(ring.CounterDuplicatePackets, 1)
 			return
 		}
-		h = a.begin(pkt.HeapCnt, pkt.Flavour, recvNanos)
+		h = a.begin(pkt, recvNanos)
 	}
 	if h.state == heapDropped {
+		if h.dup {
+			a.p.Add(ring.CounterDuplicatePackets, 1)
+		}
 		return
 	}
 	a.add(h, pkt, false)
@@ -268,17 +292,20 @@ func (a *Assembler) Place(dst [][]byte) (hdrLen, n int) {
 // Place expected there — its payload at its own offset in its own heap's slot — so Placed can take it
 // without a copy. It changes nothing.
 func (a *Assembler) Fits(hdr, region []byte, payloadLen int) bool {
-	var pkt Packet
-	if a.stopped || payloadLen <= 0 || payloadLen > len(region) || DecodeSplit(hdr, region[:payloadLen], &pkt) != nil ||
+	pkt := &a.fitsPkt
+	if a.stopped || payloadLen <= 0 || payloadLen > len(region) || DecodeSplit(hdr, region[:payloadLen], pkt) != nil ||
 		pkt.IsStreamStop() || pkt.PayloadOffset >= a.slotSize {
 		return false
 	}
-	live, slot := a.pl.expected(pkt.HeapCnt)
+	live, slot := a.pl.expected(pkt)
 	switch {
 	case live != nil:
 		slot = live.slot
 	case slot == nil || a.find(pkt.HeapCnt) != nil || a.recent.contains(pkt.HeapCnt):
 		return false // only the first packets of a heap not begun go to the slot taken ahead for it
+	}
+	if pkt.PayloadOffset >= uint64(len(slot.Payload)) { // a chunk position is shorter than the ring's slot
+		return false
 	}
 	return unsafe.SliceData(pkt.Payload) == unsafe.SliceData(slot.Payload[pkt.PayloadOffset:])
 }
@@ -300,7 +327,7 @@ func (a *Assembler) Placed(hdr, region []byte, payloadLen int, recvNanos int64) 
 	_ = DecodeSplit(hdr, region[:payloadLen], pkt) // Fits decoded it already
 	h := a.find(pkt.HeapCnt)
 	if h == nil {
-		h = a.begin(pkt.HeapCnt, pkt.Flavour, recvNanos) // the placer hands it the slot Fits found
+		h = a.begin(pkt, recvNanos) // the placer hands it the slot Fits found
 	}
 	a.add(h, pkt, true)
 	return true
@@ -329,7 +356,8 @@ func (a *Assembler) find(cnt uint64) *liveHeap {
 // begin opens a window entry for a new heap, evicting the oldest live heap if the window is full, and
 // takes the slot the placer gives it. With no slot free the entry is marked dropped, so the heap's later
 // packets are recognised and ignored.
-func (a *Assembler) begin(cnt uint64, flavour Flavour, recvNanos int64) *liveHeap {
+func (a *Assembler) begin(pkt *Packet, recvNanos int64) *liveHeap {
+	cnt, flavour := pkt.HeapCnt, pkt.Flavour
 	free, oldest := -1, -1
 	for i := range a.window {
 		h := &a.window[i]
@@ -349,13 +377,20 @@ func (a *Assembler) begin(cnt uint64, flavour Flavour, recvNanos int64) *liveHea
 	h := &a.window[free]
 	a.lastHit = free
 	a.arrival++
-	h.cnt, h.arrival = cnt, a.arrival
-	slot, err := a.pl.heapSlot(cnt)
+	h.cnt, h.arrival, h.dup = cnt, a.arrival, false
+	slot, err := a.pl.heapSlot(h, pkt)
 	if err != nil {
 		// ErrFull (drop policy) or ErrClosed (interrupted while blocked): either way the heap cannot be
-		// received into the ring. Remember it so its other packets are not counted again.
+		// received into the ring. Remember it so its other packets are not counted again. A chunk placer
+		// counted a heap it does not place (too old, rejected); a duplicate's packets count as such.
 		h.state = heapDropped
-		a.p.Add(ring.CounterDroppedHeaps, 1)
+		switch err {
+		case errNotPlaced:
+		case errDuplicateHeap:
+			h.dup = true
+		default:
+			a.p.Add(ring.CounterDroppedHeaps, 1)
+		}
 		return h
 	}
 	h.state = heapAssembling
@@ -395,9 +430,9 @@ func (a *Assembler) add(h *liveHeap, pkt *Packet, inPlace bool) {
 	}
 	h.extent = max(h.extent, end)
 	a.addPointers(h, pkt)
-	if start < a.slotSize {
+	if limit := uint64(len(h.slot.Payload)); start < limit { // the slot, or the heap's position in a chunk
 		if inPlace {
-			h.stored += min(uint64(len(pkt.Payload)), a.slotSize-start)
+			h.stored += min(uint64(len(pkt.Payload)), limit-start)
 		} else {
 			h.stored += uint64(copy(h.slot.Payload[start:], pkt.Payload))
 		}
@@ -563,6 +598,13 @@ func (a *Assembler) finish(h *liveHeap) {
 	switch h.state {
 	case heapAssembling:
 		complete := h.complete()
+		if a.pl.ended(h, complete) {
+			if complete {
+				a.recent.add(h.cnt)
+			}
+			a.release(h)
+			return
+		}
 		if !complete && !a.cfg.Incomplete {
 			a.p.Add(ring.CounterIncompleteHeaps, 1)
 			a.p.Add(ring.CounterDiscardedIncompleteHeaps, 1)
@@ -579,11 +621,28 @@ func (a *Assembler) finish(h *liveHeap) {
 // release frees a window entry.
 func (a *Assembler) release(h *liveHeap) {
 	h.state = heapFree
-	h.slot = nil
+	h.slot, h.chunk = nil, nil
+}
+
+// evictChunk ends every live heap placed in chunk c, which is about to be published: nothing may write
+// into a chunk once a consumer can read it.
+func (a *Assembler) evictChunk(c *openChunk) {
+	for i := range a.window {
+		if h := &a.window[i]; h.state == heapAssembling && h.chunk == c {
+			a.finish(h)
+		}
+	}
 }
 
 // publish writes h's item table and descriptor into the ring and frees its window entry.
 func (a *Assembler) publish(h *liveHeap, complete bool) {
+	if a.pl.ended(h, complete) {
+		if complete {
+			a.recent.add(h.cnt)
+		}
+		a.release(h)
+		return
+	}
 	heapSize := h.heapLength
 	flags := uint32(0)
 	if !h.hasLength {

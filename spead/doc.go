@@ -9,5 +9,6 @@
 // item lengths, descriptors, stream stop) is the Assembler's, which follows spead2's receive rules; its doc
 // comment lists them. Where a heap lands (its slot, the slots taken ahead for the heaps expected next, the
 // guesses that let a source read payloads straight into place) is a placer's (placer.go), which the
-// Assembler calls through a small interface.
+// Assembler calls through a small interface; on a chunk-mode ring the chunk placer (chunks.go) puts each
+// heap at its position in a chunk, by its time and axis items, and publishes whole chunks.
 package spead

@@ -164,3 +164,40 @@ func TestAssemblerPlacesNextHeaps(t *testing.T) {
 	}
 	t.Logf("%d of %d datagrams placed", placed, len(packets))
 }
+
+// A heap's first packet carries more item pointers than the rest (spead2_send's layout), so its header
+// is longer: the packet after it is expected with the header and payload length the previous heap's
+// middle packets had, not the first packet's. Read a datagram at a time, every packet is then placed but
+// each heap's first (and the second of the very first heap, before any middle packet was seen).
+func TestPlacesThePacketAfterALongerFirstHeader(t *testing.T) {
+	const heaps, size = 6, 64 << 10
+	var all []spead.Heap
+	for cnt := uint64(1); cnt <= heaps; cnt++ {
+		all = append(all, patternHeap(cnt, size))
+	}
+	var packets [][]byte
+	perHeap := 0
+	for _, hp := range encodeHeaps(t, spead.Flavour64_40, 8972, all...) {
+		packets = append(packets, hp...)
+		perHeap = len(hp)
+	}
+	if perHeap < 4 {
+		t.Fatalf("%d packets a heap", perHeap)
+	}
+	p, c := testRing(t, ring.Config{SlotCount: 32, SlotSize: size + 4096})
+	a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	placed := placingFeed(t, a, packets, 1)
+	got, _ := drain(t, c)
+	if len(got) != heaps {
+		t.Fatalf("%d heaps, want %d", len(got), heaps)
+	}
+	for _, h := range got {
+		checkPatternHeap(t, h, h.cnt, size, spead.Flavour64_40)
+	}
+	if want := len(packets) - heaps - 1; placed != want {
+		t.Errorf("%d of %d packets placed, want %d", placed, len(packets), want)
+	}
+}

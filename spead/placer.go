@@ -8,23 +8,100 @@ import "github.com/ibvbridge/ibvbridge/ring"
 // heap's memory comes from an allocator, a chunk stream places heaps into chunks).
 //
 // streamPlacer is the placement every stream has: one slot per heap, and for a source that reads payloads
-// straight into place (transport.Placer), guesses of where the next datagrams belong. Chunk placement is
-// to be a second implementation. One goroutine calls a placer (the Assembler's).
+// straight into place (transport.Placer), guesses of where the next datagrams belong. chunkPlacer
+// (chunks.go) is the second: heaps placed by their items into the positions of chunks (spec §13). One goroutine calls a placer (the Assembler's).
 type placer interface {
-	// heapSlot is where heap cnt, which begins now, goes: a slot the placer took ahead for it, else one
-	// from the pool (ring.ErrFull or ring.ErrClosed when there is none).
-	heapSlot(cnt uint64) (*ring.Slot, error)
+	// heapSlot is where heap h.cnt, which begins now with packet pkt, goes: a slot the placer took ahead
+	// for it, else one from the pool (ring.ErrFull or ring.ErrClosed when there is none); a chunk placer
+	// returns a view of the heap's position in its chunk (h.view), or errNotPlaced when it counted the heap
+	// as too old or rejected, or errDuplicateHeap.
+	heapSlot(h *liveHeap, pkt *Packet) (*ring.Slot, error)
 	// accepted learns from a packet just accepted into h, its payload at [start, end) after hdrLen
 	// header bytes; complete: h is now whole and about to be published.
 	accepted(h *liveHeap, start, end uint64, hdrLen int, complete bool)
+	// ended takes a heap that leaves the window (complete or not) if the placer publishes heaps itself
+	// (chunks); false: the Assembler publishes or discards it.
+	ended(h *liveHeap, complete bool) bool
 	// guess fills dst with the regions where the next datagrams' payloads are expected, each after a
 	// hdrLen-byte header (transport.Placer's Place). n == 0: no guess.
 	guess(dst [][]byte) (hdrLen, n int)
-	// expected is where heap cnt's payload was guessed to go: into live, the heap the latest packet
-	// joined, or into a slot taken ahead for a heap not begun yet (live nil); nil, nil: nowhere.
-	expected(cnt uint64) (live *liveHeap, ahead *ring.Slot)
-	// release gives every slot held for heaps not begun back to the pool.
+	// expected is where packet pkt's payload was guessed to go: into live, the heap the latest packet
+	// joined, or into a slot (a chunk position) taken ahead for a heap not begun yet (live nil); nil, nil:
+	// nowhere. It changes nothing the Assembler can see.
+	expected(pkt *Packet) (live *liveHeap, ahead *ring.Slot)
+	// release gives every slot held for heaps not begun back to the pool; a chunk placer publishes its
+	// open chunks (the input ended).
 	release()
+}
+
+// follower follows the heap the latest accepted packet joined and guesses that its next packet comes
+// right after it, as long as it, up to the end of the heap's slot (or position) and length. It also keeps
+// what both placers guess the next heaps from: the length of the last heap that completed and the
+// lengths of the latest first packet of a heap. Its accepted is both placers'.
+type follower struct {
+	heap   *liveHeap
+	cnt    uint64
+	next   uint64
+	length uint64
+	hdrLen int
+	// The length of the last heap that completed (0: no guess), the payload and header length of the
+	// latest first packet (offset 0) of a heap.
+	nextLength uint64
+	firstLen   uint64
+	firstHdr   int
+	// The payload and header length of the latest packet that was neither its heap's first nor its last,
+	// and whether the latest packet was a first one.
+	restLen     uint64
+	restHdr     int
+	latestFirst bool
+}
+
+func (f *follower) accepted(h *liveHeap, start, end uint64, hdrLen int, complete bool) {
+	f.heap, f.cnt, f.next, f.length, f.hdrLen = h, h.cnt, end, end-start, hdrLen
+	f.latestFirst = start == 0
+	if start == 0 {
+		f.firstLen, f.firstHdr = f.length, hdrLen
+	} else if !h.hasLength || end < h.heapLength {
+		f.restLen, f.restHdr = f.length, hdrLen // not its heap's last packet, which may be shorter
+	}
+	if complete {
+		f.nextLength = h.heapLength
+	}
+}
+
+// nextStep is the header length and payload length the live heap's next packets are expected with: the
+// latest packet's, or after a heap's first packet, which may carry more item pointers than the rest
+// (spead2 sends them so), the previous heap's middle packets'.
+func (f *follower) nextStep() (hdrLen int, step uint64) {
+	if f.latestFirst && f.restHdr != 0 {
+		return f.restHdr, f.restLen
+	}
+	return f.hdrLen, f.length
+}
+
+// live is the heap the latest packet joined if it is still under assembly, else nil.
+func (f *follower) live() *liveHeap {
+	if h := f.heap; h != nil && h.state == heapAssembling && h.cnt == f.cnt {
+		return h
+	}
+	return nil
+}
+
+// regions fills dst with the live heap's next regions, step bytes each; ok is false when the heap is not
+// filling in order (something past the expected offset arrived already) or there is no live heap.
+func (f *follower) regions(dst [][]byte, step uint64) (n int, ok bool) {
+	h := f.live()
+	if h == nil {
+		return 0, true
+	}
+	if rs := h.ranges; len(rs) == 0 || rs[len(rs)-1].end != f.next {
+		return 0, false
+	}
+	limit := uint64(len(h.slot.Payload))
+	if h.hasLength {
+		limit = min(limit, h.heapLength)
+	}
+	return fillRegions(dst, h.slot.Payload, f.next, limit, step), true
 }
 
 // streamPlacer guesses that heaps arrive in order: a heap's next packet right after its latest one, as
@@ -35,23 +112,13 @@ type streamPlacer struct {
 	p        *ring.Producer
 	slotSize uint64
 
-	// The heap the latest accepted packet joined, where its next payload is expected, that packet's
-	// payload and header lengths.
-	heap   *liveHeap
-	cnt    uint64
-	next   uint64
-	length uint64
-	hdrLen int
+	follower // the heap the latest accepted packet joined
 	// The heaps expected after it: the cnt stride between heaps as they begin (learnt from two equal gaps
-	// in a row), the length of the last heap that completed (0: no guess), the payload and header length
-	// of the latest first packet (offset 0) of a heap, and the slots taken ahead for them.
-	lastBegun  uint64
-	lastGap    uint64
-	stride     uint64
-	nextLength uint64
-	firstLen   uint64
-	firstHdr   int
-	ahead      []aheadSlot
+	// in a row) and the slots taken ahead for them.
+	lastBegun uint64
+	lastGap   uint64
+	stride    uint64
+	ahead     []aheadSlot
 }
 
 // aheadSlot is a slot taken from the pool for a heap not begun yet, where the guesses put its first
@@ -70,7 +137,8 @@ func newStreamPlacer(p *ring.Producer) *streamPlacer {
 	return &streamPlacer{p: p, slotSize: uint64(p.SlotSize()), ahead: make([]aheadSlot, 0, maxAhead)}
 }
 
-func (sp *streamPlacer) heapSlot(cnt uint64) (*ring.Slot, error) {
+func (sp *streamPlacer) heapSlot(h *liveHeap, _ *Packet) (*ring.Slot, error) {
+	cnt := h.cnt
 	// One skipped or late heap must not send the guesses astray, so a stride is learnt only when two
 	// heaps in a row begin that far apart.
 	if d := cnt - sp.lastBegun; d != 0 && d <= maxAhead && d == sp.lastGap {
@@ -88,65 +156,41 @@ func (sp *streamPlacer) heapSlot(cnt uint64) (*ring.Slot, error) {
 	return sp.p.Acquire()
 }
 
-func (sp *streamPlacer) accepted(h *liveHeap, start, end uint64, hdrLen int, complete bool) {
-	sp.heap, sp.cnt, sp.next, sp.length, sp.hdrLen = h, h.cnt, end, end-start, hdrLen
-	if start == 0 {
-		sp.firstLen, sp.firstHdr = sp.length, hdrLen
-	}
-	if complete {
-		sp.nextLength = h.heapLength
-	}
-}
-
 func (sp *streamPlacer) guess(dst [][]byte) (hdrLen, n int) {
-	if sp.length == 0 || sp.hdrLen == 0 {
+	hdrLen, step := sp.nextStep()
+	if step == 0 || hdrLen == 0 {
 		return 0, 0
 	}
-	if h := sp.liveHeap(); h != nil {
-		if rs := h.ranges; len(rs) == 0 || rs[len(rs)-1].end != sp.next {
-			return 0, 0 // not filling in order: something past the expected offset arrived already
-		}
-		n = fillRegions(dst, h.slot.Payload, sp.next, sp.heapLimit(h.hasLength, h.heapLength), sp.length)
+	n, ok := sp.regions(dst, step)
+	if !ok {
+		return 0, 0 // not filling in order: something past the expected offset arrived already
 	}
-	if sp.nextLength == 0 || sp.stride == 0 || sp.firstLen == 0 || sp.firstHdr != sp.hdrLen {
+	if sp.nextLength == 0 || sp.stride == 0 || sp.firstLen == 0 || sp.firstHdr != hdrLen {
 		// No guess for the next heaps; nor when their first packet has another header length than the
 		// packets that follow it (more item pointers, as spead2 sends them).
-		return sp.hdrLen, n
+		return hdrLen, n
 	}
 	for cnt := sp.cnt + sp.stride; n < len(dst); cnt += sp.stride {
 		s := sp.aheadFor(cnt)
 		if s == nil {
 			break
 		}
-		n += fillRegions(dst[n:], s.Payload, 0, sp.heapLimit(true, sp.nextLength), sp.firstLen)
+		n += fillRegions(dst[n:], s.Payload, 0, min(sp.slotSize, sp.nextLength), sp.firstLen)
 	}
-	return sp.hdrLen, n
+	return hdrLen, n
 }
 
-// liveHeap is the heap the latest packet joined if it is still under assembly, else nil.
-func (sp *streamPlacer) liveHeap() *liveHeap {
-	if h := sp.heap; h != nil && h.state == heapAssembling && h.cnt == sp.cnt {
-		return h
-	}
-	return nil
-}
+func (sp *streamPlacer) ended(*liveHeap, bool) bool { return false }
 
-func (sp *streamPlacer) expected(cnt uint64) (*liveHeap, *ring.Slot) {
-	if h := sp.liveHeap(); h != nil && h.cnt == cnt {
+func (sp *streamPlacer) expected(pkt *Packet) (*liveHeap, *ring.Slot) {
+	cnt := pkt.HeapCnt
+	if h := sp.live(); h != nil && h.cnt == cnt {
 		return h, nil
 	}
 	if i := sp.aheadIndex(cnt); i >= 0 {
 		return nil, sp.ahead[i].slot
 	}
 	return nil, nil
-}
-
-// heapLimit is how far into its slot a heap's payload can be placed.
-func (sp *streamPlacer) heapLimit(hasLength bool, length uint64) uint64 {
-	if hasLength {
-		return min(sp.slotSize, length)
-	}
-	return sp.slotSize
 }
 
 // fillRegions fills dst with consecutive regions of payload from off up to limit, each step bytes long

@@ -11,10 +11,21 @@ import (
 // queued: a receiver then sees the stream end instead of waiting for heaps that never come.
 const drainTimeout = time.Second
 
+// DrainContext is ctx while it is live; once it is done, a context with ctx's values that lasts
+// drainTimeout: an interrupted sender still drains what it has queued, briefly (the frames are built, and
+// the heaps they finish should arrive whole). Call the cancel func when done.
+func DrainContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Err() == nil {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), drainTimeout)
+}
+
 // spreadStopGrace is how long a stream spread over several destinations waits, once every lane has
 // flushed, before its stop heap: a receiver reading the destinations on several threads takes the last
-// packets of each before the stop heap, arriving on one of them, ends the stream.
-const spreadStopGrace = 20 * time.Millisecond
+// packets of each before the stop heap, arriving on one of them, ends the stream. 20 ms was too short for a
+// receive thread descheduled on a loaded 2-core host (TestSendSpreadThreads saw packets after the stop).
+const spreadStopGrace = 100 * time.Millisecond
 
 // drainingKey marks the context of an interrupted stream's drain (Draining).
 type drainingKey struct{}

@@ -3,6 +3,7 @@
  * Only libc. */
 #define _GNU_SOURCE
 #include "ibvbridge.h"
+#include "ibvbridge_internal.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -21,9 +22,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "the ring layout is little-endian; big-endian hosts are not supported"
-#endif
 
 #ifndef F_SEAL_FUTURE_WRITE
 #define F_SEAL_FUTURE_WRITE 0x0010
@@ -34,49 +32,10 @@
 #define HANDSHAKE_MIN_MS 2000     /* the welcome may take this long even with a shorter attach timeout */
 #define MAX_FDS 8                 /* descriptors accepted from one record (extra ones are closed) */
 
-static _Thread_local char errbuf[512];
 
-const char *ibvb_last_error(void) { return errbuf; }
 
-/* For ibvbridge_producer.c: set this thread's message. */
-void ibvb__set_error(const char *msg) { snprintf(errbuf, sizeof errbuf, "%s", msg); }
 
-__attribute__((format(printf, 2, 3))) static int fail(int err, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(errbuf, sizeof errbuf, fmt, ap);
-	va_end(ap);
-	return err;
-}
 
-static int64_t mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static void sleep_ns(int64_t ns)
-{
-	struct timespec ts = {ns / 1000000000LL, ns % 1000000000LL};
-	nanosleep(&ts, NULL);
-}
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield" ::: "memory");
-#endif
-}
-
-static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
-{
-	/* Shared futex (no FUTEX_PRIVATE_FLAG): the word lives in a mapping shared between processes. */
-	return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
-}
 
 void ibvb_full_fence(void) { atomic_thread_fence(memory_order_seq_cst); }
 void ibvb_acquire_fence(void) { atomic_thread_fence(memory_order_acquire); }
@@ -86,35 +45,30 @@ uint32_t ibvb_consumer_index(const struct ibvb_ring *r) { return r->consumer_ind
 
 /* ---- names and the socket (spec §1.1) -------------------------------------------------------------- */
 
-static int valid_name(const char *name)
-{
-	size_t n = strlen(name);
-	if (n < 1 || n > IBVB_NAME_MAX || name[0] == '.')
-		return 0;
-	for (size_t i = 0; i < n; i++) {
-		char c = name[i];
-		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
-		      c == '.' || c == '-'))
-			return 0;
-	}
-	return 1;
-}
 
 #define MAX_DIRS 2
 #define PATH_CAP sizeof(((struct sockaddr_un *)0)->sun_path)
+#define DEFAULT_WELCOME_MS 5000 /* spec 2.1 §1.2: the welcome's timeout when the attach has none */
 
 struct target {
-	char name[IBVB_NAME_MAX + 1];   /* for messages */
+	char name[IBVB_NAME_MAX + 1];        /* for messages */
+	char sock[IBVB_NAME_MAX + 16];       /* NAME.v2.sock: the file name in a directory */
 	int ndirs;
-	char paths[MAX_DIRS][PATH_CAP]; /* candidate socket paths, in lookup order */
+	int given;                           /* the directory (or socket path) was given: untrusted = refuse */
+	char dirs[MAX_DIRS][PATH_MAX];       /* candidate directories, in lookup order */
+	int warned[MAX_DIRS];                /* an untrusted directory was named in a warning */
+	uint32_t dir_uid;                    /* the connected socket's (trusted) directory */
+	uint32_t dir_mode;
+	int which;                           /* index of that directory */
 };
 
-static int add_path(struct target *t, const char *dir, const char *arg)
+static int add_dir(struct target *t, const char *dir)
 {
-	int n = snprintf(t->paths[t->ndirs], PATH_CAP, "%s/%s%s", dir, arg, IBVB_SOCK_SUFFIX);
-	if (n < 0 || (size_t)n >= PATH_CAP)
-		return fail(-ENAMETOOLONG, "ring %s: socket path %s/%s%s is too long for a Unix socket", arg, dir, arg,
-			    IBVB_SOCK_SUFFIX);
+	for (int i = 0; i < t->ndirs; i++)
+		if (!strcmp(t->dirs[i], dir))
+			return 0;
+	if (snprintf(t->dirs[t->ndirs], PATH_MAX, "%s", dir) >= PATH_MAX)
+		return fail(-ENAMETOOLONG, "ring %s: directory %s is too long", t->name, dir);
 	t->ndirs++;
 	return 0;
 }
@@ -126,36 +80,38 @@ static int resolve(const char *arg, const char *dir, struct target *t)
 	if (strchr(arg, '/')) {
 		if (n <= sl || strcmp(arg + n - sl, IBVB_SOCK_SUFFIX) != 0)
 			return fail(-EINVAL, "ring socket path %s must end in %s", arg, IBVB_SOCK_SUFFIX);
-		if (n >= PATH_CAP)
-			return fail(-ENAMETOOLONG, "ring socket path %s is too long for a Unix socket", arg);
-		memcpy(t->paths[0], arg, n + 1);
-		t->ndirs = 1;
 		const char *base = strrchr(arg, '/') + 1;
 		size_t bl = strlen(base) - sl;
 		if (bl > IBVB_NAME_MAX)
-			bl = IBVB_NAME_MAX;
+			return fail(-EINVAL, "ring socket path %s: the name is longer than %d characters", arg,
+				    IBVB_NAME_MAX);
 		memcpy(t->name, base, bl);
-		t->name[bl] = 0;
+		memcpy(t->sock, base, strlen(base) + 1);
+		t->given = 1;
+		if (base - arg >= PATH_MAX)
+			return fail(-ENAMETOOLONG, "ring socket path %s is too long", arg);
+		t->ndirs = 1;
+		if (base - arg == 1)
+			snprintf(t->dirs[0], PATH_MAX, "/");
+		else
+			snprintf(t->dirs[0], PATH_MAX, "%.*s", (int)(base - arg - 1), arg);
 		return 0;
 	}
-	if (!valid_name(arg))
+	if (!ibvb__valid_name(arg))
 		return fail(-EINVAL, "ring name \"%s\": use 1-64 characters from [A-Za-z0-9_.-], not starting with '.'",
 			    arg);
 	memcpy(t->name, arg, n + 1);
+	snprintf(t->sock, sizeof t->sock, "%s%s", arg, IBVB_SOCK_SUFFIX);
 	const char *env = getenv(IBVB_DIR_ENV);
-	if (dir)
-		return add_path(t, dir, arg);
-	if (env && env[0])
-		return add_path(t, env, arg);
-	uid_t euid = geteuid();
-	int rc;
-	if (euid == 0)
-		return add_path(t, IBVB_RUN_DIR, arg);
-	char own[64];
-	snprintf(own, sizeof own, "%s%u", IBVB_SHM_DIR_PREFIX, (unsigned)euid);
-	if ((rc = add_path(t, own, arg)) < 0)
-		return rc;
-	return add_path(t, IBVB_RUN_DIR, arg);
+	if (dir || (env && env[0])) {
+		t->given = 1;
+		return add_dir(t, dir ? dir : env);
+	}
+	char own[PATH_MAX];
+	if (ibvb__own_default_dir(own, sizeof own) < 0)
+		return fail(-ENAMETOOLONG, "ring %s: the default directory ($XDG_RUNTIME_DIR) is too long", t->name);
+	int rc = add_dir(t, own);
+	return rc < 0 ? rc : add_dir(t, IBVB_RUN_DIR);
 }
 
 /* Spec §1.2: the uids a consumer trusts to serve a ring. */
@@ -166,63 +122,111 @@ int ibvb_peer_uid_trusted(uint32_t peer_uid, uint32_t euid, uint32_t dir_uid, ui
 	return peer_uid == dir_uid && (dir_mode & (S_IWGRP | S_IWOTH)) == 0;
 }
 
-static int check_peer(const struct target *t, int fd, const char *path)
+static int check_peer(const struct target *t, int fd)
 {
 	struct ucred cr;
 	socklen_t len = sizeof cr;
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0)
-		return fail(-errno, "ring %s: SO_PEERCRED on %s: %s", t->name, path, strerror(errno));
-	char dir[PATH_CAP];
-	snprintf(dir, sizeof dir, "%s", path);
-	char *slash = strrchr(dir, '/');
-	if (slash == dir)
-		slash[1] = 0;
-	else if (slash)
-		*slash = 0;
-	else
-		snprintf(dir, sizeof dir, ".");
-	struct stat st;
-	uint32_t dir_uid = UINT32_MAX, dir_mode = 0777;
-	if (stat(dir, &st) == 0) {
-		dir_uid = st.st_uid;
-		dir_mode = st.st_mode;
-	}
-	if (!ibvb_peer_uid_trusted(cr.uid, geteuid(), dir_uid, dir_mode))
-		return fail(-EPERM, "ring %s: socket %s served by uid %u, which is not trusted", t->name, path,
-			    (unsigned)cr.uid);
+		return fail(-errno, "ring %s: SO_PEERCRED on %s/%s: %s", t->name, t->dirs[t->which], t->sock,
+			    strerror(errno));
+	if (!ibvb_peer_uid_trusted(cr.uid, geteuid(), t->dir_uid, t->dir_mode))
+		return fail(-EPERM, "ring %s: socket %s/%s served by uid %u, which is not trusted", t->name,
+			    t->dirs[t->which], t->sock, (unsigned)cr.uid);
 	return 0;
 }
 
-#define NEED_RETRY (-1000000) /* try_connect: not there yet (ENOENT / ECONNREFUSED): retry */
+enum lookup { FOUND, NOT_FOUND, STALE };
 
-/* Connect to the first candidate socket that exists. Returns the fd (*which: its path), NEED_RETRY, or
- * -errno. */
-static int try_connect(const struct target *t, int *which)
+/* connect() to NAME.v2.sock inside the directory open as dfd (through /proc/self/fd: the directory checked
+ * is the one connected in). 0 and *sock; 1 refused (stale); -errno. */
+static int connect_in(const struct target *t, int dfd, int *sock)
 {
-	for (int i = 0; i < t->ndirs; i++) {
-		struct stat st;
-		if (t->ndirs > 1 && stat(t->paths[i], &st) < 0)
-			continue; /* §1.1: the first directory that holds the socket wins */
-		int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-		if (fd < 0)
-			return fail(-errno, "ring %s: socket: %s", t->name, strerror(errno));
-		struct sockaddr_un sa;
-		memset(&sa, 0, sizeof sa);
-		sa.sun_family = AF_UNIX;
-		memcpy(sa.sun_path, t->paths[i], strlen(t->paths[i]) + 1);
-		if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
-			*which = i;
-			return fd;
-		}
-		int e = errno;
-		close(fd);
-		if (e == ENOENT || e == ECONNREFUSED)
-			return NEED_RETRY; /* marker: retry */
-		if (e == EACCES || e == EPERM)
-			return fail(-EACCES, "ring %s: connect %s: %s", t->name, t->paths[i], strerror(e));
-		return fail(-e, "ring %s: connect %s: %s", t->name, t->paths[i], strerror(e));
+	struct sockaddr_un sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sun_family = AF_UNIX;
+	snprintf(sa.sun_path, sizeof sa.sun_path, "/proc/self/fd/%d/%s", dfd, t->sock);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return fail(-errno, "ring %s: socket: %s", t->name, strerror(errno));
+	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
+		*sock = fd;
+		return 0;
 	}
-	return NEED_RETRY;
+	int e = errno;
+	close(fd);
+	if (e == ECONNREFUSED || e == ENOENT)
+		return 1;
+	if (e == EACCES || e == EPERM)
+		return fail(-EACCES, "ring %s: connect %s/%s: %s", t->name, t->dirs[t->which], t->sock, strerror(e));
+	return fail(-e, "ring %s: connect %s/%s: %s", t->name, t->dirs[t->which], t->sock, strerror(e));
+}
+
+/* One pass over the directories (spec 2.1 §1.1): the first trusted one holding a live socket wins.
+ * FOUND (*sock), NOT_FOUND, STALE (*stale_dir: the first refusing socket's directory), or -errno. */
+static int try_connect(struct target *t, int *sock, int *stale_dir)
+{
+	int result = NOT_FOUND;
+	uid_t euid = geteuid();
+	for (int i = 0; i < t->ndirs; i++) {
+		int dfd;
+		struct stat st, sst;
+		char why[PATH_MAX + 100];
+		int rc = ibvb__open_trusted_dir(t->dirs[i], euid, &dfd, &st, why, sizeof why);
+		if (rc == -ENOENT)
+			continue;
+		if (rc == -EPERM && t->given)
+			return fail(-EPERM, "ring %s: refusing untrusted directory %s", t->name, why);
+		if (rc == -EPERM) {
+			if (!t->warned[i])
+				ibvb__warn("skipping %s", why);
+			t->warned[i] = 1;
+			continue;
+		}
+		if (rc < 0)
+			return fail(rc, "ring %s: %s", t->name, why);
+		t->which = i;
+		if (fstatat(dfd, t->sock, &sst, AT_SYMLINK_NOFOLLOW) < 0) {
+			close(dfd);
+			continue;
+		}
+		rc = connect_in(t, dfd, sock);
+		close(dfd);
+		if (rc < 0)
+			return rc;
+		if (rc == 0) {
+			t->dir_uid = st.st_uid;
+			t->dir_mode = st.st_mode;
+			return FOUND;
+		}
+		if (result == NOT_FOUND)
+			*stale_dir = i;
+		result = STALE;
+	}
+	return result;
+}
+
+/* Connect (spec 2.1 §9 step 1): not found fails at once unless wait; stale is retried until the deadline. */
+static int find_and_connect(struct target *t, int wait, int64_t deadline)
+{
+	for (;;) {
+		int sock = -1, stale = 0;
+		int rc = try_connect(t, &sock, &stale);
+		if (rc < 0)
+			return rc;
+		if (rc == FOUND)
+			return sock;
+		int64_t now = mono_ns();
+		if (now >= deadline || (rc == NOT_FOUND && !wait)) {
+			if (rc == STALE)
+				return fail(-ECONNREFUSED,
+					    "ring %s: stale socket %s/%s (no producer; `ibvbridge rm --stale` removes it)",
+					    t->name, t->dirs[stale], t->sock);
+			if (t->ndirs > 1)
+				return fail(-ENOENT, "ring %s not found (looked in %s, %s)", t->name, t->dirs[0], t->dirs[1]);
+			return fail(-ENOENT, "ring %s not found (looked in %s)", t->name, t->dirs[0]);
+		}
+		ibvb__sleep_ns(deadline - now < RETRY_NS ? deadline - now : RETRY_NS);
+	}
 }
 
 /* ---- handshake (spec §1.2, §9 step 3) -------------------------------------------------------------- */
@@ -239,8 +243,7 @@ static void close_fds(int *fds, int n)
 			close(fds[i]);
 }
 
-static int handshake(const struct target *t, int sock, int start, int64_t deadline_ns, struct ibvb_welcome *w,
-		     struct welcome_fds *wf)
+static int send_hello(const struct target *t, int sock, int start)
 {
 	struct ibvb_hello hello;
 	memset(&hello, 0, sizeof hello);
@@ -253,13 +256,18 @@ static int handshake(const struct target *t, int sock, int start, int64_t deadli
 	if (k != (ssize_t)sizeof hello)
 		return fail(k < 0 ? -errno : -EPROTO, "ring %s: sending hello: %s", t->name,
 			    k < 0 ? strerror(errno) : "short send");
+	return 0;
+}
 
+/* Wait until the welcome (or an error record) is there, up to deadline_ns (INT64_MAX: forever). */
+static int await_record(const struct target *t, int sock, int64_t deadline_ns)
+{
 	for (;;) {
 		int ms = -1;
 		if (deadline_ns != INT64_MAX) {
 			int64_t left = deadline_ns - mono_ns();
 			if (left <= 0)
-				return fail(-ETIMEDOUT, "ring %s: no welcome from the producer in time", t->name);
+				return fail(-ETIMEDOUT, "ring %s: the producer did not answer (no welcome in time)", t->name);
 			ms = (int)((left + 999999) / 1000000);
 		}
 		struct pollfd pfd = {.fd = sock, .events = POLLIN};
@@ -269,15 +277,19 @@ static int handshake(const struct target *t, int sock, int start, int64_t deadli
 		if (pr < 0)
 			return fail(-errno, "ring %s: poll: %s", t->name, strerror(errno));
 		if (pr > 0)
-			break;
+			return 0;
 	}
+}
 
-	uint8_t buf[IBVB_ERROR_RECORD_MAX];
+/* One record into buf (its length, or -errno) and the descriptors that came with it (fds, *nfds). */
+static ssize_t recv_record(const struct target *t, int sock, uint8_t *buf, size_t cap, int *fds, int *nfds,
+			   int *truncated)
+{
 	union {
 		struct cmsghdr h;
 		char b[CMSG_SPACE(sizeof(int) * MAX_FDS)];
 	} cm;
-	struct iovec iov = {.iov_base = buf, .iov_len = sizeof buf};
+	struct iovec iov = {.iov_base = buf, .iov_len = cap};
 	struct msghdr msg;
 	memset(&msg, 0, sizeof msg);
 	memset(&cm, 0, sizeof cm);
@@ -291,20 +303,60 @@ static int handshake(const struct target *t, int sock, int start, int64_t deadli
 	while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return fail(-errno, "ring %s: receiving welcome: %s", t->name, strerror(errno));
-	int fds[MAX_FDS], nfds = 0;
+	*nfds = 0;
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
 		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
 			continue;
 		size_t cnt = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (size_t i = 0; i < cnt && nfds < MAX_FDS; i++)
-			memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+		for (size_t i = 0; i < cnt && *nfds < MAX_FDS; i++)
+			memcpy(&fds[(*nfds)++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
 	}
-	int rc = 0;
+	*truncated = (msg.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) != 0;
+	return n;
+}
+
+/* An error record's status as -errno, with the producer's message (m: NUL-terminated). */
+static int refused(const struct target *t, const struct ibvb_error_record *er, const char *m)
+{
+	int rc;
+	switch (er->status) {
+	case IBVB_STATUS_VERSION:
+		rc = fail(-EPROTONOSUPPORT, "ring %s is layout %u.%u; this client speaks %d.%d (%s)", t->name,
+			  er->major, er->minor, IBVB_MAJOR, IBVB_MINOR, m);
+		break;
+	case IBVB_STATUS_NOT_PERMITTED:
+		rc = fail(-EACCES, "ring %s: not permitted: %s", t->name, m);
+		break;
+	case IBVB_STATUS_BUSY:
+		rc = fail(-EBUSY, "ring %s busy: %s", t->name, m);
+		break;
+	case IBVB_STATUS_CLOSING:
+		rc = fail(-ESHUTDOWN, "ring %s is closing: %s", t->name, m);
+		break;
+	case IBVB_STATUS_PROTOCOL:
+		rc = fail(-EPROTO, "ring %s: protocol error: %s", t->name, m);
+		break;
+	default:
+		rc = fail(-EPROTO, "ring %s: unknown status %u: %s", t->name, er->status, m);
+	}
+	return rc;
+}
+
+static int handshake(const struct target *t, int sock, int start, int64_t deadline_ns, struct ibvb_welcome *w,
+		     struct welcome_fds *wf)
+{
+	uint8_t buf[IBVB_ERROR_RECORD_MAX];
+	int fds[MAX_FDS], nfds = 0, trunc = 0, rc;
+	if ((rc = send_hello(t, sock, start)) < 0 || (rc = await_record(t, sock, deadline_ns)) < 0)
+		return rc;
+	ssize_t n = recv_record(t, sock, buf, sizeof buf, fds, &nfds, &trunc);
+	if (n < 0)
+		return (int)n;
 	if (n == 0) {
 		rc = fail(-EPROTO, "ring %s: the producer closed the connection without a welcome", t->name);
 		goto bad;
 	}
-	if (msg.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) {
+	if (trunc) {
 		rc = fail(-EPROTO, "ring %s: malformed welcome: record or descriptors truncated", t->name);
 		goto bad;
 	}
@@ -324,26 +376,7 @@ static int handshake(const struct target *t, int sock, int start, int64_t deadli
 		size_t ml = n > 16 ? (size_t)n - 16 : 0;
 		memcpy(m, er.message, ml);
 		m[ml] = 0; /* the message is NUL-terminated; this bounds one that is not */
-		switch (er.status) {
-		case IBVB_STATUS_VERSION:
-			rc = fail(-EPROTONOSUPPORT, "ring %s is layout %u.%u; this client speaks %d.%d (%s)", t->name,
-				  er.major, er.minor, IBVB_MAJOR, IBVB_MINOR, m);
-			break;
-		case IBVB_STATUS_NOT_PERMITTED:
-			rc = fail(-EACCES, "ring %s: not permitted: %s", t->name, m);
-			break;
-		case IBVB_STATUS_BUSY:
-			rc = fail(-EBUSY, "ring %s busy: %s", t->name, m);
-			break;
-		case IBVB_STATUS_CLOSING:
-			rc = fail(-ESHUTDOWN, "ring %s is closing: %s", t->name, m);
-			break;
-		case IBVB_STATUS_PROTOCOL:
-			rc = fail(-EPROTO, "ring %s: protocol error: %s", t->name, m);
-			break;
-		default:
-			rc = fail(-EPROTO, "ring %s: unknown status %u: %s", t->name, er.status, m);
-		}
+		rc = refused(t, &er, m);
 		goto bad;
 	}
 	if (n < IBVB_WELCOME_SIZE) {
@@ -485,138 +518,166 @@ int ibvb_attach(struct ibvb_ring **out, const char *arg, int timeout_ms)
 	return ibvb_attach_opts(out, arg, timeout_ms, NULL);
 }
 
+/* The mappings an attach makes, undone together if a later step fails. */
+struct mapped {
+	const struct ibvb_ctl *ctl; /* NULL until mapped */
+	uint64_t ctl_size;
+	const void *data;           /* MAP_FAILED until mapped */
+	uint64_t data_size;
+	void *region;               /* MAP_FAILED until mapped */
+	void *own;                  /* private item copies, MAP_FAILED until mapped */
+	uint64_t own_size;
+};
+
+static void unmap_all(struct mapped *mp)
+{
+	if (mp->own != MAP_FAILED)
+		munmap(mp->own, (size_t)mp->own_size);
+	if (mp->region != MAP_FAILED)
+		munmap(mp->region, IBVB_REGION_SIZE);
+	if (mp->data != MAP_FAILED)
+		munmap((void *)mp->data, (size_t)mp->data_size);
+	if (mp->ctl)
+		munmap((void *)mp->ctl, (size_t)mp->ctl_size);
+}
+
+/* Attach steps 1-3 (spec §9): find and connect the socket, check the server, hello and welcome. The
+ * socket's fd, or -errno (nothing left open). */
+static int connect_and_greet(struct target *t, int timeout_ms, int wait, int start, struct ibvb_welcome *w,
+			     struct welcome_fds *wf)
+{
+	int64_t deadline = timeout_ms < 0 ? INT64_MAX : mono_ns() + (int64_t)timeout_ms * 1000000LL;
+	int sock = find_and_connect(t, wait, deadline), rc;
+	if (sock < 0)
+		return sock;
+	int64_t hs_deadline = deadline == INT64_MAX ? mono_ns() + DEFAULT_WELCOME_MS * 1000000LL : deadline;
+	if (hs_deadline < mono_ns() + HANDSHAKE_MIN_MS * 1000000LL)
+		hs_deadline = mono_ns() + HANDSHAKE_MIN_MS * 1000000LL;
+	if ((rc = check_peer(t, sock)) < 0 || (rc = handshake(t, sock, start, hs_deadline, w, wf)) < 0) {
+		close(sock);
+		return rc;
+	}
+	return sock;
+}
+
+/* Step 4: seals and sizes, before mapping anything. */
+static int check_memory(const struct target *t, const struct ibvb_welcome *w, const struct welcome_fds *wf)
+{
+	const int ro_seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE;
+	int rc;
+	if (w->ctl_size < IBVB_CTL_FIXED_SIZE || w->ctl_size > IBVB_CTL_SIZE_FOR(IBVB_MAX_CONSUMERS_LIMIT) ||
+	    w->ctl_size % 4096 != 0)
+		return fail(-EBADMSG, "ring %s corrupt: welcome ctl_size %llu", t->name, (unsigned long long)w->ctl_size);
+	if (w->data_size == 0 || w->data_size > (uint64_t)SIZE_MAX / 2)
+		return fail(-EBADMSG, "ring %s corrupt: welcome data_size %llu", t->name,
+			    (unsigned long long)w->data_size);
+	if ((rc = check_fd(t, wf->fd[0], "control", ro_seals, w->ctl_size)) < 0 ||
+	    (rc = check_fd(t, wf->fd[1], "data", ro_seals, w->data_size)) < 0 ||
+	    (rc = check_fd(t, wf->fd[2], "consumer region", F_SEAL_SHRINK | F_SEAL_GROW, IBVB_REGION_SIZE)) < 0)
+		return rc;
+	return 0;
+}
+
+/* Steps 5-6: the control memory read-only, validated before the data is mapped; the data read-only, the
+ * region read-write; the private item copies (spec 2.1 §A: as large as the ring's item tables, so within
+ * data_size, checked; reserved, not committed: only the entries heaps use are touched). */
+static int map_ring(const struct target *t, const struct ibvb_welcome *w, const struct welcome_fds *wf,
+		    struct mapped *mp)
+{
+	int rc;
+	void *m = mmap(NULL, (size_t)w->ctl_size, PROT_READ, MAP_SHARED, wf->fd[0], 0);
+	if (m == MAP_FAILED)
+		return fail(-errno, "ring %s: mmap control memory: %s", t->name, strerror(errno));
+	mp->ctl = (const struct ibvb_ctl *)m;
+	mp->ctl_size = w->ctl_size;
+	if ((rc = validate_ctl(t, mp->ctl, w)) < 0)
+		return rc;
+	mp->data_size = w->data_size;
+	mp->data = mmap(NULL, (size_t)mp->data_size, PROT_READ, MAP_SHARED, wf->fd[1], 0);
+	if (mp->data == MAP_FAILED)
+		return fail(-errno, "ring %s: mmap data memory (%llu bytes): %s", t->name,
+			    (unsigned long long)mp->data_size, strerror(errno));
+	mp->region = mmap(NULL, IBVB_REGION_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, wf->fd[2], 0);
+	if (mp->region == MAP_FAILED)
+		return fail(-errno, "ring %s: mmap consumer region: %s", t->name, strerror(errno));
+	mp->own_size = mp->ctl->slot_count * mp->ctl->max_items * IBVB_ITEM_SIZE;
+	mp->own = mmap(NULL, (size_t)mp->own_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+		       -1, 0);
+	if (mp->own == MAP_FAILED)
+		return fail(-errno, "ring %s: mmap item copies (%llu bytes): %s", t->name,
+			    (unsigned long long)mp->own_size, strerror(errno));
+	return 0;
+}
+
+/* The handle over validated mappings; the read position is the start the producer stored in tail (§7.1). */
+static void init_ring(struct ibvb_ring *r, const struct target *t, const struct ibvb_welcome *w,
+		      const struct mapped *mp, int sock)
+{
+	const struct ibvb_ctl *c = mp->ctl;
+	r->ctl = c;
+	r->row = (const struct ibvb_row *)((const uint8_t *)c + IBVB_OFF_CONSUMER_TABLE +
+					   (uint64_t)w->consumer_index * IBVB_ROW_SIZE);
+	r->region = (struct ibvb_region *)mp->region;
+	r->data = (const uint8_t *)mp->data;
+	r->own_items = mp->own;
+	r->own_items_size = mp->own_size;
+	r->desc = (const struct ibvb_desc *)(r->data + c->desc_offset);
+	r->items = (const struct ibvb_item *)(r->data + c->items_offset);
+	r->payload = r->data + c->payload_offset;
+	r->slot_count = c->slot_count;
+	r->mask = c->slot_count - 1;
+	r->slot_size = c->slot_size;
+	r->max_items = c->max_items;
+	r->data_size = mp->data_size;
+	r->ctl_size = mp->ctl_size;
+	r->session_id = c->session_id;
+	r->consumer_index = w->consumer_index;
+	r->generation = w->generation;
+	r->row_state_ok = IBVB_CONSUMER_ATTACHED;
+	r->max_latency_ns = IBVB_DEFAULT_MAX_LATENCY_NS;
+	r->coalesce_heaps = c->slot_count / 2 < 1 ? 1 : c->slot_count / 2;
+	r->sock = sock;
+	snprintf(r->name, sizeof r->name, "%s", t->name);
+	ibvb_set_spin_budget(r, IBVB_DEFAULT_SPIN_BUDGET_NS);
+	r->read = r->released = r->stored = r->cached_head =
+	    atomic_load_explicit(&r->region->tail, memory_order_acquire);
+	r->release_batch = r->slot_count / 8 < 1 ? 1 : (r->slot_count / 8 > 64 ? 64 : r->slot_count / 8);
+}
+
 int ibvb_attach_opts(struct ibvb_ring **out, const char *arg, int timeout_ms, const struct ibvb_attach_opts *opts)
 {
 	struct target t;
 	struct welcome_fds wf = {{-1, -1, -1}, 0};
 	struct ibvb_welcome w;
-	const struct ibvb_ctl *c = NULL;
+	struct mapped mp = {NULL, 0, MAP_FAILED, 0, MAP_FAILED, MAP_FAILED, 0};
 	memset(&w, 0, sizeof w);
-	const void *data = MAP_FAILED;
-	void *region = MAP_FAILED;
-	uint64_t ctl_size = 0, data_size = 0;
-	int sock = -1, which = 0, rc;
-
-	errbuf[0] = 0;
+	ibvb__set_error("");
 	if (!out || !arg)
 		return fail(-EINVAL, "ibvb_attach: NULL argument");
 	*out = NULL;
-	int start = opts ? opts->start : IBVB_START_OLDEST;
+	int start = opts ? opts->start : IBVB_START_OLDEST, rc;
 	if (start != IBVB_START_OLDEST && start != IBVB_START_HEAD)
 		return fail(-EINVAL, "ibvb_attach: start %d is neither IBVB_START_OLDEST nor IBVB_START_HEAD", start);
 	if ((rc = resolve(arg, opts ? opts->dir : NULL, &t)) < 0)
 		return rc;
-	int64_t t0 = mono_ns();
-	int64_t deadline = timeout_ms < 0 ? INT64_MAX : t0 + (int64_t)timeout_ms * 1000000LL;
-	for (;;) {
-		sock = try_connect(&t, &which);
-		if (sock >= 0)
-			break;
-		if (sock != NEED_RETRY)
-			return sock;
-		int64_t now = mono_ns();
-		if (now >= deadline) {
-			if (t.ndirs > 1)
-				return fail(-ENOENT, "ring %s not found (no %s%s in %.*s or %s)", t.name, t.name,
-					    IBVB_SOCK_SUFFIX, (int)(strrchr(t.paths[0], '/') - t.paths[0]), t.paths[0],
-					    IBVB_RUN_DIR);
-			return fail(-ENOENT, "ring %s not found (%s)", t.name, t.paths[0]);
-		}
-		sleep_ns(deadline - now < RETRY_NS ? deadline - now : RETRY_NS);
-	}
-	if ((rc = check_peer(&t, sock, t.paths[which])) < 0)
+	int sock = connect_and_greet(&t, timeout_ms, opts && (opts->flags & IBVB_ATTACH_WAIT), start, &w, &wf);
+	if (sock < 0)
+		return sock;
+	struct ibvb_ring *r = NULL;
+	if ((rc = check_memory(&t, &w, &wf)) < 0 || (rc = map_ring(&t, &w, &wf, &mp)) < 0)
 		goto err;
-	int64_t hs_deadline = deadline;
-	if (hs_deadline != INT64_MAX && hs_deadline < mono_ns() + HANDSHAKE_MIN_MS * 1000000LL)
-		hs_deadline = mono_ns() + HANDSHAKE_MIN_MS * 1000000LL;
-	if ((rc = handshake(&t, sock, start, hs_deadline, &w, &wf)) < 0)
-		goto err;
-
-	/* §9 step 4: seals and sizes, before mapping anything. */
-	const int ro_seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE;
-	if (w.ctl_size < IBVB_CTL_FIXED_SIZE || w.ctl_size > IBVB_CTL_SIZE_FOR(IBVB_MAX_CONSUMERS_LIMIT) ||
-	    w.ctl_size % 4096 != 0) {
-		rc = fail(-EBADMSG, "ring %s corrupt: welcome ctl_size %llu", t.name, (unsigned long long)w.ctl_size);
-		goto err;
-	}
-	if (w.data_size == 0 || w.data_size > (uint64_t)SIZE_MAX / 2) {
-		rc = fail(-EBADMSG, "ring %s corrupt: welcome data_size %llu", t.name, (unsigned long long)w.data_size);
-		goto err;
-	}
-	if ((rc = check_fd(&t, wf.fd[0], "control", ro_seals, w.ctl_size)) < 0 ||
-	    (rc = check_fd(&t, wf.fd[1], "data", ro_seals, w.data_size)) < 0 ||
-	    (rc = check_fd(&t, wf.fd[2], "consumer region", F_SEAL_SHRINK | F_SEAL_GROW, IBVB_REGION_SIZE)) < 0)
-		goto err;
-
-	/* §9 step 5: the control memory, read-only; validate before mapping the data. */
-	void *m = mmap(NULL, (size_t)w.ctl_size, PROT_READ, MAP_SHARED, wf.fd[0], 0);
-	if (m == MAP_FAILED) {
-		rc = fail(-errno, "ring %s: mmap control memory: %s", t.name, strerror(errno));
-		goto err;
-	}
-	c = (const struct ibvb_ctl *)m;
-	ctl_size = w.ctl_size;
-	if ((rc = validate_ctl(&t, c, &w)) < 0)
-		goto err;
-
-	/* §9 step 6 */
-	data_size = w.data_size;
-	data = mmap(NULL, (size_t)data_size, PROT_READ, MAP_SHARED, wf.fd[1], 0);
-	if (data == MAP_FAILED) {
-		rc = fail(-errno, "ring %s: mmap data memory (%llu bytes): %s", t.name, (unsigned long long)data_size,
-			  strerror(errno));
-		goto err;
-	}
-	region = mmap(NULL, IBVB_REGION_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, wf.fd[2], 0);
-	if (region == MAP_FAILED) {
-		rc = fail(-errno, "ring %s: mmap consumer region: %s", t.name, strerror(errno));
-		goto err;
-	}
-	struct ibvb_ring *r = calloc(1, sizeof *r);
-	if (!r) {
+	if (!(r = calloc(1, sizeof *r))) {
 		rc = fail(-ENOMEM, "ring %s: out of memory", t.name);
 		goto err;
 	}
 	close_fds(wf.fd, 3);
-	r->ctl = c;
-	r->row = (const struct ibvb_row *)((const uint8_t *)c + IBVB_OFF_CONSUMER_TABLE +
-					   (uint64_t)w.consumer_index * IBVB_ROW_SIZE);
-	r->region = (struct ibvb_region *)region;
-	r->data = (const uint8_t *)data;
-	r->desc = (const struct ibvb_desc *)((const uint8_t *)data + c->desc_offset);
-	r->items = (const struct ibvb_item *)((const uint8_t *)data + c->items_offset);
-	r->payload = (const uint8_t *)data + c->payload_offset;
-	r->slot_count = c->slot_count;
-	r->mask = c->slot_count - 1;
-	r->slot_size = c->slot_size;
-	r->max_items = c->max_items;
-	r->data_size = data_size;
-	r->ctl_size = ctl_size;
-	r->session_id = c->session_id;
-	r->consumer_index = w.consumer_index;
-	r->generation = w.generation;
-	r->row_expect = IBVB_CONSUMER_ATTACHED | (uint64_t)w.generation << 32;
-	r->max_latency_ns = IBVB_DEFAULT_MAX_LATENCY_NS;
-	r->coalesce_heaps = c->slot_count / 2 < 1 ? 1 : c->slot_count / 2;
-	r->sock = sock;
-	snprintf(r->name, sizeof r->name, "%s", t.name);
-	ibvb_set_spin_budget(r, IBVB_DEFAULT_SPIN_BUDGET_NS);
-	/* §7.1: the producer stored the start position in tail before the welcome. */
-	r->read = r->released = r->stored = r->cached_head =
-	    atomic_load_explicit(&r->region->tail, memory_order_acquire);
-	r->release_batch = r->slot_count / 8 < 1 ? 1 : (r->slot_count / 8 > 64 ? 64 : r->slot_count / 8);
+	init_ring(r, &t, &w, &mp, sock);
 	*out = r;
 	return 0;
 err:
-	if (region != MAP_FAILED)
-		munmap(region, IBVB_REGION_SIZE);
-	if (data != MAP_FAILED)
-		munmap((void *)data, (size_t)data_size);
-	if (c)
-		munmap((void *)c, (size_t)ctl_size);
+	unmap_all(&mp);
 	close_fds(wf.fd, wf.n);
-	if (sock >= 0)
-		close(sock);
+	close(sock);
 	return rc;
 }
 
@@ -629,40 +690,51 @@ void ibvb_detach(struct ibvb_ring *r)
 	munmap((void *)r->data, (size_t)r->data_size);
 	munmap(r->region, IBVB_REGION_SIZE);
 	munmap((void *)r->ctl, (size_t)r->ctl_size);
+	munmap(r->own_items, (size_t)r->own_items_size);
 	close(r->sock);
 	free(r);
 }
 
 /* ---- detach by the producer, liveness, waiting ------------------------------------------------------ */
 
+/* The row no longer says "ours" (ibvb__attached failed): why, as -errno with a message; 0 if a clean stop
+ * marked it gone (what is published can still be read). Sticky: the next peek reloads head and lands here. */
 int ibvb__row_changed(struct ibvb_ring *r)
 {
 	uint32_t state = atomic_load_explicit(&r->row->state, memory_order_acquire);
-	uint32_t gen = atomic_load_explicit(&r->row->generation, memory_order_relaxed);
-	r->cached_head = r->read; /* sticky: the next peek reloads head and lands here again */
-	if (gen == r->generation) {
-		if (state == IBVB_CONSUMER_ATTACHED) {
-			return 0; /* raced with a write of the other half: still ours */
-		}
-		if (state == IBVB_CONSUMER_OVERRUN) {
-			uint64_t lost = atomic_load_explicit(&r->row->lost_heaps, memory_order_relaxed);
-			return fail(-EOVERFLOW,
-				    "ring %s overrun: detached after falling a whole ring behind, %llu heaps lost",
-				    r->name, (unsigned long long)lost);
-		}
-		if (state == IBVB_CONSUMER_BAD_CURSOR)
-			return fail(-ECONNRESET, "ring %s: detached: invalid cursor", r->name);
-		if (state == IBVB_CONSUMER_GONE &&
-		    atomic_load_explicit(&r->ctl->state, memory_order_acquire) == IBVB_STATE_CLOSED) {
-			/* a clean stop marked our row gone when it closed the connection: read what is left */
-			r->row_expect = IBVB_CONSUMER_GONE | (uint64_t)gen << 32;
-			r->cached_head = atomic_load_explicit(&r->ctl->head, memory_order_acquire);
-			return 0;
-		}
-		return fail(-ECONNRESET, "ring %s: detached by the producer (row state %u)", r->name, state);
+	uint32_t gen = atomic_load_explicit(&r->row->generation, memory_order_acquire);
+	r->cached_head = r->read;
+	if (gen != r->generation)
+		return fail(-ECONNRESET, "ring %s: detached: consumer row %u was reused (generation %u, ours %u)",
+			    r->name, r->consumer_index, gen, r->generation);
+	if (state == r->row_state_ok)
+		return 0; /* cannot happen (state is loaded before generation) but is harmless */
+	if (state == IBVB_CONSUMER_OVERRUN) {
+		uint64_t lost = atomic_load_explicit(&r->row->lost_heaps, memory_order_relaxed);
+		return fail(-EOVERFLOW, "ring %s overrun: detached after falling a whole ring behind, %llu heaps lost",
+			    r->name, (unsigned long long)lost);
 	}
-	return fail(-ECONNRESET, "ring %s: detached: consumer row %u was reused (generation %u, ours %u)", r->name,
-		    r->consumer_index, gen, r->generation);
+	if (state == IBVB_CONSUMER_BAD_CURSOR)
+		return fail(-ECONNRESET, "ring %s: detached: invalid cursor", r->name);
+	if (state == IBVB_CONSUMER_GONE && r->row_state_ok == IBVB_CONSUMER_ATTACHED &&
+	    atomic_load_explicit(&r->ctl->state, memory_order_acquire) == IBVB_STATE_CLOSED) {
+		/* a clean stop marked our row gone when it closed the connection: it reuses no slot, so what it
+		 * published (and what we hold) stays valid: read what is left */
+		r->row_state_ok = IBVB_CONSUMER_GONE;
+		r->cached_head = atomic_load_explicit(&r->ctl->head, memory_order_acquire);
+		return 0;
+	}
+	return fail(-ECONNRESET, "ring %s: detached by the producer (row state %u)", r->name, state);
+}
+
+int ibvb__stale(struct ibvb_ring *r)
+{
+	int rc = ibvb__row_changed(r);
+	if (rc == 0)
+		return 0;
+	char why[IBVB__ERRBUF_SIZE];
+	snprintf(why, sizeof why, "%s", ibvb_last_error());
+	return fail(-ESTALE, "ring %s: a released heap was overrun while held (%s)", r->name, why);
 }
 
 int ibvb_producer_alive(const struct ibvb_ring *r)
@@ -690,14 +762,13 @@ void ibvb__wake_producer(struct ibvb_ring *r)
 	/* Spec §7.4: plain load and store (this consumer is the word's only writer), then a shared wake. */
 	_Atomic uint32_t *f = &r->region->release_futex;
 	atomic_store_explicit(f, atomic_load_explicit(f, memory_order_relaxed) + 1, memory_order_release);
-	futex(f, FUTEX_WAKE, INT_MAX, NULL);
+	ibvb__futex_wake_all(f);
 }
 
 int ibvb__corrupt_desc(struct ibvb_ring *r, uint64_t pos, const char *what, uint64_t v1, uint64_t v2)
 {
 	/* A slot reused under a detached consumer looks corrupt: say detached if the row says so (§7.6). */
-	if (atomic_load_explicit((const _Atomic uint64_t *)(const void *)r->row, memory_order_acquire) !=
-	    r->row_expect) {
+	if (!ibvb__attached(r)) {
 		int rc = ibvb__row_changed(r);
 		if (rc < 0)
 			return rc;
@@ -746,7 +817,7 @@ int ibvb_wait(struct ibvb_ring *r, struct ibvb_heap *h, int timeout_ms)
 		int64_t spin_end = start + r->spin_budget_ns;
 		for (;;) {
 			for (int i = 0; i < 64; i++) {
-				cpu_relax();
+				ibvb__cpu_relax();
 				if ((rc = ibvb_peek(r, h)) != -EAGAIN) {
 					note_wait(r, start);
 					return rc;
@@ -781,8 +852,7 @@ int ibvb_wait(struct ibvb_ring *r, struct ibvb_heap *h, int timeout_ms)
 		int64_t slice = coalesce ? r->max_latency_ns : WAIT_SLICE_NS;
 		if (deadline - now < slice)
 			slice = deadline - now;
-		struct timespec ts = {slice / 1000000000LL, slice % 1000000000LL};
-		long wr = futex(&g->consumer_futex, FUTEX_WAIT, f, &ts);
+		long wr = ibvb__futex_wait(&g->consumer_futex, f, slice);
 		int e = wr < 0 ? errno : 0;
 		if (e == EINTR) {
 			atomic_store_explicit(&g->consumer_waiting, 0, memory_order_relaxed);
@@ -816,7 +886,8 @@ static const char *const counter_names[IBVB_CTR_COUNT] = {
     "incomplete_heaps",  "dropped_heaps",   "malformed_packets",
     "duplicate_packets", "truncated_heaps", "discarded_incomplete_heaps",
     "end_of_stream",     "consumers_attached", "consumer_overruns",
-    "consumer_errors",
+    "consumer_errors",   "chunks",          "incomplete_chunks",
+    "too_old_heaps",     "rejected_heaps",
 };
 
 const char *ibvb_counter_name(unsigned idx) { return idx < IBVB_CTR_COUNT ? counter_names[idx] : NULL; }
@@ -899,7 +970,7 @@ long ibvb_read_meta(const struct ibvb_ring *r, void *buf, size_t cap, size_t *ne
 			if (attempt > 100)
 				sched_yield();
 			else
-				cpu_relax();
+				ibvb__cpu_relax();
 			continue;
 		}
 		uint64_t len = *(volatile const uint64_t *)&mh->length;

@@ -5,8 +5,9 @@
  * libibvbridge. Functions return 0 (or a count) on success and -errno on failure; ibvb_last_error()
  * gives a human message for the last failure in the calling thread.
  *
- * How 2.0 attaches (spec §1, §9): a ring NAME is a SOCK_SEQPACKET Unix socket NAME.v2.sock in a ring
- * directory. ibvb_attach connects, checks that the server's uid is trusted (SO_PEERCRED), sends a hello
+ * How 2.x attaches (spec §1, §9): a ring NAME is a SOCK_SEQPACKET Unix socket NAME.v2.sock in a ring
+ * directory. ibvb_attach connects only in a trusted directory (2.1: owned by the caller or root, not
+ * writable by others), checks that the server's uid is trusted (SO_PEERCRED), sends a hello
  * and receives a welcome carrying three sealed memfds: the control memory (read-only: header, head, stats,
  * consumer table), the data memory (read-only: descriptors, item tables, metadata, payload) and this
  * consumer's own 4 KiB region (read-write: its cursor `tail` and its wake words). The socket stays open:
@@ -14,7 +15,10 @@
  * max_consumers consumers read one ring, each at its own pace; a consumer the producer detaches (overrun
  * under `drop`, an invalid cursor) learns it from its row of the consumer table.
  *
- * A heap's payload and items are views into the ring, valid until the heap is released.
+ * A heap's payload is a view into the ring, valid while this consumer stays attached (2.1): a consumer
+ * detached as overrun may find its held slots rewritten. Read the bytes, then check ibvb_heap_valid (or the
+ * return of ibvb_release): 1 / 0 proves the bytes read were the heap's. The descriptor and the item entries
+ * are copied into private memory and validated before a heap is handed out (h.items points at the copy).
  *
  * C11 (<stdatomic.h>) or C++11 and later (<atomic>): the shared words are IBVB_ATOMIC(T) — _Atomic T in
  * C, std::atomic<T> in C++, same size and alignment — and the inline functions reach them through the
@@ -33,6 +37,7 @@
 #define ibvb__load(p, mo) ((p)->load(std::memory_order_##mo))
 #define ibvb__store(p, v, mo) ((p)->store((v), std::memory_order_##mo))
 #define ibvb__fence() std::atomic_thread_fence(std::memory_order_seq_cst)
+#define ibvb__fence_acquire() std::atomic_thread_fence(std::memory_order_acquire)
 #define IBVB__STATIC_ASSERT(c, m) static_assert(c, m)
 extern "C" {
 #else
@@ -41,17 +46,18 @@ extern "C" {
 #define ibvb__load(p, mo) atomic_load_explicit((p), memory_order_##mo)
 #define ibvb__store(p, v, mo) atomic_store_explicit((p), (v), memory_order_##mo)
 #define ibvb__fence() atomic_thread_fence(memory_order_seq_cst)
+#define ibvb__fence_acquire() atomic_thread_fence(memory_order_acquire)
 #define IBVB__STATIC_ASSERT(c, m) _Static_assert(c, m)
 #endif
 
 #define IBVB_VERSION_MAJOR_LIB 2 /* library version */
-#define IBVB_VERSION_MINOR_LIB 0
+#define IBVB_VERSION_MINOR_LIB 1
 
 /* ---- layout constants (spec §1, §2, §3) ------------------------------------------------------ */
 
 #define IBVB_MAGIC 0x474E495242564249ULL /* "IBVBRING" little-endian */
 #define IBVB_MAJOR 2
-#define IBVB_MINOR 0
+#define IBVB_MINOR 1 /* 2.1: validate-after-read (a heap overrun while held is reported, never torn) */
 #define IBVB_CTL_FIXED_SIZE 0x1000 /* control memory before the consumer table */
 #define IBVB_ROW_SIZE 128          /* consumer-table row */
 #define IBVB_REGION_SIZE 4096      /* consumer region */
@@ -62,7 +68,7 @@ extern "C" {
 #define IBVB_DESC_SIZE 64
 #define IBVB_ITEM_SIZE 32
 #define IBVB_STATS_SLOTS 32
-#define IBVB_STATS_COUNT 13 /* counters defined by 2.0 */
+#define IBVB_STATS_COUNT 17 /* counters defined by 2.1 (13 by 2.0, then the chunk counters) */
 #define IBVB_REGION_ALIGN 4096
 #define IBVB_MAX_SLOT_COUNT (1u << 24)
 #define IBVB_MAX_ITEMS 65536u
@@ -118,7 +124,13 @@ extern "C" {
 #define IBVB_OFF_FEATURES 0x90
 #define IBVB_OFF_STATS_COUNT 0x98
 #define IBVB_OFF_MAX_CONSUMERS 0x9C
-#define IBVB_OFF_HEADER_RESERVED 0xA0
+#define IBVB_OFF_CHUNK_HEAPS 0xA0 /* chunk geometry (spec §13): 0 unless features has CHUNKS */
+#define IBVB_OFF_CHUNK_AXIS 0xA4
+#define IBVB_OFF_CHUNK_HEAP_SIZE 0xA8
+#define IBVB_OFF_CHUNK_STEP 0xB0
+#define IBVB_OFF_CHUNK_TIME_ITEM 0xB8
+#define IBVB_OFF_CHUNK_AXIS_ITEM 0xC0
+#define IBVB_OFF_HEADER_RESERVED 0xC8
 #define IBVB_OFF_RESERVED_100 0x100
 #define IBVB_OFF_HEAD 0x200
 #define IBVB_OFF_PRODUCER_WAITING 0x280
@@ -163,6 +175,7 @@ extern "C" {
 #define IBVB_CONSUMER_GONE 4u
 /* header features */
 #define IBVB_FEATURE_REPLAY_TIMESTAMPS 0x1ull
+#define IBVB_FEATURE_CHUNKS 0x2ull
 
 /* Descriptor flags (spec §4). */
 #define IBVB_FLAG_COMPLETE 0x01u
@@ -173,6 +186,7 @@ extern "C" {
 #define IBVB_FLAG_ITEMS_OVERFLOW 0x20u
 #define IBVB_FLAG_NO_HEAP_SIZE 0x40u
 #define IBVB_FLAG_ITEMS_CUT 0x80u
+#define IBVB_FLAG_CHUNK 0x100u
 /* Item flags (spec §5). */
 #define IBVB_ITEM_IMMEDIATE 0x1u
 
@@ -191,7 +205,11 @@ enum ibvb_counter {
 	IBVB_CTR_CONSUMERS_ATTACHED = 10,
 	IBVB_CTR_CONSUMER_OVERRUNS = 11,
 	IBVB_CTR_CONSUMER_ERRORS = 12,
-	IBVB_CTR_COUNT = 13
+	IBVB_CTR_CHUNKS = 13,
+	IBVB_CTR_INCOMPLETE_CHUNKS = 14,
+	IBVB_CTR_TOO_OLD_HEAPS = 15,
+	IBVB_CTR_REJECTED_HEAPS = 16,
+	IBVB_CTR_COUNT = 17
 };
 
 /* ---- shared structures ----------------------------------------------------------------------- */
@@ -226,7 +244,13 @@ struct ibvb_ctl {
 	uint64_t features;
 	uint32_t stats_count;
 	uint32_t max_consumers;
-	uint8_t header_reserved[0x100 - 0xA0];
+	uint32_t chunk_heaps; /* chunk geometry (spec §13), 0 unless features has CHUNKS */
+	uint32_t chunk_axis;
+	uint64_t chunk_heap_size;
+	uint64_t chunk_step;
+	uint64_t chunk_time_item;
+	uint64_t chunk_axis_item;
+	uint8_t header_reserved[0x100 - 0xC8];
 	/* 0x100 */
 	uint8_t reserved_100[0x100];
 	/* 0x200 producer cursor */
@@ -377,6 +401,12 @@ IBVB__CHECK(struct ibvb_ctl, packet_size, IBVB_OFF_PACKET_SIZE);
 IBVB__CHECK(struct ibvb_ctl, features, IBVB_OFF_FEATURES);
 IBVB__CHECK(struct ibvb_ctl, stats_count, IBVB_OFF_STATS_COUNT);
 IBVB__CHECK(struct ibvb_ctl, max_consumers, IBVB_OFF_MAX_CONSUMERS);
+IBVB__CHECK(struct ibvb_ctl, chunk_heaps, IBVB_OFF_CHUNK_HEAPS);
+IBVB__CHECK(struct ibvb_ctl, chunk_axis, IBVB_OFF_CHUNK_AXIS);
+IBVB__CHECK(struct ibvb_ctl, chunk_heap_size, IBVB_OFF_CHUNK_HEAP_SIZE);
+IBVB__CHECK(struct ibvb_ctl, chunk_step, IBVB_OFF_CHUNK_STEP);
+IBVB__CHECK(struct ibvb_ctl, chunk_time_item, IBVB_OFF_CHUNK_TIME_ITEM);
+IBVB__CHECK(struct ibvb_ctl, chunk_axis_item, IBVB_OFF_CHUNK_AXIS_ITEM);
 IBVB__CHECK(struct ibvb_ctl, header_reserved, IBVB_OFF_HEADER_RESERVED);
 IBVB__CHECK(struct ibvb_ctl, reserved_100, IBVB_OFF_RESERVED_100);
 IBVB__CHECK(struct ibvb_ctl, head, IBVB_OFF_HEAD);
@@ -472,6 +502,8 @@ struct ibvb_ring {
 	const struct ibvb_row *row;       /* this consumer's row of the consumer table (inside ctl) */
 	struct ibvb_region *region;       /* this consumer's region, read-write, IBVB_REGION_SIZE bytes */
 	const uint8_t *data;              /* data mapping, read-only */
+	struct ibvb_item *own_items;      /* private copies of held heaps' item entries, (pos & mask) * max_items */
+	uint64_t own_items_size;          /* mapped bytes of own_items */
 	const struct ibvb_desc *desc;     /* data + desc_offset */
 	const struct ibvb_item *items;    /* data + items_offset */
 	const uint8_t *payload;           /* data + payload_offset */
@@ -489,7 +521,7 @@ struct ibvb_ring {
 	uint64_t stored;                  /* last value stored to tail */
 	uint64_t release_batch;           /* releases per tail store (spec §7.4) */
 	uint64_t session_id;
-	uint64_t row_expect;              /* the row's first 8 bytes while attached: state 1 | generation << 32 */
+	uint32_t row_state_ok;            /* row state while ours: ATTACHED, or GONE after a clean stop */
 	uint32_t consumer_index;          /* from the welcome */
 	uint32_t generation;              /* from the welcome */
 	int64_t max_latency_ns;           /* ibvb_set_max_latency: coalesced sleeps while the stream is active */
@@ -501,7 +533,8 @@ struct ibvb_ring {
 	char name[IBVB_NAME_MAX + 1];     /* ring name, for messages */
 };
 
-/* One heap, valid (payload, items) until released. */
+/* One heap: payload is a view into the ring (valid while ibvb_heap_valid says so), items a private,
+ * validated copy of its item entries (valid until released). */
 struct ibvb_heap {
 	uint64_t position;
 	uint64_t heap_cnt;
@@ -513,7 +546,7 @@ struct ibvb_heap {
 	uint32_t packets;
 	uint32_t slot;
 	const uint8_t *payload;          /* slot_size bytes readable; received bytes valid */
-	const struct ibvb_item *items;   /* item_count entries */
+	const struct ibvb_item *items;   /* item_count entries, copied out of the ring and validated */
 };
 
 /* Named snapshot of the stats block (each counter individually consistent). */
@@ -553,18 +586,30 @@ struct ibvb_info {
 
 /* Attach options (all-zero = the defaults). */
 struct ibvb_attach_opts {
-	const char *dir; /* ring directory to look in; NULL: the §1.1 rules ($IBVBRIDGE_RING_DIR, else
-			  * /dev/shm/ibvbridge-EUID (or /run/ibvbridge as root), then /run/ibvbridge) */
+	const char *dir; /* ring directory to look in (only that one); NULL: the §1.1 rules: $IBVBRIDGE_RING_DIR
+			  * (only that), else the own default (/run/ibvbridge as root, else $XDG_RUNTIME_DIR/ibvbridge,
+			  * else /dev/shm/ibvbridge-EUID), then /run/ibvbridge */
 	int start;       /* IBVB_START_OLDEST (0, default): from the oldest heap the ring still holds;
 			  * IBVB_START_HEAD (1): only heaps published after the attach */
+	unsigned flags;  /* IBVB_ATTACH_WAIT: wait (up to the timeout) for a ring that does not exist yet */
 };
+#define IBVB_ATTACH_WAIT 0x1u
 
-/* Attach as a consumer to a ring: NAME (looked up as NAME.v2.sock, spec §1.1) or the path of the socket
- * (contains '/', ends in ".v2.sock"). Retries every 10 ms until timeout_ms (<0: forever) while the socket
- * is missing or refuses connections. On success *out is the handle; the caller owns it (ibvb_detach).
+/* Where warnings go (a ring directory skipped because it is not trusted, spec 2.1 §1.1): fn(msg, arg) with
+ * one line without a newline; NULL (the default): "ibvbridge: MSG" on stderr. Process-wide. */
+typedef void (*ibvb_warn_fn)(const char *msg, void *arg);
+void ibvb_set_warn_handler(ibvb_warn_fn fn, void *arg);
+
+/* Attach as a consumer to a ring: NAME (looked up as NAME.v2.sock in trusted directories only, spec 2.1
+ * §1.1: an untrusted one is skipped with a warning) or the path of the socket (contains '/', ends in
+ * ".v2.sock"; its directory must be trusted). A ring no directory holds fails at once (-ENOENT, "ring NAME
+ * not found (looked in DIR, DIR)") unless opts->flags has IBVB_ATTACH_WAIT: then it retries every 10 ms
+ * until timeout_ms (<0: forever). A socket that refuses connections (stale) is retried until timeout_ms,
+ * then reported (-ECONNREFUSED). The welcome is awaited up to timeout_ms (at least 2 s; 5 s when
+ * timeout_ms < 0). On success *out is the handle; the caller owns it (ibvb_detach).
  * Errors (*out = NULL, ibvb_last_error() says more):
- *   -EINVAL bad name, path or option; -ENOENT not found before the timeout; -EPERM the socket is served by
- *   an untrusted uid; -EACCES not permitted (by the producer, or connect was denied); -EBUSY every consumer
+ *   -EINVAL bad name, path or option; -ENOENT not found; -ECONNREFUSED stale socket; -EPERM an untrusted
+ *   directory was given, or the socket is served by an untrusted uid; -EACCES not permitted (by the producer, or connect was denied); -EBUSY every consumer
  *   row is taken; -ESHUTDOWN the producer is closing; -EPROTONOSUPPORT another layout major (the message
  *   names both versions); -EPROTO malformed welcome or a protocol error record; -EBADMSG corrupt header or
  *   geometry, missing seals or a size mismatch; -ETIMEDOUT no welcome in time; other -errno. */
@@ -634,6 +679,7 @@ int ibvb_peer_uid_trusted(uint32_t peer_uid, uint32_t euid, uint32_t dir_uid, ui
 void ibvb__wake_producer(struct ibvb_ring *r);
 int ibvb__corrupt_desc(struct ibvb_ring *r, uint64_t pos, const char *what, uint64_t v1, uint64_t v2);
 int ibvb__row_changed(struct ibvb_ring *r);
+int ibvb__stale(struct ibvb_ring *r);
 
 /* ---- hot path (inline) ----------------------------------------------------------------------- */
 
@@ -648,11 +694,24 @@ static inline uint32_t ibvb_max_items(const struct ibvb_ring *r) { return r->max
 /* Positions read (peeked) but not yet released. */
 static inline uint64_t ibvb_held(const struct ibvb_ring *r) { return r->read - r->released; }
 
-/* The first 8 bytes of this consumer's row (state | generation << 32), one acquire load: a row that still
- * says "attached, our generation" equals r->row_expect. */
-static inline uint64_t ibvb__row_word(const struct ibvb_ring *r)
+/* attached() (spec 2.1 §A): this consumer's row still says "ours" — an acquire load of its state, then an
+ * acquire load of its generation (two 32-bit loads, in that order; never one 64-bit load over both). The
+ * acquire fence first keeps every read of heap bytes before it from moving after the row loads. */
+static inline int ibvb__attached(const struct ibvb_ring *r)
 {
-	return ibvb__load((const IBVB_ATOMIC(uint64_t) *)(const void *)r->row, acquire);
+	ibvb__fence_acquire();
+	return ibvb__load(&r->row->state, acquire) == r->row_state_ok &&
+	       ibvb__load(&r->row->generation, acquire) == r->generation;
+}
+
+/* 1 if the heap h (handed out by this ring and not yet released) is still valid: the producer has not
+ * detached this consumer, so it cannot have reused h's slot. Read h's bytes first, then call this: 1 proves
+ * the bytes read were h's; 0 means this consumer was overrun (or detached) while holding h and the bytes may
+ * be another heap's. No syscall: an acquire fence and two loads. */
+static inline int ibvb_heap_valid(const struct ibvb_ring *r, const struct ibvb_heap *h)
+{
+	(void)h;
+	return ibvb__attached(r);
 }
 
 /* Stores the released position to this consumer's tail (spec §7.4): release store, full fence, and if the
@@ -672,13 +731,15 @@ static inline void ibvb_flush_release(struct ibvb_ring *r)
 }
 
 /* Release every held position up to and including h->position (in position order). The views of those
- * heaps must not be touched afterwards. Releasing an already released position does nothing. The tail
- * store is batched (at most max(1, slot_count/8), ≤ 64 positions deferred; see ibvb_flush_release). */
-static inline void ibvb_release(struct ibvb_ring *r, const struct ibvb_heap *h)
+ * heaps must not be touched afterwards. Releasing an already released position does nothing (0). The tail
+ * store is batched (at most max(1, slot_count/8), ≤ 64 positions deferred; see ibvb_flush_release).
+ * Returns 0, or -ESTALE when this consumer was detached (overrun, invalid cursor) while it held these heaps:
+ * their bytes may have been rewritten (the release itself is still done; the next peek/wait reports why). */
+static inline int ibvb_release(struct ibvb_ring *r, const struct ibvb_heap *h)
 {
 	uint64_t t = h->position + 1;
 	if ((int64_t)(t - r->released) <= 0 || (int64_t)(t - r->read) > 0)
-		return; /* already released, or never read */
+		return 0; /* already released, or never read */
 	if (__builtin_expect(r->eos_pending, 0)) {
 		if (t == r->eos_pos)
 			t++; /* the END_OF_STREAM marker right after h goes with it */
@@ -688,36 +749,40 @@ static inline void ibvb_release(struct ibvb_ring *r, const struct ibvb_heap *h)
 	r->released = t;
 	if (t - r->stored >= r->release_batch)
 		ibvb_flush_release(r);
+	if (__builtin_expect(!ibvb__attached(r), 0))
+		return ibvb__stale(r);
+	return 0;
 }
 
 /* Release everything read so far (same contract as ibvb_release on the newest held heap). */
-static inline void ibvb_release_all(struct ibvb_ring *r)
+static inline int ibvb_release_all(struct ibvb_ring *r)
 {
 	struct ibvb_heap h;
 	if (r->read == r->released)
-		return;
+		return 0;
 	h.position = r->read - 1;
-	ibvb_release(r, &h);
+	return ibvb_release(r, &h);
 }
 
 /* Next heap without blocking: 0 and *h filled (the read position advances, so several heaps can be
  * held); -EAGAIN nothing published yet; -ENODATA end of stream (an END_OF_STREAM marker, which is
  * consumed, or a CLOSED ring drained); -EBADMSG corrupt descriptor (nothing is consumed); -EOVERFLOW /
  * -ECONNRESET this consumer was detached by the producer (overrun / invalid cursor; sticky: it must stop
- * reading). Whenever it reloads head it also checks this consumer's row (one load). No syscall unless it
- * flushes a release to a waiting producer. */
+ * reading). Spec 2.1 §A: the descriptor and item entries are copied into private memory and validated, then
+ * the row is checked (every call): a heap is handed out only while this consumer is attached, so its slot
+ * cannot have been reused under it. No syscall unless it flushes a release to a waiting producer. */
 static inline int ibvb_peek(struct ibvb_ring *r, struct ibvb_heap *h)
 {
 	uint64_t pos = r->read;
 	if (pos == r->cached_head) {
 		r->cached_head = ibvb__load(&r->ctl->head, acquire);
-		/* head first, then the row: a detach the producer made before this head is seen (spec §7.6) */
-		if (__builtin_expect(ibvb__row_word(r) != r->row_expect, 0)) {
-			int rc = ibvb__row_changed(r);
-			if (rc < 0)
-				return rc;
-		}
 		if (pos == r->cached_head) {
+			/* head first, then the row: a detach the producer made before this head is seen (spec §7.6) */
+			if (__builtin_expect(!ibvb__attached(r), 0)) {
+				int rc = ibvb__row_changed(r);
+				if (rc < 0)
+					return rc;
+			}
 			ibvb_flush_release(r); /* caught up: hand the released slots back now */
 			if (ibvb__load(&r->ctl->state, acquire) != IBVB_STATE_CLOSED)
 				return -EAGAIN;
@@ -729,28 +794,34 @@ static inline int ibvb_peek(struct ibvb_ring *r, struct ibvb_heap *h)
 		if (__builtin_expect(r->cached_head - r->released > r->slot_count, 0))
 			return ibvb__corrupt_desc(r, pos, "head distance", r->cached_head - r->released, r->slot_count);
 	}
-	const struct ibvb_desc *d = &r->desc[pos & r->mask];
-	if (__builtin_expect(d->seq != pos + 1, 0))
-		return ibvb__corrupt_desc(r, pos, "seq", d->seq, pos + 1);
-	uint32_t slot = d->slot, nitems = d->item_count;
-	uint64_t received = d->received;
-	if (__builtin_expect(slot >= r->slot_count, 0))
-		return ibvb__corrupt_desc(r, pos, "slot", slot, r->slot_count);
-	if (__builtin_expect(nitems > r->max_items, 0))
-		return ibvb__corrupt_desc(r, pos, "item_count", nitems, r->max_items);
-	if (__builtin_expect(received > r->slot_size, 0))
-		return ibvb__corrupt_desc(r, pos, "received", received, r->slot_size);
-	const struct ibvb_item *items = r->items + (uint64_t)slot * r->max_items;
-	for (uint32_t i = 0; i < nitems; i++) {
+	struct ibvb_desc d = r->desc[pos & r->mask]; /* one copy: every field below is the validated one */
+	if (__builtin_expect(d.seq != pos + 1, 0))
+		return ibvb__corrupt_desc(r, pos, "seq", d.seq, pos + 1);
+	if (__builtin_expect(d.slot >= r->slot_count, 0))
+		return ibvb__corrupt_desc(r, pos, "slot", d.slot, r->slot_count);
+	if (__builtin_expect(d.item_count > r->max_items, 0))
+		return ibvb__corrupt_desc(r, pos, "item_count", d.item_count, r->max_items);
+	if (__builtin_expect(d.received > r->slot_size, 0))
+		return ibvb__corrupt_desc(r, pos, "received", d.received, r->slot_size);
+	const struct ibvb_item *shared = r->items + (uint64_t)d.slot * r->max_items;
+	struct ibvb_item *items = r->own_items + (pos & r->mask) * r->max_items;
+	for (uint32_t i = 0; i < d.item_count; i++)
+		items[i] = shared[i];
+	for (uint32_t i = 0; i < d.item_count; i++) {
 		if (items[i].flags & IBVB_ITEM_IMMEDIATE)
 			continue;
 		uint64_t v = items[i].value, l = items[i].length;
 		if (__builtin_expect(v > r->slot_size || l > r->slot_size - v, 0))
 			return ibvb__corrupt_desc(r, pos, "item bytes", v, l);
 	}
-	uint32_t flags = d->flags;
+	/* after the copies: still attached, so the producer had not begun to reuse the slot (spec 2.1 §A) */
+	if (__builtin_expect(!ibvb__attached(r), 0)) {
+		int rc = ibvb__row_changed(r);
+		if (rc < 0)
+			return rc;
+	}
 	r->read = pos + 1;
-	if (__builtin_expect(flags & IBVB_FLAG_END_OF_STREAM, 0)) {
+	if (__builtin_expect(d.flags & IBVB_FLAG_END_OF_STREAM, 0)) {
 		/* Release the marker now unless earlier heaps are still held: releasing it would release them. */
 		if (r->released == pos) {
 			struct ibvb_heap m;
@@ -763,15 +834,15 @@ static inline int ibvb_peek(struct ibvb_ring *r, struct ibvb_heap *h)
 		return -ENODATA;
 	}
 	h->position = pos;
-	h->heap_cnt = d->heap_cnt;
-	h->heap_size = d->heap_size;
-	h->received = received;
-	h->timestamp_ns = d->timestamp_ns;
-	h->flags = flags;
-	h->item_count = nitems;
-	h->packets = d->packets;
-	h->slot = slot;
-	h->payload = r->payload + (uint64_t)slot * r->slot_size;
+	h->heap_cnt = d.heap_cnt;
+	h->heap_size = d.heap_size;
+	h->received = d.received;
+	h->timestamp_ns = d.timestamp_ns;
+	h->flags = d.flags;
+	h->item_count = d.item_count;
+	h->packets = d.packets;
+	h->slot = d.slot;
+	h->payload = r->payload + (uint64_t)d.slot * r->slot_size;
 	h->items = items;
 	return 0;
 }
@@ -787,15 +858,15 @@ static inline int ibvb_peek(struct ibvb_ring *r, struct ibvb_heap *h)
 #define ibvb_for_each_heap(r, h, rc) for ((rc) = ibvb_peek((r), (h)); (rc) == 0; (rc) = ibvb_peek((r), (h)))
 
 /* Release the n oldest held heaps, in position order (n larger than ibvb_held releases them all). Their
- * views must not be touched afterwards. One call, one batched tail store. */
-static inline void ibvb_advance(struct ibvb_ring *r, uint64_t n)
+ * views must not be touched afterwards. One call, one batched tail store. 0 or -ESTALE (see ibvb_release). */
+static inline int ibvb_advance(struct ibvb_ring *r, uint64_t n)
 {
 	struct ibvb_heap h;
 	uint64_t held = r->read - r->released;
 	if (n == 0 || held == 0)
-		return;
+		return 0;
 	h.position = r->released + (n < held ? n : held) - 1;
-	ibvb_release(r, &h);
+	return ibvb_release(r, &h);
 }
 
 /* ---- items ----------------------------------------------------------------------------------- */
@@ -812,7 +883,9 @@ static inline const struct ibvb_item *ibvb_find_item(const struct ibvb_heap *h, 
 	return NULL;
 }
 
-/* An address item's bytes (it->length of them) inside the heap payload; NULL for an immediate item. */
+/* An address item's bytes (it->length of them) inside the heap payload; NULL for an immediate item. it must
+ * be one of h->items (the private copy validated by peek: offset and length are never re-read from the
+ * ring). The bytes themselves are the ring's: check ibvb_heap_valid after reading them. */
 static inline const void *ibvb_item_ptr(const struct ibvb_heap *h, const struct ibvb_item *it)
 {
 	return ibvb_item_is_immediate(it) ? NULL : (const void *)(h->payload + it->value);

@@ -2,6 +2,7 @@
  * Only libc and pthreads. */
 #define _GNU_SOURCE
 #include "ibvbridge.h"
+#include "ibvbridge_internal.h"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -17,6 +18,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -24,9 +26,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "the ring layout is little-endian; big-endian hosts are not supported"
-#endif
 
 #ifndef F_SEAL_FUTURE_WRITE
 #define F_SEAL_FUTURE_WRITE 0x0010
@@ -42,27 +41,12 @@
 #define BEAT_NS 100000000LL       /* heartbeat and table refresh */
 #define HELLO_TIMEOUT_NS 2000000000LL
 #define MAX_PENDING 16  /* connections that have not said hello yet */
-#define MAX_OBSERVERS 16
+#define MAX_OBSERVERS IBVB_PRODUCER_MAX_OBSERVERS
+#define NGROUPS_MAX_PEER 65536 /* the kernel's NGROUPS_MAX */
 
 /* ---- small helpers ---------------------------------------------------------------------------- */
 
-__attribute__((format(printf, 2, 3))) static int fail(int err, const char *fmt, ...)
-{
-	char buf[512];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(buf, sizeof buf, fmt, ap);
-	va_end(ap);
-	ibvb__set_error(buf);
-	return err;
-}
 
-static int64_t mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 uint64_t ibvb__realtime_ns(void)
 {
@@ -71,43 +55,10 @@ uint64_t ibvb__realtime_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield" ::: "memory");
-#endif
-}
 
-/* Shared futexes (no FUTEX_PRIVATE_FLAG) everywhere: the consumer words live in shared mappings, and
- * interrupt wakes whichever word the hot path sleeps on with the same operation. */
-static void futex_wake_all(_Atomic uint32_t *w)
-{
-	syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-}
-
-static void futex_wait(_Atomic uint32_t *w, uint32_t val, int64_t ns)
-{
-	struct timespec ts = {ns / 1000000000LL, ns % 1000000000LL};
-	syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, val, &ts, NULL, 0);
-}
 
 static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
 
-static int valid_name(const char *name)
-{
-	size_t n = strlen(name);
-	if (n < 1 || n > IBVB_NAME_MAX || name[0] == '.')
-		return 0;
-	for (size_t i = 0; i < n; i++) {
-		char c = name[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-		      c == '.' || c == '-'))
-			return 0;
-	}
-	return 1;
-}
 
 /* ---- private state ---------------------------------------------------------------------------- */
 
@@ -130,7 +81,8 @@ struct ibvb__pstate {
 	int stop_pipe[2];
 	int dirfd, lockfd, listen_fd, ctl_fd, data_fd;
 	uint64_t ctl_size, data_size;
-	uint32_t page_size, max_consumers;
+	uint32_t page_size, max_consumers, max_observers;
+	uint64_t fd_limit; /* RLIMIT_NOFILE at create: a connection landing in the last 32 is refused */
 	int gid; /* --group, -1 without */
 	uid_t euid;
 	int closing;
@@ -142,6 +94,7 @@ struct ibvb__pstate {
 	size_t ngrave, capgrave;
 	int pend[MAX_PENDING];
 	int64_t pend_deadline[MAX_PENDING];
+	int pend_short[MAX_PENDING]; /* accepted inside the descriptor reserve: refused busy at its hello */
 	int obs[MAX_OBSERVERS];
 	int64_t refused_logged;
 	_Atomic int interrupted;
@@ -154,56 +107,30 @@ struct ibvb__pstate {
 
 /* ---- the ring directory and the lock (spec §1.1) --------------------------------------------- */
 
+/* Spec 2.1 §B: $IBVBRIDGE_RING_DIR, else the caller's own default (/run/ibvbridge for root, else
+ * $XDG_RUNTIME_DIR/ibvbridge, else /dev/shm/ibvbridge-EUID). */
 static void default_dir(char *buf, size_t cap)
 {
 	const char *e = getenv(IBVB_DIR_ENV);
 	if (e && *e)
 		snprintf(buf, cap, "%s", e);
-	else if (geteuid() == 0)
-		snprintf(buf, cap, "%s", IBVB_RUN_DIR);
-	else
-		snprintf(buf, cap, "%s%u", IBVB_SHM_DIR_PREFIX, (unsigned)geteuid());
+	else if (ibvb__own_default_dir(buf, cap) < 0)
+		buf[0] = 0; /* refused by open_ring_dir */
 }
 
-/* mkdir -p of path's parent (0755). */
-static void mkdir_parents(const char *path)
-{
-	char tmp[PATH_MAX];
-	snprintf(tmp, sizeof tmp, "%s", path);
-	char *slash = strrchr(tmp, '/');
-	if (!slash || slash == tmp)
-		return;
-	*slash = 0;
-	for (char *q = tmp + 1; *q; q++) {
-		if (*q == '/') {
-			*q = 0;
-			mkdir(tmp, 0755);
-			*q = '/';
-		}
-	}
-	mkdir(tmp, 0755);
-}
-
+/* The ring directory, made component by component without following a symlink (spec 2.1 §B); the final one
+ * must be ours and not writable by group or others. */
 static int open_ring_dir(struct ibvb__pstate *st)
 {
 	const char *path = st->dir;
-	mkdir_parents(path);
-	if (mkdir(path, 0755) < 0 && errno != EEXIST)
-		return fail(-errno, "ring directory %s: mkdir: %s", path, strerror(errno));
-	struct stat lst, fst;
-	if (lstat(path, &lst) < 0)
-		return fail(-errno, "ring directory %s: lstat: %s", path, strerror(errno));
-	if (!S_ISDIR(lst.st_mode))
-		return fail(-EPERM, "unsafe ring directory: %s is not a directory (a symlink or a file is in its place)",
-			    path);
-	int fd = open(path, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_RDONLY);
-	if (fd < 0)
-		return fail(-errno, "ring directory %s: open: %s", path, strerror(errno));
-	int rc = 0;
+	if (!path[0])
+		return fail(-ENAMETOOLONG, "ring directory: the default path is too long ($XDG_RUNTIME_DIR)");
+	int fd, rc = ibvb__make_dir_nofollow(path, st->euid, &fd);
+	if (rc < 0)
+		return rc;
+	struct stat fst;
 	if (fstat(fd, &fst) < 0)
 		rc = fail(-errno, "ring directory %s: fstat: %s", path, strerror(errno));
-	else if (fst.st_dev != lst.st_dev || fst.st_ino != lst.st_ino)
-		rc = fail(-EPERM, "unsafe ring directory: %s changed while it was opened", path);
 	else if (fst.st_uid != st->euid)
 		rc = fail(-EPERM, "unsafe ring directory: %s is owned by uid %u, not %u (remove it, or give --dir)", path,
 			  (unsigned)fst.st_uid, (unsigned)st->euid);
@@ -352,23 +279,39 @@ struct geometry {
 	uint64_t desc_off, items_off, meta_off, payload_off, packet_off, data_size;
 };
 
-static struct geometry layout(const struct ibvb_producer_opts *o, uint64_t page)
+/* off += n, then rounded up to a; 0 on overflow. */
+static int grow(uint64_t *off, uint64_t n, uint64_t a)
 {
-	struct geometry g;
-	memset(&g, 0, sizeof g);
-	uint64_t off = 0;
-	g.desc_off = off;
-	off = align_up(off + o->slot_count * IBVB_DESC_SIZE, IBVB_REGION_ALIGN);
-	g.items_off = off;
-	off = align_up(off + o->slot_count * o->max_items * IBVB_ITEM_SIZE, IBVB_REGION_ALIGN);
-	g.meta_off = off;
-	off = align_up(off + o->meta_size, IBVB_REGION_ALIGN);
-	g.payload_off = off;
-	off = align_up(off + o->slot_count * o->slot_size, IBVB_REGION_ALIGN);
-	g.packet_off = o->packet_size ? off : 0;
-	off = align_up(off + o->packet_size, IBVB_REGION_ALIGN);
-	g.data_size = align_up(off, page);
-	return g;
+	uint64_t v;
+	if (__builtin_add_overflow(*off, n, &v) || __builtin_add_overflow(v, a - 1, &v))
+		return 0;
+	*off = v & ~(a - 1);
+	return 1;
+}
+
+/* The data memory's regions (spec §2), every size overflow-checked (spec 2.1 §C). 0, or -EINVAL. */
+static int layout(const struct ibvb_producer_opts *o, uint64_t page, struct geometry *g)
+{
+	memset(g, 0, sizeof *g);
+	uint64_t off = 0, desc, items, payload;
+	int ok = !__builtin_mul_overflow(o->slot_count, (uint64_t)IBVB_DESC_SIZE, &desc) &&
+		 !__builtin_mul_overflow(o->slot_count, (uint64_t)o->max_items * IBVB_ITEM_SIZE, &items) &&
+		 !__builtin_mul_overflow(o->slot_count, o->slot_size, &payload);
+	g->desc_off = off;
+	ok = ok && grow(&off, desc, IBVB_REGION_ALIGN);
+	g->items_off = off;
+	ok = ok && grow(&off, items, IBVB_REGION_ALIGN);
+	g->meta_off = off;
+	ok = ok && grow(&off, o->meta_size, IBVB_REGION_ALIGN);
+	g->payload_off = off;
+	ok = ok && grow(&off, payload, IBVB_REGION_ALIGN);
+	g->packet_off = o->packet_size ? off : 0;
+	ok = ok && grow(&off, o->packet_size, IBVB_REGION_ALIGN) && grow(&off, 0, page) && off <= (uint64_t)SIZE_MAX / 2;
+	g->data_size = off;
+	if (!ok)
+		return fail(-EINVAL, "%llu slots of %llu bytes (%u items each) overflow a 64-bit ring size",
+			    (unsigned long long)o->slot_count, (unsigned long long)o->slot_size, o->max_items);
+	return 0;
 }
 
 static int make_data(struct ibvb_producer *p, const struct ibvb_producer_opts *o, struct geometry *g)
@@ -386,10 +329,8 @@ static int make_data(struct ibvb_producer *p, const struct ibvb_producer_opts *o
 			rc = fail(-errno, "memfd_create(MFD_HUGETLB): %s", strerror(errno));
 		else if (fstat(fd, &sb) < 0)
 			rc = fail(-errno, "fstat: %s", strerror(errno));
-		else {
-			*g = layout(o, (uint64_t)sb.st_blksize);
+		else if ((rc = layout(o, (uint64_t)sb.st_blksize, g)) == 0)
 			rc = size_and_map(fd, g->data_size, 1, &m);
-		}
 		if (rc == 0) {
 			st->data_fd = fd;
 			st->page_size = (uint32_t)sb.st_blksize;
@@ -407,7 +348,8 @@ static int make_data(struct ibvb_producer *p, const struct ibvb_producer_opts *o
 		fprintf(stderr, "ibvbridge: ring %s: no hugepages for the ring data (%s); using 4 KiB pages\n", st->name,
 			ibvb_last_error());
 	}
-	*g = layout(o, 4096);
+	if ((rc = layout(o, 4096, g)) < 0)
+		return rc;
 	int fd = memfd_create(mname, MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0)
 		return fail(-errno, "memfd_create: %s", strerror(errno));
@@ -457,9 +399,29 @@ static void bump_set_locked(struct ibvb_producer *p)
 {
 	struct ibvb__pstate *st = p->st;
 	st->set_gen++;
-	atomic_store_explicit(&p->set_gen, st->set_gen, memory_order_release);
+	atomic_store_explicit(&p->set_gen, st->set_gen, memory_order_seq_cst);
 	atomic_store_explicit(&p->ctl->stats[IBVB_CTR_CONSUMERS_ATTACHED], (uint64_t)st->nmembers,
 			      memory_order_relaxed);
+}
+
+/* After a set_gen bump: 1 if the hot path is not using a consumer region outside the mutex and will adopt
+ * the new set before it does (Dekker: it stores hot_busy, fences, loads set_gen; we store set_gen, fence,
+ * load hot_busy — one of the two sees the other). mu held. */
+static int hot_idle(struct ibvb_producer *p)
+{
+	atomic_thread_fence(memory_order_seq_cst);
+	return atomic_load_explicit(&p->hot_busy, memory_order_relaxed) == 0;
+}
+
+/* Unmap the detached regions the hot path can no longer reach (an idle ring never adopts). mu held. */
+static void sweep_grave_locked(struct ibvb_producer *p)
+{
+	struct ibvb__pstate *st = p->st;
+	if (st->ngrave == 0 || !hot_idle(p))
+		return;
+	for (size_t j = 0; j < st->ngrave; j++)
+		munmap(st->grave[j].region, IBVB_REGION_SIZE);
+	st->ngrave = 0;
 }
 
 /* End attachment i (row state 2-4): the row says so (state last), it no longer holds back the reclaim point,
@@ -474,17 +436,24 @@ static void detach_locked(struct ibvb_producer *p, uint32_t i, uint32_t state, u
 	struct ibvb_row *row = &p->rows[i];
 	atomic_store_explicit(&row->lost_heaps, lost, memory_order_relaxed);
 	atomic_store_explicit(&row->state, state, memory_order_release);
+	/* 2.1 §A: the row says detached before any slot it held is reused (a consumer checks it after reading) */
+	atomic_thread_fence(memory_order_seq_cst);
 	if (state == IBVB_CONSUMER_OVERRUN)
 		atomic_fetch_add_explicit(&p->ctl->stats[IBVB_CTR_CONSUMER_OVERRUNS], 1, memory_order_relaxed);
 	if (state == IBVB_CONSUMER_BAD_CURSOR)
 		atomic_fetch_add_explicit(&p->ctl->stats[IBVB_CTR_CONSUMER_ERRORS], 1, memory_order_relaxed);
-	futex_wake_all(&m->region->release_futex);
+	ibvb__futex_wake_all(&m->region->release_futex);
 	if (m->fd >= 0)
 		close(m->fd);
 	m->fd = -1;
 	m->on = 0;
 	st->nmembers--;
 	bump_set_locked(p);
+	if (hot_idle(p)) { /* spec 2.1 §C: unmapped at detach, not at the next publish */
+		munmap(m->region, IBVB_REGION_SIZE);
+		m->region = NULL;
+		return;
+	}
 	if (st->ngrave == st->capgrave) {
 		size_t cap = st->capgrave ? st->capgrave * 2 : 16;
 		struct pgrave *g = realloc(st->grave, cap * sizeof *g);
@@ -592,7 +561,19 @@ static int check_locked(struct ibvb_producer *p, enum wait_cond c)
 
 /* Wait until c holds (spec §7.4): spin a little, then sleep on the slowest consumer's release_futex (or, with
  * none attached, for an attach) in ≤ 250 ms slices. deadline_ns 0: none. Hot path. */
+static int wait_for_busy(struct ibvb_producer *p, enum wait_cond c, int64_t deadline_ns);
+
+/* wait_for holds the slowest consumer's region outside the mutex: hot_busy keeps it mapped meanwhile. */
 static int wait_for(struct ibvb_producer *p, enum wait_cond c, int64_t deadline_ns)
+{
+	atomic_store_explicit(&p->hot_busy, 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_seq_cst);
+	int rc = wait_for_busy(p, c, deadline_ns);
+	atomic_store_explicit(&p->hot_busy, 0, memory_order_release);
+	return rc;
+}
+
+static int wait_for_busy(struct ibvb_producer *p, enum wait_cond c, int64_t deadline_ns)
 {
 	struct ibvb__pstate *st = p->st;
 	int64_t spin_until = mono_ns() + SPIN_NS;
@@ -614,7 +595,7 @@ static int wait_for(struct ibvb_producer *p, enum wait_cond c, int64_t deadline_
 			return fail(-ETIMEDOUT, "ring %s: timed out waiting for the consumers", st->name);
 		if (now < spin_until) {
 			for (int k = 0; k < 64; k++)
-				cpu_relax();
+				ibvb__cpu_relax();
 			continue;
 		}
 		int64_t slice = WAIT_SLICE_NS;
@@ -623,7 +604,7 @@ static int wait_for(struct ibvb_producer *p, enum wait_cond c, int64_t deadline_
 		if (!g) {
 			atomic_store(&st->wait_word, &st->attach_seq);
 			if (!atomic_load(&st->interrupted))
-				futex_wait(&st->attach_seq, aseq, slice);
+				ibvb__futex_wait(&st->attach_seq, aseq, slice);
 			atomic_store(&st->wait_word, NULL);
 			continue;
 		}
@@ -636,7 +617,7 @@ static int wait_for(struct ibvb_producer *p, enum wait_cond c, int64_t deadline_
 		if (ok == 0) {
 			atomic_store(&st->wait_word, &g->release_futex);
 			if (!atomic_load(&st->interrupted))
-				futex_wait(&g->release_futex, f, slice);
+				ibvb__futex_wait(&g->release_futex, f, slice);
 			atomic_store(&st->wait_word, NULL);
 		}
 		atomic_store_explicit(&p->ctl->producer_waiting, 0, memory_order_relaxed);
@@ -690,7 +671,7 @@ void ibvb__producer_wake(struct ibvb_producer *p, uint32_t i)
 	struct ibvb_region *g = p->hot[i].region;
 	if (atomic_exchange(&g->consumer_waiting, 0) != 0) {
 		atomic_fetch_add(&g->consumer_futex, 1);
-		futex_wake_all(&g->consumer_futex);
+		ibvb__futex_wake_all(&g->consumer_futex);
 		_Atomic uint64_t *w = &p->hot[i].row->wakes;
 		atomic_store_explicit(w, atomic_load_explicit(w, memory_order_relaxed) + 1, memory_order_relaxed);
 	}
@@ -734,8 +715,13 @@ static int send_fds(int fd, const void *rec, size_t len, const int *fds, int nfd
 	return sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)len ? 0 : -errno;
 }
 
-/* The SO_PEERCRED gate: this euid, root, or a member of --group (primary or supplementary). */
-static int permitted(const struct ibvb__pstate *st, const struct ucred *cr)
+#ifndef SO_PEERGROUPS
+#define SO_PEERGROUPS 59
+#endif
+
+/* The SO_PEERCRED gate: this euid, root, or a member of --group: the peer's primary gid or one of its real
+ * supplementary groups (SO_PEERGROUPS, spec 2.1 §1.2 — not /etc/group). */
+static int permitted(const struct ibvb__pstate *st, int fd, const struct ucred *cr)
 {
 	if (cr->uid == 0 || cr->uid == st->euid)
 		return 1;
@@ -743,15 +729,11 @@ static int permitted(const struct ibvb__pstate *st, const struct ucred *cr)
 		return 0;
 	if ((int)cr->gid == st->gid)
 		return 1;
-	struct passwd pw, *res = NULL;
-	char buf[4096];
-	if (getpwuid_r(cr->uid, &pw, buf, sizeof buf, &res) != 0 || !res)
-		return 0;
-	gid_t groups[256];
-	int n = 256;
-	if (getgrouplist(pw.pw_name, pw.pw_gid, groups, &n) < 0)
-		return 0;
-	for (int i = 0; i < n; i++)
+	gid_t groups[NGROUPS_MAX_PEER];
+	socklen_t len = sizeof groups;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0)
+		return 0; /* ERANGE: more groups than we take; refused rather than guessed */
+	for (size_t i = 0; i < len / sizeof(gid_t); i++)
 		if ((int)groups[i] == st->gid)
 			return 1;
 	return 0;
@@ -825,105 +807,120 @@ static int admit(struct ibvb_producer *p, const struct ucred *cr, uint32_t start
 	return idx;
 }
 
-/* A connection that has said something: answer its hello. Returns 1 if fd is now kept (a consumer or an
- * observer), 0 if it was closed. */
-static int answer_hello(struct ibvb_producer *p, int fd)
+/* The hello's checks, in order: a hello at all, the descriptor reserve, permission, the major version, role
+ * and start. 0 with *cr and *h filled, or -1: refused (an error record) and closed. */
+static int check_hello(struct ibvb_producer *p, int fd, int fd_short, struct ucred *cr, struct ibvb_hello *h)
 {
 	struct ibvb__pstate *st = p->st;
-	struct ucred cr;
-	socklen_t cl = sizeof cr;
-	memset(&cr, 0, sizeof cr);
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0) {
+	socklen_t cl = sizeof *cr;
+	memset(cr, 0, sizeof *cr);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cr, &cl) < 0) {
 		close(fd);
-		return 0;
+		return -1;
 	}
 	uint8_t buf[IBVB_ERROR_RECORD_MAX];
 	ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
 	if (n <= 0) {
 		close(fd);
-		return 0;
+		return -1;
 	}
-	struct ibvb_hello h;
-	memset(&h, 0, sizeof h);
-	memcpy(&h, buf, (size_t)n < sizeof h ? (size_t)n : sizeof h);
+	memset(h, 0, sizeof *h);
+	memcpy(h, buf, (size_t)n < sizeof *h ? (size_t)n : sizeof *h);
 	char msg[IBVB_ERROR_RECORD_MAX - 16];
-	if (n != (ssize_t)sizeof h || h.magic != IBVB_MAGIC) {
+	if (n != (ssize_t)sizeof *h || h->magic != IBVB_MAGIC) {
 		snprintf(msg, sizeof msg, "ring %s: hello of %zd bytes is not an ibvbridge hello", st->name, n);
-		refuse(st, fd, &cr, IBVB_STATUS_PROTOCOL, msg);
-		return 0;
+		refuse(st, fd, cr, IBVB_STATUS_PROTOCOL, msg);
+		return -1;
 	}
-	if (!permitted(st, &cr)) {
+	if (fd_short) {
+		snprintf(msg, sizeof msg, "ring %s busy: out of file descriptors", st->name);
+		refuse(st, fd, cr, IBVB_STATUS_BUSY, msg);
+		return -1;
+	}
+	if (!permitted(st, fd, cr)) {
 		snprintf(msg, sizeof msg, "ring %s: uid %u may not attach (the producer runs as uid %u)", st->name,
-			 (unsigned)cr.uid, (unsigned)st->euid);
-		refuse(st, fd, &cr, IBVB_STATUS_NOT_PERMITTED, msg);
-		return 0;
+			 (unsigned)cr->uid, (unsigned)st->euid);
+		refuse(st, fd, cr, IBVB_STATUS_NOT_PERMITTED, msg);
+		return -1;
 	}
-	if (h.major != IBVB_MAJOR) {
+	if (h->major != IBVB_MAJOR) {
 		snprintf(msg, sizeof msg, "ring %s is layout %d.%d; this client speaks %u.%u", st->name, IBVB_MAJOR,
-			 IBVB_MINOR, h.major, h.minor);
-		refuse(st, fd, &cr, IBVB_STATUS_VERSION, msg);
-		return 0;
+			 IBVB_MINOR, h->major, h->minor);
+		refuse(st, fd, cr, IBVB_STATUS_VERSION, msg);
+		return -1;
 	}
-	if ((h.role != IBVB_ROLE_CONSUMER && h.role != IBVB_ROLE_OBSERVER) ||
-	    (h.start != IBVB_START_OLDEST && h.start != IBVB_START_HEAD)) {
-		snprintf(msg, sizeof msg, "ring %s: role %u, start %u", st->name, h.role, h.start);
-		refuse(st, fd, &cr, IBVB_STATUS_PROTOCOL, msg);
-		return 0;
+	if ((h->role != IBVB_ROLE_CONSUMER && h->role != IBVB_ROLE_OBSERVER) ||
+	    (h->start != IBVB_START_OLDEST && h->start != IBVB_START_HEAD)) {
+		snprintf(msg, sizeof msg, "ring %s: role %u, start %u", st->name, h->role, h->start);
+		refuse(st, fd, cr, IBVB_STATUS_PROTOCOL, msg);
+		return -1;
 	}
-	struct ibvb_welcome w;
-	memset(&w, 0, sizeof w);
-	w.magic = IBVB_MAGIC;
-	w.major = IBVB_MAJOR;
-	w.minor = IBVB_MINOR;
-	w.status = IBVB_STATUS_OK;
-	w.session_id = p->ctl->session_id;
-	w.ctl_size = st->ctl_size;
-	if (h.role == IBVB_ROLE_OBSERVER) {
-		w.consumer_index = IBVB_NO_CONSUMER_INDEX;
-		int slot = -1;
-		for (int i = 0; i < MAX_OBSERVERS; i++)
-			if (st->obs[i] < 0) {
-				slot = i;
-				break;
-			}
-		if (slot < 0 || send_fds(fd, &w, sizeof w, &st->ctl_fd, 1) < 0) {
-			close(fd);
-			return 0;
+	return 0;
+}
+
+/* An observer (`stat`, `ls`): the control memory only, while a place among max_observers is free. 1 kept,
+ * 0 refused and closed. */
+static int welcome_observer(struct ibvb_producer *p, int fd, const struct ucred *cr, struct ibvb_welcome *w)
+{
+	struct ibvb__pstate *st = p->st;
+	char msg[IBVB_ERROR_RECORD_MAX - 16];
+	w->consumer_index = IBVB_NO_CONSUMER_INDEX;
+	int slot = -1;
+	for (uint32_t i = 0; i < st->max_observers; i++)
+		if (st->obs[i] < 0) {
+			slot = (int)i;
+			break;
 		}
-		st->obs[slot] = fd; /* held until the observer closes it */
-		return 1;
+	if (slot < 0) {
+		snprintf(msg, sizeof msg, "ring %s busy: %u observers", st->name, st->max_observers);
+		refuse(st, fd, cr, IBVB_STATUS_BUSY, msg);
+		return 0;
 	}
-	/* a fresh sealed region */
+	if (send_fds(fd, w, sizeof *w, &st->ctl_fd, 1) < 0) {
+		close(fd);
+		return 0;
+	}
+	st->obs[slot] = fd; /* held until the observer closes it */
+	return 1;
+}
+
+/* A consumer: a fresh sealed region, a row (admit), the welcome with the three descriptors. 1 kept, 0
+ * refused or failed (closed). */
+static int welcome_consumer(struct ibvb_producer *p, int fd, const struct ucred *cr, uint32_t start,
+			    struct ibvb_welcome *w)
+{
+	struct ibvb__pstate *st = p->st;
+	char msg[IBVB_ERROR_RECORD_MAX - 16];
 	char rname[IBVB_NAME_MAX + 32];
 	snprintf(rname, sizeof rname, "ibvbridge.%s.consumer", st->name);
 	int rfd;
 	void *rm;
 	if (new_shm(rname, IBVB_REGION_SIZE, &rfd, &rm) < 0) {
 		snprintf(msg, sizeof msg, "ring %s: no memory for a consumer region: %s", st->name, ibvb_last_error());
-		refuse(st, fd, &cr, IBVB_STATUS_BUSY, msg);
+		refuse(st, fd, cr, IBVB_STATUS_BUSY, msg);
 		return 0;
 	}
 	if (fcntl(rfd, F_ADD_SEALS, SEALS_REGION) < 0) {
 		snprintf(msg, sizeof msg, "ring %s: sealing a consumer region: %s", st->name, strerror(errno));
 		munmap(rm, IBVB_REGION_SIZE);
 		close(rfd);
-		refuse(st, fd, &cr, IBVB_STATUS_BUSY, msg);
+		refuse(st, fd, cr, IBVB_STATUS_BUSY, msg);
 		return 0;
 	}
 	uint32_t status = 0, gen = 0;
-	int idx = admit(p, &cr, h.start, rm, &status, msg, sizeof msg, &gen);
+	int idx = admit(p, cr, start, rm, &status, msg, sizeof msg, &gen);
 	if (idx < 0) {
 		munmap(rm, IBVB_REGION_SIZE);
 		close(rfd);
-		refuse(st, fd, &cr, status, msg);
+		refuse(st, fd, cr, status, msg);
 		return 0;
 	}
-	w.consumer_index = (uint32_t)idx;
-	w.generation = gen;
-	w.data_size = st->data_size;
-	w.region_size = IBVB_REGION_SIZE;
+	w->consumer_index = (uint32_t)idx;
+	w->generation = gen;
+	w->data_size = st->data_size;
+	w->region_size = IBVB_REGION_SIZE;
 	int fds[3] = {st->ctl_fd, st->data_fd, rfd};
-	int rc = send_fds(fd, &w, sizeof w, fds, 3);
+	int rc = send_fds(fd, w, sizeof *w, fds, 3);
 	close(rfd); /* the consumer's descriptor is its own now; we keep our mapping */
 	pthread_mutex_lock(&st->mu);
 	st->m[idx].fd = fd;
@@ -931,10 +928,31 @@ static int answer_hello(struct ibvb_producer *p, int fd)
 		detach_locked(p, (uint32_t)idx, IBVB_CONSUMER_GONE, 0);
 	else {
 		atomic_fetch_add(&st->attach_seq, 1);
-		futex_wake_all(&st->attach_seq);
+		ibvb__futex_wake_all(&st->attach_seq);
 	}
 	pthread_mutex_unlock(&st->mu);
 	return rc == 0;
+}
+
+/* A connection that has said something: answer its hello. Returns 1 if fd is now kept (a consumer or an
+ * observer), 0 if it was closed. */
+static int answer_hello(struct ibvb_producer *p, int fd, int fd_short)
+{
+	struct ucred cr;
+	struct ibvb_hello h;
+	if (check_hello(p, fd, fd_short, &cr, &h) < 0)
+		return 0;
+	struct ibvb_welcome w;
+	memset(&w, 0, sizeof w);
+	w.magic = IBVB_MAGIC;
+	w.major = IBVB_MAJOR;
+	w.minor = IBVB_MINOR;
+	w.status = IBVB_STATUS_OK;
+	w.session_id = p->ctl->session_id;
+	w.ctl_size = p->st->ctl_size;
+	if (h.role == IBVB_ROLE_OBSERVER)
+		return welcome_observer(p, fd, &cr, &w);
+	return welcome_consumer(p, fd, &cr, h.start, &w);
 }
 
 /* ---- the service thread ----------------------------------------------------------------------- */
@@ -953,43 +971,120 @@ static void gone_locked(struct ibvb_producer *p, uint32_t i)
 	detach_locked(p, i, IBVB_CONSUMER_GONE, 0);
 }
 
+enum poll_kind { K_STOP, K_LISTEN, K_PEND, K_MEMBER, K_OBS };
+#define POLL_MAX (2 + MAX_PENDING + IBVB_MAX_CONSUMERS_LIMIT + MAX_OBSERVERS)
+
+/* What the service thread polls this round: the stop pipe, the listener, pending connections (whose hello
+ * deadline may come before *wake_at), members and observers. Returns the number of entries. */
+static int poll_set(struct ibvb__pstate *st, struct pollfd *pf, int *kind, int *which, int64_t *wake_at)
+{
+	int n = 0;
+	pf[n] = (struct pollfd){.fd = st->stop_pipe[0], .events = POLLIN};
+	kind[n++] = K_STOP;
+	pf[n] = (struct pollfd){.fd = st->listen_fd, .events = POLLIN};
+	kind[n++] = K_LISTEN;
+	for (int i = 0; i < MAX_PENDING; i++)
+		if (st->pend[i] >= 0) {
+			pf[n] = (struct pollfd){.fd = st->pend[i], .events = POLLIN};
+			kind[n] = K_PEND;
+			which[n++] = i;
+			if (st->pend_deadline[i] < *wake_at)
+				*wake_at = st->pend_deadline[i];
+		}
+	pthread_mutex_lock(&st->mu);
+	for (uint32_t i = 0; i < st->max_consumers; i++)
+		if (st->m[i].on && st->m[i].fd >= 0) {
+			pf[n] = (struct pollfd){.fd = st->m[i].fd, .events = POLLIN | POLLRDHUP};
+			kind[n] = K_MEMBER;
+			which[n++] = (int)i;
+		}
+	pthread_mutex_unlock(&st->mu);
+	for (int i = 0; i < MAX_OBSERVERS; i++)
+		if (st->obs[i] >= 0) {
+			pf[n] = (struct pollfd){.fd = st->obs[i], .events = POLLIN | POLLRDHUP};
+			kind[n] = K_OBS;
+			which[n++] = i;
+		}
+	return n;
+}
+
+/* Members whose connection spoke or hung up: the attachment ends. mu held. */
+static void members_gone_locked(struct ibvb_producer *p, const struct pollfd *pf, const int *kind,
+				const int *which, int n)
+{
+	struct ibvb__pstate *st = p->st;
+	for (int k = 0; k < n; k++) {
+		if (kind[k] != K_MEMBER || !pf[k].revents)
+			continue;
+		uint32_t i = (uint32_t)which[k];
+		if (!st->m[i].on || st->m[i].fd != pf[k].fd)
+			continue; /* detached meanwhile */
+		char b[16];
+		ssize_t r = recv(pf[k].fd, b, sizeof b, MSG_DONTWAIT);
+		if (r < 0 && (errno == EAGAIN || errno == EINTR) && !(pf[k].revents & (POLLHUP | POLLRDHUP | POLLERR)))
+			continue;
+		gone_locked(p, i); /* EOF, error, or a record after the welcome: the attachment ends */
+	}
+}
+
+/* Observers that hung up leave; pending connections that spoke get their answer, silent ones past their
+ * hello deadline are closed. */
+static void serve_others(struct ibvb_producer *p, const struct pollfd *pf, const int *kind, const int *which,
+			 int n, int64_t now)
+{
+	struct ibvb__pstate *st = p->st;
+	for (int k = 0; k < n; k++) {
+		if (kind[k] == K_OBS && pf[k].revents) {
+			close(st->obs[which[k]]);
+			st->obs[which[k]] = -1;
+		} else if (kind[k] == K_PEND) {
+			int i = which[k];
+			if (pf[k].revents) {
+				answer_hello(p, st->pend[i], st->pend_short[i]);
+				st->pend[i] = -1;
+			} else if (now >= st->pend_deadline[i]) {
+				close(st->pend[i]); /* a silent stranger holds nothing */
+				st->pend[i] = -1;
+			}
+		}
+	}
+}
+
+/* Every waiting connection becomes pending (its hello due within HELLO_TIMEOUT_NS); none left: closed. */
+static void accept_all(struct ibvb__pstate *st, int64_t now)
+{
+	for (;;) {
+		int cfd = accept4(st->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+		if (cfd < 0)
+			break;
+		int slot = -1;
+		for (int i = 0; i < MAX_PENDING; i++)
+			if (st->pend[i] < 0) {
+				slot = i;
+				break;
+			}
+		if (slot < 0) {
+			close(cfd);
+			continue;
+		}
+		st->pend[slot] = cfd;
+		/* descriptors are allocated lowest first: cfd this high means fewer than the reserve
+		 * are left (a consumer needs 3 more): its hello gets the true reason */
+		st->pend_short[slot] = (uint64_t)cfd + IBVB_PRODUCER_FD_RESERVE >= st->fd_limit;
+		st->pend_deadline[slot] = now + HELLO_TIMEOUT_NS;
+	}
+}
+
 static void *service(void *arg)
 {
 	struct ibvb_producer *p = arg;
 	struct ibvb__pstate *st = p->st;
 	int64_t next_beat = mono_ns() + BEAT_NS;
-	enum { K_STOP, K_LISTEN, K_PEND, K_MEMBER, K_OBS };
-	struct pollfd pf[2 + MAX_PENDING + IBVB_MAX_CONSUMERS_LIMIT + MAX_OBSERVERS];
-	int kind[sizeof pf / sizeof pf[0]], which[sizeof pf / sizeof pf[0]];
+	struct pollfd pf[POLL_MAX];
+	int kind[POLL_MAX], which[POLL_MAX];
 	for (;;) {
-		int n = 0;
 		int64_t now = mono_ns(), wake_at = next_beat;
-		pf[n] = (struct pollfd){.fd = st->stop_pipe[0], .events = POLLIN};
-		kind[n++] = K_STOP;
-		pf[n] = (struct pollfd){.fd = st->listen_fd, .events = POLLIN};
-		kind[n++] = K_LISTEN;
-		for (int i = 0; i < MAX_PENDING; i++)
-			if (st->pend[i] >= 0) {
-				pf[n] = (struct pollfd){.fd = st->pend[i], .events = POLLIN};
-				kind[n] = K_PEND;
-				which[n++] = i;
-				if (st->pend_deadline[i] < wake_at)
-					wake_at = st->pend_deadline[i];
-			}
-		pthread_mutex_lock(&st->mu);
-		for (uint32_t i = 0; i < st->max_consumers; i++)
-			if (st->m[i].on && st->m[i].fd >= 0) {
-				pf[n] = (struct pollfd){.fd = st->m[i].fd, .events = POLLIN | POLLRDHUP};
-				kind[n] = K_MEMBER;
-				which[n++] = (int)i;
-			}
-		pthread_mutex_unlock(&st->mu);
-		for (int i = 0; i < MAX_OBSERVERS; i++)
-			if (st->obs[i] >= 0) {
-				pf[n] = (struct pollfd){.fd = st->obs[i], .events = POLLIN | POLLRDHUP};
-				kind[n] = K_OBS;
-				which[n++] = i;
-			}
+		int n = poll_set(st, pf, kind, which, &wake_at);
 		int64_t ms = (wake_at - now + 999999) / 1000000;
 		if (ms < 0)
 			ms = 0;
@@ -999,58 +1094,17 @@ static void *service(void *arg)
 			return NULL;
 		now = mono_ns();
 		pthread_mutex_lock(&st->mu);
-		for (int k = 0; k < n; k++) {
-			if (kind[k] != K_MEMBER || !pf[k].revents)
-				continue;
-			uint32_t i = (uint32_t)which[k];
-			if (!st->m[i].on || st->m[i].fd != pf[k].fd)
-				continue; /* detached meanwhile */
-			char b[16];
-			ssize_t r = recv(pf[k].fd, b, sizeof b, MSG_DONTWAIT);
-			if (r < 0 && (errno == EAGAIN || errno == EINTR) && !(pf[k].revents & (POLLHUP | POLLRDHUP | POLLERR)))
-				continue;
-			gone_locked(p, i); /* EOF, error, or a record after the welcome: the attachment ends */
-		}
+		members_gone_locked(p, pf, kind, which, n);
 		if (now >= next_beat) {
 			atomic_store_explicit(&p->ctl->heartbeat_ns, ibvb__realtime_ns(), memory_order_relaxed);
 			read_cursors_locked(p, 0); /* keep the table's released columns current for `stat` */
+			sweep_grave_locked(p);
 			next_beat = now + BEAT_NS;
 		}
 		pthread_mutex_unlock(&st->mu);
-		for (int k = 0; k < n; k++) {
-			if (kind[k] == K_OBS && pf[k].revents) {
-				close(st->obs[which[k]]);
-				st->obs[which[k]] = -1;
-			} else if (kind[k] == K_PEND) {
-				int i = which[k];
-				if (pf[k].revents) {
-					answer_hello(p, st->pend[i]);
-					st->pend[i] = -1;
-				} else if (now >= st->pend_deadline[i]) {
-					close(st->pend[i]); /* a silent stranger holds nothing */
-					st->pend[i] = -1;
-				}
-			}
-		}
-		if (pf[1].revents) {
-			for (;;) {
-				int cfd = accept4(st->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-				if (cfd < 0)
-					break;
-				int slot = -1;
-				for (int i = 0; i < MAX_PENDING; i++)
-					if (st->pend[i] < 0) {
-						slot = i;
-						break;
-					}
-				if (slot < 0) {
-					close(cfd);
-					continue;
-				}
-				st->pend[slot] = cfd;
-				st->pend_deadline[slot] = now + HELLO_TIMEOUT_NS;
-			}
-		}
+		serve_others(p, pf, kind, which, n, now);
+		if (pf[1].revents)
+			accept_all(st, now);
 	}
 }
 
@@ -1075,7 +1129,7 @@ static void destroy(struct ibvb_producer *p, int unlink_files)
 			if (m->region) {
 				/* the row stays "attached": the consumer drains what was published, then reads CLOSED */
 				atomic_fetch_add(&m->region->consumer_futex, 1);
-				futex_wake_all(&m->region->consumer_futex);
+				ibvb__futex_wake_all(&m->region->consumer_futex);
 				munmap(m->region, IBVB_REGION_SIZE);
 				m->region = NULL;
 			}
@@ -1126,10 +1180,11 @@ static void destroy(struct ibvb_producer *p, int unlink_files)
 	free(p);
 }
 
-int ibvb_producer_create(struct ibvb_producer **out, const char *name, const struct ibvb_producer_opts *opts)
+/* Creation step 1: the options with defaults filled in, each checked, every size overflow-checked before
+ * anything is created (spec 2.1 §C). */
+static int check_opts(const char *name, const struct ibvb_producer_opts *opts, struct ibvb_producer_opts *out)
 {
-	*out = NULL;
-	if (!name || !valid_name(name))
+	if (!name || !ibvb__valid_name(name))
 		return fail(-EINVAL, "ring name \"%s\": use 1-64 characters from [A-Za-z0-9_.-], not starting with '.'",
 			    name ? name : "(null)");
 	struct ibvb_producer_opts o;
@@ -1146,6 +1201,11 @@ int ibvb_producer_create(struct ibvb_producer **out, const char *name, const str
 		o.meta_size = IBVB_PRODUCER_DEFAULT_META_SIZE;
 	if (!o.max_consumers)
 		o.max_consumers = IBVB_DEFAULT_MAX_CONSUMERS;
+	if (!o.max_observers)
+		o.max_observers = IBVB_PRODUCER_DEFAULT_MAX_OBSERVERS;
+	if (o.max_observers > IBVB_PRODUCER_MAX_OBSERVERS)
+		return fail(-EINVAL, "create ring %s: max observers %u must be in 1..%d", name, o.max_observers,
+			    IBVB_PRODUCER_MAX_OBSERVERS);
 	if (o.slot_count > IBVB_MAX_SLOT_COUNT || (o.slot_count & (o.slot_count - 1)))
 		return fail(-EINVAL, "create ring %s: slot count %llu must be a power of two in 1..%u", name,
 			    (unsigned long long)o.slot_count, IBVB_MAX_SLOT_COUNT);
@@ -1163,15 +1223,21 @@ int ibvb_producer_create(struct ibvb_producer **out, const char *name, const str
 		return fail(-EINVAL, "create ring %s: policy %u (IBVB_POLICY_DROP or IBVB_POLICY_BLOCK)", name, o.policy);
 	if (o.hugepages != IBVB_HUGEPAGES_AUTO && o.hugepages != IBVB_HUGEPAGES_REQUIRE && o.hugepages != IBVB_HUGEPAGES_OFF)
 		return fail(-EINVAL, "create ring %s: hugepages %d", name, o.hugepages);
-	if (o.slot_count * o.slot_size / o.slot_size != o.slot_count ||
-	    o.slot_count * o.max_items * IBVB_ITEM_SIZE / IBVB_ITEM_SIZE / o.max_items != o.slot_count)
-		return fail(-EINVAL, "create ring %s: the ring is too large", name);
+	struct geometry probe;
+	if (layout(&o, 1u << 30, &probe) < 0)
+		return fail(-EINVAL, "create ring %s: %s", name, ibvb_last_error());
+	*out = o;
+	return 0;
+}
 
+/* Step 2: the producer and its private state, every descriptor -1, the directory and socket paths. */
+static struct ibvb_producer *new_producer(const char *name, const struct ibvb_producer_opts *o)
+{
 	struct ibvb_producer *p = calloc(1, sizeof *p);
 	struct ibvb__pstate *st = p ? calloc(1, sizeof *st) : NULL;
 	if (!st) {
 		free(p);
-		return fail(-ENOMEM, "create ring %s: out of memory", name);
+		return NULL;
 	}
 	p->st = st;
 	pthread_mutex_init(&st->mu, NULL);
@@ -1184,75 +1250,83 @@ int ibvb_producer_create(struct ibvb_producer **out, const char *name, const str
 		st->obs[i] = -1;
 	st->gid = -1;
 	st->euid = geteuid();
-	st->max_consumers = o.max_consumers;
+	st->max_consumers = o->max_consumers;
+	st->max_observers = o->max_observers;
+	struct rlimit rl;
+	st->fd_limit = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? rl.rlim_cur : 1u << 20;
 	snprintf(st->name, sizeof st->name, "%s", name);
-	if (o.dir && *o.dir)
-		snprintf(st->dir, sizeof st->dir, "%s", o.dir);
+	if (o->dir && *o->dir)
+		snprintf(st->dir, sizeof st->dir, "%s", o->dir);
 	else
 		default_dir(st->dir, sizeof st->dir);
 	snprintf(st->sock_path, sizeof st->sock_path, "%s/%s%s", st->dir, name, IBVB_SOCK_SUFFIX);
-	int rc;
-	if (strlen(st->sock_path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
-		rc = fail(-ENAMETOOLONG, "create ring %s: socket path %s is too long for a Unix socket", name, st->sock_path);
-		goto out;
-	}
-	if (o.group && *o.group) {
+	return p;
+}
+
+/* Step 3: the socket path fits, --group exists, the directory (made safely) and the lock. */
+static int claim_name(struct ibvb_producer *p, const struct ibvb_producer_opts *o)
+{
+	struct ibvb__pstate *st = p->st;
+	const char *name = st->name;
+	if (strlen(st->sock_path) >= sizeof(((struct sockaddr_un *)0)->sun_path))
+		return fail(-ENAMETOOLONG, "create ring %s: socket path %s is too long for a Unix socket", name,
+			    st->sock_path);
+	if (o->group && *o->group) {
 		struct group gr, *res = NULL;
 		char buf[8192];
-		if (getgrnam_r(o.group, &gr, buf, sizeof buf, &res) != 0 || !res) {
-			rc = fail(-EINVAL, "create ring %s: group \"%s\" not found", name, o.group);
-			goto out;
-		}
+		if (getgrnam_r(o->group, &gr, buf, sizeof buf, &res) != 0 || !res)
+			return fail(-EINVAL, "create ring %s: group \"%s\" not found", name, o->group);
 		st->gid = (int)gr.gr_gid;
 	}
-	if ((rc = open_ring_dir(st)) < 0)
-		goto out;
-	if ((rc = take_lock(st)) < 0)
-		goto out;
+	int rc = open_ring_dir(st);
+	return rc < 0 ? rc : take_lock(st);
+}
 
-	/* data memory, then control memory: sized and reserved before a byte is written */
-	struct geometry g;
-	memset(&g, 0, sizeof g);
-	if ((rc = make_data(p, &o, &g)) < 0) {
-		char msg[512];
-		snprintf(msg, sizeof msg, "create ring %s: %s", name, ibvb_last_error());
-		rc = fail(rc, "%s", msg);
-		goto out;
-	}
-	st->ctl_size = IBVB_CTL_SIZE_FOR(o.max_consumers);
+/* Step 4: data memory, then control memory, sized and reserved before a byte is written; the hot path's
+ * views of them and its free list. */
+static int make_memory(struct ibvb_producer *p, const struct ibvb_producer_opts *o, struct geometry *g)
+{
+	struct ibvb__pstate *st = p->st;
+	const char *name = st->name;
+	int rc;
+	memset(g, 0, sizeof *g);
+	if ((rc = make_data(p, o, g)) < 0)
+		return fail(rc, "create ring %s: %s", name, ibvb_last_error());
+	st->ctl_size = IBVB_CTL_SIZE_FOR(o->max_consumers);
 	char cname[IBVB_NAME_MAX + 32];
 	snprintf(cname, sizeof cname, "ibvbridge.%s.ctl", name);
 	void *cm;
-	if ((rc = new_shm(cname, st->ctl_size, &st->ctl_fd, &cm)) < 0) {
-		char msg[512];
-		snprintf(msg, sizeof msg, "create ring %s: control memory: %s", name, ibvb_last_error());
-		rc = fail(rc, "%s", msg);
-		goto out;
-	}
+	if ((rc = new_shm(cname, st->ctl_size, &st->ctl_fd, &cm)) < 0)
+		return fail(rc, "create ring %s: control memory: %s", name, ibvb_last_error());
 	p->ctl = cm;
 	p->rows = (struct ibvb_row *)((uint8_t *)cm + IBVB_OFF_CONSUMER_TABLE);
-	p->desc = (struct ibvb_desc *)(p->data + g.desc_off);
-	p->items = (struct ibvb_item *)(p->data + g.items_off);
-	p->meta = p->data + g.meta_off;
-	p->payload = p->data + g.payload_off;
-	p->slot_count = o.slot_count;
-	p->mask = o.slot_count - 1;
-	p->slot_size = o.slot_size;
-	p->meta_size = o.meta_size;
-	p->max_items = o.max_items;
-	p->policy = o.policy;
-	p->free = malloc(o.slot_count * sizeof *p->free);
-	p->pos_slot = malloc(o.slot_count * sizeof *p->pos_slot);
-	if (!p->free || !p->pos_slot) {
-		rc = fail(-ENOMEM, "create ring %s: out of memory", name);
-		goto out;
-	}
-	for (uint64_t i = 0; i < o.slot_count; i++) {
+	p->desc = (struct ibvb_desc *)(p->data + g->desc_off);
+	p->items = (struct ibvb_item *)(p->data + g->items_off);
+	p->meta = p->data + g->meta_off;
+	p->payload = p->data + g->payload_off;
+	p->slot_count = o->slot_count;
+	p->mask = o->slot_count - 1;
+	p->slot_size = o->slot_size;
+	p->meta_size = o->meta_size;
+	p->max_items = o->max_items;
+	p->policy = o->policy;
+	p->free = malloc(o->slot_count * sizeof *p->free);
+	p->pos_slot = malloc(o->slot_count * sizeof *p->pos_slot);
+	if (!p->free || !p->pos_slot)
+		return fail(-ENOMEM, "create ring %s: out of memory", name);
+	for (uint64_t i = 0; i < o->slot_count; i++) {
 		p->free[i] = (uint32_t)i;
 		p->pos_slot[i] = IBVB__NO_SLOT;
 	}
-	p->free_w = o.slot_count;
+	p->free_w = o->slot_count;
+	return 0;
+}
 
+/* Step 5: the header (spec §2), magic and state last, then the seals: from here on no client can write,
+ * grow or shrink either memory; our own mappings stay writable. */
+static int write_header(struct ibvb_producer *p, const struct ibvb_producer_opts *o, const struct geometry *g)
+{
+	struct ibvb__pstate *st = p->st;
 	struct ibvb_ctl *c = p->ctl;
 	uint64_t sid = 0;
 	while (sid == 0)
@@ -1261,50 +1335,49 @@ int ibvb_producer_create(struct ibvb_producer **out, const char *name, const str
 	c->major = IBVB_MAJOR;
 	c->minor = IBVB_MINOR;
 	c->ctl_size = (uint32_t)st->ctl_size;
-	c->policy = o.policy;
+	c->policy = o->policy;
 	c->session_id = sid;
 	c->producer_pid = (uint64_t)getpid();
 	c->producer_start_ns = ibvb__realtime_ns();
-	c->slot_count = o.slot_count;
-	c->slot_size = o.slot_size;
-	c->max_items = o.max_items;
+	c->slot_count = o->slot_count;
+	c->slot_size = o->slot_size;
+	c->max_items = o->max_items;
 	c->desc_size = IBVB_DESC_SIZE;
 	c->item_size = IBVB_ITEM_SIZE;
 	c->page_size = st->page_size;
 	c->data_size = st->data_size;
-	c->desc_offset = g.desc_off;
-	c->items_offset = g.items_off;
-	c->meta_offset = g.meta_off;
-	c->meta_size = o.meta_size;
-	c->payload_offset = g.payload_off;
-	c->packet_offset = g.packet_off;
-	c->packet_size = o.packet_size;
-	c->features = o.features;
+	c->desc_offset = g->desc_off;
+	c->items_offset = g->items_off;
+	c->meta_offset = g->meta_off;
+	c->meta_size = o->meta_size;
+	c->payload_offset = g->payload_off;
+	c->packet_offset = g->packet_off;
+	c->packet_size = o->packet_size;
+	c->features = o->features;
 	c->stats_count = IBVB_STATS_COUNT;
-	c->max_consumers = o.max_consumers;
+	c->max_consumers = o->max_consumers;
 	atomic_store(&c->heartbeat_ns, ibvb__realtime_ns());
 	atomic_store(&c->head, 0);
 	atomic_store(&c->oldest, 0);
 	atomic_store_explicit(&c->magic, IBVB_MAGIC, memory_order_relaxed);
 	atomic_store_explicit(&c->state, IBVB_STATE_READY, memory_order_release);
-	/* from here on no client can write, grow or shrink either memory; our own mappings stay writable */
-	if (fcntl(st->data_fd, F_ADD_SEALS, SEALS_READ_ONLY) < 0 || fcntl(st->ctl_fd, F_ADD_SEALS, SEALS_READ_ONLY) < 0) {
-		rc = fail(-errno, "create ring %s: sealing the ring memory: %s", name, strerror(errno));
-		goto out;
-	}
+	if (fcntl(st->data_fd, F_ADD_SEALS, SEALS_READ_ONLY) < 0 || fcntl(st->ctl_fd, F_ADD_SEALS, SEALS_READ_ONLY) < 0)
+		return fail(-errno, "create ring %s: sealing the ring memory: %s", st->name, strerror(errno));
+	return 0;
+}
 
-	/* the socket, bound through the directory descriptor: born 0600 */
+/* Step 6: the socket, bound through the directory descriptor: born 0600 (0660 and --group's with one). */
+static int listen_socket(struct ibvb_producer *p, const char *group)
+{
+	struct ibvb__pstate *st = p->st;
+	const char *name = st->name;
 	char sname[IBVB_NAME_MAX + 16];
 	snprintf(sname, sizeof sname, "%s%s", name, IBVB_SOCK_SUFFIX);
-	if (unlinkat(st->dirfd, sname, 0) < 0 && errno != ENOENT) { /* stale: we hold the lock */
-		rc = fail(-errno, "create ring %s: remove stale %s: %s", name, st->sock_path, strerror(errno));
-		goto out;
-	}
+	if (unlinkat(st->dirfd, sname, 0) < 0 && errno != ENOENT) /* stale: we hold the lock */
+		return fail(-errno, "create ring %s: remove stale %s: %s", name, st->sock_path, strerror(errno));
 	st->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (st->listen_fd < 0) {
-		rc = fail(-errno, "create ring %s: socket: %s", name, strerror(errno));
-		goto out;
-	}
+	if (st->listen_fd < 0)
+		return fail(-errno, "create ring %s: socket: %s", name, strerror(errno));
 	struct sockaddr_un sa;
 	memset(&sa, 0, sizeof sa);
 	sa.sun_family = AF_UNIX;
@@ -1317,31 +1390,46 @@ int ibvb_producer_create(struct ibvb_producer **out, const char *name, const str
 		int e = brc < 0 ? be : errno;
 		close(st->listen_fd);
 		st->listen_fd = -1;
-		rc = fail(-e, "create ring %s: listen on %s: %s", name, st->sock_path, strerror(e));
-		goto out;
+		return fail(-e, "create ring %s: listen on %s: %s", name, st->sock_path, strerror(e));
 	}
-	if (st->gid >= 0) {
-		if (fchownat(st->dirfd, sname, (uid_t)-1, (gid_t)st->gid, AT_SYMLINK_NOFOLLOW) < 0 ||
-		    fchmodat(st->dirfd, sname, 0660, 0) < 0) {
-			rc = fail(-errno, "create ring %s: give %s to group %s: %s", name, st->sock_path, o.group,
-				  strerror(errno));
-			goto out;
-		}
-	}
-	if (pipe2(st->stop_pipe, O_CLOEXEC) < 0) {
-		rc = fail(-errno, "create ring %s: pipe: %s", name, strerror(errno));
-		goto out;
-	}
-	if ((rc = pthread_create(&st->thr, NULL, service, p)) != 0) {
-		rc = fail(-rc, "create ring %s: pthread_create: %s", name, strerror(rc));
-		goto out;
-	}
+	if (st->gid >= 0 && (fchownat(st->dirfd, sname, (uid_t)-1, (gid_t)st->gid, AT_SYMLINK_NOFOLLOW) < 0 ||
+			     fchmodat(st->dirfd, sname, 0660, 0) < 0))
+		return fail(-errno, "create ring %s: give %s to group %s: %s", name, st->sock_path, group,
+			    strerror(errno));
+	return 0;
+}
+
+/* Step 7: the service thread (accepts, handshakes, hang-ups, heartbeat). */
+static int start_service(struct ibvb_producer *p)
+{
+	struct ibvb__pstate *st = p->st;
+	if (pipe2(st->stop_pipe, O_CLOEXEC) < 0)
+		return fail(-errno, "create ring %s: pipe: %s", st->name, strerror(errno));
+	int rc = pthread_create(&st->thr, NULL, service, p);
+	if (rc != 0)
+		return fail(-rc, "create ring %s: pthread_create: %s", st->name, strerror(rc));
 	st->thr_on = 1;
+	return 0;
+}
+
+int ibvb_producer_create(struct ibvb_producer **out, const char *name, const struct ibvb_producer_opts *opts)
+{
+	*out = NULL;
+	struct ibvb_producer_opts o;
+	int rc = check_opts(name, opts, &o);
+	if (rc < 0)
+		return rc;
+	struct ibvb_producer *p = new_producer(name, &o);
+	if (!p)
+		return fail(-ENOMEM, "create ring %s: out of memory", name);
+	struct geometry g;
+	if ((rc = claim_name(p, &o)) < 0 || (rc = make_memory(p, &o, &g)) < 0 || (rc = write_header(p, &o, &g)) < 0 ||
+	    (rc = listen_socket(p, o.group)) < 0 || (rc = start_service(p)) < 0) {
+		destroy(p, p->st->lockfd >= 0);
+		return rc;
+	}
 	*out = p;
 	return 0;
-out:
-	destroy(p, st->lockfd >= 0);
-	return rc;
 }
 
 void ibvb_producer_close(struct ibvb_producer *p)
@@ -1361,10 +1449,10 @@ void ibvb_producer_interrupt(struct ibvb_producer *p)
 	struct ibvb__pstate *st = p->st;
 	atomic_store(&st->interrupted, 1);
 	atomic_fetch_add(&st->attach_seq, 1);
-	futex_wake_all(&st->attach_seq);
+	ibvb__futex_wake_all(&st->attach_seq);
 	_Atomic uint32_t *w = atomic_load(&st->wait_word);
 	if (w)
-		futex_wake_all(w); /* at worst a word just unmapped: EFAULT, harmless */
+		ibvb__futex_wake_all(w); /* at worst a word just unmapped: EFAULT, harmless */
 }
 
 int ibvb_producer_consumers(const struct ibvb_producer *p)

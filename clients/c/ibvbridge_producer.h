@@ -63,7 +63,8 @@ extern "C" {
 /* Creation options; all-zero (or a NULL pointer) gives the defaults. */
 struct ibvb_producer_opts {
 	const char *dir;        /* ring directory; NULL: $IBVBRIDGE_RING_DIR, else /run/ibvbridge as root, else
-				 * /dev/shm/ibvbridge-EUID (spec §1.1) */
+				 * $XDG_RUNTIME_DIR/ibvbridge, else /dev/shm/ibvbridge-EUID (spec §1.1); made
+				 * component by component, never through a symlink */
 	uint64_t slot_count;    /* payload slots, a power of two in 1..2^24 (default 256) */
 	uint64_t slot_size;     /* payload bytes per slot, rounded up to 64 (default 1 MiB) */
 	uint32_t max_items;     /* item-table entries per slot, 1..65536 (default 64) */
@@ -74,7 +75,11 @@ struct ibvb_producer_opts {
 	const char *group;      /* members of this group may attach too (socket 0660); NULL: owner and root only */
 	uint64_t packet_size;   /* packet area for a frame-level transport (default 0) */
 	uint64_t features;      /* header features, e.g. IBVB_FEATURE_REPLAY_TIMESTAMPS */
+	uint32_t max_observers; /* observer connections (`stat`, `ls`) at once, 1..16 (default 4); more: busy */
 };
+#define IBVB_PRODUCER_DEFAULT_MAX_OBSERVERS 4
+#define IBVB_PRODUCER_MAX_OBSERVERS 16
+#define IBVB_PRODUCER_FD_RESERVE 32 /* new connections are refused while fewer descriptors are left */
 
 /* A slot being filled: the ring's own memory. */
 struct ibvb_slot {
@@ -130,6 +135,8 @@ struct ibvb_producer {
 	/* shared with the service thread */
 	uint8_t pad_[64];
 	IBVB_ATOMIC(uint64_t) set_gen; /* bumped (under the state mutex) when the consumer set changes */
+	IBVB_ATOMIC(uint32_t) hot_busy; /* 1 while the hot path may use a consumer region outside the mutex: a
+					 * detached region is unmapped at once unless it is set (spec 2.1 §C) */
 	struct ibvb__pstate *st;
 };
 #define IBVB__NO_SLOT 0xFFFFFFFFu
@@ -310,6 +317,7 @@ static inline void ibvb_producer_commit(struct ibvb_producer *p)
 		p->pending_heaps = 0;
 	}
 	p->committed = p->pos;
+	ibvb__store(&p->hot_busy, 1, relaxed); /* the fence below orders it before the set_gen load */
 	ibvb__store(&p->ctl->head, p->pos, release);
 	ibvb__fence();
 	if (__builtin_expect(ibvb__load(&p->set_gen, acquire) != p->hot_gen, 0))
@@ -318,6 +326,7 @@ static inline void ibvb_producer_commit(struct ibvb_producer *p)
 		if (__builtin_expect(ibvb__load(&p->hot[i].region->consumer_waiting, relaxed) != 0, 0) &&
 		    (int64_t)(p->pos - ibvb__load(&p->hot[i].region->wake_at, relaxed)) >= 0)
 			ibvb__producer_wake(p, i);
+	ibvb__store(&p->hot_busy, 0, release);
 }
 
 /* Stage and commit one heap. */

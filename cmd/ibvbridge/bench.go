@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -16,7 +18,7 @@ import (
 )
 
 // benchKinds are the benchmarks runBench dispatches; the top-level help and the usage line list them.
-var benchKinds = []string{"ring", "udp", "xdp"}
+var benchKinds = []string{"ring", "udp", "xdp", "floor"}
 
 var benchUsage = "usage: ibvbridge bench " + strings.Join(benchKinds, "|") + " [flags]  (ibvbridge bench KIND -h for its flags)"
 
@@ -36,6 +38,8 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		err = runBenchUDP(ctx, env, args[1:], stdout, stderr)
 	case "xdp":
 		err = runBenchXDP(ctx, env, args[1:], stdout, stderr)
+	case "floor":
+		err = runBenchFloor(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprintln(stderr, benchUsage)
 		return flag.ErrHelp
@@ -99,6 +103,16 @@ func runBenchUDP(ctx context.Context, env bench.Env, args []string, stdout, stde
 	sizes, asJSON := udpFlags(fs, &o, 8972, 512<<20, 7)
 	fs.Float64Var(&o.Rate, "rate", 0, "offer this load (Gb/s) in every run instead of searching, and report CPU costs (medians of --runs)")
 	baseline := fs.String("baseline", "", "with --rate: also receive the same traffic with this ibvbridge binary (e.g. main built from git), alternating runs, and print the ratios")
+	fs.IntVar(&o.ChunkHeaps, "chunk-heaps", 0, "receive in chunk mode, N heaps per chunk (send stamps heaps with a timestamp); with --rate: also without, alternating runs, and print the ratios")
+	peer := fs.String("peer", "", "spead2: receive spead2_send's traffic with recv (its consumer: ibvb-consume --no-touch), spead2_recv and the floor receiver, alternating, and print CPU and ratios (default shapes: 1M at 6 Gb/s, 8K at 2.5 Gb/s; --heap-sizes and --rate override; --runs defaults to 5)")
+	var peerBins peerBinaries
+	fs.Var(&peerBins, "peer-bin", "with --peer: a spead2_recv to compare, PATH or LABEL=PATH; repeatable (default: spead2_recv on PATH)")
+	peerArgs := fs.String("peer-args", strings.Join(bench.DefaultSpead2RecvArgs, " "), "with --peer: spead2_recv's flags")
+	recvArgs := fs.String("recv-args", "", "with --peer: more flags for recv, space-separated (e.g. --hugepages off)")
+	peerSlots := fs.String("slots", "64", "with --peer: recv's ring sizes, comma-separated (slots of twice the heap size)")
+	peerSeconds := fs.Float64("seconds", 2, "with --peer and --heap-sizes/--rate: seconds of stream per run")
+	peerBuffer := byteSize(32 << 20)
+	fs.Var(&peerBuffer, "buffer", "with --peer: every receiver's socket buffer")
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
@@ -106,8 +120,20 @@ func runBenchUDP(ctx context.Context, env bench.Env, args []string, stdout, stde
 	if o.HeapSizes, err = parseSizeList(*sizes); err != nil {
 		return err
 	}
-	if *baseline != "" {
-		cmp, err := bench.Compare(ctx, env, bench.Loopback, o, *baseline)
+	if *peer != "" {
+		return runBenchPeer(ctx, env, fs, o, peerOptions{peer: *peer, bins: peerBins, peerArgs: *peerArgs, recvArgs: *recvArgs,
+			slots: *peerSlots, seconds: *peerSeconds, buffer: int(peerBuffer), asJSON: *asJSON}, stdout)
+	}
+	if o.ChunkHeaps < 0 || o.ChunkHeaps > 0 && *baseline != "" {
+		return usageError("--chunk-heaps %d: want a positive count, and not with --baseline", o.ChunkHeaps)
+	}
+	if o.ChunkHeaps > 0 && o.Rate > 0 || *baseline != "" {
+		var cmp []bench.Comparison
+		if *baseline != "" {
+			cmp, err = bench.Compare(ctx, env, bench.Loopback, o, *baseline)
+		} else {
+			cmp, err = bench.CompareChunks(ctx, env, bench.Loopback, o)
+		}
 		if err != nil {
 			return err
 		}
@@ -132,6 +158,44 @@ func runBenchUDP(ctx context.Context, env bench.Env, args []string, stdout, stde
 	return nil
 }
 
+// peerBinaries collects --peer-bin: PATH or LABEL=PATH.
+type peerBinaries []bench.PeerBinary
+
+func (p *peerBinaries) String() string { return fmt.Sprint(*p) }
+func (p *peerBinaries) Set(v string) error {
+	label, path, ok := strings.Cut(v, "=")
+	if !ok {
+		label, path = v, v
+	}
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Errorf("spead2_recv %q: %w", path, err)
+	}
+	*p = append(*p, bench.PeerBinary{Label: label, Path: path})
+	return nil
+}
+
+// runBenchFloor is the floor receiver `bench udp --peer` runs: it counts a stream's bytes and prints them
+// as one JSON line.
+func runBenchFloor(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("bench floor", stderr)
+	buffer := byteSize(32 << 20)
+	fs.Var(&buffer, "buffer", "socket receive buffer")
+	first := fs.Duration("first-wait", time.Minute, "give up if nothing arrives within this")
+	idle := fs.Duration("idle", 300*time.Millisecond, "the stream has ended once nothing arrives for this long")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageError("usage: ibvbridge bench floor [flags] IPv4:PORT")
+	}
+	r, err := bench.Floor(pos[0], int(buffer), *first, *idle)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(stdout).Encode(r)
+}
+
 // runBenchXDP compares `recv --transport xdp` with `--transport udp` over a veth pair between two network
 // namespaces the benchmark creates and removes.
 func runBenchXDP(ctx context.Context, env bench.Env, args []string, stdout, stderr io.Writer) error {
@@ -139,9 +203,13 @@ func runBenchXDP(ctx context.Context, env bench.Env, args []string, stdout, stde
 	var o bench.XDPOptions
 	sizes, asJSON := udpFlags(fs, &o.UDPOptions, 1472, 256<<20, 6)
 	fs.StringVar(&o.Mode, "xdp-mode", "auto", "XDP attach mode: auto, native or generic")
+	fs.Float64Var(&o.Rate, "rate", 0, "offer this load (Gb/s) in every run, alternating udp and xdp runs, instead of searching, and report the medians' CPU costs")
+	fs.StringVar(&o.SendTransport, "send-transport", "udp", "how both streams are sent: udp (sockets) or xdp (send --transport xdp)")
+	recvArgs := fs.String("xdp-recv-args", "", "extra flags for the AF_XDP recv, space-separated (e.g. --xdp-prefer-busy-poll)")
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
+	o.RecvArgs = strings.Fields(*recvArgs)
 	var err error
 	if o.HeapSizes, err = parseSizeList(*sizes); err != nil {
 		return err
@@ -167,5 +235,67 @@ func parseNoArgs(fs *flag.FlagSet, args []string) error {
 	if len(pos) > 0 {
 		return usageError("unexpected argument %q (flags only; see -h)", strings.Join(pos, " "))
 	}
+	return nil
+}
+
+// peerOptions are bench udp's --peer flags.
+type peerOptions struct {
+	peer                      string
+	bins                      peerBinaries
+	peerArgs, recvArgs, slots string
+	seconds                   float64
+	buffer                    int
+	asJSON                    bool
+}
+
+// runBenchPeer is bench udp --peer spead2: recv, each spead2_recv and the floor receiver on spead2_send's
+// traffic, alternating. fs is bench udp's parsed flag set (which flags were given).
+func runBenchPeer(ctx context.Context, env bench.Env, fs *flag.FlagSet, o bench.UDPOptions, pf peerOptions, stdout io.Writer) error {
+	if pf.peer != "spead2" {
+		return usageError("--peer %q: the only peer is spead2", pf.peer)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["runs"] {
+		o.Runs = 5
+	}
+	po := bench.PeerOptions{Runs: o.Runs, Spead2: pf.bins, Spead2RecvArgs: strings.Fields(pf.peerArgs),
+		Buffer: pf.buffer, Floor: true, RecvArgs: strings.Fields(pf.recvArgs)}
+	var err error
+	if po.Slots, err = parseSizeList(pf.slots); err != nil {
+		return err
+	}
+	po.Shapes = bench.DefaultPeerShapes
+	if set["heap-sizes"] || set["rate"] {
+		if o.Rate <= 0 {
+			return usageError("--peer with --heap-sizes needs --rate")
+		}
+		po.Shapes = nil
+		for _, hs := range o.HeapSizes {
+			po.Shapes = append(po.Shapes, bench.PeerShape{HeapSize: hs, PacketSize: o.PacketSize, RateGbps: o.Rate,
+				Heaps: uint64(max(1, o.Rate*1e9/8*pf.seconds/float64(hs)))})
+		}
+	}
+	if len(po.Spead2) == 0 {
+		if p, err := exec.LookPath("spead2_recv"); err == nil {
+			po.Spead2 = []bench.PeerBinary{{Label: "spead2_recv", Path: p}}
+		}
+	}
+	if p, err := exec.LookPath("spead2_send"); err == nil {
+		po.Spead2Send = p
+	}
+	if len(po.Spead2) == 0 || po.Spead2Send == "" {
+		fmt.Fprintln(stdout, "spead2_recv or spead2_send not on PATH (see the README's performance section): no spead2 rows, and ibvbridge send sends")
+		po.Spead2 = nil
+		po.Spead2Send = ""
+	}
+	res, err := bench.Peer(ctx, env, po)
+	if err != nil {
+		return err
+	}
+	if pf.asJSON {
+		return json.NewEncoder(stdout).Encode(map[string]any{"peer": po, "results": res})
+	}
+	bench.PrintPeer(stdout, res, po.Runs)
 	return nil
 }

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,5 +37,61 @@ func TestBenchUDPBaseline(t *testing.T) {
 	// --baseline without a fixed rate is a usage error.
 	if _, stderr, code := runCmd(t, 10*time.Second, "bench", "udp", "--baseline", binary(t)); code != 2 {
 		t.Errorf("--baseline without --rate: exit %d, want 2: %s", code, stderr)
+	}
+}
+
+// TestBenchUDPPeerSpead2 runs `bench udp --peer spead2` once, tiny: recv, spead2_recv and the floor each
+// receive all of spead2_send's stream, and each has a CPU figure.
+func TestBenchUDPPeerSpead2(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	for _, tool := range []string{"spead2_recv", "spead2_send"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not on PATH (see the README's performance section)", tool)
+		}
+	}
+	stdout, stderr, code := runCmd(t, 120*time.Second, "bench", "udp", "--peer", "spead2", "--heap-sizes", "64K",
+		"--rate", "0.5", "--seconds", "0.2", "--runs", "1", "--slots", "64", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var res struct {
+		Results []bench.PeerResult `json:"results"`
+	}
+	if err := json.Unmarshal(bench.LastLine([]byte(stdout)), &res); err != nil || len(res.Results) != 1 {
+		t.Fatalf("output %q: %v", stdout, err)
+	}
+	kinds := map[string]bool{}
+	for _, r := range res.Results[0].Rows {
+		kinds[r.Kind] = true
+		if !r.Lossless || r.CPU <= 0 || len(r.Runs) != 1 {
+			t.Errorf("row %+v", r)
+		}
+	}
+	if !kinds["recv"] || !kinds["spead2"] || !kinds["floor"] {
+		t.Errorf("rows %+v: want recv, spead2 and floor", res.Results[0].Rows)
+	}
+}
+
+// Without spead2 on PATH the comparison says so in one line and measures recv and the floor.
+func TestBenchUDPPeerWithoutSpead2SaysSo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary(t), "bench", "udp", "--peer", "spead2", "--heap-sizes", "64K",
+		"--rate", "0.5", "--seconds", "0.2", "--runs", "1", "--slots", "64")
+	cmd.Env = append(os.Environ(), "PATH="+t.TempDir())
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	rest := strings.Join(lines[1:], "\n")
+	if !strings.Contains(lines[0], "not on PATH") || !strings.Contains(rest, "recv, 64 slots") ||
+		!strings.Contains(rest, "floor") || strings.Contains(rest, "spead2") {
+		t.Errorf("output:\n%s", out)
 	}
 }

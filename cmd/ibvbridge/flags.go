@@ -99,3 +99,24 @@ func parseCPUs(list string) ([]int, error) {
 	}
 	return out, nil
 }
+
+// parseItemValue reads ITEM[:N] (item id and number in decimal or 0x hex, as spead2 writes ids): flag
+// is the flag's name for the message, def the N when it is left out (0: N is required).
+func parseItemValue(flag, s string, def uint64) (item, n uint64, err error) {
+	id, val, hasVal := strings.Cut(s, ":")
+	item, err = strconv.ParseUint(strings.TrimSpace(id), 0, 64)
+	if err != nil || item == 0 {
+		return 0, 0, usageError("--%s %q: want an item id such as 0x1600", flag, s)
+	}
+	if !hasVal {
+		if def == 0 {
+			return 0, 0, usageError("--%s %q: want ITEM:COUNT, e.g. 0x4101:64", flag, s)
+		}
+		return item, def, nil
+	}
+	n, err = strconv.ParseUint(strings.TrimSpace(val), 0, 64)
+	if err != nil || n == 0 {
+		return 0, 0, usageError("--%s %q: the number after ':' must be a positive integer", flag, s)
+	}
+	return item, n, nil
+}

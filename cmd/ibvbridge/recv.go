@@ -3,16 +3,20 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net/netip"
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strconv"
 	"syscall"
 
 	"github.com/rs/zerolog"
 
+	"github.com/ibvbridge/ibvbridge/bench"
 	"github.com/ibvbridge/ibvbridge/bridge"
 	"github.com/ibvbridge/ibvbridge/metrics"
 	"github.com/ibvbridge/ibvbridge/ring"
@@ -66,6 +70,11 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	waitConsumer := fs.Duration("wait-consumer", 0, "wait up to this long for a consumer to attach before receiving (file replay into a reader)")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. :9100 or 127.0.0.1:9100)")
+	chunkHeaps := fs.Uint("chunk-heaps", 0, "chunk mode: heaps per chunk along the time axis (0: off; docs/ring-layout.md §13)")
+	chunkBy := fs.String("chunk-by", "", "chunk mode: ITEM[:STEP], the immediate item whose value / STEP is a heap's time index (e.g. 0x1600:4096)")
+	chunkAxis := fs.String("chunk-axis", "", "chunk mode: ITEM:COUNT, an immediate item giving a second index below COUNT (e.g. 0x4101:64)")
+	chunkWindow := fs.Int("chunk-window", 2, "chunk mode: chunks open at once; a heap for a later chunk publishes the oldest")
+	chunkHeapSize := sizeFlag(fs, "chunk-heap-size", 0, "chunk mode: bytes per heap position (larger heaps are rejected); the slot size follows")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -97,14 +106,22 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	if *maxConsumers < 1 || *maxConsumers > ring.MaxConsumersLimit {
 		return usageError("--max-consumers %d: want 1..%d", *maxConsumers, ring.MaxConsumersLimit)
 	}
-	if *maxHeaps < 1 || *maxHeaps > *slots {
-		return usageError("--max-heaps %d: want 1..%d (every heap under assembly holds a slot)", *maxHeaps, *slots)
+	if *maxHeaps < 1 || *maxHeaps > *slots && *chunkHeaps == 0 || *maxHeaps > 4096 {
+		return usageError("--max-heaps %d: want 1..%d (every heap under assembly holds a slot; with --chunk-heaps up to 4096)", *maxHeaps, min(*slots, 4096))
 	}
 	if *maxPacket < 64 || *maxPacket > 65535 {
 		return usageError("--max-packet %d: want 64..65535", *maxPacket)
 	}
 	if *buffer < 0 {
 		return usageError("--buffer %d: want a size in bytes", *buffer)
+	}
+	chunks, err := chunkGeometry(fs, *chunkHeaps, *chunkBy, *chunkAxis, *chunkHeapSize, *chunkWindow, *slots)
+	if err != nil {
+		return err
+	}
+	ringSlotSize := *slotSize
+	if chunks.Enabled() {
+		ringSlotSize = 0 // derived from the chunk (--slot-size does not go with --chunk-heaps)
 	}
 	tr, err := ibvOpt.transport(*transportName) // ibv: --ibv (spead2_recv's flag) means --transport ibv
 	if err != nil {
@@ -159,9 +176,10 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	defer signal.Stop(sigs)
 
 	cfg := bridge.Config{Ring: *name,
-		RingCfg: ring.Config{SlotCount: *slots, SlotSize: *slotSize, MaxItems: *maxItems, Policy: pol, HugePages: hp,
-			Dir: *ringDir, Group: *group, MaxConsumers: *maxConsumers, MaxObservers: *maxObservers, ReplayTimestamps: tr == "pcap"},
-		Assembler:    spead.AssemblerConfig{MaxHeaps: *maxHeaps, Incomplete: *incomplete},
+		RingCfg: ring.Config{SlotCount: *slots, SlotSize: ringSlotSize, MaxItems: *maxItems, Policy: pol, HugePages: hp,
+			Dir: *ringDir, Group: *group, MaxConsumers: *maxConsumers, MaxObservers: *maxObservers, ReplayTimestamps: tr == "pcap",
+			Chunks: chunks},
+		Assembler:    spead.AssemblerConfig{MaxHeaps: *maxHeaps, Incomplete: *incomplete, ChunkWindow: *chunkWindow},
 		WaitConsumer: *waitConsumer, StatsInterval: *statsEvery, Log: &log}
 	switch tr {
 	case "udp":
@@ -226,6 +244,9 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	if *pcapFile != "" { // only a replay has a file
 		ev = ev.Str("file", *pcapFile)
 	}
+	if *chunkHeaps > 0 {
+		ev = ev.Uint("chunk_heaps", *chunkHeaps)
+	}
 	ev.Int("slots", *slots).Int("slot_size", p.SlotSize()).Bool("hugepages", p.Huge()).
 		Str("policy", pol.String()).Msg("receiving")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -235,12 +256,24 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The stream's CPU ends here: closing a large ring frees its pages, seconds of it for gigabytes.
+	cpu := bench.ProcessCPU()
 	res.Transport = tr
 	if err := rcv.Close(); err != nil {
 		log.Warn().Err(err).Msg("closing the ring")
 	}
 	if *logFormat == "json" {
-		if err := json.NewEncoder(stdout).Encode(res); err != nil {
+		// cpu_seconds beside the result's fields: user + system, from the start to the stream's end.
+		var out map[string]json.RawMessage
+		b, err := json.Marshal(res)
+		if err == nil {
+			err = json.Unmarshal(b, &out)
+		}
+		if err != nil {
+			return err
+		}
+		out["cpu_seconds"] = json.RawMessage(strconv.FormatFloat(cpu.Seconds(), 'f', 6, 64))
+		if err := json.NewEncoder(stdout).Encode(out); err != nil {
 			return err
 		}
 	} else {
@@ -254,6 +287,55 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 		return &exitError{code: 1}
 	}
 	return nil
+}
+
+// chunkGeometry checks recv's chunk flags and returns the ring's chunk geometry (the zero value: chunk
+// mode off, and then no other chunk flag may be given).
+func chunkGeometry(fs *flag.FlagSet, heaps uint, by, axis string, heapSize, window, slots int) (ring.ChunkGeometry, error) {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if heaps == 0 {
+		for _, n := range []string{"chunk-by", "chunk-axis", "chunk-window", "chunk-heap-size"} {
+			if set[n] {
+				return ring.ChunkGeometry{}, usageError("--%s goes with --chunk-heaps N", n)
+			}
+		}
+		return ring.ChunkGeometry{}, nil
+	}
+	if set["slot-size"] {
+		return ring.ChunkGeometry{}, usageError("--slot-size does not go with --chunk-heaps: a slot holds one chunk, its size follows from the chunk")
+	}
+	if heaps > math.MaxUint32 {
+		return ring.ChunkGeometry{}, usageError("--chunk-heaps %d: want 1..%d", heaps, uint32(math.MaxUint32))
+	}
+	if by == "" {
+		return ring.ChunkGeometry{}, usageError("--chunk-heaps needs --chunk-by ITEM[:STEP] (the item that gives a heap's time)")
+	}
+	if heapSize < 1 {
+		return ring.ChunkGeometry{}, usageError("--chunk-heaps needs --chunk-heap-size SIZE (the bytes of one heap position)")
+	}
+	if window < 1 || window > slots/2 {
+		return ring.ChunkGeometry{}, usageError("--chunk-window %d: want 1..%d (half the --slots %d: each open chunk holds a slot, consumers hold the rest)", window, max(slots/2, 1), slots)
+	}
+	g := ring.ChunkGeometry{Heaps: uint32(heaps), Axis: 1, HeapSize: uint64(heapSize)}
+	var err error
+	if g.TimeItem, g.Step, err = parseItemValue("chunk-by", by, 1); err != nil {
+		return g, err
+	}
+	if axis != "" {
+		var count uint64
+		if g.AxisItem, count, err = parseItemValue("chunk-axis", axis, 0); err != nil {
+			return g, err
+		}
+		if count > math.MaxUint32 || g.AxisItem == g.TimeItem {
+			return g, usageError("--chunk-axis %q: want another item than --chunk-by's, and COUNT at most %d", axis, uint32(math.MaxUint32))
+		}
+		g.Axis = uint32(count)
+	}
+	if _, ok := g.SlotBytes(); !ok {
+		return g, usageError("a chunk of %d × %d heaps of %d bytes is too large", g.Heaps, g.Axis, g.HeapSize)
+	}
+	return g, nil
 }
 
 // stopOnSignals turns the first SIGINT/SIGTERM into a clean stop (cancel), and a second into an exit at

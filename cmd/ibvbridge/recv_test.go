@@ -301,6 +301,15 @@ func TestRecvBadInput(t *testing.T) {
 		{[]string{"--ring", name, "--interface", "192.0.2.77", "239.1.2.3:" + port}, "no interface has address"},
 		{[]string{"--ring", name, "--log-format", "xml", port}, "--log-format"},
 		{[]string{"--ring", "bad/name", port}, "--ring"},
+		{[]string{"--ring", name, "--chunk-by", "0x1600", port}, "--chunk-by goes with --chunk-heaps"},
+		{[]string{"--ring", name, "--chunk-heaps", "8", "--chunk-heap-size", "8K", port}, "needs --chunk-by"},
+		{[]string{"--ring", name, "--chunk-heaps", "8", "--chunk-by", "0x1600", port}, "needs --chunk-heap-size"},
+		{[]string{"--ring", name, "--chunk-heaps", "8", "--chunk-by", "0x1600:0", "--chunk-heap-size", "8K", port}, "positive integer"},
+		{[]string{"--ring", name, "--chunk-heaps", "8", "--chunk-by", "zz", "--chunk-heap-size", "8K", port}, "item id"},
+		{[]string{"--ring", name, "--chunk-heaps", "8", "--chunk-by", "0x1600", "--chunk-axis", "0x4101", "--chunk-heap-size", "8K", port}, "ITEM:COUNT"},
+		{[]string{"--ring", name, "--chunk-heaps", "8", "--chunk-by", "0x1600", "--chunk-heap-size", "8K", "--slot-size", "1M", port}, "--slot-size does not go"},
+		{[]string{"--ring", name, "--chunk-heaps", "8", "--chunk-by", "0x1600", "--chunk-heap-size", "8K", "--chunk-window", "0", port}, "--chunk-window"},
+		{[]string{"--ring", name, "--chunk-heaps", "4294967295", "--chunk-by", "0x1600", "--chunk-axis", "1:4294967295", "--chunk-heap-size", "1G", port}, "too large"},
 	} {
 		_, stderr, code := runCmd(t, 20*time.Second, append([]string{"recv"}, tc.args...)...)
 		line := strings.TrimSpace(stderr)
@@ -326,6 +335,9 @@ func TestSendBadInput(t *testing.T) {
 		{[]string{"127.0.0.1:9", "--rate", "-1"}, "--rate"},
 		{[]string{"127.0.0.1:9", "--items", "0"}, "--items"},
 		{[]string{"127.0.0.1:9", "--nope"}, "flag provided but not defined"},
+		{[]string{"127.0.0.1:9", "--axis", "0x4101:4"}, "--axis goes with --timestamp-step"},
+		{[]string{"127.0.0.1:9", "--timestamp-step", "4096", "--axis", "0x4101"}, "ITEM:COUNT"},
+		{[]string{"127.0.0.1:9", "--timestamp-step", "4096", "--axis", "0x1600:4"}, "--timestamp-step/--axis"},
 	} {
 		_, stderr, code := runCmd(t, 10*time.Second, append([]string{"send"}, tc.args...)...)
 		line := strings.TrimSpace(stderr)

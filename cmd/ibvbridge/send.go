@@ -42,21 +42,39 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 	items := fs.Int("items", 1, "split each heap's payload into N items, ids 0x1000+i")
 	descriptors := fs.Bool("descriptors", false, "put item descriptors in the first heap, as spead2_send does")
 	ttl := fs.Int("ttl", 0, "IP TTL (multicast TTL for a group; 0: kernel default)")
-	iface := fs.String("interface", "", "local IPv4 address of the interface multicast leaves by")
+	iface := fs.String("interface", "", "local IPv4 address of the interface multicast leaves by (xdp: the interface's name or address)")
 	withPattern := fs.Bool("pattern", false, "payload = the ring test pattern, plus immediate item 0x1001 \"heap_cnt\" = heap cnt (for consume --verify)")
 	timestamp := fs.Bool("timestamp", false, "add immediate item 0x1600 \"timestamp\" = (heap cnt - 1) x heap size, a sample counter (docs/from-spead2.md)")
-	batch := fs.Int("batch", 64, "packets per sendmmsg call")
+	batch := fs.Int("batch", 64, "packets per sendmmsg call (xdp: per TX-ring publish and kick)")
 	gso := fs.Bool("gso", true, "udp: send runs of full-size packets as one message the kernel segments (UDP GSO); --gso=false: a syscall slot per packet")
 	noStop := fs.Bool("no-stop", false, "leave the stream open: no stream-stop heap at the end (tests)")
 	asJSON := fs.Bool("json", false, "print the summary as one JSON object")
-	transportName := fs.String("transport", "", "udp (sockets, the default) or ibv (raw frames through an RDMA NIC)")
+	transportName := fs.String("transport", "", "udp (sockets, the default), xdp (raw frames through AF_XDP: --interface NAME|ADDR) or ibv (raw frames through an RDMA NIC)")
 	ibvOpt := addIBVFlags(fs, true) // ibv: --ibv, --ibv-* flags (transport_ibv.go)
 	ringName := fs.String("ring", "", "transmit the heaps of this ring, as its consumer, instead of a generated stream; the stream stops when the ring ends")
 	incomplete := fs.Bool("incomplete", false, "with --ring: also send heaps the ring holds incomplete or truncated (default: skip and count them)")
 	threads := fs.Int("threads", 1, "udp: sending threads, each with its own sockets and a share of the destinations (at most one per destination; name a destination twice to give it two)")
+	tsStep := fs.Uint64("timestamp-step", 0, "give heap k (from 1) the immediate --timestamp-item = (k-1)/COUNT × STEP (COUNT of --axis, else 1): traffic for recv --chunk-by (0: none)")
+	tsItem := fs.String("timestamp-item", "0x1600", "the timestamp item's id, with --timestamp-step")
+	axis := fs.String("axis", "", "ITEM:COUNT: with --timestamp-step, give heap k the immediate ITEM = (k-1) mod COUNT (recv --chunk-axis)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
+	}
+	var chunkItems *pattern.ChunkItems
+	if *tsStep > 0 {
+		ci := pattern.ChunkItems{Step: *tsStep}
+		if ci.TimeItem, _, err = parseItemValue("timestamp-item", *tsItem, 1); err != nil {
+			return err
+		}
+		if *axis != "" {
+			if ci.AxisItem, ci.AxisCount, err = parseItemValue("axis", *axis, 0); err != nil {
+				return err
+			}
+		}
+		chunkItems = &ci
+	} else if *axis != "" {
+		return usageError("--axis goes with --timestamp-step")
 	}
 	if *ringName != "" { // the generator's flags describe a stream --ring does not generate
 		rateSet := false
@@ -67,7 +85,7 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 		var conflict string
 		fs.Visit(func(f *flag.Flag) {
 			switch f.Name {
-			case "heap-size", "heaps", "items", "descriptors", "pattern", "timestamp":
+			case "heap-size", "heaps", "items", "descriptors", "pattern", "timestamp", "timestamp-step", "axis":
 				conflict = f.Name
 			}
 		})
@@ -119,7 +137,7 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 		return usageError("--ttl %d: want 0..255", *ttl)
 	}
 	var ifAddr netip.Addr
-	if *iface != "" {
+	if *iface != "" && *transportName != "xdp" { // AF_XDP also takes an interface name
 		if ifAddr, err = netip.ParseAddr(*iface); err != nil || !ifAddr.Is4() {
 			return usageError("--interface %q: want the interface's local IPv4 address", *iface)
 		}
@@ -150,6 +168,11 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 		case "", "udp":
 			hs, err = udp.OpenHeapSender(udp.HeapSenderConfig{Encoder: enc, Batch: *batch, Rate: *rate * 1e9 / float64(len(eps)), GSO: *gso,
 				SenderConfig: udp.SenderConfig{Dest: netip.AddrPortFrom(e.Addr, e.Port), Interface: ifAddr, TTL: *ttl}})
+		case "xdp": // transport_xdp.go: frames built straight into AF_XDP UMEM frames
+			if len(eps) > 1 {
+				return usageError("--transport xdp sends to one destination (one AF_XDP socket per TX queue)")
+			}
+			hs, err = openXDPHeapSender(*iface, e, *ttl, *rate, *batch, enc)
 		case "ibv": // transport_ibv.go: frames built straight into the NIC's registered buffers
 			if len(eps) > 1 {
 				return usageError("--transport ibv sends to one destination")
@@ -159,7 +182,7 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 				hs, err = newIBVHeapSender(cfg, enc)
 			}
 		default:
-			return usageError("--transport %q: want udp or ibv", tr)
+			return usageError("--transport %q: want udp, xdp or ibv", tr)
 		}
 		if err != nil {
 			return err
@@ -182,6 +205,11 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 				pattern.Options{Pattern: *withPattern, Descriptors: *descriptors, Timestamp: *timestamp})
 			if err != nil {
 				return err
+			}
+			if chunkItems != nil {
+				if err := g.SetChunkItems(*chunkItems); err != nil {
+					return usageError("--timestamp-step/--axis: %v", err)
+				}
 			}
 			lanes[i].Heap = g.Heap
 		}
@@ -226,6 +254,9 @@ func sendRing(ctx context.Context, name string, hs transport.HeapSender, cfg rel
 		return 0, 0, err
 	}
 	defer c.Close()
+	if _, chunks := c.Chunks(); chunks {
+		return 0, 0, usageError("ring %s is in chunk mode: send --ring relays rings of heaps (a chunk's heaps lost their items)", name)
+	}
 	res, err := relay.Run(ctx, c, hs, cfg)
 	return res.Heaps, res.SkippedIncomplete, err
 }

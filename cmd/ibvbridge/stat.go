@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -57,7 +56,7 @@ func runStat(args []string, stdout, stderr io.Writer) error {
 		case <-t.C:
 		}
 		cur, err := ring.Inspect(pos[0], *dir)
-		if errors.Is(err, ring.ErrNotFound) {
+		if errors.Is(err, ring.ErrNotFound) || errors.Is(err, ring.ErrProducerGone) || errors.Is(err, ring.ErrClosing) {
 			fmt.Fprintf(stderr, "ibvbridge stat: ring %s is gone: its producer stopped\n", pos[0])
 			return nil // a stopped recv removes its ring: the watch is over, not failed
 		}
@@ -114,8 +113,8 @@ type geometryJSON struct {
 
 func snakeGeometry(g ring.Geometry) geometryJSON { return geometryJSON(g) }
 
-// statErr is an error of ring.Inspect as stat reports it: without Inspect's own "stat: " prefix (the
-// command's "ibvbridge stat: " says it already), with a hint when the ring's files outlived its producer.
+// statErr is an error of ring.Inspect as stat reports it, with a hint when the ring's files outlived its
+// producer.
 type statErr struct {
 	msg string
 	err error
@@ -125,7 +124,7 @@ func (e *statErr) Error() string { return e.msg }
 func (e *statErr) Unwrap() error { return e.err }
 
 func statError(name, dir string, err error) error {
-	msg := strings.TrimPrefix(err.Error(), "stat: ")
+	msg := err.Error()
 	if errors.Is(err, ring.ErrNotFound) {
 		if rings, lerr := ring.List(dir); lerr == nil {
 			for _, l := range rings {
@@ -154,6 +153,13 @@ func printInfo(stdout io.Writer, info ring.Info, r *ringRates) error {
 	fmt.Fprintf(w, "policy\t%s\n", info.Policy)
 	fmt.Fprintf(w, "slots\t%d x %d bytes, %d items each\n", info.Geometry.SlotCount, info.Geometry.SlotSize, info.Geometry.MaxItems)
 	fmt.Fprintf(w, "data\t%d bytes, page %d\n", info.Geometry.DataSize, info.Geometry.PageSize)
+	if g := info.Chunks; g != nil {
+		fmt.Fprintf(w, "chunks\t%d heaps x %d axis x %d bytes per chunk; time item %#x step %d", g.Heaps, g.Axis, g.HeapSize, g.TimeItem, g.Step)
+		if g.AxisItem != 0 {
+			fmt.Fprintf(w, ", axis item %#x", g.AxisItem)
+		}
+		fmt.Fprintln(w)
+	}
 	fmt.Fprintf(w, "cursors\thead %d, oldest held %d, held %d, unread %d\n", info.Head, info.Oldest, info.Head-info.Oldest, info.Unread)
 	if r != nil {
 		fill := 0.0

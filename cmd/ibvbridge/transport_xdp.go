@@ -1,15 +1,21 @@
 package main
 
 import (
+	"errors"
 	"flag"
+	"fmt"
+	"net"
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/ibvbridge/ibvbridge/spead"
 	"github.com/ibvbridge/ibvbridge/transport"
 	"github.com/ibvbridge/ibvbridge/transport/xdp"
+	"github.com/ibvbridge/ibvbridge/verbs"
 )
 
 // xdpOptions are recv's AF_XDP flags.
@@ -21,6 +27,10 @@ type xdpOptions struct {
 	frames   int
 	maxPoll  int
 	busyPoll bool
+
+	singleBuffer bool
+	needWakeup   bool
+	sockBusy     xdp.BusyPoll
 }
 
 func addXDPFlags(fs *flag.FlagSet) *xdpOptions {
@@ -32,18 +42,28 @@ func addXDPFlags(fs *flag.FlagSet) *xdpOptions {
 	fs.IntVar(&o.frames, "xdp-frames", 0, "xdp: UMEM frames per queue, a power of two (default 4096)")
 	fs.IntVar(&o.maxPoll, "max-poll", 10, "xdp: polls before sleeping (spead2's max_poll)")
 	fs.BoolVar(&o.busyPoll, "busy-poll", false, "xdp: spin instead of sleeping when idle (a core at 100%)")
+	fs.BoolVar(&o.singleBuffer, "xdp-single-buffer", false, "xdp: no multi-buffer (XDP_USE_SG): frames larger than a UMEM frame are dropped")
+	fs.BoolVar(&o.needWakeup, "xdp-need-wakeup", true, "xdp: bind with XDP_USE_NEED_WAKEUP (false: the kernel polls the fill ring itself)")
+	fs.BoolVar(&o.sockBusy.Prefer, "xdp-prefer-busy-poll", false, "xdp: SO_PREFER_BUSY_POLL: the receive loop runs the driver's NAPI poll")
+	fs.IntVar(&o.sockBusy.Usecs, "xdp-busy-poll-usecs", 0, "xdp: SO_BUSY_POLL, µs a busy poll may spin (0: the kernel's default)")
+	fs.IntVar(&o.sockBusy.Budget, "xdp-busy-poll-budget", 0, "xdp: SO_BUSY_POLL_BUDGET, packets per busy poll (0: the kernel's default)")
 	return o
 }
 
 // config checks the flags before anything is opened.
 func (o *xdpOptions) config(iface string, eps []transport.Endpoint, log *zerolog.Logger) (xdp.Config, error) {
 	cfg := xdp.Config{Interface: iface, Mode: o.mode, ZeroCopy: o.zeroCopy, Copy: o.copy, Frames: o.frames,
-		MaxPoll: o.maxPoll, BusyPoll: o.busyPoll, Log: log}
+		MaxPoll: o.maxPoll, BusyPoll: o.busyPoll, Log: log, SingleBuffer: o.singleBuffer, NoNeedWakeup: !o.needWakeup,
+		SocketBusyPoll: o.sockBusy}
 	if iface == "" {
 		return cfg, usageError("--transport xdp needs --interface NAME|ADDR")
 	}
 	if o.zeroCopy && o.copy {
 		return cfg, usageError("--zero-copy and --copy exclude each other")
+	}
+	if o.sockBusy.Usecs < 0 || o.sockBusy.Budget < 0 || o.sockBusy.Budget > 0xffff {
+		return cfg, usageError("--xdp-busy-poll-usecs %d / --xdp-busy-poll-budget %d: want 0 or more (budget at most 65535)",
+			o.sockBusy.Usecs, o.sockBusy.Budget)
 	}
 	switch o.mode {
 	case xdp.ModeAuto, xdp.ModeNative, xdp.ModeGeneric:
@@ -67,4 +87,50 @@ func (o *xdpOptions) config(iface string, eps []transport.Endpoint, log *zerolog
 		return cfg, usageError("--xdp-frames %d: want a power of two", o.frames)
 	}
 	return cfg, nil
+}
+
+// openXDPHeapSender opens `send --transport xdp`: an AF_XDP socket on queue 0 of iface (a name or an IPv4
+// address), its frames addressed to the destination's Ethernet address (xdpDestMAC).
+func openXDPHeapSender(iface string, e transport.Endpoint, ttl int, gbps float64, batch int, enc *spead.Encoder) (transport.HeapSender, error) {
+	if iface == "" {
+		return nil, usageError("--transport xdp needs --interface NAME|ADDR (the interface the frames leave by)")
+	}
+	if !e.Addr.IsValid() || e.Addr.IsUnspecified() {
+		return nil, usageError("--transport xdp needs a destination address, not just a port")
+	}
+	name, _, err := xdp.ResolveInterface(iface)
+	if err != nil {
+		return nil, err
+	}
+	mac, err := xdpDestMAC(e.Addr, name)
+	if err != nil {
+		return nil, err
+	}
+	return xdp.OpenHeapSender(xdp.SendConfig{Interface: name, Dest: netip.AddrPortFrom(e.Addr, e.Port), DstMAC: mac, TTL: ttl,
+		Rate: gbps * 1e9, Batch: batch}, enc)
+}
+
+// xdpDestMAC is the Ethernet destination of frames to dst leaving by netdev: the group's MAC for
+// multicast, else the kernel's neighbour entry (verbs.DestinationMAC). AF_XDP bypasses the kernel's
+// resolution, so a missing entry is resolved the way the kernel would for a socket: one empty UDP datagram
+// to dst's discard port (9) makes it ARP, and the table is read again for up to a second. The
+// destination must be on netdev's link.
+func xdpDestMAC(dst netip.Addr, netdev string) ([6]byte, error) {
+	mac, err := verbs.DestinationMAC(dst, netdev, verbs.DefaultARPTable)
+	if err == nil || !errors.Is(err, verbs.ErrNoNeighbour) {
+		return mac, err
+	}
+	if c, derr := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, 9))); derr == nil {
+		_, _ = c.Write(nil)
+		c.Close()
+	}
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		if mac, err = verbs.DestinationMAC(dst, netdev, verbs.DefaultARPTable); err == nil {
+			return mac, nil
+		}
+	}
+	return mac, fmt.Errorf("xdp send: no Ethernet address for %s on %s after asking the kernel to resolve it (is it on that link?): %w",
+		dst, netdev, verbs.ErrNoNeighbour)
 }

@@ -25,6 +25,8 @@ type VethConfig struct {
 	RecvAddr, SendAddr netip.Addr
 	// Queues is the rx and tx queue count of each end (ethtool -L): AF_XDP binds a socket per queue.
 	Queues int
+	// MTU, if set, is both ends' MTU (9000 for jumbo frames).
+	MTU int
 }
 
 // VethPair is two network namespaces joined by a veth pair. The sender's namespace routes IPv4 multicast
@@ -73,6 +75,14 @@ func NewVethPair(cfg VethConfig) (*VethPair, error) {
 	if cfg.Queues > 1 {
 		for _, x := range [][2]string{{p.RecvNS, p.RecvIf}, {p.SendNS, p.SendIf}} {
 			if err := SetChannels(x[0], x[1], uint32(cfg.Queues)); err != nil {
+				p.Remove()
+				return nil, err
+			}
+		}
+	}
+	if cfg.MTU > 0 {
+		for _, x := range [][2]string{{p.RecvNS, p.RecvIf}, {p.SendNS, p.SendIf}} {
+			if err := ip("-n", x[0], "link", "set", x[1], "mtu", fmt.Sprint(cfg.MTU)); err != nil {
 				p.Remove()
 				return nil, err
 			}

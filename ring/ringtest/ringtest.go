@@ -10,7 +10,8 @@ import (
 )
 
 // New creates ring name for tb and closes it with tb.Cleanup. Unset fields of cfg get small test values:
-// Dir a fresh tb.TempDir() (removed with the test), 8 slots of 4096 bytes. HugePages is as given (the
+// Dir a fresh tb.TempDir() (removed with the test), 8 slots of 4096 bytes (a chunk ring's size
+// follows its geometry). HugePages is as given (the
 // zero value uses hugepages when the host has them, as a real ring does; HugePagesOff to not).
 func New(tb testing.TB, name string, cfg ring.Config) *ring.Producer {
 	tb.Helper()
@@ -20,7 +21,7 @@ func New(tb testing.TB, name string, cfg ring.Config) *ring.Producer {
 	if cfg.SlotCount == 0 {
 		cfg.SlotCount = 8
 	}
-	if cfg.SlotSize == 0 {
+	if cfg.SlotSize == 0 && cfg.Chunks.Heaps == 0 { // a chunk ring derives its slot size
 		cfg.SlotSize = 4096
 	}
 	p, err := ring.Create(name, cfg)

@@ -18,6 +18,15 @@ type HeapGen struct {
 	pattern  bool
 	tsIndex  int    // index of the timestamp item in both heaps' items, -1 without one
 	heapSize uint64 // the timestamp's step
+	chunk    *ChunkItems
+}
+
+// ChunkItems makes a stream a chunk-mode receiver can place (spec §13): heap cnt N (from 1) carries the
+// immediate TimeItem = ((N-1) / AxisCount) × Step and, with an AxisItem, AxisItem = (N-1) mod AxisCount —
+// every axis position of one timestamp, then the next timestamp.
+type ChunkItems struct {
+	TimeItem, Step      uint64
+	AxisItem, AxisCount uint64 // AxisItem 0: none (AxisCount is then 1)
 }
 
 // TimestampItemID is the id of the timestamp item (Options.Timestamp), the one MeerKAT's digitiser streams
@@ -88,6 +97,35 @@ func NewHeapGenOptions(f spead.Flavour, heapSize, nItems int, o Options) (*HeapG
 	return g, nil
 }
 
+// SetChunkItems adds the time (and axis) immediate items of ci to every heap, before its other items.
+func (g *HeapGen) SetChunkItems(ci ChunkItems) error {
+	if ci.TimeItem == 0 || ci.Step == 0 || ci.AxisItem != 0 && ci.AxisCount == 0 || ci.AxisItem == ci.TimeItem {
+		return fmt.Errorf("pattern: chunk items %+v: want a time item and step, an axis item other than it with a count", ci)
+	}
+	if g.tsIndex >= 0 && (ci.TimeItem == TimestampItemID || ci.AxisItem == TimestampItemID) {
+		return fmt.Errorf("pattern: chunk item %#x is the timestamp item already in the stream", uint64(TimestampItemID))
+	}
+	if ci.AxisItem == 0 {
+		ci.AxisCount = 1
+	}
+	g.chunk = &ci
+	add := func(h *spead.Heap) {
+		ids := []spead.Item{{ID: ci.TimeItem, Immediate: true}}
+		if ci.AxisItem != 0 {
+			ids = append(ids, spead.Item{ID: ci.AxisItem, Immediate: true})
+		}
+		h.Items = append(ids, h.Items...)
+	}
+	if g.tsIndex >= 0 {
+		g.tsIndex += 1 + min(int(ci.AxisItem), 1) // the items before it moved up
+	}
+	add(&g.h)
+	if g.first.Items != nil {
+		add(&g.first)
+	}
+	return nil
+}
+
 // Heap returns heap cnt, ready to encode; valid until the next call.
 func (g *HeapGen) Heap(cnt uint64) *spead.Heap {
 	h := &g.h
@@ -95,9 +133,19 @@ func (g *HeapGen) Heap(cnt uint64) *spead.Heap {
 		h = &g.first
 	}
 	h.Cnt = cnt
+	items := h.Items
+	if ci := g.chunk; ci != nil {
+		items[0].Value = (cnt - 1) / ci.AxisCount * ci.Step
+		if ci.AxisItem != 0 {
+			items[1].Value = (cnt - 1) % ci.AxisCount
+			items = items[2:]
+		} else {
+			items = items[1:]
+		}
+	}
 	if g.pattern {
 		FillPattern(g.payload, cnt)
-		h.Items[0].Value = cnt
+		items[0].Value = cnt
 	}
 	if g.tsIndex >= 0 {
 		h.Items[g.tsIndex].Value = (cnt - 1) * g.heapSize

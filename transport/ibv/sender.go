@@ -10,13 +10,11 @@ import (
 	"github.com/ibvbridge/ibvbridge/verbs"
 )
 
-// drainTimeout bounds how long Flush drains what is queued once its context is already done.
-const drainTimeout = time.Second
-
 // HeapSender is the ibverbs send transport: it packetizes SPEAD heaps straight into a verbs.Sender's
 // registered frame buffers, which are posted in batches. It is for one goroutine.
 type HeapSender struct {
 	s     *verbs.Sender
+	q     laneQueue
 	enc   *spead.Encoder
 	start time.Time
 }
@@ -39,7 +37,7 @@ func newHeapSender(s *verbs.Sender, enc *spead.Encoder) (*HeapSender, error) {
 	if err := checkEncoder(enc, s.MaxPacketSize()); err != nil {
 		return nil, err
 	}
-	return &HeapSender{s: s, enc: enc, start: time.Now()}, nil
+	return &HeapSender{s: s, q: laneQueue{s: s}, enc: enc, start: time.Now()}, nil
 }
 
 func checkEncoder(enc *spead.Encoder, maxPacketSize int) error {
@@ -57,35 +55,26 @@ func (hs *HeapSender) SendHeap(ctx context.Context, h *spead.Heap) error {
 // SendHeapTo packetizes h into frame buffers for endpoint ep (an index into SendConfig.Endpoints) and
 // queues them. Frames are posted in batches: Flush sends the rest.
 func (hs *HeapSender) SendHeapTo(ctx context.Context, h *spead.Heap, ep int) error {
-	if err := hs.enc.Reset(h); err != nil {
-		return err
-	}
-	for hs.enc.More() {
-		buf, err := hs.s.Buffer(ctx)
-		if err != nil {
-			return err
-		}
-		n, err := hs.enc.Next(buf)
-		if err != nil {
-			hs.s.Discard()
-			return err
-		}
-		if err := hs.s.CommitTo(ctx, ep, n); err != nil {
-			return err
-		}
-	}
-	return nil
+	hs.q.ep = ep
+	return transport.Packetize(ctx, hs.enc, h, &hs.q)
 }
 
+// laneQueue is the device sender as a transport.FrameQueue whose frames go to one endpoint.
+type laneQueue struct {
+	s  *verbs.Sender
+	ep int
+}
+
+func (q *laneQueue) Buffer(ctx context.Context) ([]byte, error) { return q.s.Buffer(ctx) }
+func (q *laneQueue) Commit(ctx context.Context, n int) error    { return q.s.CommitTo(ctx, q.ep, n) }
+func (q *laneQueue) Discard()                                   { q.s.Discard() }
+
 // Flush implements transport.HeapSender: it posts what is queued and waits until the NIC has sent every
-// frame. An interrupted send (ctx already done) still drains what is queued, briefly (drainTimeout): the
-// frames are built, and the heaps they finish should arrive whole.
+// frame. An interrupted send (ctx already done) still drains what is queued, briefly
+// (transport.DrainContext): the frames are built, and the heaps they finish should arrive whole.
 func (hs *HeapSender) Flush(ctx context.Context) error {
-	if ctx.Err() != nil {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), drainTimeout)
-		defer cancel()
-	}
+	ctx, cancel := transport.DrainContext(ctx)
+	defer cancel()
 	return hs.s.Flush(ctx)
 }
 

@@ -29,13 +29,6 @@ type HeapSenderConfig struct {
 // MaxBatch is the most packets one sendmmsg call takes (send --batch).
 const MaxBatch = 1024
 
-// maxPaceDelay caps one pacing wait's arithmetic (not its interruptibility: a cancelled context ends any
-// wait at once).
-const maxPaceDelay = 24 * time.Hour
-
-// maxLag is how far behind its budget a paced sender may be before it gives the time up.
-const maxLag = 2 * time.Millisecond
-
 // HeapSender is the socket path of transport.HeapSender: heaps are packetized into a batch of
 // preallocated buffers and full batches leave in one sendmmsg, paced by a byte budget when a rate is set;
 // with GSO each run of equal-length packets is one message. It allocates nothing per heap.
@@ -44,10 +37,8 @@ type HeapSender struct {
 	enc     *spead.Encoder
 	bufs    [][]byte
 	pkts    [][]byte
-	bps     float64
-	start   time.Time // the pacing budget's origin; moves forward when the sender falls behind
+	pacer   *transport.Pacer
 	opened  time.Time
-	timer   *time.Timer
 	packets uint64
 	bytes   uint64
 
@@ -77,7 +68,7 @@ func OpenHeapSender(cfg HeapSenderConfig) (*HeapSender, error) {
 		return nil, err
 	}
 	now := time.Now()
-	hs := &HeapSender{s: s, enc: cfg.Encoder, bps: cfg.Rate, start: now, opened: now, pkts: make([][]byte, 0, batch)}
+	hs := &HeapSender{s: s, enc: cfg.Encoder, pacer: transport.NewPacer(cfg.Rate), opened: now, pkts: make([][]byte, 0, batch)}
 	size := cfg.Encoder.MaxPacketSize()
 	mem := make([]byte, batch*size)
 	for i := range batch {
@@ -125,10 +116,8 @@ func (hs *HeapSender) Flush(ctx context.Context) error {
 	for _, p := range hs.pkts {
 		n += uint64(len(p))
 	}
-	if hs.bps > 0 && !transport.Draining(ctx) {
-		if err := hs.pace(ctx); err != nil {
-			return err
-		}
+	if err := hs.pacer.Wait(ctx, hs.bytes); err != nil {
+		return err
 	}
 	if hs.gso {
 		if err := hs.s.SendRuns(hs.cutRuns()); err != nil {
@@ -166,34 +155,6 @@ func (hs *HeapSender) cutRuns() [][][]byte {
 
 // GSOActive reports whether the socket segments messages (HeapSenderConfig.GSO, and the kernel agreed).
 func (hs *HeapSender) GSOActive() bool { return hs.gso }
-
-// pace is a token bucket on bytes. It sleeps rather than spins: on a small host the receiver and its
-// consumer need the cores, and the budget makes up for a sleep's overshoot with a burst of at most one
-// batch. A sender that fell behind (descheduled) does not catch up at full speed: that burst would
-// overflow the receiver's socket buffer, so past maxLag the budget restarts from now.
-func (hs *HeapSender) pace(ctx context.Context) error {
-	// In float seconds first: at a tiny rate the due time overflows a Duration.
-	dueSecs := min(float64(hs.bytes)*8/hs.bps, maxPaceDelay.Seconds())
-	d := time.Duration(dueSecs*1e9) - time.Since(hs.start)
-	if d <= 0 {
-		if -d > maxLag {
-			hs.start = hs.start.Add(-d - maxLag)
-		}
-		return ctx.Err()
-	}
-	if hs.timer == nil {
-		hs.timer = time.NewTimer(d)
-	} else {
-		hs.timer.Reset(d)
-	}
-	select {
-	case <-hs.timer.C:
-		return nil
-	case <-ctx.Done():
-		hs.timer.Stop()
-		return ctx.Err()
-	}
-}
 
 // Totals implements transport.HeapSender.
 func (hs *HeapSender) Totals() transport.SendTotals {

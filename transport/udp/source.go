@@ -104,15 +104,21 @@ type socket struct {
 
 	packets, bytes, placed atomic.Uint64 // this socket's share of the Source's counters (per-thread metrics)
 
-	// Direct placement (GRO sockets feeding a transport.Placer): one recvmsg whose iovecs alternate a
-	// header buffer and the region Place expects that datagram's payload in, then an overflow buffer.
-	regions [][]byte
-	hdrBufs []byte // maxPlace × maxPlaceHdr
-	piov    []unix.Iovec
-	pstart  []int // logical offset of each iovec piece
-	pmsg    unix.Msghdr
-	gather  []byte // the datagrams of a read that did not land where expected, copied out
-	dgrams  []placedDgram
+	// Direct placement (GRO sockets feeding a transport.Placer): one recvmmsg whose messages' iovecs
+	// alternate a header buffer and the region Place expects that datagram's payload in, each message
+	// ending in an overflow buffer.
+	regions     [][]byte
+	hdrBufs     []byte // maxPlace × maxPlaceHdr
+	pmsgs       []mmsghdr
+	placedMsgs  []placedMsg
+	perMsg      int // datagrams a message is expected to hold: the most one held in recent placed reads
+	placedReads uint64
+	windowMost  int // the most datagrams a message held in this window of relearnPerMsg placed reads
+	msgCap      int // messages a placed read may take: 1 after a wrong guess, doubling while they hold
+	piov        []unix.Iovec
+	pstart      []int  // logical offset of each iovec piece in its message
+	gather      []byte // the datagrams of a read that did not land where expected, copied out
+	dgrams      []placedDgram
 }
 
 // Direct placement limits: datagrams guessed per read, and the longest header guessed.
@@ -120,6 +126,10 @@ const (
 	maxPlace    = 64
 	maxPlaceHdr = 512
 )
+
+// relearnPerMsg is how many placed reads pass before the datagrams a message is expected to hold may
+// shrink.
+const relearnPerMsg = 64
 
 // groCmsgSpace is the control buffer of one message: a cmsghdr and the int segment size, aligned.
 const groCmsgSpace = 24
@@ -267,10 +277,15 @@ func (s *Source) openSocket(ep transport.Endpoint, ifAddr [4]byte, ifIndex int) 
 			sk.ctl = make([]byte, n*groCmsgSpace)
 			sk.regions = make([][]byte, maxPlace)
 			sk.hdrBufs = make([]byte, maxPlace*maxPlaceHdr)
-			sk.piov = make([]unix.Iovec, 2*maxPlace+1)
-			sk.pstart = make([]int, 2*maxPlace+2)
-			sk.gather = make([]byte, 0, maxGROMessage)
-			sk.dgrams = make([]placedDgram, 0, maxPlace)
+			msgs := min(n, maxPlace)
+			sk.pmsgs = make([]mmsghdr, msgs)
+			sk.placedMsgs = make([]placedMsg, msgs)
+			sk.piov = make([]unix.Iovec, 2*maxPlace+msgs)
+			sk.pstart = make([]int, 2*maxPlace+msgs+1)
+			// Room for what a read usually holds; a read that copies out more grows them once (append).
+			sk.gather = make([]byte, 0, 2*maxGROMessage)
+			sk.dgrams = make([]placedDgram, 0, 2*maxPlace)
+			sk.perMsg, sk.msgCap = 1, 1
 		} else if s.cfg.Log != nil {
 			s.cfg.Log.Warn().Err(err).Str("endpoint", ep.String()).Msg("UDP GRO refused: a datagram per message")
 		}
@@ -595,62 +610,21 @@ func (s *Source) count(sk *socket, packets, bytes, placed, misses uint64) {
 	}
 }
 
-// readPlaced reads one GRO message with its guessed datagrams' payloads going straight to the k regions
-// Place returned, each after a hdrLen-byte header buffer, the rest into an overflow buffer. Each datagram
-// that landed exactly in its pieces goes to Placed; any other is joined back and goes to Packet. It
-// reports whether the socket may have more to read.
+// readPlaced makes one recvmmsg whose messages carry the k regions Place returned (layoutPlaced), each
+// datagram's as a hdrLen-byte header buffer and the payload's region, each message ending in an overflow
+// buffer. Each datagram of the leading run that landed exactly in its pieces goes to Placed; every other
+// is joined back and goes to Packet. It reports whether the socket may have more to read.
 func (s *Source) readPlaced(sk *socket, pl transport.Placer, hdrLen, k int) (bool, error) {
-	off := 0
-	for j := range k {
-		h := sk.hdrBufs[j*maxPlaceHdr : j*maxPlaceHdr+hdrLen]
-		sk.pstart[2*j] = off
-		sk.piov[2*j].Base, off = &h[0], off+hdrLen
-		sk.piov[2*j].SetLen(hdrLen)
-		r := sk.regions[j]
-		sk.pstart[2*j+1] = off
-		sk.piov[2*j+1].Base, off = &r[0], off+len(r)
-		sk.piov[2*j+1].SetLen(len(r))
+	msgs := sk.layoutPlaced(hdrLen, k)
+	for m := range msgs {
+		sk.pmsgs[m].hdr.SetControllen(groCmsgSpace) // the kernel overwrites it with what it used
 	}
-	sk.pstart[2*k] = off
-	sk.piov[2*k].Base = &sk.bufs[0][0] // overflow: the batch buffers are idle meanwhile
-	sk.piov[2*k].SetLen(len(sk.bufs[0]))
-	sk.pstart[2*k+1] = off + len(sk.bufs[0])
-	m := &sk.pmsg
-	m.Iov = &sk.piov[0]
-	m.SetIovlen(2*k + 1)
-	m.Control = &sk.ctl[0]
-	m.SetControllen(groCmsgSpace)
-	n, _, errno := unix.Syscall(unix.SYS_RECVMSG, uintptr(sk.fd), uintptr(unsafe.Pointer(m)), unix.MSG_DONTWAIT)
+	n, errno := recvmmsg(sk.fd, sk.pmsgs[:msgs])
 	if errno != 0 {
-		return false, s.readFailed(sk, "recvmsg", errno)
+		return false, s.readFailed(sk, "recvmmsg", errno)
 	}
 	now := time.Now().UnixNano()
-	total := int(n)
-	seg := groSegment(sk.ctl[:groCmsgSpace], int(m.Controllen), total)
-	// Decide every datagram before taking any: one that did not land in place is copied out first (taking
-	// a datagram may move bytes into a region a later one still occupies).
-	// Only a leading run of datagrams is taken in place: each of those is the next packet of the one heap
-	// Place guessed, so taking them cannot evict that heap or hand its slot to another while a later one
-	// still sits in it; everything after the first datagram that does not fit is copied out.
-	ds := sk.dgrams[:0]
-	copied := sk.gather[:0]
-	inPlace := true
-	for d, start := 0, 0; start < total; d, start = d+1, start+seg {
-		end := min(start+seg, total)
-		size := end - start
-		dg := placedDgram{size: size}
-		if inPlace = inPlace && d < k && start == sk.pstart[2*d] && size > hdrLen && size-hdrLen <= len(sk.regions[d]) &&
-			(end == total || size == hdrLen+len(sk.regions[d])) &&
-			pl.Fits(sk.hdrBufs[d*maxPlaceHdr:d*maxPlaceHdr+hdrLen], sk.regions[d], size-hdrLen); inPlace {
-			dg.fits, dg.index = true, d
-		} else if size <= s.cfg.MaxPacketSize {
-			dg.index = len(copied)
-			copied = sk.appendPieces(copied, start, end, k)
-			dg.moved = start < sk.pstart[2*k] // part of it went into a guessed region
-		}
-		ds = append(ds, dg)
-	}
-	sk.dgrams = ds
+	ds := s.sortPlaced(sk, pl, hdrLen, n)
 	var packets, bytes, placed, misses uint64
 	for _, dg := range ds {
 		if dg.size > s.cfg.MaxPacketSize {
@@ -669,13 +643,123 @@ func (s *Source) readPlaced(sk *socket, pl transport.Placer, hdrLen, k int) (boo
 		if dg.moved {
 			misses++
 		}
-		pl.Packet(copied[dg.index:dg.index+dg.size], now)
+		pl.Packet(sk.gather[dg.index:dg.index+dg.size], now)
 	}
 	s.count(sk, packets, bytes, placed, misses)
 	if packets > 1 {
 		s.merged.Add(packets)
 	}
-	return !s.stopping.Load(), nil
+	// A wrong guess makes the rest of its read a copy: after one, read one message a time until the
+	// guesses hold again, then twice as many each read.
+	if misses > 0 {
+		sk.msgCap = 1
+	} else {
+		sk.msgCap = min(2*sk.msgCap, len(sk.pmsgs))
+	}
+	return n == msgs && !s.stopping.Load(), nil
+}
+
+// layoutPlaced builds the message vectors of a placed read of k regions and returns how many messages.
+// While the socket's messages hold one datagram each (perMsg 1: nothing merges them), each region gets a
+// message of its own: one call takes up to msgCap datagrams, and each lands in its region whatever the
+// others hold. Once a message held several (GRO), a read is one message laid out with every region, as
+// the number each message holds follows the sender's runs: a message holding fewer than laid out would
+// shift every later message of the call off its regions (tried: on 1 MiB heaps from a GSO sender whose
+// batches end in short runs, about one datagram in ten was then moved, for no CPU gain).
+func (sk *socket) layoutPlaced(hdrLen, k int) (msgs int) {
+	perMsg, maxMsgs := k, 1
+	if sk.perMsg == 1 {
+		perMsg, maxMsgs = 1, sk.msgCap
+	}
+	p := 0 // next piece
+	for d := 0; d < k && msgs < maxMsgs; msgs++ {
+		pm := &sk.placedMsgs[msgs]
+		pm.firstDgram, pm.firstPiece = d, p
+		off := 0
+		for n := 0; d < k && n < perMsg; n++ {
+			h, r := sk.hdrBufs[d*maxPlaceHdr:d*maxPlaceHdr+hdrLen], sk.regions[d]
+			off = sk.setPiece(p, &h[0], hdrLen, off)
+			off = sk.setPiece(p+1, &r[0], len(r), off)
+			p, d = p+2, d+1
+		}
+		pm.dgrams = d - pm.firstDgram
+		over := sk.bufs[msgs] // overflow: the batch buffers are idle meanwhile
+		sk.setPiece(p, &over[0], len(over), off)
+		p++
+		pm.endPiece = p
+		h := &sk.pmsgs[msgs].hdr
+		h.Iov = &sk.piov[pm.firstPiece]
+		h.SetIovlen(p - pm.firstPiece)
+		h.Control = &sk.ctl[msgs*groCmsgSpace]
+	}
+	return msgs
+}
+
+// setPiece makes iovec piece p the n bytes at base, at logical offset off of its message; it returns the
+// offset after it.
+func (sk *socket) setPiece(p int, base *byte, n, off int) int {
+	sk.piov[p].Base = base
+	sk.piov[p].SetLen(n)
+	sk.pstart[p] = off
+	return off + n
+}
+
+// placedMsg is one message of a placed read: its datagrams' regions and its iovec pieces.
+type placedMsg struct {
+	firstDgram, dgrams   int
+	firstPiece, endPiece int // the overflow buffer is the last piece
+}
+
+// sortPlaced cuts the n messages of a placed read into datagrams and decides each before any is taken:
+// one that did not land in place is copied out to sk.gather first (taking a datagram may move bytes into
+// a region a later one still occupies). Only a leading run of datagrams is taken in place: each of those
+// is the next packet Place guessed, so taking them cannot evict that heap or hand its slot to another
+// while a later one still sits in it; everything after the first datagram that does not fit is copied.
+func (s *Source) sortPlaced(sk *socket, pl transport.Placer, hdrLen, n int) []placedDgram {
+	sk.dgrams, sk.gather = sk.dgrams[:0], sk.gather[:0]
+	inPlace, most := true, 1
+	for m := range n {
+		pm := &sk.placedMsgs[m]
+		total := int(sk.pmsgs[m].n)
+		seg := groSegment(sk.ctl[m*groCmsgSpace:(m+1)*groCmsgSpace], int(sk.pmsgs[m].hdr.Controllen), total)
+		if total > 0 {
+			most = max(most, (total+seg-1)/seg)
+		}
+		for j, start := 0, 0; start < total; j, start = j+1, start+seg {
+			end := min(start+seg, total)
+			dg := placedDgram{size: end - start}
+			if inPlace = inPlace && j < pm.dgrams && sk.fitsPlaced(pl, pm, j, hdrLen, start, end, end == total); inPlace {
+				dg.fits, dg.index = true, pm.firstDgram+j
+			} else if dg.size <= s.cfg.MaxPacketSize {
+				dg.index = len(sk.gather)
+				sk.gather = sk.appendPieces(sk.gather, pm, start, end)
+				dg.moved = start < sk.pstart[pm.endPiece-1] // part of it went into a guessed region
+			}
+			sk.dgrams = append(sk.dgrams, dg)
+		}
+	}
+	// Learn upwards at once, downwards only to the most of a window of reads: one message that happened
+	// to hold a single datagram must not switch a GRO stream to a message per datagram.
+	sk.placedReads++
+	sk.windowMost = max(sk.windowMost, most)
+	sk.perMsg = max(sk.perMsg, most)
+	if sk.placedReads%relearnPerMsg == 0 {
+		sk.perMsg, sk.windowMost = sk.windowMost, 0
+	}
+	return sk.dgrams
+}
+
+// fitsPlaced reports whether datagram j of message pm, at [start, end) of the message, landed whole in
+// its header buffer and region and is the packet expected there. Only a message's last datagram may be
+// shorter than its region.
+func (sk *socket) fitsPlaced(pl transport.Placer, pm *placedMsg, j, hdrLen, start, end int, last bool) bool {
+	d := pm.firstDgram + j
+	payload := end - start - hdrLen
+	if start != sk.pstart[pm.firstPiece+2*j] || payload <= 0 || payload > len(sk.regions[d]) ||
+		!last && payload != len(sk.regions[d]) {
+		return false
+	}
+	return pl.Fits(sk.hdrBufs[d*maxPlaceHdr:d*maxPlaceHdr+hdrLen], sk.regions[d], payload)
 }
 
 // placedDgram is one datagram of a placed read: taken in place (fits, region index), or copied out
@@ -686,10 +770,14 @@ type placedDgram struct {
 	fits, moved bool
 }
 
-// appendPieces appends the logical bytes [start, end) of the last placed read, from its iovec pieces.
-func (sk *socket) appendPieces(out []byte, start, end, k int) []byte {
-	for p := 0; p <= 2*k && start < end; p++ {
+// appendPieces appends the logical bytes [start, end) of message pm of the last placed read, from its
+// iovec pieces.
+func (sk *socket) appendPieces(out []byte, pm *placedMsg, start, end int) []byte {
+	for p := pm.firstPiece; p < pm.endPiece && start < end; p++ {
 		lo, hi := sk.pstart[p], sk.pstart[p+1]
+		if p == pm.endPiece-1 {
+			hi = lo + int(sk.piov[p].Len)
+		}
 		if hi <= start || lo >= end {
 			continue
 		}

@@ -25,6 +25,8 @@ var (
 	ErrInUse = errors.New("interface XDP hook is held by another running ibvbridge")
 	// ErrBadConfig: the Config is inconsistent (no endpoints, bad frame size, ...).
 	ErrBadConfig = errors.New("bad AF_XDP configuration")
+	// ErrBusyPoll: a busy-polling socket option (Config.BusyPollOptions) was refused or not kept.
+	ErrBusyPoll = errors.New("busy-polling socket option refused")
 	// ErrClosed: Run was called on, or interrupted by, Close.
 	ErrClosed = errors.New("AF_XDP source closed")
 )

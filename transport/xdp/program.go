@@ -54,6 +54,7 @@ func keyFor(ap netip.AddrPort) endpointKey {
 
 // objects are the program and its maps.
 type objects struct {
+	frags     bool // loaded with BPF_F_XDP_HAS_FRAGS: frames may span several buffers
 	prog      *ebpf.Program
 	endpoints *ebpf.Map // endpointKey → u32 1
 	xsks      *ebpf.Map // XSKMAP: rx queue index → AF_XDP socket
@@ -73,9 +74,15 @@ func (o *objects) Close() error {
 	return errors.Join(errs...)
 }
 
-// loadObjects creates the maps, fills the endpoints map and loads the program. xskEntries sizes the XSKMAP:
-// it must exceed the largest queue index.
-func loadObjects(endpoints []netip.AddrPort, xskEntries int) (o *objects, err error) {
+// xdpHasFrags is BPF_F_XDP_HAS_FRAGS (the xdp.frags section of a C program): the program sees only a
+// multi-buffer frame's first buffer through data/data_end, and the driver may hand it frames larger than
+// a page (a veth or NIC with a jumbo MTU refuses a program without it).
+const xdpHasFrags = 1 << 5
+
+// loadObjects creates the maps, fills the endpoints map and loads the program, frags-aware if frags and the
+// kernel takes it (5.18+; an older one gets the program without). xskEntries sizes the XSKMAP: it must
+// exceed the largest queue index.
+func loadObjects(endpoints []netip.AddrPort, xskEntries int, frags bool) (o *objects, err error) {
 	o = &objects{}
 	defer func() {
 		if err != nil {
@@ -103,12 +110,24 @@ func loadObjects(endpoints []netip.AddrPort, xskEntries int) (o *objects, err er
 	}); err != nil {
 		return o, bpfError("create counters map", err)
 	}
-	if o.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{
+	spec := &ebpf.ProgramSpec{
 		Name:         ProgramName,
 		Type:         ebpf.XDP,
 		License:      "Dual MIT/GPL",
 		Instructions: programInstructions(o.endpoints.FD(), o.xsks.FD(), o.counters.FD()),
-	}); err != nil {
+	}
+	if frags {
+		spec.Flags = xdpHasFrags
+		if o.prog, err = ebpf.NewProgram(spec); err == nil {
+			o.frags = true
+			return o, nil
+		}
+		if !errors.Is(err, unix.EINVAL) {
+			return o, bpfError("load XDP program (frags-aware)", err)
+		}
+		spec.Flags = 0
+	}
+	if o.prog, err = ebpf.NewProgram(spec); err != nil {
 		return o, bpfError("load XDP program", err)
 	}
 	return o, nil

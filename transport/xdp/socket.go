@@ -5,6 +5,7 @@ package xdp
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync/atomic"
 	"unsafe"
 
@@ -66,7 +67,10 @@ type xsk struct {
 	rx        *xskRing
 	zeroCopy  bool
 	wakeup    bool          // bound with XDP_USE_NEED_WAKEUP
+	sg        bool          // bound with XDP_USE_SG: a frame may span several descriptors
+	busyPoll  bool          // SO_PREFER_BUSY_POLL set: every empty poll drives the driver with recvfrom
 	frames    atomic.Uint64 // descriptors taken from the rx ring
+	dropping  bool          // inside a chain too long to assemble: its descriptors go straight back
 }
 
 // socketOptions say how to bind.
@@ -75,6 +79,13 @@ type socketOptions struct {
 	queue     int
 	frameSize int
 	zeroCopy  bool // XDP_ZEROCOPY, else XDP_COPY
+	// multiBuffer asks for XDP_USE_SG (frames larger than one UMEM frame arrive as chains); a kernel or
+	// driver that refuses it gets a socket without it.
+	multiBuffer bool
+	// noNeedWakeup binds without XDP_USE_NEED_WAKEUP: the driver then never sleeps waiting for a kick
+	// (more CPU in softirq, no wakeup syscalls).
+	noNeedWakeup bool
+	busy         BusyPoll
 }
 
 func sockopt(fd, opt int, p unsafe.Pointer, size uintptr) error {
@@ -139,24 +150,43 @@ func newXSK(o socketOptions, umem []byte) (x *xsk, err error) {
 	x.fill.local = n
 	atomic.StoreUint32(x.fill.prod, n)
 
+	if err := x.setBusyPoll(o.busy); err != nil {
+		return x, err
+	}
 	mode := uint16(unix.XDP_COPY)
 	if o.zeroCopy {
 		mode = unix.XDP_ZEROCOPY
 	}
-	sa := &unix.SockaddrXDP{Flags: mode | unix.XDP_USE_NEED_WAKEUP, Ifindex: uint32(o.ifindex), QueueID: uint32(o.queue)}
-	err = unix.Bind(fd, sa)
-	if errors.Is(err, unix.EINVAL) {
-		// Kernels before 5.4 reject XDP_USE_NEED_WAKEUP.
-		sa.Flags = mode
-		if err2 := unix.Bind(fd, sa); err2 == nil {
-			err = nil
+	// Try the most capable binding first, then drop what the kernel or driver refuses (EINVAL, or
+	// EOPNOTSUPP for XDP_USE_SG on a zero-copy driver without multi-buffer): XDP_USE_SG needs 6.6,
+	// XDP_USE_NEED_WAKEUP 5.4.
+	wakeup := uint16(unix.XDP_USE_NEED_WAKEUP)
+	if o.noNeedWakeup {
+		wakeup = 0
+	}
+	sg := uint16(0)
+	if o.multiBuffer {
+		sg = unix.XDP_USE_SG
+	}
+	sa := &unix.SockaddrXDP{Ifindex: uint32(o.ifindex), QueueID: uint32(o.queue)}
+	tries := []uint16{mode | wakeup | sg}
+	if sg != 0 {
+		tries = append(tries, mode|wakeup)
+	}
+	if wakeup != 0 {
+		tries = append(tries, mode)
+	}
+	for _, flags := range tries {
+		sa.Flags = flags
+		if err = unix.Bind(fd, sa); err == nil || !(errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP)) {
+			break
 		}
-	} else if err == nil {
-		x.wakeup = true
 	}
 	if err != nil {
 		return x, sysError(fmt.Sprintf("bind to queue %d", o.queue), err)
 	}
+	x.wakeup = sa.Flags&unix.XDP_USE_NEED_WAKEUP != 0
+	x.sg = sa.Flags&unix.XDP_USE_SG != 0
 	var opts uint32
 	if getsockopt(fd, unix.XDP_OPTIONS, unsafe.Pointer(&opts), 4) == nil {
 		x.zeroCopy = opts&unix.XDP_OPTIONS_ZEROCOPY != 0
@@ -164,20 +194,62 @@ func newXSK(o socketOptions, umem []byte) (x *xsk, err error) {
 	return x, nil
 }
 
-// take moves up to len(out) received descriptors off the rx ring.
-func (x *xsk) take(out []unix.XDPDesc) int {
+// maxChain is the most descriptors one frame may span: the kernel's MAX_SKB_FRAGS (17) plus the first.
+// A longer chain is never handed over (take drops it, counted).
+const maxChain = 18
+
+// take moves up to len(out) received descriptors off the rx ring, whole frames only: a chain of
+// descriptors (XDP_PKT_CONTD on all but its last) is taken entirely or left for the next call, so every
+// fragment of a frame is in one batch and stays valid until that batch is reposted. A chain longer than
+// limit (at most maxChain; the poll batch) cannot be assembled: its descriptors go straight back to the
+// fill ring and it is counted in dropped (once per chain). A chain that fits limit but not what is left of
+// out stays in the ring for the next call.
+func (x *xsk) take(out []unix.XDPDesc, limit int) (n int, dropped uint64) {
 	r := x.rx
-	avail := atomic.LoadUint32(r.prod) - r.local
-	n := min(uint32(len(out)), avail)
-	for i := uint32(0); i < n; i++ {
-		out[i] = r.descs[(r.local+i)&r.mask]
+	start, prod := r.local, atomic.LoadUint32(r.prod)
+	limit = min(limit, maxChain)
+	done, chain, refilled := 0, 0, false // out[:done] are whole frames; out[chain:n] the frame being read
+	for cons := r.local; cons != prod; {
+		d := r.descs[cons&r.mask]
+		more := d.Options&unix.XDP_PKT_CONTD != 0
+		if x.dropping { // the rest of a chain too long to assemble
+			x.refill(d.Addr)
+			cons++
+			r.local, x.dropping, refilled = cons, more, true
+			continue
+		}
+		if n == len(out) {
+			break
+		}
+		out[n] = d
+		n++
+		cons++
+		if !more {
+			done, chain, r.local = n, n, cons
+			continue
+		}
+		if n-chain >= limit {
+			for _, c := range out[chain:n] {
+				x.refill(c.Addr)
+			}
+			n, r.local, x.dropping, refilled = chain, cons, true, true
+			dropped++
+		}
 	}
-	if n > 0 {
-		r.local += n
+	if r.local != start {
 		atomic.StoreUint32(r.cons, r.local)
-		x.frames.Add(uint64(n))
+		x.frames.Add(uint64(r.local - start))
 	}
-	return int(n)
+	if refilled {
+		atomic.StoreUint32(x.fill.prod, x.fill.local)
+	}
+	return done, dropped
+}
+
+// refill puts one frame back in the fill ring (published by the caller).
+func (x *xsk) refill(addr uint64) {
+	x.fill.addrs[x.fill.local&x.fill.mask] = addr &^ (x.frameSize - 1)
+	x.fill.local++
 }
 
 // give returns frames (addresses within this socket's UMEM) to the fill ring. starved reports that the
@@ -194,10 +266,11 @@ func (x *xsk) give(addrs []uint64) (starved bool) {
 	return starved
 }
 
-// kick wakes the driver when it asked for it (XDP_USE_NEED_WAKEUP): a zero-length recvfrom is the rx
-// wakeup. It reports whether a wakeup was sent.
-func (x *xsk) kick() bool {
-	if !x.wakeup || !x.fill.needWakeup() {
+// kick wakes the driver when it asked for it (XDP_USE_NEED_WAKEUP), or, with idle set on a socket that
+// prefers busy polling, always: a zero-length recvfrom is the rx wakeup, and with SO_PREFER_BUSY_POLL it
+// runs the driver's NAPI poll in this thread. It reports whether a wakeup was sent.
+func (x *xsk) kick(idle bool) bool {
+	if !(idle && x.busyPoll) && (!x.wakeup || !x.fill.needWakeup()) {
 		return false
 	}
 	_, _, _ = unix.Syscall6(unix.SYS_RECVFROM, uintptr(x.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
@@ -218,6 +291,50 @@ func (x *xsk) close() {
 		_ = unix.Close(x.fd)
 		x.fd = -1
 	}
+}
+
+// BusyPoll are an AF_XDP socket's busy-polling options (socket(7)). With Prefer, the driver's NAPI
+// polling is left to the application's recvfrom (made on every empty poll) while it keeps up, instead of
+// interrupts and softirqs; it pays off with the device's napi_defer_hard_irqs and gro_flush_timeout set
+// (see the README). Zero values leave the kernel's defaults.
+type BusyPoll struct {
+	Prefer bool // SO_PREFER_BUSY_POLL
+	Usecs  int  // SO_BUSY_POLL: how long a busy poll may spin, in µs
+	Budget int  // SO_BUSY_POLL_BUDGET: packets one busy poll may process (the kernel's default is 8)
+}
+
+// setBusyPoll applies o's options and reads each back: a kernel that does not keep a value fails with
+// ErrBusyPoll.
+func (x *xsk) setBusyPoll(o BusyPoll) error {
+	opts := []struct {
+		name string
+		opt  int
+		val  int
+	}{{"SO_BUSY_POLL", unix.SO_BUSY_POLL, o.Usecs}, {"SO_BUSY_POLL_BUDGET", unix.SO_BUSY_POLL_BUDGET, o.Budget},
+		{"SO_PREFER_BUSY_POLL", unix.SO_PREFER_BUSY_POLL, 0}}
+	if o.Prefer {
+		opts[2].val = 1
+	}
+	for _, so := range opts {
+		if so.val == 0 {
+			continue
+		}
+		if err := unix.SetsockoptInt(x.fd, unix.SOL_SOCKET, so.opt, so.val); err != nil {
+			return fmt.Errorf("xdp: set %s=%d on the queue %d socket: %w: %w", so.name, so.val, x.queue, ErrBusyPoll,
+				os.NewSyscallError("setsockopt", err))
+		}
+		// Kernels read back SO_BUSY_POLL and SO_PREFER_BUSY_POLL; SO_BUSY_POLL_BUDGET is write-only
+		// (ENOPROTOOPT), so for it the accepted setsockopt is the proof.
+		got, err := unix.GetsockoptInt(x.fd, unix.SOL_SOCKET, so.opt)
+		if errors.Is(err, unix.ENOPROTOOPT) {
+			continue
+		}
+		if err != nil || got != so.val {
+			return fmt.Errorf("xdp: %s on the queue %d socket reads back %d (%v), not %d: %w", so.name, x.queue, got, err, so.val, ErrBusyPoll)
+		}
+	}
+	x.busyPoll = o.Prefer
+	return nil
 }
 
 // sysError wraps a socket-level failure with the package's sentinel errors.

@@ -4,6 +4,7 @@ package xdp
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -66,9 +67,21 @@ type Config struct {
 	// MaxPoll and BusyPoll are rxloop.Config's: polls before sleeping, or spin without sleeping.
 	MaxPoll  int
 	BusyPoll bool
-	// Batch is the frames taken per poll and returned per fill-ring update (default 64).
+	// Batch is the frames taken per poll and returned per fill-ring update (default 64). A frame spanning
+	// more descriptors than Batch (or maxChain) is dropped and counted.
 	Batch int
-	Log   *zerolog.Logger
+	// SingleBuffer binds without XDP_USE_SG and loads the program without frags support: frames larger
+	// than a UMEM frame are then dropped by the kernel (Stats.RxDropped). By default multi-buffer is
+	// used where the kernel has it (6.6+): a jumbo frame arrives as a chain of descriptors and is
+	// assembled here.
+	SingleBuffer bool
+	// NoNeedWakeup binds without XDP_USE_NEED_WAKEUP: the kernel keeps polling the fill ring itself, and
+	// the receiver never has to kick it with a syscall (more softirq CPU while idle).
+	NoNeedWakeup bool
+	// SocketBusyPoll are the sockets' busy-polling options (SO_PREFER_BUSY_POLL, SO_BUSY_POLL,
+	// SO_BUSY_POLL_BUDGET); Open fails with ErrBusyPoll if the kernel refuses one.
+	SocketBusyPoll BusyPoll
+	Log            *zerolog.Logger
 }
 
 func (c *Config) setDefaults() error {
@@ -138,7 +151,7 @@ type Stats struct {
 	ZeroCopy  bool   `json:"zero_copy"` // sockets bound in zero-copy mode
 	Queues    []int  `json:"queues"`
 
-	Frames      uint64                   `json:"frames"`       // frames taken from the rx rings
+	Frames      uint64                   `json:"frames"`       // descriptors taken from the rx rings (each piece of a chain)
 	QueueFrames []uint64                 `json:"queue_frames"` // frames taken, per queue (in Queues order)
 	Packets     uint64                   `json:"packets"`      // UDP payloads delivered to the sink
 	Bytes       uint64                   `json:"bytes"`        // payload bytes delivered
@@ -151,7 +164,13 @@ type Stats struct {
 	EmptyPolls  uint64 `json:"empty_polls"`  // polls that found every rx ring empty
 	Waits       uint64 `json:"waits"`        // sleeps in poll(2)
 	FillStarved uint64 `json:"fill_starved"` // fill-ring refills that found the kernel had taken every frame
-	Wakeups     uint64 `json:"wakeups"`      // need-wakeup kicks sent
+	Wakeups     uint64 `json:"wakeups"`      // need-wakeup (or busy-poll) kicks sent
+
+	MultiBuffer   bool   `json:"multi_buffer"`   // sockets bound with XDP_USE_SG
+	NeedWakeup    bool   `json:"need_wakeup"`    // sockets bound with XDP_USE_NEED_WAKEUP
+	ChainFrames   uint64 `json:"chain_frames"`   // frames that arrived as several descriptors, assembled
+	ChainsPlaced  uint64 `json:"chains_placed"`  // of those, payloads copied straight into their slot
+	ChainsDropped uint64 `json:"chains_dropped"` // frames spanning too many descriptors to assemble
 
 	// Kernel counters (XDP_STATISTICS), summed over the sockets.
 	RxDropped       uint64 `json:"rx_dropped"`               // frames dropped: too large for a frame, ...
@@ -162,21 +181,27 @@ type Stats struct {
 
 // Map returns the counters for a JSON object (skip reasons as "skipped_<reason>").
 func (s Stats) Map() map[string]uint64 {
-	zc := uint64(0)
-	if s.ZeroCopy {
-		zc = 1
-	}
+	zc := b2u(s.ZeroCopy)
 	m := map[string]uint64{"frames": s.Frames, "packets": s.Packets, "bytes": s.Bytes,
 		"xdp_redirected": s.Redirected, "xdp_no_socket": s.NoSocket, "polls": s.Polls,
 		"empty_polls": s.EmptyPolls, "waits": s.Waits, "fill_starved": s.FillStarved, "wakeups": s.Wakeups,
 		"rx_dropped": s.RxDropped, "rx_invalid_descs": s.RxInvalidDescs, "rx_ring_full": s.RxRingFull,
-		"rx_fill_ring_empty_descs": s.RxFillRingEmpty, "zero_copy": zc}
+		"rx_fill_ring_empty_descs": s.RxFillRingEmpty, "zero_copy": zc,
+		"multi_buffer": b2u(s.MultiBuffer), "need_wakeup": b2u(s.NeedWakeup), "chain_frames": s.ChainFrames,
+		"chains_placed": s.ChainsPlaced, "chains_dropped": s.ChainsDropped}
 	for r, n := range s.Skipped {
 		if n > 0 {
 			m["skipped_"+frame.Reason(r).String()] = n
 		}
 	}
 	return m
+}
+
+func b2u(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Source receives a stream's frames through AF_XDP sockets.
@@ -202,6 +227,12 @@ type Source struct {
 	bytes   atomic.Uint64
 	skipped [frame.NumReasons]atomic.Uint64
 
+	chain        chain    // the descriptors of the frame being received, when it spans several
+	region       [][]byte // Placer.Place's answer for a chain's payload
+	scratch      []byte   // a chain's payload joined, when it cannot be placed
+	chainFrames  atomic.Uint64
+	chainsPlaced atomic.Uint64
+
 	wakeMu sync.Mutex // guards wakeFD against wake
 
 	mu      sync.Mutex // guards the fields below, and teardown against Stats
@@ -222,7 +253,7 @@ func Open(cfg Config, umem []byte) (s *Source, err error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, fmt.Errorf("xdp: %w", err)
 	}
-	s = &Source{cfg: cfg, log: zerolog.Nop(), wakeFD: -1}
+	s = &Source{cfg: cfg, log: zerolog.Nop(), wakeFD: -1, region: make([][]byte, 1), scratch: make([]byte, frame.MaxPayloadLen)}
 	if cfg.Log != nil {
 		s.log = *cfg.Log
 	}
@@ -249,7 +280,7 @@ func Open(cfg Config, umem []byte) (s *Source, err error) {
 	if err = s.setUMEM(umem); err != nil {
 		return s, err
 	}
-	if s.objs, err = loadObjects(cfg.Endpoints, maxQ+1); err != nil {
+	if s.objs, err = loadObjects(cfg.Endpoints, maxQ+1, !cfg.SingleBuffer); err != nil {
 		return s, err
 	}
 	if err = s.removeStale(); err != nil {
@@ -284,6 +315,10 @@ func Open(cfg Config, umem []byte) (s *Source, err error) {
 		Int("frame_size", cfg.FrameSize).Int("frames", cfg.Frames).Msg("AF_XDP receiver ready")
 	return s, nil
 }
+
+// ResolveInterface returns the name and index of the interface called name, or having IPv4 address name
+// (spead2's convention); the error wraps ErrInterfaceNotFound.
+func ResolveInterface(name string) (string, int, error) { return resolveInterface(name) }
 
 func resolveInterface(name string) (string, int, error) {
 	if a, err := netip.ParseAddr(name); err == nil {
@@ -487,14 +522,16 @@ func (s *Source) attach() error {
 func (s *Source) openSockets() error {
 	part := s.cfg.Frames * s.cfg.FrameSize
 	for i, q := range s.cfg.Queues {
-		o := socketOptions{ifindex: s.ifindex, queue: q, frameSize: s.cfg.FrameSize}
+		o := socketOptions{ifindex: s.ifindex, queue: q, frameSize: s.cfg.FrameSize, busy: s.cfg.SocketBusyPoll,
+			multiBuffer: !s.cfg.SingleBuffer && s.objs.frags, noNeedWakeup: s.cfg.NoNeedWakeup}
 		umem := s.umem[i*part : (i+1)*part : (i+1)*part]
 		var x *xsk
 		var err error
 		if !s.cfg.Copy && s.mode == ModeNative {
 			o.zeroCopy = true
 			x, err = newXSKRetry(o, umem)
-			if err != nil && !errors.Is(err, ErrPermission) && !errors.Is(err, ErrNotSupported) && !errors.Is(err, unix.EBUSY) {
+			if err != nil && !errors.Is(err, ErrPermission) && !errors.Is(err, ErrNotSupported) && !errors.Is(err, unix.EBUSY) &&
+				!errors.Is(err, ErrBusyPoll) {
 				if s.cfg.ZeroCopy {
 					return fmt.Errorf("xdp: %s queue %d: %w: %w", s.ifname, q, ErrZeroCopyUnsupported, err)
 				}
@@ -502,11 +539,22 @@ func (s *Source) openSockets() error {
 					Msg("AF_XDP zero-copy refused by the driver; using copy mode")
 				o.zeroCopy = false
 				x, err = newXSKRetry(o, umem)
+			} else if err == nil && o.multiBuffer && !x.sg && !s.cfg.ZeroCopy && s.mtuNeedsChains() {
+				// A driver with zero-copy but without multi-buffer in it would drop every frame the MTU
+				// allows past one UMEM frame: copy mode with multi-buffer takes them.
+				s.log.Warn().Str("interface", s.ifname).Int("queue", q).
+					Msg("AF_XDP zero-copy without multi-buffer cannot take this MTU's frames; using copy mode")
+				x.close()
+				o.zeroCopy = false
+				x, err = newXSKRetry(o, umem)
 			}
 		} else {
 			x, err = newXSKRetry(o, umem)
 		}
 		if err != nil {
+			if errors.Is(err, ErrBusyPoll) {
+				return err
+			}
 			if errors.Is(err, unix.EBUSY) {
 				return fmt.Errorf("xdp: %s queue %d already has an AF_XDP socket: %w", s.ifname, q, err)
 			}
@@ -519,6 +567,13 @@ func (s *Source) openSockets() error {
 		}
 	}
 	return nil
+}
+
+// mtuNeedsChains reports whether the interface's MTU allows frames larger than one UMEM frame takes
+// (its size less the kernel's 256-byte XDP_PACKET_HEADROOM).
+func (s *Source) mtuNeedsChains() bool {
+	ifi, err := net.InterfaceByIndex(s.ifindex)
+	return err == nil && ifi.MTU+frame.EthernetHeaderLen > s.cfg.FrameSize-256
 }
 
 // newXSKRetry is newXSK, retried for a while when the queue is busy: the kernel releases a closed
@@ -609,7 +664,23 @@ func (s *Source) Run(ctx context.Context, sink transport.Sink) error {
 	if b, ok := sink.(transport.Batcher); ok {
 		loop.Batches = b // each poll's heaps reach consumers together
 	}
-	err := rxloop.Run(runCtx, q, loop, func(_ uint64, f []byte) {
+	placer, _ := sink.(transport.Placer)
+	ch := &s.chain
+	ch.n = 0
+	err := rxloop.Run(runCtx, q, loop, func(id uint64, f []byte) {
+		if id&idContd != 0 || ch.n > 0 {
+			// One descriptor of a multi-buffer frame: the socket's take hands over whole chains, at most
+			// maxChain long, in one batch, so every piece stays valid until the last one arrives.
+			ch.frags[ch.n] = f
+			ch.n++
+			ch.len += len(f)
+			if id&idContd != 0 && ch.n < len(ch.frags) {
+				return
+			}
+			s.deliverChain(sink, placer, id&idContd != 0)
+			ch.n, ch.len = 0, 0
+			return
+		}
 		u, err := frame.Parse(f)
 		if err != nil {
 			s.skipped[frame.ReasonOf(err)].Add(1)
@@ -629,6 +700,56 @@ func (s *Source) Run(ctx context.Context, sink transport.Sink) error {
 		return fmt.Errorf("xdp: %s: %w", s.ifname, err)
 	}
 	return nil
+}
+
+// chain is a frame received as several descriptors: views of its pieces in the UMEM.
+type chain struct {
+	frags [maxChain][]byte
+	n     int
+	len   int
+}
+
+// deliverChain hands over the frame s.chain holds. Its headers are checked against the pieces' total
+// length, so a chain that is shorter than its IPv4 header says is counted (truncated) and never handed
+// over in part. With a Placer sink the payload is copied once, straight into the slot Place names;
+// otherwise it is joined in a scratch buffer first. cut says the chain went on past maxChain pieces.
+func (s *Source) deliverChain(sink transport.Sink, placer transport.Placer, cut bool) {
+	ch := &s.chain
+	s.chainFrames.Add(1)
+	if cut {
+		s.skipped[frame.ReasonTruncated].Add(1)
+		return
+	}
+	u, err := frame.Parser{}.ParseSplit(ch.frags[0], ch.len)
+	if err != nil {
+		s.skipped[frame.ReasonOf(err)].Add(1)
+		return
+	}
+	// The UDP payload's length, from the IPv4 total length ParseSplit checked.
+	size := int(binary.BigEndian.Uint16(ch.frags[0][frame.EthernetHeaderLen+2:])) - frame.IPv4HeaderLen - frame.UDPHeaderLen
+	s.packets.Add(1)
+	s.bytes.Add(uint64(size))
+	if placer != nil {
+		if hdrLen, k := placer.Place(s.region); k > 0 && hdrLen <= len(u.Payload) && size-hdrLen <= len(s.region[0]) {
+			r := s.region[0]
+			gatherChain(r[:size-hdrLen], u.Payload[hdrLen:], ch.frags[1:ch.n])
+			if placer.Placed(u.Payload[:hdrLen], r, size-hdrLen, s.q.now) {
+				s.chainsPlaced.Add(1) // else Placed joined it back and took it as Packet does
+			}
+			return
+		}
+	}
+	gatherChain(s.scratch[:size], u.Payload, ch.frags[1:ch.n])
+	sink.Packet(s.scratch[:size], s.q.now)
+}
+
+// gatherChain copies first and then rest into dst until dst is full (the chain's length was checked
+// against its headers, so it fills dst; bytes past the datagram, Ethernet padding, are left out).
+func gatherChain(dst, first []byte, rest [][]byte) {
+	off := copy(dst, first)
+	for _, f := range rest {
+		off += copy(dst[off:], f)
+	}
 }
 
 // wake writes the eventfd Wait polls. It runs in context.AfterFunc's goroutine, which can outlive Run, so
@@ -661,7 +782,13 @@ func (s *Source) statsLocked() Stats {
 	}
 	st.Skipped[frame.ReasonOther] += s.loop.Errors.Load() // descriptors longer than their frame
 	if s.q != nil {
-		st.FillStarved, st.Wakeups = s.q.fillStarved.Load(), s.q.kicks.Load()
+		st.FillStarved, st.Wakeups, st.ChainsDropped = s.q.fillStarved.Load(), s.q.kicks.Load(), s.q.chainsDropped.Load()
+	}
+	st.ChainFrames, st.ChainsPlaced = s.chainFrames.Load(), s.chainsPlaced.Load()
+	for i, x := range s.socks {
+		if i == 0 {
+			st.MultiBuffer, st.NeedWakeup = x.sg, x.wakeup
+		}
 	}
 	if s.objs != nil && s.objs.counters != nil {
 		st.Redirected, st.NoSocket, _ = s.objs.readCounters()

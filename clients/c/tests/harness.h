@@ -48,6 +48,32 @@ static inline int64_t now_ms(void)
 
 static inline void msleep(int ms) { usleep((useconds_t)ms * 1000); }
 
+/* Entries of /proc/self/fd (open descriptors, plus the directory's own), -1 if unreadable. */
+static inline int count_fds(void)
+{
+	int n = 0;
+	DIR *d = opendir("/proc/self/fd");
+	if (!d)
+		return -1;
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n;
+}
+
+/* Lines of /proc/self/maps: this process's mappings. */
+static inline int count_maps(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	if (!f)
+		return -1;
+	int n = 0, c;
+	while ((c = fgetc(f)) != EOF)
+		n += c == '\n';
+	fclose(f);
+	return n;
+}
+
 struct test {
 	const char *name;
 	void (*fn)(void);

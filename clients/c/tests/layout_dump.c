@@ -76,6 +76,12 @@ int main(void)
 	C(features);
 	P("header.stats_count", offsetof(struct ibvb_ctl, stats_count));
 	P("header.max_consumers", offsetof(struct ibvb_ctl, max_consumers));
+	C(chunk_heaps);
+	C(chunk_axis);
+	C(chunk_heap_size);
+	C(chunk_step);
+	C(chunk_time_item);
+	C(chunk_axis_item);
 	C(head);
 	C(producer_waiting);
 	C(heartbeat_ns);
@@ -180,8 +186,10 @@ int main(void)
 	P("flag.items_overflow", IBVB_FLAG_ITEMS_OVERFLOW);
 	P("flag.no_heap_size", IBVB_FLAG_NO_HEAP_SIZE);
 	P("flag.items_cut", IBVB_FLAG_ITEMS_CUT);
+	P("flag.chunk", IBVB_FLAG_CHUNK);
 	P("item_flag.immediate", IBVB_ITEM_IMMEDIATE);
 	P("feature.replay_timestamps", IBVB_FEATURE_REPLAY_TIMESTAMPS);
+	P("feature.chunks", IBVB_FEATURE_CHUNKS);
 	for (unsigned i = 0; i < IBVB_CTR_COUNT; i++)
 		printf("counter.%s %u\n", ibvb_counter_name(i), i);
 	return 0;

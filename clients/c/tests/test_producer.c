@@ -377,6 +377,7 @@ static void drop_cons(struct tp *p, uint32_t i, uint32_t state, uint64_t lost)
 		return;
 	atomic_store(&p->rows[i].lost_heaps, lost);
 	atomic_store_explicit(&p->rows[i].state, state, memory_order_release);
+	atomic_thread_fence(memory_order_seq_cst); /* 2.1 §A: the row says detached before any slot is reused */
 	close(k->fd);
 	munmap(k->region, IBVB_REGION_SIZE);
 	k->fd = -1;

@@ -6,13 +6,17 @@
 #include "harness.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -68,7 +72,7 @@ static int pub(struct ibvb_producer *p, uint64_t cnt, uint64_t len)
 
 static int attach(struct ibvb_ring **r, const char *name, int start)
 {
-	struct ibvb_attach_opts ao = {g_dir, start};
+	struct ibvb_attach_opts ao = {g_dir, start, 0};
 	return ibvb_attach_opts(r, name, 5000, &ao);
 }
 
@@ -167,7 +171,7 @@ static void test_bytes_block(void)
 	ibvb_producer_close(p);
 	CHECK(!file_exists("bytes-block", IBVB_SOCK_SUFFIX) && !file_exists("bytes-block", IBVB_LOCK_SUFFIX));
 	struct ibvb_ring *r;
-	struct ibvb_attach_opts ao = {g_dir, 0};
+	struct ibvb_attach_opts ao = {g_dir, 0, 0};
 	CHECK_EQ(ibvb_attach_opts(&r, "bytes-block", 50, &ao), -ENOENT);
 }
 
@@ -317,6 +321,70 @@ static void test_overrun(void)
 	ibvb_detach(slow);
 	ibvb_detach(fast);
 	ibvb_producer_close(p);
+}
+
+/* Spec 2.1 §A with the library's producer, in another process (forked): a slow consumer holds heap 1 while
+ * a fast one keeps up and the producer laps the slow one; the held heap's bytes are then another heap's,
+ * ibvb_heap_valid says 0, its release -ESTALE, the next peek -EOVERFLOW with the 8 heaps lost. */
+static void test_overrun_while_held_is_reported_with_forked_producer(void)
+{
+	int go[2], done[2];
+	CHECK_EQ(pipe(go), 0);
+	CHECK_EQ(pipe(done), 0);
+	pid_t pid = fork();
+	if (pid == 0) { /* the producer: create, then publish one heap per byte read from go */
+		alarm(30);
+		struct ibvb_producer_opts o = opts(8, 256, IBVB_POLICY_DROP);
+		struct ibvb_producer *p;
+		char c = ibvb_producer_create(&p, "heldlap", &o) == 0 ? 'r' : 'x';
+		if (write(done[1], &c, 1) != 1 || c != 'r')
+			_exit(1);
+		uint64_t cnt = 1;
+		while (read(go[0], &c, 1) == 1 && c == 'p') {
+			int rc = pub(p, cnt++, 200);
+			if (write(done[1], rc == 0 ? "k" : "d", 1) != 1)
+				_exit(1);
+		}
+		ibvb_producer_close(p);
+		_exit(0);
+	}
+	char c;
+	CHECK_EQ(read(done[0], &c, 1), 1);
+	CHECK_EQ(c, 'r');
+	struct ibvb_ring *slow, *fast;
+	struct ibvb_heap held, h;
+	uint64_t last = 0;
+	CHECK_EQ(attach(&slow, "heldlap", IBVB_START_OLDEST), 0);
+	CHECK_EQ(attach(&fast, "heldlap", IBVB_START_OLDEST), 0);
+	for (int i = 0; i < 9; i++) { /* heap 9 needs the slow consumer's slot: it is detached */
+		CHECK_EQ(write(go[1], "p", 1), 1);
+		CHECK_EQ(read(done[0], &c, 1), 1);
+		CHECK_EQ(c, 'k');
+		if (i == 0) {
+			CHECK_EQ(ibvb_wait(slow, &held, 2000), 0);
+			CHECK(pattern_ok(held.payload, held.heap_cnt, 200));
+			CHECK_EQ(ibvb_heap_valid(slow, &held), 1);
+		}
+		while (ibvb_peek(fast, &h) == 0) {
+			CHECK(pattern_ok(h.payload, h.heap_cnt, 200));
+			CHECK_EQ(ibvb_heap_valid(fast, &h), 1);
+			CHECK_EQ(ibvb_release(fast, &h), 0);
+			last = h.heap_cnt;
+		}
+		ibvb_flush_release(fast);
+	}
+	CHECK_EQ(last, 9);
+	CHECK(!pattern_ok(held.payload, held.heap_cnt, 200)); /* heap 9's bytes */
+	CHECK_EQ(ibvb_heap_valid(slow, &held), 0);
+	CHECK_EQ(ibvb_peek(slow, &h), -EOVERFLOW);
+	CHECK(strstr(ibvb_last_error(), "8 heaps lost"));
+	CHECK_EQ(ibvb_release(slow, &held), -ESTALE);
+	ibvb_detach(slow);
+	ibvb_detach(fast);
+	CHECK_EQ(write(go[1], "q", 1), 1);
+	int st;
+	CHECK_EQ(waitpid(pid, &st, 0), pid);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
 static void test_bad_cursor(void)
@@ -779,6 +847,225 @@ static void test_hugepages(void)
 	CHECK(strstr(ibvb_last_error(), "MiB of shared memory") != NULL);
 }
 
+/* Spec 2.1 §1.1: the ring directory is made component by component without following a symlink. --dir
+ * X/link/y/z, where link is another user's symlink to a directory, is refused naming link, and nothing is
+ * created through it (2.0 followed it and made y/, z/, the socket and the lock in the attacker's directory);
+ * a component owned by another user is refused too. */
+static void test_attack_parent_symlink_dir_is_refused(void)
+{
+	if (geteuid() != 0) {
+		fprintf(stderr, "    (skipped: needs root to own the attacker's symlink as another uid)\n");
+		return;
+	}
+	struct ibvb_producer_opts o = opts(4, 64, IBVB_POLICY_DROP);
+	struct ibvb_producer *q = NULL;
+	char att[512], link[512], d[700], made[700];
+	snprintf(att, sizeof att, "%s/attacker", g_dir);
+	snprintf(link, sizeof link, "%s/x", g_dir);
+	CHECK_EQ(mkdir(att, 0777), 0);
+	CHECK_EQ(chown(att, 65534, 65534), 0);
+	CHECK_EQ(symlink(att, link), 0);
+	CHECK_EQ(lchown(link, 65534, 65534), 0);
+	snprintf(d, sizeof d, "%s/y/z", link);
+	o.dir = d;
+	CHECK_EQ(ibvb_producer_create(&q, "psym", &o), -EPERM);
+	CHECK(q == NULL);
+	CHECK(strstr(ibvb_last_error(), link));
+	CHECK(strstr(ibvb_last_error(), "symbolic link"));
+	snprintf(made, sizeof made, "%s/y", att);
+	CHECK(access(made, F_OK) != 0); /* nothing made through the link */
+	/* the attacker's real directory as a middle component: refused by owner */
+	snprintf(d, sizeof d, "%s/y/z", att);
+	CHECK_EQ(ibvb_producer_create(&q, "psym", &o), -EPERM);
+	CHECK(strstr(ibvb_last_error(), "owned by uid 65534"));
+	CHECK(access(made, F_OK) != 0);
+	unlink(link);
+	rmdir(att);
+}
+
+/* Spec 2.1 §C: 50 000 attach/detach cycles on an idle ring (nothing published, so the hot path never adopts
+ * a new consumer set): every detached consumer's region is unmapped at its detach, so the producer's
+ * mappings and descriptors stay bounded (2.0 kept one 4 KiB mapping per cycle until the next publish). */
+static void test_attack_idle_attach_detach_churn_is_bounded(void)
+{
+	struct ibvb_producer_opts o = opts(4, 64, IBVB_POLICY_DROP);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "churn", &o), 0);
+	struct ibvb_ring *r;
+	CHECK_EQ(attach(&r, "churn", 0), 0); /* warm up: the first attach's one-off allocations */
+	ibvb_detach(r);
+	int64_t t0 = now_ms();
+	while (ibvb_producer_consumers(p) != 0 && now_ms() - t0 < 5000)
+		usleep(1000);
+	int maps0 = count_maps(), fds0 = count_fds();
+	for (int i = 0; i < 50000; i++) {
+		CHECK_EQ(attach(&r, "churn", 0), 0);
+		ibvb_detach(r);
+	}
+	t0 = now_ms();
+	while (ibvb_producer_consumers(p) != 0 && now_ms() - t0 < 5000)
+		usleep(1000);
+	CHECK_EQ(ibvb_producer_consumers(p), 0);
+	int maps1 = count_maps(), fds1 = count_fds();
+	if (maps1 - maps0 > 8)
+		fprintf(stderr, "    maps %d -> %d, fds %d -> %d\n", maps0, maps1, fds0, fds1);
+	CHECK(maps1 - maps0 <= 8);
+	CHECK(fds1 - fds0 <= 2);
+	ibvb_producer_close(p);
+}
+
+/* A raw connection saying hello as role (1 consumer, 2 observer); the answer's status (0 welcome), its
+ * message in msg. The connection is returned open in *fd (-1 on failure). */
+static int raw_hello(const char *sock_path, uint32_t role, int *fd, char *msg, size_t cap)
+{
+	*fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	struct sockaddr_un sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sun_family = AF_UNIX;
+	snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock_path);
+	struct ibvb_hello h = {IBVB_MAGIC, IBVB_MAJOR, IBVB_MINOR, role, 0, {0, 0, 0}};
+	struct ibvb_error_record er;
+	memset(&er, 0, sizeof er);
+	ssize_t n = -1;
+	if (connect(*fd, (struct sockaddr *)&sa, sizeof sa) == 0 && send(*fd, &h, sizeof h, 0) == (ssize_t)sizeof h)
+		n = recv(*fd, &er, sizeof er - 1, 0); /* any descriptors are closed by the kernel (no cmsg buffer) */
+	if (n < 16) {
+		close(*fd);
+		*fd = -1;
+		return -1;
+	}
+	snprintf(msg, cap, "%s", er.status ? er.message : "");
+	return (int)er.status;
+}
+
+/* Spec 2.1 §C: observers are limited (default 4): the fifth is refused "busy: 4 observers" while the four
+ * hold their places, and a consumer still attaches (2.0 took ~20 000 and then refused consumers for the
+ * wrong reason). */
+static void test_attack_observer_flood_is_refused_busy(void)
+{
+	struct ibvb_producer_opts o = opts(4, 64, IBVB_POLICY_DROP);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "obsflood", &o), 0);
+	int fds[8];
+	char msg[256];
+	for (int i = 0; i < 4; i++) {
+		CHECK_EQ(raw_hello(ibvb_producer_socket_path(p), IBVB_ROLE_OBSERVER, &fds[i], msg, sizeof msg), 0);
+		CHECK(fds[i] >= 0);
+	}
+	int extra;
+	CHECK_EQ(raw_hello(ibvb_producer_socket_path(p), IBVB_ROLE_OBSERVER, &extra, msg, sizeof msg),
+		 (int)IBVB_STATUS_BUSY);
+	CHECK(strstr(msg, "busy: 4 observers"));
+	close(extra);
+	struct ibvb_ring *r;
+	CHECK_EQ(attach(&r, "obsflood", 0), 0);
+	ibvb_detach(r);
+	close(fds[0]); /* a place comes free */
+	int64_t t0 = now_ms();
+	int st = -1;
+	while (st != 0 && now_ms() - t0 < 5000) {
+		st = raw_hello(ibvb_producer_socket_path(p), IBVB_ROLE_OBSERVER, &fds[0], msg, sizeof msg);
+		if (st != 0) {
+			if (fds[0] >= 0)
+				close(fds[0]);
+			usleep(2000);
+		}
+	}
+	CHECK_EQ(st, 0);
+	for (int i = 0; i < 4; i++)
+		close(fds[i]);
+	ibvb_producer_close(p);
+}
+
+/* Spec 2.1 §C: the producer keeps a reserve of descriptors: with fewer than 32 left a new connection is
+ * refused "busy: out of file descriptors" (2.0 answered with a wrong reason, e.g. memfd_create failing). */
+static void test_attack_fd_exhaustion_is_refused_busy(void)
+{
+	struct rlimit rl = {256, 256};
+	CHECK_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0); /* this test's child only */
+	struct ibvb_producer_opts o = opts(4, 64, IBVB_POLICY_DROP);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "fdres", &o), 0);
+	int hog[256], nh = 0;
+	while (nh < 256) { /* leave 20 descriptors: inside the reserve */
+		int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			break;
+		if (fd >= 256 - 20) {
+			close(fd);
+			break;
+		}
+		hog[nh++] = fd;
+	}
+	struct ibvb_ring *r;
+	CHECK_EQ(attach(&r, "fdres", 0), -EBUSY);
+	CHECK(strstr(ibvb_last_error(), "out of file descriptors"));
+	for (int i = 0; i < nh; i++)
+		close(hog[i]);
+	CHECK_EQ(attach(&r, "fdres", 0), 0);
+	ibvb_detach(r);
+	ibvb_producer_close(p);
+}
+
+/* Spec 2.1 §C: every size is overflow-checked: 16777216 slots of 1 TiB are refused in one line before
+ * anything is created (2.0's Go producer mapped 1.5 GiB and panicked). */
+static void test_size_overflow_is_refused_in_one_line(void)
+{
+	struct ibvb_producer_opts o = opts(16777216, 1ull << 40, IBVB_POLICY_DROP);
+	o.max_items = 1;
+	struct ibvb_producer *p = NULL;
+	CHECK_EQ(ibvb_producer_create(&p, "huge", &o), -EINVAL);
+	CHECK(p == NULL);
+	CHECK(strstr(ibvb_last_error(), "16777216 slots of 1099511627776 bytes"));
+	CHECK(strstr(ibvb_last_error(), "overflow"));
+	CHECK(strchr(ibvb_last_error(), '\n') == NULL);
+	char path[600];
+	snprintf(path, sizeof path, "%s/huge%s", g_dir, IBVB_LOCK_SUFFIX);
+	CHECK(access(path, F_OK) != 0);
+}
+
+/* Attach to sock as uid 65533 with the supplementary groups given (setgroups, as a login would not: the
+ * uid has no /etc/passwd entry). The child's exit: 0 attached, 2 refused "may not attach", 1 other. */
+static int attach_as_stranger(const char *sock, const gid_t *groups, size_t n)
+{
+	pid_t c = fork();
+	if (c == 0) {
+		if (setgroups(n, groups) || setgid(65533) || setuid(65533))
+			_exit(9);
+		struct ibvb_ring *r;
+		int rc = ibvb_attach(&r, sock, 2000);
+		if (rc == 0)
+			_exit(0);
+		_exit(rc == -EACCES && strstr(ibvb_last_error(), "may not attach") ? 2 : 1);
+	}
+	int st;
+	waitpid(c, &st, 0);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* Spec 2.1 §1.2: --group membership comes from the peer's real groups (SO_PEERGROUPS), not /etc/group: a
+ * process given the group with setgroups is admitted (2.0 looked the uid up in /etc/group and refused it),
+ * the same uid without the group is refused. */
+static void test_group_member_is_admitted_by_its_real_groups(void)
+{
+	if (geteuid() != 0) {
+		fprintf(stderr, "    (skipped: needs root to run a process as another uid with chosen groups)\n");
+		return;
+	}
+	struct group *gr = getgrnam("nogroup");
+	CHECK(gr != NULL); /* Debian's gid 65534 */
+	struct ibvb_producer_opts o = opts(4, 64, IBVB_POLICY_DROP);
+	o.group = "nogroup";
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "grp", &o), 0);
+	chmod(ibvb_producer_socket_path(p), 0666); /* the socket's mode is not what is tested: SO_PEER* are */
+	gid_t member[1] = {gr->gr_gid};
+	CHECK_EQ(attach_as_stranger(ibvb_producer_socket_path(p), member, 1), 0);
+	gid_t other[1] = {65533};
+	CHECK_EQ(attach_as_stranger(ibvb_producer_socket_path(p), other, 1), 2);
+	ibvb_producer_close(p);
+}
+
 static const struct test tests[] = {
 	{"producer_bytes_block", test_bytes_block},
 	{"producer_bytes_drop", test_bytes_drop},
@@ -788,6 +1075,13 @@ static const struct test tests[] = {
 	{"producer_bad_cursor", test_bad_cursor},
 	{"producer_consumer_killed", test_consumer_killed},
 	{"producer_refusals", test_refusals},
+	{"overrun_while_held_is_reported_with_forked_producer", test_overrun_while_held_is_reported_with_forked_producer},
+	{"attack_parent_symlink_dir_is_refused", test_attack_parent_symlink_dir_is_refused},
+	{"attack_idle_attach_detach_churn_is_bounded", test_attack_idle_attach_detach_churn_is_bounded},
+	{"attack_observer_flood_is_refused_busy", test_attack_observer_flood_is_refused_busy},
+	{"attack_fd_exhaustion_is_refused_busy", test_attack_fd_exhaustion_is_refused_busy},
+	{"size_overflow_is_refused_in_one_line", test_size_overflow_is_refused_in_one_line},
+	{"group_member_is_admitted_by_its_real_groups", test_group_member_is_admitted_by_its_real_groups},
 	{"producer_peer_gate", test_peer_gate},
 	{"producer_seals", test_seals},
 	{"producer_interrupt", test_interrupt},

@@ -1,4 +1,4 @@
-/* test_ring.c — tests for the ibvbridge C consumer (layout 2.0) against the test-only C producer.
+/* test_ring.c — tests for the ibvbridge C consumer (layout 2.1) against the test-only C producer.
  * Usage: test_ring [path/to/ibvb-consume]. Each test runs in a forked child with an alarm, so a crash or a
  * hang fails that test only. IBVB_TEST=substring runs only matching tests. Prints "N passed, N failed". */
 #define _GNU_SOURCE
@@ -18,6 +18,7 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <grp.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -77,7 +78,7 @@ static int wait_attached(struct tp *p, int n)
 
 /* ---------------------------------------------------------------------------------------------------- */
 
-static void t_roundtrip(void)
+static void t_every_heap_arrives_byte_for_byte(void)
 {
 	struct tp p;
 	char sock[512];
@@ -132,7 +133,7 @@ static void t_roundtrip(void)
 
 /* ibvb_for_each_heap visits every heap published now, holding them; ibvb_advance releases them in one
  * tail store; the loop's rc says why it stopped (nothing more, or end of stream). */
-static void t_batch(void)
+static void t_for_each_heap_holds_and_advance_releases(void)
 {
 	struct tp p;
 	char sock[512];
@@ -173,7 +174,7 @@ static void t_batch(void)
 	tp_close(&p);
 }
 
-static void t_items(void)
+static void t_items_are_found_by_id(void)
 {
 	struct tp p;
 	char sock[512];
@@ -208,7 +209,7 @@ static void t_items(void)
 }
 
 /* One consumer holding heaps: the drop producer drops new heaps rather than overwrite a held one. */
-static void t_hold_and_full(void)
+static void t_held_heaps_make_drop_policy_drop_new_heaps(void)
 {
 	struct tp p;
 	char sock[512];
@@ -252,7 +253,7 @@ static void t_hold_and_full(void)
 	tp_close(&p);
 }
 
-static void t_bad_magic(void)
+static void t_bad_magic_is_refused(void)
 {
 	struct tp p;
 	char sock[512];
@@ -273,7 +274,7 @@ static void t_bad_magic(void)
 	tp_close(&p);
 }
 
-static void t_major(void)
+static void t_other_major_is_refused_naming_both(void)
 {
 	struct tp p;
 	char sock[512];
@@ -282,12 +283,12 @@ static void t_major(void)
 	sock_of(sock, sizeof sock, "major");
 	p.ctl->major = 3; /* in the header */
 	CHECK_EQ(ibvb_attach(&r, sock, 0), -EPROTONOSUPPORT);
-	CHECK(strstr(ibvb_last_error(), "layout 3.0"));
-	CHECK(strstr(ibvb_last_error(), "speaks 2.0"));
+	CHECK(strstr(ibvb_last_error(), "layout 3.")); /* the header's minor follows */
+	CHECK(strstr(ibvb_last_error(), "speaks 2.1"));
 	p.ctl->major = 2;
 	p.welcome_mode = TP_WELCOME_MAJOR3; /* in the welcome */
 	CHECK_EQ(ibvb_attach(&r, sock, 0), -EPROTONOSUPPORT);
-	CHECK(strstr(ibvb_last_error(), "layout 3.0"));
+	CHECK(strstr(ibvb_last_error(), "layout 3.1"));
 	p.welcome_mode = TP_WELCOME_OK;
 	p.refuse_status = IBVB_STATUS_VERSION; /* the producer's version error record */
 	snprintf(p.refuse_msg, sizeof p.refuse_msg, "ring major is layout 2.0; this client speaks 3.0");
@@ -296,7 +297,7 @@ static void t_major(void)
 	tp_close(&p);
 }
 
-static void t_minor(void)
+static void t_newer_minor_and_unknown_fields_are_accepted(void)
 {
 	struct tp p;
 	char sock[512];
@@ -321,7 +322,7 @@ static void t_minor(void)
 
 /* Every bad header value is refused with -EBADMSG, validated from the read-only control memory before the
  * data memory is mapped; a failed attach leaves nothing held (the last attach succeeds). */
-static void t_geometry(void)
+static void t_corrupt_geometry_is_refused_before_mapping(void)
 {
 	struct tp p;
 	char sock[512];
@@ -384,7 +385,7 @@ static void t_geometry(void)
 	tp_close(&p);
 }
 
-static void t_desc_corrupt(void)
+static void t_corrupt_descriptor_is_refused_unconsumed(void)
 {
 	struct tp p;
 	char sock[512];
@@ -439,7 +440,7 @@ static void t_desc_corrupt(void)
 
 /* max_consumers rows: one more is refused as busy; a detach frees a row; a new consumer starts at the
  * oldest heap still held. Bad names and paths. */
-static void t_busy(void)
+static void t_full_consumer_table_is_busy(void)
 {
 	struct tp p;
 	char sock[512];
@@ -486,24 +487,39 @@ static void t_busy(void)
 	tp_close(&p);
 }
 
-static void t_not_found(void)
+/* Spec 2.1 §1.1: a ring no directory holds fails at once, naming where it looked, unless the caller asked to
+ * wait (IBVB_ATTACH_WAIT: retried until the timeout); a stale socket (ECONNREFUSED) is retried until the
+ * timeout, then reported as stale. */
+static void t_missing_ring_fails_at_once_unless_waiting(void)
 {
 	char sock[512];
 	struct ibvb_ring *r;
 	sock_of(sock, sizeof sock, "nf");
 	int64_t t0 = now_ms();
-	CHECK_EQ(ibvb_attach(&r, sock, 80), -ENOENT);
+	CHECK_EQ(ibvb_attach(&r, sock, 20000), -ENOENT);
+	CHECK(now_ms() - t0 < 10000); /* not the 20 s timeout */
+	CHECK(strstr(ibvb_last_error(), "ring nf not found (looked in "));
+	CHECK(strstr(ibvb_last_error(), g_dir));
+	struct ibvb_attach_opts o = {.dir = g_dir, .start = 0, .flags = 0};
+	CHECK_EQ(ibvb_attach_opts(&r, "nf", 20000, &o), -ENOENT);
+	CHECK(now_ms() - t0 < 10000);
+	o.flags = IBVB_ATTACH_WAIT;
+	t0 = now_ms();
+	CHECK_EQ(ibvb_attach_opts(&r, "nf", 80, &o), -ENOENT);
 	CHECK(now_ms() - t0 >= 70);
 	CHECK(strstr(ibvb_last_error(), "not found"));
-	/* a stale socket (nobody listening: ECONNREFUSED) is "not found" too, after retrying */
+	/* a stale socket (nobody listening: ECONNREFUSED) is retried, then reported as stale */
 	int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
 	sock_of(sock, sizeof sock, "stale");
 	struct sockaddr_un sa = sun_of(sock);
 	CHECK_EQ(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
 	close(fd);
 	t0 = now_ms();
-	CHECK_EQ(ibvb_attach(&r, sa.sun_path, 50), -ENOENT);
+	CHECK_EQ(ibvb_attach(&r, sa.sun_path, 50), -ECONNREFUSED);
 	CHECK(now_ms() - t0 >= 40);
+	CHECK(strstr(ibvb_last_error(), "stale socket"));
+	CHECK(strstr(ibvb_last_error(), sa.sun_path));
+	CHECK(strstr(ibvb_last_error(), "ibvbridge rm --stale"));
 	unlink(sa.sun_path);
 }
 
@@ -533,7 +549,7 @@ static void *delayed_fn(void *arg)
 	return NULL;
 }
 
-static void t_attach_waits(void)
+static void t_attach_retries_a_stale_socket_until_the_producer_comes(void)
 {
 	struct tp q;
 	char sock[512];
@@ -556,7 +572,7 @@ static void t_attach_waits(void)
 	tp_close(&q);
 }
 
-static void t_wait_timeout(void)
+static void t_wait_times_out(void)
 {
 	struct tp p;
 	char sock[512];
@@ -637,8 +653,8 @@ static void wake_rounds(const char *name, uint32_t futex_start, int rounds)
 	tp_close(&p);
 }
 
-static void t_wait_wakes(void) { wake_rounds("wake", 0, 5); }
-static void t_futex_wrap(void) { wake_rounds("fwrap", 0xFFFFFFFEu, 5); }
+static void t_wait_is_woken_by_publish(void) { wake_rounds("wake", 0, 5); }
+static void t_wake_survives_futex_word_wrap(void) { wake_rounds("fwrap", 0xFFFFFFFEu, 5); }
 
 struct trickle {
 	struct tp *p;
@@ -660,7 +676,7 @@ static void *trickle_fn(void *arg)
  * arrives in order and the producer wakes the consumer at most a couple of times for 40 heaps (a wake per
  * heap would be 40). An idle stream then sleeps until its next heap: a wait times out on time and a heap
  * after the pause is still delivered. */
-static void t_wait_coalesced(void)
+static void t_latency_bound_coalesces_wakes(void)
 {
 	struct tp p;
 	char sock[512];
@@ -730,7 +746,7 @@ static pid_t spawn_producer(const char *name, int n)
 	return pid;
 }
 
-static void t_producer_death(void)
+static void t_producer_death_is_seen_within_a_slice(void)
 {
 	char sock[512];
 	pid_t pid = spawn_producer("death", 3);
@@ -768,7 +784,7 @@ static void t_producer_death(void)
 }
 
 /* published-but-unread heaps come out before EPIPE even when the producer is already dead */
-static void t_death_before_drain(void)
+static void t_dead_producers_heaps_are_read_before_epipe(void)
 {
 	char sock[512];
 	pid_t pid = spawn_producer("death2", 4);
@@ -793,7 +809,7 @@ static void t_death_before_drain(void)
 
 /* The fake producer closes its side without CLOSED (a crash in-process): -EPIPE after the drain; a
  * consumer asleep in wait notices within a futex slice. */
-static void t_abandon(void)
+static void t_abandoned_ring_gives_epipe_then_a_stale_socket(void)
 {
 	struct tp p;
 	char sock[512];
@@ -827,11 +843,12 @@ static void t_abandon(void)
 	CHECK(lat < 400); /* ≤ one 250 ms slice */
 	ibvb_detach(r);
 	/* a new consumer cannot attach to the crashed ring's stale socket */
-	CHECK_EQ(ibvb_attach(&r, sock, 30), -ENOENT);
+	CHECK_EQ(ibvb_attach(&r, sock, 30), -ECONNREFUSED);
+	CHECK(strstr(ibvb_last_error(), "stale socket"));
 	unlink(sock);
 }
 
-static void t_closed(void)
+static void t_closed_ring_is_drained_then_ends(void)
 {
 	struct tp p;
 	char sock[512];
@@ -874,7 +891,7 @@ static void t_closed(void)
 	tp_close(&p);
 }
 
-static void t_eos(void)
+static void t_end_of_stream_marker_ends_reading(void)
 {
 	struct tp p;
 	char sock[512];
@@ -914,7 +931,7 @@ static void t_eos(void)
 
 /* The control and data mappings are read-only and cannot be made writable (sealed F_SEAL_FUTURE_WRITE);
  * the region is ours to write. */
-static void t_readonly(void)
+static void t_ring_mappings_cannot_be_written(void)
 {
 	struct tp p;
 	char sock[512];
@@ -956,7 +973,7 @@ static void t_readonly(void)
 }
 
 /* Memory without the required seals is refused (a fake producer could shrink it under us). */
-static void t_unsealed(void)
+static void t_unsealed_memory_is_refused(void)
 {
 	struct tp p;
 	char sock[512];
@@ -975,7 +992,7 @@ static void t_unsealed(void)
 	tp_close(&p);
 }
 
-static void t_wrap(void)
+static void t_cursors_wrap_around_2_64(void)
 {
 	struct tp p;
 	char sock[512];
@@ -1009,7 +1026,7 @@ static void t_wrap(void)
 	tp_close(&p);
 }
 
-static void t_meta(void)
+static void t_metadata_is_read_consistently(void)
 {
 	struct tp p;
 	char sock[512];
@@ -1068,7 +1085,7 @@ static void t_meta(void)
 	tp_close(&p);
 }
 
-static void t_stats(void)
+static void t_stats_counters_are_read_by_name_and_index(void)
 {
 	struct tp p;
 	char sock[512];
@@ -1099,7 +1116,9 @@ static void t_stats(void)
 	CHECK(!strcmp(ibvb_counter_name(8), "discarded_incomplete_heaps"));
 	CHECK(!strcmp(ibvb_counter_name(10), "consumers_attached"));
 	CHECK(!strcmp(ibvb_counter_name(12), "consumer_errors"));
-	CHECK(ibvb_counter_name(13) == NULL);
+	CHECK(!strcmp(ibvb_counter_name(13), "chunks"));
+	CHECK(!strcmp(ibvb_counter_name(16), "rejected_heaps"));
+	CHECK(ibvb_counter_name(17) == NULL);
 	p.ctl->stats_count = 3;
 	CHECK_EQ(ibvb_counter(r, 2), 102);
 	CHECK_EQ(ibvb_counter(r, 3), 0);
@@ -1136,7 +1155,7 @@ static void *pwaiter_fn(void *arg)
 
 /* §7.4: a release while the producer waits bumps the region's release_futex and wakes it; without a
  * waiting producer the release makes no wake. */
-static void t_producer_wake(void)
+static void t_release_wakes_a_waiting_producer(void)
 {
 	struct tp p;
 	char sock[512];
@@ -1221,11 +1240,11 @@ static void multi(int n)
 	tp_close(&p);
 }
 
-static void t_two_consumers(void) { multi(2); }
-static void t_three_consumers(void) { multi(3); }
+static void t_two_consumers_each_read_every_heap(void) { multi(2); }
+static void t_three_consumers_each_read_every_heap(void) { multi(3); }
 
 /* One consumer detaching (holding heaps) does not disturb another, and stops holding the ring back. */
-static void t_detach_one(void)
+static void t_detaching_consumer_stops_holding_the_ring(void)
 {
 	struct tp p;
 	char sock[512];
@@ -1262,7 +1281,7 @@ static void t_detach_one(void)
 
 /* drop: a stalled consumer is detached as overrun rather than cost the others heaps; it reports -EOVERFLOW
  * with the count, sticky, while the other reads on. */
-static void t_overrun(void)
+static void t_stalled_consumer_is_detached_as_overrun(void)
 {
 	struct tp p;
 	char sock[512];
@@ -1310,8 +1329,87 @@ static void t_overrun(void)
 	tp_close(&p);
 }
 
+/* Spec 2.1 §A, deterministic: a slow consumer S holds heap 0 while a fast one F keeps up and the producer
+ * laps S (drop: S is detached as overrun and its slots are reused). S's held heap is reported invalid after
+ * its bytes were rewritten, its release says -ESTALE, and its next peek says overrun with the heaps lost —
+ * even for a position below the head it had already seen whose slot the producer has begun to rewrite
+ * before writing the new descriptor (2.0 handed that heap out with the new bytes). */
+static void t_overrun_while_held_is_reported_not_torn(void)
+{
+	struct tp p;
+	char sock[512];
+	struct ibvb_ring *s, *f;
+	struct ibvb_heap h0, h;
+	CHECK_EQ(tp_create(&p, g_dir, "torn", NULL), 0);
+	sock_of(sock, sizeof sock, "torn");
+	CHECK_EQ(ibvb_attach(&s, sock, 0), 0);
+	CHECK_EQ(ibvb_attach(&f, sock, 0), 0);
+	for (int i = 0; i < 4; i++)
+		CHECK_EQ(pub(&p, i, 64), 0);
+	CHECK_EQ(ibvb_peek(s, &h0), 0); /* S holds heap 0 and has seen head 4 */
+	CHECK_EQ(h0.heap_cnt, 0);
+	CHECK(pattern_ok(&h0));
+	CHECK_EQ(ibvb_heap_valid(s, &h0), 1);
+	for (int i = 4; i <= 8; i++) {
+		while (ibvb_peek(f, &h) == 0)
+			CHECK_EQ(ibvb_release(f, &h), 0); /* F keeps up, and is valid throughout */
+		ibvb_flush_release(f);
+		CHECK_EQ(pub(&p, i, 64), 0); /* heap 8: the ring is full, F is ahead: S is detached */
+	}
+	uint32_t is = ibvb_consumer_index(s);
+	CHECK_EQ(atomic_load(&p.rows[is].state), IBVB_CONSUMER_OVERRUN);
+	CHECK_EQ(atomic_load(&p.rows[is].lost_heaps), 8);
+	/* the producer has begun to reuse position 1's slot: new bytes, the old descriptor still in place */
+	uint32_t slot1 = p.desc[1].slot;
+	memset(p.payload + (uint64_t)slot1 * p.slot_size, 0xEE, 64);
+	CHECK(!pattern_ok(&h0)); /* heap 8's bytes now sit in heap 0's slot */
+	CHECK_EQ(ibvb_heap_valid(s, &h0), 0);
+	CHECK_EQ(ibvb_peek(s, &h), -EOVERFLOW); /* not position 1 with 0xEE bytes */
+	CHECK(strstr(ibvb_last_error(), "8 heaps lost"));
+	CHECK_EQ(ibvb_release(s, &h0), -ESTALE);
+	CHECK(strstr(ibvb_last_error(), "overrun while held"));
+	CHECK(strstr(ibvb_last_error(), "8 heaps lost"));
+	CHECK_EQ(ibvb_peek(s, &h), -EOVERFLOW); /* sticky */
+	CHECK_EQ(ibvb_wait(s, &h, 50), -EOVERFLOW);
+	CHECK_EQ(ibvb_peek(f, &h), 0);
+	CHECK_EQ(h.heap_cnt, 8);
+	CHECK(pattern_ok(&h));
+	CHECK_EQ(ibvb_heap_valid(f, &h), 1);
+	CHECK_EQ(ibvb_release(f, &h), 0);
+	ibvb_detach(s);
+	ibvb_detach(f);
+	tp_close(&p);
+}
+
+/* Spec 2.1 §A: item entries are copied out of the ring and validated once: a producer that rewrites an
+ * entry after the heap was handed out changes nothing the consumer sees (ibvb_item_ptr, find_item). */
+static void t_items_are_private_copies(void)
+{
+	struct tp p;
+	char sock[512];
+	struct ibvb_ring *r;
+	struct ibvb_heap h;
+	CHECK_EQ(tp_create(&p, g_dir, "itemcopy", NULL), 0);
+	sock_of(sock, sizeof sock, "itemcopy");
+	CHECK_EQ(ibvb_attach(&r, sock, 0), 0);
+	CHECK_EQ(pub(&p, 7, 64), 0);
+	CHECK_EQ(ibvb_peek(r, &h), 0);
+	struct ibvb_item *shared = p.items + (uint64_t)h.slot * p.max_items;
+	CHECK(h.items != shared);
+	shared[1].value = 1ull << 40; /* a hostile rewrite of the validated offset */
+	shared[0].value = 99;
+	const struct ibvb_item *it = ibvb_find_item(&h, 0x1600);
+	CHECK(it);
+	CHECK_EQ(it->value, 8);
+	CHECK(ibvb_item_ptr(&h, it) == h.payload + 8);
+	CHECK_EQ(ibvb_find_item(&h, 0x1001)->value, 7);
+	CHECK_EQ(ibvb_release(r, &h), 0);
+	ibvb_detach(r);
+	tp_close(&p);
+}
+
 /* An invalid cursor gets the consumer detached (state 3): -ECONNRESET; so does a reused row. */
-static void t_bad_cursor(void)
+static void t_invalid_cursor_or_reused_row_detaches(void)
 {
 	struct tp p;
 	char sock[512];
@@ -1342,7 +1440,7 @@ static void t_bad_cursor(void)
 }
 
 /* Error records map to -errno, with the producer's message. */
-static void t_error_records(void)
+static void t_error_records_map_to_errno(void)
 {
 	struct tp p;
 	char sock[512];
@@ -1376,19 +1474,7 @@ static void t_error_records(void)
 }
 
 /* Malformed welcomes: -EPROTO (and nothing leaks: every descriptor that came is closed). */
-static int count_fds(void)
-{
-	int n = 0;
-	DIR *d = opendir("/proc/self/fd");
-	if (!d)
-		return -1;
-	while (readdir(d))
-		n++;
-	closedir(d);
-	return n;
-}
-
-static void t_welcome_malformed(void)
+static void t_malformed_welcome_is_refused_without_leaks(void)
 {
 	struct tp p;
 	char sock[512];
@@ -1416,7 +1502,7 @@ static void t_welcome_malformed(void)
 
 /* §1.2: the consumer refuses a socket served by a uid it does not trust. A child binds as root in a
  * directory, drops to uid 65534, then listens (SO_PEERCRED reports the listener's uid at listen). */
-static void t_untrusted_uid(void)
+static void t_socket_of_an_untrusted_uid_is_refused(void)
 {
 	CHECK(ibvb_peer_uid_trusted(0, 1000, 2000, 040755));
 	CHECK(ibvb_peer_uid_trusted(1000, 1000, 2000, 040755));
@@ -1443,6 +1529,7 @@ static void t_untrusted_uid(void)
 		pid_t pid = fork();
 		CHECK(pid >= 0);
 		if (pid == 0) {
+			alarm(10); /* never outlives the test */
 			close(pfd[0]);
 			int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
 			struct sockaddr_un sa = sun_of(sock);
@@ -1465,6 +1552,12 @@ static void t_untrusted_uid(void)
 		int rc = ibvb_attach(&r, sock, 1000);
 		if (k == 1) {
 			CHECK_EQ(rc, -EPROTO); /* trusted: it got as far as the (missing) welcome */
+		} else if (k == 2) {
+			/* 2.1: a directory writable by others is refused before connecting */
+			kill(pid, SIGKILL);
+			CHECK_EQ(rc, -EPERM);
+			CHECK(strstr(ibvb_last_error(), "untrusted directory"));
+			CHECK(strstr(ibvb_last_error(), "writable by group or others"));
 		} else {
 			CHECK_EQ(rc, -EPERM);
 			CHECK(strstr(ibvb_last_error(), "uid 65534"));
@@ -1479,7 +1572,7 @@ static void t_untrusted_uid(void)
 
 /* start = head skips what was published before the attach; lookup by name with opts.dir and with
  * $IBVBRIDGE_RING_DIR. */
-static void t_start_and_lookup(void)
+static void t_start_head_skips_and_name_lookup_finds(void)
 {
 	struct tp p;
 	struct ibvb_ring *r;
@@ -1565,7 +1658,7 @@ static int finish_consume(pid_t pid, int fd, char *out, size_t cap, int *errline
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-static void t_consume_tool(void)
+static void t_consume_tool_summarises_and_exits_by_result(void)
 {
 	if (!g_consume) {
 		fprintf(stderr, "    (skipped: no ibvb-consume path given)\n");
@@ -1680,57 +1773,220 @@ static void t_consume_tool(void)
 	CHECK_EQ(el, 1);
 	CHECK(strstr(out, "\"result\":\"producer_gone\""));
 
-	/* not found: the crashed producer's stale socket */
+	/* the crashed producer's stale socket */
 	const char *nf[] = {"--timeout-ms", "50", NULL};
 	CHECK_EQ(run_consume(sock, nf, &pid, &fd), 0);
 	ec = finish_consume(pid, fd, out, sizeof out, &el);
 	CHECK_EQ(ec, 1);
 	CHECK_EQ(el, 1);
 	CHECK(strstr(out, "\"result\":\"error\""));
-	CHECK(strstr(out, "not found"));
+	CHECK(strstr(out, "stale socket"));
 	unlink(sock);
+}
+
+/* 1 once process pid sleeps in nanosleep/clock_nanosleep (ibvb-consume --sleep-us holds a heap then). */
+static int in_nanosleep(pid_t pid)
+{
+	char path[64], buf[128];
+	snprintf(path, sizeof path, "/proc/%d/syscall", (int)pid);
+	int fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	long nr = strtol(buf, NULL, 10);
+	return nr == SYS_nanosleep || nr == SYS_clock_nanosleep;
+}
+
+/* Spec 2.1 §A across processes: ibvb-consume --verify is stopped (SIGSTOP) while it holds a heap, the
+ * producer laps it while another consumer keeps up, then SIGCONT: the heap it then reads is counted as
+ * overrun (overrun_heaps 1), never as a verify error or good data, and it exits 4 (overrun). */
+static void t_consume_tool_sigstopped_overrun_counts_overrun_heaps(void)
+{
+	if (!g_consume) {
+		fprintf(stderr, "    (skipped: no ibvb-consume path given)\n");
+		return;
+	}
+	snprintf(g_errfile, sizeof g_errfile, "%s/stopped.err", g_dir);
+	struct tp p;
+	char sock[512], out[4096];
+	pid_t pid;
+	int fd, el;
+	struct ibvb_ring *f;
+	struct ibvb_heap h;
+	CHECK_EQ(tp_create(&p, g_dir, "stopped", NULL), 0);
+	sock_of(sock, sizeof sock, "stopped");
+	const char *slow[] = {"--sleep-us", "200000", NULL};
+	CHECK_EQ(run_consume(sock, slow, &pid, &fd), 0);
+	CHECK_EQ(wait_attached(&p, 1), 0);
+	CHECK_EQ(ibvb_attach(&f, sock, 0), 0);
+	CHECK_EQ(pub(&p, 0, 256), 0);
+	int64_t t0 = now_ms();
+	while (!in_nanosleep(pid) && now_ms() - t0 < 10000)
+		usleep(200);
+	CHECK(in_nanosleep(pid)); /* it has taken heap 0 and sleeps holding it */
+	CHECK_EQ(kill(pid, SIGSTOP), 0);
+	int st;
+	CHECK_EQ(waitpid(pid, &st, WUNTRACED), pid);
+	CHECK(WIFSTOPPED(st));
+	for (int i = 1; i <= 9; i++) {
+		while (ibvb_peek(f, &h) == 0)
+			ibvb_release(f, &h);
+		ibvb_flush_release(f);
+		CHECK_EQ(pub(&p, (uint64_t)i, 256), 0);
+	}
+	CHECK_EQ(atomic_load(&p.ctl->stats[IBVB_CTR_CONSUMER_OVERRUNS]), 1);
+	CHECK_EQ(kill(pid, SIGCONT), 0);
+	int ec = finish_consume(pid, fd, out, sizeof out, &el);
+	if (ec != 4)
+		fprintf(stderr, "    ibvb-consume exit %d: %s\n", ec, out);
+	CHECK_EQ(ec, 4);
+	CHECK(strstr(out, "\"heaps\":1,"));
+	CHECK(strstr(out, "\"verify_errors\":0,"));
+	CHECK(strstr(out, "\"overrun_heaps\":1,"));
+	CHECK(strstr(out, "\"result\":\"overrun\""));
+	CHECK(strstr(out, "8 heaps lost"));
+	ibvb_detach(f);
+	tp_close(&p);
+}
+
+/* Spec 2.1 §1.1, the squatting attack: as nobody, /dev/shm/ibvbridge-VICTIM (0755) is made and serves a
+ * socket with the real ring's name that never answers. The victim (a throwaway uid without XDG_RUNTIME_DIR
+ * or IBVBRIDGE_RING_DIR, so that directory is its own default) attaching BY NAME skips it with a warning
+ * naming it and why, and reads the real ring's heaps from /run/ibvbridge. 2.0 hung on the silent socket. */
+static void t_attack_squatted_user_dir_is_skipped_by_name(void)
+{
+	if (!g_consume || geteuid() != 0) {
+		fprintf(stderr, "    (skipped: needs root to run a squatter and a victim under other uids%s)\n",
+			g_consume ? "" : ", and the ibvb-consume path");
+		return;
+	}
+	const unsigned victim = 65533, squatter = 65534;
+	char squat[64], name[64], ssock[160], out[4096], errs[2048];
+	struct stat st;
+	snprintf(squat, sizeof squat, "%s%u", IBVB_SHM_DIR_PREFIX, victim);
+	CHECK(lstat(squat, &st) < 0); /* the test owns this name for its run */
+	snprintf(name, sizeof name, "squat-%d", (int)getpid());
+	snprintf(ssock, sizeof ssock, "%s/%s%s", squat, name, IBVB_SOCK_SUFFIX);
+	int made_run = mkdir(IBVB_RUN_DIR, 0755) == 0;
+	struct tp p;
+	CHECK_EQ(tp_create(&p, IBVB_RUN_DIR, name, NULL), 0);
+	chmod(p.sock_path, 0666); /* the test ring admits the victim */
+	for (int i = 0; i < 3; i++)
+		CHECK_EQ(pub(&p, 100 + (uint64_t)i, 64), 0);
+	int pfd[2];
+	CHECK_EQ(pipe(pfd), 0);
+	pid_t sq = fork();
+	if (sq == 0) {
+		alarm(20);
+		close(pfd[0]);
+		if (setgroups(0, NULL) < 0 || setgid(squatter) < 0 || setuid(squatter) < 0 || mkdir(squat, 0755) < 0)
+			_exit(1);
+		int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+		struct sockaddr_un sa = sun_of(ssock);
+		if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || chmod(ssock, 0777) < 0 || listen(fd, 16) < 0 ||
+		    write(pfd[1], "x", 1) != 1)
+			_exit(1);
+		for (;;) /* a silent listener: accept and never answer */
+			if (accept(fd, NULL, NULL) < 0)
+				pause();
+	}
+	close(pfd[1]);
+	char c;
+	int ready = read(pfd[0], &c, 1) == 1;
+	close(pfd[0]);
+	snprintf(g_errfile, sizeof g_errfile, "%s/victim.err", g_dir);
+	int opfd[2];
+	pid_t v = -1;
+	if (ready && pipe(opfd) == 0 && (v = fork()) == 0) {
+		dup2(opfd[1], 1);
+		close(opfd[0]);
+		int ef = open(g_errfile, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		dup2(ef, 2);
+		unsetenv("XDG_RUNTIME_DIR");
+		unsetenv(IBVB_DIR_ENV);
+		if (setgroups(0, NULL) < 0 || setgid(victim) < 0 || setuid(victim) < 0)
+			_exit(126);
+		execl(g_consume, g_consume, "--ring", name, "--verify", "--max-heaps", "3", "--timeout-ms", "5000",
+		      (char *)NULL);
+		_exit(127);
+	}
+	int ec = -1, el = 0;
+	if (v > 0) {
+		close(opfd[1]);
+		ec = finish_consume(v, opfd[0], out, sizeof out, &el);
+	}
+	kill(sq, SIGKILL);
+	waitpid(sq, NULL, 0);
+	rm_tree(squat);
+	tp_close(&p);
+	if (made_run)
+		rmdir(IBVB_RUN_DIR);
+	CHECK(ready);
+	CHECK(v > 0);
+	int fd = open(g_errfile, O_RDONLY);
+	ssize_t n = fd >= 0 ? read(fd, errs, sizeof errs - 1) : -1;
+	errs[n > 0 ? n : 0] = 0;
+	if (fd >= 0)
+		close(fd);
+	if (ec != 0)
+		fprintf(stderr, "    victim exit %d: %s%s\n", ec, out, errs);
+	CHECK_EQ(ec, 0);
+	CHECK(strstr(out, "\"heaps\":3,"));
+	CHECK(strstr(out, "\"first_heap_cnt\":100,"));
+	CHECK(strstr(out, "\"verify_errors\":0,"));
+	char want[200];
+	snprintf(want, sizeof want, "skipping %s: owned by uid %u, not %u or root", squat, squatter, victim);
+	CHECK(strstr(errs, want));
 }
 
 /* ---- runner ------------------------------------------------------------------------------------ */
 
 static const struct test tests[] = {
-    {"roundtrip", t_roundtrip},
-    {"batch", t_batch},
-    {"items", t_items},
-    {"hold_and_full", t_hold_and_full},
-    {"bad_magic", t_bad_magic},
-    {"major_mismatch", t_major},
-    {"newer_minor", t_minor},
-    {"geometry_corrupt", t_geometry},
-    {"descriptor_corrupt", t_desc_corrupt},
-    {"busy_and_names", t_busy},
-    {"not_found", t_not_found},
-    {"attach_waits", t_attach_waits},
-    {"wait_timeout", t_wait_timeout},
-    {"wait_coalesced", t_wait_coalesced},
-    {"wait_wakes", t_wait_wakes},
-    {"futex_wrap", t_futex_wrap},
-    {"producer_death", t_producer_death},
-    {"producer_death_before_drain", t_death_before_drain},
-    {"producer_abandon", t_abandon},
-    {"closed", t_closed},
-    {"end_of_stream", t_eos},
-    {"readonly_mappings", t_readonly},
-    {"unsealed_memory", t_unsealed},
-    {"cursor_wrap", t_wrap},
-    {"metadata", t_meta},
-    {"stats", t_stats},
-    {"producer_wake", t_producer_wake},
-    {"two_consumers", t_two_consumers},
-    {"three_consumers", t_three_consumers},
-    {"detach_one_consumer", t_detach_one},
-    {"overrun", t_overrun},
-    {"bad_cursor", t_bad_cursor},
-    {"error_records", t_error_records},
-    {"welcome_malformed", t_welcome_malformed},
-    {"untrusted_uid", t_untrusted_uid},
-    {"start_and_lookup", t_start_and_lookup},
-    {"consume_tool", t_consume_tool},
+    {"every_heap_arrives_byte_for_byte", t_every_heap_arrives_byte_for_byte},
+    {"for_each_heap_holds_and_advance_releases", t_for_each_heap_holds_and_advance_releases},
+    {"items_are_found_by_id", t_items_are_found_by_id},
+    {"held_heaps_make_drop_policy_drop_new_heaps", t_held_heaps_make_drop_policy_drop_new_heaps},
+    {"bad_magic_is_refused", t_bad_magic_is_refused},
+    {"other_major_is_refused_naming_both", t_other_major_is_refused_naming_both},
+    {"newer_minor_and_unknown_fields_are_accepted", t_newer_minor_and_unknown_fields_are_accepted},
+    {"corrupt_geometry_is_refused_before_mapping", t_corrupt_geometry_is_refused_before_mapping},
+    {"corrupt_descriptor_is_refused_unconsumed", t_corrupt_descriptor_is_refused_unconsumed},
+    {"full_consumer_table_is_busy", t_full_consumer_table_is_busy},
+    {"missing_ring_fails_at_once_unless_waiting", t_missing_ring_fails_at_once_unless_waiting},
+    {"attach_retries_a_stale_socket_until_the_producer_comes", t_attach_retries_a_stale_socket_until_the_producer_comes},
+    {"wait_times_out", t_wait_times_out},
+    {"latency_bound_coalesces_wakes", t_latency_bound_coalesces_wakes},
+    {"wait_is_woken_by_publish", t_wait_is_woken_by_publish},
+    {"wake_survives_futex_word_wrap", t_wake_survives_futex_word_wrap},
+    {"producer_death_is_seen_within_a_slice", t_producer_death_is_seen_within_a_slice},
+    {"dead_producers_heaps_are_read_before_epipe", t_dead_producers_heaps_are_read_before_epipe},
+    {"abandoned_ring_gives_epipe_then_a_stale_socket", t_abandoned_ring_gives_epipe_then_a_stale_socket},
+    {"closed_ring_is_drained_then_ends", t_closed_ring_is_drained_then_ends},
+    {"end_of_stream_marker_ends_reading", t_end_of_stream_marker_ends_reading},
+    {"ring_mappings_cannot_be_written", t_ring_mappings_cannot_be_written},
+    {"unsealed_memory_is_refused", t_unsealed_memory_is_refused},
+    {"cursors_wrap_around_2_64", t_cursors_wrap_around_2_64},
+    {"metadata_is_read_consistently", t_metadata_is_read_consistently},
+    {"stats_counters_are_read_by_name_and_index", t_stats_counters_are_read_by_name_and_index},
+    {"release_wakes_a_waiting_producer", t_release_wakes_a_waiting_producer},
+    {"two_consumers_each_read_every_heap", t_two_consumers_each_read_every_heap},
+    {"three_consumers_each_read_every_heap", t_three_consumers_each_read_every_heap},
+    {"detaching_consumer_stops_holding_the_ring", t_detaching_consumer_stops_holding_the_ring},
+    {"stalled_consumer_is_detached_as_overrun", t_stalled_consumer_is_detached_as_overrun},
+    {"overrun_while_held_is_reported_not_torn", t_overrun_while_held_is_reported_not_torn},
+    {"items_are_private_copies", t_items_are_private_copies},
+    {"invalid_cursor_or_reused_row_detaches", t_invalid_cursor_or_reused_row_detaches},
+    {"error_records_map_to_errno", t_error_records_map_to_errno},
+    {"malformed_welcome_is_refused_without_leaks", t_malformed_welcome_is_refused_without_leaks},
+    {"socket_of_an_untrusted_uid_is_refused", t_socket_of_an_untrusted_uid_is_refused},
+    {"start_head_skips_and_name_lookup_finds", t_start_head_skips_and_name_lookup_finds},
+    {"consume_tool_summarises_and_exits_by_result", t_consume_tool_summarises_and_exits_by_result},
+    {"attack_squatted_user_dir_is_skipped_by_name", t_attack_squatted_user_dir_is_skipped_by_name},
+    {"consume_tool_sigstopped_overrun_counts_overrun_heaps", t_consume_tool_sigstopped_overrun_counts_overrun_heaps},
 };
 
 

@@ -2,10 +2,12 @@
  *
  * ibvb-consume --ring NAME_OR_SOCKET [--dir DIR] [--start oldest|head] [--verify] [--max-heaps N]
  *              [--timeout-ms T] [--hold N] [--sleep-us U]
- *              [--max-latency-us L]   (ibvb_set_max_latency: 0 wakes per heap)
+ *              [--max-latency-us L]   (ibvb_set_max_latency: 0 wakes per heap) [--no-touch]
  *
  * Used by the Go cross-process tests and the ring benchmark: the per-heap path makes no syscalls
  * (unless --sleep-us, or the ring is empty) and its checksum loop vectorises.
+ * With --verify, a heap found overrun after it was read (ibvb_heap_valid, layout 2.1) counts in
+ * overrun_heaps, not verify_errors; the next read then reports the overrun (exit 4).
  * Exit: 0 eos/max, 2 producer_gone, 3 timeout, 4 overrun (detached for falling a ring behind),
  * 5 detached (invalid cursor), 1 other errors. A failure is also one line on stderr. */
 #define _GNU_SOURCE
@@ -27,18 +29,22 @@ const char *const tool_name = "ibvb-consume";
 static void usage(int code)
 {
 	fprintf(code ? stderr : stdout,
-		"usage: ibvb-consume --ring NAME_OR_SOCKET [--dir DIR] [--start oldest|head] [--verify]\n"
-		"                    [--max-heaps N] [--timeout-ms T] [--max-latency-us L] [--hold N] [--sleep-us U]\n"
+		"usage: ibvb-consume --ring NAME_OR_SOCKET [--dir DIR] [--start oldest|head] [--verify] [--wait]\n"
+		"                    [--max-heaps N] [--timeout-ms T] [--max-latency-us L] [--hold N] [--sleep-us U] [--no-touch]\n"
 		"  --ring R           ring name (looked up as R.v2.sock) or the path of its socket (ends in .v2.sock)\n"
 		"  --dir DIR          ring directory to look the name up in (default: $IBVBRIDGE_RING_DIR, else\n"
-		"                     /dev/shm/ibvbridge-EUID or /run/ibvbridge as root, then /run/ibvbridge)\n"
+		"                     /run/ibvbridge as root, else $XDG_RUNTIME_DIR/ibvbridge or /dev/shm/ibvbridge-EUID,\n"
+		"                     then /run/ibvbridge; directories not owned by you or root are skipped)\n"
+		"  --wait             wait up to --timeout-ms for a ring that does not exist yet (else: not found at once)\n"
 		"  --start S          oldest (default): from the oldest heap the ring holds; head: only new heaps\n"
-		"  --verify           check the test pattern and item 0x1001 == heap_cnt\n"
+		"  --verify           check the test pattern and item 0x1001 == heap_cnt, then that the heap was not\n"
+		"                     overrun while read (counted in overrun_heaps, not verify_errors)\n"
+		"  --no-touch         take and release each heap without reading its payload (checksum 0)\n"
 		"  --max-heaps N      stop after N heaps (result max)\n"
 		"  --timeout-ms T     attach and per-heap wait timeout (default 10000)\n"
 		"  --max-latency-us L let heaps of a moving stream wait up to L us for coalesced wakes (0: a wake per heap)\n"
 		"  --hold N           keep the N newest heaps held\n"
-		"  --sleep-us U       sleep U us per heap (a slow consumer)\n"
+		"  --sleep-us U       sleep U us per heap, holding it, before reading it (a slow consumer)\n"
 		"Prints one JSON object. Exit: 0 eos/max, 1 error, 2 producer_gone, 3 timeout, 4 overrun, 5 detached.\n");
 	exit(code);
 }
@@ -78,14 +84,22 @@ static void json_str(const char *s)
 int main(int argc, char **argv)
 {
 	const char *ring = NULL;
-	struct ibvb_attach_opts aopts = {.dir = NULL, .start = IBVB_START_OLDEST};
-	int verify = 0;
+	struct ibvb_attach_opts aopts = {.dir = NULL, .start = IBVB_START_OLDEST, .flags = 0};
+	int verify = 0, touch = 1;
 	uint64_t max_heaps = 0, hold = 0, sleep_us = 0, timeout_ms = 10000;
 	int64_t max_latency_us = -1; /* -1: the library's default */
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (!strcmp(a, "--verify")) {
 			verify = 1;
+			continue;
+		}
+		if (!strcmp(a, "--no-touch")) { /* what spead2_recv's main thread does with its heaps */
+			touch = 0;
+			continue;
+		}
+		if (!strcmp(a, "--wait")) {
+			aopts.flags |= IBVB_ATTACH_WAIT;
 			continue;
 		}
 		if (!strcmp(a, "-h") || !strcmp(a, "--help"))
@@ -125,7 +139,7 @@ int main(int argc, char **argv)
 	if (timeout_ms > INT32_MAX)
 		timeout_ms = INT32_MAX;
 
-	uint64_t heaps = 0, bytes = 0, sum = 0, verify_errors = 0, incomplete = 0, first = 0, last = 0, ooo = 0;
+	uint64_t heaps = 0, bytes = 0, sum = 0, verify_errors = 0, overrun_heaps = 0, incomplete = 0, first = 0, last = 0, ooo = 0;
 	double t0 = 0, t1 = 0;
 	const char *result = "error";
 	char errmsg[600] = "";
@@ -191,8 +205,11 @@ int main(int argc, char **argv)
 			}
 			last = h.heap_cnt;
 			heaps++;
+			if (sleep_us) /* a slow reader: the heap is held meanwhile (and may be overrun under drop) */
+				usleep((useconds_t)sleep_us);
 			bytes += h.received;
-			sum += checksum(h.payload, h.received);
+			if (touch)
+				sum += checksum(h.payload, h.received);
 			if (h.flags & IBVB_FLAG_INCOMPLETE)
 				incomplete++;
 			if (verify && !(h.flags & IBVB_FLAG_INCOMPLETE)) { /* holes hold unspecified bytes */
@@ -206,10 +223,12 @@ int main(int argc, char **argv)
 				const struct ibvb_item *it = ibvb_find_item(&h, ITEM_VERIFY_ID);
 				if (it && (!ibvb_item_is_immediate(it) || it->value != h.heap_cnt))
 					ok = 0;
-				verify_errors += !ok;
+				/* 2.1: the bytes were the heap's only if it is still valid after reading them */
+				if (!ibvb_heap_valid(r, &h))
+					overrun_heaps++;
+				else
+					verify_errors += !ok;
 			}
-			if (sleep_us)
-				usleep((useconds_t)sleep_us);
 			if (hold == 0) {
 				ibvb_release(r, &h);
 			} else {
@@ -232,9 +251,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ibvb-consume: %s: %s\n", result, errmsg);
 
 	printf("{\"heaps\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"checksum\":%" PRIu64 ",\"verify_errors\":%" PRIu64
-	       ",\"incomplete\":%" PRIu64 ",\"first_heap_cnt\":%" PRIu64 ",\"last_heap_cnt\":%" PRIu64
+	       ",\"overrun_heaps\":%" PRIu64 ",\"incomplete\":%" PRIu64 ",\"first_heap_cnt\":%" PRIu64 ",\"last_heap_cnt\":%" PRIu64
 	       ",\"heap_cnt_out_of_order\":%" PRIu64 ",\"seconds\":%.6f,\"cpu_seconds\":%.6f,\"result\":\"%s\",\"error\":",
-	       heaps, bytes, sum, verify_errors, incomplete, first, last, ooo, heaps ? t1 - t0 : 0.0, cpu1 - cpu0, result);
+	       heaps, bytes, sum, verify_errors, overrun_heaps, incomplete, first, last, ooo, heaps ? t1 - t0 : 0.0, cpu1 - cpu0, result);
 	json_str(errmsg);
 	printf(",\"counters\":{");
 	for (unsigned i = 0; r && i < IBVB_CTR_COUNT; i++)

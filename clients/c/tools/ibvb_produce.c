@@ -2,7 +2,7 @@
  * stream; print one JSON summary.
  *
  * ibvb-produce --ring NAME [--dir DIR] [--heaps N] [--heap-size BYTES] [--slots N] [--policy drop|block]
- *              [--hugepages auto|require|off] [--wait-consumers N] [--pattern] [--batch N]
+ *              [--hugepages auto|require|off] [--wait-consumers N] [--pattern] [--batch N] [--max-observers N]
  *
  * Heap cnt runs 1..N; each heap has an address item 0x1000 (value 0, length heap_size: the payload) and an
  * immediate item 0x1001 (value = heap cnt, length 5). With --pattern byte i of heap cnt's payload is
@@ -46,10 +46,10 @@ static void usage(int code)
 	fprintf(code ? stderr : stdout,
 		"usage: ibvb-produce --ring NAME [--dir DIR] [--heaps N] [--heap-size BYTES] [--slots N]\n"
 		"                    [--policy drop|block] [--hugepages auto|require|off] [--wait-consumers N]\n"
-		"                    [--pattern] [--batch N]\n"
+		"                    [--pattern] [--batch N] [--max-observers N]\n"
 		"  --ring NAME          ring to create (socket NAME.v2.sock in the ring directory)\n"
 		"  --dir DIR            ring directory (default: $IBVBRIDGE_RING_DIR, else /run/ibvbridge as root,\n"
-		"                       else /dev/shm/ibvbridge-EUID)\n"
+		"                       else $XDG_RUNTIME_DIR/ibvbridge, else /dev/shm/ibvbridge-EUID)\n"
 		"  --heaps N            heaps to publish, heap cnt 1..N (default 1000)\n"
 		"  --heap-size BYTES    payload bytes per heap, also the slot size (default 4096)\n"
 		"  --slots N            ring slots, a power of two (default 256)\n"
@@ -58,6 +58,7 @@ static void usage(int code)
 		"  --wait-consumers N   wait up to 30 s for N consumers before publishing\n"
 		"  --pattern            payload byte i = (cnt*31 + i) mod 256 (ibvb-consume --verify)\n"
 		"  --batch N            heaps per head store (default: 1 for heaps >= 64 KiB, else min(32, slots/8))\n"
+		"  --max-observers N    observer connections (stat, ls) at once, 1..16 (default 4)\n"
 		"Prints one JSON object: heaps, bytes, checksum, dropped, seconds, heaps_per_s. Exit 0 ok, 1 error.\n");
 	exit(code);
 }
@@ -112,6 +113,8 @@ int main(int argc, char **argv)
 			o.slot_count = parse_u64(a, v);
 		else if (!strcmp(a, "--wait-consumers"))
 			wait_consumers = parse_u64(a, v);
+		else if (!strcmp(a, "--max-observers"))
+			o.max_observers = (uint32_t)(parse_u64(a, v) > UINT32_MAX ? UINT32_MAX : parse_u64(a, v));
 		else if (!strcmp(a, "--batch"))
 			batch = parse_u64(a, v);
 		else if (!strcmp(a, "--policy")) {

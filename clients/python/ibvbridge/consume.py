@@ -2,7 +2,7 @@
 
     python3 -m ibvbridge.consume --ring NAME_OR_SOCKET [--dir DIR] [--start oldest|head] [--verify]
                                  [--max-heaps N] [--timeout-ms T] [--hold N] [--sleep-us U] [--batch N]
-                                 [--hold-first-ms MS] [--wait]
+                                 [--stop-first] [--wait]
 
 The ring is a name (looked up in --dir, else $IBVBRIDGE_RING_DIR, else the default ring directories) or the
 path of its socket (NAME.v2.sock). A ring that does not exist is an error at once, unless --wait: then the
@@ -31,6 +31,7 @@ attach to the end of reading.
 import argparse
 import collections
 import json
+import os
 import signal
 import sys
 import time
@@ -181,9 +182,9 @@ def main(argv=None):
     ap.add_argument("--hold", type=int, default=0, help="keep up to N heaps unreleased")
     ap.add_argument("--sleep-us", type=float, default=0, help="sleep after each heap (each batch with --batch)")
     ap.add_argument("--batch", type=int, default=0, help="use next_batch with up to N heaps")
-    ap.add_argument("--hold-first-ms", type=float, default=0,
-                    help="after taking the first heap (or batch), say so on stderr and wait this long before "
-                         "reading it (tests overrun a held heap)")
+    ap.add_argument("--stop-first", action="store_true",
+                    help="after taking the first heap (or batch), stop this process (SIGSTOP) before reading it, "
+                         "until SIGCONT (a consumer stalled mid-read, for tests)")
     a = ap.parse_args(argv)
     timeout = a.timeout_ms / 1000.0
     out = {"heaps": 0, "bytes": 0, "checksum": 0, "verify_errors": 0, "overrun_heaps": 0, "incomplete": 0,
@@ -208,7 +209,7 @@ def main(argv=None):
         t0 = time.perf_counter()
         cpu0 = time.process_time()
         sleep = a.sleep_us / 1e6
-        hold_first = a.hold_first_ms / 1e3
+        stop_first = a.stop_first
         limit = a.max_heaps if a.max_heaps > 0 else None
         result = None
         while result is None:
@@ -223,11 +224,9 @@ def main(argv=None):
                 else:
                     item = ring.next(timeout)
                     k = 1
-                if hold_first:
-                    sys.stderr.write(f"ibvbridge.consume: holding position {item.position}\n")
-                    sys.stderr.flush()
-                    time.sleep(hold_first)
-                    hold_first = 0
+                if stop_first:
+                    stop_first = False
+                    os.kill(os.getpid(), signal.SIGSTOP)
                 if not (st.batch(item) if a.batch else st.heap(item)):
                     ring.release(item)  # overrun while held: raises Overrun (result overrun)
                     raise RingError("heap invalid but the ring still counts this consumer")

@@ -66,6 +66,13 @@ OFF_PACKET_SIZE = 0x88
 OFF_FEATURES = 0x90
 OFF_STATS_COUNT = 0x98
 OFF_MAX_CONSUMERS = 0x9C
+# chunk geometry (§13): 0 unless features has FEATURE_CHUNKS
+OFF_CHUNK_HEAPS = 0xA0
+OFF_CHUNK_AXIS = 0xA4
+OFF_CHUNK_HEAP_SIZE = 0xA8
+OFF_CHUNK_STEP = 0xB0
+OFF_CHUNK_TIME_ITEM = 0xB8
+OFF_CHUNK_AXIS_ITEM = 0xC0
 HEADER_SIZE = 0x100  # the header block; the rest of it is reserved
 # --- control memory: producer blocks, stats, consumer table (§2) -----------------------------------
 OFF_HEAD = 0x200
@@ -134,6 +141,7 @@ CONSUMER_BAD_CURSOR = 3
 CONSUMER_GONE = 4
 # header features
 FEATURE_REPLAY_TIMESTAMPS = 0x1
+FEATURE_CHUNKS = 0x2
 
 # --- descriptor (§4.1) ---------------------------------------------------------------------------------
 DESC_SIZE = 64
@@ -156,6 +164,7 @@ FLAG_HAS_DESCRIPTORS = 0x10
 FLAG_ITEMS_OVERFLOW = 0x20
 FLAG_NO_HEAP_SIZE = 0x40
 FLAG_ITEMS_CUT = 0x80
+FLAG_CHUNK = 0x100
 
 # --- item entry (§5) -----------------------------------------------------------------------------------
 ITEM_SIZE = 32
@@ -184,6 +193,7 @@ COUNTER_NAMES = (
     "packets", "bytes", "heaps", "incomplete_heaps", "dropped_heaps", "malformed_packets",
     "duplicate_packets", "truncated_heaps", "discarded_incomplete_heaps", "end_of_stream",
     "consumers_attached", "consumer_overruns", "consumer_errors",
+    "chunks", "incomplete_chunks", "too_old_heaps", "rejected_heaps",
 )
 STATS_COUNT = len(COUNTER_NAMES)
 
@@ -241,6 +251,15 @@ HEADER_STRUCT, HEADER_FIELDS = _fields_struct((
     ("payload_offset", OFF_PAYLOAD_OFFSET, "Q"), ("packet_offset", OFF_PACKET_OFFSET, "Q"),
     ("packet_size", OFF_PACKET_SIZE, "Q"), ("features", OFF_FEATURES, "Q"),
     ("stats_count", OFF_STATS_COUNT, "I"), ("max_consumers", OFF_MAX_CONSUMERS, "I"),
+))
+
+# The chunk geometry (§13), read apart from the 2.0 header: it lies in the header's reserved space.
+CHUNK_STRUCT, CHUNK_FIELDS = _fields_struct((
+    ("chunk_heaps", 0, "I"), ("chunk_axis", OFF_CHUNK_AXIS - OFF_CHUNK_HEAPS, "I"),
+    ("chunk_heap_size", OFF_CHUNK_HEAP_SIZE - OFF_CHUNK_HEAPS, "Q"),
+    ("chunk_step", OFF_CHUNK_STEP - OFF_CHUNK_HEAPS, "Q"),
+    ("chunk_time_item", OFF_CHUNK_TIME_ITEM - OFF_CHUNK_HEAPS, "Q"),
+    ("chunk_axis_item", OFF_CHUNK_AXIS_ITEM - OFF_CHUNK_HEAPS, "Q"),
 ))
 
 ROW_STRUCT, ROW_FIELDS = _fields_struct((
@@ -387,6 +406,8 @@ def dump() -> dict[str, int]:
         key = ("header." + name if name in ("ctl_size", "desc_size", "item_size", "stats_count", "max_consumers")
                else name)
         d[key] = g["OFF_" + name.upper()]
+    for name in CHUNK_FIELDS:
+        d[name] = g["OFF_" + name.upper()]
     for name in ("head", "producer_waiting", "heartbeat_ns", "oldest", "stats"):
         d[name] = g["OFF_" + name.upper()]
     d["consumer_table"] = OFF_CONSUMER_TABLE
@@ -413,8 +434,8 @@ def dump() -> dict[str, int]:
              ("role", "ROLE_", ("consumer", "observer")), ("start", "START_", ("oldest", "head")),
              ("status", "STATUS_", ("ok", "version", "not_permitted", "busy", "closing", "protocol")),
              ("flag", "FLAG_", ("complete", "incomplete", "truncated", "end_of_stream", "has_descriptors",
-                                "items_overflow", "no_heap_size", "items_cut")),
-             ("item_flag", "ITEM_", ("immediate",)), ("feature", "FEATURE_", ("replay_timestamps",)))
+                                "items_overflow", "no_heap_size", "items_cut", "chunk")),
+             ("item_flag", "ITEM_", ("immediate",)), ("feature", "FEATURE_", ("replay_timestamps", "chunks")))
     for prefix, const, names in enums:
         for name in names:
             d[f"{prefix}.{name}"] = g[const + name.upper()]

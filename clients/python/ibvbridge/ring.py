@@ -448,7 +448,9 @@ class Heap:
         return a.reshape(shape, order=order)
 
     def copy(self) -> Heap:
-        """A detached copy (payload and items) that stays valid after release and close."""
+        """A detached copy (payload and items) that stays valid after release and close. The bytes are
+        copied, then checked (layout 2.1 §A): Overrun / Detached when the producer overran this consumer
+        while it held the heap, so a copy is never a torn heap."""
         self._check_live()
         h = Heap.__new__(Heap)
         buf = bytes(self._mv[self._base:self._base + self.received])
@@ -464,6 +466,8 @@ class Heap:
             setattr(h, f, getattr(self, f))
         h._released = False
         h._descmap = self._ring.descriptors() if self._ring is not None else self._descmap
+        if self._ring is not None:
+            self._ring._check_row()  # copied, then checked
         return h
 
     def release(self) -> None:

@@ -135,7 +135,7 @@ def open_trusted_dir(path: str, euid: int | None = None) -> tuple[int, int]:
         if not _stat.S_ISDIR(st.st_mode):
             raise Untrusted("not a directory")
         if st.st_mode & 0o022:
-            raise Untrusted(f"writable by group or others (mode {st.st_mode & 0o7777:#o})")
+            raise Untrusted(f"writable by group or others (mode 0{st.st_mode & 0o7777:o})")  # as Go prints it
         if st.st_uid not in (euid, 0) and not _root_made(fd):
             raise Untrusted(f"owned by uid {st.st_uid}, not {euid} or root")
         return fd, st.st_uid

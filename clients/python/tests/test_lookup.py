@@ -6,7 +6,6 @@ import json
 import logging
 import os
 import shutil
-import socket
 import subprocess
 import sys
 
@@ -61,7 +60,7 @@ def test_untrusted_given_directory_is_refused_in_one_line(tmp_path):
     d.mkdir()
     os.chmod(d, 0o777)
     with pytest.raises(PermissionDenied, match=f"^ring r: ring directory {d} is not trusted: writable by group or "
-                       "others \\(mode 0o777\\)$"):
+                       "others \\(mode 0777\\)$"):
         Ring.attach("r", directory=str(d), timeout=1)
     with pytest.raises(PermissionDenied, match="not trusted"):
         Ring.attach(str(d / "r.v2.sock"), timeout=1)

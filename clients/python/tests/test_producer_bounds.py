@@ -5,7 +5,6 @@ reserve so a flood is refused as busy with the true reason), group membership fr
 
 import json
 import os
-import resource
 import shutil
 import socket
 import subprocess

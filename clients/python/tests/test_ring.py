@@ -42,13 +42,15 @@ def test_layout_constants():
     assert d["region.tail"] == 0 and d["region.consumer_futex"] == 0x84 and d["region.wake_at"] == 0x88
     assert d["region.release_futex"] == 0x100
     assert d["desc.seq"] == 0 and d["desc.slot"] == 0x28 and d["item.value"] == 8
-    assert d["desc_size"] == 64 and d["item_size"] == 32 and d["stats_count"] == 13
+    assert d["desc_size"] == 64 and d["item_size"] == 32 and d["stats_count"] == 17
     assert d["header.stats_count"] == 0x98 and d["header.max_consumers"] == 0x9C and d["data_size"] == 0x50
     assert d["magic_value"] == L.MAGIC and d["major_value"] == 2 and d["max_items_limit"] == 65536
     assert d["hello_size"] == 32 and d["welcome_size"] == 64 and d["welcome.message"] == 0x10
     assert d["flag.items_cut"] == 0x80 and d["counter.consumer_errors"] == 12
     assert "ctl_size" not in d and "data_path" not in d and "tail" not in d  # 1.0 names are gone
-    assert len(d) == 152
+    assert d["chunk_heaps"] == 0xA0 and d["chunk_heap_size"] == 0xA8 and d["chunk_axis_item"] == 0xC0
+    assert d["feature.chunks"] == 2 and d["flag.chunk"] == 0x100 and d["counter.rejected_heaps"] == 16
+    assert len(d) == 164  # 2.0's 152, then §13's six header fields, feature, flag and four counters
     assert L.DESC_DTYPE.itemsize == 64 and L.ITEM_DTYPE.itemsize == 32
     assert L.DESC_DTYPE.fields["packets"][1] == 0x34
     assert L.HEADER_STRUCT.size == 0xA0 and L.ROW_STRUCT.size == 128
@@ -262,12 +264,12 @@ def test_1_0_control_file_path_is_a_version_error(tmp_path):
 
 
 def test_newer_minor_accepted(make_producer):
-    p = make_producer(header_overrides={"minor": 7, "features": 1 << 40, "stats_count": 14})
-    p.set_stat(13, 99)
+    p = make_producer(header_overrides={"minor": 7, "features": 1 << 40, "stats_count": 21})
+    p.set_stat(20, 99)
     p.publish(1, b"abc")
     with attach(p) as ring:
         assert ring.minor == 7
-        assert ring.stats()["counter_13"] == 99 and ring.stats()["consumer_errors"] == 0
+        assert ring.stats()["counter_20"] == 99 and ring.stats()["consumer_errors"] == 0
         with ring.next() as h:
             assert bytes(h.payload) == b"abc"
 

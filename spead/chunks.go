@@ -1,0 +1,291 @@
+package spead
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/ibvbridge/ibvbridge/ring"
+)
+
+// Errors a chunk placer's heapSlot gives for a heap it does not place (begin counts neither as dropped):
+// errNotPlaced, it counted the heap already (too_old_heaps, rejected_heaps); errDuplicateHeap, the heap's
+// position is filled or being filled by another heap, so its packets count as duplicate_packets.
+var (
+	errNotPlaced     = errors.New("spead: heap not placed in a chunk")
+	errDuplicateHeap = errors.New("spead: heap for a chunk position already filled")
+)
+
+// defaultChunkWindow is how many chunks are open at once unless AssemblerConfig.ChunkWindow says.
+const defaultChunkWindow = 2
+
+// maxChunkWindow bounds the open chunks (each holds a ring slot and a position table).
+const maxChunkWindow = 1 << 10
+
+// maxChunkLiveHeaps bounds the heaps under assembly in chunk mode (AssemblerConfig.MaxHeaps), where they
+// do not hold slots: each has its own preallocated bookkeeping.
+const maxChunkLiveHeaps = 1 << 12
+
+// Position states of an open chunk, private to the placer (the ring's presence map holds only 0 and 1).
+const (
+	posEmpty   uint8 = iota
+	posFilling       // a live heap is being received into it
+	posPresent       // a complete heap is in it
+)
+
+// openChunk is one chunk of the window: the ring slot it fills, its positions' states and what arrived.
+type openChunk struct {
+	id       uint64
+	slot     *ring.Slot // nil: no heap arrived for it yet, or no slot was free (its heaps were dropped)
+	noSlot   bool       // Acquire failed: its heaps are dropped, not retried per heap
+	state    []uint8    // per position
+	present  int        // positions in posPresent
+	received uint64
+	packets  uint32
+	firstNs  uint64
+}
+
+// chunkPlacer places heaps into chunks (spec §13), spead2's chunk stream: a heap's time item (divided by
+// the step) and axis item give its chunk and its position there; the heap is received straight into that
+// position, so a chunk is one slot whose payload is every heap of a time range in order, with a presence
+// map after it. W chunks are open at once, [oldest, oldest+W); a heap for a later chunk moves the window,
+// publishing the chunks it passes (incomplete ones flagged), a heap for an earlier one is too old. Chunks
+// are published in id order: when the oldest is full, when the window moves past them, at the end.
+//
+// Guesses (transport.Placer): the next packet of the heap the latest packet joined, inside its position;
+// then the next heaps, one position after the other from the latest heap's (time-major, axis within),
+// in open chunks, as long as the last heap that completed, in packets as long as the latest first one.
+type chunkPlacer struct {
+	follower
+	lastID, lastPos uint64    // the chunk and position of the heap begun last
+	aheadView       ring.Slot // expected's answer for a heap not begun
+	p               *ring.Producer
+	g               ring.ChunkGeometry
+	chunks          []openChunk // the window, chunk id mod W
+	oldest          uint64      // the window's first chunk id
+	started         bool        // a heap has set the window
+	evict           func(*openChunk)
+	// retiring: a chunk is being retired, its live heaps ended; ended must not retire it a second time.
+	retiring bool
+}
+
+var _ placer = (*chunkPlacer)(nil)
+
+func newChunkPlacer(p *ring.Producer, window int, evict func(*openChunk)) (*chunkPlacer, error) {
+	if window == 0 {
+		window = defaultChunkWindow
+	}
+	geo := p.Geometry()
+	if window < 1 || window > maxChunkWindow || uint64(window) > geo.SlotCount {
+		return nil, fmt.Errorf("spead: chunk window %d must be in 1..%d and at most the ring's %d slots",
+			window, maxChunkWindow, geo.SlotCount)
+	}
+	cp := &chunkPlacer{p: p, g: p.Chunks(), chunks: make([]openChunk, window), evict: evict}
+	for i := range cp.chunks {
+		cp.chunks[i].state = make([]uint8, cp.g.Positions())
+	}
+	return cp, nil
+}
+
+// place finds heap pkt's time and axis items among the packet's immediate items: its chunk id and its
+// position in the chunk. ok false: the heap is rejected (an item missing, the axis out of range, a heap
+// longer than a position).
+func (cp *chunkPlacer) place(pkt *Packet) (id, pos uint64, ok bool) {
+	var t, a uint64
+	haveT, haveA := false, cp.g.AxisItem == 0
+	ps := pkt.Pointers
+	for i := range ps.Len() {
+		ip := pkt.Flavour.splitPointer(ps.Raw(i))
+		if !ip.Immediate {
+			continue
+		}
+		switch {
+		case ip.ID == cp.g.TimeItem:
+			t, haveT = ip.Value/cp.g.Step, true
+		case ip.ID == cp.g.AxisItem && cp.g.AxisItem != 0: // not a null item standing for "no axis"
+			a, haveA = ip.Value, true
+		}
+	}
+	if !haveT || !haveA || a >= uint64(cp.g.Axis) || pkt.HasHeapLength && pkt.HeapLength > cp.g.HeapSize {
+		return 0, 0, false
+	}
+	heaps := uint64(cp.g.Heaps)
+	return t / heaps, (t%heaps)*uint64(cp.g.Axis) + a, true
+}
+
+func (cp *chunkPlacer) heapSlot(h *liveHeap, pkt *Packet) (*ring.Slot, error) {
+	id, pos, ok := cp.place(pkt)
+	if !ok {
+		cp.p.Add(ring.CounterRejectedHeaps, 1)
+		return nil, errNotPlaced
+	}
+	if !cp.started {
+		cp.started, cp.oldest = true, id
+	}
+	w := uint64(len(cp.chunks))
+	if d := id - cp.oldest; int64(d) < 0 {
+		cp.p.Add(ring.CounterTooOldHeaps, 1)
+		return nil, errNotPlaced
+	} else if d >= w {
+		cp.advance(id - w + 1)
+	}
+	c := &cp.chunks[id%w]
+	if c.slot == nil && !c.noSlot {
+		if err := cp.take(c, id); err != nil {
+			return nil, err
+		}
+	}
+	if c.noSlot {
+		return nil, ring.ErrFull
+	}
+	if c.state[pos] != posEmpty {
+		return nil, errDuplicateHeap
+	}
+	c.state[pos] = posFilling
+	h.chunk, h.chunkPos = c, pos
+	h.view = cp.view(c, pos)
+	cp.lastID, cp.lastPos = id, pos
+	return &h.view, nil
+}
+
+// view is position pos of chunk c as a slot of its own.
+func (cp *chunkPlacer) view(c *openChunk, pos uint64) ring.Slot {
+	off := pos * cp.g.HeapSize
+	return ring.Slot{Index: c.slot.Index, Payload: c.slot.Payload[off : off+cp.g.HeapSize : off+cp.g.HeapSize]}
+}
+
+// openChunk is chunk id's window entry if the chunk is open with a slot, else nil.
+func (cp *chunkPlacer) open(id uint64) *openChunk {
+	w := uint64(len(cp.chunks))
+	if !cp.started || id-cp.oldest >= w {
+		return nil
+	}
+	if c := &cp.chunks[id%w]; c.slot != nil && c.id == id {
+		return c
+	}
+	return nil
+}
+
+// take takes a slot for chunk id and clears its presence map; a heap whose chunk finds no slot is dropped,
+// and so are the chunk's other heaps.
+func (cp *chunkPlacer) take(c *openChunk, id uint64) error {
+	c.id, c.present, c.received, c.packets, c.firstNs = id, 0, 0, 0, 0
+	clear(c.state)
+	s, err := cp.p.Acquire()
+	if err != nil {
+		c.noSlot = true
+		return err
+	}
+	c.slot = s
+	clear(cp.g.Presence(s.Payload))
+	return nil
+}
+
+// advance moves the window's start to oldest, publishing the chunks it passes in id order.
+func (cp *chunkPlacer) advance(oldest uint64) {
+	w := uint64(len(cp.chunks))
+	for n := uint64(0); cp.oldest != oldest && n < w; n++ {
+		cp.retire(&cp.chunks[cp.oldest%w])
+		cp.oldest++
+	}
+	cp.oldest = oldest // a jump past the whole window: every chunk in it was retired above
+}
+
+// retire publishes a window entry's chunk if it has one (its live heaps ended first) and frees the entry.
+func (cp *chunkPlacer) retire(c *openChunk) {
+	if c.slot != nil {
+		cp.retiring = true
+		cp.evict(c)
+		cp.retiring = false
+		cp.p.PublishChunk(c.slot, ring.ChunkInfo{ID: c.id, Received: c.received, Packets: c.packets, TimestampNs: c.firstNs})
+	}
+	c.slot, c.noSlot = nil, false
+}
+
+// ended records a heap leaving the window in its chunk: present if it is complete and fits its position,
+// else its position is free again (rejected if too long). Full chunks at the window's start are published.
+func (cp *chunkPlacer) ended(h *liveHeap, complete bool) bool {
+	c := h.chunk
+	if c == nil {
+		return true // its chunk was retired meanwhile (cannot happen: retire evicts first)
+	}
+	c.received += h.stored
+	c.packets += h.packets
+	switch {
+	case h.extent > cp.g.HeapSize || h.hasLength && h.heapLength > cp.g.HeapSize:
+		cp.p.Add(ring.CounterRejectedHeaps, 1) // a heap without a length that ran past its position
+		c.state[h.chunkPos] = posEmpty
+	case complete:
+		c.state[h.chunkPos] = posPresent
+		cp.g.Presence(c.slot.Payload)[h.chunkPos] = 1
+		c.present++
+		cp.p.Add(ring.CounterHeaps, 1)
+	default:
+		cp.p.Add(ring.CounterIncompleteHeaps, 1)
+		c.state[h.chunkPos] = posEmpty
+	}
+	if c.firstNs == 0 || uint64(h.firstNanos) < c.firstNs {
+		c.firstNs = uint64(h.firstNanos)
+	}
+	h.chunk = nil
+	w := uint64(len(cp.chunks))
+	for !cp.retiring {
+		front := &cp.chunks[cp.oldest%w]
+		if front.slot == nil || uint64(front.present) != cp.g.Positions() {
+			break
+		}
+		cp.retire(front)
+		cp.oldest++
+	}
+	return true
+}
+
+func (cp *chunkPlacer) guess(dst [][]byte) (hdrLen, n int) {
+	hdrLen, step := cp.nextStep()
+	if step == 0 || hdrLen == 0 {
+		return 0, 0
+	}
+	n, ok := cp.regions(dst, step)
+	if !ok {
+		return 0, 0
+	}
+	hs := cp.g.HeapSize
+	if cp.nextLength == 0 || cp.nextLength > hs || cp.firstLen == 0 || cp.firstHdr != hdrLen {
+		return hdrLen, n
+	}
+	id, pos := cp.lastID, cp.lastPos
+	for n < len(dst) {
+		if pos++; pos == cp.g.Positions() {
+			id, pos = id+1, 0
+		}
+		c := cp.open(id)
+		if c == nil || c.state[pos] != posEmpty {
+			break
+		}
+		v := cp.view(c, pos)
+		n += fillRegions(dst[n:], v.Payload, 0, cp.nextLength, cp.firstLen)
+	}
+	return hdrLen, n
+}
+
+func (cp *chunkPlacer) expected(pkt *Packet) (*liveHeap, *ring.Slot) {
+	if h := cp.live(); h != nil && h.cnt == pkt.HeapCnt {
+		return h, nil
+	}
+	// A heap not begun: its own position, if its chunk is open and nothing is there yet.
+	id, pos, ok := cp.place(pkt)
+	if !ok {
+		return nil, nil
+	}
+	c := cp.open(id)
+	if c == nil || c.state[pos] != posEmpty {
+		return nil, nil
+	}
+	cp.aheadView = cp.view(c, pos)
+	return nil, &cp.aheadView
+}
+
+// release publishes every open chunk in id order: the input ended, or the stream stopped (the Assembler
+// has ended its live heaps first).
+func (cp *chunkPlacer) release() {
+	cp.advance(cp.oldest + uint64(len(cp.chunks)))
+}
