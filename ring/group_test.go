@@ -25,35 +25,12 @@ func rowField(p *ring.Producer, idx, off, size int) uint64 {
 	return binary.LittleEndian.Uint64(b)
 }
 
-// helloStatus sends a 32-byte hello with patch applied and returns the answer's status (0: a welcome).
+// helloStatus sends a consumer's hello with patch applied and returns the answer's status (0: a welcome).
 func helloStatus(t *testing.T, sock string, patch func(h []byte)) byte {
 	t.Helper()
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: sock}); err != nil {
-		t.Skipf("socket path too long to connect to directly: %v", err)
-	}
-	h := make([]byte, ring.HelloSize)
-	copy(h, "IBVBRING")
-	h[8], h[10], h[12] = byte(ring.MajorVersion), byte(ring.MinorVersion), ring.RoleConsumer
-	patch(h)
-	unix.Write(fd, h)
-	buf, oob := make([]byte, ring.ErrorRecordMax), make([]byte, unix.CmsgSpace(4*4))
-	n, oobn, _, _, _ := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
-	msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
-	for i := range msgs {
-		fds, _ := unix.ParseUnixRights(&msgs[i])
-		for _, f := range fds {
-			unix.Close(f)
-		}
-	}
-	if n <= 12 {
-		t.Fatalf("answer of %d bytes", n)
-	}
-	return buf[12]
+	fd, st := rawHelloPatched(t, sock, func(h []byte) { h[12] = ring.RoleConsumer; patch(h) })
+	unix.Close(fd)
+	return st
 }
 
 func TestHelloGroupIDAcceptedReservedBytesRefused(t *testing.T) {
@@ -78,6 +55,21 @@ func TestHelloGroupIDAcceptedReservedBytesRefused(t *testing.T) {
 	if ring.GroupID("") != 0 || ring.GroupID("a") != 0xe40c292c { // FNV-1a 32 of "a"
 		t.Fatalf("GroupID(\"a\") = %#x", ring.GroupID("a"))
 	}
+}
+
+// twoMembers attaches two members of group "g" to p, in this order (closed at the test's end).
+func twoMembers(t *testing.T, p *ring.Producer) (*ring.Consumer, *ring.Consumer) {
+	t.Helper()
+	var cs [2]*ring.Consumer
+	for i := range cs {
+		c, err := ring.Attach(p.SocketPath(), ring.AttachOptions{Group: "g"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		cs[i] = c
+	}
+	return cs[0], cs[1]
 }
 
 // drain reads c until the end of the stream, releasing each heap after check, and returns the heap
@@ -196,16 +188,7 @@ func TestGroupSlowMemberHoldsOnlyItsOwnUntilARingBehind(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.SlotCount = 16
 	p := ringtest.New(t, "slow", cfg)
-	slow, err := ring.Attach(p.SocketPath(), ring.AttachOptions{Group: "g"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer slow.Close()
-	fast, err := ring.Attach(p.SocketPath(), ring.AttachOptions{Group: "g"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fast.Close()
+	slow, fast := twoMembers(t, p)
 	var held ring.Heap
 	fastGot := 0
 	poll := func() {
@@ -265,21 +248,11 @@ func TestGroupSlowMemberHoldsOnlyItsOwnUntilARingBehind(t *testing.T) {
 // it passed over after it until it releases that heap; then its tail moves past all of them at once.
 func TestGroupMemberReleasesPassedPositionsInOrder(t *testing.T) {
 	p := ringtest.New(t, "order", testConfig(t))
-	a, err := ring.Attach(p.SocketPath(), ring.AttachOptions{Group: "g"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := ring.Attach(p.SocketPath(), ring.AttachOptions{Group: "g"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a, _ := twoMembers(t, p) // b reads nothing: its positions are a's to pass over
 	for cnt := uint64(1); cnt <= 4; cnt++ {
 		publish(t, p, cnt, 64)
 	}
-	// Round robin on a tie: a gets 1 and 3, b 2 and 4 (nobody released anything between the publishes
-	// of one batch? each publish is its own commit, and nothing was released, so the counts alternate).
+	// Nothing is released meanwhile, so the counts tie in turn: a gets 1 and 3, b 2 and 4 (round robin).
 	var mine []ring.Heap
 	for {
 		h, ok, err := a.TryNext()
@@ -311,5 +284,58 @@ func TestGroupMemberReleasesPassedPositionsInOrder(t *testing.T) {
 	p.Unread()
 	if got := tail() - mine[0].Position; got != 4 {
 		t.Fatalf("after releasing heap 3, a's tail is %d past heap 1, want 4 (everything read)", got)
+	}
+}
+
+// TestGroupHolesNotReadByANewConsumer: while a member holds an old heap whose neighbours' slots were
+// reused, oldest (ctl 0x308) is past the holes and a consumer attaching at the oldest heap starts there,
+// reading only heaps whose slots still hold them (spec §14, §7.1).
+func TestGroupHolesNotReadByANewConsumer(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.SlotCount = 16
+	p := ringtest.New(t, "holes", cfg)
+	a, b := twoMembers(t, p)
+	publish(t, p, 1, 64)
+	held, ok, err := a.TryNext()
+	if err != nil || !ok || held.HeapCnt != 1 {
+		t.Fatalf("member a: %+v %v %v, want heap 1", held, ok, err)
+	}
+	for cnt := uint64(2); cnt <= 10; cnt++ {
+		publish(t, p, cnt, 64)
+		for {
+			h, ok, err := b.TryNext()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			b.Release(h)
+		}
+	}
+	p.Unread() // a reclaim
+	oldest := binary.LittleEndian.Uint64(ring.CtlForTest(p)[0x308:])
+	if oldest != held.Position+10 {
+		t.Fatalf("oldest %d, want %d (past every freed slot, at head)", oldest, held.Position+10)
+	}
+	c, err := ring.Attach(p.SocketPath(), ring.AttachOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for cnt := uint64(11); cnt <= 14; cnt++ { // fills the slots b released, LIFO
+		publish(t, p, cnt, 64)
+	}
+	for cnt := uint64(11); cnt <= 14; cnt++ {
+		h, ok, err := c.TryNext()
+		if err != nil || !ok {
+			t.Fatalf("new consumer: %v %v", ok, err)
+		}
+		checkHeap(t, h, cnt, 64)
+		c.Release(h)
+	}
+	checkHeap(t, held, 1, 64)
+	if !a.Valid(held) {
+		t.Fatal("member a's held heap 1 is not valid")
 	}
 }
