@@ -175,6 +175,19 @@ func TestGroupEveryHeapOnceMonitorSeesAllMemberDeathCounted(t *testing.T) {
 	for _, c := range members[1:] {
 		assigned += rowField(p, c.Index(), 0x38, 8)
 	}
+	info, err := ring.Inspect(p.SocketPath(), "") // what stat shows: each member's group and share
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range info.Consumers {
+		want := ring.GroupID("work")
+		if r.Index == mon.Index() {
+			want = 0
+		}
+		if r.GroupID != want || r.Index != mon.Index() && r.Assigned == 0 {
+			t.Fatalf("stat row %+v: want group %#x and a share", r, want)
+		}
+	}
 	t.Logf("shares: %d %d %d %d, lost %d, rows 1-3 assigned %d", len(got[0]), len(got[1]), len(got[2]), len(got[3]), lost, assigned)
 	if assigned != uint64(len(got[1])+len(got[2])+len(got[3])) {
 		t.Fatalf("rows say %d assigned to members 1-3, they processed %d", assigned, len(got[1])+len(got[2])+len(got[3]))
