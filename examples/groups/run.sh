@@ -6,7 +6,7 @@
 # count and heap-counter sum). Usage: examples/groups/run.sh [path/to/ibvbridge]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-BIN=${1:-./build/ibvbridge}
+BIN=${1:-./bin/ibvbridge}
 [[ -x $BIN ]] || { echo "build it first (make) or pass the binary" >&2; exit 2; }
 RING=groups-demo.$$
 PORT=$((20000 + $$ % 20000))
