@@ -115,6 +115,7 @@ type socket struct {
 	placedReads uint64
 	windowMost  int // the most datagrams a message held in this window of relearnPerMsg placed reads
 	msgCap      int // messages a placed read may take: 1 after a wrong guess, doubling while they hold
+	segSize     int // datagram size of the last GRO message that held several (0: none yet)
 	piov        []unix.Iovec
 	pstart      []int  // logical offset of each iovec piece in its message
 	gather      []byte // the datagrams of a read that did not land where expected, copied out
@@ -549,7 +550,7 @@ func (s *Source) readOnce(sk *socket, w *workerSink, flags int) (got, more bool,
 	hdrs := sk.hdrs
 	if w.placer != nil && sk.gro {
 		w.beginRead()
-		if hdrLen, k := w.placer.Place(sk.regions); k > 0 && hdrLen <= maxPlaceHdr {
+		if hdrLen, k := w.placer.Place(sk.regions[:sk.placeCap()]); k > 0 && hdrLen <= maxPlaceHdr {
 			got, more, err := s.readPlaced(sk, w.placer, hdrLen, k, flags)
 			w.endRead()
 			return got, more, err
@@ -732,6 +733,21 @@ func (sk *socket) layoutPlaced(hdrLen, k int) (msgs int) {
 	return msgs
 }
 
+// placeCap is how many regions a placed read can fill: one per message while messages hold one datagram
+// each (msgCap messages), else what one GRO message can hold (64 KiB of datagrams; 8 of 8972 bytes).
+// Guessing and laying out more costs a region's guess and two iovecs the kernel imports each, for nothing.
+// Should the datagrams shrink, those past the cap land in the overflow buffer and are copied (not a miss),
+// and the read learns the new size.
+func (sk *socket) placeCap() int {
+	if sk.perMsg == 1 {
+		return sk.msgCap
+	}
+	if sk.segSize <= 0 {
+		return maxPlace
+	}
+	return min(maxPlace, (maxGROMessage+sk.segSize-1)/sk.segSize)
+}
+
 // setPiece makes iovec piece p the n bytes at base, at logical offset off of its message; it returns the
 // offset after it.
 func (sk *socket) setPiece(p int, base *byte, n, off int) int {
@@ -761,6 +777,9 @@ func (s *Source) sortPlaced(sk *socket, pl transport.Placer, hdrLen, n int) []pl
 		seg := groSegment(sk.ctl[m*groCmsgSpace:(m+1)*groCmsgSpace], int(sk.pmsgs[m].hdr.Controllen), total)
 		if total > 0 {
 			most = max(most, (total+seg-1)/seg)
+		}
+		if seg < total {
+			sk.segSize = seg
 		}
 		for j, start := 0, 0; start < total; j, start = j+1, start+seg {
 			end := min(start+seg, total)
