@@ -7,6 +7,8 @@
 // The sockets are raw file descriptors driven by one goroutine over epoll rather than net.UDPConn with
 // x/net/ipv4's ReadBatch: ReadBatch allocates a *net.UDPAddr per message (it parses every source address),
 // and the Sink is not safe for concurrent use, so one reader goroutine over all sockets needs no locking.
+// A thread that owns one socket waits for its bursts inside the read itself while the stream is busy, and
+// in epoll only once it has been idle (see drainSocket and Config.Coalesce).
 package udp
 
 import (
