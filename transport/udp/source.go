@@ -7,8 +7,8 @@
 // The sockets are raw file descriptors driven by one goroutine over epoll rather than net.UDPConn with
 // x/net/ipv4's ReadBatch: ReadBatch allocates a *net.UDPAddr per message (it parses every source address),
 // and the Sink is not safe for concurrent use, so one reader goroutine over all sockets needs no locking.
-// A thread that owns one socket waits for its bursts inside the read itself while the stream is busy, and
-// in epoll only once it has been idle (see drainSocket and Config.Coalesce).
+// A receiver of one socket waits for its bursts inside the read itself while the stream is busy, and in
+// epoll only once it has been idle (see drainSocket and Config.Coalesce).
 package udp
 
 import (
@@ -61,12 +61,13 @@ type Config struct {
 	Threads int
 	// CPUs, if set, pins worker k to CPUs[k % len(CPUs)].
 	CPUs []int
-	// Coalesce is how long a worker that owns one socket sleeps after a drain that emptied it before it
+	// Coalesce is how long a receiver of one socket (one thread) sleeps after a drain that emptied it before it
 	// reads again, so that the next wake finds several of the sender's bursts instead of one: a NIC's
 	// interrupt moderation (rx-usecs) in software. Each sleep and wake is a thread switch; on 1 MiB heaps
 	// at 6 Gb/s there was one per 36 KiB burst, 40 % of recv's CPU. It delays only datagrams that follow
 	// the previous read within Coalesce (a lone datagram is read at once), by at most Coalesce, and the
 	// socket buffer must hold Coalesce of the stream. 0: read each burst as it comes; at most busyWait.
+	// Several endpoints or threads wait in epoll, without it.
 	Coalesce time.Duration
 	Log      *zerolog.Logger
 }
@@ -461,9 +462,11 @@ func (s *Source) runWorker(ctx context.Context, k int, sink *workerSink) error {
 		}
 	}
 	events := make([]unix.EpollEvent, len(s.socks)+1)
-	var only *socket // the worker's one socket, if it has one: it waits inside the read
-	if len(s.socks) == len(s.epfds) {
-		only = s.socks[k]
+	// A receiver of one socket waits inside the read. Not so a worker of several: one that shares the
+	// sink holds its lock from Place to the last Placed of a placed read, which must not include a wait.
+	var only *socket
+	if len(s.socks) == 1 && len(s.epfds) == 1 {
+		only = s.socks[0]
 	}
 	for {
 		if s.stopping.Load() {
@@ -542,7 +545,7 @@ func (s *Source) wake() {
 // drainSocket drains a socket as one batch of a Batcher sink when the thread owns it: the heaps it
 // completes reach consumers together when the socket is empty (or has had its share), not one cursor
 // store at a time. With wait, its first read waits up to busyWait for a datagram inside the syscall: a
-// thread that owns one socket needs no readiness wait of its own (a syscall per burst) while the stream
+// receiver of one socket needs no readiness wait of its own (a syscall per burst) while the stream
 // is busy. It reports whether it read anything, and whether it left the socket empty.
 func (s *Source) drainSocket(sk *socket, w *workerSink, wait bool) (got, emptied bool, err error) {
 	w.beginDrain()
