@@ -296,27 +296,39 @@ func (s *Source) openSocket(ep transport.Endpoint, ifAddr [4]byte, ifIndex int) 
 	n, size := s.cfg.Batch, s.cfg.MaxPacketSize
 	if s.cfg.GRO {
 		if err := unix.SetsockoptInt(fd, unix.SOL_UDP, unix.UDP_GRO, 1); err == nil {
-			sk.gro, size = true, max(size, maxGROMessage)
-			sk.ctl = make([]byte, n*groCmsgSpace)
-			sk.regions = make([][]byte, maxPlace)
-			sk.hdrBufs = make([]byte, maxPlace*maxPlaceHdr)
-			msgs := min(n, maxPlace)
-			sk.pmsgs = make([]mmsghdr, msgs)
-			sk.placedMsgs = make([]placedMsg, msgs)
-			sk.piov = make([]unix.Iovec, 2*maxPlace+msgs)
-			sk.pstart = make([]int, 2*maxPlace+msgs+1)
-			// Room for what a read usually holds; a read that copies out more grows them once (append).
-			sk.gather = make([]byte, 0, 2*maxGROMessage)
-			sk.dgrams = make([]placedDgram, 0, 2*maxPlace)
-			sk.perMsg, sk.msgCap = 1, 1
+			sk.allocGRO(n)
+			size = max(size, maxGROMessage)
 		} else if s.cfg.Log != nil {
 			s.cfg.Log.Warn().Err(err).Str("endpoint", ep.String()).Msg("UDP GRO refused: a datagram per message")
 		}
 	}
+	sk.allocBatch(n, size)
+	return sk, nil
+}
+
+// allocGRO makes the buffers of GRO reads and of placed reads, for a batch of n messages.
+func (sk *socket) allocGRO(n int) {
+	sk.gro = true
+	sk.ctl = make([]byte, n*groCmsgSpace)
+	sk.regions = make([][]byte, maxPlace)
+	sk.hdrBufs = make([]byte, maxPlace*maxPlaceHdr)
+	msgs := min(n, maxPlace)
+	sk.pmsgs = make([]mmsghdr, msgs)
+	sk.placedMsgs = make([]placedMsg, msgs)
+	sk.piov = make([]unix.Iovec, 2*maxPlace+msgs)
+	sk.pstart = make([]int, 2*maxPlace+msgs+1)
+	// Room for what a read usually holds; a read that copies out more grows them once (append).
+	sk.gather = make([]byte, 0, 2*maxGROMessage)
+	sk.dgrams = make([]placedDgram, 0, 2*maxPlace)
+	sk.perMsg, sk.msgCap = 1, 1
+}
+
+// allocBatch makes the message headers and buffers of a batch of n reads of up to size bytes: one
+// allocation for every buffer, cache-line aligned per message.
+func (sk *socket) allocBatch(n, size int) {
 	sk.hdrs = make([]mmsghdr, n)
 	sk.iovs = make([]unix.Iovec, n)
 	sk.bufs = make([][]byte, n)
-	// One allocation for every buffer of the batch, cache-line aligned per message.
 	stride := (size + 63) &^ 63
 	mem := make([]byte, n*stride)
 	for i := range n {
@@ -329,7 +341,6 @@ func (s *Source) openSocket(ep transport.Endpoint, ifAddr [4]byte, ifIndex int) 
 			sk.hdrs[i].hdr.Control = &sk.ctl[i*groCmsgSpace]
 		}
 	}
-	return sk, nil
 }
 
 // setBuffer requests the receive buffer. As root SO_RCVBUFFORCE passes net.core.rmem_max; otherwise the
