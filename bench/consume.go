@@ -21,12 +21,15 @@ type ConsumeResult struct {
 	VerifyErrors uint64 `json:"verify_errors"`
 	// OverrunHeaps counts heaps found invalid after they were read (layout 2.1 §A: the producer overran the
 	// consumer and reused their slots meanwhile): their bytes are not judged, so they are not verify errors.
-	OverrunHeaps uint64  `json:"overrun_heaps"`
-	Incomplete   uint64  `json:"incomplete"`
-	FirstHeapCnt uint64  `json:"first_heap_cnt"`
-	LastHeapCnt  uint64  `json:"last_heap_cnt"`
-	OutOfOrder   uint64  `json:"heap_cnt_out_of_order"`
-	Seconds      float64 `json:"seconds"`
+	OverrunHeaps uint64 `json:"overrun_heaps"`
+	Incomplete   uint64 `json:"incomplete"`
+	FirstHeapCnt uint64 `json:"first_heap_cnt"`
+	LastHeapCnt  uint64 `json:"last_heap_cnt"`
+	OutOfOrder   uint64 `json:"heap_cnt_out_of_order"`
+	// HeapCntSum is the sum of the heap counters read: a group's members' sums (with their heap counts)
+	// add up to the stream's when each heap went to exactly one of them.
+	HeapCntSum uint64  `json:"heap_cnt_sum"`
+	Seconds    float64 `json:"seconds"`
 	// CPUSeconds is the consumer's CPU time (user + system) from its attach to the end of its stream: the
 	// stream's cost without the process's start-up and exit.
 	CPUSeconds float64           `json:"cpu_seconds"`
@@ -61,14 +64,21 @@ type ConsumeOptions struct {
 	StopFirst bool
 	// Wait retries a ring name that no directory serves yet until Timeout (else it fails at once).
 	Wait bool
+	// Group attaches as a member of this consumer group (spec §14): only the heaps assigned to it.
+	Group string
+	// WorkPasses checksums each heap's payload this many more times: CPU-bound work per heap (benchmarks).
+	WorkPasses int
 }
+
+// workSink receives ConsumeOptions.WorkPasses' results.
+var workSink uint64
 
 // Consume reads ring name as its consumer until the end of stream (or o.MaxHeaps), checksumming every
 // heap and, with o.Verify, checking the pattern; `ibvbridge consume` prints the result.
 func Consume(name string, o ConsumeOptions) *ConsumeResult {
 	verify, maxHeaps, timeout, hold, sleep := o.Verify, o.MaxHeaps, o.Timeout, max(o.Hold, 0), o.Sleep
 	res := &ConsumeResult{Result: "error"}
-	c, err := ring.Attach(name, ring.AttachOptions{Timeout: timeout, Wait: o.Wait, Dir: o.Dir, MaxLatency: o.MaxLatency, FromHead: o.FromHead})
+	c, err := ring.Attach(name, ring.AttachOptions{Timeout: timeout, Wait: o.Wait, Dir: o.Dir, MaxLatency: o.MaxLatency, FromHead: o.FromHead, Group: o.Group})
 	if err != nil {
 		res.Error, res.exitCode = err.Error(), 1
 		return res
@@ -115,6 +125,9 @@ func Consume(name string, o ConsumeOptions) *ConsumeResult {
 			_ = unix.Kill(unix.Getpid(), unix.SIGSTOP)
 		}
 		sum := pattern.Checksum(h.Payload)
+		for range o.WorkPasses {
+			workSink += pattern.Checksum(h.Payload) // a sink, so the work is not optimised away
+		}
 		bad := verify && h.Flags&ring.FlagIncomplete == 0 && !pattern.Verify(&h) // holes hold unspecified bytes
 		if !c.Valid(h) {
 			// Read, then checked: the slot was reused while the bytes were read, so they prove nothing.
@@ -124,6 +137,7 @@ func Consume(name string, o ConsumeOptions) *ConsumeResult {
 		}
 		res.Heaps++
 		res.LastHeapCnt = h.HeapCnt
+		res.HeapCntSum += h.HeapCnt
 		res.Bytes += h.Received
 		res.Checksum += sum
 		if h.Flags&ring.FlagIncomplete != 0 {

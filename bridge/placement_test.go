@@ -21,7 +21,7 @@ import (
 // Every heap must come out complete with every byte of its pattern, whatever was guessed wrong; the
 // in-order stretches must be taken in place, and every duplicate counted.
 func TestPlacementUnderDisorder(t *testing.T) {
-	runDisordered(t, 120, 30000, 1472, func(s *udp.Sender, wire [][]byte) {
+	runDisordered(t, 0, 120, 30000, 1472, func(s *udp.Sender, wire [][]byte) {
 		for i := 0; i < len(wire); i += 8 {
 			if err := s.Send(wire[i:min(i+8, len(wire))]); err != nil {
 				t.Fatal(err)
@@ -34,9 +34,10 @@ func TestPlacementUnderDisorder(t *testing.T) {
 // runDisordered receives heaps 1..heaps of size bytes, packetized into packetSize-byte datagrams and
 // disordered (disorderedPackets), on a GRO socket into a ring with a consumer, send putting them on the
 // wire; it checks every heap came out once and whole, every duplicate was counted and some datagrams
-// were placed.
-func runDisordered(t *testing.T, heaps uint64, size, packetSize int, send func(s *udp.Sender, wire [][]byte)) {
-	src, err := udp.Open(udp.Config{Endpoints: []transport.Endpoint{{Addr: netip.MustParseAddr("127.0.0.1")}}, GRO: true})
+// were placed. coalesce is the source's Coalesce.
+func runDisordered(t *testing.T, coalesce time.Duration, heaps uint64, size, packetSize int, send func(s *udp.Sender, wire [][]byte)) {
+	src, err := udp.Open(udp.Config{Endpoints: []transport.Endpoint{{Addr: netip.MustParseAddr("127.0.0.1")}}, GRO: true,
+		Coalesce: coalesce})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,10 +119,16 @@ func disorderedPackets(t *testing.T, heaps uint64, size, packetSize int) (wire [
 // The placed read takes several messages a call, and GRO messages hold several datagrams: messages cut
 // short (runs of 1 to 7 datagrams, as a sender's batch ends make them), disorder and duplicates make
 // guesses wrong. Every heap must still come out whole with every byte of its pattern, every duplicate
-// counted, the in-order stretches placed.
+// counted, the in-order stretches placed; with the reads coalesced (recv's default) too.
 func TestPlacementOfGROMessagesUnderDisorder(t *testing.T) {
+	for _, coalesce := range []time.Duration{0, udp.DefaultCoalesce} {
+		t.Run("coalesce-"+coalesce.String(), func(t *testing.T) { placeGROMessagesUnderDisorder(t, coalesce) })
+	}
+}
+
+func placeGROMessagesUnderDisorder(t *testing.T, coalesce time.Duration) {
 	const packetSize = 8972
-	runDisordered(t, 60, 200000, packetSize, func(s *udp.Sender, wire [][]byte) {
+	runDisordered(t, coalesce, 60, 200000, packetSize, func(s *udp.Sender, wire [][]byte) {
 		if err := s.EnableGSO(packetSize); err != nil {
 			t.Skipf("no UDP GSO here: %v", err)
 		}

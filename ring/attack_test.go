@@ -940,6 +940,12 @@ func directSocket(t *testing.T, sock string) string {
 // descriptors closed).
 func rawHello(t *testing.T, sock string, role byte) (int, byte) {
 	t.Helper()
+	return rawHelloPatched(t, sock, func(h []byte) { h[12] = role })
+}
+
+// rawHelloPatched is rawHello with the hello's bytes after magic, major and minor set by patch.
+func rawHelloPatched(t *testing.T, sock string, patch func(h []byte)) (int, byte) {
+	t.Helper()
 	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -949,7 +955,8 @@ func rawHello(t *testing.T, sock string, role byte) (int, byte) {
 	}
 	hello := make([]byte, ring.HelloSize)
 	copy(hello, "IBVBRING")
-	hello[8], hello[10], hello[12] = byte(ring.MajorVersion), byte(ring.MinorVersion), role
+	hello[8], hello[10] = byte(ring.MajorVersion), byte(ring.MinorVersion)
+	patch(hello)
 	unix.Write(fd, hello)
 	buf, oob := make([]byte, ring.ErrorRecordMax), make([]byte, unix.CmsgSpace(4*4))
 	n, oobn, _, _, rerr := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)

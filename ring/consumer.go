@@ -35,6 +35,12 @@ type AttachOptions struct {
 	// SpinBudget bounds how long Next spins before sleeping (default 20 µs, <0: never spin). It spins only
 	// while recent waits averaged at most half of it.
 	SpinBudget time.Duration
+	// Group, if not "", attaches as a member of this consumer group (spec §14): the members of a group
+	// share the stream, each heap handed to exactly one of them, while consumers without a group read
+	// every heap. A member starts at the newest heap (FromHead is implied). The producer knows the group
+	// by GroupID(Group), a 32-bit hash: two names with the same hash are one group. A producer that does
+	// not know groups refuses the attach (ErrProtocol).
+	Group string
 }
 
 func (o AttachOptions) warnings() io.Writer {
@@ -86,6 +92,13 @@ type Consumer struct {
 	futexWakeups  uint64        // sleeps a FUTEX_WAKE ended (not the slice): tests prove the wake with it
 	eosPending    bool          // an end-of-stream marker was read but not yet released
 	eosPos        uint64
+
+	// A group member (spec §14) hands out only the positions whose assign mask has bit; mine[pos & mask]
+	// says which of the positions read and not yet released were handed out (the others are released as
+	// soon as nothing before them is held). group is 0 and mine nil for an independent consumer.
+	group uint32
+	bit   uint64
+	mine  []bool
 }
 
 // Heap is a heap read from the ring. Its descriptor fields and Items are the consumer's private, validated
@@ -128,8 +141,8 @@ func (h *Heap) ItemBytes(it Item) []byte {
 // Attach connects to ring nameOrPath (a name, or a socket path containing '/') as one of its consumers
 // (spec §9).
 func Attach(nameOrPath string, opt AttachOptions) (c *Consumer, err error) {
-	role := hello{Major: MajorVersion, Minor: MinorVersion, Role: RoleConsumer, Start: StartOldest}
-	if opt.FromHead {
+	role := hello{Major: MajorVersion, Minor: MinorVersion, Role: RoleConsumer, Start: StartOldest, Group: GroupID(opt.Group)}
+	if opt.FromHead || role.Group != 0 {
 		role.Start = StartHead
 	}
 	a, err := dial(nameOrPath, dialOptions{dir: opt.Dir, timeout: opt.Timeout, wait: opt.Wait, warn: opt.warnings()}, role)
@@ -154,6 +167,9 @@ func Attach(nameOrPath string, opt AttachOptions) (c *Consumer, err error) {
 	// Storing tail once per batch rather than per heap keeps the producer from taking a cache miss on it
 	// per heap; an eighth of the ring keeps the producer supplied with free slots (spec §7.4).
 	c.batch = min(max(c.hdr.SlotCount/8, 1), 64)
+	if role.Group != 0 {
+		c.group, c.bit, c.mine = role.Group, 1<<c.index, make([]bool, c.hdr.SlotCount)
+	}
 	return c, nil
 }
 
@@ -337,6 +353,9 @@ func (c *Consumer) mapAll(a *attachment) error {
 // Index is this consumer's row in the ring's consumer table.
 func (c *Consumer) Index() int { return int(c.index) }
 
+// GroupID is the group this consumer is a member of (GroupID of AttachOptions.Group), 0 for none.
+func (c *Consumer) GroupID() uint32 { return c.group }
+
 // attached reports whether the producer still counts this consumer as attached (layout 2.1 §A): the row's
 // state, then its generation, two separate acquire loads in that order. While it holds, no slot this
 // consumer holds has been reused.
@@ -390,39 +409,82 @@ func (c *Consumer) Stats() Stats { return readStats(c.stats, c.hdr.StatsCount) }
 
 // TryNext returns the next heap without waiting; ok is false when none is published yet.
 func (c *Consumer) TryNext() (Heap, bool, error) {
+	for {
+		h, ok, passed, err := c.tryRead()
+		if !passed {
+			return h, ok, err
+		}
+	}
+}
+
+// tryRead is one step of TryNext; passed reports a position a group member passed over (spec §14: not
+// assigned to it), after which TryNext reads on.
+func (c *Consumer) tryRead() (h Heap, ok, passed bool, err error) {
 	if c.read == c.cachedHead {
 		c.cachedHead = c.head.Load()
 		if err := c.detached(); err != nil {
-			return Heap{}, false, err
+			return Heap{}, false, false, err
 		}
 		if c.read == c.cachedHead {
 			c.flushRelease() // caught up: hand the released slots back now
-			return Heap{}, false, nil
+			return Heap{}, false, false, nil
 		}
 		if c.cachedHead-c.released > c.hdr.SlotCount {
-			return Heap{}, false, fmt.Errorf("%w: head %d is %d positions past tail %d", ErrCorrupt, c.cachedHead, c.cachedHead-c.released, c.released)
+			return Heap{}, false, false, fmt.Errorf("%w: head %d is %d positions past tail %d", ErrCorrupt, c.cachedHead, c.cachedHead-c.released, c.released)
 		}
 	}
-	h, err := c.heapAt(c.read)
+	d := c.descs[c.read&c.mask] // a copy: no field is read from shared memory twice
+	if c.group != 0 && d.Assign&c.bit == 0 && d.Flags&FlagEndOfStream == 0 {
+		// Another member's position: only its seq is checked (its slot and items are not read).
+		if d.Seq != c.read+1 {
+			if derr := c.detached(); derr != nil {
+				return Heap{}, false, false, derr
+			}
+			return Heap{}, false, false, fmt.Errorf("%w: descriptor of position %d has seq %d", ErrCorrupt, c.read, d.Seq)
+		}
+		c.passOver()
+		return Heap{}, false, true, nil
+	}
+	h, err = c.heapFrom(c.read, &d)
 	// Checked on every call, after the copies: a heap whose slot was reused while it was being read is
 	// never handed out, and an overrun consumer learns it (with the heaps it lost) at its next call.
 	if derr := c.detached(); derr != nil {
-		return Heap{}, false, derr
+		return Heap{}, false, false, derr
 	}
 	if err != nil {
-		return Heap{}, false, err
+		return Heap{}, false, false, err
 	}
 	c.read++
 	if h.Flags&FlagEndOfStream != 0 {
 		// The marker goes back with the heaps before it: releasing it now would also release heaps the
 		// consumer still holds.
 		c.eosPending, c.eosPos = true, h.Position
+		if c.mine != nil {
+			c.mine[h.Position&c.mask] = false
+		}
 		if c.released == h.Position {
 			_ = c.Release(h) // attachment checked just above
 		}
-		return Heap{}, false, ErrEndOfStream
+		return Heap{}, false, false, ErrEndOfStream
 	}
-	return h, true, nil
+	if c.mine != nil {
+		c.mine[h.Position&c.mask] = true
+	}
+	return h, true, false, nil
+}
+
+// passOver moves a group member past a position assigned to another member (spec §14); it is released at
+// once when nothing before it is held, else with the held heap before it.
+func (c *Consumer) passOver() {
+	pos := c.read
+	c.read++
+	c.mine[pos&c.mask] = false
+	if c.released == pos {
+		c.released = pos + 1
+		if c.released-c.stored >= c.batch {
+			c.flushRelease()
+		}
+	}
 }
 
 // heapAt copies position pos's descriptor and item table into private memory and validates the copies
@@ -430,7 +492,13 @@ func (c *Consumer) TryNext() (Heap, bool, error) {
 // producer rewriting them meanwhile cannot make the consumer read out of bounds.
 func (c *Consumer) heapAt(pos uint64) (Heap, error) {
 	d := c.descs[pos&c.mask] // a copy
-	items, err := validateHeap(&c.hdr.Geometry, pos, &d, c.items, c.itemCopy)
+	return c.heapFrom(pos, &d)
+}
+
+// heapFrom validates d, a private copy of position pos's descriptor, copies its item table and returns
+// the heap.
+func (c *Consumer) heapFrom(pos uint64, d *descriptor) (Heap, error) {
+	items, err := validateHeap(&c.hdr.Geometry, pos, d, c.items, c.itemCopy)
 	h := Heap{Position: pos, HeapCnt: d.HeapCnt, HeapSize: d.HeapSize, Received: d.Received,
 		TimestampNs: d.TimestampNs, Flags: d.Flags, Packets: d.Packets, Slot: d.Slot, Items: items}
 	if err != nil {
@@ -622,6 +690,18 @@ func (c *Consumer) Release(h Heap) error {
 	c.released = next
 	if c.eosPending && next == c.eosPos {
 		c.released, c.eosPending = next+1, false
+	}
+	if c.mine != nil {
+		// A member: the positions it passed over after h go back with it, up to the next heap it holds;
+		// and its tail is stored at once, so the producer sees its share done (assignment balances by it).
+		for c.released != c.read && !c.mine[c.released&c.mask] {
+			if c.eosPending && c.released == c.eosPos {
+				c.eosPending = false
+			}
+			c.released++
+		}
+		c.flushRelease()
+		return c.detached()
 	}
 	if c.released-c.stored >= c.batch {
 		c.flushRelease()

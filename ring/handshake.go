@@ -4,12 +4,26 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 )
 
-// hello is the record a client sends after connecting (spec §1.2).
+// hello is the record a client sends after connecting (spec §1.2); Group is §14's group_id.
 type hello struct {
 	Major, Minor uint16
 	Role, Start  uint32
+	Group        uint32
+}
+
+// GroupID is the hello's group_id for a consumer group's name (spec §14): its 32-bit FNV-1a hash, 0 for
+// "" (no group). A name whose hash is 0 gets 1, so every named group is a group. Two names with the same
+// hash are one group: choosing names that do not collide is the user's part.
+func GroupID(name string) uint32 {
+	if name == "" {
+		return 0
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(name))
+	return max(h.Sum32(), 1)
 }
 
 func (h hello) encode() []byte {
@@ -20,17 +34,22 @@ func (h hello) encode() []byte {
 	le.PutUint16(b[msgMinor:], h.Minor)
 	le.PutUint32(b[helloRole:], h.Role)
 	le.PutUint32(b[helloStart:], h.Start)
+	le.PutUint32(b[helloGroup:], h.Group)
 	return b
 }
 
-// decodeHello parses a client's record; a wrong size or magic is a protocol error.
+// decodeHello parses a client's record; a wrong size or magic, or a reserved byte that is not 0 (spec §1.2:
+// a field this producer does not know), is a protocol error.
 func decodeHello(b []byte) (hello, error) {
 	le := binary.LittleEndian
 	if len(b) != HelloSize || le.Uint64(b[msgMagic:]) != Magic {
 		return hello{}, fmt.Errorf("hello of %d bytes is not an ibvbridge hello", len(b))
 	}
+	if r := b[helloReserved:HelloSize]; !bytes.Equal(r, make([]byte, len(r))) {
+		return hello{}, fmt.Errorf("hello has non-zero reserved bytes at %#x (a field this producer does not know)", helloReserved)
+	}
 	return hello{Major: le.Uint16(b[msgMajor:]), Minor: le.Uint16(b[msgMinor:]),
-		Role: le.Uint32(b[helloRole:]), Start: le.Uint32(b[helloStart:])}, nil
+		Role: le.Uint32(b[helloRole:]), Start: le.Uint32(b[helloStart:]), Group: le.Uint32(b[helloGroup:])}, nil
 }
 
 // welcome is the producer's answer to a hello that it accepts (spec §1.2).

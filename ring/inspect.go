@@ -46,6 +46,10 @@ type ConsumerInfo struct {
 	Lag       uint64 `json:"lag"`      // head − position
 	Wakes     uint64 `json:"wakes"`
 	LostHeaps uint64 `json:"lost_heaps"`
+	// GroupID is the consumer group it is a member of (spec §14), 0 for an independent consumer;
+	// Assigned the positions assigned to it as a member.
+	GroupID  uint32 `json:"group_id"`
+	Assigned uint64 `json:"assigned"`
 }
 
 // Attached reports whether this row is an attached consumer (not a detached one's record).
@@ -131,7 +135,8 @@ func Inspect(nameOrPath, dir string) (Info, error) {
 		info.Consumers = append(info.Consumers, ConsumerInfo{Index: i, State: st.String(),
 			PID: u64at(row, rowPID).Load(), UID: u64at(row, rowUID).Load(),
 			AttachNs: u64at(row, rowAttachNs).Load(), Position: pos, Lag: head - pos,
-			Wakes: u64at(row, rowWakes).Load(), LostHeaps: u64at(row, rowLostHeaps).Load()})
+			Wakes: u64at(row, rowWakes).Load(), LostHeaps: u64at(row, rowLostHeaps).Load(),
+			GroupID: u32at(row, rowGroupID).Load(), Assigned: u64at(row, rowAssigned).Load()})
 		if st == ConsumerAttached && head-pos <= h.SlotCount+1 { // a row being reused mid-read is skipped
 			info.Unread = max(info.Unread, head-pos)
 		}

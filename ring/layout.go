@@ -68,6 +68,8 @@ const (
 	rowReleased   = 0x20
 	rowWakes      = 0x28
 	rowLostHeaps  = 0x30
+	rowAssigned   = 0x38 // §14: positions assigned to this row as a group member (0 for an independent one)
+	rowGroupID    = 0x40 // §14: u32, the member's group id, 0 = independent
 
 	// Consumer region (spec §3), one per attachment.
 	RegionSize         = 4096
@@ -89,6 +91,8 @@ const (
 	msgMinor         = 0x0A
 	helloRole        = 0x0C
 	helloStart       = 0x10
+	helloGroup       = 0x14 // §14: u32 group_id, FNV-1a 32 of the group name, 0 = no group
+	helloReserved    = 0x18 // up to HelloSize: reserved, 0
 	welcomeStatus    = 0x0C
 	welcomeIndex     = 0x10
 	welcomeGen       = 0x14
@@ -120,6 +124,7 @@ const (
 	descFlags      = 0x2C
 	descItemCount  = 0x30
 	descPackets    = 0x34
+	descAssign     = 0x38 // §14: bitmask over consumer rows, one group member's bit per group
 	itemID         = 0x00
 	itemValue      = 0x08
 	itemLength     = 0x10
@@ -232,29 +237,37 @@ const (
 	CounterIncompleteChunks // of those, chunks with a presence byte 0
 	CounterTooOldHeaps      // heaps for a chunk the window had already passed
 	CounterRejectedHeaps    // heaps no chunk position could take (time item missing, axis out of range, too large)
+	CounterGroupLost        // positions a group member had been assigned and had not released when it left (§14)
 	numCounters             // stats_count of this minor version
 )
+
+// goldenStatsCount is the stats_count the C and Python layout tables know (they do not list the group
+// counter yet): LayoutTable reports it, and leaves out what only Go defines (spec §14's fields too).
+const goldenStatsCount = uint64(CounterRejectedHeaps) + 1
 
 var counterNames = [numCounters]string{
 	"packets", "bytes", "heaps", "incomplete_heaps", "dropped_heaps", "malformed_packets",
 	"duplicate_packets", "truncated_heaps", "discarded_incomplete_heaps", "end_of_stream",
 	"consumers_attached", "consumer_overruns", "consumer_errors",
 	"chunks", "incomplete_chunks", "too_old_heaps", "rejected_heaps",
+	"group_lost",
 }
 
 // String returns the counter's name as the spec and the JSON output spell it.
 func (c Counter) String() string {
-	if c >= 0 && c < numCounters {
+	if c >= 0 && c < numCounters && counterNames[c] != "" {
 		return counterNames[c]
 	}
 	return "unknown"
 }
 
-// Counters lists every counter defined by this layout version, in index order.
+// Counters lists every counter defined by this layout version, in index order (reserved indices left out).
 func Counters() []Counter {
-	cs := make([]Counter, numCounters)
-	for i := range cs {
-		cs[i] = Counter(i)
+	cs := make([]Counter, 0, numCounters)
+	for i := range Counter(numCounters) {
+		if counterNames[i] != "" {
+			cs = append(cs, i)
+		}
 	}
 	return cs
 }
@@ -270,7 +283,7 @@ type descriptor struct {
 	Flags       uint32
 	ItemCount   uint32
 	Packets     uint32
-	_           uint64
+	Assign      uint64 // §14: which rows' group members this position is for; 0 without groups
 }
 
 // Item is one entry of a slot's item table (spec §5). For an immediate item Value is the item itself; for
@@ -297,7 +310,7 @@ func LayoutTable() map[string]uint64 {
 	t := map[string]uint64{
 		"magic_value": Magic, "major_value": uint64(MajorVersion), "minor_value": uint64(MinorVersion),
 		"desc_size": DescSize, "item_size": ItemSize, "stats_slots": StatsSlots,
-		"stats_count": uint64(numCounters), "region_align": RegionAlign, "max_slot_count": MaxSlotCount,
+		"stats_count": goldenStatsCount, "region_align": RegionAlign, "max_slot_count": MaxSlotCount,
 		"max_items_limit": MaxItems, "meta_header_size": metaHeaderSize,
 		"meta_record_header_size": metaRecordFixed, "meta_ndim_unknown": 0xFFFFFFFF,
 		"row_size": TableRowSize, "region_size": RegionSize, "max_consumers_limit": MaxConsumersLimit,
@@ -361,7 +374,9 @@ func LayoutTable() map[string]uint64 {
 		"feature.replay_timestamps": FeatureReplayTimestamps,
 	}
 	for _, c := range Counters() {
-		t["counter."+c.String()] = uint64(c)
+		if uint64(c) < goldenStatsCount {
+			t["counter."+c.String()] = uint64(c)
+		}
 	}
 	return t
 }

@@ -209,6 +209,18 @@ type Producer struct {
 	pending   [numCounters]uint64
 	dirty     uint32   // bit c: pending[c] holds an unstored increment
 	posSlot   []uint32 // slot named by each unreleased position
+	// posNeed, per position (& mask): the rows of group members that must still release it before its slot
+	// is free (spec §14); 0 without groups. Hot path only (reclaim runs on it, under mu).
+	posNeed []uint64
+	// scan: positions below it have been looked at by reclaim and freed unless a group member still holds
+	// them; every position from scan to head holds its slot (so a new consumer may start there).
+	scan uint64
+	// windowEnd: no slot is taken for a position at or past it — every consumer must stay within
+	// slot_count positions of head, and posSlot within one ring of the oldest held position (spec §14: a
+	// group member behind by a whole ring holds the others back). inflight: slots taken, not yet
+	// published or discarded.
+	windowEnd, inflight uint64
+	picks               uint64 // assignments made: a member's lastPick orders ties (round robin)
 	// free is a LIFO of free slots (capacity: every slot, so pushing never allocates): the slot released
 	// last is filled next, still in cache, so a ring's size costs no CPU while consumers keep up.
 	free []uint32
@@ -225,6 +237,7 @@ type Producer struct {
 	observers int       // connected observers, at most cfg.MaxObservers
 	readMark  uint64    // the furthest any detached consumer released: what no consumer read starts here
 	grave     []*member // detached ones whose regions the hot path may still be reading (hotInUse)
+	departed  []*member // detached group members whose positions the hot path has not settled yet (§14)
 	// hotBusy is set while the hot path sleeps on a member's release futex (outside mu); hotDone is the
 	// head of the last commit whose wakes are done, so head != hotDone while a commit reads members'
 	// regions. A region detached meanwhile waits in grave; otherwise it is unmapped at detach.
@@ -430,6 +443,7 @@ func (p *Producer) bindShared() {
 	p.slots = make([]Slot, n)
 	p.free = make([]uint32, 0, n)
 	p.posSlot = make([]uint32, n)
+	p.posNeed = make([]uint64, n)
 	for i := range p.slots {
 		off := g.PayloadOffset + uint64(i)*g.SlotSize
 		p.slots[i] = Slot{Index: uint32(i), Payload: p.data[off : off+g.SlotSize : off+g.SlotSize],
@@ -441,6 +455,7 @@ func (p *Producer) bindShared() {
 	// deeper working set costs the kernel's copy into the slots, and small heaps pay it once per 64.
 	p.reclaimEvery = max(1, min(64, (256<<10)/int(max(1, g.SlotSize))))
 	p.pos, p.reclaim, p.readMark = p.cfg.InitialPosition, p.cfg.InitialPosition, p.cfg.InitialPosition
+	p.scan, p.windowEnd = p.cfg.InitialPosition, p.cfg.InitialPosition+g.SlotCount
 	p.hotDone.Store(p.cfg.InitialPosition)
 	p.snap.Store(&memberSet{})
 	p.hotSnap = p.snap.Load()
@@ -481,35 +496,141 @@ func (p *Producer) PacketArea() []byte {
 func (p *Producer) freeSlot(s uint32) { p.free = append(p.free, s) }
 
 // reclaimLocked reads every attached consumer's cursor (spec §7.2) and returns to the pool the slots of
-// the positions all of them have released. With nobody attached, drop reclaims the oldest position that
-// holds a slot (the ring keeps the newest heaps for a later consumer); block keeps everything. mu held.
+// the positions all of them have released — for a group member, only the positions assigned to it
+// (§14). With nobody attached, drop reclaims the oldest position that holds a slot (the ring keeps the
+// newest heaps for a later consumer); block keeps everything. Hot path, mu held.
 func (p *Producer) reclaimLocked() {
-	to := p.reclaim
+	p.settleDepartedLocked()
+	defer func() {
+		p.settleDepartedLocked() // members a bad cursor detached just now, before the window moves past them
+		p.setWindowLocked()
+	}()
 	if len(p.members) == 0 {
-		if p.cfg.Policy != PolicyDrop || len(p.free) != 0 {
+		if p.cfg.Policy != PolicyDrop || p.slotReady() {
 			return
 		}
+		to := p.reclaim
 		for to != p.pos && p.posSlot[to&p.mask] == noSlot {
 			to++
 		}
 		if to != p.pos {
 			to++
 		}
+		for ; p.reclaim != to; p.reclaim++ {
+			p.freePos(p.reclaim)
+		}
+		if p.reclaim-p.scan < p.pos-p.scan { // passed scan (none attached: no group holds anything)
+			p.scan = p.reclaim
+		}
+		p.oldest.Store(p.scan)
+		return
+	}
+	p.readCursorsLocked(p.hotBound)
+	if len(p.members) == 0 { // every member was detached just now
+		return
+	}
+	// The independent consumers' frontier: positions below it are free unless a group member holds them.
+	// Staged positions (from committed on) are not assigned yet: never past them.
+	to := p.committed
+	for _, m := range p.members {
+		if m.group != 0 {
+			p.sweepLocked(m)
+		} else if m.released-p.reclaim < to-p.reclaim {
+			to = m.released
+		}
+	}
+	inOrder := p.reclaim == p.scan
+	for ; p.scan != to; p.scan++ {
+		if p.posNeed[p.scan&p.mask] == 0 {
+			p.freePos(p.scan)
+		} else {
+			inOrder = false
+		}
+	}
+	if inOrder {
+		p.reclaim = p.scan
 	} else {
-		p.readCursorsLocked(p.hotBound)
-		if len(p.members) == 0 { // every member was detached just now
-			return
-		}
-		to = p.slowestLocked().released
-	}
-	for ; p.reclaim != to; p.reclaim++ {
-		if s := p.posSlot[p.reclaim&p.mask]; s != noSlot {
-			p.freeSlot(s)
-			p.posSlot[p.reclaim&p.mask] = noSlot
+		for p.reclaim != p.scan && p.posSlot[p.reclaim&p.mask] == noSlot {
+			p.reclaim++
 		}
 	}
-	p.oldest.Store(p.reclaim)
+	p.oldest.Store(p.scan)
 }
+
+// freePos returns position q's slot to the pool, if it still holds one.
+func (p *Producer) freePos(q uint64) {
+	if s := p.posSlot[q&p.mask]; s != noSlot {
+		p.freeSlot(s)
+		p.posSlot[q&p.mask] = noSlot
+	}
+}
+
+// sweepLocked settles group member m's releases since the last reclaim (spec §14): each position it
+// passed that was assigned to it no longer needs it, and is free if reclaim has already looked at it and
+// nobody else needs it. Its row's assigned is brought up to date. Hot path, mu held.
+func (p *Producer) sweepLocked(m *member) {
+	bit := uint64(1) << m.index
+	for q := m.swept; q != m.released; q++ {
+		i := q & p.mask
+		if p.posNeed[i]&bit == 0 {
+			continue
+		}
+		p.posNeed[i] &^= bit
+		m.outstanding--
+		if p.posNeed[i] == 0 && q-p.reclaim < p.scan-p.reclaim {
+			p.freePos(q)
+		}
+	}
+	m.swept = m.released
+	u64at(m.row, rowAssigned).Store(m.assigned)
+}
+
+// settleDepartedLocked clears the positions of group members that left (spec §14): what a member had
+// released is released, what it had been assigned and not released is lost for its group (group_lost),
+// and either way its slot is free once nobody else needs it. Hot path, mu held.
+func (p *Producer) settleDepartedLocked() {
+	for _, m := range p.departed {
+		bit, end := uint64(1)<<m.index, p.pos
+		if m.limitSet { // its row has a new member: that one's bits start at its start
+			end = m.limit
+		}
+		var lost uint64
+		for q := m.swept; q != end; q++ {
+			i := q & p.mask
+			if p.posNeed[i]&bit == 0 {
+				continue
+			}
+			p.posNeed[i] &^= bit
+			if q-m.released < end-m.released { // at or after its final tail: never released
+				lost++
+			}
+			if p.posNeed[i] == 0 && q-p.reclaim < p.scan-p.reclaim {
+				p.freePos(q)
+			}
+		}
+		if lost > 0 {
+			p.stats[CounterGroupLost].Store(p.stats[CounterGroupLost].Load() + lost)
+		}
+	}
+	clear(p.departed)
+	p.departed = p.departed[:0]
+}
+
+// setWindowLocked bounds the positions the hot path may take slots for (spec §14): every attached
+// consumer stays within slot_count positions of head, and so does the oldest position still holding a
+// slot. Without groups the slot count alone keeps both. mu held.
+func (p *Producer) setWindowLocked() {
+	low := p.reclaim
+	for _, m := range p.members {
+		if m.released-low > p.pos-low { // below reclaim
+			low = m.released
+		}
+	}
+	p.windowEnd = low + uint64(len(p.slots))
+}
+
+// windowFull reports whether the next slot taken could not be published within the window (spec §14).
+func (p *Producer) windowFull() bool { return int64(p.pos+p.inflight-p.windowEnd) >= 0 }
 
 // readCursorsLocked reads every attached consumer's cursor (spec §7.2): a valid one becomes its released
 // position (and its table row's), an invalid one detaches it. bound gives the upper end of the valid
@@ -541,9 +662,13 @@ func (p *Producer) publishedHead() uint64 { return p.head.Load() }
 // another attached consumer is ahead of them, they are detached as overrun and the ring moves on; it
 // reports whether it freed anything. mu held, reclaimLocked just run.
 func (p *Producer) overrunLocked() bool {
-	ahead := false
+	slow := p.slowestLocked()
+	if slow == nil {
+		return false
+	}
+	low, ahead := slow.released, false
 	for _, m := range p.members {
-		if m.released != p.reclaim {
+		if m.released != low {
 			ahead = true
 			break
 		}
@@ -552,30 +677,34 @@ func (p *Producer) overrunLocked() bool {
 		return false
 	}
 	for i := 0; i < len(p.members); {
-		if m := p.members[i]; m.released == p.reclaim {
+		if m := p.members[i]; m.released == low {
 			p.detachLocked(m, ConsumerOverrun, fmt.Sprintf("%d heaps behind", p.pos-m.released))
 			continue
 		}
 		i++
 	}
 	p.reclaimLocked()
-	return len(p.free) != 0
+	return p.slotReady()
 }
+
+// slotReady reports whether a slot may be taken now: the pool has one and its position is within the
+// window (spec §14).
+func (p *Producer) slotReady() bool { return len(p.free) != 0 && !p.windowFull() }
 
 // Acquire takes a free slot for a new heap. With the drop policy it returns ErrFull when none is free
 // (the caller counts the dropped heap); with the block policy it waits for the slowest consumer, and
 // returns ErrClosed if Interrupt is called meanwhile.
 func (p *Producer) Acquire() (*Slot, error) {
-	if len(p.free) == 0 {
+	if !p.slotReady() {
 		p.commit() // staged heaps first: consumers cannot release what they cannot see
 		p.mu.Lock()
 		p.reclaimLocked()
-		if len(p.free) == 0 && p.cfg.Policy == PolicyDrop && !p.overrunLocked() {
+		if !p.slotReady() && p.cfg.Policy == PolicyDrop && !p.overrunLocked() {
 			p.mu.Unlock()
 			return nil, ErrFull
 		}
 		p.mu.Unlock()
-		if len(p.free) == 0 {
+		if !p.slotReady() {
 			if err := p.waitFor(p.slotFreeLocked, nil, 0); err != nil {
 				return nil, err
 			}
@@ -587,7 +716,7 @@ func (p *Producer) Acquire() (*Slot, error) {
 // TryAcquire takes a free slot if the pool has one, without waiting: for a slot taken ahead
 // of need (the assembler's next heaps), which Discard gives back if it goes unused. nil when none.
 func (p *Producer) TryAcquire() *Slot {
-	if len(p.free) == 0 {
+	if !p.slotReady() {
 		return nil
 	}
 	return p.takeFree()
@@ -607,13 +736,14 @@ func (p *Producer) takeFree() *Slot {
 	n := len(p.free) - 1
 	s := &p.slots[p.free[n]]
 	p.free = p.free[:n]
+	p.inflight++
 	s.ResetItems()
 	return s
 }
 
 func (p *Producer) slotFreeLocked() bool {
 	p.reclaimLocked()
-	return len(p.free) != 0
+	return p.slotReady()
 }
 
 // waitFor sleeps until done (called with mu held) reports true: the mirror of the consumer's wait (spec
@@ -636,7 +766,7 @@ func (p *Producer) waitFor(done func() bool, stop <-chan struct{}, timeout time.
 		}
 		p.mu.Lock()
 		ok := done()
-		slow := p.slowestLocked()
+		slow := p.blockerLocked()
 		p.mu.Unlock()
 		if ok {
 			return nil
@@ -694,6 +824,23 @@ func (p *Producer) sleepOnRelease(done func() bool, slow *member, slice time.Dur
 	p.hotBusy.Store(false)
 	p.buryLocked()
 	p.mu.Unlock()
+}
+
+// blockerLocked is the consumer whose release a waiting producer needs (spec §7.4): the slowest one, or,
+// when the oldest position still holding a slot is a group member's own (spec §14: the others have
+// released it), that member. nil with none attached. Hot path, mu held.
+func (p *Producer) blockerLocked() *member {
+	slow := p.slowestLocked()
+	if slow == nil || p.reclaim == p.pos || slow.released-p.reclaim > p.pos-p.reclaim {
+		return slow // nothing held, or the slowest has not even passed the oldest held position
+	}
+	need := p.posNeed[p.reclaim&p.mask]
+	for _, m := range p.members {
+		if need&(1<<m.index) != 0 {
+			return m
+		}
+	}
+	return slow
 }
 
 // slowestLocked is the attached consumer that has released least, nil with none. mu held.
@@ -759,7 +906,7 @@ func (p *Producer) WaitDrained(stop <-chan struct{}) error {
 			none = true
 			return true
 		}
-		return p.reclaim == p.pos
+		return p.reclaim == p.pos && p.slowestLocked().released == p.pos
 	}, stop, 0)
 	if err == nil && none {
 		return ErrNoConsumer
@@ -779,7 +926,10 @@ func (p *Producer) Consumers() int {
 }
 
 // Discard returns an acquired slot to the pool unpublished (a heap dropped after its slot was taken).
-func (p *Producer) Discard(s *Slot) { p.freeSlot(s.Index) }
+func (p *Producer) Discard(s *Slot) {
+	p.inflight--
+	p.freeSlot(s.Index)
+}
 
 // Publish makes the heap in s visible to consumers: item table, descriptor, then the head cursor with a
 // release store, then a wake for every consumer that sleeps (spec §7.3, §7.5). Inside a batch the last
@@ -815,8 +965,11 @@ func (p *Producer) writeDesc(slot, nItems uint32, overflow bool, h HeapInfo) {
 	if slot == noSlot {
 		d.Slot = 0
 	}
+	d.Assign = 0 // commit assigns it when groups exist (spec §14)
 	d.Seq = p.pos + 1
 	p.posSlot[p.pos&p.mask] = slot
+	p.posNeed[p.pos&p.mask] = 0
+	p.inflight--
 	p.pos++
 }
 
@@ -835,8 +988,15 @@ func (p *Producer) commitWake(force bool) {
 	if p.committed == p.pos {
 		return
 	}
+	groups := p.snap.Load().groups != nil
+	if groups {
+		p.assignStaged()
+	}
 	p.committed = p.pos
 	p.head.Store(p.pos) // sequentially consistent: the release plus the fence of §7.5
+	if groups {
+		p.hotBusy.Store(false) // assignStaged's; from here head != hotDone says the hot path is busy
+	}
 	// The head store above marks the wakes' start and hotDone their end (both sequentially consistent, the
 	// set loaded between them): a detach that publishes its new set, then finds hotDone == head, knows the
 	// hot path is not inside a commit that loaded the old set (hotInUse). One store per commit.
@@ -852,6 +1012,66 @@ func (p *Producer) commitWake(force bool) {
 	if s != p.hotSnap {
 		p.adopt(s)
 	}
+}
+
+// assignStaged assigns the staged positions (spec §14) while hotBusy says the hot path uses the member set
+// (busy before the set is loaded, both sequentially consistent): a detach that finds the hot path not
+// busy published its new set first, so no position goes to a departed member (whose region may be
+// unmapped, and whose row may then go to a new consumer). The caller clears hotBusy after its head store.
+func (p *Producer) assignStaged() {
+	p.hotBusy.Store(true)
+	// Fresh counts for the assignment (a member stores its tail at each release of its own heap), and the
+	// slots its members released back in the pool; skipped when the lock is busy (never waits).
+	if p.mu.TryLock() {
+		p.reclaimLocked()
+		p.mu.Unlock()
+	}
+	// Loaded after the reclaim: a member it detached (bad cursor) has been settled and gets nothing more.
+	p.assign(p.snap.Load().groups)
+}
+
+// assign gives each staged position to one member of every group (spec §14): the member with the fewest
+// positions assigned and not yet seen released, ties to the one picked least recently (round robin). The
+// mask goes into the descriptor (before head is stored) and into posNeed. The end-of-stream marker is
+// for everyone and assigned to nobody. No allocation.
+func (p *Producer) assign(groups [][]*member) {
+	for q := p.committed; q != p.pos; q++ {
+		d := &p.descs[q&p.mask]
+		if d.Flags&FlagEndOfStream != 0 {
+			continue
+		}
+		var mask uint64
+		for _, g := range groups {
+			best, bestStarved := g[0], p.starved(g[0], q)
+			for _, m := range g[1:] {
+				st := p.starved(m, q)
+				if st != bestStarved {
+					if st {
+						best, bestStarved = m, st
+					}
+					continue
+				}
+				if m.outstanding < best.outstanding || m.outstanding == best.outstanding && m.lastPick < best.lastPick {
+					best = m
+				}
+			}
+			p.picks++
+			best.lastPick = p.picks
+			best.outstanding++
+			best.assigned++
+			mask |= 1 << best.index
+		}
+		d.Assign = mask
+		p.posNeed[q&p.mask] = mask
+	}
+}
+
+// starved reports a member that waits for a heap while it holds the ring back by half of it or more: it
+// holds heaps unreleased and wants another before it releases them. It gets position q first, else the
+// ring could fill up to it with other members' heaps and stall (block) or overrun it (drop). Hot path,
+// inside the busy window (m's region is mapped).
+func (p *Producer) starved(m *member, q uint64) bool {
+	return q-m.swept >= uint64(len(p.slots))/2 && m.consWait.Load() != 0
 }
 
 // adopt notes that the hot path has moved to a new consumer set and unmaps the regions detached while it

@@ -29,12 +29,26 @@ type member struct {
 	wakeAt    *atomic.Uint64
 	released  uint64 // last valid tail, under Producer.mu
 	detached  bool
+
+	// Consumer groups (spec §14). group is the hello's group_id (0: an independent consumer).
+	group uint32
+	// The hot path's bookkeeping of a member (touched only on the producer's goroutine): positions
+	// assigned to it not yet seen released, when it was last picked (ties go to the least recent),
+	// positions assigned since it attached (its row's assigned), and swept: its released as of the last
+	// reclaim, from where the next one looks for its positions.
+	outstanding, lastPick, assigned, swept uint64
+	// limit, for a departed member whose row was given to a new one, is that one's start: bits of this row
+	// below it are the departed member's (spec §14). limitSet says it was.
+	limit    uint64
+	limitSet bool
 }
 
-// memberSet is an immutable list of attached consumers the hot path wakes without taking a lock.
+// memberSet is an immutable list of attached consumers the hot path wakes without taking a lock, and the
+// groups among them it assigns positions to (spec §14; nil without groups).
 type memberSet struct {
 	gen     uint64
 	members []*member
+	groups  [][]*member
 }
 
 var errClosed = errors.New("detached before the welcome")
@@ -161,6 +175,8 @@ func (p *Producer) handle(c *net.UnixConn) string {
 		return refuse(StatusVersion, fmt.Sprintf("ring %s is layout %d.%d; this client speaks %d.%d", p.name, MajorVersion, MinorVersion, h.Major, h.Minor))
 	case h.Role != RoleConsumer && h.Role != RoleObserver, h.Start != StartOldest && h.Start != StartHead:
 		return refuse(StatusProtocol, fmt.Sprintf("ring %s: role %d, start %d", p.name, h.Role, h.Start))
+	case h.Role == RoleObserver && h.Group != 0:
+		return refuse(StatusProtocol, fmt.Sprintf("ring %s: an observer in group %#x", p.name, h.Group))
 	}
 	if h.Role == RoleObserver {
 		if msg := p.serveObserver(c, buf); msg != "" {
@@ -168,7 +184,7 @@ func (p *Producer) handle(c *net.UnixConn) string {
 		}
 		return ""
 	}
-	m, status, msg := p.admit(c, cred, h.Start)
+	m, status, msg := p.admit(c, cred, h.Start, h.Group)
 	if m == nil {
 		return refuse(status, msg)
 	}
@@ -309,7 +325,7 @@ func peerGroups(fd int) ([]uint32, error) {
 // admit gives a consumer a table row and a fresh region whose tail is its start position, under the lock
 // reclaiming takes, so no slot of a position at or after that tail is reused before it releases it (spec
 // §7.1). A nil member comes with the error record's status and message.
-func (p *Producer) admit(c *net.UnixConn, cred *unix.Ucred, start uint32) (*member, uint32, string) {
+func (p *Producer) admit(c *net.UnixConn, cred *unix.Ucred, start, group uint32) (*member, uint32, string) {
 	region, err := newShm("ibvbridge."+p.name+".consumer", RegionSize)
 	if err != nil {
 		return nil, StatusBusy, fmt.Sprintf("ring %s: no memory for a consumer region: %v", p.name, err)
@@ -324,12 +340,19 @@ func (p *Producer) admit(c *net.UnixConn, cred *unix.Ucred, start uint32) (*memb
 		region.close()
 		return nil, StatusClosing, fmt.Sprintf("ring %s is closing: the stream has ended", p.name)
 	}
-	index := -1
-	for i := range p.cfg.MaxConsumers {
-		if ConsumerState(u32at(p.rowAt(i), rowState).Load()) != ConsumerAttached {
-			index = i
-			break
-		}
+	index := p.freeRowLocked()
+	for try := 0; index < 0 && try < 50 && len(p.grave) > 0; try++ {
+		// A row whose group member left while the hot path was assigning is free once the hot path has
+		// moved on (spec §14: its bits must not reach a new member): at most a commit's time.
+		p.mu.Unlock()
+		time.Sleep(time.Millisecond)
+		p.mu.Lock()
+		p.buryLocked()
+		index = p.freeRowLocked()
+	}
+	if p.closing {
+		region.close()
+		return nil, StatusClosing, fmt.Sprintf("ring %s is closing: the stream has ended", p.name)
 	}
 	if index < 0 {
 		region.close()
@@ -338,12 +361,18 @@ func (p *Producer) admit(c *net.UnixConn, cred *unix.Ucred, start uint32) (*memb
 	r := region.mem
 	m := &member{index: index, row: p.rowAt(index), region: *region, conn: c, pid: cred.Pid,
 		tail: u64at(r, regTail), consWait: u32at(r, regConsWaiting), consFutex: u32at(r, regConsFutex),
-		relFutex: u32at(r, regReleaseFutex), wakeAt: u64at(r, regWakeAt)}
+		relFutex: u32at(r, regReleaseFutex), wakeAt: u64at(r, regWakeAt), group: group}
 	m.released = p.oldestHeldLocked()
-	if start == StartHead {
+	if start == StartHead || group != 0 { // a group member starts at head (spec §14)
 		m.released = p.head.Load()
 	}
+	m.swept = m.released
 	m.tail.Store(m.released)
+	for _, d := range p.departed {
+		if d.index == index && !d.limitSet {
+			d.limit, d.limitSet = m.released, true
+		}
+	}
 	row, le := m.row, u64at
 	le(row, rowPID).Store(uint64(cred.Pid))
 	le(row, rowUID).Store(uint64(cred.Uid))
@@ -351,6 +380,8 @@ func (p *Producer) admit(c *net.UnixConn, cred *unix.Ucred, start uint32) (*memb
 	le(row, rowReleased).Store(m.released)
 	le(row, rowWakes).Store(0)
 	le(row, rowLostHeaps).Store(0)
+	le(row, rowAssigned).Store(0)
+	u32at(row, rowGroupID).Store(group)
 	gen := u32at(row, rowGeneration)
 	gen.Store(gen.Load() + 1)
 	u32at(row, rowState).Store(uint32(ConsumerAttached)) // last: the row is complete
@@ -365,13 +396,32 @@ func (p *Producer) admit(c *net.UnixConn, cred *unix.Ucred, start uint32) (*memb
 
 // oldestHeldLocked is where a consumer attaching at the oldest heap starts (spec §7.1): the lowest
 // position an attached consumer has not released, or with none attached the oldest heap the ring still
-// holds. It only reads cursors: the free pool is the hot path's. mu held.
+// holds — but never below scan: below it a group member may hold some positions' slots while others'
+// were reused (spec §14). It only reads cursors: the free pool is the hot path's. mu held.
 func (p *Producer) oldestHeldLocked() uint64 {
 	p.readCursorsLocked(p.publishedHead)
 	if len(p.members) == 0 {
-		return p.reclaim
+		return p.scan
 	}
-	return p.slowestLocked().released
+	if r := p.slowestLocked().released; r-p.reclaim > p.scan-p.reclaim {
+		return r
+	}
+	return p.scan
+}
+
+// freeRowLocked is the first consumer-table row a new consumer may take, -1 when none: not attached, and
+// not a departed group member's that the hot path may still be assigning to. mu held.
+func (p *Producer) freeRowLocked() int {
+	for i := range p.cfg.MaxConsumers {
+		if ConsumerState(u32at(p.rowAt(i), rowState).Load()) == ConsumerAttached {
+			continue
+		}
+		if slices.ContainsFunc(p.grave, func(m *member) bool { return m.index == i && m.group != 0 }) {
+			continue
+		}
+		return i
+	}
+	return -1
 }
 
 func (p *Producer) rowAt(i int) []byte {
@@ -379,10 +429,22 @@ func (p *Producer) rowAt(i int) []byte {
 	return p.ctl[off : off+TableRowSize : off+TableRowSize]
 }
 
-// publishSetLocked makes the hot path's next wake see the current members. mu held.
+// publishSetLocked makes the hot path's next commit see the current members and groups. mu held.
 func (p *Producer) publishSetLocked() {
 	p.setGen++
-	p.snap.Store(&memberSet{gen: p.setGen, members: slices.Clone(p.members)})
+	s := &memberSet{gen: p.setGen, members: slices.Clone(p.members)}
+	for _, m := range s.members {
+		if m.group == 0 {
+			continue
+		}
+		i := slices.IndexFunc(s.groups, func(g []*member) bool { return g[0].group == m.group })
+		if i < 0 {
+			s.groups = append(s.groups, []*member{m})
+		} else {
+			s.groups[i] = append(s.groups[i], m)
+		}
+	}
+	p.snap.Store(s)
 	p.stats[CounterConsumersAttached].Store(uint64(len(p.members)))
 }
 
@@ -417,6 +479,9 @@ func (p *Producer) detachLocked(m *member, why ConsumerState, detail string) {
 	p.members = slices.Delete(p.members, i, i+1)
 	p.publishSetLocked()
 	p.grave = append(p.grave, m)
+	if m.group != 0 {
+		p.departed = append(p.departed, m) // the hot path settles its positions (spec §14)
+	}
 	u32at(m.row, rowState).Store(uint32(why))
 	switch why {
 	case ConsumerOverrun:

@@ -11,8 +11,8 @@ func (s Stats) Get(c Counter) uint64 { return s[c] }
 // Map returns the counters by their spec names, for JSON output.
 func (s Stats) Map() map[string]uint64 {
 	m := make(map[string]uint64, len(s))
-	for i, v := range s {
-		m[Counter(i).String()] = v
+	for _, c := range Counters() {
+		m[c.String()] = s[c]
 	}
 	return m
 }

@@ -53,8 +53,9 @@ type Placer interface {
 
 // Batcher is a Sink that makes what a source hands it between BeginBatch and EndBatch visible at
 // EndBatch: the heap assembler then publishes a batch's heaps with one ring-cursor store and one consumer
-// wake instead of one per heap. A source brackets each receive batch with them (never around a wait);
-// one that has no batches never calls them.
+// wake instead of one per heap. A source brackets each receive batch with them (never around a wait
+// with anything handed over: a batch may open with the read that waits for its first datagram); one that
+// has no batches never calls them.
 type Batcher interface {
 	Sink
 	BeginBatch()

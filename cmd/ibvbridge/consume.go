@@ -21,6 +21,8 @@ func runConsume(args []string, stdout, stderr io.Writer) error {
 	sleepUs := fs.Int("sleep-us", 0, "sleep this long per heap (a slow consumer, for tests)")
 	wait := fs.Bool("wait", false, "wait up to --timeout-ms for a ring that does not exist yet (default: fail at once)")
 	stopFirst := fs.Bool("stop-first", false, "after taking the first heap, stop this process (SIGSTOP) before reading it, until SIGCONT (a consumer stalled mid-read, for tests)")
+	workPasses := fs.Int("work-passes", 0, "checksum each heap this many more times: CPU-bound work per heap (benchmarks)")
+	groupName := fs.String("group-name", "", "attach as a member of this consumer group: the group's members share the stream, each heap read by one of them (starts at head)")
 	maxLatencyUs := fs.Int("max-latency-us", 0, "let heaps of a moving stream wait up to this long for coalesced wakes (0: a wake per heap)")
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
@@ -34,6 +36,8 @@ func runConsume(args []string, stdout, stderr io.Writer) error {
 		return usageError("--hold %d: want a number of heaps >= 0", *hold)
 	case *sleepUs < 0:
 		return usageError("--sleep-us %d: want microseconds >= 0", *sleepUs)
+	case *workPasses < 0:
+		return usageError("--work-passes %d: want a count >= 0", *workPasses)
 	case *maxLatencyUs < 0:
 		return usageError("--max-latency-us %d: want microseconds >= 0", *maxLatencyUs)
 	case *start != "oldest" && *start != "head":
@@ -42,7 +46,7 @@ func runConsume(args []string, stdout, stderr io.Writer) error {
 	res := bench.Consume(*name, bench.ConsumeOptions{Verify: *verify, MaxHeaps: *maxHeaps,
 		Timeout: time.Duration(*timeoutMs) * time.Millisecond, Hold: *hold, Sleep: time.Duration(*sleepUs) * time.Microsecond,
 		MaxLatency: time.Duration(*maxLatencyUs) * time.Microsecond, Dir: *dir, FromHead: *start == "head",
-		StopFirst: *stopFirst, Wait: *wait})
+		StopFirst: *stopFirst, Wait: *wait, Group: *groupName, WorkPasses: *workPasses})
 	if err := json.NewEncoder(stdout).Encode(res); err != nil {
 		return err
 	}

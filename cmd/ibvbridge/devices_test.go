@@ -12,7 +12,7 @@ import (
 // buildBinary builds ibvbridge once per test binary run.
 var builtBinary string
 
-func binary(t *testing.T) string {
+func binary(t testing.TB) string {
 	t.Helper()
 	if builtBinary != "" {
 		return builtBinary

@@ -175,12 +175,30 @@ func printInfo(stdout io.Writer, info ring.Info, r *ringRates) error {
 		if c.LostHeaps > 0 {
 			fmt.Fprintf(w, ", lost %d heaps", c.LostHeaps)
 		}
+		if c.GroupID != 0 {
+			fmt.Fprintf(w, ", group %#08x: assigned %d (%.1f %% of the group's)", c.GroupID, c.Assigned, groupShare(info.Consumers, c))
+		}
 		fmt.Fprintln(w)
 	}
 	for _, c := range ring.Counters() {
 		fmt.Fprintf(w, "%s\t%d\n", c, info.Counters[c.String()])
 	}
 	return w.Flush()
+}
+
+// groupShare is the percentage of its group's assigned positions a member's row holds (spec §14), over
+// the group's attached members.
+func groupShare(rows []ring.ConsumerInfo, c ring.ConsumerInfo) float64 {
+	var total uint64
+	for _, r := range rows {
+		if r.GroupID == c.GroupID && r.Attached() {
+			total += r.Assigned
+		}
+	}
+	if total == 0 {
+		return 0
+	}
+	return 100 * float64(c.Assigned) / float64(total)
 }
 
 // isTerminal reports whether w is a terminal (the watch view then redraws in place).

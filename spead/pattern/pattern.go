@@ -42,10 +42,37 @@ func VerifyPattern(b []byte, cnt uint64) int {
 }
 
 // Checksum is the wrapping sum of b read as little-endian uint64 words, the last one zero-padded.
+// touchAhead is how far ahead Checksum touches a large buffer; touchSink keeps those loads.
+const touchAhead = 4096
+
+var touchSink byte
+
 func Checksum(b []byte) uint64 {
 	var s uint64
 	n := len(b) &^ 7
-	for i := 0; i < n; i += 8 {
+	i := 0
+	if n >= touchAhead+64 {
+		// Large heaps: 64 bytes a step in four sums, and a load touchAhead bytes on as a prefetch (Go has
+		// none): the hardware prefetcher stops at every 4 KiB page, and a slot the producer has just
+		// written (the pool hands out the slot released last, still in cache) comes from the other core's
+		// cache line by line — a latency-bound stream without it (65 → 127 µs per 1 MiB heap). As the C
+		// tools' checksum does with __builtin_prefetch.
+		var s0, s1, s2, s3 uint64
+		var touch byte
+		for ; i+64 <= n; i += 64 {
+			if i+touchAhead < len(b) {
+				touch ^= b[i+touchAhead]
+			}
+			w := b[i : i+64 : i+64]
+			s0 += binary.LittleEndian.Uint64(w[0:]) + binary.LittleEndian.Uint64(w[32:])
+			s1 += binary.LittleEndian.Uint64(w[8:]) + binary.LittleEndian.Uint64(w[40:])
+			s2 += binary.LittleEndian.Uint64(w[16:]) + binary.LittleEndian.Uint64(w[48:])
+			s3 += binary.LittleEndian.Uint64(w[24:]) + binary.LittleEndian.Uint64(w[56:])
+		}
+		touchSink = touch
+		s = s0 + s1 + s2 + s3
+	}
+	for ; i < n; i += 8 {
 		s += binary.LittleEndian.Uint64(b[i:])
 	}
 	if n < len(b) {

@@ -1,6 +1,7 @@
 package pattern_test
 
 import (
+	"encoding/binary"
 	"errors"
 	"io"
 	"testing"
@@ -135,5 +136,25 @@ func TestHeapGenTimestampItem(t *testing.T) {
 	}
 	if !named {
 		t.Error("heap 1 has no descriptor naming 0x1600 \"timestamp\" with format u48")
+	}
+}
+
+// TestChecksumUnrolledMatchesWordSum: the large-buffer path (four sums, a touch ahead) gives the plain
+// little-endian word sum the C and Python tools compute, for lengths around its edges.
+func TestChecksumUnrolledMatchesWordSum(t *testing.T) {
+	b := make([]byte, 3*4096+200)
+	for i := range b {
+		b[i] = byte(i*131 + i>>8)
+	}
+	for _, n := range []int{0, 7, 8, 4096 + 63, 4096 + 64, 4096 + 65, 8192, 2*4096 + 71, len(b)} {
+		var want uint64
+		for i := 0; i < n; i += 8 {
+			var w [8]byte
+			copy(w[:], b[i:min(i+8, n)])
+			want += binary.LittleEndian.Uint64(w[:])
+		}
+		if got := pattern.Checksum(b[:n]); got != want {
+			t.Errorf("Checksum of %d bytes = %#x, want %#x", n, got, want)
+		}
 	}
 }

@@ -170,7 +170,13 @@ func TestNoAllocsPerPacket(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
 	}
-	s := loopback(t, 1, Config{})
+	for _, coalesce := range []time.Duration{0, DefaultCoalesce} {
+		t.Run("coalesce-"+coalesce.String(), func(t *testing.T) { noAllocsPerPacket(t, coalesce) })
+	}
+}
+
+func noAllocsPerPacket(t *testing.T, coalesce time.Duration) {
+	s := loopback(t, 1, Config{Coalesce: coalesce})
 	sink := testutil.NewRecordingSink(false)
 	stop := run(t, s, sink)
 	defer stop()
@@ -199,6 +205,48 @@ func TestNoAllocsPerPacket(t *testing.T) {
 	runtime.ReadMemStats(&m1)
 	if per := float64(m1.Mallocs-m0.Mallocs) / float64(300*len(pkts)); per > 0.01 {
 		t.Errorf("%.3f allocations per packet (%d over %d packets)", per, m1.Mallocs-m0.Mallocs, 300*len(pkts))
+	}
+}
+
+// TestCoalesceOutOfRangeRejected: a negative sleep, or one longer than the raw wait's bound (what a
+// stop-the-world may wait on a receive thread), is refused with one clear error.
+func TestCoalesceOutOfRangeRejected(t *testing.T) {
+	ep := []transport.Endpoint{{Addr: netip.MustParseAddr("127.0.0.1")}}
+	for _, d := range []time.Duration{-time.Microsecond, busyWait + time.Microsecond, time.Second} {
+		if s, err := Open(Config{Endpoints: ep, Coalesce: d}); err == nil {
+			s.Close()
+			t.Errorf("Open with Coalesce %v: nil error", d)
+		}
+	}
+}
+
+// TestCoalescedStreamArrivesInOrder: with coalesced reads every datagram of a paced stream arrives, in
+// order (the sleeps between reads lose and reorder nothing).
+func TestCoalescedStreamArrivesInOrder(t *testing.T) {
+	s := loopback(t, 1, Config{Coalesce: DefaultCoalesce})
+	sink := testutil.NewRecordingSink(true)
+	stop := run(t, s, sink)
+	defer stop()
+	snd := sender(t, s.LocalEndpoints()[0])
+	const batches, per = 200, 8
+	pkts := make([][]byte, per)
+	for i := range pkts {
+		pkts[i] = make([]byte, 256)
+	}
+	for b := range batches {
+		for i, p := range pkts {
+			binary.LittleEndian.PutUint32(p, 7)
+			binary.LittleEndian.PutUint32(p[4:], uint32(b*per+i))
+		}
+		if err := snd.Send(pkts); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
+	waitCount(t, sink, batches*per)
+	perTag, reorder := perSocket(sink.Packets())
+	if perTag[7] != batches*per || reorder != 0 {
+		t.Errorf("got %d datagrams with %d out of order, want %d in order", perTag[7], reorder, batches*per)
 	}
 }
 
