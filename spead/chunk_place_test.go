@@ -61,24 +61,28 @@ func TestChunkPlaceFuncPlacesAsTheItemsDo(t *testing.T) {
 }
 
 // The hook path allocates nothing per heap and calls the user's placement exactly once per heap, whether
-// the heap's packets are copied (Packet) or read straight into place (the first packet is looked up by
-// Fits, Placed and begin: the repeated lookups reuse the answer).
+// the heap's packets are copied (Packet) or read straight into place (a one-packet heap's only packet is
+// looked up by Fits, Placed's Fits and begin: the repeated lookups reuse the answer).
 func TestChunkPlaceFuncOncePerHeapAllocatesNothing(t *testing.T) {
-	for _, placing := range []bool{false, true} {
-		t.Run(fmt.Sprintf("placing=%v", placing), func(t *testing.T) {
+	for _, tc := range []struct {
+		placing   bool
+		size, per int
+	}{{false, ckHeapSize, 1}, {true, ckHeapSize, 1}, {false, 1000, 4}, {true, 1000, 4}} {
+		placing := tc.placing
+		t.Run(fmt.Sprintf("placing=%v/size=%d", placing, tc.size), func(t *testing.T) {
 			p, c := chunkRing(t, 8)
 			calls := 0
 			a, err := spead.NewAssembler(p, spead.AssemblerConfig{ChunkPlace: ckUserPlace(&calls), ChunkPlaceItems: ckPlaceItems})
 			if err != nil {
 				t.Fatal(err)
 			}
-			feeder := newPlacingFeeder(t, a, 1)
-			s := newPositionStream(t, ckHeapSize) // 3 packets
-			heaps := 0
+			feeder := newPlacingFeeder(t, a, tc.per)
+			s := newPositionStream(t, tc.size) // 3 packets, or 1
+			heaps, placed := 0, 0
 			heap := func() {
 				heaps++
 				if placing {
-					feeder.feed(s.next())
+					placed += feeder.feed(s.next())
 				} else {
 					for _, b := range s.next() {
 						a.Packet(b, 1)
@@ -94,6 +98,9 @@ func TestChunkPlaceFuncOncePerHeapAllocatesNothing(t *testing.T) {
 			}
 			if calls != heaps {
 				t.Errorf("%d calls of the user's placement for %d heaps, want one per heap", calls, heaps)
+			}
+			if placing && placed < heaps/2 {
+				t.Errorf("%d packets of %d heaps read straight into place", placed, heaps)
 			}
 			if st := p.Stats(); st.Get(ring.CounterChunks) < 40 || st.Get(ring.CounterIncompleteChunks) != 0 ||
 				st.Get(ring.CounterHeaps) < 500 || st.Get(ring.CounterRejectedHeaps) != 0 {
