@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,67 +12,13 @@ import (
 	"github.com/ibvbridge/ibvbridge/ring"
 )
 
-// placedChunk is a chunk as a consumer read it: id, payload and presence map, copied.
-type placedChunk struct {
-	id            uint64
-	data, present []byte
-}
-
-// recvChunks runs recv with chunkArgs on a fresh ring, sends 320 heaps of 8 KiB stamped with a timestamp
-// stepping by 4096 and an antenna item of sendAxis values, and returns every chunk a Go consumer read and
-// recv's final counters.
-func recvChunks(t *testing.T, sendAxis string, chunkArgs ...string) ([]placedChunk, map[string]any) {
-	t.Helper()
-	name, port := testRing(t, "cplace"), freePort(t)
-	args := append([]string{"--ring", name, "--slots", "64", "--hugepages", "off", "--log-format", "json",
-		"--chunk-heaps", "8", "--chunk-heap-size", "8K"}, chunkArgs...)
-	recv, out := startRecv(t, append(args, "127.0.0.1:"+port)...)
-	c, err := ring.Attach(name, ring.AttachOptions{Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	type result struct {
-		chunks []placedChunk
-		err    error
-	}
-	done := make(chan result, 1)
-	go func() {
-		var r result
-		for {
-			ch, err := c.NextChunk(20 * time.Second)
-			if errors.Is(err, ring.ErrEndOfStream) {
-				break
-			}
-			if err != nil {
-				r.err = err
-				break
-			}
-			r.chunks = append(r.chunks, placedChunk{ch.ID, bytes.Clone(ch.Data), bytes.Clone(ch.Present)})
-			c.Release(ch.Heap)
-		}
-		done <- r
-	}()
-	stdout, stderr, code := runCmd(t, 60*time.Second, "send", "127.0.0.1:"+port, "--heaps", "320", "--heap-size", "8K",
-		"--packet-size", "8972", "--pattern", "--rate", "0.5", "--timestamp-step", "4096", "--axis", sendAxis)
-	if code != 0 || !strings.HasPrefix(stdout, "sent 320 heaps") {
-		t.Fatalf("send: exit %d, %s %s", code, stdout, stderr)
-	}
-	m := waitRecv(t, recv, out, 20*time.Second)
-	r := <-done
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	return r.chunks, m
-}
-
 // recv --chunk-place with the example plug-in (examples/chunk_place/place.c: timestamp and antenna items,
 // the step as its argument) gives a consumer the same chunks as --chunk-by/--chunk-axis on the same
 // traffic: the same ids, every byte of every chunk and every presence byte equal, and the same counters.
 func TestRecvChunkPlaceMatchesChunkBy(t *testing.T) {
 	lib := testutil.ChunkPlaceExample(t)
-	byFlags, mFlags := recvChunks(t, "0x4101:4", "--chunk-by", "0x1600:4096", "--chunk-axis", "0x4101:4")
-	byPlugin, mPlugin := recvChunks(t, "0x4101:4", "--chunk-axis", "0x4101:4", "--chunk-place", lib+":place",
+	byFlags, mFlags := recvChunks(t, "0x4101:4", nil, "--chunk-by", "0x1600:4096", "--chunk-axis", "0x4101:4")
+	byPlugin, mPlugin := recvChunks(t, "0x4101:4", nil, "--chunk-axis", "0x4101:4", "--chunk-place", lib+":place",
 		"--chunk-place-items", "0x1600,0x4101", "--chunk-place-arg", "4096")
 	if len(byFlags) != 10 {
 		t.Fatalf("%d chunks by the flags, want 10; recv %v", len(byFlags), mFlags)
@@ -104,7 +49,7 @@ func TestRecvChunkPlaceMatchesChunkBy(t *testing.T) {
 // chunks hold the other 240, complete.
 func TestRecvChunkPlaceRejectedHeapsCounted(t *testing.T) {
 	lib := testutil.ChunkPlaceExample(t)
-	chunks, m := recvChunks(t, "0x4101:4", "--chunk-axis", "0x4101:3", "--chunk-place", lib+":place",
+	chunks, m := recvChunks(t, "0x4101:4", nil, "--chunk-axis", "0x4101:3", "--chunk-place", lib+":place",
 		"--chunk-place-items", "0x1600,0x4101", "--chunk-place-arg", "4096")
 	for k, v := range map[string]uint64{"rejected_heaps": 80, "heaps": 240, "chunks": 10, "incomplete_chunks": 0, "too_old_heaps": 0} {
 		if got := num(m, k); got != v {
