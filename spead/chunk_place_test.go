@@ -181,3 +181,96 @@ func TestChunkPlaceFuncRefusedWithoutChunks(t *testing.T) {
 		t.Error("too many placement items were accepted")
 	}
 }
+
+// FuzzChunkPlaceFunc: whatever a user's placement answers — any chunk id, positions and offsets in and out
+// of range, rejections — the Assembler never panics, publishes chunks in increasing id order, writes a heap
+// only inside the position it was given, from its offset on, and writes nothing into a position no valid
+// answer named. Each heap (one packet of 1000 bytes) carries bytes that depend on the answer it gets, so a
+// present position shows which heap filled it.
+//
+// Input: 4 bytes per heap: chunk id (low 3 bits), position (may be ≥ 12, out of range), offset / 16 (may
+// leave the heap too little room), bit 0 of the fourth byte rejecting the heap.
+func FuzzChunkPlaceFunc(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 0, 0, 1, 2, 0, 1, 5, 127, 0, 0, 12, 0, 0, 2, 3, 200, 0, 0, 0, 0, 1})
+	f.Add([]byte{3, 2, 1, 0, 1, 2, 1, 0, 5, 11, 0, 0, 0, 4, 125, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		type answer struct{ chunk, pos, off uint64 }
+		answers := map[uint64]answer{}
+		rejected := map[uint64]bool{}
+		var packets [][]byte
+		named := map[[2]uint64]bool{} // positions some valid answer named
+		for cnt, in := uint64(1), data; len(in) >= 4; cnt, in = cnt+1, in[4:] {
+			a := answer{uint64(in[0] & 7), uint64(in[1]), uint64(in[2]) * 16}
+			answers[cnt], rejected[cnt] = a, in[3]&1 != 0
+			if !rejected[cnt] && a.pos < ckHeaps*ckAxis && a.off+1000 <= ckHeapSize {
+				named[[2]uint64{a.chunk, a.pos}] = true
+			}
+			payload := make([]byte, 1000)
+			for i := range payload {
+				payload[i] = byte(uint64(i)*7+a.chunk*13+a.pos*31) ^ byte(a.off)
+			}
+			h := spead.Heap{Cnt: cnt, Items: []spead.Item{{ID: ckDataItem, Data: payload}}}
+			packets = append(packets, encodeAll(t, spead.Flavour64_40, 1500, &h)...)
+		}
+		place := func(cnt, _ uint64, _ []uint64) (chunk, pos, off uint64, ok bool) {
+			a := answers[cnt]
+			return a.chunk, a.pos, a.off, !rejected[cnt]
+		}
+		p, c := chunkRing(t, 16) // more slots than chunk ids: none is reused, untouched bytes stay 0
+		a, err := spead.NewAssembler(p, spead.AssemblerConfig{ChunkWindow: 2, ChunkPlace: place})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range packets {
+			a.Packet(b, 1)
+		}
+		a.Flush()
+		if err := p.PublishEndOfStream(0, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		var last int64 = -1
+		for {
+			ch, err := c.NextChunk(time.Second)
+			if err == ring.ErrEndOfStream {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if int64(ch.ID) <= last {
+				t.Fatalf("chunk %d after %d", ch.ID, last)
+			}
+			last = int64(ch.ID)
+			for pos := range uint64(ckHeaps * ckAxis) {
+				d := ch.HeapData(uint32(pos/ckAxis), uint32(pos%ckAxis))
+				if !named[[2]uint64{ch.ID, pos}] {
+					if ch.Present[pos] != 0 || !bytes.Equal(d, make([]byte, ckHeapSize)) {
+						t.Fatalf("chunk %d position %d: no valid answer named it, yet it was written", ch.ID, pos)
+					}
+					continue
+				}
+				if ch.Present[pos] != 1 {
+					continue
+				}
+				found := false
+				for cnt, an := range answers { // the heap that filled it: one given this position
+					if rejected[cnt] || an.chunk != ch.ID || an.pos != pos || an.off+1000 > ckHeapSize {
+						continue
+					}
+					ok := true
+					for i := range 1000 {
+						if d[an.off+uint64(i)] != byte(uint64(i)*7+an.chunk*13+an.pos*31)^byte(an.off) {
+							ok = false
+							break
+						}
+					}
+					found = found || ok
+				}
+				if !found {
+					t.Fatalf("chunk %d position %d present, but no heap given it is there at its offset", ch.ID, pos)
+				}
+			}
+			c.Release(ch.Heap)
+		}
+	})
+}
