@@ -25,6 +25,10 @@ type AssemblerConfig struct {
 	EOSTimeout time.Duration
 	// ChunkWindow is how many chunks are open at once on a chunk-mode ring (default 2; spec §13).
 	ChunkWindow int
+	// ChunkPlace, on a chunk-mode ring, places each heap instead of the ring's time and axis items;
+	// ChunkPlaceItems are the immediate items whose values it gets (at most MaxChunkPlaceItems).
+	ChunkPlace      ChunkPlaceFunc
+	ChunkPlaceItems []uint64
 	// Log receives warnings that are not per-packet (item descriptors that do not fit the metadata
 	// area, an end-of-stream marker that found no slot); nil: silent.
 	Log *zerolog.Logger
@@ -146,6 +150,7 @@ type liveHeap struct {
 	// already filled, whose packets count as duplicates.
 	chunk    *openChunk
 	chunkPos uint64
+	chunkOff uint64 // the heap's offset in its position (a user's placement may give one)
 	view     ring.Slot
 	dup      bool
 }
@@ -195,12 +200,15 @@ func NewAssembler(p *ring.Producer, cfg AssemblerConfig) (*Assembler, error) {
 		recent:      newRecentHeaps(recentHeapsFor(cfg.MaxHeaps)),
 	}
 	if p.Chunks().Enabled() {
-		cp, err := newChunkPlacer(p, cfg.ChunkWindow, a.evictChunk)
+		cp, err := newChunkPlacer(p, cfg.ChunkWindow, cfg.ChunkPlace, cfg.ChunkPlaceItems, a.evictChunk)
 		if err != nil {
 			return nil, err
 		}
 		a.pl = cp
 	} else {
+		if cfg.ChunkPlace != nil || len(cfg.ChunkPlaceItems) > 0 {
+			return nil, fmt.Errorf("spead: new assembler on ring %s: a chunk placement needs a ring in chunk mode", p.Name())
+		}
 		a.pl = newStreamPlacer(p)
 	}
 	for i := range a.window {

@@ -3,6 +3,7 @@ package spead
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/ibvbridge/ibvbridge/ring"
 )
@@ -14,6 +15,27 @@ var (
 	errNotPlaced     = errors.New("spead: heap not placed in a chunk")
 	errDuplicateHeap = errors.New("spead: heap for a chunk position already filled")
 )
+
+// ChunkPlaceFunc decides a heap's place in a chunk instead of the ring's time and axis items: a user's
+// placement (recv --chunk-place loads a C function for it, spead2's chunk_place). cnt is the heap's cnt,
+// size its heap length (ChunkPlaceMissing when the packet has none), items the values of
+// AssemblerConfig.ChunkPlaceItems' immediate items in the packet, in that order (ChunkPlaceMissing for an
+// item it lacks). It returns the chunk id, the position in the chunk (time-major, axis within, below
+// heaps × axis) and the heap's byte offset in its position; ok false rejects the heap. The answer is
+// checked: a position out of range, or an offset that leaves the heap no room, rejects the heap too
+// (rejected_heaps); nothing is written for a rejected heap.
+//
+// It is called on the Assembler's goroutine with the first packet of a heap the Assembler receives, once
+// per heap unless that packet comes again (a call whose inputs equal the previous call's is not repeated:
+// its answer is reused). It must not keep items.
+type ChunkPlaceFunc func(cnt, size uint64, items []uint64) (chunk, pos, offset uint64, ok bool)
+
+// ChunkPlaceMissing stands for an item (or heap length) a heap's packet does not carry: no immediate
+// value is this large (they have at most 56 bits).
+const ChunkPlaceMissing = ^uint64(0)
+
+// MaxChunkPlaceItems bounds AssemblerConfig.ChunkPlaceItems (each is looked for in every first packet).
+const MaxChunkPlaceItems = 64
 
 // defaultChunkWindow is how many chunks are open at once unless AssemblerConfig.ChunkWindow says.
 const defaultChunkWindow = 2
@@ -66,11 +88,25 @@ type chunkPlacer struct {
 	evict           func(*openChunk)
 	// retiring: a chunk is being retired, its live heaps ended; ended must not retire it a second time.
 	retiring bool
+	// A user's placement (AssemblerConfig.ChunkPlace), nil: the time and axis items'.
+	user      ChunkPlaceFunc
+	userItems []uint64 // the item ids whose values it gets
+	userVals  []uint64 // scratch: their values in the packet being placed
+	memo      placeMemo
+}
+
+// placeMemo is the user placement's last call: its inputs and its answer.
+type placeMemo struct {
+	valid        bool
+	cnt, size    uint64
+	vals         []uint64
+	id, pos, off uint64
+	ok           bool
 }
 
 var _ placer = (*chunkPlacer)(nil)
 
-func newChunkPlacer(p *ring.Producer, window int, evict func(*openChunk)) (*chunkPlacer, error) {
+func newChunkPlacer(p *ring.Producer, window int, user ChunkPlaceFunc, userItems []uint64, evict func(*openChunk)) (*chunkPlacer, error) {
 	if window == 0 {
 		window = defaultChunkWindow
 	}
@@ -83,13 +119,24 @@ func newChunkPlacer(p *ring.Producer, window int, evict func(*openChunk)) (*chun
 	for i := range cp.chunks {
 		cp.chunks[i].state = make([]uint8, cp.g.Positions())
 	}
+	if len(userItems) > MaxChunkPlaceItems {
+		return nil, fmt.Errorf("spead: %d chunk placement items: at most %d", len(userItems), MaxChunkPlaceItems)
+	}
+	if user != nil {
+		cp.user, cp.userItems = user, slices.Clone(userItems)
+		cp.userVals, cp.memo.vals = make([]uint64, len(userItems)), make([]uint64, len(userItems))
+	}
 	return cp, nil
 }
 
-// place finds heap pkt's time and axis items among the packet's immediate items: its chunk id and its
-// position in the chunk. ok false: the heap is rejected (an item missing, the axis out of range, a heap
-// longer than a position).
-func (cp *chunkPlacer) place(pkt *Packet) (id, pos uint64, ok bool) {
+// place is heap pkt's chunk id, its position in the chunk and its offset there: from the user's
+// placement if there is one, else from its time and axis items among the packet's immediate items. ok
+// false: the heap is rejected (an item missing, the axis out of range, a heap longer than a position, or
+// the user's placement rejected it or gave a place out of range).
+func (cp *chunkPlacer) place(pkt *Packet) (id, pos, off uint64, ok bool) {
+	if cp.user != nil {
+		return cp.placeUser(pkt)
+	}
 	var t, a uint64
 	haveT, haveA := false, cp.g.AxisItem == 0
 	ps := pkt.Pointers
@@ -106,14 +153,51 @@ func (cp *chunkPlacer) place(pkt *Packet) (id, pos uint64, ok bool) {
 		}
 	}
 	if !haveT || !haveA || a >= uint64(cp.g.Axis) || pkt.HasHeapLength && pkt.HeapLength > cp.g.HeapSize {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	heaps := uint64(cp.g.Heaps)
-	return t / heaps, (t%heaps)*uint64(cp.g.Axis) + a, true
+	return t / heaps, (t%heaps)*uint64(cp.g.Axis) + a, 0, true
+}
+
+// placeUser asks the user's placement where heap pkt goes, unless its inputs are the previous call's
+// (the Assembler may look a heap's first packet up more than once), and checks the answer against the
+// geometry.
+func (cp *chunkPlacer) placeUser(pkt *Packet) (id, pos, off uint64, ok bool) {
+	vals := cp.userVals
+	for i := range vals {
+		vals[i] = ChunkPlaceMissing
+	}
+	ps := pkt.Pointers
+	for i := range ps.Len() {
+		ip := pkt.Flavour.splitPointer(ps.Raw(i))
+		if !ip.Immediate {
+			continue
+		}
+		for j, want := range cp.userItems {
+			if ip.ID == want {
+				vals[j] = ip.Value
+			}
+		}
+	}
+	size := ChunkPlaceMissing
+	if pkt.HasHeapLength {
+		size = pkt.HeapLength
+	}
+	m := &cp.memo
+	if !m.valid || m.cnt != pkt.HeapCnt || m.size != size || !slices.Equal(m.vals, vals) {
+		m.id, m.pos, m.off, m.ok = cp.user(pkt.HeapCnt, size, vals)
+		m.valid, m.cnt, m.size = true, pkt.HeapCnt, size
+		copy(m.vals, vals)
+	}
+	hs := cp.g.HeapSize
+	if !m.ok || m.pos >= cp.g.Positions() || m.off >= hs || pkt.HasHeapLength && pkt.HeapLength > hs-m.off {
+		return 0, 0, 0, false
+	}
+	return m.id, m.pos, m.off, true
 }
 
 func (cp *chunkPlacer) heapSlot(h *liveHeap, pkt *Packet) (*ring.Slot, error) {
-	id, pos, ok := cp.place(pkt)
+	id, pos, off, ok := cp.place(pkt)
 	if !ok {
 		cp.p.Add(ring.CounterRejectedHeaps, 1)
 		return nil, errNotPlaced
@@ -141,16 +225,16 @@ func (cp *chunkPlacer) heapSlot(h *liveHeap, pkt *Packet) (*ring.Slot, error) {
 		return nil, errDuplicateHeap
 	}
 	c.state[pos] = posFilling
-	h.chunk, h.chunkPos = c, pos
-	h.view = cp.view(c, pos)
+	h.chunk, h.chunkPos, h.chunkOff = c, pos, off
+	h.view = cp.view(c, pos, off)
 	cp.lastID, cp.lastPos = id, pos
 	return &h.view, nil
 }
 
-// view is position pos of chunk c as a slot of its own.
-func (cp *chunkPlacer) view(c *openChunk, pos uint64) ring.Slot {
-	off := pos * cp.g.HeapSize
-	return ring.Slot{Index: c.slot.Index, Payload: c.slot.Payload[off : off+cp.g.HeapSize : off+cp.g.HeapSize]}
+// view is position pos of chunk c from byte off on (off < the heap size) as a slot of its own.
+func (cp *chunkPlacer) view(c *openChunk, pos, off uint64) ring.Slot {
+	start, end := pos*cp.g.HeapSize, (pos+1)*cp.g.HeapSize
+	return ring.Slot{Index: c.slot.Index, Payload: c.slot.Payload[start+off : end : end]}
 }
 
 // openChunk is chunk id's window entry if the chunk is open with a slot, else nil.
@@ -210,8 +294,9 @@ func (cp *chunkPlacer) ended(h *liveHeap, complete bool) bool {
 	}
 	c.received += h.stored
 	c.packets += h.packets
+	room := cp.g.HeapSize - h.chunkOff // the position's bytes from the heap's offset on
 	switch {
-	case h.extent > cp.g.HeapSize || h.hasLength && h.heapLength > cp.g.HeapSize:
+	case h.extent > room || h.hasLength && h.heapLength > room:
 		cp.p.Add(ring.CounterRejectedHeaps, 1) // a heap without a length that ran past its position
 		c.state[h.chunkPos] = posEmpty
 	case complete:
@@ -261,7 +346,7 @@ func (cp *chunkPlacer) guess(dst [][]byte) (hdrLen, n int) {
 		if c == nil || c.state[pos] != posEmpty {
 			break
 		}
-		v := cp.view(c, pos)
+		v := cp.view(c, pos, 0)
 		n += fillRegions(dst[n:], v.Payload, 0, cp.nextLength, cp.firstLen)
 	}
 	return hdrLen, n
@@ -271,8 +356,13 @@ func (cp *chunkPlacer) expected(pkt *Packet) (*liveHeap, *ring.Slot) {
 	if h := cp.live(); h != nil && h.cnt == pkt.HeapCnt {
 		return h, nil
 	}
-	// A heap not begun: its own position, if its chunk is open and nothing is there yet.
-	id, pos, ok := cp.place(pkt)
+	// A heap not begun: its own position, if its chunk is open and nothing is there yet. A user's
+	// placement is asked only for a heap's first packet (the one with its items): its other packets
+	// would be asked about one by one while the heap is not the latest.
+	if cp.user != nil && pkt.PayloadOffset != 0 {
+		return nil, nil
+	}
+	id, pos, off, ok := cp.place(pkt)
 	if !ok {
 		return nil, nil
 	}
@@ -280,7 +370,7 @@ func (cp *chunkPlacer) expected(pkt *Packet) (*liveHeap, *ring.Slot) {
 	if c == nil || c.state[pos] != posEmpty {
 		return nil, nil
 	}
-	cp.aheadView = cp.view(c, pos)
+	cp.aheadView = cp.view(c, pos, off)
 	return nil, &cp.aheadView
 }
 

@@ -24,7 +24,8 @@
 // It knows nothing of SPEAD, rings or the transport interfaces: transport/ibv
 // builds the ibverbs transport (heaps, sinks, counters) on top of it.
 //
-// This is the project's only cgo package, and the C is confined to
+// It is one of the project's two cgo packages (internal/chunkplace, recv's
+// placement plug-ins, is the other), and the C is confined to
 // ibvb_shim.c and ibv_linux.go. Everything else is pure Go so it builds and is
 // tested without RDMA hardware; without cgo the package still builds and its
 // device entry points return ErrUnsupported.

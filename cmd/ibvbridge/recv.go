@@ -12,12 +12,14 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/rs/zerolog"
 
 	"github.com/ibvbridge/ibvbridge/bench"
 	"github.com/ibvbridge/ibvbridge/bridge"
+	"github.com/ibvbridge/ibvbridge/internal/chunkplace"
 	"github.com/ibvbridge/ibvbridge/metrics"
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/spead"
@@ -76,6 +78,9 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	chunkAxis := fs.String("chunk-axis", "", "chunk mode: ITEM:COUNT, an immediate item giving a second index below COUNT (e.g. 0x4101:64)")
 	chunkWindow := fs.Int("chunk-window", 2, "chunk mode: chunks open at once; a heap for a later chunk publishes the oldest")
 	chunkHeapSize := sizeFlag(fs, "chunk-heap-size", 0, "chunk mode: bytes per heap position (larger heaps are rejected); the slot size follows")
+	chunkPlace := fs.String("chunk-place", "", "chunk mode: LIB.so:FUNCTION, a C function that places each heap instead of --chunk-by (clients/c/ibvbridge_chunk_place.h); trusted code, loaded into recv")
+	chunkPlaceItems := fs.String("chunk-place-items", "", "with --chunk-place: ID,ID,... the immediate items whose values the function gets, in order")
+	chunkPlaceArg := fs.String("chunk-place-arg", "", "with --chunk-place: a string the function gets (its user_data)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -116,7 +121,11 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	if *buffer < 0 {
 		return usageError("--buffer %d: want a size in bytes", *buffer)
 	}
-	chunks, err := chunkGeometry(fs, *chunkHeaps, *chunkBy, *chunkAxis, *chunkHeapSize, *chunkWindow, *slots)
+	placeItems, err := parseChunkPlaceItems(*chunkPlace, *chunkPlaceItems, fs)
+	if err != nil {
+		return err
+	}
+	chunks, err := chunkGeometry(fs, *chunkHeaps, *chunkBy, *chunkAxis, *chunkHeapSize, *chunkWindow, *slots, placeItems)
 	if err != nil {
 		return err
 	}
@@ -155,6 +164,15 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 		}
 		eps = append(eps, ep)
 	}
+	asmCfg := spead.AssemblerConfig{MaxHeaps: *maxHeaps, Incomplete: *incomplete, ChunkWindow: *chunkWindow}
+	if *chunkPlace != "" { // loaded before anything is opened: a bad library leaves nothing behind
+		plug, err := loadChunkPlace(*chunkPlace, *chunkPlaceArg, fs, placeItems, chunks)
+		if err != nil {
+			return err
+		}
+		defer plug.Close()
+		asmCfg.ChunkPlace, asmCfg.ChunkPlaceItems = plug.Place, placeItems
+	}
 	var ifAddr netip.Addr
 	if *iface != "" && tr != "xdp" { // AF_XDP also takes an interface name
 		if ifAddr, err = netip.ParseAddr(*iface); err != nil || !ifAddr.Is4() {
@@ -180,7 +198,7 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 		RingCfg: ring.Config{SlotCount: *slots, SlotSize: ringSlotSize, MaxItems: *maxItems, Policy: pol, HugePages: hp,
 			Dir: *ringDir, Group: *group, MaxConsumers: *maxConsumers, MaxObservers: *maxObservers, ReplayTimestamps: tr == "pcap",
 			Chunks: chunks},
-		Assembler:    spead.AssemblerConfig{MaxHeaps: *maxHeaps, Incomplete: *incomplete, ChunkWindow: *chunkWindow},
+		Assembler:    asmCfg,
 		WaitConsumer: *waitConsumer, StatsInterval: *statsEvery, Log: &log}
 	switch tr {
 	case "udp":
@@ -291,12 +309,15 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 }
 
 // chunkGeometry checks recv's chunk flags and returns the ring's chunk geometry (the zero value: chunk
-// mode off, and then no other chunk flag may be given).
-func chunkGeometry(fs *flag.FlagSet, heaps uint, by, axis string, heapSize, window, slots int) (ring.ChunkGeometry, error) {
+// mode off, and then no other chunk flag may be given). With --chunk-place (placeItems: its items) the
+// function places the heaps: --chunk-by is optional and, like --chunk-axis's item, only labels the header's
+// time item (default: the first --chunk-place-items item, else the heap cnt 0x1).
+func chunkGeometry(fs *flag.FlagSet, heaps uint, by, axis string, heapSize, window, slots int, placeItems []uint64) (ring.ChunkGeometry, error) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	place := set["chunk-place"]
 	if heaps == 0 {
-		for _, n := range []string{"chunk-by", "chunk-axis", "chunk-window", "chunk-heap-size"} {
+		for _, n := range []string{"chunk-by", "chunk-axis", "chunk-window", "chunk-heap-size", "chunk-place"} {
 			if set[n] {
 				return ring.ChunkGeometry{}, usageError("--%s goes with --chunk-heaps N", n)
 			}
@@ -309,8 +330,8 @@ func chunkGeometry(fs *flag.FlagSet, heaps uint, by, axis string, heapSize, wind
 	if heaps > math.MaxUint32 {
 		return ring.ChunkGeometry{}, usageError("--chunk-heaps %d: want 1..%d", heaps, uint32(math.MaxUint32))
 	}
-	if by == "" {
-		return ring.ChunkGeometry{}, usageError("--chunk-heaps needs --chunk-by ITEM[:STEP] (the item that gives a heap's time)")
+	if by == "" && !place {
+		return ring.ChunkGeometry{}, usageError("--chunk-heaps needs --chunk-by ITEM[:STEP] (the item that gives a heap's time) or --chunk-place LIB.so:FUNCTION")
 	}
 	if heapSize < 1 {
 		return ring.ChunkGeometry{}, usageError("--chunk-heaps needs --chunk-heap-size SIZE (the bytes of one heap position)")
@@ -320,8 +341,15 @@ func chunkGeometry(fs *flag.FlagSet, heaps uint, by, axis string, heapSize, wind
 	}
 	g := ring.ChunkGeometry{Heaps: uint32(heaps), Axis: 1, HeapSize: uint64(heapSize)}
 	var err error
-	if g.TimeItem, g.Step, err = parseItemValue("chunk-by", by, 1); err != nil {
-		return g, err
+	switch {
+	case by != "":
+		if g.TimeItem, g.Step, err = parseItemValue("chunk-by", by, 1); err != nil {
+			return g, err
+		}
+	case len(placeItems) > 0:
+		g.TimeItem, g.Step = placeItems[0], 1
+	default:
+		g.TimeItem, g.Step = spead.HeapCntID, 1
 	}
 	if axis != "" {
 		var count uint64
@@ -337,6 +365,54 @@ func chunkGeometry(fs *flag.FlagSet, heaps uint, by, axis string, heapSize, wind
 		return g, usageError("a chunk of %d × %d heaps of %d bytes is too large", g.Heaps, g.Axis, g.HeapSize)
 	}
 	return g, nil
+}
+
+// parseChunkPlaceItems checks that --chunk-place-items and --chunk-place-arg come with --chunk-place and
+// returns the items: ID,ID,... (at most spead.MaxChunkPlaceItems).
+func parseChunkPlaceItems(place, items string, fs *flag.FlagSet) ([]uint64, error) {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if place == "" {
+		for _, n := range []string{"chunk-place-items", "chunk-place-arg"} {
+			if set[n] {
+				return nil, usageError("--%s goes with --chunk-place LIB.so:FUNCTION", n)
+			}
+		}
+		if set["chunk-place"] {
+			return nil, usageError("--chunk-place \"\": want LIB.so:FUNCTION")
+		}
+		return nil, nil
+	}
+	if items == "" {
+		return nil, nil
+	}
+	var ids []uint64
+	for _, f := range strings.Split(items, ",") {
+		id, err := strconv.ParseUint(strings.TrimSpace(f), 0, 64)
+		if err != nil || id == 0 {
+			return nil, usageError("--chunk-place-items %q: want item ids such as 0x1600,0x4101", items)
+		}
+		ids = append(ids, id)
+	}
+	if len(ids) > spead.MaxChunkPlaceItems {
+		return nil, usageError("--chunk-place-items: %d items, at most %d", len(ids), spead.MaxChunkPlaceItems)
+	}
+	return ids, nil
+}
+
+// loadChunkPlace loads --chunk-place's function; a spec, library or function that is wrong is a usage error.
+func loadChunkPlace(spec, arg string, fs *flag.FlagSet, items []uint64, g ring.ChunkGeometry) (*chunkplace.Plugin, error) {
+	path, sym, err := chunkplace.ParseSpec(spec)
+	if err != nil {
+		return nil, usageError("--chunk-place %v", err)
+	}
+	hasArg := false
+	fs.Visit(func(f *flag.Flag) { hasArg = hasArg || f.Name == "chunk-place-arg" })
+	plug, err := chunkplace.Open(chunkplace.Spec{Path: path, Symbol: sym, Arg: arg, HasArg: hasArg, Items: items, Geometry: g})
+	if err != nil {
+		return nil, usageError("--chunk-place %s: %v", spec, err)
+	}
+	return plug, nil
 }
 
 // stopOnSignals turns the first SIGINT/SIGTERM into a clean stop (cancel), and a second into an exit at

@@ -1,12 +1,16 @@
 // Package testutil owns the helpers ibvbridge's tests share: network namespaces with a veth pair, free
-// loopback ports, unique ring names, a recording packet sink, and bounded waits. Each takes testing.TB
-// and cleans up with t.Cleanup, so a test cannot leave a namespace or a ring behind.
+// loopback ports, unique ring names, a recording packet sink, bounded waits, and the chunk placement
+// example plug-in built for a test. Each takes testing.TB and cleans up with t.Cleanup, so a test cannot
+// leave a namespace or a ring behind.
 package testutil
 
 import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -146,4 +150,27 @@ func (s *RecordingSink) WaitCount(n int, timeout time.Duration) bool {
 		}
 	}
 	return true
+}
+
+// ChunkPlaceExample builds examples/chunk_place/place.c (recv --chunk-place's example plug-in) into a
+// shared object in a test directory and returns its path. Without a C compiler it skips, saying why,
+// unless IBVBRIDGE_REQUIRE_CLIENTS is set (make test, whose setup installs gcc): then it fails.
+func ChunkPlaceExample(t testing.TB) string {
+	t.Helper()
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		if os.Getenv("IBVBRIDGE_REQUIRE_CLIENTS") != "" {
+			t.Fatalf("no C compiler to build the chunk placement example: %v", err)
+		}
+		t.Skipf("no C compiler to build the chunk placement example (apt-get install gcc): %v", err)
+	}
+	_, self, _, _ := runtime.Caller(0) // internal/testutil/testutil.go
+	root := filepath.Join(filepath.Dir(self), "..", "..")
+	out := filepath.Join(t.TempDir(), "place.so")
+	cmd := exec.Command(cc, "-O2", "-Wall", "-Werror", "-shared", "-fPIC", "-I", filepath.Join(root, "clients", "c"),
+		"-o", out, filepath.Join(root, "examples", "chunk_place", "place.c"))
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building the chunk placement example: %v\n%s", err, b)
+	}
+	return out
 }
