@@ -12,6 +12,15 @@ import (
 // buildBinary builds ibvbridge once per test binary run.
 var builtBinary string
 
+// TestMain removes the binary built for the tests (a directory in $TMPDIR): tests leave nothing behind.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if builtBinary != "" {
+		os.RemoveAll(filepath.Dir(builtBinary))
+	}
+	os.Exit(code)
+}
+
 func binary(t testing.TB) string {
 	t.Helper()
 	if builtBinary != "" {
