@@ -224,23 +224,7 @@ func FuzzChunkPlaceFunc(f *testing.F) {
 		for _, b := range packets {
 			a.Packet(b, 1)
 		}
-		a.Flush()
-		if err := p.PublishEndOfStream(0, time.Second); err != nil {
-			t.Fatal(err)
-		}
-		var last int64 = -1
-		for {
-			ch, err := c.NextChunk(time.Second)
-			if err == ring.ErrEndOfStream {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if int64(ch.ID) <= last {
-				t.Fatalf("chunk %d after %d", ch.ID, last)
-			}
-			last = int64(ch.ID)
+		eachChunkInOrder(t, a, p, c, func(ch ring.Chunk) {
 			for pos := range uint64(ckHeaps * ckAxis) {
 				d := ch.HeapData(uint32(pos/ckAxis), uint32(pos%ckAxis))
 				if !named[[2]uint64{ch.ID, pos}] {
@@ -270,7 +254,6 @@ func FuzzChunkPlaceFunc(f *testing.F) {
 					t.Fatalf("chunk %d position %d present, but no heap given it is there at its offset", ch.ID, pos)
 				}
 			}
-			c.Release(ch.Heap)
-		}
+		})
 	})
 }

@@ -426,23 +426,7 @@ func FuzzChunkPlacement(f *testing.F) {
 				a.Packet(b, 1)
 			}
 		}
-		a.Flush()
-		if err := p.PublishEndOfStream(0, time.Second); err != nil {
-			t.Fatal(err)
-		}
-		var last int64 = -1
-		for {
-			ch, err := c.NextChunk(time.Second)
-			if err == ring.ErrEndOfStream {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if int64(ch.ID) <= last {
-				t.Fatalf("chunk %d after %d", ch.ID, last)
-			}
-			last = int64(ch.ID)
+		eachChunkInOrder(t, a, p, c, func(ch ring.Chunk) {
 			for pos := range uint64(ckHeaps * ckAxis) {
 				if ch.Present[pos] == 0 {
 					continue
@@ -454,8 +438,7 @@ func FuzzChunkPlacement(f *testing.F) {
 					}
 				}
 			}
-			c.Release(ch.Heap)
-		}
+		})
 	})
 }
 
@@ -562,5 +545,31 @@ func TestChunkCopiedPathAllocatesNothing(t *testing.T) {
 	}
 	if st := p.Stats(); st.Get(ring.CounterChunks) < 40 || st.Get(ring.CounterIncompleteChunks) != 0 || st.Get(ring.CounterHeaps) < 500 {
 		t.Fatalf("counters %v", st.Map())
+	}
+}
+
+// eachChunkInOrder ends the stream fed to a (Flush, then the end-of-stream marker) and hands every chunk
+// consumer c reads to check, in order, asserting that chunk ids only increase; each is released after check.
+func eachChunkInOrder(t *testing.T, a *spead.Assembler, p *ring.Producer, c *ring.Consumer, check func(ring.Chunk)) {
+	t.Helper()
+	a.Flush()
+	if err := p.PublishEndOfStream(0, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var last int64 = -1
+	for {
+		ch, err := c.NextChunk(time.Second)
+		if err == ring.ErrEndOfStream {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int64(ch.ID) <= last {
+			t.Fatalf("chunk %d after %d", ch.ID, last)
+		}
+		last = int64(ch.ID)
+		check(ch)
+		c.Release(ch.Heap)
 	}
 }
