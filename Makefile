@@ -44,6 +44,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseHeader$$' -fuzztime $(FUZZTIME) ./ring/
 	$(GO) test -run '^$$' -fuzz '^FuzzValidateHeap$$' -fuzztime $(FUZZTIME) ./ring/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMeta$$' -fuzztime $(FUZZTIME) ./ring/
+	$(GO) test -run '^$$' -fuzz '^FuzzChunkPlacement$$' -fuzztime $(FUZZTIME) ./spead/
+	$(GO) test -run '^$$' -fuzz '^FuzzChunkPlaceFunc$$' -fuzztime $(FUZZTIME) ./spead/
 
 # SOAK_SECONDS (default 600) of send → recv with consumers killed and restarted and recv restarted twice;
 # every heap accounted for, recv's memory flat (scripts/soak.sh). Not part of make test.
