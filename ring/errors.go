@@ -22,6 +22,8 @@ var (
 	ErrCorrupt      = errors.New("corrupt ring")
 	ErrProducerGone = errors.New("producer gone")
 	ErrEndOfStream  = errors.New("end of stream")
+	// ErrStreamEnded: the producer already published END_OF_STREAM, which is final (spec §4.1).
+	ErrStreamEnded = errors.New("the stream has ended: nothing may follow the end-of-stream marker")
 	ErrFull         = errors.New("ring full")
 	ErrNoConsumer   = errors.New("no consumer attached")
 	ErrClosed       = errors.New("ring closed")
