@@ -1466,9 +1466,18 @@ int ibvb_producer_wait_drained(struct ibvb_producer *p, int timeout_ms)
 	return wait_for(p, WAIT_DRAINED, timeout_ms < 0 ? 0 : mono_ns() + (int64_t)timeout_ms * 1000000LL + 1);
 }
 
+void ibvb__producer_ended(struct ibvb_producer *p, const char *what)
+{
+	(void)fail(-EPIPE, "ring %s: cannot %s: the stream has ended (END_OF_STREAM is final)", p->st->name, what);
+}
+
 int ibvb_producer_end_of_stream(struct ibvb_producer *p, uint64_t stop_heap_cnt, int timeout_ms)
 {
 	struct ibvb__pstate *st = p->st;
+	if (p->ended) {
+		ibvb__producer_ended(p, "publish a second end-of-stream marker");
+		return -EPIPE;
+	}
 	ibvb_producer_set(p, IBVB_CTR_END_OF_STREAM, 1); /* before the marker: a consumer that sees it reads the counter set */
 	if (p->free_r == p->free_w) {
 		ibvb_producer_commit(p);

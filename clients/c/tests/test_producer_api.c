@@ -783,6 +783,39 @@ static void test_items_meta_batch(void)
 	ibvb_detach(r);
 }
 
+/* END_OF_STREAM is final (spec §4.1): after the marker, publishing a slot taken before it, acquiring,
+ * publish_n and a second marker are all refused with -EPIPE and a message; the consumer sees nothing after
+ * the marker (head did not move). */
+static void test_nothing_published_after_end_of_stream(void)
+{
+	struct ibvb_producer_opts o = opts(8, 256, IBVB_POLICY_DROP);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "eosfinal", &o), 0);
+	if (!p)
+		return;
+	struct ibvb_ring *r;
+	CHECK_EQ(attach(&r, "eosfinal", IBVB_START_OLDEST), 0);
+	struct ibvb_slot early[2];
+	CHECK_EQ(ibvb_producer_acquire(p, &early[0]), 0);
+	CHECK_EQ(ibvb_producer_acquire(p, &early[1]), 0);
+	CHECK_EQ(ibvb_producer_end_of_stream(p, 5, 0), 0);
+	uint64_t head = ibvb__load(&p->ctl->head, acquire);
+	struct ibvb_publish_info h = {6, 8, 8, 1, IBVB_FLAG_COMPLETE, 1};
+	CHECK_EQ(ibvb_producer_publish(p, &early[0], &h), -EPIPE);
+	CHECK(strstr(ibvb_last_error(), "END_OF_STREAM is final") != NULL);
+	struct ibvb_publish_info hn[1] = {{7, 8, 8, 1, IBVB_FLAG_COMPLETE, 1}};
+	CHECK_EQ(ibvb_producer_publish_n(p, &early[1], hn, 1), -EPIPE);
+	struct ibvb_slot s;
+	CHECK_EQ(ibvb_producer_acquire(p, &s), -EPIPE);
+	CHECK_EQ(ibvb_producer_end_of_stream(p, 9, 0), -EPIPE);
+	CHECK_EQ(ibvb__load(&p->ctl->head, acquire), head);
+	struct ibvb_heap hp;
+	CHECK_EQ(ibvb_peek(r, &hp), -ENODATA);
+	CHECK_EQ(ibvb_peek(r, &hp), -EAGAIN); /* past the marker: nothing followed it */
+	ibvb_detach(r);
+	ibvb_producer_close(p);
+}
+
 static void test_wakes(void)
 {
 	/* a sleeping consumer is woken by a publish; one wake per sleep (row wakes counts them) */
@@ -1089,6 +1122,7 @@ static const struct test tests[] = {
 	{"producer_drop_keeps_newest", test_drop_keeps_newest},
 	{"producer_items_meta_batch", test_items_meta_batch},
 	{"producer_wakes", test_wakes},
+	{"nothing_published_after_end_of_stream", test_nothing_published_after_end_of_stream},
 	{"producer_hugepages", test_hugepages},
 };
 
