@@ -12,7 +12,7 @@ A ring is made (and written) with ``ibvbridge.Producer.create(name, ...)``: see 
 
 from .errors import (CorruptRing, Detached, EndOfStream, HugePageWarning, Interrupted, NoConsumer, NoHugePages,
                      NoSpace, Overrun, PermissionDenied, ProducerGone, ProtocolError, RingBusy, RingClosing,
-                     RingError, RingFull, RingInUse, RingNotFound, Timeout, UnsafeDirectory, VersionMismatch)
+                     RingError, RingFull, RingInUse, RingNotFound, StreamEnded, Timeout, UnsafeDirectory, VersionMismatch)
 
 __version__ = "0.2.0"
 
@@ -20,7 +20,7 @@ _LAZY = {"Ring", "Heap", "Item", "Batch", "ItemDescriptor", "Geometry", "socket_
          "default_dir", "uid_trusted", "validate_geometry"}
 _ERRORS = ["RingError", "RingNotFound", "PermissionDenied", "RingBusy", "RingClosing", "VersionMismatch",
            "ProtocolError", "CorruptRing", "Detached", "Overrun", "ProducerGone", "EndOfStream", "Timeout",
-           "RingInUse", "UnsafeDirectory", "NoSpace", "NoHugePages", "RingFull", "Interrupted", "NoConsumer",
+           "RingInUse", "UnsafeDirectory", "NoSpace", "NoHugePages", "RingFull", "StreamEnded", "Interrupted", "NoConsumer",
            "HugePageWarning"]
 _PRODUCER = {"Producer", "Slot"}
 _ITEMS = {"ItemGroup", "HeapGenerator", "Descriptor"}  # spead2's vocabulary (ibvbridge.items)

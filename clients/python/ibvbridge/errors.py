@@ -101,6 +101,10 @@ class RingFull(RingError):
     ``producer.add("dropped_heaps", 1)``)."""
 
 
+class StreamEnded(RingError):
+    """The producer already published END_OF_STREAM, which is final (spec §4.1): nothing may follow it."""
+
+
 class Interrupted(RingError):
     """A producer wait (block-policy acquire, wait_drained, end_of_stream) was interrupted by
     ``Producer.interrupt()`` or ``close()``."""

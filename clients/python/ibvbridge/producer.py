@@ -77,7 +77,7 @@ from .shared import (C_ATTACHED, C_BYTES, C_EOS, C_ERRORS, C_HEAPS, C_OVERRUNS, 
 from ._sys import (ORDERED, acquire_fence, add_seals, full_fence, futex_wait, futex_wake, peer_cred, release_fence,
                    require_supported)
 from .errors import (HugePageWarning, Interrupted, NoConsumer, NoHugePages, NoSpace, RingError, RingFull,
-                     RingInUse, Timeout, UnsafeDirectory)
+                     RingInUse, StreamEnded, Timeout, UnsafeDirectory)
 
 import numpy as np
 
@@ -506,6 +506,7 @@ class Producer:
         self.policy = POLICIES[policy]
         self.gid = _resolve_gid(group)
         self._closed = False
+        self._ended = False  # END_OF_STREAM is published: it is final (spec §4.1), nothing may follow it
         self._dirfd = self._lockfd = None
         self.ctl_fd = self.data_fd = None
         self.ctl = self.data = None
@@ -1136,6 +1137,7 @@ class Producer:
         ``add("dropped_heaps", 1)``); block: waits for the slowest consumer (timeout seconds, None:
         forever; Timeout after it), Interrupted after interrupt()."""
         self._check_open()
+        self._check_not_ended("acquire a slot")
         if self._free_w == self._free_r:
             self._refill(1, timeout)
         s = int(self._free[self._free_r % self.slot_count])
@@ -1159,9 +1161,12 @@ class Producer:
 
         received: payload bytes stored in the slot (<= slot_size); heap_size: the heap's length. Either
         defaults to the other; with neither, the end of the furthest address item (0 if none). Returns the
-        heap's position."""
+        heap's position. After end_of_stream: StreamEnded, and the slot goes back to the pool."""
         if not slot._live or slot._p is not self:
             raise RingError(f"slot {slot.index} was already published or discarded")
+        if self._ended:
+            self.discard(slot)
+            self._check_not_ended(f"publish heap {heap_cnt}")
         if received is None:
             received = slot.end if heap_size is None else min(heap_size, self.slot_size)
         if heap_size is None:
@@ -1260,8 +1265,9 @@ class Producer:
 
         Returns how many heaps were published: all n under block (waits like acquire; Timeout /
         Interrupted); under drop as many as there were free slots, in order — the rest are dropped (count
-        them with ``add("dropped_heaps", n - published)``)."""
+        them with ``add("dropped_heaps", n - published)``). After end_of_stream: StreamEnded."""
         self._check_open()
+        self._check_not_ended("publish heaps")
         cnts = np.asarray(heap_cnts, dtype=np.uint64).ravel()
         n = len(cnts)
         if n == 0:
@@ -1410,8 +1416,10 @@ class Producer:
     def end_of_stream(self, stop_heap_cnt: int = 0, timeout: float | None = None) -> int:
         """Publish the END_OF_STREAM marker (spec §4.1). It takes a slot like a heap: with none free it
         waits up to timeout seconds (None: drop does not wait, block waits forever) for the consumers, then
-        raises RingFull (close() still marks the ring CLOSED, which consumers also read as the end)."""
+        raises RingFull (close() still marks the ring CLOSED, which consumers also read as the end). A
+        second call raises StreamEnded: the marker is final."""
         self._check_open()
+        self._check_not_ended("publish a second end-of-stream marker")
         if self._free_w == self._free_r:
             try:
                 self._refill(1, timeout if self.policy == L.POLICY_BLOCK else 0)
@@ -1433,6 +1441,7 @@ class Producer:
         slot = Slot(self, s)
         self._stats[C_EOS] = 1  # before the marker: a consumer that sees it reads the counter set
         pos = self.publish(slot, stop_heap_cnt, 0, 0, time.time_ns(), L.FLAG_END_OF_STREAM, 0)
+        self._ended = True
         self._commit(force=True)  # the end of the stream wakes consumers whose wakes are coalesced too
         return pos
 
@@ -1492,6 +1501,10 @@ class Producer:
     def _check_open(self):
         if self._closed:
             raise RingError(f"ring {self.name} is closed")
+
+    def _check_not_ended(self, what: str):
+        if self._ended:
+            raise StreamEnded(f"ring {self.name}: cannot {what}: the stream has ended (END_OF_STREAM is final)")
 
     # ..................................................................... stopping (spec §7.6)
     def close(self) -> None:

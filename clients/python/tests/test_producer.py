@@ -642,3 +642,26 @@ def test_slot_context_manager_returns_the_slot_on_an_exception_under_block(tmp_p
                 assert h.heap_cnt == 1 and bytes(h.payload) == b"abc"
             with p.acquire(timeout=1), p.acquire(timeout=1):
                 pass  # both slots free again
+
+
+def test_nothing_is_published_after_end_of_stream(make):
+    """END_OF_STREAM is final (spec §4.1): a slot taken before the marker cannot be published after it; acquire,
+    publish_batch and a second marker raise StreamEnded; the consumer reads the marker and nothing after."""
+    p = make("eosfinal")
+    with Ring.attach(p.socket_path, timeout=2) as ring:
+        early = p.acquire()
+        p.end_of_stream(5)
+        head = p.head
+        free = p._nfree()
+        with pytest.raises(ibvbridge.StreamEnded, match="END_OF_STREAM is final"):
+            p.publish(early, 6, 8)
+        assert p._nfree() == free + 1  # the refused slot went back to the pool
+        with pytest.raises(ibvbridge.StreamEnded):
+            p.acquire()
+        with pytest.raises(ibvbridge.StreamEnded):
+            p.publish_batch(np.zeros((2, 8), np.uint8), [7, 8])
+        with pytest.raises(ibvbridge.StreamEnded):
+            p.end_of_stream(9)
+        assert p.head == head  # nothing followed the marker
+        with pytest.raises(ibvbridge.EndOfStream):
+            ring.next(timeout=1)
