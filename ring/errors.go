@@ -32,6 +32,8 @@ var (
 	ErrBadConfig   = errors.New("bad ring configuration")
 	// ErrNotChunk: a chunk was asked of a ring not in chunk mode, or of a position that is not a chunk.
 	ErrNotChunk = errors.New("not a chunk")
+	// ErrMetaBusy: the metadata area was rewritten during every read for 1000 tries or 10 ms (spec §6).
+	ErrMetaBusy = errors.New("metadata area busy")
 	// ErrTimeout is returned when a wait's deadline passes; it matches os.ErrDeadlineExceeded.
 	ErrTimeout = fmt.Errorf("ring wait: %w", os.ErrDeadlineExceeded)
 )
