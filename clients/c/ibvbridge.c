@@ -955,6 +955,9 @@ int ibvb_info(const struct ibvb_ring *r, struct ibvb_info *in)
 
 /* ---- stream metadata (spec §6) ------------------------------------------------------------------- */
 
+#define META_MAX_TRIES 1000u
+#define META_MAX_WAIT_NS 10000000LL
+
 long ibvb_read_meta(const struct ibvb_ring *r, void *buf, size_t cap, size_t *need)
 {
 	const uint8_t *area = r->data + r->ctl->meta_offset;
@@ -962,7 +965,11 @@ long ibvb_read_meta(const struct ibvb_ring *r, void *buf, size_t cap, size_t *ne
 	uint64_t max = r->ctl->meta_size - IBVB_META_HEADER_SIZE;
 	if (need)
 		*need = 0;
-	for (int attempt = 0; attempt < 100000; attempt++) {
+	/* Spec §6: give up after 1000 tries or 10 ms, whichever is longer. */
+	int64_t t0 = ibvb__mono_ns();
+	for (unsigned attempt = 0;; attempt++) {
+		if (attempt >= META_MAX_TRIES && ibvb__mono_ns() - t0 >= META_MAX_WAIT_NS)
+			return fail(-EBUSY, "ring %s: metadata area busy (rewritten during %u reads)", r->name, attempt);
 		uint64_t s1 = atomic_load_explicit(&mh->seq, memory_order_acquire);
 		if (s1 == 0)
 			return 0;
@@ -992,7 +999,6 @@ long ibvb_read_meta(const struct ibvb_ring *r, void *buf, size_t cap, size_t *ne
 		}
 		return (long)len;
 	}
-	return fail(-EAGAIN, "metadata kept changing while being read");
 }
 
 static uint32_t le32(const uint8_t *p)
@@ -1009,7 +1015,32 @@ static uint64_t le64(const uint8_t *p)
 	return v;
 }
 
+/* 1 when a record after offset o (well-formed up to it) has this id: spec §6, a reader that meets an id
+ * twice keeps the last record. */
+static int id_repeats_later(const uint8_t *b, size_t len, size_t o, uint64_t id)
+{
+	while (len - o >= sizeof(struct ibvb_meta_record_header)) {
+		uint32_t size = le32(b + o);
+		if (size < sizeof(struct ibvb_meta_record_header) || size % 8 != 0 || size > len - o)
+			return 0; /* the iterator reports the corrupt record when it gets there */
+		if (le64(b + o + 8) == id)
+			return 1;
+		o += size;
+	}
+	return 0;
+}
+
+static int meta_next_any(const void *buf, size_t len, size_t *off, struct ibvb_meta_record *rec);
+
 int ibvb_meta_next(const void *buf, size_t len, size_t *off, struct ibvb_meta_record *rec)
+{
+	int rc;
+	while ((rc = meta_next_any(buf, len, off, rec)) == 1 && id_repeats_later(buf, len, *off, rec->id))
+		; /* a later record describes this id again: it wins */
+	return rc;
+}
+
+static int meta_next_any(const void *buf, size_t len, size_t *off, struct ibvb_meta_record *rec)
 {
 	const uint8_t *b = buf;
 	size_t o = *off;

@@ -654,9 +654,10 @@ uint64_t ibvb_counter(const struct ibvb_ring *r, unsigned idx);
 const char *ibvb_counter_name(unsigned idx);
 int ibvb_info(const struct ibvb_ring *r, struct ibvb_info *info);
 
-/* Stream metadata (spec §6): copy the record bytes into buf (seqlock read). Returns the record byte
- * length (0: nothing announced yet), -ENOBUFS if cap is too small (*need set), -EBADMSG corrupt,
- * -EAGAIN if the producer kept rewriting it. */
+/* Stream metadata (spec §6): copy the record bytes into buf (seqlock read; the length is validated only
+ * once the sequence proved the copy stable). Returns the record byte length (0: nothing announced yet),
+ * -ENOBUFS if cap is too small (*need set), -EBADMSG corrupt, -EBUSY "metadata area busy" when the
+ * producer rewrote it during 1000 tries and 10 ms. */
 long ibvb_read_meta(const struct ibvb_ring *r, void *buf, size_t cap, size_t *need);
 struct ibvb_meta_record {
 	uint64_t id;
@@ -666,7 +667,8 @@ struct ibvb_meta_record {
 	uint32_t name_len, description_len, format_len, dtype_len;
 };
 /* Iterate records in a buffer from ibvb_read_meta: *off starts at 0. 1 = *rec filled, 0 = end,
- * -EBADMSG corrupt record. */
+ * -EBADMSG corrupt record. An id described more than once yields only its last record (spec §6). Strings
+ * are the stream's raw bytes, not NUL-terminated and not checked as UTF-8: decode with replacement. */
 int ibvb_meta_next(const void *buf, size_t len, size_t *off, struct ibvb_meta_record *rec);
 int64_t ibvb_meta_dim(const struct ibvb_meta_record *rec, uint32_t i);
 

@@ -816,6 +816,41 @@ static void test_nothing_published_after_end_of_stream(void)
 	ibvb_producer_close(p);
 }
 
+/* Spec §6 metadata reader: a re-described id yields only its last record; an area the producer never
+ * finishes rewriting gives -EBUSY "metadata area busy" (after 1000 tries and 10 ms), not a spin. */
+static void test_meta_repeated_id_keeps_last_and_busy_gives_up(void)
+{
+	struct ibvb_producer_opts o = opts(8, 256, IBVB_POLICY_DROP);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "metadup", &o), 0);
+	if (!p)
+		return;
+	struct ibvb_ring *r;
+	CHECK_EQ(attach(&r, "metadup", IBVB_START_OLDEST), 0);
+	uint8_t rec[512];
+	size_t n1 = ibvb_meta_encode(rec, sizeof rec, 0x1000, -1, NULL, "first", "", "", 0, "");
+	size_t n2 = ibvb_meta_encode(rec + n1, sizeof rec - n1, 0x1001, -1, NULL, "other", "", "", 0, "");
+	size_t n3 = ibvb_meta_encode(rec + n1 + n2, sizeof rec - n1 - n2, 0x1000, -1, NULL, "last", "", "", 0, "");
+	CHECK_EQ(ibvb_producer_set_descriptors(p, rec, n1 + n2 + n3), 0);
+	uint8_t buf[1024];
+	long len = ibvb_read_meta(r, buf, sizeof buf, NULL);
+	CHECK_EQ(len, (long)(n1 + n2 + n3));
+	size_t off = 0;
+	struct ibvb_meta_record m;
+	CHECK_EQ(ibvb_meta_next(buf, (size_t)len, &off, &m), 1);
+	CHECK(m.id == 0x1001 && m.name_len == 5 && !memcmp(m.name, "other", 5));
+	CHECK_EQ(ibvb_meta_next(buf, (size_t)len, &off, &m), 1);
+	CHECK(m.id == 0x1000 && m.name_len == 4 && !memcmp(m.name, "last", 4));
+	CHECK_EQ(ibvb_meta_next(buf, (size_t)len, &off, &m), 0);
+	/* a producer stuck mid-rewrite: the sequence stays odd */
+	struct ibvb_meta_header *mh = (struct ibvb_meta_header *)p->meta;
+	atomic_store(&mh->seq, atomic_load(&mh->seq) | 1);
+	CHECK_EQ(ibvb_read_meta(r, buf, sizeof buf, NULL), -EBUSY);
+	CHECK(strstr(ibvb_last_error(), "metadata area busy") != NULL);
+	ibvb_detach(r);
+	ibvb_producer_close(p);
+}
+
 static void test_wakes(void)
 {
 	/* a sleeping consumer is woken by a publish; one wake per sleep (row wakes counts them) */
@@ -1122,6 +1157,7 @@ static const struct test tests[] = {
 	{"producer_drop_keeps_newest", test_drop_keeps_newest},
 	{"producer_items_meta_batch", test_items_meta_batch},
 	{"producer_wakes", test_wakes},
+	{"meta_repeated_id_keeps_last_and_busy_gives_up", test_meta_repeated_id_keeps_last_and_busy_gives_up},
 	{"nothing_published_after_end_of_stream", test_nothing_published_after_end_of_stream},
 	{"producer_hugepages", test_hugepages},
 };
