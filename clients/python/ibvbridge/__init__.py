@@ -10,7 +10,8 @@ Several consumers may attach to one ring; each receives every heap.
 A ring is made (and written) with ``ibvbridge.Producer.create(name, ...)``: see ibvbridge.producer.
 """
 
-from .errors import (CorruptRing, Detached, EndOfStream, HugePageWarning, Interrupted, NoConsumer, NoHugePages,
+from .errors import (CorruptRing, Detached, EndOfStream, HugePageWarning, Interrupted, MetadataBusy, NoConsumer,
+                     NoHugePages,
                      NoSpace, Overrun, PermissionDenied, ProducerGone, ProtocolError, RingBusy, RingClosing,
                      RingError, RingFull, RingInUse, RingNotFound, StreamEnded, Timeout, UnsafeDirectory, VersionMismatch)
 
@@ -19,7 +20,8 @@ __version__ = "0.2.0"
 _LAZY = {"Ring", "Heap", "Item", "Batch", "ItemDescriptor", "Geometry", "socket_path_for", "lookup_dirs",
          "default_dir", "uid_trusted", "validate_geometry"}
 _ERRORS = ["RingError", "RingNotFound", "PermissionDenied", "RingBusy", "RingClosing", "VersionMismatch",
-           "ProtocolError", "CorruptRing", "Detached", "Overrun", "ProducerGone", "EndOfStream", "Timeout",
+           "ProtocolError", "CorruptRing", "Detached", "Overrun", "ProducerGone", "EndOfStream", "MetadataBusy",
+           "Timeout",
            "RingInUse", "UnsafeDirectory", "NoSpace", "NoHugePages", "RingFull", "StreamEnded", "Interrupted", "NoConsumer",
            "HugePageWarning"]
 _PRODUCER = {"Producer", "Slot"}

@@ -73,6 +73,10 @@ class EndOfStream(RingError):
     """The stream ended: an END_OF_STREAM marker, or a CLOSED ring with everything read."""
 
 
+class MetadataBusy(RingError):
+    """The producer rewrote the stream-metadata area during every read for 1000 tries and 10 ms (spec §6)."""
+
+
 class Timeout(RingError, TimeoutError):
     """A wait (attach or next heap) ran past its deadline."""
 

@@ -1484,18 +1484,20 @@ class Producer:
             raise ValueError(f"descriptors take {len(body)} bytes; meta_size - 16 is "
                              f"{self.meta_size - L.META_HEADER_SIZE}")
         mv = memoryview(self.data)
+        words = mv.cast("Q")  # the sequence as one aligned 8-byte store (spec §11: a byte copy can tear)
         o = self.meta_off
         try:
-            seq = int.from_bytes(mv[o:o + 8], "little")
+            seq = words[o >> 3]
             if seq & 1:
                 seq += 1
-            mv[o:o + 8] = (seq + 1).to_bytes(8, "little")
+            words[o >> 3] = seq + 1
             full_fence()
             mv[o + 16:o + 16 + len(body)] = body
             mv[o + 8:o + 16] = len(body).to_bytes(8, "little")
             full_fence()
-            mv[o:o + 8] = (seq + 2).to_bytes(8, "little")
+            words[o >> 3] = seq + 2
         finally:
+            words.release()
             mv.release()
 
     def _check_open(self):

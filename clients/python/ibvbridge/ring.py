@@ -39,8 +39,8 @@ from .shared import (I_CONSUMER_FUTEX, I_CONSUMER_WAITING, I_PRODUCER_WAITING, I
                      row_word)
 from ._sys import (ORDERED, acquire_fence, full_fence, futex_wait, futex_wake, get_seals, map_fd, peer_cred,
                    release_fence, require_supported)
-from .errors import (CorruptRing, Detached, EndOfStream, Overrun, PermissionDenied, ProducerGone, ProtocolError,
-                     RingBusy, RingClosing, RingError, RingNotFound, Timeout, VersionMismatch)
+from .errors import (CorruptRing, Detached, EndOfStream, MetadataBusy, Overrun, PermissionDenied, ProducerGone,
+                     ProtocolError, RingBusy, RingClosing, RingError, RingNotFound, Timeout, VersionMismatch)
 
 try:
     import numpy as np
@@ -1091,12 +1091,13 @@ class Ring:
 
     def descriptors(self) -> dict[int, ItemDescriptor]:
         """The stream's item descriptors, {id: ItemDescriptor}, from the metadata area (spec §6, seqlock
-        read). Cached until the producer rewrites the area."""
+        read; an id described twice keeps its last record). Cached until the producer rewrites the area.
+        MetadataBusy when the producer rewrote it during 1000 tries and 10 ms."""
         self._check_open()
         g = self._geo
         base = g.meta_offset
         dmv, d64, q = self._dmv, self._d64, g.meta_offset >> 3
-        deadline = time.monotonic() + 1.0
+        start, tries = time.monotonic(), 0
         while True:
             s1 = d64[q]  # one aligned 8-byte load (spec §11: a byte copy could tear it)
             if ORDERED:
@@ -1117,8 +1118,9 @@ class Ring:
                         self._meta = _parse_metadata(buf) if s1 else {}
                         self._meta_seq = s1
                         return self._meta
-            if time.monotonic() > deadline:
-                raise CorruptRing("metadata seqlock never became stable (producer died mid-write?)")
+            tries += 1  # spec §6: give up after 1000 tries or 10 ms, whichever is longer
+            if tries >= 1000 and time.monotonic() - start >= 0.010:
+                raise MetadataBusy(f"ring {self.name}: metadata area busy (rewritten during {tries} reads)")
             time.sleep(0)
 
     # ------------------------------------------------------------------ reading (spec §9.1)

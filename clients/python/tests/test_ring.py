@@ -1334,3 +1334,21 @@ def test_suite_with_library_fences():
                         "test_ring.py", "test_producer.py", "test_consume.py"],
                        cwd=here, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+
+
+def test_metadata_reader_gives_up_busy_and_keeps_last_record(make_producer):
+    """Spec §6: an id described twice keeps its last record; strings decode with replacement; an area the
+    producer never finishes rewriting raises MetadataBusy after 1000 tries and 10 ms."""
+    p = make_producer()
+    with attach(p) as ring:
+        p.set_descriptors([meta_record(0x1600, "first"), meta_record(0x1700, "other"),
+                           meta_record(0x1600, "lastZ").replace(b"lastZ", b"last\xff")])
+        d = ring.descriptors()
+        assert set(d) == {0x1600, 0x1700} and d[0x1600].name == "last\ufffd"
+        words = memoryview(p.data).cast("Q")
+        words[p.meta_off >> 3] |= 1  # a producer stuck mid-rewrite: the sequence stays odd
+        words.release()
+        t0 = time.monotonic()
+        with pytest.raises(ibvbridge.MetadataBusy, match="metadata area busy"):
+            ring.descriptors()
+        assert time.monotonic() - t0 >= 0.010
