@@ -146,14 +146,10 @@ func (c *Consumer) Descriptors() ([]ItemDescriptor, error) {
 	area := c.data[g.MetaOffset : g.MetaOffset+g.MetaSize]
 	seq := u64at(area, 0)
 	buf := make([]byte, 0, 256)
-	var start time.Time
+	start := time.Now()
 	for tries := 0; ; tries++ {
-		if tries >= metaMaxTries {
-			if start.IsZero() {
-				start = time.Now()
-			} else if time.Since(start) >= metaMaxWait {
-				return nil, fmt.Errorf("ring %s: %w (rewritten during %d reads)", c.name, ErrMetaBusy, tries)
-			}
+		if tries >= metaMaxTries && time.Since(start) >= metaMaxWait {
+			return nil, fmt.Errorf("ring %s: %w (rewritten during %d reads)", c.name, ErrMetaBusy, tries)
 		}
 		s1 := seq.Load()
 		if s1&1 != 0 {
