@@ -118,3 +118,23 @@ func TestMetadataRepeatedIDKeepsLastAndStringsAreValidUTF8(t *testing.T) {
 		t.Fatalf("id 0x1000: name %q description %q, want the last record with replacement characters", d.Name, d.Description)
 	}
 }
+
+// A minor never adds a header or row state (spec §8): a consumer that reads an unknown one reports a
+// corrupt ring, not a detach or a timeout.
+func TestUnknownHeaderOrRowStateIsCorrupt(t *testing.T) {
+	cfg := testConfig(t)
+	p := ringtest.New(t, "unkstate", cfg)
+	c := ringtest.Attach(t, "unkstate", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
+	ctl := ring.CtlForTest(p)
+	state := (*atomic.Uint32)(unsafe.Pointer(&ctl[0x10]))
+	state.Store(7)
+	if _, err := c.Next(50 * time.Millisecond); !errors.Is(err, ring.ErrCorrupt) {
+		t.Fatalf("header state 7: %v, want ErrCorrupt", err)
+	}
+	state.Store(uint32(ring.StateReady))
+	row := (*atomic.Uint32)(unsafe.Pointer(&ctl[0x1000+128*c.Index()]))
+	row.Store(9)
+	if _, _, err := c.TryNext(); !errors.Is(err, ring.ErrCorrupt) || errors.Is(err, ring.ErrDetached) {
+		t.Fatalf("row state 9: %v, want ErrCorrupt", err)
+	}
+}
