@@ -137,8 +137,9 @@ func parseHeader(ctl []byte) (header, error) {
 	if h.Major != MajorVersion {
 		return h, &VersionError{Found: h.Major, Supported: MajorVersion}
 	}
-	if State(u32at(ctl, offState).Load()) == StateInit {
-		return h, fmt.Errorf("%w: state INIT in memory handed out", ErrCorrupt)
+	if st := State(u32at(ctl, offState).Load()); st != StateReady && st != StateClosed {
+		// INIT is never handed out; a minor never adds a state (spec §2.1, §8)
+		return h, fmt.Errorf("%w: header state %d in memory handed out", ErrCorrupt, uint32(st))
 	}
 	h.CtlSize = le.Uint32(ctl[offCtlSize:])
 	h.MaxConsumers = le.Uint32(ctl[offMaxConsumers:])

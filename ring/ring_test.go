@@ -378,6 +378,7 @@ func TestVersionAndGeometryChecks(t *testing.T) {
 		{"max consumers 0", 0x9C, le32(0), ring.ErrCorrupt},
 		{"max consumers 65", 0x9C, le32(65), ring.ErrCorrupt},
 		{"state INIT", 0x10, le32(0), ring.ErrCorrupt},
+		{"state unknown (5)", 0x10, le32(5), ring.ErrCorrupt},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
