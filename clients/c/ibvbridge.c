@@ -716,6 +716,8 @@ int ibvb__row_changed(struct ibvb_ring *r)
 	}
 	if (state == IBVB_CONSUMER_BAD_CURSOR)
 		return fail(-ECONNRESET, "ring %s: detached: invalid cursor", r->name);
+	if (state > IBVB_CONSUMER_GONE) /* a minor never adds a row state (spec §8) */
+		return ibvb__corrupt_state(r, "consumer row", state);
 	if (state == IBVB_CONSUMER_GONE && r->row_state_ok == IBVB_CONSUMER_ATTACHED &&
 	    atomic_load_explicit(&r->ctl->state, memory_order_acquire) == IBVB_STATE_CLOSED) {
 		/* a clean stop marked our row gone when it closed the connection: it reuses no slot, so what it
@@ -776,6 +778,12 @@ int ibvb__corrupt_desc(struct ibvb_ring *r, uint64_t pos, const char *what, uint
 	r->cached_head = r->read; /* re-check from head on the next call */
 	return fail(-EBADMSG, "ring %s corrupt: descriptor at position %llu: bad %s (%llu vs %llu)", r->name,
 		    (unsigned long long)pos, what, (unsigned long long)v1, (unsigned long long)v2);
+}
+
+int ibvb__corrupt_state(struct ibvb_ring *r, const char *what, uint32_t state)
+{
+	r->cached_head = r->read; /* re-check from head on the next call */
+	return fail(-EBADMSG, "ring %s corrupt: unknown %s state %u", r->name, what, state);
 }
 
 /* The producer is gone: deliver what it published, then report. */

@@ -680,6 +680,7 @@ int ibvb_peer_uid_trusted(uint32_t peer_uid, uint32_t euid, uint32_t dir_uid, ui
 /* internal, out of line */
 void ibvb__wake_producer(struct ibvb_ring *r);
 int ibvb__corrupt_desc(struct ibvb_ring *r, uint64_t pos, const char *what, uint64_t v1, uint64_t v2);
+int ibvb__corrupt_state(struct ibvb_ring *r, const char *what, uint32_t state);
 int ibvb__row_changed(struct ibvb_ring *r);
 int ibvb__stale(struct ibvb_ring *r);
 
@@ -768,7 +769,8 @@ static inline int ibvb_release_all(struct ibvb_ring *r)
 
 /* Next heap without blocking: 0 and *h filled (the read position advances, so several heaps can be
  * held); -EAGAIN nothing published yet; -ENODATA end of stream (an END_OF_STREAM marker, which is
- * consumed, or a CLOSED ring drained); -EBADMSG corrupt descriptor (nothing is consumed); -EOVERFLOW /
+ * consumed, or a CLOSED ring drained); -EBADMSG corrupt descriptor, or an unknown header or row state
+ * (spec §8; nothing is consumed); -EOVERFLOW /
  * -ECONNRESET this consumer was detached by the producer (overrun / invalid cursor; sticky: it must stop
  * reading). Spec 2.1 §A: the descriptor and item entries are copied into private memory and validated, then
  * the row is checked (every call): a heap is handed out only while this consumer is attached, so its slot
@@ -786,8 +788,9 @@ static inline int ibvb_peek(struct ibvb_ring *r, struct ibvb_heap *h)
 					return rc;
 			}
 			ibvb_flush_release(r); /* caught up: hand the released slots back now */
-			if (ibvb__load(&r->ctl->state, acquire) != IBVB_STATE_CLOSED)
-				return -EAGAIN;
+			uint32_t st = ibvb__load(&r->ctl->state, acquire);
+			if (st != IBVB_STATE_CLOSED)
+				return st == IBVB_STATE_READY ? -EAGAIN : ibvb__corrupt_state(r, "header", st);
 			/* CLOSED is stored after the last head: re-read it before calling the ring drained. */
 			r->cached_head = ibvb__load(&r->ctl->head, acquire);
 			if (pos == r->cached_head)

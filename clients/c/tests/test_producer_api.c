@@ -851,6 +851,31 @@ static void test_meta_repeated_id_keeps_last_and_busy_gives_up(void)
 	ibvb_producer_close(p);
 }
 
+/* A minor never adds a header or row state (spec §8): a consumer reading an unknown one reports a corrupt
+ * ring (-EBADMSG), not "nothing yet" or a detach. */
+static void test_unknown_header_or_row_state_is_corrupt(void)
+{
+	struct ibvb_producer_opts o = opts(8, 256, IBVB_POLICY_DROP);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "unkstate", &o), 0);
+	if (!p)
+		return;
+	struct ibvb_ring *r;
+	CHECK_EQ(attach(&r, "unkstate", IBVB_START_OLDEST), 0);
+	struct ibvb_heap h;
+	CHECK_EQ(ibvb_peek(r, &h), -EAGAIN);
+	atomic_store(&p->ctl->state, 7);
+	CHECK_EQ(ibvb_peek(r, &h), -EBADMSG);
+	CHECK(strstr(ibvb_last_error(), "unknown header state 7") != NULL);
+	atomic_store(&p->ctl->state, IBVB_STATE_READY);
+	atomic_store(&p->rows[ibvb_consumer_index(r)].state, 9);
+	CHECK_EQ(ibvb_peek(r, &h), -EBADMSG);
+	CHECK(strstr(ibvb_last_error(), "unknown consumer row state 9") != NULL);
+	atomic_store(&p->rows[ibvb_consumer_index(r)].state, IBVB_CONSUMER_ATTACHED);
+	ibvb_detach(r);
+	ibvb_producer_close(p);
+}
+
 static void test_wakes(void)
 {
 	/* a sleeping consumer is woken by a publish; one wake per sleep (row wakes counts them) */
@@ -1157,6 +1182,7 @@ static const struct test tests[] = {
 	{"producer_drop_keeps_newest", test_drop_keeps_newest},
 	{"producer_items_meta_batch", test_items_meta_batch},
 	{"producer_wakes", test_wakes},
+	{"unknown_header_or_row_state_is_corrupt", test_unknown_header_or_row_state_is_corrupt},
 	{"meta_repeated_id_keeps_last_and_busy_gives_up", test_meta_repeated_id_keeps_last_and_busy_gives_up},
 	{"nothing_published_after_end_of_stream", test_nothing_published_after_end_of_stream},
 	{"producer_hugepages", test_hugepages},
