@@ -888,8 +888,8 @@ class Ring:
         if hdr["major"] != L.MAJOR_VERSION:
             raise VersionMismatch(hdr["major"], L.MAJOR_VERSION, f"ring {name} is layout {hdr['major']}."
                                   f"{hdr['minor']}; this client speaks {L.MAJOR_VERSION}.{L.MINOR_VERSION}")
-        if hdr["state"] == L.STATE_INIT:
-            raise CorruptRing(f"ring {name}: the control memory is in state INIT")
+        if hdr["state"] not in (L.STATE_READY, L.STATE_CLOSED):  # INIT is never handed out; spec §8
+            raise CorruptRing(f"ring {name}: the control memory is in state {hdr['state']}, not READY or CLOSED")
         mc = hdr["max_consumers"]
         if not 1 <= mc <= L.MAX_CONSUMERS_LIMIT:
             raise CorruptRing(f"ring {name}: max_consumers {mc} not in 1..{L.MAX_CONSUMERS_LIMIT}")
@@ -1045,6 +1045,8 @@ class Ring:
                            lost)
         if st == L.CONSUMER_BAD_CURSOR:
             return Detached(f"ring {name}: detached: invalid cursor", st)
+        if st > L.CONSUMER_GONE:  # a minor never adds a row state (spec §8)
+            return CorruptRing(f"ring {name} corrupt: consumer row {idx} has unknown state {st}")
         if st == L.CONSUMER_GONE:
             if not self.producer_alive():
                 return None
@@ -1441,7 +1443,10 @@ class Ring:
                     self._note_wait(start)
                     return
                 self._check_row()
-                if c32[I_STATE] == L.STATE_CLOSED:
+                st = c32[I_STATE]
+                if st != L.STATE_CLOSED and st != L.STATE_READY:  # a minor never adds a state (spec §8)
+                    raise CorruptRing(f"ring {self.name} corrupt: unknown header state {st}")
+                if st == L.STATE_CLOSED:
                     if ORDERED:
                         acquire_fence()  # state is an acquire load: everything published before is seen
                     h = c64[Q_HEAD]

@@ -285,8 +285,27 @@ def test_layout_2_0_producer_accepted(make_producer):
 
 def test_init_state_is_corrupt(make_producer):
     p = make_producer(header_overrides={"state": L.STATE_INIT})
-    with pytest.raises(CorruptRing, match="INIT"):
+    with pytest.raises(CorruptRing, match="state 0"):
         attach(p)
+
+
+def test_unknown_header_or_row_state_is_corrupt(make_producer):
+    """A minor never adds a header or row state (spec §8): an unknown one is a corrupt ring — at attach, while
+    waiting, and in the consumer's row — not a timeout or a detach."""
+    with pytest.raises(CorruptRing, match="state 5"):
+        attach(make_producer("a", header_overrides={"state": 5}))
+    p = make_producer("b")
+    with attach(p) as ring:
+        words = memoryview(p.ctl).cast("I")
+        words[0x10 // 4] = 7
+        with pytest.raises(CorruptRing, match="unknown header state 7"):
+            ring.next(timeout=0.05)
+        words[0x10 // 4] = L.STATE_READY
+        words[(L.OFF_CONSUMER_TABLE + L.ROW_SIZE * ring.consumer_index) // 4] = 9
+        with pytest.raises(CorruptRing, match="unknown state 9"):
+            ring.next(timeout=0.05)
+        words[(L.OFF_CONSUMER_TABLE + L.ROW_SIZE * ring.consumer_index) // 4] = L.CONSUMER_ATTACHED
+        words.release()
 
 
 def test_no_answer_times_out(make_producer):
