@@ -6,10 +6,16 @@ import (
 	"fmt"
 )
 
+// helloReserved is where the hello's reserved bytes start (spec §1.2).
+const helloReserved = 0x14
+
 // hello is the record a client sends after connecting (spec §1.2).
 type hello struct {
 	Major, Minor uint16
 	Role, Start  uint32
+	// ReservedSet: a reserved byte (0x14 … 0x1F) is not zero, which a 2.1 producer refuses (spec §1.2).
+	// When consumer groups take 0x14 … 0x17 (group_id), only 0x18 … 0x1F stay reserved.
+	ReservedSet bool
 }
 
 func (h hello) encode() []byte {
@@ -30,7 +36,17 @@ func decodeHello(b []byte) (hello, error) {
 		return hello{}, fmt.Errorf("hello of %d bytes is not an ibvbridge hello", len(b))
 	}
 	return hello{Major: le.Uint16(b[msgMajor:]), Minor: le.Uint16(b[msgMinor:]),
-		Role: le.Uint32(b[helloRole:]), Start: le.Uint32(b[helloStart:])}, nil
+		Role: le.Uint32(b[helloRole:]), Start: le.Uint32(b[helloStart:]),
+		ReservedSet: !allZero(b[helloReserved:HelloSize])}, nil
+}
+
+func allZero(b []byte) bool {
+	for _, x := range b {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // welcome is the producer's answer to a hello that it accepts (spec §1.2).

@@ -161,6 +161,8 @@ func (p *Producer) handle(c *net.UnixConn) string {
 		return refuse(StatusVersion, fmt.Sprintf("ring %s is layout %d.%d; this client speaks %d.%d", p.name, MajorVersion, MinorVersion, h.Major, h.Minor))
 	case h.Role != RoleConsumer && h.Role != RoleObserver, h.Start != StartOldest && h.Start != StartHead:
 		return refuse(StatusProtocol, fmt.Sprintf("ring %s: role %d, start %d", p.name, h.Role, h.Start))
+	case h.ReservedSet:
+		return refuse(StatusProtocol, fmt.Sprintf("ring %s: the hello's reserved bytes are not zero", p.name))
 	}
 	if h.Role == RoleObserver {
 		if msg := p.serveObserver(c, buf); msg != "" {
