@@ -876,6 +876,79 @@ static void test_unknown_header_or_row_state_is_corrupt(void)
 	ibvb_producer_close(p);
 }
 
+/* Send a consumer hello changed by off/val (u32 at off; off < 0: none), of len bytes; return the answer's
+ * status (0xFF: no record), descriptors closed; *fdp keeps the connection open when non-NULL. */
+static uint32_t hello_status(const char *sock, int off, uint32_t val, size_t len, int *fdp)
+{
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	snprintf(a.sun_path, sizeof a.sun_path, "%s", sock);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+		if (fd >= 0)
+			close(fd);
+		return 0xFE;
+	}
+	uint8_t h[32] = {0};
+	struct ibvb_hello *hh = (struct ibvb_hello *)h;
+	hh->magic = IBVB_MAGIC;
+	hh->major = IBVB_MAJOR;
+	hh->minor = IBVB_MINOR;
+	hh->role = IBVB_ROLE_CONSUMER;
+	if (off >= 0)
+		memcpy(h + off, &val, 4);
+	(void)!write(fd, h, len);
+	uint8_t buf[IBVB_ERROR_RECORD_MAX];
+	union {
+		char b[CMSG_SPACE(4 * sizeof(int))];
+		struct cmsghdr align;
+	} cb;
+	struct iovec iov = {buf, sizeof buf};
+	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cb.b, .msg_controllen = sizeof cb.b};
+	ssize_t n = recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+			for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++)
+				close(((int *)CMSG_DATA(c))[i]);
+	uint32_t status = 0xFF;
+	if (n >= 16)
+		memcpy(&status, buf + 12, 4);
+	if (fdp)
+		*fdp = fd;
+	else
+		close(fd);
+	return status;
+}
+
+/* The producer's answers to a hello (spec §1.2): status 5 for a wrong role or start, non-zero reserved bytes
+ * or a wrong size; status 1 for another major; a welcome for any minor; a record sent after the welcome ends
+ * the attachment. */
+static void test_hello_answers_as_specified(void)
+{
+	struct ibvb_producer_opts o = opts(4, 64, IBVB_POLICY_DROP);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "hello", &o), 0);
+	if (!p)
+		return;
+	const char *sock = ibvb_producer_socket_path(p);
+	CHECK_EQ(hello_status(sock, 0x0C, 3, 32, NULL), IBVB_STATUS_PROTOCOL);
+	CHECK_EQ(hello_status(sock, 0x10, 2, 32, NULL), IBVB_STATUS_PROTOCOL);
+	CHECK_EQ(hello_status(sock, 0x14, 1, 32, NULL), IBVB_STATUS_PROTOCOL);
+	CHECK_EQ(hello_status(sock, 0x1C, 1u << 24, 32, NULL), IBVB_STATUS_PROTOCOL);
+	CHECK_EQ(hello_status(sock, -1, 0, 31, NULL), IBVB_STATUS_PROTOCOL);
+	CHECK_EQ(hello_status(sock, 0x08, 3, 32, NULL), IBVB_STATUS_VERSION); /* major 3 (minor 0) */
+	int fd = -1;
+	CHECK_EQ(hello_status(sock, 0x08, IBVB_MAJOR | 99u << 16, 32, &fd), 0); /* minor 99 */
+	for (int i = 0; i < 5000 && ibvb_producer_consumers(p) != 1; i++)
+		usleep(1000);
+	CHECK_EQ(ibvb_producer_consumers(p), 1);
+	CHECK_EQ(write(fd, "stray", 5), 5);
+	for (int i = 0; i < 5000 && ibvb_producer_consumers(p) != 0; i++)
+		usleep(1000);
+	CHECK_EQ(ibvb_producer_consumers(p), 0); /* the stray record ended the attachment */
+	close(fd);
+	ibvb_producer_close(p);
+}
+
 static void test_wakes(void)
 {
 	/* a sleeping consumer is woken by a publish; one wake per sleep (row wakes counts them) */
@@ -1182,6 +1255,7 @@ static const struct test tests[] = {
 	{"producer_drop_keeps_newest", test_drop_keeps_newest},
 	{"producer_items_meta_batch", test_items_meta_batch},
 	{"producer_wakes", test_wakes},
+	{"hello_answers_as_specified", test_hello_answers_as_specified},
 	{"unknown_header_or_row_state_is_corrupt", test_unknown_header_or_row_state_is_corrupt},
 	{"meta_repeated_id_keeps_last_and_busy_gives_up", test_meta_repeated_id_keeps_last_and_busy_gives_up},
 	{"nothing_published_after_end_of_stream", test_nothing_published_after_end_of_stream},
