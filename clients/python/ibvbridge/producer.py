@@ -102,6 +102,7 @@ POLICIES = {"drop": L.POLICY_DROP, "block": L.POLICY_BLOCK, L.POLICY_DROP: L.POL
             L.POLICY_BLOCK: L.POLICY_BLOCK}
 
 BEAT_SECONDS = 0.1  # heartbeat and row refresh (spec: every <= 250 ms)
+HELLO_RESERVED = 0x14  # the hello's reserved bytes run from here to its end (spec §1.2)
 HELLO_TIMEOUT = 2.0  # a connection that sends no hello within this is closed and counted (layout 2.1 §C)
 MAX_PENDING = 64  # connections waiting for their hello at once; more are refused busy
 FD_RESERVE = 32  # descriptors kept free under RLIMIT_NOFILE: below, new connections are refused busy
@@ -749,6 +750,9 @@ class Producer:
                     except OSError:
                         conn.close()
                         continue
+                    if not msg:  # EOF, or a 0-byte record it cannot be told from: closed unanswered (§1.2)
+                        conn.close()
+                        continue
                     try:
                         self._answer(conn, msg)
                     except OSError:
@@ -760,7 +764,8 @@ class Producer:
                 hung = bool(ev & POLL_GONE)
                 if not hung:
                     try:
-                        hung = m.sock.recv(256, socket.MSG_DONTWAIT) == b""
+                        m.sock.recv(256, socket.MSG_DONTWAIT)
+                        hung = True  # EOF, or a record: nothing is sent after the welcome, so it ends it (§1.2)
                     except BlockingIOError:
                         pass
                     except OSError:
@@ -854,6 +859,9 @@ class Producer:
         except (socket.timeout, OSError):
             conn.close()
             return
+        if not msg:  # EOF, or a 0-byte record it cannot be told from: closed unanswered (spec §1.2)
+            conn.close()
+            return
         self._answer(conn, msg)
 
     def _answer(self, conn, msg):
@@ -878,6 +886,9 @@ class Producer:
                                                                                      L.START_HEAD):
             return self._refuse(conn, L.STATUS_PROTOCOL, f"ring {self.name}: role {h['role']}, start "
                                 f"{h['start']}")
+        if any(msg[HELLO_RESERVED:L.HELLO_SIZE]):  # 2.1 (spec §1.2); 0x14..0x17 become group_id with groups
+            return self._refuse(conn, L.STATUS_PROTOCOL, f"ring {self.name}: the hello's reserved bytes are not "
+                                "zero")
         if self._closed or self.c32[I_STATE] == L.STATE_CLOSED:
             return self._refuse(conn, L.STATUS_CLOSING, f"ring {self.name} is closing: the stream has ended")
         if h["role"] == L.ROLE_OBSERVER:

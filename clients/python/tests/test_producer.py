@@ -5,6 +5,7 @@ import collections
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -665,3 +666,46 @@ def test_nothing_is_published_after_end_of_stream(make):
         assert p.head == head  # nothing followed the marker
         with pytest.raises(ibvbridge.EndOfStream):
             ring.next(timeout=1)
+
+
+def _hello_status(sock_path, mutate, keep=False):
+    """Send a consumer hello changed by mutate(bytearray) -> bytes; the answer's status (None: no record),
+    descriptors closed; with keep the socket is returned too."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect(sock_path)
+    s.send(mutate(bytearray(L.pack_hello(L.ROLE_CONSUMER, L.START_OLDEST))))
+    s.settimeout(5)
+    msg, fds, _, _ = socket.recv_fds(s, 256, 4)
+    for fd in fds:
+        os.close(fd)
+    status = int.from_bytes(msg[12:16], "little") if len(msg) >= 16 else None
+    if keep:
+        return status, s
+    s.close()
+    return status
+
+
+def test_hello_answers_as_specified(make):
+    """Spec §1.2: status 5 for a wrong role or start, non-zero reserved bytes or a wrong size; status 1 for
+    another major; a welcome for any minor; a record sent after the welcome ends the attachment."""
+    p = make("hello")
+
+    def put32(off, v):
+        def f(b):
+            b[off:off + 4] = v.to_bytes(4, "little")
+            return bytes(b)
+        return f
+    assert _hello_status(p.socket_path, put32(0x0C, 3)) == L.STATUS_PROTOCOL
+    assert _hello_status(p.socket_path, put32(0x10, 2)) == L.STATUS_PROTOCOL
+    assert _hello_status(p.socket_path, put32(0x14, 1)) == L.STATUS_PROTOCOL
+    assert _hello_status(p.socket_path, put32(0x1C, 1 << 24)) == L.STATUS_PROTOCOL
+    assert _hello_status(p.socket_path, lambda b: bytes(b[:31])) == L.STATUS_PROTOCOL
+    assert _hello_status(p.socket_path, put32(0x08, 3)) == L.STATUS_VERSION  # major 3, minor 0
+    status, s = _hello_status(p.socket_path, put32(0x08, L.MAJOR_VERSION | 99 << 16), keep=True)
+    try:
+        assert status == 0  # minor 99 is welcomed
+        until(lambda: p.consumers == 1)
+        s.send(b"stray")
+        until(lambda: p.consumers == 0)  # the stray record ended the attachment
+    finally:
+        s.close()
