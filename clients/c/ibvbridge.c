@@ -384,9 +384,9 @@ static int handshake(const struct target *t, int sock, int start, int64_t deadli
 		goto bad;
 	}
 	memcpy(w, buf, sizeof *w);
-	if (w->major != IBVB_MAJOR) {
-		rc = fail(-EPROTONOSUPPORT, "ring %s is layout %u.%u; this client speaks %d.%d", t->name, w->major,
-			  w->minor, IBVB_MAJOR, IBVB_MINOR);
+	if (w->major != IBVB_MAJOR) { /* another major refuses with status 1: a welcome claiming one is malformed */
+		rc = fail(-EPROTO, "ring %s: malformed welcome: status 0 with major %u (this client speaks %d.%d)",
+			  t->name, w->major, IBVB_MAJOR, IBVB_MINOR);
 		goto bad;
 	}
 	if (nfds != 3) {

@@ -286,9 +286,9 @@ static void t_other_major_is_refused_naming_both(void)
 	CHECK(strstr(ibvb_last_error(), "layout 3.")); /* the header's minor follows */
 	CHECK(strstr(ibvb_last_error(), "speaks 2.1"));
 	p.ctl->major = 2;
-	p.welcome_mode = TP_WELCOME_MAJOR3; /* in the welcome */
-	CHECK_EQ(ibvb_attach(&r, sock, 0), -EPROTONOSUPPORT);
-	CHECK(strstr(ibvb_last_error(), "layout 3.1"));
+	p.welcome_mode = TP_WELCOME_MAJOR3; /* in a welcome (status 0): malformed, spec §1.2 */
+	CHECK_EQ(ibvb_attach(&r, sock, 0), -EPROTO);
+	CHECK(strstr(ibvb_last_error(), "major 3"));
 	p.welcome_mode = TP_WELCOME_OK;
 	p.refuse_status = IBVB_STATUS_VERSION; /* the producer's version error record */
 	snprintf(p.refuse_msg, sizeof p.refuse_msg, "ring major is layout 2.0; this client speaks 3.0");
@@ -1473,7 +1473,8 @@ static void t_error_records_map_to_errno(void)
 	tp_close(&p);
 }
 
-/* Malformed welcomes: -EPROTO (and nothing leaks: every descriptor that came is closed). */
+/* Malformed welcomes: -EPROTO (and nothing leaks: every descriptor that came is closed): too short, another
+ * magic, two descriptors, longer than 256 bytes (MSG_TRUNC), status 0 with major 3 (spec §1.2). */
 static void t_malformed_welcome_is_refused_without_leaks(void)
 {
 	struct tp p;
@@ -1482,13 +1483,20 @@ static void t_malformed_welcome_is_refused_without_leaks(void)
 	CHECK_EQ(tp_create(&p, g_dir, "welc", NULL), 0);
 	sock_of(sock, sizeof sock, "welc");
 	int fds0 = count_fds();
-	enum tp_welcome_mode modes[] = {TP_WELCOME_SHORT, TP_WELCOME_BAD_MAGIC, TP_WELCOME_TWO_FDS};
+	enum tp_welcome_mode modes[] = {TP_WELCOME_SHORT, TP_WELCOME_BAD_MAGIC, TP_WELCOME_TWO_FDS,
+					TP_WELCOME_TOO_LONG, TP_WELCOME_MAJOR3};
 	for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
 		p.welcome_mode = modes[i];
 		CHECK_EQ(ibvb_attach(&r, sock, 0), -EPROTO);
 		CHECK(strstr(ibvb_last_error(), "malformed welcome"));
 	}
 	tp_reclaim(&p); /* the producer (in this process) closes its ends of the failed connections */
+	CHECK_EQ(count_fds(), fds0);
+	p.welcome_mode = TP_WELCOME_LONG; /* 256 bytes: a later minor may append fields (spec §1.2) */
+	CHECK_EQ(ibvb_attach(&r, sock, 0), 0);
+	CHECK_EQ(tp_attached(&p), 1);
+	ibvb_detach(r);
+	tp_reclaim(&p);
 	CHECK_EQ(count_fds(), fds0);
 	p.welcome_mode = TP_WELCOME_OK;
 	CHECK_EQ(ibvb_attach(&r, sock, 0), 0);
