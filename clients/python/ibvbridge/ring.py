@@ -866,11 +866,11 @@ class Ring:
             if exc is None:
                 raise ProtocolError(f"ring {name}: the producer answered unknown status {st}: {text}")
             raise exc(f"ring {name}: {text}")
-        if w["major"] != L.MAJOR_VERSION:
-            raise VersionMismatch(w["major"], L.MAJOR_VERSION, f"ring {name} is layout {w['major']}.{w['minor']}; "
-                                  f"this client speaks {L.MAJOR_VERSION}.{L.MINOR_VERSION}")
-        if len(msg) != L.WELCOME_SIZE:
-            raise ProtocolError(f"ring {name}: welcome of {len(msg)} bytes, want {L.WELCOME_SIZE}")
+        if w["major"] != L.MAJOR_VERSION:  # another major refuses with status 1: this welcome is malformed
+            raise ProtocolError(f"ring {name}: a welcome (status 0) of layout major {w['major']}; this client "
+                                f"speaks {L.MAJOR_VERSION}.{L.MINOR_VERSION}")
+        if len(msg) < L.WELCOME_SIZE:  # a later minor may append fields: 64 … 256 bytes (spec §1.2)
+            raise ProtocolError(f"ring {name}: welcome of {len(msg)} bytes, want at least {L.WELCOME_SIZE}")
         if len(fds) != 3 or mflags & socket.MSG_CTRUNC:
             raise ProtocolError(f"ring {name}: the welcome carried {len(fds)} descriptors, want 3")
         if w["consumer_index"] == L.NO_CONSUMER_INDEX:
