@@ -90,7 +90,9 @@ func (g Geometry) Validate() error {
 		{"packet area", g.PacketOffset, g.PacketSize},
 	}
 	for i, r := range regions {
-		if r.off%RegionAlign != 0 {
+		// A region of size 0 need only have its offset ≤ data_size (spec §9 step 5): a producer may leave
+		// an empty packet area's offset at the unaligned end of the payload slots.
+		if r.size != 0 && r.off%RegionAlign != 0 {
 			return bad("%s offset %d is not %d-aligned", r.name, r.off, RegionAlign)
 		}
 		end := r.off + r.size

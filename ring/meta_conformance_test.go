@@ -138,3 +138,36 @@ func TestUnknownHeaderOrRowStateIsCorrupt(t *testing.T) {
 		t.Fatalf("row state 9: %v, want ErrCorrupt", err)
 	}
 }
+
+// A region of size 0 is not checked for alignment or overlap, only its offset ≤ data_size (spec §9 step 5,
+// §2.1: an empty packet area's offset may sit at the unaligned end of the payload slots).
+func TestZeroSizeRegionNeedsOnlyOffsetWithinData(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		off  func(dataSize, payloadEnd uint64) uint64
+		ok   bool
+	}{
+		{"unaligned, inside the payload", func(_, pe uint64) uint64 { return pe - 32 }, true},
+		{"unaligned, below data_size", func(ds, _ uint64) uint64 { return ds - 8 }, true},
+		{"data_size", func(ds, _ uint64) uint64 { return ds }, true},
+		{"past data_size", func(ds, _ uint64) uint64 { return ds + 1 }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			p := ringtest.New(t, "zero", cfg)
+			ctl := ring.CtlForTest(p)
+			le := binary.LittleEndian
+			ds := le.Uint64(ctl[0x50:])
+			pe := le.Uint64(ctl[0x78:]) + le.Uint64(ctl[0x30:])*le.Uint64(ctl[0x38:])
+			patchCtl(p, 0x88, le64(0))
+			patchCtl(p, 0x80, le64(tc.off(ds, pe)))
+			c, err := ring.Attach("zero", ring.AttachOptions{Dir: cfg.Dir, Timeout: time.Second})
+			if err == nil {
+				c.Close()
+			}
+			if tc.ok != (err == nil) || (err != nil && !errors.Is(err, ring.ErrCorrupt)) {
+				t.Fatalf("packet_offset %d with packet_size 0 (data_size %d): %v", tc.off(ds, pe), ds, err)
+			}
+		})
+	}
+}

@@ -496,7 +496,7 @@ static int validate_ctl(const struct target *t, const struct ibvb_ctl *c, const 
 	};
 	for (int i = 0; i < 5; i++) {
 		uint64_t end;
-		if (rg[i].off % IBVB_REGION_ALIGN != 0)
+		if (rg[i].size && rg[i].off % IBVB_REGION_ALIGN != 0) /* size 0: only off <= data_size (§9 step 5) */
 			return fail(-EBADMSG, "ring %s corrupt: %s offset %llu is not %d-aligned", ring, rg[i].name,
 				    (unsigned long long)rg[i].off, IBVB_REGION_ALIGN);
 		if (__builtin_add_overflow(rg[i].off, rg[i].size, &end) || end > dsz)

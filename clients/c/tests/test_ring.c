@@ -385,6 +385,36 @@ static void t_corrupt_geometry_is_refused_before_mapping(void)
 	tp_close(&p);
 }
 
+/* Spec §9 step 5: a region of size 0 is checked only for offset <= data_size — not alignment, not overlap
+ * (§2.1: an empty packet area's offset may be left at the unaligned end of the payload slots). */
+static void t_zero_size_region_needs_only_offset_within_data(void)
+{
+	struct tp p;
+	char sock[512];
+	struct ibvb_ring *r;
+	CHECK_EQ(tp_create(&p, g_dir, "zero", NULL), 0);
+	sock_of(sock, sizeof sock, "zero");
+	struct ibvb_ctl *c = p.ctl;
+	uint64_t pe = c->payload_offset + c->slot_count * c->slot_size, ds = c->data_size;
+	uint64_t offs[] = {pe - 32, ds - 8, ds, ds + 1};
+	int ok[] = {1, 1, 1, 0};
+	c->packet_size = 0;
+	for (int i = 0; i < 4; i++) {
+		c->packet_offset = offs[i];
+		int rc = ibvb_attach(&r, sock, 0);
+		if (rc == 0) {
+			CHECK_EQ(tp_attached(&p), 1);
+			ibvb_detach(r);
+			tp_reclaim(&p);
+		}
+		if (ok[i] != (rc == 0))
+			fprintf(stderr, "    packet_offset %llu (data_size %llu): rc %d (%s)\n", (unsigned long long)offs[i],
+				(unsigned long long)ds, rc, ibvb_last_error());
+		CHECK_EQ(rc, ok[i] ? 0 : -EBADMSG);
+	}
+	tp_close(&p);
+}
+
 static void t_corrupt_descriptor_is_refused_unconsumed(void)
 {
 	struct tp p;
@@ -1962,6 +1992,7 @@ static const struct test tests[] = {
     {"other_major_is_refused_naming_both", t_other_major_is_refused_naming_both},
     {"newer_minor_and_unknown_fields_are_accepted", t_newer_minor_and_unknown_fields_are_accepted},
     {"corrupt_geometry_is_refused_before_mapping", t_corrupt_geometry_is_refused_before_mapping},
+    {"zero_size_region_needs_only_offset_within_data", t_zero_size_region_needs_only_offset_within_data},
     {"corrupt_descriptor_is_refused_unconsumed", t_corrupt_descriptor_is_refused_unconsumed},
     {"full_consumer_table_is_busy", t_full_consumer_table_is_busy},
     {"missing_ring_fails_at_once_unless_waiting", t_missing_ring_fails_at_once_unless_waiting},

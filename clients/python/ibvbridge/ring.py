@@ -181,7 +181,7 @@ def validate_geometry(hdr: Mapping[str, int]) -> Geometry:
         ("packet area", hdr["packet_offset"], hdr["packet_size"]),
     )
     for i, (name, off, size) in enumerate(regions):
-        if off % L.REGION_ALIGN:
+        if size and off % L.REGION_ALIGN:  # size 0: only offset <= data_size (spec §9 step 5)
             raise bad(f"{name} offset {off} is not {L.REGION_ALIGN}-aligned")
         if off + size > ds:
             raise bad(f"{name} [{off}, +{size}) runs past data_size {ds}")

@@ -1382,3 +1382,22 @@ def test_metadata_reader_gives_up_busy_and_keeps_last_record(make_producer):
         with pytest.raises(ibvbridge.MetadataBusy, match="metadata area busy"):
             ring.descriptors()
         assert time.monotonic() - t0 >= 0.010
+
+
+@pytest.mark.parametrize("where,ok", [("payload_end-32", True), ("data_size-8", True), ("data_size", True),
+                                      ("data_size+1", False)])
+def test_zero_size_region_needs_only_offset_within_data(make_producer, where, ok):
+    """Spec §9 step 5: a region of size 0 is checked only for offset <= data_size, not alignment or overlap
+    (§2.1: an empty packet area may be left at the unaligned end of the payload slots)."""
+    probe = make_producer("probe")
+    h = probe.hdr
+    pe = h["payload_offset"] + h["slot_count"] * h["slot_size"]
+    ds = h["data_size"]
+    off = {"payload_end-32": pe - 32, "data_size-8": ds - 8, "data_size": ds, "data_size+1": ds + 1}[where]
+    p = make_producer("zero", header_overrides={"packet_offset": off, "packet_size": 0})
+    if ok:
+        with attach(p) as ring:
+            assert ring.consumer_index >= 0
+    else:
+        with pytest.raises(CorruptRing, match="packet area"):
+            attach(p)
