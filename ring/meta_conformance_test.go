@@ -22,7 +22,9 @@ func metaArea(p *ring.Producer) []byte {
 	return ring.DataForTest(p)[off : off+size]
 }
 
-func metaWord(area []byte, off int) *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Pointer(&area[off])) }
+func metaWord(area []byte, off int) *atomic.Uint64 {
+	return (*atomic.Uint64)(unsafe.Pointer(&area[off]))
+}
 
 // A length read while the producer rewrites the area means nothing (spec §6): the reader validates it only
 // after the sequence number proved the copy stable, so a rewrite that passes through a huge length never
