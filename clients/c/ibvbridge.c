@@ -527,6 +527,7 @@ struct mapped {
 	void *region;               /* MAP_FAILED until mapped */
 	void *own;                  /* private item copies, MAP_FAILED until mapped */
 	uint64_t own_size;
+	struct ibvb_ctl hdr;        /* private copy of the control memory's fixed part: validated, then used (§9.1) */
 };
 
 static void unmap_all(struct mapped *mp)
@@ -590,7 +591,10 @@ static int map_ring(const struct target *t, const struct ibvb_welcome *w, const 
 		return fail(-errno, "ring %s: mmap control memory: %s", t->name, strerror(errno));
 	mp->ctl = (const struct ibvb_ctl *)m;
 	mp->ctl_size = w->ctl_size;
-	if ((rc = validate_ctl(t, mp->ctl, w)) < 0)
+	/* Copy before validating: a producer can rewrite its header at any time, so every value used from here
+	 * on is the one checked (spec §9.1), never a second read of shared memory. */
+	memcpy(&mp->hdr, m, sizeof mp->hdr);
+	if ((rc = validate_ctl(t, &mp->hdr, w)) < 0)
 		return rc;
 	mp->data_size = w->data_size;
 	mp->data = mmap(NULL, (size_t)mp->data_size, PROT_READ, MAP_SHARED, wf->fd[1], 0);
@@ -600,7 +604,7 @@ static int map_ring(const struct target *t, const struct ibvb_welcome *w, const 
 	mp->region = mmap(NULL, IBVB_REGION_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, wf->fd[2], 0);
 	if (mp->region == MAP_FAILED)
 		return fail(-errno, "ring %s: mmap consumer region: %s", t->name, strerror(errno));
-	mp->own_size = mp->ctl->slot_count * mp->ctl->max_items * IBVB_ITEM_SIZE;
+	mp->own_size = mp->hdr.slot_count * mp->hdr.max_items * IBVB_ITEM_SIZE;
 	mp->own = mmap(NULL, (size_t)mp->own_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
 		       -1, 0);
 	if (mp->own == MAP_FAILED)
@@ -613,9 +617,9 @@ static int map_ring(const struct target *t, const struct ibvb_welcome *w, const 
 static void init_ring(struct ibvb_ring *r, const struct target *t, const struct ibvb_welcome *w,
 		      const struct mapped *mp, int sock)
 {
-	const struct ibvb_ctl *c = mp->ctl;
-	r->ctl = c;
-	r->row = (const struct ibvb_row *)((const uint8_t *)c + IBVB_OFF_CONSUMER_TABLE +
+	const struct ibvb_ctl *c = &mp->hdr; /* the validated copy */
+	r->ctl = mp->ctl;
+	r->row = (const struct ibvb_row *)((const uint8_t *)mp->ctl + IBVB_OFF_CONSUMER_TABLE +
 					   (uint64_t)w->consumer_index * IBVB_ROW_SIZE);
 	r->region = (struct ibvb_region *)mp->region;
 	r->data = (const uint8_t *)mp->data;
@@ -624,6 +628,8 @@ static void init_ring(struct ibvb_ring *r, const struct target *t, const struct 
 	r->desc = (const struct ibvb_desc *)(r->data + c->desc_offset);
 	r->items = (const struct ibvb_item *)(r->data + c->items_offset);
 	r->payload = r->data + c->payload_offset;
+	r->meta = r->data + c->meta_offset;
+	r->meta_size = c->meta_size;
 	r->slot_count = c->slot_count;
 	r->mask = c->slot_count - 1;
 	r->slot_size = c->slot_size;
@@ -649,7 +655,10 @@ int ibvb_attach_opts(struct ibvb_ring **out, const char *arg, int timeout_ms, co
 	struct target t;
 	struct welcome_fds wf = {{-1, -1, -1}, 0};
 	struct ibvb_welcome w;
-	struct mapped mp = {NULL, 0, MAP_FAILED, 0, MAP_FAILED, MAP_FAILED, 0};
+	struct mapped mp;
+	memset(&mp.hdr, 0, sizeof mp.hdr);
+	mp.ctl = NULL, mp.ctl_size = 0, mp.data = MAP_FAILED, mp.data_size = 0, mp.region = MAP_FAILED;
+	mp.own = MAP_FAILED, mp.own_size = 0;
 	memset(&w, 0, sizeof w);
 	ibvb__set_error("");
 	if (!out || !arg)
@@ -968,9 +977,9 @@ int ibvb_info(const struct ibvb_ring *r, struct ibvb_info *in)
 
 long ibvb_read_meta(const struct ibvb_ring *r, void *buf, size_t cap, size_t *need)
 {
-	const uint8_t *area = r->data + r->ctl->meta_offset;
+	const uint8_t *area = r->meta; /* offset and size as validated at attach */
 	const struct ibvb_meta_header *mh = (const struct ibvb_meta_header *)area; /* read-only mapping: loads only */
-	uint64_t max = r->ctl->meta_size - IBVB_META_HEADER_SIZE;
+	uint64_t max = r->meta_size - IBVB_META_HEADER_SIZE;
 	if (need)
 		*need = 0;
 	/* Spec §6: give up after 1000 tries or 10 ms, whichever is longer. */

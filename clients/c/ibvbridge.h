@@ -507,6 +507,8 @@ struct ibvb_ring {
 	const struct ibvb_desc *desc;     /* data + desc_offset */
 	const struct ibvb_item *items;    /* data + items_offset */
 	const uint8_t *payload;           /* data + payload_offset */
+	const uint8_t *meta;              /* data + meta_offset (as validated at attach) */
+	uint64_t meta_size;               /* as validated at attach */
 	uint64_t mask;                    /* slot_count - 1 */
 	uint64_t slot_count;
 	uint64_t slot_size;

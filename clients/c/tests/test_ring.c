@@ -415,6 +415,39 @@ static void t_zero_size_region_needs_only_offset_within_data(void)
 	tp_close(&p);
 }
 
+/* Spec §9.1 / §0: the client validates a private copy of the header and never reads a validated field from
+ * producer memory again. A producer that rewrites meta_offset, meta_size and slot_count after the attach
+ * cannot make the client read outside its mappings: the metadata is still read where it was validated. */
+static void t_header_rewritten_after_attach_is_not_reread(void)
+{
+	struct tp p;
+	char sock[512];
+	struct ibvb_ring *r;
+	CHECK_EQ(tp_create(&p, g_dir, "reread", NULL), 0);
+	sock_of(sock, sizeof sock, "reread");
+	uint8_t rec[256];
+	size_t off = 0;
+	tp_meta_record(rec, &off, 0x1000, -1, NULL, "x", "", "", "");
+	tp_write_meta(&p, rec, off);
+	CHECK_EQ(ibvb_attach(&r, sock, 0), 0);
+	p.ctl->meta_offset = 1ULL << 60; /* a hostile producer rewrites its header */
+	p.ctl->meta_size = 1ULL << 40;
+	p.ctl->slot_count = 1u << 24;
+	uint8_t buf[256];
+	CHECK_EQ(ibvb_read_meta(r, buf, sizeof buf, NULL), (long)off);
+	struct ibvb_descriptors *ds = NULL;
+	CHECK_EQ(ibvb_descriptors_read(r, &ds), 0);
+	CHECK_EQ(ibvb_descriptor_count(ds), 1);
+	ibvb_descriptors_free(ds);
+	CHECK_EQ(pub(&p, 1, 10), 0);
+	struct ibvb_heap h;
+	CHECK_EQ(ibvb_peek(r, &h), 0);
+	CHECK(pattern_ok(&h));
+	ibvb_release(r, &h);
+	ibvb_detach(r);
+	tp_close(&p);
+}
+
 static void t_corrupt_descriptor_is_refused_unconsumed(void)
 {
 	struct tp p;
@@ -1993,6 +2026,7 @@ static const struct test tests[] = {
     {"newer_minor_and_unknown_fields_are_accepted", t_newer_minor_and_unknown_fields_are_accepted},
     {"corrupt_geometry_is_refused_before_mapping", t_corrupt_geometry_is_refused_before_mapping},
     {"zero_size_region_needs_only_offset_within_data", t_zero_size_region_needs_only_offset_within_data},
+    {"header_rewritten_after_attach_is_not_reread", t_header_rewritten_after_attach_is_not_reread},
     {"corrupt_descriptor_is_refused_unconsumed", t_corrupt_descriptor_is_refused_unconsumed},
     {"full_consumer_table_is_busy", t_full_consumer_table_is_busy},
     {"missing_ring_fails_at_once_unless_waiting", t_missing_ring_fails_at_once_unless_waiting},
