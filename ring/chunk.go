@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/bits"
+	"strconv"
 	"time"
 )
 
@@ -132,8 +133,13 @@ type ChunkInfo struct {
 }
 
 // PublishChunk publishes the chunk in s (spec §13): flags CHUNK and COMPLETE when every presence byte is
-// 1, else INCOMPLETE; heap_size is chunk_bytes, no items. It counts chunks and incomplete_chunks.
-func (p *Producer) PublishChunk(s *Slot, c ChunkInfo) {
+// 1, else INCOMPLETE; heap_size is chunk_bytes, no items. It counts chunks and incomplete_chunks. After
+// PublishEndOfStream it publishes nothing and returns ErrStreamEnded (as Publish).
+func (p *Producer) PublishChunk(s *Slot, c ChunkInfo) error {
+	if p.ended {
+		p.freeSlot(s.Index)
+		return p.endedError("publish chunk " + strconv.FormatUint(c.ID, 10))
+	}
 	g := p.cfg.Chunks
 	flags := FlagChunk | FlagComplete
 	for _, b := range g.Presence(s.Payload) {
@@ -145,7 +151,7 @@ func (p *Producer) PublishChunk(s *Slot, c ChunkInfo) {
 	}
 	s.ResetItems()
 	p.Add(CounterChunks, 1)
-	p.Publish(s, HeapInfo{HeapCnt: c.ID, HeapSize: g.Bytes(), Received: min(c.Received, g.Bytes()),
+	return p.Publish(s, HeapInfo{HeapCnt: c.ID, HeapSize: g.Bytes(), Received: min(c.Received, g.Bytes()),
 		TimestampNs: c.TimestampNs, Flags: flags, Packets: c.Packets})
 }
 

@@ -375,6 +375,8 @@ func (c *Consumer) detached() error {
 	st := ConsumerState(c.rowState.Load())
 	row := c.ctl[offTable+TableRowSize*int(c.index):]
 	switch {
+	case st > ConsumerGone: // a minor never adds a row state (spec §8)
+		return fmt.Errorf("%w: ring %s: consumer row %d has unknown state %d", ErrCorrupt, c.name, c.index, uint32(st))
 	case c.rowGen.Load() != c.gen:
 		return fmt.Errorf("ring %s: %w (its row was given to another consumer)", c.name, ErrDetached)
 	case st == ConsumerOverrun:
@@ -571,7 +573,12 @@ func (c *Consumer) Next(timeout time.Duration) (Heap, error) {
 			c.noteWait(start)
 			return h, err
 		}
-		if State(c.state.Load()) == StateClosed {
+		st := State(c.state.Load())
+		if st != StateReady && st != StateClosed { // a minor never adds a header state (spec §8)
+			c.consWait.Store(0)
+			return Heap{}, fmt.Errorf("%w: ring %s: header state %d", ErrCorrupt, c.name, uint32(st))
+		}
+		if st == StateClosed {
 			// Everything was published before CLOSED was stored: one more look drains it.
 			c.consWait.Store(0)
 			if h, ok, err := c.TryNext(); ok || err != nil {

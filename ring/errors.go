@@ -22,14 +22,18 @@ var (
 	ErrCorrupt      = errors.New("corrupt ring")
 	ErrProducerGone = errors.New("producer gone")
 	ErrEndOfStream  = errors.New("end of stream")
-	ErrFull         = errors.New("ring full")
-	ErrNoConsumer   = errors.New("no consumer attached")
-	ErrClosed       = errors.New("ring closed")
-	ErrNoHugePages  = errors.New("no hugepages available")
-	ErrNoSpace      = errors.New("not enough memory for the ring")
-	ErrBadConfig    = errors.New("bad ring configuration")
+	// ErrStreamEnded: the producer already published END_OF_STREAM, which is final (spec §4.1).
+	ErrStreamEnded = errors.New("the stream has ended: nothing may follow the end-of-stream marker")
+	ErrFull        = errors.New("ring full")
+	ErrNoConsumer  = errors.New("no consumer attached")
+	ErrClosed      = errors.New("ring closed")
+	ErrNoHugePages = errors.New("no hugepages available")
+	ErrNoSpace     = errors.New("not enough memory for the ring")
+	ErrBadConfig   = errors.New("bad ring configuration")
 	// ErrNotChunk: a chunk was asked of a ring not in chunk mode, or of a position that is not a chunk.
 	ErrNotChunk = errors.New("not a chunk")
+	// ErrMetaBusy: the metadata area was rewritten during every read for 1000 tries or 10 ms (spec §6).
+	ErrMetaBusy = errors.New("metadata area busy")
 	// ErrTimeout is returned when a wait's deadline passes; it matches os.ErrDeadlineExceeded.
 	ErrTimeout = fmt.Errorf("ring wait: %w", os.ErrDeadlineExceeded)
 )

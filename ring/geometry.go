@@ -90,7 +90,9 @@ func (g Geometry) Validate() error {
 		{"packet area", g.PacketOffset, g.PacketSize},
 	}
 	for i, r := range regions {
-		if r.off%RegionAlign != 0 {
+		// A region of size 0 need only have its offset ≤ data_size (spec §9 step 5): a producer may leave
+		// an empty packet area's offset at the unaligned end of the payload slots.
+		if r.size != 0 && r.off%RegionAlign != 0 {
 			return bad("%s offset %d is not %d-aligned", r.name, r.off, RegionAlign)
 		}
 		end := r.off + r.size
@@ -137,8 +139,9 @@ func parseHeader(ctl []byte) (header, error) {
 	if h.Major != MajorVersion {
 		return h, &VersionError{Found: h.Major, Supported: MajorVersion}
 	}
-	if State(u32at(ctl, offState).Load()) == StateInit {
-		return h, fmt.Errorf("%w: state INIT in memory handed out", ErrCorrupt)
+	if st := State(u32at(ctl, offState).Load()); st != StateReady && st != StateClosed {
+		// INIT is never handed out; a minor never adds a state (spec §2.1, §8)
+		return h, fmt.Errorf("%w: header state %d in memory handed out", ErrCorrupt, uint32(st))
 	}
 	h.CtlSize = le.Uint32(ctl[offCtlSize:])
 	h.MaxConsumers = le.Uint32(ctl[offMaxConsumers:])

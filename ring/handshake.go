@@ -114,10 +114,12 @@ func decodeWelcome(b []byte) (welcome, error) {
 		return welcome{}, fmt.Errorf("%w: %s", base, msg)
 	}
 	if major := le.Uint16(b[msgMajor:]); major != MajorVersion {
-		return welcome{}, &VersionError{Found: major, Supported: MajorVersion}
+		// A producer of another major refuses with status 1; a welcome claiming one is malformed (§1.2).
+		return welcome{}, fmt.Errorf("%w: a welcome (status 0) of layout major %d, want %d", ErrProtocol, major, MajorVersion)
 	}
-	if len(b) != WelcomeSize {
-		return welcome{}, fmt.Errorf("%w: welcome of %d bytes, want %d", ErrProtocol, len(b), WelcomeSize)
+	// A later minor may append fields: 64 … 256 bytes, the first 64 read (spec §1.2).
+	if len(b) < WelcomeSize || len(b) > ErrorRecordMax {
+		return welcome{}, fmt.Errorf("%w: welcome of %d bytes, want %d … %d", ErrProtocol, len(b), WelcomeSize, ErrorRecordMax)
 	}
 	return welcome{Index: le.Uint32(b[welcomeIndex:]), Generation: le.Uint32(b[welcomeGen:]),
 		SessionID: le.Uint64(b[welcomeSession:]), CtlSize: le.Uint64(b[welcomeCtlSize:]),

@@ -3,6 +3,8 @@ package ring
 import (
 	"encoding/binary"
 	"fmt"
+	"time"
+	"unicode/utf8"
 )
 
 // ItemDescriptor is a SPEAD item descriptor as the ring's stream-metadata area stores it (spec §6), so a
@@ -53,10 +55,12 @@ func encodeMeta(ds []ItemDescriptor) []byte {
 	return out
 }
 
-// decodeMeta parses records, rejecting any that runs past its bounds (spec §6).
+// decodeMeta parses records, rejecting any that runs past its bounds (spec §6). An id met twice keeps its
+// last record (in the place of its first); strings are decoded as UTF-8 with replacement.
 func decodeMeta(b []byte) ([]ItemDescriptor, error) {
 	le := binary.LittleEndian
 	var ds []ItemDescriptor
+	at := map[uint64]int{}
 	for len(b) > 0 {
 		if len(b) < metaRecordFixed {
 			return nil, fmt.Errorf("%w: metadata record header truncated", ErrCorrupt)
@@ -89,12 +93,26 @@ func decodeMeta(b []byte) ([]ItemDescriptor, error) {
 			fields[i] = rec[o : o+n]
 			o += n
 		}
-		d.Name, d.Description, d.DType = string(fields[0]), string(fields[1]), string(fields[3])
+		d.Name, d.Description, d.DType = validUTF8(fields[0]), validUTF8(fields[1]), validUTF8(fields[3])
 		d.Format = append([]byte(nil), fields[2]...)
-		ds = append(ds, d)
+		if i, ok := at[d.ID]; ok {
+			ds[i] = d
+		} else {
+			at[d.ID] = len(ds)
+			ds = append(ds, d)
+		}
 		b = b[size:]
 	}
 	return ds, nil
+}
+
+// validUTF8 decodes b as UTF-8, each invalid byte replaced by U+FFFD (spec §6: the stream's bytes are
+// not trusted to be text).
+func validUTF8(b []byte) string {
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	return string([]rune(string(b)))
 }
 
 // SetDescriptors replaces the stream's item descriptors in the metadata area, under its seqlock.
@@ -114,27 +132,37 @@ func (p *Producer) SetDescriptors(ds []ItemDescriptor) error {
 	return nil
 }
 
-// Descriptors reads the stream's item descriptors from the metadata area.
+// Metadata reader limits (spec §6): it gives up after this many tries or this long, whichever is longer.
+const (
+	metaMaxTries = 1000
+	metaMaxWait  = 10 * time.Millisecond
+)
+
+// Descriptors reads the stream's item descriptors from the metadata area (spec §6): a private copy taken
+// while the sequence number stayed even and unchanged, validated only then (a length read while the
+// producer rewrote the area means nothing). ErrMetaBusy when no stable copy came within 1000 tries or 10 ms.
 func (c *Consumer) Descriptors() ([]ItemDescriptor, error) {
 	g := c.hdr.Geometry
 	area := c.data[g.MetaOffset : g.MetaOffset+g.MetaSize]
 	seq := u64at(area, 0)
 	buf := make([]byte, 0, 256)
+	start := time.Now()
 	for tries := 0; ; tries++ {
+		if tries >= metaMaxTries && time.Since(start) >= metaMaxWait {
+			return nil, fmt.Errorf("ring %s: %w (rewritten during %d reads)", c.name, ErrMetaBusy, tries)
+		}
 		s1 := seq.Load()
 		if s1&1 != 0 {
-			if tries > 1_000_000 {
-				return nil, fmt.Errorf("ring %s: metadata area stays locked", c.name)
-			}
 			continue
 		}
 		n := u64at(area, 8).Load()
+		buf = append(buf[:0], area[metaHeaderSize:metaHeaderSize+min(n, g.MetaSize-metaHeaderSize)]...)
+		if seq.Load() != s1 { // sequentially consistent: the copy above is ordered before it
+			continue
+		}
 		if n > g.MetaSize-metaHeaderSize {
-			return nil, fmt.Errorf("%w: metadata length %d exceeds area", ErrCorrupt, n)
+			return nil, fmt.Errorf("%w: metadata length %d exceeds the %d-byte area", ErrCorrupt, n, g.MetaSize)
 		}
-		buf = append(buf[:0], area[metaHeaderSize:metaHeaderSize+n]...)
-		if seq.Load() == s1 {
-			return decodeMeta(buf)
-		}
+		return decodeMeta(buf)
 	}
 }

@@ -206,6 +206,7 @@ type Producer struct {
 	// committed is head as last stored: positions in [committed, pos) are staged, not yet visible.
 	committed uint64
 	batching  bool // between BeginBatch and EndBatch: Publish stages, Add accumulates in pending
+	ended     bool // END_OF_STREAM is published: it is final (spec §4.1), nothing may follow it
 	pending   [numCounters]uint64
 	dirty     uint32   // bit c: pending[c] holds an unstored increment
 	posSlot   []uint32 // slot named by each unreleased position
@@ -695,6 +696,9 @@ func (p *Producer) slotReady() bool { return len(p.free) != 0 && !p.windowFull()
 // (the caller counts the dropped heap); with the block policy it waits for the slowest consumer, and
 // returns ErrClosed if Interrupt is called meanwhile.
 func (p *Producer) Acquire() (*Slot, error) {
+	if p.ended {
+		return nil, p.endedError("acquire a slot")
+	}
 	if !p.slotReady() {
 		p.commit() // staged heaps first: consumers cannot release what they cannot see
 		p.mu.Lock()
@@ -716,7 +720,7 @@ func (p *Producer) Acquire() (*Slot, error) {
 // TryAcquire takes a free slot if the pool has one, without waiting: for a slot taken ahead
 // of need (the assembler's next heaps), which Discard gives back if it goes unused. nil when none.
 func (p *Producer) TryAcquire() *Slot {
-	if !p.slotReady() {
+	if !p.slotReady() || p.ended {
 		return nil
 	}
 	return p.takeFree()
@@ -933,12 +937,23 @@ func (p *Producer) Discard(s *Slot) {
 
 // Publish makes the heap in s visible to consumers: item table, descriptor, then the head cursor with a
 // release store, then a wake for every consumer that sleeps (spec §7.3, §7.5). Inside a batch the last
-// two steps wait for EndBatch.
-func (p *Producer) Publish(s *Slot, h HeapInfo) {
+// two steps wait for EndBatch. After PublishEndOfStream it publishes nothing, returns s to the pool and
+// returns ErrStreamEnded: the marker is final (§4.1).
+func (p *Producer) Publish(s *Slot, h HeapInfo) error {
+	if p.ended {
+		p.freeSlot(s.Index)
+		return p.endedError("publish heap " + strconv.FormatUint(h.HeapCnt, 10))
+	}
 	p.writeDesc(s.Index, s.nItems, s.overflw, h)
 	if !p.batching {
 		p.commit()
 	}
+	return nil
+}
+
+// endedError is the refusal of anything after the end-of-stream marker (spec §4.1: it is final).
+func (p *Producer) endedError(what string) error {
+	return fmt.Errorf("ring %s: cannot %s: %w", p.name, what, ErrStreamEnded)
 }
 
 // BeginBatch starts a batch: heaps published until EndBatch become visible together, with one head store
@@ -1088,6 +1103,9 @@ func (p *Producer) adopt(s *memberSet) {
 // not at all) for the consumers and otherwise returns ErrFull (Close still marks the ring CLOSED, which a
 // consumer also reads as the end).
 func (p *Producer) PublishEndOfStream(stopCnt uint64, timeout time.Duration) error {
+	if p.ended {
+		return p.endedError("publish a second end-of-stream marker")
+	}
 	s, err := p.Acquire()
 	if errors.Is(err, ErrFull) && timeout > 0 {
 		if err = p.waitFor(p.slotFreeLocked, nil, timeout); err == nil {
@@ -1099,6 +1117,7 @@ func (p *Producer) PublishEndOfStream(stopCnt uint64, timeout time.Duration) err
 	}
 	p.Set(CounterEndOfStream, 1) // before the marker: a consumer that sees it reads the counter set
 	p.writeDesc(s.Index, 0, false, HeapInfo{HeapCnt: stopCnt, Flags: FlagEndOfStream, TimestampNs: realtimeNanos()})
+	p.ended = true
 	p.commitWake(true) // even inside a batch, and for consumers whose wakes are coalesced
 	return nil
 }

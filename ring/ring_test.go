@@ -378,6 +378,7 @@ func TestVersionAndGeometryChecks(t *testing.T) {
 		{"max consumers 0", 0x9C, le32(0), ring.ErrCorrupt},
 		{"max consumers 65", 0x9C, le32(65), ring.ErrCorrupt},
 		{"state INIT", 0x10, le32(0), ring.ErrCorrupt},
+		{"state unknown (5)", 0x10, le32(5), ring.ErrCorrupt},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1037,5 +1038,42 @@ func TestUnreadHeapsAfterConsumersLeave(t *testing.T) {
 		if got := p.UnreadHeaps(); got != uint64(tc.want) {
 			t.Errorf("read %d of 4 and left: UnreadHeaps %d, want %d (Backlog %d)", tc.read, got, tc.want, p.Backlog())
 		}
+	}
+}
+
+// TestNothingPublishedAfterEndOfStream: END_OF_STREAM is final (spec §4.1). A slot taken before the marker
+// cannot be published after it, no slot can be taken, no second marker, no chunk: each is refused with
+// ErrStreamEnded and head stays where the marker left it.
+func TestNothingPublishedAfterEndOfStream(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Chunks = ring.ChunkGeometry{Heaps: 2, Axis: 1, HeapSize: 64, Step: 1, TimeItem: 0x1600}
+	cfg.SlotSize = 0 // sized from the chunk geometry
+	p := ringtest.New(t, "eosfinal", cfg)
+	early, err := p.Acquire()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.PublishEndOfStream(7, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	head := func() uint64 { return binary.LittleEndian.Uint64(ring.CtlForTest(p)[0x200:]) }
+	h0 := head()
+	if err := p.Publish(early, ring.HeapInfo{HeapCnt: 8, Flags: ring.FlagComplete}); !errors.Is(err, ring.ErrStreamEnded) {
+		t.Fatalf("Publish after the marker: %v, want ErrStreamEnded", err)
+	}
+	if _, err := p.Acquire(); !errors.Is(err, ring.ErrStreamEnded) {
+		t.Fatalf("Acquire after the marker: %v, want ErrStreamEnded", err)
+	}
+	if s := p.TryAcquire(); s != nil {
+		t.Fatalf("TryAcquire after the marker gave slot %d", s.Index)
+	}
+	if err := p.PublishEndOfStream(9, time.Second); !errors.Is(err, ring.ErrStreamEnded) {
+		t.Fatalf("second marker: %v, want ErrStreamEnded", err)
+	}
+	if err := p.PublishChunk(early, ring.ChunkInfo{ID: 3}); !errors.Is(err, ring.ErrStreamEnded) {
+		t.Fatalf("PublishChunk after the marker: %v, want ErrStreamEnded", err)
+	}
+	if h := head(); h != h0 {
+		t.Fatalf("head moved from %d to %d after the end-of-stream marker", h0, h)
 	}
 }

@@ -384,9 +384,9 @@ static int handshake(const struct target *t, int sock, int start, int64_t deadli
 		goto bad;
 	}
 	memcpy(w, buf, sizeof *w);
-	if (w->major != IBVB_MAJOR) {
-		rc = fail(-EPROTONOSUPPORT, "ring %s is layout %u.%u; this client speaks %d.%d", t->name, w->major,
-			  w->minor, IBVB_MAJOR, IBVB_MINOR);
+	if (w->major != IBVB_MAJOR) { /* another major refuses with status 1: a welcome claiming one is malformed */
+		rc = fail(-EPROTO, "ring %s: malformed welcome: status 0 with major %u (this client speaks %d.%d)",
+			  t->name, w->major, IBVB_MAJOR, IBVB_MINOR);
 		goto bad;
 	}
 	if (nfds != 3) {
@@ -496,7 +496,7 @@ static int validate_ctl(const struct target *t, const struct ibvb_ctl *c, const 
 	};
 	for (int i = 0; i < 5; i++) {
 		uint64_t end;
-		if (rg[i].off % IBVB_REGION_ALIGN != 0)
+		if (rg[i].size && rg[i].off % IBVB_REGION_ALIGN != 0) /* size 0: only off <= data_size (§9 step 5) */
 			return fail(-EBADMSG, "ring %s corrupt: %s offset %llu is not %d-aligned", ring, rg[i].name,
 				    (unsigned long long)rg[i].off, IBVB_REGION_ALIGN);
 		if (__builtin_add_overflow(rg[i].off, rg[i].size, &end) || end > dsz)
@@ -528,6 +528,7 @@ struct mapped {
 	void *own;                  /* private item copies, MAP_FAILED until mapped */
 	uint64_t own_size;
 	struct ibvb_chunk_geometry chunks; /* spec §13.5, validated with the header */
+	struct ibvb_ctl hdr;        /* private copy of the control memory's fixed part: validated, then used (§9.1) */
 };
 
 static void unmap_all(struct mapped *mp)
@@ -591,7 +592,10 @@ static int map_ring(const struct target *t, const struct ibvb_welcome *w, const 
 		return fail(-errno, "ring %s: mmap control memory: %s", t->name, strerror(errno));
 	mp->ctl = (const struct ibvb_ctl *)m;
 	mp->ctl_size = w->ctl_size;
-	if ((rc = validate_ctl(t, mp->ctl, w)) < 0 || (rc = ibvb__chunk_load(t->name, mp->ctl, &mp->chunks)) < 0)
+	/* Copy before validating: a producer can rewrite its header at any time, so every value used from here
+	 * on is the one checked (spec §9.1), never a second read of shared memory. */
+	memcpy(&mp->hdr, m, sizeof mp->hdr);
+	if ((rc = validate_ctl(t, &mp->hdr, w)) < 0 || (rc = ibvb__chunk_load(t->name, &mp->hdr, &mp->chunks)) < 0)
 		return rc;
 	mp->data_size = w->data_size;
 	mp->data = mmap(NULL, (size_t)mp->data_size, PROT_READ, MAP_SHARED, wf->fd[1], 0);
@@ -601,7 +605,7 @@ static int map_ring(const struct target *t, const struct ibvb_welcome *w, const 
 	mp->region = mmap(NULL, IBVB_REGION_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, wf->fd[2], 0);
 	if (mp->region == MAP_FAILED)
 		return fail(-errno, "ring %s: mmap consumer region: %s", t->name, strerror(errno));
-	mp->own_size = mp->ctl->slot_count * mp->ctl->max_items * IBVB_ITEM_SIZE;
+	mp->own_size = mp->hdr.slot_count * mp->hdr.max_items * IBVB_ITEM_SIZE;
 	mp->own = mmap(NULL, (size_t)mp->own_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
 		       -1, 0);
 	if (mp->own == MAP_FAILED)
@@ -614,9 +618,9 @@ static int map_ring(const struct target *t, const struct ibvb_welcome *w, const 
 static void init_ring(struct ibvb_ring *r, const struct target *t, const struct ibvb_welcome *w,
 		      const struct mapped *mp, int sock)
 {
-	const struct ibvb_ctl *c = mp->ctl;
-	r->ctl = c;
-	r->row = (const struct ibvb_row *)((const uint8_t *)c + IBVB_OFF_CONSUMER_TABLE +
+	const struct ibvb_ctl *c = &mp->hdr; /* the validated copy */
+	r->ctl = mp->ctl;
+	r->row = (const struct ibvb_row *)((const uint8_t *)mp->ctl + IBVB_OFF_CONSUMER_TABLE +
 					   (uint64_t)w->consumer_index * IBVB_ROW_SIZE);
 	r->region = (struct ibvb_region *)mp->region;
 	r->data = (const uint8_t *)mp->data;
@@ -625,6 +629,8 @@ static void init_ring(struct ibvb_ring *r, const struct target *t, const struct 
 	r->desc = (const struct ibvb_desc *)(r->data + c->desc_offset);
 	r->items = (const struct ibvb_item *)(r->data + c->items_offset);
 	r->payload = r->data + c->payload_offset;
+	r->meta = r->data + c->meta_offset;
+	r->meta_size = c->meta_size;
 	r->slot_count = c->slot_count;
 	r->mask = c->slot_count - 1;
 	r->slot_size = c->slot_size;
@@ -651,7 +657,9 @@ int ibvb_attach_opts(struct ibvb_ring **out, const char *arg, int timeout_ms, co
 	struct target t;
 	struct welcome_fds wf = {{-1, -1, -1}, 0};
 	struct ibvb_welcome w;
-	struct mapped mp = {NULL, 0, MAP_FAILED, 0, MAP_FAILED, MAP_FAILED, 0, {0}};
+	struct mapped mp;
+	memset(&mp, 0, sizeof mp);
+	mp.data = MAP_FAILED, mp.region = MAP_FAILED, mp.own = MAP_FAILED;
 	memset(&w, 0, sizeof w);
 	ibvb__set_error("");
 	if (!out || !arg)
@@ -718,6 +726,8 @@ int ibvb__row_changed(struct ibvb_ring *r)
 	}
 	if (state == IBVB_CONSUMER_BAD_CURSOR)
 		return fail(-ECONNRESET, "ring %s: detached: invalid cursor", r->name);
+	if (state > IBVB_CONSUMER_GONE) /* a minor never adds a row state (spec §8) */
+		return ibvb__corrupt_state(r, "consumer row", state);
 	if (state == IBVB_CONSUMER_GONE && r->row_state_ok == IBVB_CONSUMER_ATTACHED &&
 	    atomic_load_explicit(&r->ctl->state, memory_order_acquire) == IBVB_STATE_CLOSED) {
 		/* a clean stop marked our row gone when it closed the connection: it reuses no slot, so what it
@@ -778,6 +788,12 @@ int ibvb__corrupt_desc(struct ibvb_ring *r, uint64_t pos, const char *what, uint
 	r->cached_head = r->read; /* re-check from head on the next call */
 	return fail(-EBADMSG, "ring %s corrupt: descriptor at position %llu: bad %s (%llu vs %llu)", r->name,
 		    (unsigned long long)pos, what, (unsigned long long)v1, (unsigned long long)v2);
+}
+
+int ibvb__corrupt_state(struct ibvb_ring *r, const char *what, uint32_t state)
+{
+	r->cached_head = r->read; /* re-check from head on the next call */
+	return fail(-EBADMSG, "ring %s corrupt: unknown %s state %u", r->name, what, state);
 }
 
 /* The producer is gone: deliver what it published, then report. */
@@ -957,14 +973,21 @@ int ibvb_info(const struct ibvb_ring *r, struct ibvb_info *in)
 
 /* ---- stream metadata (spec §6) ------------------------------------------------------------------- */
 
+#define META_MAX_TRIES 1000u
+#define META_MAX_WAIT_NS 10000000LL
+
 long ibvb_read_meta(const struct ibvb_ring *r, void *buf, size_t cap, size_t *need)
 {
-	const uint8_t *area = r->data + r->ctl->meta_offset;
+	const uint8_t *area = r->meta; /* offset and size as validated at attach */
 	const struct ibvb_meta_header *mh = (const struct ibvb_meta_header *)area; /* read-only mapping: loads only */
-	uint64_t max = r->ctl->meta_size - IBVB_META_HEADER_SIZE;
+	uint64_t max = r->meta_size - IBVB_META_HEADER_SIZE;
 	if (need)
 		*need = 0;
-	for (int attempt = 0; attempt < 100000; attempt++) {
+	/* Spec §6: give up after 1000 tries or 10 ms, whichever is longer. */
+	int64_t t0 = ibvb__mono_ns();
+	for (unsigned attempt = 0;; attempt++) {
+		if (attempt >= META_MAX_TRIES && ibvb__mono_ns() - t0 >= META_MAX_WAIT_NS)
+			return fail(-EBUSY, "ring %s: metadata area busy (rewritten during %u reads)", r->name, attempt);
 		uint64_t s1 = atomic_load_explicit(&mh->seq, memory_order_acquire);
 		if (s1 == 0)
 			return 0;
@@ -994,7 +1017,6 @@ long ibvb_read_meta(const struct ibvb_ring *r, void *buf, size_t cap, size_t *ne
 		}
 		return (long)len;
 	}
-	return fail(-EAGAIN, "metadata kept changing while being read");
 }
 
 static uint32_t le32(const uint8_t *p)
@@ -1011,7 +1033,32 @@ static uint64_t le64(const uint8_t *p)
 	return v;
 }
 
+/* 1 when a record after offset o (well-formed up to it) has this id: spec §6, a reader that meets an id
+ * twice keeps the last record. */
+static int id_repeats_later(const uint8_t *b, size_t len, size_t o, uint64_t id)
+{
+	while (len - o >= sizeof(struct ibvb_meta_record_header)) {
+		uint32_t size = le32(b + o);
+		if (size < sizeof(struct ibvb_meta_record_header) || size % 8 != 0 || size > len - o)
+			return 0; /* the iterator reports the corrupt record when it gets there */
+		if (le64(b + o + 8) == id)
+			return 1;
+		o += size;
+	}
+	return 0;
+}
+
+static int meta_next_any(const void *buf, size_t len, size_t *off, struct ibvb_meta_record *rec);
+
 int ibvb_meta_next(const void *buf, size_t len, size_t *off, struct ibvb_meta_record *rec)
+{
+	int rc;
+	while ((rc = meta_next_any(buf, len, off, rec)) == 1 && id_repeats_later(buf, len, *off, rec->id))
+		; /* a later record describes this id again: it wins */
+	return rc;
+}
+
+static int meta_next_any(const void *buf, size_t len, size_t *off, struct ibvb_meta_record *rec)
 {
 	const uint8_t *b = buf;
 	size_t o = *off;

@@ -523,6 +523,8 @@ struct ibvb_ring {
 	const struct ibvb_desc *desc;     /* data + desc_offset */
 	const struct ibvb_item *items;    /* data + items_offset */
 	const uint8_t *payload;           /* data + payload_offset */
+	const uint8_t *meta;              /* data + meta_offset (as validated at attach) */
+	uint64_t meta_size;               /* as validated at attach */
 	uint64_t mask;                    /* slot_count - 1 */
 	uint64_t slot_count;
 	uint64_t slot_size;
@@ -671,9 +673,10 @@ uint64_t ibvb_counter(const struct ibvb_ring *r, unsigned idx);
 const char *ibvb_counter_name(unsigned idx);
 int ibvb_info(const struct ibvb_ring *r, struct ibvb_info *info);
 
-/* Stream metadata (spec §6): copy the record bytes into buf (seqlock read). Returns the record byte
- * length (0: nothing announced yet), -ENOBUFS if cap is too small (*need set), -EBADMSG corrupt,
- * -EAGAIN if the producer kept rewriting it. */
+/* Stream metadata (spec §6): copy the record bytes into buf (seqlock read; the length is validated only
+ * once the sequence proved the copy stable). Returns the record byte length (0: nothing announced yet),
+ * -ENOBUFS if cap is too small (*need set), -EBADMSG corrupt, -EBUSY "metadata area busy" when the
+ * producer rewrote it during 1000 tries and 10 ms. */
 long ibvb_read_meta(const struct ibvb_ring *r, void *buf, size_t cap, size_t *need);
 struct ibvb_meta_record {
 	uint64_t id;
@@ -683,7 +686,8 @@ struct ibvb_meta_record {
 	uint32_t name_len, description_len, format_len, dtype_len;
 };
 /* Iterate records in a buffer from ibvb_read_meta: *off starts at 0. 1 = *rec filled, 0 = end,
- * -EBADMSG corrupt record. */
+ * -EBADMSG corrupt record. An id described more than once yields only its last record (spec §6). Strings
+ * are the stream's raw bytes, not NUL-terminated and not checked as UTF-8: decode with replacement. */
 int ibvb_meta_next(const void *buf, size_t len, size_t *off, struct ibvb_meta_record *rec);
 int64_t ibvb_meta_dim(const struct ibvb_meta_record *rec, uint32_t i);
 
@@ -695,6 +699,7 @@ int ibvb_peer_uid_trusted(uint32_t peer_uid, uint32_t euid, uint32_t dir_uid, ui
 /* internal, out of line */
 void ibvb__wake_producer(struct ibvb_ring *r);
 int ibvb__corrupt_desc(struct ibvb_ring *r, uint64_t pos, const char *what, uint64_t v1, uint64_t v2);
+int ibvb__corrupt_state(struct ibvb_ring *r, const char *what, uint32_t state);
 int ibvb__row_changed(struct ibvb_ring *r);
 int ibvb__stale(struct ibvb_ring *r);
 
@@ -783,7 +788,8 @@ static inline int ibvb_release_all(struct ibvb_ring *r)
 
 /* Next heap without blocking: 0 and *h filled (the read position advances, so several heaps can be
  * held); -EAGAIN nothing published yet; -ENODATA end of stream (an END_OF_STREAM marker, which is
- * consumed, or a CLOSED ring drained); -EBADMSG corrupt descriptor (nothing is consumed); -EOVERFLOW /
+ * consumed, or a CLOSED ring drained); -EBADMSG corrupt descriptor, or an unknown header or row state
+ * (spec §8; nothing is consumed); -EOVERFLOW /
  * -ECONNRESET this consumer was detached by the producer (overrun / invalid cursor; sticky: it must stop
  * reading). Spec 2.1 §A: the descriptor and item entries are copied into private memory and validated, then
  * the row is checked (every call): a heap is handed out only while this consumer is attached, so its slot
@@ -801,8 +807,9 @@ static inline int ibvb_peek(struct ibvb_ring *r, struct ibvb_heap *h)
 					return rc;
 			}
 			ibvb_flush_release(r); /* caught up: hand the released slots back now */
-			if (ibvb__load(&r->ctl->state, acquire) != IBVB_STATE_CLOSED)
-				return -EAGAIN;
+			uint32_t st = ibvb__load(&r->ctl->state, acquire);
+			if (st != IBVB_STATE_CLOSED)
+				return st == IBVB_STATE_READY ? -EAGAIN : ibvb__corrupt_state(r, "header", st);
 			/* CLOSED is stored after the last head: re-read it before calling the ring drained. */
 			r->cached_head = ibvb__load(&r->ctl->head, acquire);
 			if (pos == r->cached_head)

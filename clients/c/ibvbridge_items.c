@@ -18,7 +18,7 @@ struct ibvb_descriptors {
 
 static uint64_t meta_seq(const struct ibvb_ring *r)
 {
-	const struct ibvb_meta_header *mh = (const struct ibvb_meta_header *)(r->data + r->ctl->meta_offset);
+	const struct ibvb_meta_header *mh = (const struct ibvb_meta_header *)r->meta;
 	return atomic_load_explicit(&mh->seq, memory_order_acquire);
 }
 
@@ -118,7 +118,7 @@ int ibvb_descriptors_read(const struct ibvb_ring *r, struct ibvb_descriptors **o
 {
 	ibvb_descriptors_free(*out);
 	*out = NULL;
-	size_t cap = r->ctl->meta_size > IBVB_META_HEADER_SIZE ? r->ctl->meta_size - IBVB_META_HEADER_SIZE : 0;
+	size_t cap = r->meta_size > IBVB_META_HEADER_SIZE ? r->meta_size - IBVB_META_HEADER_SIZE : 0;
 	uint8_t *buf = malloc(cap ? cap : 1);
 	if (!buf)
 		return -ENOMEM;

@@ -808,7 +808,7 @@ static int admit(struct ibvb_producer *p, const struct ucred *cr, uint32_t start
 }
 
 /* The hello's checks, in order: a hello at all, the descriptor reserve, permission, the major version, role
- * and start. 0 with *cr and *h filled, or -1: refused (an error record) and closed. */
+ * and start, the reserved bytes. 0 with *cr and *h filled, or -1: refused (an error record) and closed. */
 static int check_hello(struct ibvb_producer *p, int fd, int fd_short, struct ucred *cr, struct ibvb_hello *h)
 {
 	struct ibvb__pstate *st = p->st;
@@ -852,6 +852,13 @@ static int check_hello(struct ibvb_producer *p, int fd, int fd_short, struct ucr
 	if ((h->role != IBVB_ROLE_CONSUMER && h->role != IBVB_ROLE_OBSERVER) ||
 	    (h->start != IBVB_START_OLDEST && h->start != IBVB_START_HEAD)) {
 		snprintf(msg, sizeof msg, "ring %s: role %u, start %u", st->name, h->role, h->start);
+		refuse(st, fd, cr, IBVB_STATUS_PROTOCOL, msg);
+		return -1;
+	}
+	/* 2.1: reserved bytes 0x14..0x1F must be zero (a 2.0 producer accepted them). When consumer groups take
+	 * 0x14..0x17 (group_id), only reserved[1..2] stay reserved. */
+	if (h->reserved[0] | h->reserved[1] | h->reserved[2]) {
+		snprintf(msg, sizeof msg, "ring %s: the hello's reserved bytes are not zero", st->name);
 		refuse(st, fd, cr, IBVB_STATUS_PROTOCOL, msg);
 		return -1;
 	}
@@ -1466,9 +1473,18 @@ int ibvb_producer_wait_drained(struct ibvb_producer *p, int timeout_ms)
 	return wait_for(p, WAIT_DRAINED, timeout_ms < 0 ? 0 : mono_ns() + (int64_t)timeout_ms * 1000000LL + 1);
 }
 
+void ibvb__producer_ended(struct ibvb_producer *p, const char *what)
+{
+	(void)fail(-EPIPE, "ring %s: cannot %s: the stream has ended (END_OF_STREAM is final)", p->st->name, what);
+}
+
 int ibvb_producer_end_of_stream(struct ibvb_producer *p, uint64_t stop_heap_cnt, int timeout_ms)
 {
 	struct ibvb__pstate *st = p->st;
+	if (p->ended) {
+		ibvb__producer_ended(p, "publish a second end-of-stream marker");
+		return -EPIPE;
+	}
 	ibvb_producer_set(p, IBVB_CTR_END_OF_STREAM, 1); /* before the marker: a consumer that sees it reads the counter set */
 	if (p->free_r == p->free_w) {
 		ibvb_producer_commit(p);

@@ -129,6 +129,7 @@ struct ibvb_producer {
 	uint64_t committed;    /* head as last stored */
 	uint64_t free_r, free_w;
 	uint64_t pending_heaps; /* staged heaps (not markers) not yet counted */
+	uint32_t ended;        /* END_OF_STREAM is staged: it is final (spec §4.1), nothing may follow it */
 	uint64_t hot_gen;      /* the consumer set the wakes below were copied from */
 	uint32_t hot_n;
 	struct ibvb__pwake hot[IBVB_MAX_CONSUMERS_LIMIT];
@@ -177,7 +178,8 @@ int ibvb_producer_wait_drained(struct ibvb_producer *p, int timeout_ms);
  * setting the end_of_stream counter, and commit it (with anything staged). It takes a slot like a heap: when
  * none is free (after reclaiming, and under drop after detaching overrun consumers) it waits up to
  * timeout_ms (0: not at all; <0: no limit) for the consumers, then gives -EAGAIN (close still marks the ring
- * CLOSED, which consumers also read as the end). -ECANCELED interrupted. Hot-path thread. */
+ * CLOSED, which consumers also read as the end). -ECANCELED interrupted; -EPIPE when the marker was already
+ * published (it is final, spec §4.1). Hot-path thread. */
 int ibvb_producer_end_of_stream(struct ibvb_producer *p, uint64_t stop_heap_cnt, int timeout_ms);
 
 /* Replace the stream-metadata area (spec §6 seqlock) with len bytes of records (build them with
@@ -203,6 +205,7 @@ int ibvb_producer_data_fd(const struct ibvb_producer *p);
 
 /* internal, out of line (the hot path's slow paths) */
 int ibvb__producer_refill(struct ibvb_producer *p);
+void ibvb__producer_ended(struct ibvb_producer *p, const char *what); /* sets the -EPIPE message */
 void ibvb__producer_adopt(struct ibvb_producer *p);
 void ibvb__producer_wake(struct ibvb_producer *p, uint32_t i);
 uint64_t ibvb__realtime_ns(void);
@@ -239,6 +242,10 @@ static inline void ibvb_producer_set(struct ibvb_producer *p, unsigned idx, uint
  * none attached, for one to attach) and returns -ECANCELED once ibvb_producer_interrupt is called. */
 static inline int ibvb_producer_acquire(struct ibvb_producer *p, struct ibvb_slot *s)
 {
+	if (__builtin_expect(p->ended, 0)) {
+		ibvb__producer_ended(p, "acquire a slot");
+		return -EPIPE;
+	}
 	if (__builtin_expect(p->free_r == p->free_w, 0)) {
 		int rc = ibvb__producer_refill(p);
 		if (rc < 0)
@@ -284,10 +291,17 @@ static inline void ibvb_producer_discard(struct ibvb_producer *p, const struct i
 
 /* Write the heap's descriptor at the next position without making it visible (spec §7.3: several heaps may
  * be published with one head store). received is clipped to slot_size. ibvb_producer_commit publishes every
- * staged heap; acquire commits by itself when the pool runs dry. The slot belongs to the ring afterwards. */
-static inline void ibvb_producer_stage(struct ibvb_producer *p, const struct ibvb_slot *s,
-				       const struct ibvb_publish_info *h)
+ * staged heap; acquire commits by itself when the pool runs dry. The slot belongs to the ring afterwards.
+ * 0; -EPIPE once END_OF_STREAM is staged (it is final, spec §4.1): nothing is staged, the slot goes back to
+ * the pool, and acquire and end_of_stream refuse likewise. */
+static inline int ibvb_producer_stage(struct ibvb_producer *p, const struct ibvb_slot *s,
+				      const struct ibvb_publish_info *h)
 {
+	if (__builtin_expect(p->ended, 0)) {
+		ibvb_producer_discard(p, s);
+		ibvb__producer_ended(p, "publish a heap");
+		return -EPIPE;
+	}
 	uint64_t pos = p->pos;
 	struct ibvb_desc *d = &p->desc[pos & p->mask];
 	d->heap_cnt = h->heap_cnt;
@@ -303,6 +317,8 @@ static inline void ibvb_producer_stage(struct ibvb_producer *p, const struct ibv
 	p->pos_slot[pos & p->mask] = s->index;
 	p->pos = pos + 1;
 	p->pending_heaps += (h->flags & IBVB_FLAG_END_OF_STREAM) ? 0 : 1;
+	p->ended = (h->flags & IBVB_FLAG_END_OF_STREAM) != 0;
+	return 0;
 }
 
 /* Publish every staged heap: count them (heaps), release-store head, full fence, then for each attached
@@ -329,21 +345,26 @@ static inline void ibvb_producer_commit(struct ibvb_producer *p)
 	ibvb__store(&p->hot_busy, 0, release);
 }
 
-/* Stage and commit one heap. */
-static inline void ibvb_producer_publish(struct ibvb_producer *p, const struct ibvb_slot *s,
-					 const struct ibvb_publish_info *h)
+/* Stage and commit one heap. 0, or -EPIPE after END_OF_STREAM (see stage). */
+static inline int ibvb_producer_publish(struct ibvb_producer *p, const struct ibvb_slot *s,
+					const struct ibvb_publish_info *h)
 {
-	ibvb_producer_stage(p, s, h);
+	int rc = ibvb_producer_stage(p, s, h);
 	ibvb_producer_commit(p);
+	return rc;
 }
 
-/* Stage n heaps (slots[i] with infos[i]) and commit them with one head store. */
-static inline void ibvb_producer_publish_n(struct ibvb_producer *p, const struct ibvb_slot *slots,
-					   const struct ibvb_publish_info *infos, size_t n)
+/* Stage n heaps (slots[i] with infos[i]) and commit them with one head store. 0, or -EPIPE when a heap came
+ * after END_OF_STREAM (those are not staged; their slots go back to the pool). */
+static inline int ibvb_producer_publish_n(struct ibvb_producer *p, const struct ibvb_slot *slots,
+					  const struct ibvb_publish_info *infos, size_t n)
 {
+	int rc = 0;
 	for (size_t i = 0; i < n; i++)
-		ibvb_producer_stage(p, &slots[i], &infos[i]);
+		if (ibvb_producer_stage(p, &slots[i], &infos[i]) < 0)
+			rc = -EPIPE;
 	ibvb_producer_commit(p);
+	return rc;
 }
 
 #ifdef __cplusplus

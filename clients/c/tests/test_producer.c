@@ -333,8 +333,12 @@ static int serve_one(struct tp *p, int cfd)
 	w.data_size = p->data_size + (p->welcome_mode == TP_WELCOME_DATA_SIZE ? 4096 : 0);
 	w.region_size = IBVB_REGION_SIZE;
 	int fds[3] = {p->ctl_fd, p->dat_fd, rfd};
-	send_fds(cfd, &w, p->welcome_mode == TP_WELCOME_SHORT ? 40 : sizeof w, fds,
-		 p->welcome_mode == TP_WELCOME_TWO_FDS ? 2 : 3);
+	uint8_t rec[300];
+	memset(rec, 0xA5, sizeof rec); /* what a later minor appends: ignored */
+	memcpy(rec, &w, sizeof w);
+	size_t len = p->welcome_mode == TP_WELCOME_SHORT ? 40 : p->welcome_mode == TP_WELCOME_LONG ? 256
+		   : p->welcome_mode == TP_WELCOME_TOO_LONG ? 300 : sizeof w;
+	send_fds(cfd, rec, len, fds, p->welcome_mode == TP_WELCOME_TWO_FDS ? 2 : 3);
 	close(rfd);
 	return 1;
 }

@@ -37,6 +37,8 @@ enum tp_welcome_mode {
 	TP_WELCOME_UNSEALED_REGION,/* a region memfd without seals */
 	TP_WELCOME_DATA_SIZE,      /* welcome.data_size 4096 too large */
 	TP_WELCOME_MAJOR3,         /* welcome.major = 3 */
+	TP_WELCOME_LONG,           /* a 256-byte welcome: a later minor's appended fields */
+	TP_WELCOME_TOO_LONG,       /* a 300-byte welcome: truncated by the client's 256-byte buffer */
 };
 
 struct tp_cons {

@@ -783,6 +783,172 @@ static void test_items_meta_batch(void)
 	ibvb_detach(r);
 }
 
+/* END_OF_STREAM is final (spec §4.1): after the marker, publishing a slot taken before it, acquiring,
+ * publish_n and a second marker are all refused with -EPIPE and a message; the consumer sees nothing after
+ * the marker (head did not move). */
+static void test_nothing_published_after_end_of_stream(void)
+{
+	struct ibvb_producer_opts o = opts(8, 256, IBVB_POLICY_DROP);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "eosfinal", &o), 0);
+	if (!p)
+		return;
+	struct ibvb_ring *r;
+	CHECK_EQ(attach(&r, "eosfinal", IBVB_START_OLDEST), 0);
+	struct ibvb_slot early[2];
+	CHECK_EQ(ibvb_producer_acquire(p, &early[0]), 0);
+	CHECK_EQ(ibvb_producer_acquire(p, &early[1]), 0);
+	CHECK_EQ(ibvb_producer_end_of_stream(p, 5, 0), 0);
+	uint64_t head = ibvb__load(&p->ctl->head, acquire);
+	struct ibvb_publish_info h = {6, 8, 8, 1, IBVB_FLAG_COMPLETE, 1};
+	CHECK_EQ(ibvb_producer_publish(p, &early[0], &h), -EPIPE);
+	CHECK(strstr(ibvb_last_error(), "END_OF_STREAM is final") != NULL);
+	struct ibvb_publish_info hn[1] = {{7, 8, 8, 1, IBVB_FLAG_COMPLETE, 1}};
+	CHECK_EQ(ibvb_producer_publish_n(p, &early[1], hn, 1), -EPIPE);
+	struct ibvb_slot s;
+	CHECK_EQ(ibvb_producer_acquire(p, &s), -EPIPE);
+	CHECK_EQ(ibvb_producer_end_of_stream(p, 9, 0), -EPIPE);
+	CHECK_EQ(ibvb__load(&p->ctl->head, acquire), head);
+	struct ibvb_heap hp;
+	CHECK_EQ(ibvb_peek(r, &hp), -ENODATA);
+	CHECK_EQ(ibvb_peek(r, &hp), -EAGAIN); /* past the marker: nothing followed it */
+	ibvb_detach(r);
+	ibvb_producer_close(p);
+}
+
+/* Spec §6 metadata reader: a re-described id yields only its last record; an area the producer never
+ * finishes rewriting gives -EBUSY "metadata area busy" (after 1000 tries and 10 ms), not a spin. */
+static void test_meta_repeated_id_keeps_last_and_busy_gives_up(void)
+{
+	struct ibvb_producer_opts o = opts(8, 256, IBVB_POLICY_DROP);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "metadup", &o), 0);
+	if (!p)
+		return;
+	struct ibvb_ring *r;
+	CHECK_EQ(attach(&r, "metadup", IBVB_START_OLDEST), 0);
+	uint8_t rec[512];
+	size_t n1 = ibvb_meta_encode(rec, sizeof rec, 0x1000, -1, NULL, "first", "", "", 0, "");
+	size_t n2 = ibvb_meta_encode(rec + n1, sizeof rec - n1, 0x1001, -1, NULL, "other", "", "", 0, "");
+	size_t n3 = ibvb_meta_encode(rec + n1 + n2, sizeof rec - n1 - n2, 0x1000, -1, NULL, "last", "", "", 0, "");
+	CHECK_EQ(ibvb_producer_set_descriptors(p, rec, n1 + n2 + n3), 0);
+	uint8_t buf[1024];
+	long len = ibvb_read_meta(r, buf, sizeof buf, NULL);
+	CHECK_EQ(len, (long)(n1 + n2 + n3));
+	size_t off = 0;
+	struct ibvb_meta_record m;
+	CHECK_EQ(ibvb_meta_next(buf, (size_t)len, &off, &m), 1);
+	CHECK(m.id == 0x1001 && m.name_len == 5 && !memcmp(m.name, "other", 5));
+	CHECK_EQ(ibvb_meta_next(buf, (size_t)len, &off, &m), 1);
+	CHECK(m.id == 0x1000 && m.name_len == 4 && !memcmp(m.name, "last", 4));
+	CHECK_EQ(ibvb_meta_next(buf, (size_t)len, &off, &m), 0);
+	/* a producer stuck mid-rewrite: the sequence stays odd */
+	struct ibvb_meta_header *mh = (struct ibvb_meta_header *)p->meta;
+	atomic_store(&mh->seq, atomic_load(&mh->seq) | 1);
+	CHECK_EQ(ibvb_read_meta(r, buf, sizeof buf, NULL), -EBUSY);
+	CHECK(strstr(ibvb_last_error(), "metadata area busy") != NULL);
+	ibvb_detach(r);
+	ibvb_producer_close(p);
+}
+
+/* A minor never adds a header or row state (spec §8): a consumer reading an unknown one reports a corrupt
+ * ring (-EBADMSG), not "nothing yet" or a detach. */
+static void test_unknown_header_or_row_state_is_corrupt(void)
+{
+	struct ibvb_producer_opts o = opts(8, 256, IBVB_POLICY_DROP);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "unkstate", &o), 0);
+	if (!p)
+		return;
+	struct ibvb_ring *r;
+	CHECK_EQ(attach(&r, "unkstate", IBVB_START_OLDEST), 0);
+	struct ibvb_heap h;
+	CHECK_EQ(ibvb_peek(r, &h), -EAGAIN);
+	atomic_store(&p->ctl->state, 7);
+	CHECK_EQ(ibvb_peek(r, &h), -EBADMSG);
+	CHECK(strstr(ibvb_last_error(), "unknown header state 7") != NULL);
+	atomic_store(&p->ctl->state, IBVB_STATE_READY);
+	atomic_store(&p->rows[ibvb_consumer_index(r)].state, 9);
+	CHECK_EQ(ibvb_peek(r, &h), -EBADMSG);
+	CHECK(strstr(ibvb_last_error(), "unknown consumer row state 9") != NULL);
+	atomic_store(&p->rows[ibvb_consumer_index(r)].state, IBVB_CONSUMER_ATTACHED);
+	ibvb_detach(r);
+	ibvb_producer_close(p);
+}
+
+/* Send a consumer hello changed by off/val (u32 at off; off < 0: none), of len bytes; return the answer's
+ * status (0xFF: no record), descriptors closed; *fdp keeps the connection open when non-NULL. */
+static uint32_t hello_status(const char *sock, int off, uint32_t val, size_t len, int *fdp)
+{
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	snprintf(a.sun_path, sizeof a.sun_path, "%s", sock);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+		if (fd >= 0)
+			close(fd);
+		return 0xFE;
+	}
+	uint8_t h[32] = {0};
+	struct ibvb_hello *hh = (struct ibvb_hello *)h;
+	hh->magic = IBVB_MAGIC;
+	hh->major = IBVB_MAJOR;
+	hh->minor = IBVB_MINOR;
+	hh->role = IBVB_ROLE_CONSUMER;
+	if (off >= 0)
+		memcpy(h + off, &val, 4);
+	(void)!write(fd, h, len);
+	uint8_t buf[IBVB_ERROR_RECORD_MAX];
+	union {
+		char b[CMSG_SPACE(4 * sizeof(int))];
+		struct cmsghdr align;
+	} cb;
+	struct iovec iov = {buf, sizeof buf};
+	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cb.b, .msg_controllen = sizeof cb.b};
+	ssize_t n = recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+			for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++)
+				close(((int *)CMSG_DATA(c))[i]);
+	uint32_t status = 0xFF;
+	if (n >= 16)
+		memcpy(&status, buf + 12, 4);
+	if (fdp)
+		*fdp = fd;
+	else
+		close(fd);
+	return status;
+}
+
+/* The producer's answers to a hello (spec §1.2): status 5 for a wrong role or start, non-zero reserved bytes
+ * or a wrong size; status 1 for another major; a welcome for any minor; a record sent after the welcome ends
+ * the attachment. */
+static void test_hello_answers_as_specified(void)
+{
+	struct ibvb_producer_opts o = opts(4, 64, IBVB_POLICY_DROP);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "hello", &o), 0);
+	if (!p)
+		return;
+	const char *sock = ibvb_producer_socket_path(p);
+	CHECK_EQ(hello_status(sock, 0x0C, 3, 32, NULL), IBVB_STATUS_PROTOCOL);
+	CHECK_EQ(hello_status(sock, 0x10, 2, 32, NULL), IBVB_STATUS_PROTOCOL);
+	CHECK_EQ(hello_status(sock, 0x14, 1, 32, NULL), IBVB_STATUS_PROTOCOL);
+	CHECK_EQ(hello_status(sock, 0x1C, 1u << 24, 32, NULL), IBVB_STATUS_PROTOCOL);
+	CHECK_EQ(hello_status(sock, -1, 0, 31, NULL), IBVB_STATUS_PROTOCOL);
+	CHECK_EQ(hello_status(sock, 0x08, 3, 32, NULL), IBVB_STATUS_VERSION); /* major 3 (minor 0) */
+	int fd = -1;
+	CHECK_EQ(hello_status(sock, 0x08, IBVB_MAJOR | 99u << 16, 32, &fd), 0); /* minor 99 */
+	for (int i = 0; i < 5000 && ibvb_producer_consumers(p) != 1; i++)
+		usleep(1000);
+	CHECK_EQ(ibvb_producer_consumers(p), 1);
+	CHECK_EQ(write(fd, "stray", 5), 5);
+	for (int i = 0; i < 5000 && ibvb_producer_consumers(p) != 0; i++)
+		usleep(1000);
+	CHECK_EQ(ibvb_producer_consumers(p), 0); /* the stray record ended the attachment */
+	close(fd);
+	ibvb_producer_close(p);
+}
+
 static void test_wakes(void)
 {
 	/* a sleeping consumer is woken by a publish; one wake per sleep (row wakes counts them) */
@@ -1089,6 +1255,10 @@ static const struct test tests[] = {
 	{"producer_drop_keeps_newest", test_drop_keeps_newest},
 	{"producer_items_meta_batch", test_items_meta_batch},
 	{"producer_wakes", test_wakes},
+	{"hello_answers_as_specified", test_hello_answers_as_specified},
+	{"unknown_header_or_row_state_is_corrupt", test_unknown_header_or_row_state_is_corrupt},
+	{"meta_repeated_id_keeps_last_and_busy_gives_up", test_meta_repeated_id_keeps_last_and_busy_gives_up},
+	{"nothing_published_after_end_of_stream", test_nothing_published_after_end_of_stream},
 	{"producer_hugepages", test_hugepages},
 };
 

@@ -286,9 +286,9 @@ static void t_other_major_is_refused_naming_both(void)
 	CHECK(strstr(ibvb_last_error(), "layout 3.")); /* the header's minor follows */
 	CHECK(strstr(ibvb_last_error(), "speaks 2.1"));
 	p.ctl->major = 2;
-	p.welcome_mode = TP_WELCOME_MAJOR3; /* in the welcome */
-	CHECK_EQ(ibvb_attach(&r, sock, 0), -EPROTONOSUPPORT);
-	CHECK(strstr(ibvb_last_error(), "layout 3.1"));
+	p.welcome_mode = TP_WELCOME_MAJOR3; /* in a welcome (status 0): malformed, spec §1.2 */
+	CHECK_EQ(ibvb_attach(&r, sock, 0), -EPROTO);
+	CHECK(strstr(ibvb_last_error(), "major 3"));
 	p.welcome_mode = TP_WELCOME_OK;
 	p.refuse_status = IBVB_STATUS_VERSION; /* the producer's version error record */
 	snprintf(p.refuse_msg, sizeof p.refuse_msg, "ring major is layout 2.0; this client speaks 3.0");
@@ -381,6 +381,69 @@ static void t_corrupt_geometry_is_refused_before_mapping(void)
 	/* none of the failures left a row held or the ring damaged */
 	CHECK_EQ(ibvb_attach(&r, sock, 0), 0);
 	CHECK_EQ(tp_attached(&p), 1);
+	ibvb_detach(r);
+	tp_close(&p);
+}
+
+/* Spec §9 step 5: a region of size 0 is checked only for offset <= data_size — not alignment, not overlap
+ * (§2.1: an empty packet area's offset may be left at the unaligned end of the payload slots). */
+static void t_zero_size_region_needs_only_offset_within_data(void)
+{
+	struct tp p;
+	char sock[512];
+	struct ibvb_ring *r;
+	CHECK_EQ(tp_create(&p, g_dir, "zero", NULL), 0);
+	sock_of(sock, sizeof sock, "zero");
+	struct ibvb_ctl *c = p.ctl;
+	uint64_t pe = c->payload_offset + c->slot_count * c->slot_size, ds = c->data_size;
+	uint64_t offs[] = {pe - 32, ds - 8, ds, ds + 1};
+	int ok[] = {1, 1, 1, 0};
+	c->packet_size = 0;
+	for (int i = 0; i < 4; i++) {
+		c->packet_offset = offs[i];
+		int rc = ibvb_attach(&r, sock, 0);
+		if (rc == 0) {
+			CHECK_EQ(tp_attached(&p), 1);
+			ibvb_detach(r);
+			tp_reclaim(&p);
+		}
+		if (ok[i] != (rc == 0))
+			fprintf(stderr, "    packet_offset %llu (data_size %llu): rc %d (%s)\n", (unsigned long long)offs[i],
+				(unsigned long long)ds, rc, ibvb_last_error());
+		CHECK_EQ(rc, ok[i] ? 0 : -EBADMSG);
+	}
+	tp_close(&p);
+}
+
+/* Spec §9.1 / §0: the client validates a private copy of the header and never reads a validated field from
+ * producer memory again. A producer that rewrites meta_offset, meta_size and slot_count after the attach
+ * cannot make the client read outside its mappings: the metadata is still read where it was validated. */
+static void t_header_rewritten_after_attach_is_not_reread(void)
+{
+	struct tp p;
+	char sock[512];
+	struct ibvb_ring *r;
+	CHECK_EQ(tp_create(&p, g_dir, "reread", NULL), 0);
+	sock_of(sock, sizeof sock, "reread");
+	uint8_t rec[256];
+	size_t off = 0;
+	tp_meta_record(rec, &off, 0x1000, -1, NULL, "x", "", "", "");
+	tp_write_meta(&p, rec, off);
+	CHECK_EQ(ibvb_attach(&r, sock, 0), 0);
+	p.ctl->meta_offset = 1ULL << 60; /* a hostile producer rewrites its header */
+	p.ctl->meta_size = 1ULL << 40;
+	p.ctl->slot_count = 1u << 24;
+	uint8_t buf[256];
+	CHECK_EQ(ibvb_read_meta(r, buf, sizeof buf, NULL), (long)off);
+	struct ibvb_descriptors *ds = NULL;
+	CHECK_EQ(ibvb_descriptors_read(r, &ds), 0);
+	CHECK_EQ(ibvb_descriptor_count(ds), 1);
+	ibvb_descriptors_free(ds);
+	CHECK_EQ(pub(&p, 1, 10), 0);
+	struct ibvb_heap h;
+	CHECK_EQ(ibvb_peek(r, &h), 0);
+	CHECK(pattern_ok(&h));
+	ibvb_release(r, &h);
 	ibvb_detach(r);
 	tp_close(&p);
 }
@@ -1473,7 +1536,8 @@ static void t_error_records_map_to_errno(void)
 	tp_close(&p);
 }
 
-/* Malformed welcomes: -EPROTO (and nothing leaks: every descriptor that came is closed). */
+/* Malformed welcomes: -EPROTO (and nothing leaks: every descriptor that came is closed): too short, another
+ * magic, two descriptors, longer than 256 bytes (MSG_TRUNC), status 0 with major 3 (spec §1.2). */
 static void t_malformed_welcome_is_refused_without_leaks(void)
 {
 	struct tp p;
@@ -1482,13 +1546,20 @@ static void t_malformed_welcome_is_refused_without_leaks(void)
 	CHECK_EQ(tp_create(&p, g_dir, "welc", NULL), 0);
 	sock_of(sock, sizeof sock, "welc");
 	int fds0 = count_fds();
-	enum tp_welcome_mode modes[] = {TP_WELCOME_SHORT, TP_WELCOME_BAD_MAGIC, TP_WELCOME_TWO_FDS};
+	enum tp_welcome_mode modes[] = {TP_WELCOME_SHORT, TP_WELCOME_BAD_MAGIC, TP_WELCOME_TWO_FDS,
+					TP_WELCOME_TOO_LONG, TP_WELCOME_MAJOR3};
 	for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
 		p.welcome_mode = modes[i];
 		CHECK_EQ(ibvb_attach(&r, sock, 0), -EPROTO);
 		CHECK(strstr(ibvb_last_error(), "malformed welcome"));
 	}
 	tp_reclaim(&p); /* the producer (in this process) closes its ends of the failed connections */
+	CHECK_EQ(count_fds(), fds0);
+	p.welcome_mode = TP_WELCOME_LONG; /* 256 bytes: a later minor may append fields (spec §1.2) */
+	CHECK_EQ(ibvb_attach(&r, sock, 0), 0);
+	CHECK_EQ(tp_attached(&p), 1);
+	ibvb_detach(r);
+	tp_reclaim(&p);
 	CHECK_EQ(count_fds(), fds0);
 	p.welcome_mode = TP_WELCOME_OK;
 	CHECK_EQ(ibvb_attach(&r, sock, 0), 0);
@@ -1954,6 +2025,8 @@ static const struct test tests[] = {
     {"other_major_is_refused_naming_both", t_other_major_is_refused_naming_both},
     {"newer_minor_and_unknown_fields_are_accepted", t_newer_minor_and_unknown_fields_are_accepted},
     {"corrupt_geometry_is_refused_before_mapping", t_corrupt_geometry_is_refused_before_mapping},
+    {"zero_size_region_needs_only_offset_within_data", t_zero_size_region_needs_only_offset_within_data},
+    {"header_rewritten_after_attach_is_not_reread", t_header_rewritten_after_attach_is_not_reread},
     {"corrupt_descriptor_is_refused_unconsumed", t_corrupt_descriptor_is_refused_unconsumed},
     {"full_consumer_table_is_busy", t_full_consumer_table_is_busy},
     {"missing_ring_fails_at_once_unless_waiting", t_missing_ring_fails_at_once_unless_waiting},

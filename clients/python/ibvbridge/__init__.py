@@ -10,17 +10,19 @@ Several consumers may attach to one ring; each receives every heap.
 A ring is made (and written) with ``ibvbridge.Producer.create(name, ...)``: see ibvbridge.producer.
 """
 
-from .errors import (CorruptRing, Detached, EndOfStream, HugePageWarning, Interrupted, NoConsumer, NoHugePages,
+from .errors import (CorruptRing, Detached, EndOfStream, HugePageWarning, Interrupted, MetadataBusy, NoConsumer,
+                     NoHugePages,
                      NoSpace, Overrun, PermissionDenied, ProducerGone, ProtocolError, RingBusy, RingClosing,
-                     RingError, RingFull, RingInUse, RingNotFound, Timeout, UnsafeDirectory, VersionMismatch)
+                     RingError, RingFull, RingInUse, RingNotFound, StreamEnded, Timeout, UnsafeDirectory, VersionMismatch)
 
 __version__ = "0.2.0"
 
 _LAZY = {"Ring", "Heap", "Item", "Batch", "ItemDescriptor", "Geometry", "socket_path_for", "lookup_dirs",
          "default_dir", "uid_trusted", "validate_geometry"}
 _ERRORS = ["RingError", "RingNotFound", "PermissionDenied", "RingBusy", "RingClosing", "VersionMismatch",
-           "ProtocolError", "CorruptRing", "Detached", "Overrun", "ProducerGone", "EndOfStream", "Timeout",
-           "RingInUse", "UnsafeDirectory", "NoSpace", "NoHugePages", "RingFull", "Interrupted", "NoConsumer",
+           "ProtocolError", "CorruptRing", "Detached", "Overrun", "ProducerGone", "EndOfStream", "MetadataBusy",
+           "Timeout",
+           "RingInUse", "UnsafeDirectory", "NoSpace", "NoHugePages", "RingFull", "StreamEnded", "Interrupted", "NoConsumer",
            "HugePageWarning"]
 _PRODUCER = {"Producer", "Slot"}
 _ITEMS = {"ItemGroup", "HeapGenerator", "Descriptor"}  # spead2's vocabulary (ibvbridge.items)

@@ -73,6 +73,10 @@ class EndOfStream(RingError):
     """The stream ended: an END_OF_STREAM marker, or a CLOSED ring with everything read."""
 
 
+class MetadataBusy(RingError):
+    """The producer rewrote the stream-metadata area during every read for 1000 tries and 10 ms (spec §6)."""
+
+
 class Timeout(RingError, TimeoutError):
     """A wait (attach or next heap) ran past its deadline."""
 
@@ -99,6 +103,10 @@ class NoHugePages(NoSpace):
 class RingFull(RingError):
     """drop policy: no payload slot is free (the heap is dropped; count it with
     ``producer.add("dropped_heaps", 1)``)."""
+
+
+class StreamEnded(RingError):
+    """The producer already published END_OF_STREAM, which is final (spec §4.1): nothing may follow it."""
 
 
 class Interrupted(RingError):

@@ -77,7 +77,7 @@ from .shared import (C_ATTACHED, C_BYTES, C_EOS, C_ERRORS, C_HEAPS, C_OVERRUNS, 
 from ._sys import (ORDERED, acquire_fence, add_seals, full_fence, futex_wait, futex_wake, peer_cred, release_fence,
                    require_supported)
 from .errors import (HugePageWarning, Interrupted, NoConsumer, NoHugePages, NoSpace, RingError, RingFull,
-                     RingInUse, Timeout, UnsafeDirectory)
+                     RingInUse, StreamEnded, Timeout, UnsafeDirectory)
 
 import numpy as np
 
@@ -102,6 +102,7 @@ POLICIES = {"drop": L.POLICY_DROP, "block": L.POLICY_BLOCK, L.POLICY_DROP: L.POL
             L.POLICY_BLOCK: L.POLICY_BLOCK}
 
 BEAT_SECONDS = 0.1  # heartbeat and row refresh (spec: every <= 250 ms)
+HELLO_RESERVED = 0x14  # the hello's reserved bytes run from here to its end (spec §1.2)
 HELLO_TIMEOUT = 2.0  # a connection that sends no hello within this is closed and counted (layout 2.1 §C)
 MAX_PENDING = 64  # connections waiting for their hello at once; more are refused busy
 FD_RESERVE = 32  # descriptors kept free under RLIMIT_NOFILE: below, new connections are refused busy
@@ -506,6 +507,7 @@ class Producer:
         self.policy = POLICIES[policy]
         self.gid = _resolve_gid(group)
         self._closed = False
+        self._ended = False  # END_OF_STREAM is published: it is final (spec §4.1), nothing may follow it
         self._dirfd = self._lockfd = None
         self.ctl_fd = self.data_fd = None
         self.ctl = self.data = None
@@ -748,6 +750,9 @@ class Producer:
                     except OSError:
                         conn.close()
                         continue
+                    if not msg:  # EOF, or a 0-byte record it cannot be told from: closed unanswered (§1.2)
+                        conn.close()
+                        continue
                     try:
                         self._answer(conn, msg)
                     except OSError:
@@ -759,7 +764,8 @@ class Producer:
                 hung = bool(ev & POLL_GONE)
                 if not hung:
                     try:
-                        hung = m.sock.recv(256, socket.MSG_DONTWAIT) == b""
+                        m.sock.recv(256, socket.MSG_DONTWAIT)
+                        hung = True  # EOF, or a record: nothing is sent after the welcome, so it ends it (§1.2)
                     except BlockingIOError:
                         pass
                     except OSError:
@@ -853,6 +859,9 @@ class Producer:
         except (socket.timeout, OSError):
             conn.close()
             return
+        if not msg:  # EOF, or a 0-byte record it cannot be told from: closed unanswered (spec §1.2)
+            conn.close()
+            return
         self._answer(conn, msg)
 
     def _answer(self, conn, msg):
@@ -877,6 +886,9 @@ class Producer:
                                                                                      L.START_HEAD):
             return self._refuse(conn, L.STATUS_PROTOCOL, f"ring {self.name}: role {h['role']}, start "
                                 f"{h['start']}")
+        if any(msg[HELLO_RESERVED:L.HELLO_SIZE]):  # 2.1 (spec §1.2); 0x14..0x17 become group_id with groups
+            return self._refuse(conn, L.STATUS_PROTOCOL, f"ring {self.name}: the hello's reserved bytes are not "
+                                "zero")
         if self._closed or self.c32[I_STATE] == L.STATE_CLOSED:
             return self._refuse(conn, L.STATUS_CLOSING, f"ring {self.name} is closing: the stream has ended")
         if h["role"] == L.ROLE_OBSERVER:
@@ -1136,6 +1148,7 @@ class Producer:
         ``add("dropped_heaps", 1)``); block: waits for the slowest consumer (timeout seconds, None:
         forever; Timeout after it), Interrupted after interrupt()."""
         self._check_open()
+        self._check_not_ended("acquire a slot")
         if self._free_w == self._free_r:
             self._refill(1, timeout)
         s = int(self._free[self._free_r % self.slot_count])
@@ -1159,9 +1172,12 @@ class Producer:
 
         received: payload bytes stored in the slot (<= slot_size); heap_size: the heap's length. Either
         defaults to the other; with neither, the end of the furthest address item (0 if none). Returns the
-        heap's position."""
+        heap's position. After end_of_stream: StreamEnded, and the slot goes back to the pool."""
         if not slot._live or slot._p is not self:
             raise RingError(f"slot {slot.index} was already published or discarded")
+        if self._ended:
+            self.discard(slot)
+            self._check_not_ended(f"publish heap {heap_cnt}")
         if received is None:
             received = slot.end if heap_size is None else min(heap_size, self.slot_size)
         if heap_size is None:
@@ -1260,8 +1276,9 @@ class Producer:
 
         Returns how many heaps were published: all n under block (waits like acquire; Timeout /
         Interrupted); under drop as many as there were free slots, in order — the rest are dropped (count
-        them with ``add("dropped_heaps", n - published)``)."""
+        them with ``add("dropped_heaps", n - published)``). After end_of_stream: StreamEnded."""
         self._check_open()
+        self._check_not_ended("publish heaps")
         cnts = np.asarray(heap_cnts, dtype=np.uint64).ravel()
         n = len(cnts)
         if n == 0:
@@ -1410,8 +1427,10 @@ class Producer:
     def end_of_stream(self, stop_heap_cnt: int = 0, timeout: float | None = None) -> int:
         """Publish the END_OF_STREAM marker (spec §4.1). It takes a slot like a heap: with none free it
         waits up to timeout seconds (None: drop does not wait, block waits forever) for the consumers, then
-        raises RingFull (close() still marks the ring CLOSED, which consumers also read as the end)."""
+        raises RingFull (close() still marks the ring CLOSED, which consumers also read as the end). A
+        second call raises StreamEnded: the marker is final."""
         self._check_open()
+        self._check_not_ended("publish a second end-of-stream marker")
         if self._free_w == self._free_r:
             try:
                 self._refill(1, timeout if self.policy == L.POLICY_BLOCK else 0)
@@ -1433,6 +1452,7 @@ class Producer:
         slot = Slot(self, s)
         self._stats[C_EOS] = 1  # before the marker: a consumer that sees it reads the counter set
         pos = self.publish(slot, stop_heap_cnt, 0, 0, time.time_ns(), L.FLAG_END_OF_STREAM, 0)
+        self._ended = True
         self._commit(force=True)  # the end of the stream wakes consumers whose wakes are coalesced too
         return pos
 
@@ -1475,23 +1495,29 @@ class Producer:
             raise ValueError(f"descriptors take {len(body)} bytes; meta_size - 16 is "
                              f"{self.meta_size - L.META_HEADER_SIZE}")
         mv = memoryview(self.data)
+        words = mv.cast("Q")  # the sequence as one aligned 8-byte store (spec §11: a byte copy can tear)
         o = self.meta_off
         try:
-            seq = int.from_bytes(mv[o:o + 8], "little")
+            seq = words[o >> 3]
             if seq & 1:
                 seq += 1
-            mv[o:o + 8] = (seq + 1).to_bytes(8, "little")
+            words[o >> 3] = seq + 1
             full_fence()
             mv[o + 16:o + 16 + len(body)] = body
             mv[o + 8:o + 16] = len(body).to_bytes(8, "little")
             full_fence()
-            mv[o:o + 8] = (seq + 2).to_bytes(8, "little")
+            words[o >> 3] = seq + 2
         finally:
+            words.release()
             mv.release()
 
     def _check_open(self):
         if self._closed:
             raise RingError(f"ring {self.name} is closed")
+
+    def _check_not_ended(self, what: str):
+        if self._ended:
+            raise StreamEnded(f"ring {self.name}: cannot {what}: the stream has ended (END_OF_STREAM is final)")
 
     # ..................................................................... stopping (spec §7.6)
     def close(self) -> None:

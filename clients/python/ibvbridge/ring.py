@@ -40,8 +40,8 @@ from .shared import (I_CONSUMER_FUTEX, I_CONSUMER_WAITING, I_PRODUCER_WAITING, I
                      row_word)
 from ._sys import (ORDERED, acquire_fence, full_fence, futex_wait, futex_wake, get_seals, map_fd, peer_cred,
                    release_fence, require_supported)
-from .errors import (CorruptRing, Detached, EndOfStream, Overrun, PermissionDenied, ProducerGone, ProtocolError,
-                     RingBusy, RingClosing, RingError, RingNotFound, Timeout, VersionMismatch)
+from .errors import (CorruptRing, Detached, EndOfStream, MetadataBusy, Overrun, PermissionDenied, ProducerGone,
+                     ProtocolError, RingBusy, RingClosing, RingError, RingNotFound, Timeout, VersionMismatch)
 
 try:
     import numpy as np
@@ -182,7 +182,7 @@ def validate_geometry(hdr: Mapping[str, int]) -> Geometry:
         ("packet area", hdr["packet_offset"], hdr["packet_size"]),
     )
     for i, (name, off, size) in enumerate(regions):
-        if off % L.REGION_ALIGN:
+        if size and off % L.REGION_ALIGN:  # size 0: only offset <= data_size (spec §9 step 5)
             raise bad(f"{name} offset {off} is not {L.REGION_ALIGN}-aligned")
         if off + size > ds:
             raise bad(f"{name} [{off}, +{size}) runs past data_size {ds}")
@@ -872,11 +872,11 @@ class Ring:
             if exc is None:
                 raise ProtocolError(f"ring {name}: the producer answered unknown status {st}: {text}")
             raise exc(f"ring {name}: {text}")
-        if w["major"] != L.MAJOR_VERSION:
-            raise VersionMismatch(w["major"], L.MAJOR_VERSION, f"ring {name} is layout {w['major']}.{w['minor']}; "
-                                  f"this client speaks {L.MAJOR_VERSION}.{L.MINOR_VERSION}")
-        if len(msg) != L.WELCOME_SIZE:
-            raise ProtocolError(f"ring {name}: welcome of {len(msg)} bytes, want {L.WELCOME_SIZE}")
+        if w["major"] != L.MAJOR_VERSION:  # another major refuses with status 1: this welcome is malformed
+            raise ProtocolError(f"ring {name}: a welcome (status 0) of layout major {w['major']}; this client "
+                                f"speaks {L.MAJOR_VERSION}.{L.MINOR_VERSION}")
+        if len(msg) < L.WELCOME_SIZE:  # a later minor may append fields: 64 … 256 bytes (spec §1.2)
+            raise ProtocolError(f"ring {name}: welcome of {len(msg)} bytes, want at least {L.WELCOME_SIZE}")
         if len(fds) != 3 or mflags & socket.MSG_CTRUNC:
             raise ProtocolError(f"ring {name}: the welcome carried {len(fds)} descriptors, want 3")
         if w["consumer_index"] == L.NO_CONSUMER_INDEX:
@@ -894,8 +894,8 @@ class Ring:
         if hdr["major"] != L.MAJOR_VERSION:
             raise VersionMismatch(hdr["major"], L.MAJOR_VERSION, f"ring {name} is layout {hdr['major']}."
                                   f"{hdr['minor']}; this client speaks {L.MAJOR_VERSION}.{L.MINOR_VERSION}")
-        if hdr["state"] == L.STATE_INIT:
-            raise CorruptRing(f"ring {name}: the control memory is in state INIT")
+        if hdr["state"] not in (L.STATE_READY, L.STATE_CLOSED):  # INIT is never handed out; spec §8
+            raise CorruptRing(f"ring {name}: the control memory is in state {hdr['state']}, not READY or CLOSED")
         mc = hdr["max_consumers"]
         if not 1 <= mc <= L.MAX_CONSUMERS_LIMIT:
             raise CorruptRing(f"ring {name}: max_consumers {mc} not in 1..{L.MAX_CONSUMERS_LIMIT}")
@@ -1051,6 +1051,8 @@ class Ring:
                            lost)
         if st == L.CONSUMER_BAD_CURSOR:
             return Detached(f"ring {name}: detached: invalid cursor", st)
+        if st > L.CONSUMER_GONE:  # a minor never adds a row state (spec §8)
+            return CorruptRing(f"ring {name} corrupt: consumer row {idx} has unknown state {st}")
         if st == L.CONSUMER_GONE:
             if not self.producer_alive():
                 return None
@@ -1097,12 +1099,13 @@ class Ring:
 
     def descriptors(self) -> dict[int, ItemDescriptor]:
         """The stream's item descriptors, {id: ItemDescriptor}, from the metadata area (spec §6, seqlock
-        read). Cached until the producer rewrites the area."""
+        read; an id described twice keeps its last record). Cached until the producer rewrites the area.
+        MetadataBusy when the producer rewrote it during 1000 tries and 10 ms."""
         self._check_open()
         g = self._geo
         base = g.meta_offset
         dmv, d64, q = self._dmv, self._d64, g.meta_offset >> 3
-        deadline = time.monotonic() + 1.0
+        start, tries = time.monotonic(), 0
         while True:
             s1 = d64[q]  # one aligned 8-byte load (spec §11: a byte copy could tear it)
             if ORDERED:
@@ -1123,8 +1126,9 @@ class Ring:
                         self._meta = _parse_metadata(buf) if s1 else {}
                         self._meta_seq = s1
                         return self._meta
-            if time.monotonic() > deadline:
-                raise CorruptRing("metadata seqlock never became stable (producer died mid-write?)")
+            tries += 1  # spec §6: give up after 1000 tries or 10 ms, whichever is longer
+            if tries >= 1000 and time.monotonic() - start >= 0.010:
+                raise MetadataBusy(f"ring {self.name}: metadata area busy (rewritten during {tries} reads)")
             time.sleep(0)
 
     # ------------------------------------------------------------------ reading (spec §9.1)
@@ -1471,7 +1475,10 @@ class Ring:
                     self._note_wait(start)
                     return
                 self._check_row()
-                if c32[I_STATE] == L.STATE_CLOSED:
+                st = c32[I_STATE]
+                if st != L.STATE_CLOSED and st != L.STATE_READY:  # a minor never adds a state (spec §8)
+                    raise CorruptRing(f"ring {self.name} corrupt: unknown header state {st}")
+                if st == L.STATE_CLOSED:
                     if ORDERED:
                         acquire_fence()  # state is an acquire load: everything published before is seen
                     h = c64[Q_HEAD]

@@ -5,6 +5,7 @@ import collections
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -642,3 +643,69 @@ def test_slot_context_manager_returns_the_slot_on_an_exception_under_block(tmp_p
                 assert h.heap_cnt == 1 and bytes(h.payload) == b"abc"
             with p.acquire(timeout=1), p.acquire(timeout=1):
                 pass  # both slots free again
+
+
+def test_nothing_is_published_after_end_of_stream(make):
+    """END_OF_STREAM is final (spec §4.1): a slot taken before the marker cannot be published after it; acquire,
+    publish_batch and a second marker raise StreamEnded; the consumer reads the marker and nothing after."""
+    p = make("eosfinal")
+    with Ring.attach(p.socket_path, timeout=2) as ring:
+        early = p.acquire()
+        p.end_of_stream(5)
+        head = p.head
+        free = p._nfree()
+        with pytest.raises(ibvbridge.StreamEnded, match="END_OF_STREAM is final"):
+            p.publish(early, 6, 8)
+        assert p._nfree() == free + 1  # the refused slot went back to the pool
+        with pytest.raises(ibvbridge.StreamEnded):
+            p.acquire()
+        with pytest.raises(ibvbridge.StreamEnded):
+            p.publish_batch(np.zeros((2, 8), np.uint8), [7, 8])
+        with pytest.raises(ibvbridge.StreamEnded):
+            p.end_of_stream(9)
+        assert p.head == head  # nothing followed the marker
+        with pytest.raises(ibvbridge.EndOfStream):
+            ring.next(timeout=1)
+
+
+def _hello_status(sock_path, mutate, keep=False):
+    """Send a consumer hello changed by mutate(bytearray) -> bytes; the answer's status (None: no record),
+    descriptors closed; with keep the socket is returned too."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect(sock_path)
+    s.send(mutate(bytearray(L.pack_hello(L.ROLE_CONSUMER, L.START_OLDEST))))
+    s.settimeout(5)
+    msg, fds, _, _ = socket.recv_fds(s, 256, 4)
+    for fd in fds:
+        os.close(fd)
+    status = int.from_bytes(msg[12:16], "little") if len(msg) >= 16 else None
+    if keep:
+        return status, s
+    s.close()
+    return status
+
+
+def test_hello_answers_as_specified(make):
+    """Spec §1.2: status 5 for a wrong role or start, non-zero reserved bytes or a wrong size; status 1 for
+    another major; a welcome for any minor; a record sent after the welcome ends the attachment."""
+    p = make("hello")
+
+    def put32(off, v):
+        def f(b):
+            b[off:off + 4] = v.to_bytes(4, "little")
+            return bytes(b)
+        return f
+    assert _hello_status(p.socket_path, put32(0x0C, 3)) == L.STATUS_PROTOCOL
+    assert _hello_status(p.socket_path, put32(0x10, 2)) == L.STATUS_PROTOCOL
+    assert _hello_status(p.socket_path, put32(0x14, 1)) == L.STATUS_PROTOCOL
+    assert _hello_status(p.socket_path, put32(0x1C, 1 << 24)) == L.STATUS_PROTOCOL
+    assert _hello_status(p.socket_path, lambda b: bytes(b[:31])) == L.STATUS_PROTOCOL
+    assert _hello_status(p.socket_path, put32(0x08, 3)) == L.STATUS_VERSION  # major 3, minor 0
+    status, s = _hello_status(p.socket_path, put32(0x08, L.MAJOR_VERSION | 99 << 16), keep=True)
+    try:
+        assert status == 0  # minor 99 is welcomed
+        until(lambda: p.consumers == 1)
+        s.send(b"stray")
+        until(lambda: p.consumers == 0)  # the stray record ended the attachment
+    finally:
+        s.close()

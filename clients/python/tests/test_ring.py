@@ -250,12 +250,23 @@ def test_major_mismatch_names_both(make_producer):
     assert e.value.found == 3 and e.value.supported == 2
 
 
-def test_welcome_major_mismatch(make_producer):
+def test_welcome_of_another_major_is_a_protocol_error(make_producer):
+    """Spec §1.2: a producer of another major refuses with status 1; a welcome (status 0) claiming major 3
+    is malformed."""
     p = make_producer()
     p.welcome_hook = lambda rec: rec[:8] + (3).to_bytes(2, "little") + rec[10:]
-    with pytest.raises(VersionMismatch) as e:
+    with pytest.raises(ProtocolError, match="major 3"):
         attach(p)
-    assert e.value.found == 3 and "3.1" in str(e.value) and "2.1" in str(e.value)
+
+
+@pytest.mark.parametrize("extra", [8, 192])
+def test_longer_welcome_of_a_later_minor_is_accepted(make_producer, extra):
+    """Spec §1.2: a later minor may append fields: a welcome of 64 … 256 bytes is accepted, the rest ignored."""
+    p = make_producer()
+    p.welcome_hook = lambda rec: rec + b"\xa5" * extra
+    p.publish(1, b"abc")
+    with attach(p) as ring, ring.next() as h:
+        assert bytes(h.payload) == b"abc"
 
 
 def test_1_0_control_file_path_is_a_version_error(tmp_path):
@@ -285,8 +296,27 @@ def test_layout_2_0_producer_accepted(make_producer):
 
 def test_init_state_is_corrupt(make_producer):
     p = make_producer(header_overrides={"state": L.STATE_INIT})
-    with pytest.raises(CorruptRing, match="INIT"):
+    with pytest.raises(CorruptRing, match="state 0"):
         attach(p)
+
+
+def test_unknown_header_or_row_state_is_corrupt(make_producer):
+    """A minor never adds a header or row state (spec §8): an unknown one is a corrupt ring — at attach, while
+    waiting, and in the consumer's row — not a timeout or a detach."""
+    with pytest.raises(CorruptRing, match="state 5"):
+        attach(make_producer("a", header_overrides={"state": 5}))
+    p = make_producer("b")
+    with attach(p) as ring:
+        words = memoryview(p.ctl).cast("I")
+        words[0x10 // 4] = 7
+        with pytest.raises(CorruptRing, match="unknown header state 7"):
+            ring.next(timeout=0.05)
+        words[0x10 // 4] = L.STATE_READY
+        words[(L.OFF_CONSUMER_TABLE + L.ROW_SIZE * ring.consumer_index) // 4] = 9
+        with pytest.raises(CorruptRing, match="unknown state 9"):
+            ring.next(timeout=0.05)
+        words[(L.OFF_CONSUMER_TABLE + L.ROW_SIZE * ring.consumer_index) // 4] = L.CONSUMER_ATTACHED
+        words.release()
 
 
 def test_no_answer_times_out(make_producer):
@@ -472,7 +502,7 @@ def test_size_mismatch_is_rejected(make_producer, mapped, field):
 
 MALFORMED_WELCOMES = {
     "short": lambda rec: rec[:40],
-    "long": lambda rec: rec + bytes(8),
+    "too_long": lambda rec: rec + bytes(300 - len(rec)),  # past the 256-byte buffer: MSG_TRUNC
     "magic": lambda rec: b"NOTARING" + rec[8:],
     "observer_index": lambda rec: rec[:0x10] + (0xFFFFFFFF).to_bytes(4, "little") + rec[0x14:],
     "tiny": lambda rec: rec[:6],
@@ -1338,3 +1368,40 @@ def test_suite_with_library_fences():
                         "test_ring.py", "test_producer.py", "test_consume.py"],
                        cwd=here, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+
+
+def test_metadata_reader_gives_up_busy_and_keeps_last_record(make_producer):
+    """Spec §6: an id described twice keeps its last record; strings decode with replacement; an area the
+    producer never finishes rewriting raises MetadataBusy after 1000 tries and 10 ms."""
+    p = make_producer()
+    with attach(p) as ring:
+        p.set_descriptors([meta_record(0x1600, "first"), meta_record(0x1700, "other"),
+                           meta_record(0x1600, "lastZ").replace(b"lastZ", b"last\xff")])
+        d = ring.descriptors()
+        assert set(d) == {0x1600, 0x1700} and d[0x1600].name == "last\ufffd"
+        words = memoryview(p.data).cast("Q")
+        words[p.meta_off >> 3] |= 1  # a producer stuck mid-rewrite: the sequence stays odd
+        words.release()
+        t0 = time.monotonic()
+        with pytest.raises(ibvbridge.MetadataBusy, match="metadata area busy"):
+            ring.descriptors()
+        assert time.monotonic() - t0 >= 0.010
+
+
+@pytest.mark.parametrize("where,ok", [("payload_end-32", True), ("data_size-8", True), ("data_size", True),
+                                      ("data_size+1", False)])
+def test_zero_size_region_needs_only_offset_within_data(make_producer, where, ok):
+    """Spec §9 step 5: a region of size 0 is checked only for offset <= data_size, not alignment or overlap
+    (§2.1: an empty packet area may be left at the unaligned end of the payload slots)."""
+    probe = make_producer("probe")
+    h = probe.hdr
+    pe = h["payload_offset"] + h["slot_count"] * h["slot_size"]
+    ds = h["data_size"]
+    off = {"payload_end-32": pe - 32, "data_size-8": ds - 8, "data_size": ds, "data_size+1": ds + 1}[where]
+    p = make_producer("zero", header_overrides={"packet_offset": off, "packet_size": 0})
+    if ok:
+        with attach(p) as ring:
+            assert ring.consumer_index >= 0
+    else:
+        with pytest.raises(CorruptRing, match="packet area"):
+            attach(p)
