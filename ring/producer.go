@@ -1081,12 +1081,15 @@ func (p *Producer) assign(groups [][]*member) {
 	}
 }
 
-// starved reports a member that waits for a heap while it holds the ring back by half of it or more: it
-// holds heaps unreleased and wants another before it releases them. It gets position q first, else the
-// ring could fill up to it with other members' heaps and stall (block) or overrun it (drop). Hot path,
-// inside the busy window (m's region is mapped).
+// starved reports a member that holds the ring back by half of it or more and waits for a heap — or,
+// under block, by three quarters whether it says it waits or not (it may still be spinning): it holds
+// heaps unreleased and may want another before it releases them. It gets position q first, else the ring
+// could fill up to it with other members' heaps and stall for good under block (a member holding heaps
+// while it waits for its next one; under drop it is overrun instead). Hot path, inside the busy window
+// (m's region is mapped).
 func (p *Producer) starved(m *member, q uint64) bool {
-	return q-m.swept >= uint64(len(p.slots))/2 && m.consWait.Load() != 0
+	lag, n := q-m.swept, uint64(len(p.slots))
+	return lag >= n/2 && m.consWait.Load() != 0 || p.cfg.Policy == PolicyBlock && lag >= n-n/4
 }
 
 // adopt notes that the hot path has moved to a new consumer set and unmaps the regions detached while it
