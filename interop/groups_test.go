@@ -25,13 +25,7 @@ func TestGroupOfPythonAndCMembersReadsEveryHeapOnce(t *testing.T) {
 		waits = append(waits, startConsumer(t, kind, p.SocketPath(), "--group-name", "work"))
 	}
 	monitor := startConsumer(t, "c", p.SocketPath())
-	deadline := time.Now().Add(30 * time.Second)
-	for p.Consumers() < 5 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of 5 consumers attached", p.Consumers())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitProducerConsumers(t, p, 5)
 	const n = 3000
 	for cnt := uint64(1); cnt <= n; cnt++ {
 		pb := pattern.Publisher{P: p, Size: sizeOf(cnt, 8192), Fill: true}
