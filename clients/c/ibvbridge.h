@@ -823,6 +823,18 @@ static inline int ibvb_release_all(struct ibvb_ring *r)
 	return ibvb_release(r, &h);
 }
 
+/* A member (spec §14) at position pos (descriptor copy d, seq checked): 1 if pos is another member's and was
+ * passed over; else 0, and pos is noted as its own (unless END_OF_STREAM, which is everyone's). */
+static inline int ibvb__member_passes(struct ibvb_ring *r, uint64_t pos, const struct ibvb_desc *d)
+{
+	if (!(d->reserved & r->group_bit) && !(d->flags & IBVB_FLAG_END_OF_STREAM)) {
+		ibvb__pass_over(r, pos);
+		return 1;
+	}
+	r->mine[pos & r->mask] = !(d->flags & IBVB_FLAG_END_OF_STREAM);
+	return 0;
+}
+
 /* Next heap without blocking: 0 and *h filled (the read position advances, so several heaps can be
  * held); -EAGAIN nothing published yet; -ENODATA end of stream (an END_OF_STREAM marker, which is
  * consumed, or a CLOSED ring drained); -EBADMSG corrupt descriptor, or an unknown header or row state
@@ -859,14 +871,8 @@ again:;
 	struct ibvb_desc d = r->desc[pos & r->mask]; /* one copy: every field below is the validated one */
 	if (__builtin_expect(d.seq != pos + 1, 0))
 		return ibvb__corrupt_desc(r, pos, "seq", d.seq, pos + 1);
-	if (__builtin_expect(r->group_bit != 0, 0)) {
-		/* a member: another member's position is checked by seq only and passed over (spec §14) */
-		if (!(d.reserved & r->group_bit) && !(d.flags & IBVB_FLAG_END_OF_STREAM)) {
-			ibvb__pass_over(r, pos);
-			goto again;
-		}
-		r->mine[pos & r->mask] = !(d.flags & IBVB_FLAG_END_OF_STREAM);
-	}
+	if (__builtin_expect(r->group_bit != 0, 0) && ibvb__member_passes(r, pos, &d))
+		goto again; /* another member's position: its seq checked, nothing else read (spec §14) */
 	if (__builtin_expect(d.slot >= r->slot_count, 0))
 		return ibvb__corrupt_desc(r, pos, "slot", d.slot, r->slot_count);
 	if (__builtin_expect(d.item_count > r->max_items, 0))
