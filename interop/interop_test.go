@@ -160,6 +160,18 @@ func waitAttached(t *testing.T, p *ring.Producer) {
 	}
 }
 
+// waitProducerConsumers waits up to 30 s until n consumers are attached to p.
+func waitProducerConsumers(t *testing.T, p *ring.Producer, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for p.Consumers() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d consumers attached", p.Consumers(), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func newRing(t *testing.T, name string, cfg ring.Config) *ring.Producer {
 	t.Helper()
 	if cfg.SlotCount == 0 {
@@ -335,13 +347,7 @@ func TestManyConsumersThreeLanguages(t *testing.T) {
 		waits = append(waits, startConsumer(t, kind, p.SocketPath()))
 		names = append(names, kind)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for p.Consumers() < 8 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of 8 consumers attached", p.Consumers())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitProducerConsumers(t, p, 8)
 	const n = 2000
 	var sum, nbytes uint64
 	for cnt := uint64(1); cnt <= n; cnt++ {

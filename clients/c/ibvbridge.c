@@ -60,6 +60,7 @@ struct target {
 	uint32_t dir_uid;                    /* the connected socket's (trusted) directory */
 	uint32_t dir_mode;
 	int which;                           /* index of that directory */
+	uint32_t group_id;                   /* the hello's group_id (spec §14), 0 for none */
 };
 
 static int add_dir(struct target *t, const char *dir)
@@ -252,6 +253,7 @@ static int send_hello(const struct target *t, int sock, int start)
 	hello.minor = IBVB_MINOR;
 	hello.role = IBVB_ROLE_CONSUMER;
 	hello.start = (uint32_t)start;
+	hello.reserved[0] = t->group_id; /* 0x14: group_id (spec §14) */
 	ssize_t k = send(sock, &hello, sizeof hello, MSG_NOSIGNAL);
 	if (k != (ssize_t)sizeof hello)
 		return fail(k < 0 ? -errno : -EPROTO, "ring %s: sending hello: %s", t->name,
@@ -650,6 +652,42 @@ static void init_ring(struct ibvb_ring *r, const struct target *t, const struct 
 	r->read = r->released = r->stored = r->cached_head =
 	    atomic_load_explicit(&r->region->tail, memory_order_acquire);
 	r->release_batch = r->slot_count / 8 < 1 ? 1 : (r->slot_count / 8 > 64 ? 64 : r->slot_count / 8);
+	r->group_id = t->group_id;
+}
+
+uint32_t ibvb_group_id(const char *name)
+{
+	if (!name || !*name)
+		return 0;
+	uint32_t h = 0x811C9DC5u; /* FNV-1a 32 (spec §14) */
+	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+		h = (h ^ *p) * 0x01000193u;
+	return h ? h : 1;
+}
+
+/* The handle: a group member's also holds mine[slot_count] (which held positions are its own, spec §14)
+ * right after it, freed with it. */
+static struct ibvb_ring *alloc_ring(const struct target *t, const struct ibvb_welcome *w, const struct mapped *mp)
+{
+	uint64_t extra = t->group_id ? mp->hdr.slot_count : 0;
+	if (t->group_id && w->consumer_index >= 64) {
+		fail(-EPROTO, "ring %s: group member given row %u (assign has 64 bits)", t->name, w->consumer_index);
+		return NULL;
+	}
+	if (extra > SIZE_MAX - sizeof(struct ibvb_ring)) {
+		fail(-ENOMEM, "ring %s: out of memory", t->name);
+		return NULL;
+	}
+	struct ibvb_ring *r = calloc(1, sizeof *r + (size_t)extra);
+	if (!r) {
+		fail(-ENOMEM, "ring %s: out of memory", t->name);
+		return NULL;
+	}
+	if (t->group_id) {
+		r->mine = (uint8_t *)(r + 1);
+		r->group_bit = 1ull << w->consumer_index;
+	}
+	return r;
 }
 
 int ibvb_attach_opts(struct ibvb_ring **out, const char *arg, int timeout_ms, const struct ibvb_attach_opts *opts)
@@ -670,14 +708,16 @@ int ibvb_attach_opts(struct ibvb_ring **out, const char *arg, int timeout_ms, co
 		return fail(-EINVAL, "ibvb_attach: start %d is neither IBVB_START_OLDEST nor IBVB_START_HEAD", start);
 	if ((rc = resolve(arg, opts ? opts->dir : NULL, &t)) < 0)
 		return rc;
+	if ((t.group_id = ibvb_group_id(opts ? opts->group : NULL)) != 0)
+		start = IBVB_START_HEAD; /* a member always starts at head (spec §14) */
 	int sock = connect_and_greet(&t, timeout_ms, opts && (opts->flags & IBVB_ATTACH_WAIT), start, &w, &wf);
 	if (sock < 0)
 		return sock;
 	struct ibvb_ring *r = NULL;
 	if ((rc = check_memory(&t, &w, &wf)) < 0 || (rc = map_ring(&t, &w, &wf, &mp)) < 0)
 		goto err;
-	if (!(r = calloc(1, sizeof *r))) {
-		rc = fail(-ENOMEM, "ring %s: out of memory", t.name);
+	if (!(r = alloc_ring(&t, &w, &mp))) {
+		rc = w.consumer_index >= 64 ? -EPROTO : -ENOMEM;
 		goto err;
 	}
 	close_fds(wf.fd, 3);

@@ -342,7 +342,7 @@ struct ibvb_desc {
 	uint32_t flags;
 	uint32_t item_count;
 	uint32_t packets;
-	uint64_t reserved;
+	uint64_t reserved; /* 0x38: assign, the consumer rows a group position is for (spec §14) */
 };
 
 /* Item entry (spec §5). */
@@ -550,6 +550,10 @@ struct ibvb_ring {
 	int sock;                         /* the connection: open for the life of the attachment */
 	char name[IBVB_NAME_MAX + 1];     /* ring name, for messages */
 	struct ibvb_chunk_geometry chunks; /* validated at attach; all 0 when the ring is not in chunk mode */
+	/* consumer groups (spec §14), appended in soname 4: read by the inline ibvb_peek / ibvb_release */
+	uint64_t group_bit;               /* this row's bit in a descriptor's assign, 0 when not a member */
+	uint8_t *mine;                    /* member: mine[pos & mask] = 1 while pos is its own held heap */
+	uint32_t group_id;                /* ibvb_group_id(opts->group), 0 for none */
 };
 
 /* One heap: payload is a view into the ring (valid while ibvb_heap_valid says so), items a private,
@@ -611,6 +615,11 @@ struct ibvb_attach_opts {
 	int start;       /* IBVB_START_OLDEST (0, default): from the oldest heap the ring still holds;
 			  * IBVB_START_HEAD (1): only heaps published after the attach */
 	unsigned flags;  /* IBVB_ATTACH_WAIT: wait (up to the timeout) for a ring that does not exist yet */
+	const char *group; /* consumer group (spec §14) to join as a member, NULL or "": none. A member starts
+			    * at head (start is ignored) and ibvb_peek / ibvb_wait hand out only the heaps the
+			    * producer assigns to it; the positions it passes over count in ibvb_held and
+			    * ibvb_advance (release a member's heaps with ibvb_release / ibvb_release_all). A
+			    * producer without groups (the C and Python ones) refuses it: -EPROTO. */
 };
 #define IBVB_ATTACH_WAIT 0x1u
 
@@ -633,6 +642,8 @@ void ibvb_set_warn_handler(ibvb_warn_fn fn, void *arg);
  *   names both versions); -EPROTO malformed welcome or a protocol error record; -EBADMSG corrupt header or
  *   geometry, missing seals or a size mismatch; -ETIMEDOUT no welcome in time; other -errno. */
 int ibvb_attach(struct ibvb_ring **out, const char *name_or_path, int timeout_ms);
+/* A consumer group's group_id (spec §14): FNV-1a 32 of the name, 0 mapped to 1; 0 for NULL or "". */
+uint32_t ibvb_group_id(const char *name);
 int ibvb_attach_opts(struct ibvb_ring **out, const char *name_or_path, int timeout_ms,
 		     const struct ibvb_attach_opts *opts);
 /* Detach: store the released cursor, unmap the three mappings, close the socket (the producer then frees
@@ -752,6 +763,17 @@ static inline void ibvb_flush_release(struct ibvb_ring *r)
 		ibvb__wake_producer(r);
 }
 
+/* A member (spec §14) released through r->released: the positions it passed over after that go back too, up
+ * to its next own held heap, and the tail is stored at once (the producer balances its group by it). */
+static inline void ibvb__member_released(struct ibvb_ring *r)
+{
+	while (r->released != r->read && !r->mine[r->released & r->mask])
+		r->released++;
+	if (r->eos_pending && (int64_t)(r->released - r->eos_pos) > 0)
+		r->eos_pending = 0;
+	ibvb_flush_release(r);
+}
+
 /* Release every held position up to and including h->position (in position order). The views of those
  * heaps must not be touched afterwards. Releasing an already released position does nothing (0). The tail
  * store is batched (at most max(1, slot_count/8), ≤ 64 positions deferred; see ibvb_flush_release).
@@ -769,11 +791,26 @@ static inline int ibvb_release(struct ibvb_ring *r, const struct ibvb_heap *h)
 			r->eos_pending = 0;
 	}
 	r->released = t;
-	if (t - r->stored >= r->release_batch)
+	if (__builtin_expect(r->mine != NULL, 0))
+		ibvb__member_released(r);
+	else if (t - r->stored >= r->release_batch)
 		ibvb_flush_release(r);
 	if (__builtin_expect(!ibvb__attached(r), 0))
 		return ibvb__stale(r);
 	return 0;
+}
+
+/* A member passes over position pos, another member's (spec §14): released at once when nothing before it
+ * is held, else with the held heap before it. */
+static inline void ibvb__pass_over(struct ibvb_ring *r, uint64_t pos)
+{
+	r->read = pos + 1;
+	r->mine[pos & r->mask] = 0;
+	if (r->released == pos) {
+		r->released = pos + 1;
+		if (r->released - r->stored >= r->release_batch)
+			ibvb_flush_release(r);
+	}
 }
 
 /* Release everything read so far (same contract as ibvb_release on the newest held heap). */
@@ -786,6 +823,18 @@ static inline int ibvb_release_all(struct ibvb_ring *r)
 	return ibvb_release(r, &h);
 }
 
+/* A member (spec §14) at position pos (descriptor copy d, seq checked): 1 if pos is another member's and was
+ * passed over; else 0, and pos is noted as its own (unless END_OF_STREAM, which is everyone's). */
+static inline int ibvb__member_passes(struct ibvb_ring *r, uint64_t pos, const struct ibvb_desc *d)
+{
+	if (!(d->reserved & r->group_bit) && !(d->flags & IBVB_FLAG_END_OF_STREAM)) {
+		ibvb__pass_over(r, pos);
+		return 1;
+	}
+	r->mine[pos & r->mask] = !(d->flags & IBVB_FLAG_END_OF_STREAM);
+	return 0;
+}
+
 /* Next heap without blocking: 0 and *h filled (the read position advances, so several heaps can be
  * held); -EAGAIN nothing published yet; -ENODATA end of stream (an END_OF_STREAM marker, which is
  * consumed, or a CLOSED ring drained); -EBADMSG corrupt descriptor, or an unknown header or row state
@@ -796,6 +845,7 @@ static inline int ibvb_release_all(struct ibvb_ring *r)
  * cannot have been reused under it. No syscall unless it flushes a release to a waiting producer. */
 static inline int ibvb_peek(struct ibvb_ring *r, struct ibvb_heap *h)
 {
+again:;
 	uint64_t pos = r->read;
 	if (pos == r->cached_head) {
 		r->cached_head = ibvb__load(&r->ctl->head, acquire);
@@ -821,6 +871,8 @@ static inline int ibvb_peek(struct ibvb_ring *r, struct ibvb_heap *h)
 	struct ibvb_desc d = r->desc[pos & r->mask]; /* one copy: every field below is the validated one */
 	if (__builtin_expect(d.seq != pos + 1, 0))
 		return ibvb__corrupt_desc(r, pos, "seq", d.seq, pos + 1);
+	if (__builtin_expect(r->group_bit != 0, 0) && ibvb__member_passes(r, pos, &d))
+		goto again; /* another member's position: its seq checked, nothing else read (spec §14) */
 	if (__builtin_expect(d.slot >= r->slot_count, 0))
 		return ibvb__corrupt_desc(r, pos, "slot", d.slot, r->slot_count);
 	if (__builtin_expect(d.item_count > r->max_items, 0))

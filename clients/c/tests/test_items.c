@@ -27,7 +27,7 @@ static struct ibvb_producer *make(const char *name)
 
 static struct ibvb_ring *attach(const char *name)
 {
-	struct ibvb_attach_opts ao = {g_dir, 0, 0};
+	struct ibvb_attach_opts ao = {.dir = g_dir};
 	struct ibvb_ring *r = NULL;
 	return ibvb_attach_opts(&r, name, 5000, &ao) == 0 ? r : NULL;
 }

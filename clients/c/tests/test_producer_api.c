@@ -72,7 +72,7 @@ static int pub(struct ibvb_producer *p, uint64_t cnt, uint64_t len)
 
 static int attach(struct ibvb_ring **r, const char *name, int start)
 {
-	struct ibvb_attach_opts ao = {g_dir, start, 0};
+	struct ibvb_attach_opts ao = {.dir = g_dir, .start = start};
 	return ibvb_attach_opts(r, name, 5000, &ao);
 }
 
@@ -171,7 +171,7 @@ static void test_bytes_block(void)
 	ibvb_producer_close(p);
 	CHECK(!file_exists("bytes-block", IBVB_SOCK_SUFFIX) && !file_exists("bytes-block", IBVB_LOCK_SUFFIX));
 	struct ibvb_ring *r;
-	struct ibvb_attach_opts ao = {g_dir, 0, 0};
+	struct ibvb_attach_opts ao = {.dir = g_dir};
 	CHECK_EQ(ibvb_attach_opts(&r, "bytes-block", 50, &ao), -ENOENT);
 }
 

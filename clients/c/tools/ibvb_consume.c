@@ -3,6 +3,7 @@
  * ibvb-consume --ring NAME_OR_SOCKET [--dir DIR] [--start oldest|head] [--verify] [--max-heaps N]
  *              [--timeout-ms T] [--hold N] [--sleep-us U]
  *              [--max-latency-us L]   (ibvb_set_max_latency: 0 wakes per heap) [--no-touch]
+ *              [--group-name NAME]   (a consumer-group member, spec §14: only the heaps assigned to it)
  *
  * Used by the Go cross-process tests and the ring benchmark: the per-heap path makes no syscalls
  * (unless --sleep-us, or the ring is empty) and its checksum loop vectorises.
@@ -13,7 +14,9 @@
  * A chunk-mode ring (spec §13) is read chunk by chunk: heaps counts positions (chunks), "chunks" and
  * "heaps_present" (from the presence maps) follow; checksum and --verify cover the present heap positions,
  * position (t, a) of chunk c being heap cnt c × positions + t × axis + a + 1 (send --pattern
- * --timestamp-step); first/last_heap_cnt are chunk ids, incomplete counts incomplete chunks. */
+ * --timestamp-step); first/last_heap_cnt are chunk ids, incomplete counts incomplete chunks.
+ * heap_cnt_sum (wrapping sum of the heap_cnts read, as the Go tool's) and group_id let a test check that a
+ * group's members together read every heap exactly once. */
 #define _GNU_SOURCE
 #include "ibvbridge.h"
 #include "tool.h"
@@ -35,6 +38,7 @@ static void usage(int code)
 	fprintf(code ? stderr : stdout,
 		"usage: ibvb-consume --ring NAME_OR_SOCKET [--dir DIR] [--start oldest|head] [--verify] [--wait]\n"
 		"                    [--max-heaps N] [--timeout-ms T] [--max-latency-us L] [--hold N] [--sleep-us U] [--no-touch]\n"
+		"                    [--group-name NAME]\n"
 		"  --ring R           ring name (looked up as R.v2.sock) or the path of its socket (ends in .v2.sock)\n"
 		"  --dir DIR          ring directory to look the name up in (default: $IBVBRIDGE_RING_DIR, else\n"
 		"                     /run/ibvbridge as root, else $XDG_RUNTIME_DIR/ibvbridge or /dev/shm/ibvbridge-EUID,\n"
@@ -49,6 +53,7 @@ static void usage(int code)
 		"  --max-latency-us L let heaps of a moving stream wait up to L us for coalesced wakes (0: a wake per heap)\n"
 		"  --hold N           keep the N newest heaps held\n"
 		"  --sleep-us U       sleep U us per heap, holding it, before reading it (a slow consumer)\n"
+		"  --group-name NAME  join consumer group NAME (spec 14; starts at head): read only the heaps assigned to it\n"
 		"Prints one JSON object. Exit: 0 eos/max, 1 error, 2 producer_gone, 3 timeout, 4 overrun, 5 detached.\n");
 	exit(code);
 }
@@ -151,6 +156,8 @@ int main(int argc, char **argv)
 			ring = v;
 		else if (!strcmp(a, "--dir"))
 			aopts.dir = v;
+		else if (!strcmp(a, "--group-name"))
+			aopts.group = v;
 		else if (!strcmp(a, "--start")) {
 			if (!strcmp(v, "oldest"))
 				aopts.start = IBVB_START_OLDEST;
@@ -179,6 +186,7 @@ int main(int argc, char **argv)
 	if (timeout_ms > INT32_MAX)
 		timeout_ms = INT32_MAX;
 
+	uint64_t heap_cnt_sum = 0;
 	uint64_t heaps = 0, bytes = 0, sum = 0, verify_errors = 0, overrun_heaps = 0, incomplete = 0, first = 0, last = 0, ooo = 0;
 	double t0 = 0, t1 = 0;
 	const char *result = "error";
@@ -248,6 +256,7 @@ int main(int argc, char **argv)
 			}
 			last = h.heap_cnt;
 			heaps++;
+			heap_cnt_sum += h.heap_cnt;
 			if (sleep_us) /* a slow reader: the heap is held meanwhile (and may be overrun under drop) */
 				usleep((useconds_t)sleep_us);
 			bytes += h.received;
@@ -284,7 +293,7 @@ int main(int argc, char **argv)
 				if (held > hold) {
 					struct ibvb_heap o = {.position = oldest};
 					ibvb_release(r, &o);
-					oldest++;
+					oldest = r->released; /* the next held heap (a group member passes over others') */
 					held--;
 				}
 			}
@@ -301,7 +310,8 @@ int main(int argc, char **argv)
 	       ",\"heap_cnt_out_of_order\":%" PRIu64 ",\"seconds\":%.6f,\"cpu_seconds\":%.6f,\"result\":\"%s\",\"error\":",
 	       heaps, bytes, sum + ct.sum, verify_errors + ct.verify_errors, overrun_heaps + ct.overrun, incomplete, first, last, ooo, heaps ? t1 - t0 : 0.0, cpu1 - cpu0, result);
 	json_str(errmsg);
-	printf(",\"chunks\":%" PRIu64 ",\"heaps_present\":%" PRIu64 ",\"counters\":{", ct.chunks, ct.heaps_present);
+	printf(",\"chunks\":%" PRIu64 ",\"heaps_present\":%" PRIu64 ",\"heap_cnt_sum\":%" PRIu64
+	       ",\"group_id\":%" PRIu32 ",\"counters\":{", ct.chunks, ct.heaps_present, heap_cnt_sum, ibvb_group_id(aopts.group));
 	for (unsigned i = 0; r && i < IBVB_CTR_COUNT; i++)
 		printf("%s\"%s\":%" PRIu64, i ? "," : "", ibvb_counter_name(i), ibvb_counter(r, i));
 	printf("},\"session_id\":%" PRIu64 "}\n", r ? ibvb_session_id(r) : 0);

@@ -2,7 +2,7 @@
 
     python3 -m ibvbridge.consume --ring NAME_OR_SOCKET [--dir DIR] [--start oldest|head] [--verify]
                                  [--max-heaps N] [--timeout-ms T] [--hold N] [--sleep-us U] [--batch N]
-                                 [--stop-first] [--wait] [--no-touch]
+                                 [--stop-first] [--wait] [--no-touch] [--group-name NAME]
 
 The ring is a name (looked up in --dir, else $IBVBRIDGE_RING_DIR, else the default ring directories) or the
 path of its socket (NAME.v2.sock). A ring that does not exist is an error at once, unless --wait: then the
@@ -12,7 +12,7 @@ next one published.
 Prints exactly one JSON object on stdout:
     {"heaps", "bytes", "checksum", "verify_errors", "overrun_heaps", "incomplete", "first_heap_cnt",
      "last_heap_cnt", "heap_cnt_out_of_order", "seconds", "cpu_seconds", "result", "error", "counters",
-     "session_id", "chunks", "heaps_present"}
+     "session_id", "chunks", "heaps_present", "heap_cnt_sum", "group_id"}
 Exit status: 0 eos / max, 2 producer_gone, 3 timeout, 4 overrun (detached after falling a whole ring
 behind), 5 detached (any other reason), 1 anything else. Every result but eos / max also prints its error as
 one line on stderr.
@@ -37,6 +37,11 @@ the present heaps' bytes; first/last_heap_cnt are chunk ids and incomplete count
 --verify checks each present heap position against the pattern of heap cnt chunk_id × positions +
 t × axis + a + 1 (send --pattern --timestamp-step, whose heaps count from 1); a wrong position is one
 verify error. --no-touch still reads the presence maps.
+
+--group-name NAME attaches as a member of consumer group NAME (spec §14; a member starts at head): the tool
+reads only the heaps the producer assigns to it. heap_cnt_sum (wrapping uint64 sum of the heap_cnts read, as
+the Go tool's) lets a test check that a group's members together read every heap exactly once. A member
+cannot use --batch (batches would hold other members' positions); it reads a chunk ring chunk by chunk.
 """
 
 import argparse
@@ -76,7 +81,7 @@ class Stats:
         self.verify = verify
         self.touch = touch
         self.heaps = self.bytes = self.checksum = self.verify_errors = self.incomplete = self.overrun_heaps = 0
-        self.chunks = self.heaps_present = 0
+        self.chunks = self.heaps_present = self.heap_cnt_sum = 0
         self.first = self.last = None
         self.out_of_order = 0
         # pattern[b] = bytes (b + i) & 0xff for i < slot_size (+255 so any start fits)
@@ -126,6 +131,7 @@ class Stats:
             self.out_of_order += 1
         self.last = cnt
         self.heaps += 1
+        self.heap_cnt_sum = (self.heap_cnt_sum + cnt) & M64
         return True
 
     # ---------------------------------------------------------------- one chunk (spec §13)
@@ -248,6 +254,7 @@ class Stats:
         self.out_of_order += ooo
         self.last = int(hc[-1])
         self.heaps += n
+        self.heap_cnt_sum = (self.heap_cnt_sum + int(hc.sum(dtype=np.uint64))) & M64
         return True
 
 
@@ -271,13 +278,16 @@ def main(argv=None):
     ap.add_argument("--stop-first", action="store_true",
                     help="after taking the first heap (or batch), stop this process (SIGSTOP) before reading it, "
                          "until SIGCONT (a consumer stalled mid-read, for tests)")
+    ap.add_argument("--group-name", default="",
+                    help="attach as a member of this consumer group (spec §14): read only the heaps assigned to it")
     a = ap.parse_args(argv)
     timeout = a.timeout_ms / 1000.0
     out = {"heaps": 0, "bytes": 0, "checksum": 0, "verify_errors": 0, "overrun_heaps": 0, "incomplete": 0,
            "first_heap_cnt": 0,
            "last_heap_cnt": 0, "heap_cnt_out_of_order": 0, "seconds": 0.0, "cpu_seconds": 0.0, "result": "error",
            "error": "",
-           "counters": {}, "session_id": 0, "chunks": 0, "heaps_present": 0}
+           "counters": {}, "session_id": 0, "chunks": 0, "heaps_present": 0, "heap_cnt_sum": 0,
+           "group_id": 0}
     signal.signal(signal.SIGTERM, _on_sigterm)
     ring = None
     st = None
@@ -287,8 +297,8 @@ def main(argv=None):
     held_n = 0
     try:
         ring = Ring.attach(a.ring, timeout=timeout, directory=a.dir, start=a.start,
-                           max_latency=a.max_latency_us / 1e6, wait=a.wait)
-        out["session_id"] = ring.session_id
+                           max_latency=a.max_latency_us / 1e6, wait=a.wait, group=a.group_name or None)
+        out["session_id"], out["group_id"] = ring.session_id, ring.group_id
         st = Stats(a.verify, ring.slot_size, touch=not a.no_touch)
         chunked = ring.chunk_geometry is not None
         if (a.batch or chunked) and np is None:
@@ -308,7 +318,7 @@ def main(argv=None):
                     want = a.batch if limit is None else min(a.batch, limit - st.heaps)
                     # A batch's numpy set-up costs ~30 chunks' worth of the per-chunk path: batch only when
                     # enough chunks wait (after a coalesced wake, or behind), else take the next one.
-                    if want >= CHUNK_BATCH_MIN and (ring.head - ring.position) & M64 >= CHUNK_BATCH_MIN:
+                    if not ring.group_id and want >= CHUNK_BATCH_MIN and (ring.head - ring.position) & M64 >= CHUNK_BATCH_MIN:
                         item = ring.next_chunk_batch(want, timeout)
                     else:
                         item = ring.next_chunk(timeout)
@@ -375,7 +385,8 @@ def main(argv=None):
         out.update(heaps=st.heaps, bytes=st.bytes, checksum=st.checksum, verify_errors=st.verify_errors,
                    overrun_heaps=st.overrun_heaps,
                    incomplete=st.incomplete, first_heap_cnt=st.first or 0, last_heap_cnt=st.last or 0,
-                   heap_cnt_out_of_order=st.out_of_order, chunks=st.chunks, heaps_present=st.heaps_present)
+                   heap_cnt_out_of_order=st.out_of_order, chunks=st.chunks, heaps_present=st.heaps_present,
+                   heap_cnt_sum=st.heap_cnt_sum)
     sys.stdout.write(json.dumps(out, separators=(",", ":")) + "\n")
     sys.stdout.flush()
     if out["result"] not in ("eos", "max"):

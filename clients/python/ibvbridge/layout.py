@@ -106,6 +106,7 @@ MSG_MAJOR = 0x08
 MSG_MINOR = 0x0A
 HELLO_ROLE = 0x0C
 HELLO_START = 0x10
+HELLO_GROUP_ID = 0x14  # consumer groups (§14): u32, 0 = no group; outside HELLO_STRUCT (reserved before 2.1)
 WELCOME_STATUS = 0x0C
 WELCOME_CONSUMER_INDEX = 0x10
 WELCOME_GENERATION = 0x14
@@ -315,9 +316,22 @@ META_RECORD_STRUCT, META_RECORD_FIELDS = _fields_struct((
 
 # --- handshake helpers (§1.2) --------------------------------------------------------------------------
 def pack_hello(role: int = ROLE_CONSUMER, start: int = START_OLDEST, major: int = MAJOR_VERSION,
-               minor: int = MINOR_VERSION, magic: int = MAGIC) -> bytes:
-    """A 32-byte hello record."""
-    return HELLO_STRUCT.pack(magic, major, minor, role, start)
+               minor: int = MINOR_VERSION, magic: int = MAGIC, group_id: int = 0) -> bytes:
+    """A 32-byte hello record; group_id (§14) goes at HELLO_GROUP_ID."""
+    b = bytearray(HELLO_STRUCT.pack(magic, major, minor, role, start))
+    struct.pack_into("<I", b, HELLO_GROUP_ID, group_id)
+    return bytes(b)
+
+
+def group_id(name: str) -> int:
+    """The group_id of a consumer group's name (§14): FNV-1a 32 over its UTF-8 bytes, 0 mapped to 1; 0 for
+    no group ("")."""
+    if not name:
+        return 0
+    h = 0x811C9DC5
+    for c in name.encode():
+        h = ((h ^ c) * 0x01000193) & 0xFFFFFFFF
+    return h or 1
 
 
 def unpack_hello(buf: bytes) -> dict[str, int]:

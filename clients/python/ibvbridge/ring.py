@@ -624,12 +624,14 @@ class Ring:
         self._chunk_geo = self._chunk_data = self._chunk_present = None
         self._detached = None
         self._gone = False
+        self.group_id = 0  # consumer group (§14), 0 for an independent consumer
+        self._group_bit = 0  # this row's bit in a descriptor's assign mask when a member, else 0
 
     # ------------------------------------------------------------------ attach (spec §9)
     @classmethod
     def attach(cls, name_or_path: PathLike, timeout: float | None = 10.0, directory: PathLike | None = None,
                start: str | int = "oldest", max_latency: float = 0.0, spin_budget: float = SPIN_BUDGET,
-               wait: bool = False) -> Ring:
+               wait: bool = False, group: str | None = None) -> Ring:
         """Attach to a ring as a consumer, by name or by socket path (anything with a '/', ending in
         .v2.sock).
 
@@ -657,11 +659,20 @@ class Ring:
 
         ``spin_budget`` (seconds, default 20 µs) bounds the spin before a sleep; the consumer spins only
         while recent waits averaged at most half of it (0: never spin).
+
+        ``group`` (a name) attaches as a member of that consumer group (spec §14): the members share the
+        stream, each heap goes to exactly one of them (the producer chooses), and a member starts at head
+        (``start`` is ignored). next(), iteration and the chunk reads hand out only this member's heaps;
+        next_batch()/batches()/next_chunk_batch() refuse (RingError) for a member. A producer that does not
+        know groups (the C and Python producers) refuses with ProtocolError.
         """
         require_supported()
         if start not in _STARTS:
             raise ValueError(f"start must be 'oldest' or 'head', not {start!r}")
         self = cls()
+        self.group_id = L.group_id(group or "")
+        if self.group_id:
+            start = "head"  # a member always starts at head (spec §14)
         self._max_latency = max(0.0, float(max_latency))
         self._spin_budget = max(0.0, float(spin_budget))
         self._wait_avg, self._active = 0.0, False
@@ -760,7 +771,7 @@ class Ring:
             deadline = time.monotonic() + timeout
         try:  # 3. hello, welcome
             sock.settimeout(max(0.001, min(deadline - time.monotonic(), 3600.0)))
-            sock.sendall(L.pack_hello(L.ROLE_CONSUMER, start))
+            sock.sendall(L.pack_hello(L.ROLE_CONSUMER, start, group_id=self.group_id))
             msg, fds, mflags, _ = socket.recv_fds(sock, L.ERROR_RECORD_MAX, 8, socket.MSG_CMSG_CLOEXEC)
         except socket.timeout:
             raise Timeout(f"ring {name}: the producer did not answer within {timeout} s") from None
@@ -774,6 +785,10 @@ class Ring:
         w = self._check_welcome(msg, fds, mflags)
         ctl_fd, data_fd, region_fd = fds
         self.consumer_index, self._generation = w["consumer_index"], w["generation"]
+        if self.group_id:
+            if self.consumer_index >= 64:  # assign is a u64 over rows: max_consumers <= 64 with groups (§14)
+                raise ProtocolError(f"ring {name}: group member given row {self.consumer_index} (assign has 64 bits)")
+            self._group_bit = 1 << self.consumer_index
         # 4. seals and sizes, before anything is mapped
         for what, fd, need, size in (("control", ctl_fd, L.SEALS_SHARED, w["ctl_size"]),
                                      ("data", data_fd, L.SEALS_SHARED, w["data_size"]),
@@ -1176,8 +1191,19 @@ class Ring:
         while pend and pend[0][1]:
             tail = pend.popleft()[0]
         self._released_to = tail
-        if ((tail - self._stored) & M64) >= self._release_batch:
-            self._flush_release()
+        if self._group_bit or ((tail - self._stored) & M64) >= self._release_batch:
+            self._flush_release()  # a member at once: the producer balances its group by it (spec §14)
+
+    def _pass_over(self, pos):
+        """A member moves past position pos, assigned to another member (spec §14): released at once when
+        nothing before it is held, else with the held heap before it."""
+        end = self._read = (pos + 1) & M64
+        if self._pending:
+            self._pending.append([end, True])
+        else:
+            self._released_to = end
+            if ((end - self._stored) & M64) >= self._release_batch:
+                self._flush_release()
 
     def _flush_release(self):
         """Store the released position to the region's tail and wake a waiting producer (spec §7.4)."""
@@ -1206,12 +1232,18 @@ class Ring:
         self._check_open()
         if self._eos:
             raise EndOfStream("end of stream")
-        if self._cached_head == self._read and self._available() == 0:
-            self._wait(timeout)
-        pos = self._read
+        while True:
+            if self._cached_head == self._read and self._available() == 0:
+                self._wait(timeout)
+            pos = self._read
+            (seq, heap_cnt, heap_size, received, ts, slot, flags, icount, packets,
+             assign) = _unpack_desc(self._data_mm, self._desc_base + (pos & self._mask) * 64)
+            if not self._group_bit or assign & self._group_bit or flags & L.FLAG_END_OF_STREAM:
+                break
+            if seq != (pos + 1) & M64:  # another member's position: only its seq is checked (spec §14)
+                raise self._corrupt_desc(pos, f"seq {seq}, want {(pos + 1) & M64}")
+            self._pass_over(pos)
         g = self._geo
-        (seq, heap_cnt, heap_size, received, ts, slot, flags, icount, packets,
-         _) = _unpack_desc(self._data_mm, self._desc_base + (pos & self._mask) * 64)
         if seq != (pos + 1) & M64:
             raise self._corrupt_desc(pos, f"seq {seq}, want {(pos + 1) & M64}")
         if slot >= g.slot_count:
@@ -1285,7 +1317,7 @@ class Ring:
         try:
             while True:
                 pos = self._read
-                if self._pending or self._eos or self._cached_head == pos and self._available() == 0:
+                if self._group_bit or self._pending or self._eos or self._cached_head == pos and self._available() == 0:
                     try:
                         heap = self.next(timeout)
                     except EndOfStream:
@@ -1349,6 +1381,9 @@ class Ring:
         address items) are validated vectorised: CorruptRing if any is bad."""
         _need_numpy()
         self._check_open()
+        if self._group_bit:
+            raise RingError("next_batch: this consumer is a group member (spec §14); a batch would hold other "
+                            "members' positions: read with next() or iteration")
         if max_heaps < 1:
             raise ValueError("max_heaps must be >= 1")
         if self._eos:

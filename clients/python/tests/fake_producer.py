@@ -75,6 +75,11 @@ class FakeProducer(Producer):
         self.fds_hook = None
         self.region_seals = SEALS_REGION
         self.dropped = 0
+        # accept_groups: take a hello's group_id (spec §14) instead of refusing it as the Python producer
+        # does; the test then writes each descriptor's assign mask itself (publish(desc_overrides=
+        # {"reserved": mask})). hello_groups lists the group_ids received.
+        self.accept_groups = False
+        self.hello_groups = []
         super().__init__(name, slot_count=slot_count, slot_size=slot_size, max_items=max_items,
                          meta_size=meta_size, policy=policy, hugepages="off", directory=directory,
                          max_consumers=max_consumers, packet_size=packet_size, start_position=start_position,
@@ -113,6 +118,12 @@ class FakeProducer(Producer):
             return False
         self._refuse(conn, *self.refuse)
         return True
+
+    def _answer(self, conn, msg):
+        if self.accept_groups and len(msg) == L.HELLO_SIZE:
+            self.hello_groups.append(int.from_bytes(msg[L.HELLO_GROUP_ID:L.HELLO_GROUP_ID + 4], "little"))
+            msg = msg[:L.HELLO_GROUP_ID] + bytes(4) + msg[L.HELLO_GROUP_ID + 4:]
+        return super()._answer(conn, msg)
 
     def _welcome_hook(self, rec, fds):
         if self.welcome_hook is not None:

@@ -15,7 +15,7 @@ PY = sys.executable
 M64 = (1 << 64) - 1
 KEYS = ["heaps", "bytes", "checksum", "verify_errors", "overrun_heaps", "incomplete", "first_heap_cnt", "last_heap_cnt",
         "heap_cnt_out_of_order", "seconds", "cpu_seconds", "result", "error", "counters", "session_id", "chunks",
-        "heaps_present"]
+        "heaps_present", "heap_cnt_sum", "group_id"]
 
 
 def expected_checksum(heaps):
@@ -74,6 +74,7 @@ def test_eos_verify_checksum(tmp_path, mode):
     assert (out["first_heap_cnt"], out["last_heap_cnt"], out["heap_cnt_out_of_order"]) == (1, 400, 0)
     assert out["counters"]["heaps"] == 400 and out["counters"]["end_of_stream"] == 1
     assert out["session_id"] > 0 and out["incomplete"] == 0
+    assert out["heap_cnt_sum"] == 400 * 401 // 2 and out["group_id"] == 0
 
 
 @pytest.mark.parametrize("mode", [[], ["--batch", "4"]])
