@@ -112,7 +112,7 @@ func runBenchUDP(ctx context.Context, env bench.Env, args []string, stdout, stde
 	var peerBins peerBinaries
 	fs.Var(&peerBins, "peer-bin", "with --peer: a spead2_recv to compare, PATH or LABEL=PATH; repeatable (default: spead2_recv on PATH)")
 	peerArgs := fs.String("peer-args", strings.Join(bench.DefaultSpead2RecvArgs, " "), "with --peer: spead2_recv's flags")
-	recvArgs := fs.String("recv-args", "", "with --peer: more flags for recv, space-separated (e.g. --hugepages off)")
+	recvArgs := fs.String("recv-args", "", "with --peer: more flags for recv, space-separated, after --policy block (spead2_recv's ring blocks when full, so recv's does too; e.g. --hugepages off, --coalesce 0)")
 	peerSlots := fs.String("slots", "64", "with --peer: recv's ring sizes, comma-separated (slots of twice the heap size)")
 	peerSeconds := fs.Float64("seconds", 2, "with --peer and --heap-sizes/--rate: seconds of stream per run")
 	peerBuffer := byteSize(32 << 20)
