@@ -6,13 +6,6 @@ import "time"
 // longer one spans an idle spell, and the next burst may come at any rate.
 const absorbIdle = 100 * time.Millisecond
 
-// absorbState is the hot path's estimate of the stream's rate in positions per second, for Absorbs.
-type absorbState struct {
-	at   time.Time // the last call
-	pos  uint64    // p.pos then
-	rate float64   // positions per second, a moving average over calls; 0: unknown
-}
-
 // Absorbs bounds a coalesced wait: a source that lets the stream pile up in the kernel and then reads it
 // in one drain, published as one batch (udp.Config.Coalesce). It returns max, or less when the stream, at
 // the rate positions were published lately, would bring more heaps than half the slots free now: a
@@ -26,27 +19,15 @@ func (p *Producer) Absorbs(max time.Duration) time.Duration {
 }
 
 func (p *Producer) absorbsAt(now time.Time, max time.Duration) time.Duration {
-	a := &p.absorb
-	dt, dp := now.Sub(a.at), p.pos-a.pos
-	a.at, a.pos = now, p.pos
-	if dt <= 0 || dt > absorbIdle {
-		a.rate = 0
+	r, known := p.absorbRate.Observe(now, p.pos, absorbIdle)
+	if !known {
 		return 0
 	}
-	rate := float64(dp) / dt.Seconds()
-	if a.rate == 0 {
-		a.rate = rate
-	} else {
-		a.rate += (rate - a.rate) / 4
-	}
-	if a.rate <= 0 {
-		return max
-	}
 	room := p.room()
-	if room < 0 {
+	if room < 0 || r <= 0 {
 		return max
 	}
-	return min(max, time.Duration(float64(room)/2/a.rate*float64(time.Second)))
+	return min(max, time.Duration(float64(room)/2/r*float64(time.Second)))
 }
 
 // room is how many positions could take a slot now: the free pool after a reclaim (skipped when the

@@ -3,6 +3,7 @@ package udp
 import (
 	"time"
 
+	"github.com/ibvbridge/ibvbridge/internal/rate"
 	"github.com/ibvbridge/ibvbridge/transport"
 )
 
@@ -22,9 +23,7 @@ type coalescer struct {
 	max      time.Duration
 	room     float64            // payload bytes the socket may hold: a quarter of its buffer (see newCoalescer)
 	absorber transport.Absorber // nil: the sink sets no bound
-	at       time.Time          // the last drain's end
-	bytes    uint64             // the socket's byte count then
-	rate     float64            // payload bytes per second, a moving average over drains; 0: unknown
+	bytes    rate.Meter         // the socket's payload bytes per second
 }
 
 // newCoalescer bounds sleeps by max, by the socket buffer buf (bytes, as the kernel granted it) and by
@@ -39,21 +38,13 @@ func newCoalescer(max time.Duration, buf int, sink transport.Sink) *coalescer {
 // next is how long to sleep after a drain that emptied the socket, which by then had received bytes
 // payload bytes in all: 0 for no sleep.
 func (c *coalescer) next(now time.Time, bytes uint64) time.Duration {
-	dt, db := now.Sub(c.at), bytes-c.bytes
-	c.at, c.bytes = now, bytes
-	if dt <= 0 || dt > coalesceIdle {
-		c.rate = 0
+	r, known := c.bytes.Observe(now, bytes, coalesceIdle)
+	if !known {
 		return 0
 	}
-	rate := float64(db) / dt.Seconds()
-	if c.rate == 0 {
-		c.rate = rate
-	} else {
-		c.rate += (rate - c.rate) / 4
-	}
 	d := c.max
-	if c.rate > 0 {
-		d = min(d, time.Duration(c.room/c.rate*float64(time.Second)))
+	if r > 0 {
+		d = min(d, time.Duration(c.room/r*float64(time.Second)))
 	}
 	if c.absorber != nil && d >= minCoalesce {
 		d = c.absorber.Absorbs(d)
