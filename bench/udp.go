@@ -492,6 +492,9 @@ func udpRun(ctx context.Context, env Env, path Path, o UDPOptions, heapSize int,
 	if err := waitFor(20*time.Second, func() bool { return consumerAttached(name) }); err != nil {
 		return run, fmt.Errorf("%s consumer did not attach", consumer)
 	}
+	// A consumer maps the ring after it has attached (and a large ring's pages are still being zeroed):
+	// with 4096 slots of 2 MiB that overlapped the stream's first second and cost recv 1.2× its CPU.
+	waitSettled(10*time.Second, recv.Process.Pid, cons.Process.Pid)
 	sendExtra := append(sendArgs, path.SendArgs...)
 	sender := o.Sender
 	if sender == nil {
