@@ -225,6 +225,7 @@ func processRun(ctx context.Context, env Env, sender Sender, sh PeerShape, recei
 	if err := waitFor(10*time.Second, func() bool { return udpPortBound(port) }); err != nil {
 		return run, fmt.Errorf("%s did not bind %s: %s", cmd.Path, endpoint, errOut.String())
 	}
+	waitSettled(10*time.Second, cmd.Process.Pid) // its start-up (a memory pool filled) is not the stream's, as for recv
 	send, err := sender.Command(ctx, nil, endpoint, sh.Heaps, sh.HeapSize, sh.PacketSize, sh.RateGbps)
 	if err != nil {
 		return run, err
