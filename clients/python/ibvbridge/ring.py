@@ -26,6 +26,7 @@ import ast
 import collections
 import ctypes
 import logging
+from errno import ETIMEDOUT
 import os
 import select
 import socket
@@ -38,7 +39,7 @@ from . import shared as _shared
 from .shared import (I_CONSUMER_FUTEX, I_CONSUMER_WAITING, I_PRODUCER_WAITING, I_RELEASE_FUTEX, I_STATE, M64,
                      POLL_GONE, Q_HEAD, Q_HEARTBEAT_NS, Q_OLDEST, Q_SPIN_BUDGET_NS, Q_STATS, Q_TAIL, Q_WAKE_AT,
                      row_word)
-from ._sys import (ORDERED, acquire_fence, full_fence, futex_wait, futex_wake, get_seals, map_fd, peer_cred,
+from ._sys import (ORDERED, FutexWaiter, acquire_fence, full_fence, futex_wake, get_seals, map_fd, peer_cred,
                    release_fence, require_supported)
 from .errors import (CorruptRing, Detached, EndOfStream, MetadataBusy, Overrun, PermissionDenied, ProducerGone,
                      ProtocolError, RingBusy, RingClosing, RingError, RingNotFound, Timeout, VersionMismatch)
@@ -827,6 +828,8 @@ class Ring:
         self._rfutex = ctypes.c_uint32.from_buffer(self._region_mm, L.REG_RELEASE_FUTEX)
         self._cfutex_addr = ctypes.addressof(self._cfutex)
         self._rfutex_addr = ctypes.addressof(self._rfutex)
+        self._futex_wait = FutexWaiter(self._cfutex_addr)
+        self._poll_due = 0.0  # monotonic time the next liveness poll is due in a wait (_wait)
         if np is not None:  # persistent zero-copy views for the batch API
             self._desc_arr = np.frombuffer(self._data_mm, L.DESC_DTYPE, g.slot_count, g.desc_offset)
             self._desc_raw = np.frombuffer(self._data_mm, np.uint8, g.slot_count * L.DESC_SIZE, g.desc_offset)
@@ -1481,12 +1484,17 @@ class Ring:
     # ------------------------------------------------------------------ waiting (spec §7.5)
     def _wait(self, timeout):
         """Return when a heap is published (cached_head updated); raise EndOfStream / ProducerGone / Timeout /
-        Detached. Spins only without max_latency and while recent waits were short (see attach)."""
+        Detached. Spins only without max_latency and while recent waits were short (see attach).
+
+        Its cost is paid per wake, so the loop does only what the protocol needs (spec §7.5). Producer
+        liveness (§7.6, noticed within MAX_WAIT_SLICE) is a poll() syscall made only when one is due — once
+        per slice (no sleep lasts past the due time, so a death is noticed within a slice of it) — and before
+        a Timeout is reported; a stream that wakes the consumer every few ms makes it four times a second,
+        not once per wake. Whether a sleep timed out is the futex's own answer (ETIMEDOUT), not a clock."""
         self._flush_release()
-        start = now = time.monotonic()
-        deadline = float("inf") if timeout is None else now + timeout
-        c64, c32, r32, r64 = self._c64, self._c32, self._r32, self._r64
+        c64 = self._c64
         read = self._read
+        start = now = time.monotonic()
         lat = self._max_latency
         budget = self._spin_budget
         if not lat and budget > 0 and self._wait_avg <= budget / 2:
@@ -1495,25 +1503,30 @@ class Ring:
                 h = c64[Q_HEAD]
                 if h != read:
                     self._set_head(h)
-                    self._note_wait(start)
+                    self._note_wait(start, time.monotonic())
                     return
+            now = time.monotonic()
+        deadline = None if timeout is None else start + timeout
+        c32, r32, r64 = self._c32, self._r32, self._r64
+        fence, sleep = full_fence, self._futex_wait
+        wake_next = (read + 1) & M64
         try:
             while True:
                 coalesce = lat and self._active
                 f = r32[I_CONSUMER_FUTEX]
-                r64[Q_WAKE_AT] = (read + (self._coalesce_heaps if coalesce else 1)) & M64
+                r64[Q_WAKE_AT] = (read + self._coalesce_heaps) & M64 if coalesce else wake_next
                 r32[I_CONSUMER_WAITING] = 1
-                full_fence()
+                fence()
                 h = c64[Q_HEAD]
                 if h != read:
                     self._set_head(h)
-                    self._note_wait(start)
+                    self._note_wait(start, now)
                     return
                 self._check_row()
                 st = c32[I_STATE]
-                if st != L.STATE_CLOSED and st != L.STATE_READY:  # a minor never adds a state (spec §8)
-                    raise CorruptRing(f"ring {self.name} corrupt: unknown header state {st}")
-                if st == L.STATE_CLOSED:
+                if st != L.STATE_READY:
+                    if st != L.STATE_CLOSED:  # a minor never adds a state (spec §8)
+                        raise CorruptRing(f"ring {self.name} corrupt: unknown header state {st}")
                     if ORDERED:
                         acquire_fence()  # state is an acquire load: everything published before is seen
                     h = c64[Q_HEAD]
@@ -1521,35 +1534,38 @@ class Ring:
                         self._set_head(h)
                         return
                     raise EndOfStream("end of stream (ring closed)")
-                if not coalesce and not self.producer_alive():
-                    h = c64[Q_HEAD]  # drain first: everything published before the death is delivered
-                    if h != read:
-                        self._set_head(h)
-                        return
-                    if c32[I_STATE] == L.STATE_CLOSED:
-                        raise EndOfStream("end of stream (ring closed)")
-                    raise ProducerGone(f"ring {self.name}: producer (pid {self.producer_pid}) is gone")
-                now = time.monotonic()
-                left = deadline - now
+                left = L.MAX_WAIT_SLICE if deadline is None else deadline - now
+                due = self._poll_due
+                if now >= due or left <= 0:
+                    self._poll_due = due = now + L.MAX_WAIT_SLICE
+                    if not self.producer_alive():
+                        h = c64[Q_HEAD]  # drain first: everything published before the death is delivered
+                        if h != read:
+                            self._set_head(h)
+                            return
+                        if c32[I_STATE] == L.STATE_CLOSED:
+                            raise EndOfStream("end of stream (ring closed)")
+                        raise ProducerGone(f"ring {self.name}: producer (pid {self.producer_pid}) is gone")
                 if left <= 0:
                     raise Timeout(f"no heap within {timeout} s")
-                slice_ = min(lat if coalesce else L.MAX_WAIT_SLICE, left)
-                futex_wait(self._cfutex_addr, f, slice_)
-                if coalesce and time.monotonic() - now >= slice_:
+                slice_ = min(lat if coalesce else L.MAX_WAIT_SLICE, left, due - now)
+                timed_out = sleep(f, slice_) == ETIMEDOUT
+                now = time.monotonic()
+                if coalesce and timed_out:
                     # The latency bound passed: take what came; nothing at all means the stream went idle.
                     h = c64[Q_HEAD]
                     if h != read:
                         self._set_head(h)
-                        self._note_wait(start)
+                        self._note_wait(start, now)
                         return
                     self._active = False
         finally:
             if r32 is not None and not self._closed:
                 r32[I_CONSUMER_WAITING] = 0
 
-    def _note_wait(self, start):
+    def _note_wait(self, start, now):
         """A wait that found a heap: a moving average of the last ~8 wait lengths; the stream is active."""
-        self._wait_avg += (time.monotonic() - start - self._wait_avg) / 8
+        self._wait_avg += (now - start - self._wait_avg) / 8
         self._active = True
 
     def _set_head(self, h):
