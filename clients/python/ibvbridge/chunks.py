@@ -29,8 +29,12 @@ try:
 except ImportError:  # pragma: no cover - numpy is needed only for the array views
     np = None
 
+from .ring import Heap
+
 if TYPE_CHECKING:  # pragma: no cover
-    from .ring import Batch, Heap, Ring
+    from .ring import Batch, Ring
+
+FLAG_CHUNK = L.FLAG_CHUNK
 
 __all__ = ["ChunkGeometry", "Chunk", "ChunkBatch", "chunk_geometry"]
 
@@ -70,8 +74,9 @@ def chunk_geometry(features: int, raw: Any, slot_size: int) -> ChunkGeometry | N
     return g
 
 
-class Chunk:
-    """One chunk (spec §13.2–13.3), handed out by ``Ring.next_chunk`` / ``Ring.chunks``.
+class Chunk(Heap):
+    """One chunk (spec §13.2–13.3), handed out by ``Ring.next_chunk`` / ``Ring.chunks``: the Heap of its ring
+    position, with the chunk's views.
 
     ``chunk_id`` (the descriptor's heap_cnt: time index / heaps), ``position``, ``timestamp_ns``,
     ``received``, ``packets``, ``flags``, ``slot`` come from the checked private descriptor copy.
@@ -80,52 +85,35 @@ class Chunk:
     arrived complete; bytes of a position not present are undefined). Read, then check ``valid``.
     """
 
-    __slots__ = ("_ring", "_heap", "_geo", "_present")
+    # A subclass, not a wrapper: the descriptor's fields are plain slots (no property call per field read),
+    # and the ring builds the chunk in one step on its heap path (Ring._next / Ring._heaps).
+    __slots__ = ("_present",)
 
-    def __init__(self, ring: Ring, heap: Heap, geo: ChunkGeometry) -> None:
-        self._ring = ring
-        self._heap = heap
-        self._geo = geo
-        self._present = None
-
-    # ----- the descriptor copy's fields
-    chunk_id = property(lambda self: self._heap.heap_cnt, doc="the chunk id: time index / heaps")
-    position = property(lambda self: self._heap.position, doc="the chunk's position in the ring")
-    timestamp_ns = property(lambda self: self._heap.timestamp_ns, doc="the time of the chunk's first packet")
-    received = property(lambda self: self._heap.received, doc="payload bytes that arrived")
-    packets = property(lambda self: self._heap.packets, doc="packets placed into the chunk")
-    flags = property(lambda self: self._heap.flags, doc="layout.FLAG_*: CHUNK, COMPLETE or INCOMPLETE")
-    slot = property(lambda self: self._heap.slot, doc="the slot holding the chunk")
+    chunk_id = Heap.heap_cnt  # the same slot under the chunk's name: the chunk id, time index / heaps
 
     # ----- geometry
     @property
     def geometry(self) -> ChunkGeometry:
-        return self._geo
+        return self._ring._chunk_geo
 
     @property
     def shape(self) -> tuple[int, int]:
         """(time, axis): heap positions of the chunk."""
-        return (self._geo.heaps, self._geo.axis)
-
-    # ----- flags and liveness: the heap's
-    complete = property(lambda self: self._heap.complete, doc="every heap position arrived (COMPLETE)")
-    incomplete = property(lambda self: self._heap.incomplete, doc="a heap position is missing (INCOMPLETE)")
-
-    def _check_live(self):
-        self._heap._check_live()  # RingError once released or closed: the memory is the producer's again
+        g = self._ring._chunk_geo
+        return (g.heaps, g.axis)
 
     @property
     def data(self) -> np.ndarray:
         """The chunk's payload as a read-only uint8 view [time, axis, heap_size] (no copy)."""
         self._check_live()
-        return self._ring._chunk_data[self._heap.slot]
+        return self._ring._chunk_data[self.slot]
 
     def data_as(self, dtype: Any, shape: int | Sequence[int] | None = None) -> np.ndarray:
         """The payload as a read-only view [time, axis, *shape] of ``dtype``: each heap position's bytes
         reinterpreted (shape defaults to heap_size / itemsize elements). ValueError when a heap position
         does not hold a whole number of dtype elements or the shape does not match it."""
         dt = np.dtype(dtype)
-        hs = self._geo.heap_size
+        hs = self._ring._chunk_geo.heap_size
         if dt.itemsize == 0 or hs % dt.itemsize:
             raise ValueError(f"a heap position of {hs} bytes is not a whole number of {dt} elements")
         a = self.data.view(dt)
@@ -139,9 +127,9 @@ class Chunk:
         p = self._present
         if p is None:
             self._check_live()
-            r, g = self._ring, self._geo
-            off = r._pay_base + self._heap.slot * r._geo.slot_size + g.chunk_bytes
-            p = self._present = r._data_mm[off:off + g.positions]  # mmap slicing copies
+            r = self._ring
+            off = r._presence_base + self.slot * r._geo.slot_size
+            p = self._present = r._data_mm[off:off + r._chunk_geo.positions]  # mmap slicing copies
         return p
 
     @property
@@ -150,7 +138,7 @@ class Chunk:
         other value is a corrupt chunk and reads as not present, spec §13.2). Made from a private copy of
         the map, taken on first use: check ``valid`` after reading it, as for the bytes."""
         p = self._presence()
-        g = self._geo
+        g = self._ring._chunk_geo
         if p.count(0) + p.count(1) == len(p):  # the usual map: its bytes are the bools
             return np.frombuffer(p, np.bool_).reshape(g.heaps, g.axis)
         a = np.frombuffer(p, np.uint8).reshape(g.heaps, g.axis) == 1
@@ -160,32 +148,21 @@ class Chunk:
     @property
     def heaps_present(self) -> int:
         """How many heap positions are present (presence byte 1)."""
-        return self._presence().count(1)
+        p = self._present
+        return (self._presence() if p is None else p).count(1)
 
     def heap(self, t: int, a: int = 0) -> np.ndarray:
         """Heap position (t, a)'s bytes (a read-only uint8 view of heap_size bytes)."""
-        g = self._geo
+        g = self._ring._chunk_geo
         if not (0 <= t < g.heaps and 0 <= a < g.axis):
             raise IndexError(f"heap position ({t}, {a}) outside {g.heaps} × {g.axis}")
         return self.data[t, a]
 
-    # ----- validity and release (as a Heap: spec §7.7)
-    @property
-    def valid(self) -> bool:
-        """Whether every byte read from this chunk so far was the chunk's: True while the ring still counts
-        this consumer (read, THEN check). False after release and after the ring is closed."""
-        return self._heap.valid
+    # ----- validity and release: the Heap's (spec §7.7). valid: whether every byte read from this chunk so far
+    # was the chunk's (read, THEN check); release(): give the slot back, in position order; ring.release(chunk)
+    # also proves the chunk was read whole (Overrun when it was not).
 
-    @property
-    def released(self) -> bool:
-        return self._heap.released
-
-    def release(self) -> None:
-        """Give the chunk's slot back (in position order, as heaps). Idempotent; ``ring.release(chunk)``
-        also proves the chunk was read whole (Overrun when it was not)."""
-        self._heap.release()
-
-    def copy(self) -> tuple[np.ndarray, np.ndarray]:
+    def copy(self) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[override]
         """(data, present) copied out of the ring, then checked: Overrun / Detached when the producer
         overran this consumer while it held the chunk, so a copy is never torn."""
         d = np.array(self.data)
@@ -196,11 +173,8 @@ class Chunk:
     def __enter__(self) -> Chunk:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
     def __repr__(self) -> str:
-        g = self._geo
+        g = self._ring._chunk_geo
         return (f"Chunk(chunk_id={self.chunk_id}, position={self.position}, {g.heaps}x{g.axis}x{g.heap_size}, "
                 f"flags={self.flags:#x})")
 
@@ -211,6 +185,7 @@ def setup_views(ring: Ring) -> None:
     g = ring._chunk_geo
     if g is None or np is None:
         return
+    ring._presence_base = ring._geo.payload_offset + g.chunk_bytes  # slot 0's presence map in the data memory
     p2 = ring._payload2d  # (slot_count, slot_size), read-only
     cb = g.chunk_bytes
     ring._chunk_data = p2[:, :cb].reshape(p2.shape[0], g.heaps, g.axis, g.heap_size) if cb else None
@@ -326,16 +301,12 @@ def iter_chunk_batches(ring: Ring, max_chunks: int, timeout: float | None) -> It
             cb.release()
 
 
-def _as_chunk(ring: Ring, h: Heap, g: ChunkGeometry) -> Chunk:
-    """h (handed out, held) as a chunk, checked against the attach geometry from its private descriptor copy
-    (§13.5: CHUNK flag, heap_size == chunk_bytes, received ≤ chunk_bytes); CorruptRing (after releasing h)
-    when it is not one."""
-    cb = g.chunk_bytes
-    if not h.flags & L.FLAG_CHUNK or h.heap_size != cb or h.received > cb:
-        h.release()
-        raise ring._corrupt_desc(h.position, f"not a chunk of {cb} bytes: flags {h.flags:#x}, heap_size "
-                                 f"{h.heap_size}, received {h.received}")
-    return Chunk(ring, h, g)
+def _not_a_chunk(ring: Ring, c: Chunk, cb: int) -> CorruptRing:
+    """The CorruptRing for c, handed out but not a chunk of cb bytes (§13.5: CHUNK flag, heap_size ==
+    chunk_bytes, received ≤ chunk_bytes, from its private descriptor copy); c is released first."""
+    c.release()
+    return ring._corrupt_desc(c.position, f"not a chunk of {cb} bytes: flags {c.flags:#x}, heap_size "
+                              f"{c.heap_size}, received {c.received}")
 
 
 def _geometry(ring: Ring) -> ChunkGeometry:
@@ -349,8 +320,12 @@ def _geometry(ring: Ring) -> ChunkGeometry:
 
 def next_chunk(ring: Ring, timeout: float | None) -> Chunk:
     """Ring.next_chunk: the next position (descriptor checked as every heap's, §9.1), checked as a chunk."""
-    g = _geometry(ring)
-    return _as_chunk(ring, ring.next(timeout), g)  # EndOfStream at the marker
+    cb = _geometry(ring).chunk_bytes
+    c = ring._next(timeout, Chunk)  # EndOfStream at the marker
+    c._present = None
+    if not c.flags & FLAG_CHUNK or c.heap_size != cb or c.received > cb:
+        raise _not_a_chunk(ring, c, cb)
+    return c
 
 
 def iter_chunks(ring: Ring, timeout: float | None) -> Iterator[Chunk]:
@@ -358,6 +333,9 @@ def iter_chunks(ring: Ring, timeout: float | None) -> Iterator[Chunk]:
     rides on the heap iterator's fast path (one descriptor copy checked per position, releases stored to
     the tail in batches); that path checks this consumer's row before it hands out the next position, so a
     chunk overrun while the loop held it raises Overrun at the next step."""
-    g = _geometry(ring)
-    for h in ring.heaps(timeout):
-        yield _as_chunk(ring, h, g)
+    cb = _geometry(ring).chunk_bytes
+    for c in ring._heaps(timeout, Chunk):
+        c._present = None
+        if not c.flags & FLAG_CHUNK or c.heap_size != cb or c.received > cb:
+            raise _not_a_chunk(ring, c, cb)
+        yield c

@@ -120,18 +120,21 @@ class Stats:
         if not valid:
             self.overrun_heaps += 1
             return False
-        self.verify_errors += bad
-        self.checksum = (self.checksum + s) & M64
+        if bad:
+            self.verify_errors += bad
+        if s:
+            self.checksum = (self.checksum + s) & M64
         self.bytes += n
         if flags & L.FLAG_INCOMPLETE:
             self.incomplete += 1
-        if self.first is None:
+        last = self.last
+        if last is None:
             self.first = cnt
-        elif cnt <= self.last:
+        elif cnt <= last:
             self.out_of_order += 1
         self.last = cnt
         self.heaps += 1
-        self.heap_cnt_sum = (self.heap_cnt_sum + cnt) & M64
+        self.heap_cnt_sum += cnt  # wrapped to u64 when reported (heap_cnt_sum_u64)
         return True
 
     # ---------------------------------------------------------------- one chunk (spec §13)
@@ -142,9 +145,9 @@ class Stats:
         position is one verify error. Then check validity (read, then check): False when overrun."""
         npres = c.heaps_present
         s = bad = 0
-        if self.touch and npres:
+        if npres and self.touch:
             s, bad = self._present_bytes(c.data, c.present, c.chunk_id, npres)
-        if not self._count(c.chunk_id, c.received, c.flags, c.valid, s & M64, bad):
+        if not self._count(c.chunk_id, c.received, c.flags, c.valid, s, bad):
             return False
         self.chunks += 1
         self.heaps_present += npres
@@ -254,7 +257,7 @@ class Stats:
         self.out_of_order += ooo
         self.last = int(hc[-1])
         self.heaps += n
-        self.heap_cnt_sum = (self.heap_cnt_sum + int(hc.sum(dtype=np.uint64))) & M64
+        self.heap_cnt_sum += int(hc.sum(dtype=np.uint64))
         return True
 
 
@@ -308,6 +311,8 @@ def main(argv=None):
         sleep = a.sleep_us / 1e6
         stop_first = a.stop_first
         limit = a.max_heaps if a.max_heaps > 0 else None
+        hold = a.hold
+        batch_chunks = chunked and not ring.group_id and a.batch >= CHUNK_BATCH_MIN
         result = None
         while result is None:
             if limit is not None and st.heaps >= limit:
@@ -315,40 +320,52 @@ def main(argv=None):
                 break
             try:
                 if chunked:
-                    want = a.batch if limit is None else min(a.batch, limit - st.heaps)
-                    # A batch's numpy set-up costs ~30 chunks' worth of the per-chunk path: batch only when
-                    # enough chunks wait (after a coalesced wake, or behind), else take the next one.
-                    if not ring.group_id and want >= CHUNK_BATCH_MIN and (ring.head - ring.position) & M64 >= CHUNK_BATCH_MIN:
+                    # A batch's numpy set-up costs several chunks' worth of the per-chunk path: batch only
+                    # when enough chunks wait (after a coalesced wake, or behind), else take the next one.
+                    want = 0
+                    if batch_chunks and (ring.head - ring.position) & M64 >= CHUNK_BATCH_MIN:
+                        want = a.batch if limit is None else min(a.batch, limit - st.heaps)
+                    if want >= CHUNK_BATCH_MIN:
                         item = ring.next_chunk_batch(want, timeout)
+                        k = len(item)
+                        ok = st.chunk_batch(item) if not stop_first else None
                     else:
                         item = ring.next_chunk(timeout)
-                    k = len(item) if isinstance(item, ChunkBatch) else 1
+                        k = 1
+                        ok = st.chunk(item) if not stop_first else None
                 elif a.batch:
                     want = a.batch if limit is None else min(a.batch, limit - st.heaps)
                     item = ring.next_batch(want, timeout)
                     k = len(item)
+                    ok = None
                 else:
                     item = ring.next(timeout)
                     k = 1
+                    ok = None
                 if stop_first:
                     stop_first = False
                     os.kill(os.getpid(), signal.SIGSTOP)
-                if chunked:
-                    ok = st.chunk_batch(item) if isinstance(item, ChunkBatch) else st.chunk(item)
-                else:
-                    ok = st.batch(item) if a.batch else st.heap(item)
+                    ok = None
+                if ok is None:  # not accounted yet: a heap or batch, or the first item of --stop-first
+                    if chunked:
+                        ok = st.chunk_batch(item) if isinstance(item, ChunkBatch) else st.chunk(item)
+                    else:
+                        ok = st.batch(item) if a.batch else st.heap(item)
                 if not ok:
                     ring.release(getattr(item, "_batch", item))  # overrun while held: raises Overrun
                     raise RingError("heap invalid but the ring still counts this consumer")
             except EndOfStream:
                 result = "eos"
                 break
-            held.append((item, k))
-            held_n += k
-            while held and held_n > a.hold:
-                x, kx = held.popleft()
-                x.release()
-                held_n -= kx
+            if hold:
+                held.append((item, k))
+                held_n += k
+                while held and held_n > hold:
+                    x, kx = held.popleft()
+                    x.release()
+                    held_n -= kx
+            else:
+                item.release()
             if sleep:
                 time.sleep(sleep)
         out["result"] = result
@@ -386,7 +403,7 @@ def main(argv=None):
                    overrun_heaps=st.overrun_heaps,
                    incomplete=st.incomplete, first_heap_cnt=st.first or 0, last_heap_cnt=st.last or 0,
                    heap_cnt_out_of_order=st.out_of_order, chunks=st.chunks, heaps_present=st.heaps_present,
-                   heap_cnt_sum=st.heap_cnt_sum)
+                   heap_cnt_sum=st.heap_cnt_sum & M64)
     sys.stdout.write(json.dumps(out, separators=(",", ":")) + "\n")
     sys.stdout.flush()
     if out["result"] not in ("eos", "max"):

@@ -33,7 +33,6 @@ import socket
 import time
 from typing import Any, AsyncIterator, Iterator, Mapping, Sequence, Union
 
-from . import chunks as _chunks
 from . import layout as L
 from . import shared as _shared
 from .shared import (I_CONSUMER_FUTEX, I_CONSUMER_WAITING, I_PRODUCER_WAITING, I_RELEASE_FUTEX, I_STATE, M64,
@@ -376,6 +375,9 @@ class Heap:
             return True
         if self._released or r._closed:
             return False
+        c32 = r._c32  # the common answer inline (as _check_row): a chunk consumer asks once per chunk
+        if c32[r._i_row_state] == L.CONSUMER_ATTACHED and c32[r._i_row_gen] == r._generation and not ORDERED:
+            return True
         return r._row_error() is None
 
     @property
@@ -1232,6 +1234,10 @@ class Ring:
     def next(self, timeout: float | None = None) -> Heap:
         """The next heap (a Heap; use ``with ring.next() as heap:``). Waits up to ``timeout`` seconds (None:
         forever, 0: don't wait). Raises EndOfStream, ProducerGone, Timeout, CorruptRing, Overrun, Detached."""
+        return self._next(timeout, Heap)
+
+    def _next(self, timeout, cls):
+        """next(), handing the position out as a cls (Heap, or chunks.Chunk: a Heap with a chunk's views)."""
         self._check_open()
         if self._eos:
             raise EndOfStream("end of stream")
@@ -1273,13 +1279,14 @@ class Ring:
             self._release_entry(ent)
             self._flush_release()  # nothing more will be read: hand the marker's slot back now
             raise EndOfStream("end of stream")
-        h = self._heap(ent, pos, heap_cnt, heap_size, received, ts, slot, flags, icount, packets)
+        h = self._heap(cls, ent, pos, heap_cnt, heap_size, received, ts, slot, flags, icount, packets)
         h._raw = raw
         return h
 
-    def _heap(self, entry, pos, heap_cnt, heap_size, received, ts, slot, flags, icount, packets):
-        """A Heap over slot's payload and item table; entry is its release bookkeeping (None: fast path)."""
-        h = Heap.__new__(Heap)
+    def _heap(self, cls, entry, pos, heap_cnt, heap_size, received, ts, slot, flags, icount, packets):
+        """A Heap (or subclass cls) over slot's payload and item table; entry is its release bookkeeping (None:
+        fast path)."""
+        h = cls.__new__(cls)
         h._ring = self
         h._entry = entry
         h._buf = self._data_mm
@@ -1308,6 +1315,10 @@ class Ring:
         published position, the item table parsed only if the loop looks at items, and the release a
         cursor update (stored to the shared tail once per batch). Anything else — waiting, end of stream,
         heaps held from next() — goes through next()."""
+        return self._heaps(timeout, Heap)
+
+    def _heaps(self, timeout, cls):
+        """heaps(), handing each position out as a cls (Heap, or chunks.Chunk)."""
         self._check_open()
         g = self._geo
         mask, desc_base = self._mask, self._desc_base
@@ -1322,7 +1333,7 @@ class Ring:
                 pos = self._read
                 if self._group_bit or self._pending or self._eos or self._cached_head == pos and self._available() == 0:
                     try:
-                        heap = self.next(timeout)
+                        heap = self._next(timeout, cls)
                     except EndOfStream:
                         return
                     yield heap
@@ -1335,7 +1346,7 @@ class Ring:
                         or flags & eos_flag):
                     # The slow path again, written out: folding the two into one test costs ~10 % here.
                     try:
-                        heap = self.next(timeout)  # next() reports the corruption, or takes the marker
+                        heap = self._next(timeout, cls)  # next() reports the corruption, or takes the marker
                     except EndOfStream:
                         return
                     yield heap
@@ -1345,7 +1356,7 @@ class Ring:
                 if c32[i_state] != attached or c32[i_gen] != gen or ORDERED:
                     self._check_row()  # the copy was checked: now prove it was this heap's (spec §A)
                 self._read = (pos + 1) & M64
-                h = make(None, pos, heap_cnt, heap_size, received, ts, slot, flags, icount, packets)
+                h = make(cls, None, pos, heap_cnt, heap_size, received, ts, slot, flags, icount, packets)
                 heap = h
                 yield h
                 if not h._released:
@@ -1647,3 +1658,6 @@ class Ring:
 def _map(fd, size, writable):
     """Map a received descriptor (a module function so tests can watch what is mapped, and when)."""
     return map_fd(fd, size, writable)
+
+
+from . import chunks as _chunks  # noqa: E402 - last: chunks.Chunk is a Heap
