@@ -29,12 +29,20 @@ try:
 except ImportError:  # pragma: no cover - numpy is needed only for the array views
     np = None
 
-from .ring import Heap
+from .ring import Batch, Heap
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .ring import Batch, Ring
+    from .ring import Ring
 
 FLAG_CHUNK = L.FLAG_CHUNK
+M64 = (1 << 64) - 1
+MAX_CHUNK_BATCH = 4096  # chunks a ChunkBatch holds at most
+# A descriptor as uint64 words (spec §4.1): the words next_chunk_batch checks; slot and flags share one, slot
+# in its low half, flags in its high half, and item_count is the low half of another.
+_DESC_WORDS = L.DESC_SIZE // 8
+_W_SEQ, _W_HEAP_SIZE, _W_RECEIVED = L.DESC_SEQ >> 3, L.DESC_HEAP_SIZE >> 3, L.DESC_RECEIVED >> 3
+_W_SLOT_FLAGS, _W_ITEM_COUNT = L.DESC_SLOT >> 3, L.DESC_ITEM_COUNT >> 3
+assert L.DESC_SLOT % 8 == 0 and L.DESC_FLAGS == L.DESC_SLOT + 4 and L.DESC_ITEM_COUNT % 8 == 0
 
 __all__ = ["ChunkGeometry", "Chunk", "ChunkBatch", "chunk_geometry"]
 
@@ -186,6 +194,24 @@ def setup_views(ring: Ring) -> None:
     if g is None or np is None:
         return
     ring._presence_base = ring._geo.payload_offset + g.chunk_bytes  # slot 0's presence map in the data memory
+    # next_chunk_batch's one-pass check of a run of descriptors as uint64 words: masked, seq less the run's
+    # first position, then every word w in [lo, lo + span] (one unsigned compare: w - lo <= span, wrapping).
+    # Row i: seq = pos + 1 + i; heap_size = chunk_bytes; received <= chunk_bytes; CHUNK set, END_OF_STREAM
+    # clear and slot < slot_count (the flags word masked to those two bits); item_count <= max_items.
+    geo = ring._geo
+    mask = np.zeros(_DESC_WORDS, np.uint64)
+    span = np.full(_DESC_WORDS, M64, np.uint64)
+    rows = min(geo.slot_count, MAX_CHUNK_BATCH)  # a batch's rows: bounded memory whatever slot_count is
+    lo = np.zeros((rows, _DESC_WORDS), np.uint64)
+    mask[_W_SEQ] = mask[_W_HEAP_SIZE] = mask[_W_RECEIVED] = M64
+    lo[:, _W_SEQ] = np.arange(1, rows + 1, dtype=np.uint64)
+    span[_W_SEQ] = 0
+    lo[:, _W_HEAP_SIZE], span[_W_HEAP_SIZE] = g.chunk_bytes, 0
+    span[_W_RECEIVED] = g.chunk_bytes
+    mask[_W_SLOT_FLAGS] = ((L.FLAG_CHUNK | L.FLAG_END_OF_STREAM) << 32) | 0xFFFFFFFF
+    lo[:, _W_SLOT_FLAGS], span[_W_SLOT_FLAGS] = L.FLAG_CHUNK << 32, geo.slot_count - 1
+    mask[_W_ITEM_COUNT], span[_W_ITEM_COUNT] = 0xFFFFFFFF, geo.max_items
+    ring._chunk_desc_check = (mask, lo, span)
     p2 = ring._payload2d  # (slot_count, slot_size), read-only
     cb = g.chunk_bytes
     ring._chunk_data = p2[:, :cb].reshape(p2.shape[0], g.heaps, g.axis, g.heap_size) if cb else None
@@ -226,14 +252,7 @@ class ChunkBatch:
         p = self._present
         if p is None:
             self._batch._check_live()
-            s = self._batch.descs["slot"]
-            r = self._ring
-            if self._batch.consecutive:
-                s0 = int(s[0]) if len(s) else 0
-                raw = r._chunk_present[s0:s0 + len(s)]
-            else:
-                raw = r._chunk_present[s.astype(np.intp)]
-            p = self._present = raw == 1
+            p = self._present = self._ring._chunk_present[self._batch.descs["slot"]] == 1  # gathered: a copy
             p.flags.writeable = False
         return p
 
@@ -267,19 +286,32 @@ class ChunkBatch:
 
 
 def next_chunk_batch(ring: Ring, max_chunks: int, timeout: float | None) -> ChunkBatch:
-    """Ring.next_chunk_batch: Ring.next_batch (descriptors copied and checked vectorised), then every
-    descriptor of the copy checked as a chunk (§13.5); CorruptRing (after releasing the batch) for the first
-    that is not one."""
+    """Ring.next_chunk_batch: a run of published positions, their descriptors copied once (spec §A) and checked
+    in one vectorised pass as chunks (§9.1 and §13.5: seq, slot, CHUNK, heap_size, received, item_count).
+    A run that fails it (an END_OF_STREAM marker in it, or a corrupt descriptor) goes through Ring.next_batch's
+    checks, which cut it before the marker or report the first bad position, then each as a chunk; CorruptRing
+    (after releasing the batch) for the first that is not one."""
     g = _geometry(ring)
-    b = ring.next_batch(max_chunks, timeout)  # EndOfStream at the marker
+    pos, idx, n = ring._batch_span(min(max_chunks, MAX_CHUNK_BATCH), timeout, "next_chunk_batch")
+    raw = ring._desc_raw[idx * L.DESC_SIZE:(idx + n) * L.DESC_SIZE].copy()
+    mask, lo, span = ring._chunk_desc_check
+    m = raw.view(np.uint64).reshape(n, _DESC_WORDS) & mask
+    m[:, _W_SEQ] -= np.uint64(pos)  # wraps mod 2^64, as seq does
+    m -= lo[:n]
+    cb = g.chunk_bytes
+    if (m <= span).all():
+        ring._check_row()  # copied and checked: now prove they were these chunks' (spec §A)
+        d = raw.view(L.DESC_DTYPE)
+        d.flags.writeable = False
+        return ChunkBatch(ring, Batch(ring, d, pos, ring._take(n), None), g)
+    b = ring._checked_batch(pos, n, raw)  # EndOfStream at the marker; CorruptRing for a bad descriptor
     d = b.descs
-    cb = np.uint64(g.chunk_bytes)
-    bad = ((d["flags"] & L.FLAG_CHUNK) == 0) | (d["heap_size"] != cb) | (d["received"] > cb)
+    bad = ((d["flags"] & L.FLAG_CHUNK) == 0) | (d["heap_size"] != np.uint64(cb)) | (d["received"] > np.uint64(cb))
     if bad.any():
         k = int(bad.argmax())
         b.release()
-        raise ring._corrupt_desc((b.position + k) & ((1 << 64) - 1),
-                                 f"not a chunk of {g.chunk_bytes} bytes: flags {int(d['flags'][k]):#x}, "
+        raise ring._corrupt_desc((b.position + k) & M64,
+                                 f"not a chunk of {cb} bytes: flags {int(d['flags'][k]):#x}, "
                                  f"heap_size {int(d['heap_size'][k])}, received {int(d['received'][k])}")
     return ChunkBatch(ring, b, g)
 

@@ -554,7 +554,7 @@ class Batch:
         if n == 0:
             return True
         s0 = int(s[0])
-        return s0 + n <= self._ring._geo.slot_count and bool((np.diff(s.astype(np.int64)) == 1).all())
+        return s0 + n <= self._ring._geo.slot_count and bool((s == np.arange(s0, s0 + n, dtype=s.dtype)).all())
 
     def payloads(self, nbytes: int | None = None) -> np.ndarray:
         """The first nbytes (default slot_size) of each heap's slot as an (n, nbytes) uint8 array: a
@@ -1393,10 +1393,18 @@ class Ring:
         """Up to ``max_heaps`` already-published heaps at once (at least one; fewer at the ring's wrap point
         or before an END_OF_STREAM marker) as a Batch of numpy views. Waits like next(). Descriptors (and
         address items) are validated vectorised: CorruptRing if any is bad."""
+        pos, idx, n = self._batch_span(max_heaps, timeout, "next_batch")
+        # checked and used from a private copy only (spec §A); copied as bytes: a structured-array copy
+        # costs ~40x more (0.4 ms vs 10 us for 4096 descriptors)
+        return self._checked_batch(pos, n, self._desc_raw[idx * L.DESC_SIZE:(idx + n) * L.DESC_SIZE].copy())
+
+    def _batch_span(self, max_heaps, timeout, what):
+        """(pos, idx, n) of the next batch: n ≥ 1 published positions from pos (slot index idx), at most
+        max_heaps and none past the ring's wrap point; waits like next()."""
         _need_numpy()
         self._check_open()
         if self._group_bit:
-            raise RingError("next_batch: this consumer is a group member (spec §14); a batch would hold other "
+            raise RingError(f"{what}: this consumer is a group member (spec §14); a batch would hold other "
                             "members' positions: read with next() or iteration")
         if max_heaps < 1:
             raise ValueError("max_heaps must be >= 1")
@@ -1408,13 +1416,16 @@ class Ring:
             if avail == 0:
                 self._wait(timeout)
                 avail = (self._cached_head - self._read) & M64
-        g = self._geo
         pos = self._read
         idx = pos & self._mask
-        n = min(avail, max_heaps, g.slot_count - idx)
-        # checked and used from a private copy only (spec §A); copied as bytes: a structured-array copy
-        # costs ~40x more (0.4 ms vs 10 us for 4096 descriptors)
-        d = self._desc_raw[idx * L.DESC_SIZE:(idx + n) * L.DESC_SIZE].copy().view(L.DESC_DTYPE)
+        return pos, idx, min(avail, max_heaps, self._geo.slot_count - idx)
+
+    def _checked_batch(self, pos, n, raw):
+        """The Batch of positions [pos, pos + n) from raw, a private copy of their descriptors' bytes: each
+        checked (vectorised, as next() checks one), cut before an END_OF_STREAM marker (EndOfStream when it
+        comes first), address items copied and checked, then this consumer's row checked (spec §A)."""
+        g = self._geo
+        d = raw.view(L.DESC_DTYPE)
         d.flags.writeable = False
         want = np.arange(1, n + 1, dtype=np.uint64) + np.uint64(pos)  # wraps mod 2^64
         bad = ((d["seq"] != want) | (d["slot"] >= g.slot_count) | (d["received"] > np.uint64(g.slot_size))
@@ -1484,8 +1495,9 @@ class Ring:
         return _chunks.iter_chunks(self, timeout)
 
     def next_chunk_batch(self, max_chunks: int, timeout: float | None = None) -> _chunks.ChunkBatch:
-        """Up to ``max_chunks`` already-published chunks at once (at least one; fewer at the ring's wrap point
-        or before END_OF_STREAM) as a ChunkBatch of numpy arrays; waits and raises as next_batch()."""
+        """Up to ``max_chunks`` already-published chunks at once (at least one; fewer at the ring's wrap point,
+        before END_OF_STREAM, or past chunks.MAX_CHUNK_BATCH = 4096) as a ChunkBatch of numpy arrays; waits and
+        raises as next_batch()."""
         return _chunks.next_chunk_batch(self, max_chunks, timeout)
 
     def chunk_batches(self, max_chunks: int, timeout: float | None = None) -> Iterator[_chunks.ChunkBatch]:
