@@ -30,7 +30,7 @@ attach to the end of reading. --no-touch takes and releases each heap without re
 0, nothing verified): the cost of the ring itself.
 
 A ring in chunk mode (spec §13) is read chunk by chunk (with --batch N, up to N chunks at once through
-Ring.next_chunk_batch, released with one tail store, whenever at least 16 wait): "heaps" counts the ring
+Ring.next_chunk_batch, released with one tail store, whenever at least 64 wait): "heaps" counts the ring
 positions read, here chunks (as the Go consume tool does), "chunks" likewise, "heaps_present" the heap
 positions the presence maps mark present; bytes is the sum of the chunks' received; checksum runs over
 the present heaps' bytes; first/last_heap_cnt are chunk ids and incomplete counts incomplete chunks.
@@ -64,7 +64,11 @@ except ImportError:  # pragma: no cover
 
 M64 = (1 << 64) - 1
 VERIFY_ITEM = 0x1001
-CHUNK_BATCH_MIN = 16  # chunks waiting before --batch takes them as a ChunkBatch
+# Chunks waiting before --batch takes them as a ChunkBatch. Its numpy calls cost little hot but ~10-25 us each
+# on the cold caches a wake finds: a batch and its accounting cost ~240 us whatever its size, 64 chunks taken
+# one by one about the same (tests/bench_chunks.py --cold-wakes 16,32,64,128: 114/151/229/381 us), so fewer
+# are read one by one.
+CHUNK_BATCH_MIN = 64
 EXIT = {"eos": 0, "max": 0, "producer_gone": 2, "timeout": 3, "overrun": 4, "detached": 5, "error": 1}
 
 
@@ -177,21 +181,33 @@ class Stats:
         return s & M64, bad
 
     def chunk_batch(self, cb):
-        """Account a chunk batch as chunk() does each chunk: False (all n in overrun_heaps) when overrun."""
+        """Account a chunk batch as chunk() does each chunk: False (all n in overrun_heaps) when overrun.
+        The descriptor fields are taken out as Python lists and counted chunk by chunk: a batch follows a
+        wake, when every numpy call runs on cold caches and costs more than a short Python loop."""
         n = len(cb)
         present = cb.present
-        npres = np.count_nonzero(present.reshape(n, -1), axis=1)
+        ids = cb.chunk_id.tolist()
         s = bad = 0
         if self.touch:
-            ids = cb.chunk_id
+            npres = np.count_nonzero(present.reshape(n, -1), axis=1).tolist()
             for i in range(n):
                 if npres[i]:
-                    si, bi = self._present_bytes(cb.chunk(i), present[i], int(ids[i]), int(npres[i]))
+                    si, bi = self._present_bytes(cb.chunk(i), present[i], ids[i], npres[i])
                     s, bad = (s + si) & M64, bad + bi
-        if not self._account_batch(cb._batch, n, cb.received, s, bad):
+            total = sum(npres)
+        else:
+            total = int(np.count_nonzero(present))
+        if not cb.valid:
+            self.overrun_heaps += n
             return False
+        count = self._count
+        for cid, recv, flags in zip(ids, cb.received.tolist(), cb.flags.tolist()):
+            count(cid, recv, flags, True)
+        if s or bad:
+            self.checksum = (self.checksum + s) & M64
+            self.verify_errors += bad
         self.chunks += n
-        self.heaps_present += int(npres.sum())
+        self.heaps_present += total
         return True
 
     # ---------------------------------------------------------------- a batch (vectorised)

@@ -14,7 +14,10 @@ alternated, medians reported:
     next       c = ring.next_chunk(); c.heaps_present; c.release()
     batches    for cb in ring.chunk_batches(N): cb.present.sum()  (N = --batch)
     consume    python3 -m ibvbridge.consume --no-touch            (the consume tool, chunk by chunk)
-    consume-b  python3 -m ibvbridge.consume --no-touch --batch N  (the tool, batches when >= 16 wait)
+    consume-b  python3 -m ibvbridge.consume --no-touch --batch N  (the tool, batches when >= 64 wait)
+
+--cold-wakes K1,K2,... measures instead what the consume tool pays per wake on cold caches (evicted, and a
+sleep, before each), taking K chunks one by one or as one batch: what decides consume.CHUNK_BATCH_MIN.
 
 A fill holds slot_count - 1 chunks (the fake producer reclaims nothing while slots are free, so every read gets
 the same chunks). Each read attaches anew: its mapping's pages fault in on first touch, once per chunk here
@@ -113,6 +116,38 @@ def read(mode, path, batch, warm=True):
     return dt, c, n
 
 
+def cold_wakes(path, per_wake, rounds):
+    """{"one by one": [s], "batch": [s]}: thread CPU of taking per_wake chunks as the consume tool does after a
+    wake (next_chunk + Stats.chunk each, or next_chunk_batch + Stats.chunk_batch), each time on cold caches:
+    64 MiB touched and a 20 ms sleep before it, as a consumer sleeping between coalesced wakes finds them."""
+    from ibvbridge import consume
+    junk = np.ones(64 << 20, np.uint8)
+    cost = {"one by one": [], "batch": []}
+    for _ in range(rounds):
+        with Ring.attach(path) as ring:
+            g = ring.chunk_geometry
+            int(ring._payload2d[:, g.chunk_bytes].sum()) + int(ring._desc_raw[::4096].sum())
+            st = consume.Stats(False, ring.slot_size, touch=False)
+            for _ in range((ring.slot_count - 1) // (2 * per_wake)):
+                int(junk[::64].sum())
+                time.sleep(0.02)
+                t = time.thread_time()
+                for _ in range(per_wake):
+                    c = ring.next_chunk(1)
+                    st.chunk(c)
+                    c.release()
+                cost["one by one"].append(time.thread_time() - t)
+                int(junk[::64].sum())
+                time.sleep(0.02)
+                t = time.thread_time()
+                b = ring.next_chunk_batch(per_wake, 1)
+                assert len(b) == per_wake
+                st.chunk_batch(b)
+                b.release()
+                cost["batch"].append(time.thread_time() - t)
+    return cost
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--heaps", default="64,256,4096", help="heaps per chunk, comma-separated")
@@ -123,10 +158,23 @@ def main():
     ap.add_argument("--batch", type=int, default=4096)
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--cold", action="store_true", help="time the in-process modes' first touch of each page too")
+    ap.add_argument("--cold-wakes", default="", help="instead: CPU per wake on cold caches, chunks taken one by one "
+                    "or as a batch, for these chunks per wake (comma-separated; 64-heap chunks)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     modes = a.modes.split(",")
     results = []
+    if a.cold_wakes:
+        with tempfile.TemporaryDirectory(dir="/dev/shm") as d:
+            p, cb = chunk_ring(d, 64, a.heap_size, 512)
+            fill(p, 511, 64, cb, 1)
+            for k in (int(x) for x in a.cold_wakes.split(",")):
+                for m, v in cold_wakes(p.socket_path, k, a.rounds).items():
+                    v.sort()
+                    print(f"cold wake, {k:4d} chunks of 64 heaps  {m:10s} {v[len(v) // 2] * 1e6:7.0f} µs per wake "
+                          f"({v[len(v) // 2] / (k * 64) * 1e9:6.1f} ns/heap; median of {len(v)})", flush=True)
+            p.close()
+        return
     with tempfile.TemporaryDirectory(dir="/dev/shm") as d:
         for heaps in (int(x) for x in a.heaps.split(",")):
             # The producer reserves the ring's memory (posix_fallocate): at most --ring-mib of it, at least 8

@@ -302,17 +302,17 @@ def test_chunk_batches_raise_overrun_after_a_batch_held_while_overrun(make_produ
 def test_consume_tool_batches_chunks_when_enough_wait(make_producer, batch):
     import os
     from test_consume import consume
-    p = chunk_producer(make_producer, slot_count=32)
-    wrong = {7: (1,), 19: (6,)}  # one wrong present position in chunks 7 and 19
-    for cid in range(24):
+    p = chunk_producer(make_producer, slot_count=128)
+    wrong = {7: (1,), 90: (6,)}  # one wrong present position in chunks 7 and 90
+    for cid in range(100):
         p.publish(cid, pattern_chunk(cid, [1] * NP, wrong.get(cid, ())), flags=L.FLAG_CHUNK | L.FLAG_COMPLETE,
                   heap_size=CB, received=CB)
     p.publish_eos()
     rc, out = consume("--ring", "r", "--dir", os.path.dirname(p.socket_path), "--verify", *batch)
     assert rc == 0 and out["result"] == "eos", out
-    assert (out["heaps"], out["chunks"], out["heaps_present"], out["verify_errors"]) == (24, 24, 24 * NP, 2)
+    assert (out["heaps"], out["chunks"], out["heaps_present"], out["verify_errors"]) == (100, 100, 100 * NP, 2)
     s = 0
-    for cid in range(24):
+    for cid in range(100):
         d = pattern_chunk(cid, [1] * NP, wrong.get(cid, ()))
         s += sum(int.from_bytes(d[i:i + 8], "little") for i in range(0, CB, 8))
-    assert out["checksum"] == s % (1 << 64) and (out["first_heap_cnt"], out["last_heap_cnt"]) == (0, 23)
+    assert out["checksum"] == s % (1 << 64) and (out["first_heap_cnt"], out["last_heap_cnt"]) == (0, 99)
