@@ -40,6 +40,33 @@ func TestBenchUDPBaseline(t *testing.T) {
 	}
 }
 
+// TestBenchUDPChunkAxis runs the chunk comparison once, tiny, with a second chunk axis: send stamps the axis
+// item, recv places heaps into chunks of 8 timestamps × 4 axis values, and the chunk side is lossless (every
+// heap placed, none rejected as outside the axis, the consumer's chunks holding every heap sent).
+func TestBenchUDPChunkAxis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	stdout, stderr, code := runCmd(t, 90*time.Second, "bench", "udp", "--heap-sizes", "8K", "--bytes", "4M",
+		"--runs", "1", "--consumer", "go", "--rate", "0.5", "--chunk-heaps", "8", "--chunk-axis", "4", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var res struct {
+		Comparisons []bench.Comparison `json:"comparisons"`
+	}
+	if err := json.Unmarshal(bench.LastLine([]byte(stdout)), &res); err != nil || len(res.Comparisons) != 1 {
+		t.Fatalf("output %q: %v", stdout, err)
+	}
+	if c := res.Comparisons[0]; !c.Ours.LosslessSeen || !c.Baseline.LosslessSeen || c.Ours.ConsCPUNsPerHeap <= 0 {
+		t.Errorf("comparison %+v", c)
+	}
+	if _, stderr, code := runCmd(t, 10*time.Second, "bench", "udp", "--chunk-axis", "4", "--rate", "1"); code != 2 ||
+		!strings.Contains(stderr, "--chunk-axis") {
+		t.Errorf("--chunk-axis without --chunk-heaps: exit %d, want 2: %s", code, stderr)
+	}
+}
+
 // TestBenchUDPPeerSpead2 runs `bench udp --peer spead2` once, tiny: recv, spead2_recv and the floor each
 // receive all of spead2_send's stream, and each has a CPU figure.
 func TestBenchUDPPeerSpead2(t *testing.T) {
