@@ -831,7 +831,7 @@ class Ring:
         self._cfutex_addr = ctypes.addressof(self._cfutex)
         self._rfutex_addr = ctypes.addressof(self._rfutex)
         self._futex_wait = FutexWaiter(self._cfutex_addr)
-        self._poll_due = 0.0  # monotonic time the next liveness poll is due in a wait (_wait)
+        self._poll_due = 0.0  # a wait polls liveness before its first sleep from this monotonic time on (_wait)
         if np is not None:  # persistent zero-copy views for the batch API
             self._desc_arr = np.frombuffer(self._data_mm, L.DESC_DTYPE, g.slot_count, g.desc_offset)
             self._desc_raw = np.frombuffer(self._data_mm, np.uint8, g.slot_count * L.DESC_SIZE, g.desc_offset)
@@ -1510,10 +1510,12 @@ class Ring:
         Detached. Spins only without max_latency and while recent waits were short (see attach).
 
         Its cost is paid per wake, so the loop does only what the protocol needs (spec §7.5). Producer
-        liveness (§7.6, noticed within MAX_WAIT_SLICE) is a poll() syscall made only when one is due — once
-        per slice (no sleep lasts past the due time, so a death is noticed within a slice of it) — and before
-        a Timeout is reported; a stream that wakes the consumer every few ms makes it four times a second,
-        not once per wake. Whether a sleep timed out is the futex's own answer (ETIMEDOUT), not a clock."""
+        liveness (§7.6) is a poll() syscall, made as the Go client makes it: after a sleep that timed out (a
+        dead producer wakes nobody, so a death during a sleep is noticed when it ends, within a slice), before
+        the first sleep of a wait when the last poll is a slice old, and before a Timeout is reported — not
+        before every sleep of a moving stream, and no sleep is cut short for it (an extra wake costs more
+        than the poll). A death while the consumer was busy is noticed within two slices. Whether a sleep
+        timed out is the futex's own answer (ETIMEDOUT), not a clock."""
         self._flush_release()
         c64 = self._c64
         read = self._read
@@ -1533,6 +1535,7 @@ class Ring:
         c32, r32, r64 = self._c32, self._r32, self._r64
         fence, sleep = full_fence, self._futex_wait
         wake_next = (read + 1) & M64
+        look = False  # poll liveness before the next sleep (a sleep timed out)
         try:
             while True:
                 coalesce = lat and self._active
@@ -1558,9 +1561,9 @@ class Ring:
                         return
                     raise EndOfStream("end of stream (ring closed)")
                 left = L.MAX_WAIT_SLICE if deadline is None else deadline - now
-                due = self._poll_due
-                if now >= due or left <= 0:
-                    self._poll_due = due = now + L.MAX_WAIT_SLICE
+                if look or now >= self._poll_due or left <= 0:
+                    look = False
+                    self._poll_due = now + L.MAX_WAIT_SLICE
                     if not self.producer_alive():
                         h = c64[Q_HEAD]  # drain first: everything published before the death is delivered
                         if h != read:
@@ -1571,9 +1574,10 @@ class Ring:
                         raise ProducerGone(f"ring {self.name}: producer (pid {self.producer_pid}) is gone")
                 if left <= 0:
                     raise Timeout(f"no heap within {timeout} s")
-                slice_ = min(lat if coalesce else L.MAX_WAIT_SLICE, left, due - now)
+                slice_ = min(lat if coalesce else L.MAX_WAIT_SLICE, left)
                 timed_out = sleep(f, slice_) == ETIMEDOUT
                 now = time.monotonic()
+                look = timed_out  # (a coalesced sleep that timed out first takes what came, if anything)
                 if coalesce and timed_out:
                     # The latency bound passed: take what came; nothing at all means the stream went idle.
                     h = c64[Q_HEAD]
