@@ -18,18 +18,7 @@ func TestBenchUDPBaseline(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
 	}
-	stdout, stderr, code := runCmd(t, 90*time.Second, "bench", "udp", "--heap-sizes", "64K", "--bytes", "4M",
-		"--runs", "1", "--consumer", "go", "--rate", "0.5", "--baseline", binary(t), "--json")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, stderr)
-	}
-	var res struct {
-		Comparisons []bench.Comparison `json:"comparisons"`
-	}
-	if err := json.Unmarshal(bench.LastLine([]byte(stdout)), &res); err != nil || len(res.Comparisons) != 1 {
-		t.Fatalf("output %q: %v", stdout, err)
-	}
-	c := res.Comparisons[0]
+	c := benchComparison(t, "--heap-sizes", "64K", "--baseline", binary(t))
 	if !c.Ours.LosslessSeen || !c.Baseline.LosslessSeen || c.RecvCPUPerByte <= 0 || c.Ours.RecvCPUSecPerGB <= 0 ||
 		c.Ours.ConsCPUNsPerHeap <= 0 {
 		t.Errorf("comparison %+v", c)
@@ -47,8 +36,22 @@ func TestBenchUDPChunkAxis(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
 	}
-	stdout, stderr, code := runCmd(t, 90*time.Second, "bench", "udp", "--heap-sizes", "8K", "--bytes", "4M",
-		"--runs", "1", "--consumer", "go", "--rate", "0.5", "--chunk-heaps", "8", "--chunk-axis", "4", "--json")
+	if c := benchComparison(t, "--heap-sizes", "8K", "--chunk-heaps", "8", "--chunk-axis", "4"); !c.Ours.LosslessSeen || !c.Baseline.LosslessSeen || c.Ours.ConsCPUNsPerHeap <= 0 {
+		t.Errorf("comparison %+v", c)
+	}
+	if _, stderr, code := runCmd(t, 10*time.Second, "bench", "udp", "--chunk-axis", "4", "--rate", "1"); code != 2 ||
+		!strings.Contains(stderr, "--chunk-axis") {
+		t.Errorf("--chunk-axis without --chunk-heaps: exit %d, want 2: %s", code, stderr)
+	}
+}
+
+// benchComparison runs one tiny fixed-rate comparison (`bench udp --bytes 4M --runs 1 --consumer go --rate 0.5
+// --json` and flags) and returns its one Comparison.
+func benchComparison(t *testing.T, flags ...string) bench.Comparison {
+	t.Helper()
+	args := append([]string{"bench", "udp", "--bytes", "4M", "--runs", "1", "--consumer", "go", "--rate", "0.5",
+		"--json"}, flags...)
+	stdout, stderr, code := runCmd(t, 90*time.Second, args...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -58,13 +61,7 @@ func TestBenchUDPChunkAxis(t *testing.T) {
 	if err := json.Unmarshal(bench.LastLine([]byte(stdout)), &res); err != nil || len(res.Comparisons) != 1 {
 		t.Fatalf("output %q: %v", stdout, err)
 	}
-	if c := res.Comparisons[0]; !c.Ours.LosslessSeen || !c.Baseline.LosslessSeen || c.Ours.ConsCPUNsPerHeap <= 0 {
-		t.Errorf("comparison %+v", c)
-	}
-	if _, stderr, code := runCmd(t, 10*time.Second, "bench", "udp", "--chunk-axis", "4", "--rate", "1"); code != 2 ||
-		!strings.Contains(stderr, "--chunk-axis") {
-		t.Errorf("--chunk-axis without --chunk-heaps: exit %d, want 2: %s", code, stderr)
-	}
+	return res.Comparisons[0]
 }
 
 // TestBenchUDPPeerSpead2 runs `bench udp --peer spead2` once, tiny: recv, spead2_recv and the floor each
