@@ -220,7 +220,7 @@ def setup_views(ring: Ring) -> None:
 
 class ChunkBatch:
     """Up to ``max_chunks`` consecutive chunks taken at once (``Ring.next_chunk_batch`` / ``chunk_batches``):
-    their descriptors copied and checked vectorised (as ``Ring.next_batch``, then each as a chunk), released
+    their descriptors copied once and checked vectorised, every one as a chunk (``next_chunk_batch``), released
     together with one tail store. ``chunk_id`` (uint64 [n]) and ``flags`` come from the private copy;
     ``present`` is a bool array [n, time, axis] copied out of the slots; ``data`` a read-only uint8 array
     [n, time, axis, heap bytes] — a zero-copy view when the chunks' slots are consecutive (``consecutive``),
