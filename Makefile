@@ -23,7 +23,8 @@ test: setup build
 	@echo "== C client tests"
 	$(MAKE) -s -C clients/c test
 	@echo "== Python client tests"
-	cd clients/python && $(PYTHON) -m pytest -q tests
+	@# pytest keeps its last three tmp_path trees under /tmp/pytest-of-USER: give it one of ours and remove it
+	t=$$(mktemp -d) && cd clients/python && { $(PYTHON) -m pytest -q -p no:cacheprovider --basetemp=$$t/pytest tests; rc=$$?; rm -rf $$t; exit $$rc; }
 	@echo "== systemd unit"
 	scripts/check-unit.sh
 	@echo "== Go tests (race detector), cross-language tests and fuzz seed corpora"

@@ -1413,7 +1413,7 @@ def test_refuses_unsupported_machines(monkeypatch, tmp_path):
             call()
 
 
-def test_suite_with_library_fences():
+def test_suite_with_library_fences(tmp_path):
     """The ordering a non-TSO machine uses (libibvbridge's acquire / release / full fences after and before
     every publishing load and store) runs the producer, consumer and consume-tool tests here too: every
     fence call site is exercised, and the fences are really the library's."""
@@ -1429,6 +1429,7 @@ def test_suite_with_library_fences():
                            timeout=60)
     assert probe.stdout.startswith("True libibvbridge fences"), probe.stdout + probe.stderr
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                        "--basetemp", str(tmp_path / "inner"),  # not /tmp/pytest-of-USER, which pytest keeps
                         "-k", "not library_fences and not unsupported_machines",
                         "test_ring.py", "test_producer.py", "test_consume.py"],
                        cwd=here, env=env, capture_output=True, text=True, timeout=600)
