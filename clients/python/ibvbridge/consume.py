@@ -2,7 +2,7 @@
 
     python3 -m ibvbridge.consume --ring NAME_OR_SOCKET [--dir DIR] [--start oldest|head] [--verify]
                                  [--max-heaps N] [--timeout-ms T] [--hold N] [--sleep-us U] [--batch N]
-                                 [--stop-first] [--wait] [--no-touch] [--group-name NAME]
+                                 [--stop-first] [--wait] [--no-touch] [--group-name NAME] [--work N]
 
 The ring is a name (looked up in --dir, else $IBVBRIDGE_RING_DIR, else the default ring directories) or the
 path of its socket (NAME.v2.sock). A ring that does not exist is an error at once, unless --wait: then the
@@ -42,6 +42,11 @@ verify error. --no-touch still reads the presence maps.
 reads only the heaps the producer assigns to it. heap_cnt_sum (wrapping uint64 sum of the heap_cnts read, as
 the Go tool's) lets a test check that a group's members together read every heap exactly once. A member
 cannot use --batch (batches would hold other members' positions); it reads a chunk ring chunk by chunk.
+
+--work N (chunk rings, benchmarks): before accounting each chunk, compute its power per channel N times as
+examples/chunks/power.py does, in float32 (int8 (re, im) pairs → float32 → |x|² summed over time, per axis
+value): CPU-bound numpy work per chunk (~1.7 ms per pass over 64 heaps of 8 KiB), the same for every
+consumer, so `ibvbridge bench group` can compare one consumer with a group sharing the stream.
 """
 
 import argparse
@@ -66,6 +71,21 @@ M64 = (1 << 64) - 1
 VERIFY_ITEM = 0x1001
 CHUNK_BATCH_MIN = 16  # chunks waiting before --batch takes them as a ChunkBatch
 EXIT = {"eos": 0, "max": 0, "producer_gone": 2, "timeout": 3, "overrun": 4, "detached": 5, "error": 1}
+
+
+def chunk_power(data, present, passes):
+    """--work: one chunk's power per channel [axis, channel] (float32, summed over its present heaps) from
+    its bytes (uint8 [time, axis, heap bytes]) and presence map (bool [time, axis]), computed passes times
+    (each pass the whole reduction again: CPU-bound work per chunk)."""
+    x = data.view(np.int8).reshape(data.shape[:2] + (-1, 2))  # [time, axis, channel, re/im]: a view of the ring
+    if not present.all():
+        x = x * present[:, :, None, None].astype(np.int8)  # absent heaps' bytes are undefined: zero them
+    power = None
+    for _ in range(passes):
+        f = x.astype(np.float32)
+        f *= f
+        power = f.sum(axis=(0, 3))
+    return power
 
 
 class _Terminated(Exception):
@@ -280,6 +300,8 @@ def main(argv=None):
                          "until SIGCONT (a consumer stalled mid-read, for tests)")
     ap.add_argument("--group-name", default="",
                     help="attach as a member of this consumer group (spec §14): read only the heaps assigned to it")
+    ap.add_argument("--work", type=int, default=0,
+                    help="chunk rings: compute each chunk's power per channel N times (CPU-bound work, benchmarks)")
     a = ap.parse_args(argv)
     timeout = a.timeout_ms / 1000.0
     out = {"heaps": 0, "bytes": 0, "checksum": 0, "verify_errors": 0, "overrun_heaps": 0, "incomplete": 0,
@@ -303,6 +325,8 @@ def main(argv=None):
         chunked = ring.chunk_geometry is not None
         if (a.batch or chunked) and np is None:
             raise RingError("--batch and chunk rings need numpy")
+        if a.work and not (chunked and ring.chunk_geometry.heap_size % 2 == 0):
+            raise RingError("--work needs a chunk-mode ring whose heaps hold int8 (re, im) pairs")
         t0 = time.perf_counter()
         cpu0 = time.process_time()
         sleep = a.sleep_us / 1e6
@@ -333,6 +357,12 @@ def main(argv=None):
                 if stop_first:
                     stop_first = False
                     os.kill(os.getpid(), signal.SIGSTOP)
+                if a.work:  # read, then check: st.chunk checks validity after it
+                    if isinstance(item, ChunkBatch):
+                        for i in range(len(item)):
+                            chunk_power(item.chunk(i), item.present[i], a.work)
+                    else:
+                        chunk_power(item.data, item.present, a.work)
                 if chunked:
                     ok = st.chunk_batch(item) if isinstance(item, ChunkBatch) else st.chunk(item)
                 else:
