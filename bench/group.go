@@ -79,9 +79,12 @@ type GroupRun struct {
 	// ConsumerCPUPerChunk is ConsumerCPU over the chunks: what a chunk's work costs (1 vs Members shows
 	// what sharing adds: wakes, passes over other members' positions, caches).
 	ConsumerCPUPerChunk float64 `json:"consumer_cpu_per_chunk_s"`
-	// IdleCPU is the CPU time nobody used: cores × Seconds − producer − consumers (waits, imbalance at the
-	// end, other processes on the machine).
-	IdleCPU float64 `json:"idle_cpu_s"`
+	// IdleCPU is the CPU time the benchmark did not use: cores × Seconds − producer − consumers. Of it,
+	// OthersCPU went to other processes (and the kernel's interrupts) and StealCPU to other VMs (both from
+	// /proc/stat); the rest the machine left idle: our waits and imbalance.
+	IdleCPU   float64 `json:"idle_cpu_s"`
+	OthersCPU float64 `json:"others_cpu_s"`
+	StealCPU  float64 `json:"steal_cpu_s"`
 	// Shares: chunks each consumer read (the members' shares; every chunk exactly once is checked).
 	Shares []uint64 `json:"shares"`
 }
@@ -199,6 +202,7 @@ func groupOnce(ctx context.Context, env Env, o GroupOptions, n int, tmpl []byte)
 	g := p.Chunks()
 	base := wordSum(tmpl) - binary.LittleEndian.Uint64(tmpl)
 	var sum uint64
+	sys0 := readSystemCPU()
 	cpu0, start := ProcessCPU(), time.Now()
 	for id := uint64(0); id < o.Chunks; id++ {
 		if ctx.Err() != nil {
@@ -236,6 +240,7 @@ func groupOnce(ctx context.Context, env Env, o GroupOptions, n int, tmpl []byte)
 	}
 	run.Seconds = time.Since(start).Seconds()
 	run.ProducerCPU = (ProcessCPU() - cpu0).Seconds()
+	sys1 := readSystemCPU()
 	reaped = true
 	var read, ids, sums uint64
 	for i, cmd := range cmds {
@@ -258,6 +263,8 @@ func groupOnce(ctx context.Context, env Env, o GroupOptions, n int, tmpl []byte)
 	run.ChunksPerS = float64(o.Chunks) / run.Seconds
 	run.ConsumerCPUPerChunk = run.ConsumerCPU / float64(o.Chunks)
 	run.IdleCPU = float64(runtime.NumCPU())*run.Seconds - run.ProducerCPU - run.ConsumerCPU
+	run.StealCPU = sys1.steal - sys0.steal
+	run.OthersCPU = max(0, (sys1.busy-sys0.busy)-run.ProducerCPU-run.ConsumerCPU)
 	return run, nil
 }
 
@@ -277,13 +284,15 @@ func medianGroup(runs []GroupRun) GroupRun {
 	m.ConsumerCPU = med(func(r GroupRun) float64 { return r.ConsumerCPU })
 	m.ConsumerCPUPerChunk = med(func(r GroupRun) float64 { return r.ConsumerCPUPerChunk })
 	m.IdleCPU = med(func(r GroupRun) float64 { return r.IdleCPU })
+	m.OthersCPU = med(func(r GroupRun) float64 { return r.OthersCPU })
+	m.StealCPU = med(func(r GroupRun) float64 { return r.StealCPU })
 	return m
 }
 
 // PrintGroupRun writes one run as a line of `bench group`'s output.
 func PrintGroupRun(w io.Writer, label string, r GroupRun) {
-	fmt.Fprintf(w, "%-9s %2d consumer(s): %8.1f chunks/s  %6.2f s  producer CPU %5.2f s  consumers' CPU %6.2f s (%.2f ms/chunk)  idle CPU %5.2f s  shares %v\n",
-		label, r.Members, r.ChunksPerS, r.Seconds, r.ProducerCPU, r.ConsumerCPU, 1e3*r.ConsumerCPUPerChunk, r.IdleCPU, r.Shares)
+	fmt.Fprintf(w, "%-9s %2d consumer(s): %7.1f chunks/s  %5.2f s  producer CPU %4.2f s  consumers' %5.2f s (%.2f ms/chunk)  unused %4.2f s (others %4.2f, steal %4.2f)  shares %v\n",
+		label, r.Members, r.ChunksPerS, r.Seconds, r.ProducerCPU, r.ConsumerCPU, 1e3*r.ConsumerCPUPerChunk, r.IdleCPU, r.OthersCPU, r.StealCPU, r.Shares)
 }
 
 // PrintGroup writes the medians, the ratio and the ceiling.
@@ -303,4 +312,26 @@ func fmtRatios(v []float64) string {
 		fmt.Fprintf(&b, "%.2f", x)
 	}
 	return b.String()
+}
+
+// systemCPU is the machine's CPU time from /proc/stat's first line, in seconds: busy (user, nice, system,
+// irq, softirq) and steal (taken by other VMs).
+type systemCPU struct{ busy, steal float64 }
+
+// readSystemCPU reads it; zero when /proc/stat is unreadable (the others and steal figures are then 0).
+func readSystemCPU() systemCPU {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return systemCPU{}
+	}
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := bytes.Fields(line)
+	if len(f) < 9 || string(f[0]) != "cpu" {
+		return systemCPU{}
+	}
+	v := func(i int) float64 {
+		n, _ := strconv.ParseUint(string(f[i]), 10, 64)
+		return float64(n) / clkTck
+	}
+	return systemCPU{busy: v(1) + v(2) + v(3) + v(6) + v(7), steal: v(8)}
 }
