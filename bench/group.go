@@ -85,6 +85,9 @@ type GroupRun struct {
 	IdleCPU   float64 `json:"idle_cpu_s"`
 	OthersCPU float64 `json:"others_cpu_s"`
 	StealCPU  float64 `json:"steal_cpu_s"`
+	// EndSpread is how long the last consumer went on after the first left (±1 ms): the imbalance at the
+	// end of the stream, when fewer consumers than cores are left with work.
+	EndSpread float64 `json:"end_spread_s"`
 	// Shares: chunks each consumer read (the members' shares; every chunk exactly once is checked).
 	Shares []uint64 `json:"shares"`
 }
@@ -225,20 +228,34 @@ func groupOnce(ctx context.Context, env Env, o GroupOptions, n int, tmpl []byte)
 	if err := p.PublishEndOfStream(0, time.Minute); err != nil {
 		return run, err
 	}
-	stop := make(chan struct{})
+	stop, firstDone := make(chan struct{}), make(chan time.Time, 1)
 	go func() {
-		select {
-		case <-ctx.Done():
-			p.Interrupt()
-		case <-stop:
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				p.Interrupt()
+				return
+			case <-stop:
+				return
+			case now := <-tick.C:
+				if len(firstDone) == 0 && p.Consumers() < n {
+					firstDone <- now // the first consumer read the end of the stream and left
+				}
+			}
 		}
 	}()
 	err = p.WaitDrained(nil)
+	end := time.Now()
 	close(stop)
+	if len(firstDone) != 0 {
+		run.EndSpread = end.Sub(<-firstDone).Seconds()
+	}
 	if err != nil && !errors.Is(err, ring.ErrNoConsumer) { // none left: each tool's count says whether it read all
 		return run, fmt.Errorf("bench group: waiting for the consumers: %w", err)
 	}
-	run.Seconds = time.Since(start).Seconds()
+	run.Seconds = end.Sub(start).Seconds()
 	run.ProducerCPU = (ProcessCPU() - cpu0).Seconds()
 	sys1 := readSystemCPU()
 	reaped = true
@@ -286,13 +303,14 @@ func medianGroup(runs []GroupRun) GroupRun {
 	m.IdleCPU = med(func(r GroupRun) float64 { return r.IdleCPU })
 	m.OthersCPU = med(func(r GroupRun) float64 { return r.OthersCPU })
 	m.StealCPU = med(func(r GroupRun) float64 { return r.StealCPU })
+	m.EndSpread = med(func(r GroupRun) float64 { return r.EndSpread })
 	return m
 }
 
 // PrintGroupRun writes one run as a line of `bench group`'s output.
 func PrintGroupRun(w io.Writer, label string, r GroupRun) {
-	fmt.Fprintf(w, "%-9s %2d consumer(s): %7.1f chunks/s  %5.2f s  producer CPU %4.2f s  consumers' %5.2f s (%.2f ms/chunk)  unused %4.2f s (others %4.2f, steal %4.2f)  shares %v\n",
-		label, r.Members, r.ChunksPerS, r.Seconds, r.ProducerCPU, r.ConsumerCPU, 1e3*r.ConsumerCPUPerChunk, r.IdleCPU, r.OthersCPU, r.StealCPU, r.Shares)
+	fmt.Fprintf(w, "%-9s %2d consumer(s): %7.1f chunks/s  %5.2f s  producer CPU %4.2f s  consumers' %5.2f s (%.2f ms/chunk)  unused %4.2f s (others %4.2f, steal %4.2f)  end spread %3.0f ms  shares %v\n",
+		label, r.Members, r.ChunksPerS, r.Seconds, r.ProducerCPU, r.ConsumerCPU, 1e3*r.ConsumerCPUPerChunk, r.IdleCPU, r.OthersCPU, r.StealCPU, 1e3*r.EndSpread, r.Shares)
 }
 
 // PrintGroup writes the medians, the ratio and the ceiling.
