@@ -102,6 +102,16 @@ type GroupResult struct {
 	Ratio   float64      `json:"ratio"`   // Group.ChunksPerS / One.ChunksPerS
 	Ceiling float64      `json:"ceiling"` // min(Members, Cores) − Group.ProducerCPU / Group.Seconds
 	Ratios  []float64    `json:"round_ratios"`
+	// QuietRatio is the median ratio of the rounds in which other processes took under 5 % of the
+	// machine's CPU in both runs (QuietRounds of them; 0 when none): other load hits the group, which
+	// needs every core, harder than the one consumer, which leaves a core spare.
+	QuietRatio  float64 `json:"quiet_ratio"`
+	QuietRounds int     `json:"quiet_rounds"`
+}
+
+// quiet reports a run in which other processes took under 5 % of the machine's CPU.
+func (r GroupRun) quiet(cores int) bool {
+	return r.OthersCPU+r.StealCPU < 0.05*float64(cores)*r.Seconds
 }
 
 // Group runs the group benchmark: rounds of one consumer then Members, each run checked (every chunk
@@ -130,6 +140,13 @@ func Group(ctx context.Context, env Env, o GroupOptions, each func(round int, r 
 		}
 		res.Ratios = append(res.Ratios, groups[round-1].ChunksPerS/ones[round-1].ChunksPerS)
 	}
+	var quiet []float64
+	for i, x := range res.Ratios {
+		if ones[i].quiet(res.Cores) && groups[i].quiet(res.Cores) {
+			quiet = append(quiet, x)
+		}
+	}
+	res.QuietRounds, res.QuietRatio = len(quiet), median(quiet)
 	res.One, res.Group = medianGroup(ones), medianGroup(groups)
 	res.Ratio = res.Group.ChunksPerS / res.One.ChunksPerS
 	res.Ceiling = float64(min(o.Members, res.Cores)) - res.Group.ProducerCPU/res.Group.Seconds
@@ -319,6 +336,8 @@ func PrintGroup(w io.Writer, r GroupResult) {
 	PrintGroupRun(w, "median", r.Group)
 	fmt.Fprintf(w, "group of %d / one: %.2f× (rounds %s); ceiling on %d cores: %.2f× (min(members, cores) − the producer's %.2f cores)\n",
 		r.Options.Members, r.Ratio, fmtRatios(r.Ratios), r.Cores, r.Ceiling, r.Group.ProducerCPU/r.Group.Seconds)
+	fmt.Fprintf(w, "rounds with the machine quiet (other processes under 5 %% of its CPU in both runs): %d of %d, median ratio %.2f×\n",
+		r.QuietRounds, len(r.Ratios), r.QuietRatio)
 }
 
 func fmtRatios(v []float64) string {
