@@ -51,7 +51,7 @@ func (o *GroupOptions) setDefaults() error {
 	def(&o.ChunkHeaps, 64)
 	def(&o.HeapSize, 8192)
 	def(&o.Work, 1)
-	def(&o.Slots, 16)
+	def(&o.Slots, 32)
 	def(&o.Rounds, 3)
 	if o.Chunks == 0 {
 		o.Chunks = 2000

@@ -95,7 +95,7 @@ func runBenchGroup(ctx context.Context, env bench.Env, args []string, stdout, st
 	fs.IntVar(&o.ChunkHeaps, "chunk-heaps", 64, "heap positions per chunk")
 	fs.Var((*byteSize)(&o.HeapSize), "heap-size", "bytes per heap position (int8 re, im pairs)")
 	fs.IntVar(&o.Work, "work", 1, "CPU-bound work per chunk, in passes (Python: ~1.7 ms a pass for 64 heaps of 8 KiB)")
-	fs.IntVar(&o.Slots, "slots", 16, "ring slots (one chunk each; the group run ends when the members have worked through their queues of about slots / members chunks: fewer, less imbalance at the end)")
+	fs.IntVar(&o.Slots, "slots", 32, "ring slots (one chunk each; each member queues about slots / members: fewer, less imbalance at the end but more waits for the window)")
 	fs.IntVar(&o.Rounds, "rounds", 3, "rounds of one consumer then the group; the figures are medians")
 	asJSON := fs.Bool("json", false, "print one JSON object (the medians, the ratio and the ceiling)")
 	if err := parseNoArgs(fs, args); err != nil {
