@@ -10,7 +10,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -193,28 +192,16 @@ func groupOnce(ctx context.Context, env Env, o GroupOptions, n int, tmpl []byte)
 	if n > 1 {
 		extra = append(extra, "--group-name", "bench")
 	}
-	cmds := make([]*exec.Cmd, n)
-	outs := make([]bytes.Buffer, n)
-	reaped := false
-	defer func() { // before the ring is closed
-		if !reaped {
-			for _, cmd := range cmds {
-				if cmd != nil && cmd.Process != nil {
-					_ = cmd.Process.Kill()
-					_ = cmd.Wait()
-				}
-			}
-		}
-	}()
-	for i := range cmds {
-		if cmds[i], err = ConsumerCommand(env, o.Consumer, name, 0, extra...); err != nil {
-			return run, err
-		}
-		cmds[i].Stdout, cmds[i].Stderr = &outs[i], os.Stderr
-		if err := cmds[i].Start(); err != nil {
-			return run, fmt.Errorf("start %s consumer: %w", o.Consumer, err)
-		}
+	kinds := make([]string, n)
+	for i := range kinds {
+		kinds[i] = o.Consumer
 	}
+	procs := &consumerProcs{}
+	defer procs.kill() // before the ring is closed
+	if err := procs.start(env, kinds, name, 0, extra...); err != nil {
+		return run, err
+	}
+	cmds, outs := procs.cmds, procs.outs
 	if err := waitFor(30*time.Second, func() bool { return p.Consumers() == n }); err != nil {
 		return run, fmt.Errorf("%d %s consumers attaching: %w", n, o.Consumer, err)
 	}
@@ -275,7 +262,7 @@ func groupOnce(ctx context.Context, env Env, o GroupOptions, n int, tmpl []byte)
 	run.Seconds = end.Sub(start).Seconds()
 	run.ProducerCPU = (ProcessCPU() - cpu0).Seconds()
 	sys1 := readSystemCPU()
-	reaped = true
+	procs.reaped = true
 	var read, ids, sums uint64
 	for i, cmd := range cmds {
 		if err := cmd.Wait(); err != nil {
@@ -305,13 +292,7 @@ func groupOnce(ctx context.Context, env Env, o GroupOptions, n int, tmpl []byte)
 // medianGroup takes each figure's median over the runs (shares: the first run's).
 func medianGroup(runs []GroupRun) GroupRun {
 	m := runs[0]
-	med := func(f func(r GroupRun) float64) float64 {
-		v := make([]float64, len(runs))
-		for i, r := range runs {
-			v[i] = f(r)
-		}
-		return median(v)
-	}
+	med := func(f func(r GroupRun) float64) float64 { return medianOf(runs, f) }
 	m.Seconds = med(func(r GroupRun) float64 { return r.Seconds })
 	m.ChunksPerS = med(func(r GroupRun) float64 { return r.ChunksPerS })
 	m.ProducerCPU = med(func(r GroupRun) float64 { return r.ProducerCPU })
