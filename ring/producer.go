@@ -1083,16 +1083,16 @@ func (p *Producer) assign(groups [][]*member) {
 
 // starved reports a member that holds the ring back by half of it or more and waits for a heap — or,
 // under block, by three quarters whether it says it waits or not (it may still be spinning) while it has
-// fewer than a quarter of the ring assigned and not released: it holds heaps unreleased and may want
+// at most a quarter of the ring assigned and not released: it holds heaps unreleased and may want
 // another before it releases them. It gets position q first, else the ring could fill up to it with other
 // members' heaps and stall for good under block (a member holding heaps while it waits for its next one;
-// under drop it is overrun instead). A member with a quarter or more outstanding is busy, not starved: it
+// under drop it is overrun instead). A member with more than a quarter outstanding is busy, not starved: it
 // is merely working on its oldest heap, and taking every position it lags on would give it the whole
 // stream while the others idle (bench group: 245 of 300 chunks to one of four). Hot path, inside the busy
 // window (m's region is mapped).
 func (p *Producer) starved(m *member, q uint64) bool {
 	lag, n := q-m.swept, uint64(len(p.slots))
-	return lag >= n/2 && m.consWait.Load() != 0 || p.cfg.Policy == PolicyBlock && lag >= n-n/4 && m.outstanding < n/4
+	return lag >= n/2 && m.consWait.Load() != 0 || p.cfg.Policy == PolicyBlock && lag >= n-n/4 && m.outstanding <= n/4
 }
 
 // adopt notes that the hot path has moved to a new consumer set and unmaps the regions detached while it
