@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ibvbridge/ibvbridge/ring"
+	"github.com/ibvbridge/ibvbridge/spead/pattern"
 )
 
 // GroupOptions describe the consumer-group benchmark (spec §13, §14): a Go producer in this process
@@ -58,8 +59,9 @@ func (o *GroupOptions) setDefaults() error {
 	switch {
 	case o.Members < 2 || o.Members > 64:
 		return fmt.Errorf("%w: members %d: want 2 to 64", ErrBadOption, o.Members)
-	case o.ChunkHeaps < 1 || o.HeapSize < 2 || o.HeapSize%2 != 0:
-		return fmt.Errorf("%w: chunks of %d heaps of %d bytes: want at least one heap of an even size (int8 re, im pairs)", ErrBadOption, o.ChunkHeaps, o.HeapSize)
+	case o.ChunkHeaps < 1 || o.HeapSize < 8 || o.HeapSize%8 != 0:
+		// Whole words per heap: the consumers' checksum (words per heap) is then the template's (words per chunk).
+		return fmt.Errorf("%w: chunks of %d heaps of %d bytes: want at least one heap of a multiple of 8 bytes", ErrBadOption, o.ChunkHeaps, o.HeapSize)
 	case o.Work < 0 || o.Slots < 2 || o.Rounds < 1:
 		return fmt.Errorf("%w: work %d, slots %d, rounds %d: want work ≥ 0, slots ≥ 2, rounds ≥ 1", ErrBadOption, o.Work, o.Slots, o.Rounds)
 	}
@@ -163,16 +165,6 @@ func groupTemplate(o GroupOptions) []byte {
 	return b
 }
 
-// wordSum is the consumers' checksum of b: the wrapping sum of its little-endian uint64 words (len(b) a
-// multiple of 8: heap sizes are).
-func wordSum(b []byte) uint64 {
-	var s uint64
-	for i := 0; i+8 <= len(b); i += 8 {
-		s += binary.LittleEndian.Uint64(b[i:])
-	}
-	return s
-}
-
 // groupOnce is one run with n consumers (n > 1: a group "bench"): they attach before the clock starts
 // (their start-up is not timed); the run ends when every chunk and the end-of-stream marker is released.
 func groupOnce(ctx context.Context, env Env, o GroupOptions, n int, tmpl []byte) (GroupRun, error) {
@@ -207,7 +199,7 @@ func groupOnce(ctx context.Context, env Env, o GroupOptions, n int, tmpl []byte)
 	}
 	debug.FreeOSMemory() // no GC or scavenger inside the run
 	g := p.Chunks()
-	base := wordSum(tmpl) - binary.LittleEndian.Uint64(tmpl)
+	base := pattern.Checksum(tmpl) - binary.LittleEndian.Uint64(tmpl) // the consumers' checksum, id word aside
 	var sum uint64
 	sys0 := readSystemCPU()
 	cpu0, start := ProcessCPU(), time.Now()

@@ -93,7 +93,7 @@ func runBenchGroup(ctx context.Context, env bench.Env, args []string, stdout, st
 	fs.IntVar(&o.Members, "members", 4, "the group's size, compared with one consumer")
 	fs.Uint64Var(&o.Chunks, "chunks", 2000, "chunks per run")
 	fs.IntVar(&o.ChunkHeaps, "chunk-heaps", 64, "heap positions per chunk")
-	fs.Var((*byteSize)(&o.HeapSize), "heap-size", "bytes per heap position (int8 re, im pairs)")
+	fs.Var((*byteSize)(&o.HeapSize), "heap-size", "bytes per heap position, a multiple of 8 (int8 re, im pairs)")
 	fs.IntVar(&o.Work, "work", 1, "CPU-bound work per chunk, in passes (Python: ~1.7 ms a pass for 64 heaps of 8 KiB)")
 	fs.IntVar(&o.Slots, "slots", 32, "ring slots (one chunk each; each member queues about slots / members: fewer, less imbalance at the end but more waits for the window)")
 	fs.IntVar(&o.Rounds, "rounds", 3, "rounds of one consumer then the group; the figures are medians")
