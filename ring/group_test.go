@@ -375,10 +375,10 @@ func readAll(t *testing.T, c *ring.Consumer, hold bool) (cnts []uint64, held []r
 }
 
 // TestGroupLaggingMemberWithUnreadHeapsLeavesNextHeapToIdleMember (spec §14, under block): a member that
-// holds the ring back by three quarters while it works on its oldest heap, with a quarter of the ring or
-// more assigned and not released, is not starved (its queue is full): the next heap goes to the member
-// with the fewest outstanding. Before, the lagging member took every such heap, and in `bench group` one
-// of four members read 245 of 300 chunks while the others idled (1.03× one consumer).
+// holds the ring back by three quarters while it works on its oldest heap, with more than a quarter of the
+// ring assigned and not released (3 of 8: a queue of its own), is not starved: the next heap goes to the
+// member with the fewest outstanding. Before, a member three quarters behind took every heap, and in
+// `bench group` one of four members read 245 of 300 chunks while the others idled (1.03× one consumer).
 func TestGroupLaggingMemberWithUnreadHeapsLeavesNextHeapToIdleMember(t *testing.T) {
 	cfg := testConfig(t) // 8 slots: three quarters is 6 positions, a quarter 2
 	cfg.Policy = ring.PolicyBlock
