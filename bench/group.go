@@ -30,7 +30,7 @@ type GroupOptions struct {
 	Chunks     uint64 // chunks per run
 	ChunkHeaps int    // heap positions per chunk (time axis; no second axis)
 	HeapSize   int    // bytes per heap position
-	Work       int    // work per chunk, in passes
+	Work       int    // work per chunk, in passes (0: none, the tools' checksum alone; `bench group` defaults to 1)
 	Slots      int    // ring slots
 	Rounds     int    // runs of each; the figures are medians
 }
@@ -50,7 +50,6 @@ func (o *GroupOptions) setDefaults() error {
 	def(&o.Members, 4)
 	def(&o.ChunkHeaps, 64)
 	def(&o.HeapSize, 8192)
-	def(&o.Work, 1)
 	def(&o.Slots, 32)
 	def(&o.Rounds, 3)
 	if o.Chunks == 0 {
