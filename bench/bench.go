@@ -149,6 +149,35 @@ func cpuTime(pid int) (time.Duration, error) {
 	return time.Duration(ut+st) * time.Second / clkTck, nil
 }
 
+// waitSettled waits, up to d, until none of the processes used CPU for settleQuiet: what they still do
+// after start-up (a consumer mapping a large ring, the kernel zeroing its pages) must not land in the
+// stream's figures. Past d it returns: a process that never idles is measured as it is.
+func waitSettled(d time.Duration, pids ...int) {
+	deadline := time.Now().Add(d)
+	last := make([]time.Duration, len(pids))
+	quietSince := time.Now()
+	for time.Now().Before(deadline) {
+		busy := false
+		for i, pid := range pids {
+			c, err := cpuTime(pid)
+			if err != nil {
+				return // gone: the run reports why
+			}
+			busy = busy || c != last[i]
+			last[i] = c
+		}
+		if busy {
+			quietSince = time.Now()
+		} else if time.Since(quietSince) >= settleQuiet {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// settleQuiet is how long a process must not tick (10 ms of CPU) to count as settled.
+const settleQuiet = 200 * time.Millisecond
+
 // receiver is a receiving process (recv, spead2_recv, the floor) started with a goroutine waiting for it.
 type receiver struct {
 	cmd    *exec.Cmd

@@ -42,6 +42,12 @@ type PeerBinary struct {
 // and only the totals printed.
 var DefaultSpead2RecvArgs = []string{"--ring", "--mem-pool", "--ring-heaps", "64", "--quiet"}
 
+// DefaultPeerRecvArgs are recv's flags in a peer comparison, before PeerOptions.RecvArgs (a later flag
+// wins): the block policy, because spead2_recv's ring blocks its receive thread when full (the stream
+// waits; the socket buffer takes up the slack) where recv's default policy drops the heap. Like for like,
+// a 64-heap ring then loses nothing on a busy machine for either.
+var DefaultPeerRecvArgs = []string{"--policy", "block"}
+
 // PeerOptions describe `bench udp --peer spead2`.
 type PeerOptions struct {
 	Shapes []PeerShape
@@ -171,7 +177,7 @@ func peerRun(ctx context.Context, env Env, o PeerOptions, sender Sender, sh Peer
 	switch row.Kind {
 	case "recv":
 		path := Loopback
-		path.RecvArgs = append(buffer, o.RecvArgs...)
+		path.RecvArgs = append(append(append([]string{}, DefaultPeerRecvArgs...), buffer...), o.RecvArgs...)
 		uo := UDPOptions{PacketSize: sh.PacketSize, Consumer: "c", ConsumerArgs: []string{"--no-touch"},
 			Slots: row.recvSlots, SlotSize: 2 * sh.HeapSize, Sender: sender, Label: "bench udp --peer"}
 		r, err := udpRun(ctx, env, path, uo, sh.HeapSize, sh.Heaps, sh.RateGbps)
@@ -219,6 +225,7 @@ func processRun(ctx context.Context, env Env, sender Sender, sh PeerShape, recei
 	if err := waitFor(10*time.Second, func() bool { return udpPortBound(port) }); err != nil {
 		return run, fmt.Errorf("%s did not bind %s: %s", cmd.Path, endpoint, errOut.String())
 	}
+	waitSettled(10*time.Second, cmd.Process.Pid) // its start-up (a memory pool filled) is not the stream's, as for recv
 	send, err := sender.Command(ctx, nil, endpoint, sh.Heaps, sh.HeapSize, sh.PacketSize, sh.RateGbps)
 	if err != nil {
 		return run, err

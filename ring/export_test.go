@@ -1,5 +1,7 @@
 package ring
 
+import "time"
+
 // Test hooks: the producer's own writable mappings and descriptors, for tests that play a corrupt or
 // hostile producer (no client can reach these: its mappings are read-only and the memory is sealed).
 
@@ -23,3 +25,8 @@ func (p *Producer) FutexWokenForTest() uint64 { return p.futexWoken.Load() }
 
 // FutexWakeupsForTest is how many of the consumer's sleeps a FUTEX_WAKE ended (rather than the slice).
 func (c *Consumer) FutexWakeupsForTest() uint64 { return c.futexWakeups }
+
+// AbsorbsAtForTest is Absorbs at a given time, so a test sets the stream's rate exactly.
+func (p *Producer) AbsorbsAtForTest(now time.Time, max time.Duration) time.Duration {
+	return p.absorbsAt(now, max)
+}

@@ -15,6 +15,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/ibvbridge/ibvbridge/internal/rate"
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 )
@@ -228,6 +229,7 @@ type Producer struct {
 	// reclaimEvery: the hot path looks for released slots every this many acquires, not only when the
 	// pool is empty, so the pool's top stays the slots consumers just released; sinceReclaim counts.
 	reclaimEvery, sinceReclaim int
+	absorbRate                 rate.Meter // positions published per second, for Absorbs
 
 	// mu guards the consumer set, the table rows, reclaim and grave: admission (server goroutine) and
 	// reclaiming (hot path: when the pool is empty, and every reclaimEvery takes) must agree on which

@@ -286,6 +286,10 @@ func (a *Assembler) BeginBatch() { a.p.BeginBatch() }
 // EndBatch publishes the batch's heaps and counters.
 func (a *Assembler) EndBatch() { a.p.EndBatch() }
 
+// Absorbs implements transport.Absorber: how long a source may let the stream wait in the kernel, given
+// the ring's free slots and the rate heaps (or chunks) are published (ring.Producer.Absorbs).
+func (a *Assembler) Absorbs(max time.Duration) time.Duration { return a.p.Absorbs(max) }
+
 // Place implements transport.Placer: it fills dst with the regions where the placer expects the next
 // datagrams' payloads (regions that hold nothing received yet, so a wrong guess overwrites nothing) and
 // returns the header length the guess assumes and how many regions it filled (0: no guess).

@@ -62,6 +62,14 @@ type Batcher interface {
 	EndBatch()
 }
 
+// Absorber is a Sink with bounded room (the heap assembler: the ring's free slots). A source that lets
+// the stream pile up in the kernel before it reads (udp.Config.Coalesce) asks it how long it may: the
+// answer is at most max, less when what arrives meanwhile would not fit, 0 when it cannot tell yet.
+type Absorber interface {
+	Sink
+	Absorbs(max time.Duration) time.Duration
+}
+
 // ThreadCounted is a Source that receives on several threads and counts each one's share (metrics label
 // them by thread). Safe from any goroutine.
 type ThreadCounted interface {

@@ -58,7 +58,7 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	maxPacket := sizeFlag(fs, "max-packet", udp.DefaultMaxPacketSize, "largest datagram; bigger ones are counted as truncated")
 	threads := fs.Int("threads", 1, "udp: receive threads (spead2_recv's flag); each owns a share of the endpoints, all feed one ring")
 	cpus := fs.String("cpus", "", "udp: pin receive thread k to the k-th CPU of this comma-separated list")
-	coalesce := fs.Duration("coalesce", udp.DefaultCoalesce, "udp: after a read that empties the socket, sleep this long (at most 1ms) so the next read finds several bursts (interrupt moderation; delays a busy stream's datagrams by at most this); 0: read each burst as it comes")
+	coalesce := fs.Duration("coalesce", udp.DefaultCoalesce, "udp: after a read that empties the socket, sleep up to this long (at most 1ms) so the next read finds many bursts (interrupt moderation; delays a busy stream's datagrams by at most this; each sleep shortened to what the socket buffer and the ring's free slots hold); 0: read each burst as it comes")
 	gro := fs.Bool("gro", true, "udp: let the kernel hand over runs of datagrams as one message (UDP GRO); --gro=false: one datagram per message")
 	hugepages := fs.String("hugepages", "auto", "ring data on hugepages: auto, require or off")
 	ringDir := fs.String("dir", "", "ring directory for the socket and lock (default: $IBVBRIDGE_RING_DIR, else /run/ibvbridge for root, else /dev/shm/ibvbridge-UID)")

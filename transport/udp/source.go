@@ -35,9 +35,11 @@ const (
 	DefaultBufferSize    = 8 << 20 // socket receive buffer
 	DefaultMaxPacketSize = 9200    // largest datagram accepted; larger ones are counted as truncated
 	DefaultBatch         = 64      // messages per recvmmsg
-	// DefaultCoalesce is recv's --coalesce: on 1 MiB heaps at 6 Gb/s it cut recv's CPU by a quarter to a
-	// third (one thread switch per ~5 bursts instead of per burst), on 8 KiB heaps at 2.5 Gb/s by a tenth.
-	DefaultCoalesce = 200 * time.Microsecond
+	// DefaultCoalesce is recv's --coalesce, the most a coalesced sleep may last. Against spead2_recv
+	// 4.4.1 on its own traffic (bench udp --peer spead2, 1 MiB heaps at 6 Gb/s) recv cost 0.94× its CPU
+	// with 200 µs, 0.71× with 500 µs and 0.56× with 1 ms; each sleep is shortened to what the socket
+	// buffer and the ring's free slots can hold (coalescer), so a small ring no longer drops heaps for it.
+	DefaultCoalesce = time.Millisecond
 )
 
 // Config describes the sockets of one stream.
@@ -61,13 +63,15 @@ type Config struct {
 	Threads int
 	// CPUs, if set, pins worker k to CPUs[k % len(CPUs)].
 	CPUs []int
-	// Coalesce is how long a receiver of one socket (one thread) sleeps after a drain that emptied it before it
-	// reads again, so that the next wake finds several of the sender's bursts instead of one: a NIC's
-	// interrupt moderation (rx-usecs) in software. Each sleep and wake is a thread switch; on 1 MiB heaps
-	// at 6 Gb/s there was one per 36 KiB burst, 40 % of recv's CPU. It delays only datagrams that follow
-	// the previous read within Coalesce (a lone datagram is read at once), by at most Coalesce, and the
-	// socket buffer must hold Coalesce of the stream. 0: read each burst as it comes; at most busyWait.
-	// Several endpoints or threads wait in epoll, without it.
+	// Coalesce is the longest a receiver of one socket (one thread) sleeps after a drain that emptied it
+	// before it reads again, so that the next wake finds many of the sender's bursts instead of one: a
+	// NIC's interrupt moderation (rx-usecs) in software. Each sleep and wake is a thread switch; on 1 MiB
+	// heaps at 6 Gb/s there was one per 36 KiB burst, 40 % of recv's CPU. It delays only datagrams that
+	// follow the previous read within the sleep (a lone datagram is read at once), by at most Coalesce.
+	// Each sleep is shortened so that what arrives meanwhile fits a quarter of the socket buffer and half
+	// the sink's free room (transport.Absorber: the ring's free slots, at the rate heaps were published),
+	// and skipped while the stream's rate is unknown (after an idle spell). 0: read each burst as it
+	// comes; at most busyWait. Several endpoints or threads wait in epoll, without it.
 	Coalesce time.Duration
 	Log      *zerolog.Logger
 }
@@ -476,8 +480,12 @@ func (s *Source) runWorker(ctx context.Context, k int, sink *workerSink) error {
 	// A receiver of one socket waits inside the read. Not so a worker of several: one that shares the
 	// sink holds its lock from Place to the last Placed of a placed read, which must not include a wait.
 	var only *socket
+	var co *coalescer
 	if len(s.socks) == 1 && len(s.epfds) == 1 {
 		only = s.socks[0]
+		if s.cfg.Coalesce > 0 {
+			co = newCoalescer(s.cfg.Coalesce, s.bufSize, sink.sink)
+		}
 	}
 	for {
 		if s.stopping.Load() {
@@ -492,8 +500,10 @@ func (s *Source) runWorker(ctx context.Context, k int, sink *workerSink) error {
 				return err
 			}
 			if got {
-				if emptied && s.cfg.Coalesce > 0 {
-					coalesceSleep(s.cfg.Coalesce)
+				if emptied && co != nil {
+					if d := co.next(time.Now(), only.bytes.Load()); d > 0 {
+						coalesceSleep(d)
+					}
 				}
 				continue
 			}

@@ -26,12 +26,12 @@ def test_chunk_power_sums_re2_plus_im2_per_channel_over_present_heaps_only():
     assert chunk_power(data, present, 0) is None  # no pass, no work
 
 
-@pytest.mark.parametrize("batch", [[], ["--batch", "16"]])
+@pytest.mark.parametrize("batch", [[], ["--batch", "64"]])  # 64: the tool batches when 64 chunks wait
 def test_consume_tool_with_work_reads_a_chunk_ring_as_without(make_producer, batch):
     outs = []
     for work in ([], ["--work", "2"]):
-        p = chunk_producer(make_producer, slot_count=32)  # the stream fits: nothing overwritten before attach
-        for cid in range(20):
+        p = chunk_producer(make_producer, slot_count=128)  # the stream fits: nothing overwritten before attach
+        for cid in range(70):
             p.publish(cid, pattern_chunk(cid, [1] * NP), flags=L.FLAG_CHUNK | L.FLAG_COMPLETE, heap_size=CB, received=CB)
         p.publish_eos()
         rc, out = consume("--ring", "r", "--dir", os.path.dirname(p.socket_path), "--verify", *batch, *work)
@@ -39,7 +39,7 @@ def test_consume_tool_with_work_reads_a_chunk_ring_as_without(make_producer, bat
         outs.append(out)
         p.close()
     keys = ("heaps", "chunks", "heaps_present", "checksum", "verify_errors", "heap_cnt_sum", "bytes")
-    assert [outs[1][k] for k in keys] == [outs[0][k] for k in keys] == [20, 20, 20 * NP, outs[0]["checksum"], 0, 190, 20 * CB]
+    assert [outs[1][k] for k in keys] == [outs[0][k] for k in keys] == [70, 70, 70 * NP, outs[0]["checksum"], 0, 70 * 69 // 2, 70 * CB]
 
 
 def test_consume_tool_work_refuses_a_heap_ring(make_producer):
