@@ -132,6 +132,9 @@ func memcpyRate(workingSet int) float64 {
 	return float64(copied) / time.Since(start).Seconds()
 }
 
+// clkTck is /proc's clock tick (USER_HZ): 100 on Linux.
+const clkTck = 100
+
 // cpuTime reads a process's user+system CPU time from /proc.
 func cpuTime(pid int) (time.Duration, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -143,7 +146,6 @@ func cpuTime(pid int) (time.Duration, error) {
 	f := strings.Fields(string(rest))
 	ut, _ := strconv.ParseUint(f[11], 10, 64)
 	st, _ := strconv.ParseUint(f[12], 10, 64)
-	const clkTck = 100
 	return time.Duration(ut+st) * time.Second / clkTck, nil
 }
 

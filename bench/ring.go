@@ -114,13 +114,7 @@ func PrintRing(w io.Writer, label string, r RingResult) {
 // MedianRing takes each figure's median over the runs; losses and checksum failures of any run count.
 func MedianRing(runs []RingResult) RingResult {
 	m := runs[0]
-	med := func(f func(r RingResult) float64) float64 {
-		v := make([]float64, len(runs))
-		for i, r := range runs {
-			v[i] = f(r)
-		}
-		return median(v)
-	}
+	med := func(f func(r RingResult) float64) float64 { return medianOf(runs, f) }
 	m.Runs = len(runs)
 	m.HeapsPerS = med(func(r RingResult) float64 { return r.HeapsPerS })
 	m.BytesPerS = med(func(r RingResult) float64 { return r.BytesPerS })
@@ -157,28 +151,12 @@ func ringOnce(ctx context.Context, env Env, o RingOptions, measureIdle bool) (Ri
 	}
 	defer p.Close()
 	res.HugePages = p.Huge()
-	cmds := make([]*exec.Cmd, len(kinds))
-	outs := make([]bytes.Buffer, len(kinds))
-	reaped := false
-	defer func() { // before the ring is closed
-		if !reaped {
-			for _, cmd := range cmds {
-				if cmd != nil && cmd.Process != nil {
-					_ = cmd.Process.Kill()
-					_ = cmd.Wait()
-				}
-			}
-		}
-	}()
-	for i, kind := range kinds {
-		if cmds[i], err = ConsumerCommand(env, kind, name, o.Batch); err != nil {
-			return res, err
-		}
-		cmds[i].Stdout, cmds[i].Stderr = &outs[i], os.Stderr
-		if err := cmds[i].Start(); err != nil {
-			return res, fmt.Errorf("start %s consumer: %w", kind, err)
-		}
+	procs := &consumerProcs{}
+	defer procs.kill() // before the ring is closed
+	if err := procs.start(env, kinds, name, o.Batch); err != nil {
+		return res, err
 	}
+	cmds, outs := procs.cmds, procs.outs
 	deadline := time.Now().Add(20 * time.Second)
 	for p.Consumers() < len(kinds) {
 		if time.Now().After(deadline) {
@@ -234,7 +212,7 @@ func ringOnce(ctx context.Context, env Env, o RingOptions, measureIdle bool) (Ri
 		time.Sleep(20 * time.Microsecond)
 	}
 	res.Seconds = time.Since(start).Seconds()
-	reaped = true
+	procs.reaped = true
 	for i, cmd := range cmds {
 		if err := cmd.Wait(); err != nil {
 			return res, fmt.Errorf("%s consumer: %w (output %s)", kinds[i], err, outs[i].String())
@@ -271,6 +249,53 @@ func okWord(ok bool) string {
 		return "ok"
 	}
 	return "MISMATCH"
+}
+
+// medianOf is the median of f over the runs.
+func medianOf[R any](runs []R, f func(R) float64) float64 {
+	v := make([]float64, len(runs))
+	for i, r := range runs {
+		v[i] = f(r)
+	}
+	return median(v)
+}
+
+// consumerProcs are a benchmark's consumer processes and their output.
+type consumerProcs struct {
+	cmds   []*exec.Cmd
+	outs   []bytes.Buffer
+	reaped bool // set by the caller once it waits for them itself
+}
+
+// start starts one consumer process per kind on ring name (ConsumerCommand), stdout captured, stderr
+// passed through. The caller defers kill first, so a failed start leaves nothing running.
+func (c *consumerProcs) start(env Env, kinds []string, name string, batch int, extra ...string) error {
+	c.cmds, c.outs = make([]*exec.Cmd, len(kinds)), make([]bytes.Buffer, len(kinds))
+	for i, kind := range kinds {
+		cmd, err := ConsumerCommand(env, kind, name, batch, extra...)
+		if err != nil {
+			return err
+		}
+		cmd.Stdout, cmd.Stderr = &c.outs[i], os.Stderr
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("start %s consumer: %w", kind, err)
+		}
+		c.cmds[i] = cmd
+	}
+	return nil
+}
+
+// kill ends and reaps the processes started, unless the caller has taken over (reaped).
+func (c *consumerProcs) kill() {
+	if c.reaped {
+		return
+	}
+	for _, cmd := range c.cmds {
+		if cmd != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	}
 }
 
 // median is the middle value (the upper one of an even count); it sorts v.

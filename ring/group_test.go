@@ -352,3 +352,95 @@ func TestGroupHolesNotReadByANewConsumer(t *testing.T) {
 		t.Fatal("member a's held heap 1 is not valid")
 	}
 }
+
+// readAll takes every heap c is handed now (TryNext), releasing each unless hold; it returns their counters
+// and the heaps it holds.
+func readAll(t *testing.T, c *ring.Consumer, hold bool) (cnts []uint64, held []ring.Heap) {
+	t.Helper()
+	for {
+		h, ok, err := c.TryNext()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return cnts, held
+		}
+		cnts = append(cnts, h.HeapCnt)
+		if hold {
+			held = append(held, h)
+		} else if err := c.Release(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestGroupLaggingMemberWithUnreadHeapsLeavesNextHeapToIdleMember (spec §14, under block): a member that
+// holds the ring back by three quarters while it works on its oldest heap, with more than a quarter of the
+// ring assigned and not released (3 of 8: a queue of its own), is not starved: the next heap goes to the
+// member with the fewest outstanding. Before, a member three quarters behind took every heap, and in
+// `bench group` one of four members read 245 of 300 chunks while the others idled (1.03× one consumer).
+func TestGroupLaggingMemberWithUnreadHeapsLeavesNextHeapToIdleMember(t *testing.T) {
+	cfg := testConfig(t) // 8 slots: three quarters is 6 positions, a quarter 2
+	cfg.Policy = ring.PolicyBlock
+	p := ringtest.New(t, "lag", cfg)
+	a, b := twoMembers(t, p)
+	for cnt := uint64(1); cnt <= 6; cnt++ { // nothing released meanwhile: a gets 1, 3, 5 and b 2, 4, 6
+		publish(t, p, cnt, 64)
+	}
+	if got, _ := readAll(t, b, false); len(got) != 3 || got[0] != 2 || got[2] != 6 {
+		t.Fatalf("member b read %v, want 2, 4, 6", got)
+	}
+	h, ok, err := a.TryNext() // a works on heap 1: 3 and 5 wait for it, b has nothing left
+	if err != nil || !ok || h.HeapCnt != 1 {
+		t.Fatalf("member a: %+v %v %v, want heap 1", h, ok, err)
+	}
+	p.Unread()           // a reclaim: the producer sees b's releases
+	publish(t, p, 7, 64) // 6 positions past a's tail
+	if got, _ := readAll(t, b, false); len(got) != 1 || got[0] != 7 {
+		t.Fatalf("idle member b got %v after a lagging member with two heaps queued, want heap 7", got)
+	}
+	if err := a.Release(h); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := readAll(t, a, false); len(got) != 2 || got[0] != 3 || got[1] != 5 {
+		t.Fatalf("member a then read %v, want 3, 5", got)
+	}
+}
+
+// TestGroupMemberHoldingAQuarterNeverStallsBlock (spec §14, under block): a member that keeps its last 4
+// heaps (a quarter of a 16-slot ring) and wants a fifth before it releases the oldest, beside a member
+// that releases each heap at once, is always handed its next heap before the ring fills: 300 heaps, the
+// ring never full, every heap read by one of them. (Keeping 5 stalls the ring, as the spec says.)
+func TestGroupMemberHoldingAQuarterNeverStallsBlock(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.SlotCount, cfg.Policy = 16, ring.PolicyBlock
+	p := ringtest.New(t, "hold", cfg)
+	a, b := twoMembers(t, p)
+	const hold = 4
+	var held []ring.Heap
+	var sum, n uint64
+	for cnt := uint64(1); cnt <= 300; cnt++ {
+		if u := p.Unread(); u >= 16 { // Acquire would wait for a release that never comes
+			t.Fatalf("before heap %d: the ring is full (%d unread) while member a holds %d heaps and waits for its next", cnt, u, len(held))
+		}
+		publish(t, p, cnt, 64)
+		got, _ := readAll(t, b, false)
+		for _, c := range got {
+			sum, n = sum+c, n+1
+		}
+		got, hs := readAll(t, a, true)
+		for _, c := range got {
+			sum, n = sum+c, n+1
+		}
+		held = append(held, hs...)
+		for len(held) > hold {
+			if err := a.Release(held[0]); err != nil {
+				t.Fatal(err)
+			}
+			held = held[1:]
+		}
+	}
+	if n != 300 || sum != 300*301/2 {
+		t.Fatalf("the members read %d heaps (cnt sum %d), want each of 300 once", n, sum)
+	}
+}

@@ -18,7 +18,7 @@ import (
 )
 
 // benchKinds are the benchmarks runBench dispatches; the top-level help and the usage line list them.
-var benchKinds = []string{"ring", "udp", "xdp", "floor"}
+var benchKinds = []string{"ring", "udp", "xdp", "group", "floor"}
 
 var benchUsage = "usage: ibvbridge bench " + strings.Join(benchKinds, "|") + " [flags]  (ibvbridge bench KIND -h for its flags)"
 
@@ -38,6 +38,8 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		err = runBenchUDP(ctx, env, args[1:], stdout, stderr)
 	case "xdp":
 		err = runBenchXDP(ctx, env, args[1:], stdout, stderr)
+	case "group":
+		err = runBenchGroup(ctx, env, args[1:], stdout, stderr)
 	case "floor":
 		err = runBenchFloor(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
@@ -81,6 +83,36 @@ func runBenchRing(ctx context.Context, env bench.Env, args []string, stdout, std
 		return json.NewEncoder(stdout).Encode(med)
 	}
 	bench.PrintRing(stdout, "median", med)
+	return nil
+}
+
+func runBenchGroup(ctx context.Context, env bench.Env, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("bench group", stderr)
+	o := bench.GroupOptions{HeapSize: 8192} // before Var: the flag's default is this value
+	fs.StringVar(&o.Consumer, "consumer", "python", "consumer process: python (--work: power per channel in numpy) or go (--work-passes: checksums)")
+	fs.IntVar(&o.Members, "members", 4, "the group's size, compared with one consumer")
+	fs.Uint64Var(&o.Chunks, "chunks", 2000, "chunks per run")
+	fs.IntVar(&o.ChunkHeaps, "chunk-heaps", 64, "heap positions per chunk")
+	fs.Var((*byteSize)(&o.HeapSize), "heap-size", "bytes per heap position, a multiple of 8 (int8 re, im pairs)")
+	fs.IntVar(&o.Work, "work", 1, "CPU-bound work per chunk, in passes (Python: ~1.7 ms a pass for 64 heaps of 8 KiB)")
+	fs.IntVar(&o.Slots, "slots", 32, "ring slots (one chunk each; each member queues about slots / members: fewer, less imbalance at the end but more waits for the window)")
+	fs.IntVar(&o.Rounds, "rounds", 3, "rounds of one consumer then the group; the figures are medians")
+	asJSON := fs.Bool("json", false, "print one JSON object (the medians, the ratio and the ceiling)")
+	if err := parseNoArgs(fs, args); err != nil {
+		return err
+	}
+	res, err := bench.Group(ctx, env, o, func(round int, r bench.GroupRun) {
+		if !*asJSON {
+			bench.PrintGroupRun(stdout, fmt.Sprintf("round %d", round), r)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(res)
+	}
+	bench.PrintGroup(stdout, res)
 	return nil
 }
 

@@ -99,3 +99,36 @@ func BenchmarkGroupProcesses(b *testing.B) {
 		})
 	}
 }
+
+// TestBenchGroupPythonEveryChunkOnce runs `bench group` once, tiny: one Python consumer, then a group of
+// four, each reading a chunk ring with --work; each run's chunks add up to the stream, every chunk once
+// (the benchmark checks counts, id sums and checksums), and the figures are real.
+func TestBenchGroupPythonEveryChunkOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	stdout, stderr, code := runCmd(t, 120*time.Second, "bench", "group", "--chunks", "40", "--chunk-heaps", "8",
+		"--heap-size", "1K", "--slots", "8", "--rounds", "1", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var res bench.GroupResult
+	if err := json.Unmarshal(bench.LastLine([]byte(stdout)), &res); err != nil {
+		t.Fatalf("output %q: %v", stdout, err)
+	}
+	for _, r := range []bench.GroupRun{res.One, res.Group} {
+		var sum uint64
+		for _, s := range r.Shares {
+			sum += s
+		}
+		if sum != 40 || r.ChunksPerS <= 0 || r.ConsumerCPU <= 0 || r.ProducerCPU < 0 {
+			t.Errorf("%d consumers: %+v", r.Members, r)
+		}
+	}
+	if len(res.One.Shares) != 1 || len(res.Group.Shares) != 4 || res.Ratio <= 0 || res.Ceiling <= 0 || len(res.Ratios) != 1 {
+		t.Errorf("result %+v", res)
+	}
+	if _, stderr, code := runCmd(t, 10*time.Second, "bench", "group", "--members", "1"); code != 2 {
+		t.Errorf("--members 1: exit %d, want a usage error (2): %s", code, stderr)
+	}
+}

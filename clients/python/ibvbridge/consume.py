@@ -2,7 +2,7 @@
 
     python3 -m ibvbridge.consume --ring NAME_OR_SOCKET [--dir DIR] [--start oldest|head] [--verify]
                                  [--max-heaps N] [--timeout-ms T] [--hold N] [--sleep-us U] [--batch N]
-                                 [--stop-first] [--wait] [--no-touch] [--group-name NAME]
+                                 [--stop-first] [--wait] [--no-touch] [--group-name NAME] [--work N]
 
 The ring is a name (looked up in --dir, else $IBVBRIDGE_RING_DIR, else the default ring directories) or the
 path of its socket (NAME.v2.sock). A ring that does not exist is an error at once, unless --wait: then the
@@ -42,6 +42,11 @@ verify error. --no-touch still reads the presence maps.
 reads only the heaps the producer assigns to it. heap_cnt_sum (wrapping uint64 sum of the heap_cnts read, as
 the Go tool's) lets a test check that a group's members together read every heap exactly once. A member
 cannot use --batch (batches would hold other members' positions); it reads a chunk ring chunk by chunk.
+
+--work N (chunk rings, benchmarks): before accounting each chunk, compute its power per channel N times as
+examples/chunks/power.py does, in float32 (int8 (re, im) pairs → float32 → |x|² summed over time, per axis
+value): CPU-bound numpy work per chunk (~1.7 ms per pass over 64 heaps of 8 KiB), the same for every
+consumer, so `ibvbridge bench group` can compare one consumer with a group sharing the stream.
 """
 
 import argparse
@@ -70,6 +75,33 @@ VERIFY_ITEM = 0x1001
 # are read one by one.
 CHUNK_BATCH_MIN = 64
 EXIT = {"eos": 0, "max": 0, "producer_gone": 2, "timeout": 3, "overrun": 4, "detached": 5, "error": 1}
+
+
+def chunk_power(data, present, passes):
+    """--work: one chunk's power per channel [axis, channel] (float32, summed over its present heaps) from
+    its bytes (uint8 [time, axis, heap bytes]) and presence map (bool [time, axis]), computed passes times
+    (each pass the whole reduction again: CPU-bound work per chunk)."""
+    x = data.view(np.int8).reshape(data.shape[:2] + (-1, 2))  # [time, axis, channel, re/im]: a view of the ring
+    if not present.all():
+        x = x * present[:, :, None, None].astype(np.int8)  # absent heaps' bytes are undefined: zero them
+    power = None
+    for _ in range(passes):
+        f = x.astype(np.float32)
+        f *= f
+        power = f.sum(axis=(0, 3))
+    return power
+
+
+def chunk_work(item, passes):
+    """--work on a chunk or a ChunkBatch: chunk_power of each of its chunks (nothing when passes is 0)."""
+    if not passes:
+        return
+    if isinstance(item, ChunkBatch):
+        present = item.present
+        for i in range(len(item)):
+            chunk_power(item.chunk(i), present[i], passes)
+    else:
+        chunk_power(item.data, item.present, passes)
 
 
 class _Terminated(Exception):
@@ -299,6 +331,8 @@ def main(argv=None):
                          "until SIGCONT (a consumer stalled mid-read, for tests)")
     ap.add_argument("--group-name", default="",
                     help="attach as a member of this consumer group (spec §14): read only the heaps assigned to it")
+    ap.add_argument("--work", type=int, default=0,
+                    help="chunk rings: compute each chunk's power per channel N times (CPU-bound work, benchmarks)")
     a = ap.parse_args(argv)
     timeout = a.timeout_ms / 1000.0
     out = {"heaps": 0, "bytes": 0, "checksum": 0, "verify_errors": 0, "overrun_heaps": 0, "incomplete": 0,
@@ -322,6 +356,8 @@ def main(argv=None):
         chunked = ring.chunk_geometry is not None
         if (a.batch or chunked) and np is None:
             raise RingError("--batch and chunk rings need numpy")
+        if a.work and not (chunked and ring.chunk_geometry.heap_size % 2 == 0):
+            raise RingError("--work needs a chunk-mode ring whose heaps hold int8 (re, im) pairs")
         t0 = time.perf_counter()
         cpu0 = time.process_time()
         sleep = a.sleep_us / 1e6
@@ -344,10 +380,12 @@ def main(argv=None):
                     if want >= CHUNK_BATCH_MIN:
                         item = ring.next_chunk_batch(want, timeout)
                         k = len(item)
+                        chunk_work(item, a.work)  # read, then check: accounting checks validity after it
                         ok = st.chunk_batch(item) if not stop_first else None
                     else:
                         item = ring.next_chunk(timeout)
                         k = 1
+                        chunk_work(item, a.work)
                         ok = st.chunk(item) if not stop_first else None
                 elif a.batch:
                     want = a.batch if limit is None else min(a.batch, limit - st.heaps)
