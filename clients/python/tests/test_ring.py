@@ -5,6 +5,7 @@ import socket
 import subprocess
 import sys
 import threading
+import tempfile
 import time
 
 import numpy as np
@@ -1413,7 +1414,7 @@ def test_refuses_unsupported_machines(monkeypatch, tmp_path):
             call()
 
 
-def test_suite_with_library_fences(tmp_path):
+def test_suite_with_library_fences():
     """The ordering a non-TSO machine uses (libibvbridge's acquire / release / full fences after and before
     every publishing load and store) runs the producer, consumer and consume-tool tests here too: every
     fence call site is exercised, and the fences are really the library's."""
@@ -1428,11 +1429,14 @@ def test_suite_with_library_fences(tmp_path):
                            env=dict(env, PYTHONPATH=os.path.join(here, "..")), capture_output=True, text=True,
                            timeout=60)
     assert probe.stdout.startswith("True libibvbridge fences"), probe.stdout + probe.stderr
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                        "--basetemp", str(tmp_path / "inner"),  # not /tmp/pytest-of-USER, which pytest keeps
-                        "-k", "not library_fences and not unsupported_machines",
-                        "test_ring.py", "test_producer.py", "test_consume.py"],
-                       cwd=here, env=env, capture_output=True, text=True, timeout=600)
+    # A short basetemp of its own, removed after: not /tmp/pytest-of-USER (pytest keeps it), and short enough
+    # for the tests' socket paths (108 bytes).
+    with tempfile.TemporaryDirectory(prefix="ibvb") as base:
+        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                            "--basetemp", os.path.join(base, "t"),
+                            "-k", "not library_fences and not unsupported_machines",
+                            "test_ring.py", "test_producer.py", "test_consume.py"],
+                           cwd=here, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
 
 
