@@ -128,6 +128,11 @@ struct ibvb_producer {
 	uint64_t pos;          /* next position to stage */
 	uint64_t committed;    /* head as last stored */
 	uint64_t free_r, free_w;
+	/* acquire refills when free_r reaches take_end as well as when the pool is empty: it keeps every
+	 * position within slot_count of the oldest one still holding a slot and of every consumer's tail (spec
+	 * §14: with consumer groups slots come back out of order). take_end = the window's end + discards; without
+	 * groups it equals free_w but for discards, so the pool's emptiness decides as before. */
+	uint64_t take_end;
 	uint64_t pending_heaps; /* staged heaps (not markers) not yet counted */
 	uint32_t ended;        /* END_OF_STREAM is staged: it is final (spec §4.1), nothing may follow it */
 	uint64_t hot_gen;      /* the consumer set the wakes below were copied from */
@@ -138,6 +143,7 @@ struct ibvb_producer {
 	IBVB_ATOMIC(uint64_t) set_gen; /* bumped (under the state mutex) when the consumer set changes */
 	IBVB_ATOMIC(uint32_t) hot_busy; /* 1 while the hot path may use a consumer region outside the mutex: a
 					 * detached region is unmapped at once unless it is set (spec 2.1 §C) */
+	IBVB_ATOMIC(uint32_t) group_members; /* attached consumer-group members: commit assigns when non-zero */
 	struct ibvb__pstate *st;
 };
 #define IBVB__NO_SLOT 0xFFFFFFFFu
@@ -205,6 +211,7 @@ int ibvb_producer_data_fd(const struct ibvb_producer *p);
 
 /* internal, out of line (the hot path's slow paths) */
 int ibvb__producer_refill(struct ibvb_producer *p);
+void ibvb__producer_commit_groups(struct ibvb_producer *p);
 void ibvb__producer_ended(struct ibvb_producer *p, const char *what); /* sets the -EPIPE message */
 void ibvb__producer_adopt(struct ibvb_producer *p);
 void ibvb__producer_wake(struct ibvb_producer *p, uint32_t i);
@@ -246,7 +253,7 @@ static inline int ibvb_producer_acquire(struct ibvb_producer *p, struct ibvb_slo
 		ibvb__producer_ended(p, "acquire a slot");
 		return -EPIPE;
 	}
-	if (__builtin_expect(p->free_r == p->free_w, 0)) {
+	if (__builtin_expect(p->free_r == p->free_w || p->free_r == p->take_end, 0)) {
 		int rc = ibvb__producer_refill(p);
 		if (rc < 0)
 			return rc;
@@ -287,6 +294,7 @@ static inline void ibvb_producer_discard(struct ibvb_producer *p, const struct i
 {
 	p->free[p->free_w & p->mask] = s->index;
 	p->free_w++;
+	p->take_end++; /* its position was never taken */
 }
 
 /* Write the heap's descriptor at the next position without making it visible (spec §7.3: several heaps may
@@ -321,9 +329,10 @@ static inline int ibvb_producer_stage(struct ibvb_producer *p, const struct ibvb
 	return 0;
 }
 
-/* Publish every staged heap: count them (heaps), release-store head, full fence, then for each attached
- * consumer whose consumer_waiting is set and whose wake_at head has reached: exchange consumer_waiting with
- * 0, consumer_futex += 1, FUTEX_WAKE (spec §7.5). */
+/* Publish every staged heap: count them (heaps), with consumer groups assign each staged position to one
+ * member of every group (spec §14, out of line, under the state mutex), release-store head, full fence, then
+ * for each attached consumer whose consumer_waiting is set and whose wake_at head has reached: exchange
+ * consumer_waiting with 0, consumer_futex += 1, FUTEX_WAKE (spec §7.5). */
 static inline void ibvb_producer_commit(struct ibvb_producer *p)
 {
 	if (p->pos == p->committed)
@@ -332,6 +341,8 @@ static inline void ibvb_producer_commit(struct ibvb_producer *p)
 		ibvb_producer_add(p, IBVB_CTR_HEAPS, p->pending_heaps);
 		p->pending_heaps = 0;
 	}
+	if (__builtin_expect(ibvb__load(&p->group_members, relaxed) != 0, 0))
+		ibvb__producer_commit_groups(p); /* assigns, stores committed and head */
 	p->committed = p->pos;
 	ibvb__store(&p->hot_busy, 1, relaxed); /* the fence below orders it before the set_gen load */
 	ibvb__store(&p->ctl->head, p->pos, release);

@@ -73,7 +73,7 @@ from . import layout as L
 from . import shared as _shared
 from .shared import (C_ATTACHED, C_BYTES, C_EOS, C_ERRORS, C_HEAPS, C_OVERRUNS, C_PACKETS, COUNTER, I_CONSUMER_FUTEX,
                      I_CONSUMER_WAITING, I_PRODUCER_WAITING, I_RELEASE_FUTEX, I_STATE, M64, POLL_GONE, Q_HEAD,
-                     Q_HEARTBEAT_NS, Q_OLDEST, Q_STATS, Q_TAIL, Q_WAKE_AT, row_word)
+                     Q_HEARTBEAT_NS, Q_OLDEST, Q_STATS, Q_TAIL, Q_WAKE_AT, ROW_U32, row_word)
 from ._sys import (ORDERED, acquire_fence, add_seals, full_fence, futex_wait, futex_wake, peer_cred, release_fence,
                    require_supported)
 from .errors import (HugePageWarning, Interrupted, NoConsumer, NoHugePages, NoSpace, RingError, RingFull,
@@ -984,7 +984,7 @@ class Producer:
     def row_get(self, index: int, field: str) -> int:
         """One field of consumer-table row index: one aligned load."""
         w = row_word(index, field)
-        return self.c32[w] if field in ("state", "generation") else self.c64[w]
+        return self.c32[w] if field in ROW_U32 else self.c64[w]
 
     def row_set(self, index: int, **fields: int) -> None:
         """Store fields of row index in the order given (state last, by the callers), one store each."""
@@ -992,7 +992,7 @@ class Producer:
             w = row_word(index, field)
             if field == "state" and ORDERED:
                 release_fence()  # the row's state is stored last, with release (spec §2.2)
-            if field in ("state", "generation"):
+            if field in ROW_U32:
                 self.c32[w] = v & 0xFFFFFFFF
             else:
                 self.c64[w] = v & M64

@@ -42,7 +42,8 @@ def test_layout_constants():
     assert d["region.tail"] == 0 and d["region.consumer_futex"] == 0x84 and d["region.wake_at"] == 0x88
     assert d["region.release_futex"] == 0x100
     assert d["desc.seq"] == 0 and d["desc.slot"] == 0x28 and d["item.value"] == 8
-    assert d["desc_size"] == 64 and d["item_size"] == 32 and d["stats_count"] == 17
+    assert d["desc_size"] == 64 and d["item_size"] == 32 and d["stats_count"] == 18 and d["counter.group_lost"] == 17
+    assert d["row.assigned"] == 0x38 and d["row.group_id"] == 0x40  # §14
     assert d["header.stats_count"] == 0x98 and d["header.max_consumers"] == 0x9C and d["data_size"] == 0x50
     assert d["magic_value"] == L.MAGIC and d["major_value"] == 2 and d["max_items_limit"] == 65536
     assert d["hello_size"] == 32 and d["welcome_size"] == 64 and d["welcome.message"] == 0x10
