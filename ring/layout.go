@@ -329,7 +329,7 @@ func LayoutTable() map[string]uint64 {
 		"row.state": rowState, "row.generation": rowGeneration, "row.pid": rowPID, "row.uid": rowUID,
 		"row.attach_ns": rowAttachNs, "row.released": rowReleased, "row.wakes": rowWakes,
 		"row.lost_heaps": rowLostHeaps, "row.assigned": rowAssigned, "row.group_id": rowGroupID,
-		"region.tail":    regTail, "region.consumer_waiting": regConsWaiting, "region.consumer_futex": regConsFutex,
+		"region.tail": regTail, "region.consumer_waiting": regConsWaiting, "region.consumer_futex": regConsFutex,
 		"region.wake_at":       regWakeAt,
 		"region.release_futex": regReleaseFutex, "region.spin_budget_ns": regSpinBudget,
 

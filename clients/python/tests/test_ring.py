@@ -51,7 +51,7 @@ def test_layout_constants():
     assert "ctl_size" not in d and "data_path" not in d and "tail" not in d  # 1.0 names are gone
     assert d["chunk_heaps"] == 0xA0 and d["chunk_heap_size"] == 0xA8 and d["chunk_axis_item"] == 0xC0
     assert d["feature.chunks"] == 2 and d["flag.chunk"] == 0x100 and d["counter.rejected_heaps"] == 16
-    assert len(d) == 164  # 2.0's 152, then §13's six header fields, feature, flag and four counters
+    assert len(d) == 167  # 2.0's 152, then §13's six header fields, feature, flag and four counters; §14's two row fields and counter
     assert L.DESC_DTYPE.itemsize == 64 and L.ITEM_DTYPE.itemsize == 32
     assert L.DESC_DTYPE.fields["packets"][1] == 0x34
     assert L.HEADER_STRUCT.size == 0xA0 and L.ROW_STRUCT.size == 128
