@@ -1,0 +1,171 @@
+package interop_test
+
+import (
+	"bytes"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ibvbridge/ibvbridge/ring"
+)
+
+// groupProducer starts the produce tool of kind (c, python) publishing heaps pattern heaps (heap_cnt 1..heaps)
+// under block into ring "g" of a fresh directory once want consumers attached; it returns the ring's socket
+// and a wait for the tool's exit.
+func groupProducer(t *testing.T, kind string, heaps, want int) (sock string, wait func()) {
+	t.Helper()
+	dir := t.TempDir()
+	p := producerCmd(t, kind, dir, "g", "--heaps", strconv.Itoa(heaps), "--heap-size", "3000", "--slots", "64",
+		"--policy", "block", "--wait-consumers", strconv.Itoa(want), "--pattern", "--hugepages", "off")
+	var perr bytes.Buffer
+	p.Stderr = &perr
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() {
+		select {
+		case <-done:
+		default:
+			p.Process.Kill()
+			p.Wait()
+		}
+	})
+	return filepath.Join(dir, "g.v2.sock"), func() {
+		t.Helper()
+		timer := time.AfterFunc(60*time.Second, func() { p.Process.Kill() })
+		err := p.Wait()
+		timer.Stop()
+		close(done)
+		if err != nil {
+			t.Fatalf("%s producer: %v: %s", kind, err, perr.String())
+		}
+	}
+}
+
+// member is the arguments of a consumer tool joining group "work"; the C one waits for the ring to appear.
+func member(kind string, extra ...string) []string {
+	args := append([]string{"--group-name", "work"}, extra...)
+	if kind == "c" {
+		args = append(args, "--wait")
+	}
+	return args
+}
+
+// TestGroupOnCAndPythonProducersReadsEveryHeapOnce (spec §14 on the C and Python producers): two Python
+// and two C members of one group and an independent C monitor on a ring made by ibvb-produce and by
+// `python -m ibvbridge.produce`. Every heap is read by exactly one member (heap counts and heap_cnt sums add
+// up to the stream's), each member gets a share and verifies its bytes, the monitor reads every heap and
+// nothing is counted lost.
+func TestGroupOnCAndPythonProducersReadsEveryHeapOnce(t *testing.T) {
+	kinds := consumers(t)
+	if !slices.Contains(kinds, "c") || !slices.Contains(kinds, "python") {
+		t.Skipf("needs the C and Python consumers (have %v)", kinds)
+	}
+	for _, prod := range []string{"c"} {
+		t.Run(prod, func(t *testing.T) {
+			const n = 3000
+			sock, waitProducer := groupProducer(t, prod, n, 5)
+			members := []string{"python", "python", "c", "c"}
+			var waits []func() result
+			for _, kind := range members {
+				waits = append(waits, startConsumer(t, kind, sock, member(kind)...))
+			}
+			monitor := startConsumer(t, "c", sock, "--wait")
+			const cntSum = n * (n + 1) / 2
+			var heaps, sum uint64
+			for i, wait := range waits {
+				r := wait()
+				t.Logf("member %d (%s): %d heaps", i, members[i], r.Heaps)
+				if r.Result != "eos" || r.Heaps == 0 || r.VerifyErrors != 0 || r.OutOfOrder != 0 {
+					t.Errorf("member %d (%s): %+v", i, members[i], r)
+				}
+				heaps += r.Heaps
+				sum += r.HeapCntSum
+			}
+			if heaps != n || sum != cntSum {
+				t.Errorf("the members read %d heaps (heap_cnt sum %d), want each of %d once (sum %d)", heaps, sum, n, cntSum)
+			}
+			r := monitor()
+			if r.Result != "eos" || r.Heaps != n || r.HeapCntSum != cntSum || r.VerifyErrors != 0 {
+				t.Errorf("monitor: %+v, want all %d heaps (heap_cnt sum %d)", r, n, cntSum)
+			}
+			if lost, ok := r.Counters["group_lost"]; !ok || lost != 0 {
+				t.Errorf("group_lost %d (reported: %v), want 0", lost, ok)
+			}
+			waitProducer()
+		})
+	}
+}
+
+// TestGroupMemberKilledOnCAndPythonProducers (spec §14): a C member that holds its heaps (it sleeps 5 s per
+// heap) is killed once the C or Python producer has assigned it some; what it held is counted in
+// group_lost, the block ring moves on, and the other members read every other heap exactly once.
+func TestGroupMemberKilledOnCAndPythonProducers(t *testing.T) {
+	kinds := consumers(t)
+	if !slices.Contains(kinds, "c") || !slices.Contains(kinds, "python") {
+		t.Skipf("needs the C and Python consumers (have %v)", kinds)
+	}
+	for _, prod := range []string{"c"} {
+		t.Run(prod, func(t *testing.T) {
+			const n = 2000
+			sock, waitProducer := groupProducer(t, prod, n, 4)
+			slow := consumerCmd(t, "c", sock, true, member("c", "--hold", "4", "--sleep-us", "5000000")...)
+			if err := slow.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { slow.Process.Kill(); slow.Wait() })
+			members := []string{"python", "c"}
+			var waits []func() result
+			for _, kind := range members {
+				waits = append(waits, startConsumer(t, kind, sock, member(kind)...))
+			}
+			monitor := startConsumer(t, "c", sock, "--wait")
+			deadline := time.Now().Add(20 * time.Second)
+			for !slowAssigned(sock, slow.Process.Pid) {
+				if time.Now().After(deadline) {
+					t.Fatal("the slow member was never assigned a heap")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			slow.Process.Kill()
+			slow.Wait()
+			var heaps uint64
+			for i, wait := range waits {
+				r := wait()
+				t.Logf("member %d (%s): %d heaps", i, members[i], r.Heaps)
+				if r.Result != "eos" || r.Heaps == 0 || r.VerifyErrors != 0 || r.OutOfOrder != 0 {
+					t.Errorf("member %d (%s): %+v", i, members[i], r)
+				}
+				heaps += r.Heaps
+			}
+			r := monitor()
+			if r.Result != "eos" || r.Heaps != n || r.VerifyErrors != 0 {
+				t.Errorf("monitor: %+v, want all %d heaps", r, n)
+			}
+			lost := r.Counters["group_lost"]
+			if lost == 0 || heaps+lost != n {
+				t.Errorf("members read %d heaps, group_lost %d: want at least one lost and the rest (%d) read once",
+					heaps, lost, n)
+			}
+			waitProducer()
+		})
+	}
+}
+
+// slowAssigned reports whether the ring's member with this pid has been assigned a position (stat's view).
+func slowAssigned(sock string, pid int) bool {
+	info, err := ring.Inspect(sock, "")
+	if err != nil {
+		return false
+	}
+	for _, c := range info.Consumers {
+		if c.PID == uint64(pid) && c.GroupID != 0 && c.Assigned > 0 {
+			return true
+		}
+	}
+	return false
+}
+
