@@ -64,7 +64,7 @@ func TestGroupOnCAndPythonProducersReadsEveryHeapOnce(t *testing.T) {
 	if !slices.Contains(kinds, "c") || !slices.Contains(kinds, "python") {
 		t.Skipf("needs the C and Python consumers (have %v)", kinds)
 	}
-	for _, prod := range []string{"c"} {
+	for _, prod := range []string{"c", "python"} {
 		t.Run(prod, func(t *testing.T) {
 			const n = 3000
 			sock, waitProducer := groupProducer(t, prod, n, 5)
@@ -108,7 +108,7 @@ func TestGroupMemberKilledOnCAndPythonProducers(t *testing.T) {
 	if !slices.Contains(kinds, "c") || !slices.Contains(kinds, "python") {
 		t.Skipf("needs the C and Python consumers (have %v)", kinds)
 	}
-	for _, prod := range []string{"c"} {
+	for _, prod := range []string{"c", "python"} {
 		t.Run(prod, func(t *testing.T) {
 			const n = 2000
 			sock, waitProducer := groupProducer(t, prod, n, 4)
