@@ -625,8 +625,8 @@ struct ibvb_attach_opts {
 	const char *group; /* consumer group (spec §14) to join as a member, NULL or "": none. A member starts
 			    * at head (start is ignored) and ibvb_peek / ibvb_wait hand out only the heaps the
 			    * producer assigns to it; the positions it passes over count in ibvb_held and
-			    * ibvb_advance (release a member's heaps with ibvb_release / ibvb_release_all). A
-			    * producer without groups (the C and Python ones) refuses it: -EPROTO. */
+			    * ibvb_advance (release a member's heaps with ibvb_release / ibvb_release_all). The
+			    * Go, C and Python producers assign; one without groups refuses it: -EPROTO. */
 };
 #define IBVB_ATTACH_WAIT 0x1u
 

@@ -1222,39 +1222,59 @@ class Producer:
         """Give each position staged since head to one member of every group (spec §14): a starved member,
         else the one with the fewest positions assigned and not yet seen released, ties to the one picked
         least recently (round robin). The mask goes into the descriptor's assign (0x38) before head is
-        stored, and into _pos_need; the END_OF_STREAM marker is for everyone and assigned to nobody."""
+        stored, and into _pos_need; the END_OF_STREAM marker is for everyone and assigned to nobody. A group
+        none of whose members can be starved in the range (all lag by less than half the ring) is assigned
+        with one min() over packed (outstanding, last_pick) keys per position."""
+        q0, end = self.c64[Q_HEAD], self._pos
+        k = (end - q0) & M64
+        if not k:
+            return
+        idx = (np.arange(k, dtype=np.int64) + (q0 & self.mask)) & self.mask
         groups = {}
         for m in sorted(self.conns.values(), key=lambda m: m.index):
             if m.group:
                 groups.setdefault(m.group, []).append(m)
-        assign, flags = self.desc["reserved"], self.desc["flags"]
-        q, end = self.c64[Q_HEAD], self._pos
-        while q != end:
-            i = q & self.mask
-            mask = 0
-            if not flags[i] & L.FLAG_END_OF_STREAM:
-                for g in groups.values():
-                    best, best_starved = g[0], self._starved(g[0], q)
-                    for m in g[1:]:
+        live = np.flatnonzero((self.desc["flags"][idx] & L.FLAG_END_OF_STREAM) == 0)
+        masks = np.zeros(k, np.uint64)
+        half = self.slot_count // 2
+        for g in groups.values():
+            choice = []
+            if max((end - 1 - m.swept) & M64 for m in g) < half:  # nobody can be starved in this range
+                key = [m.outstanding << 64 | m.last_pick for m in g]
+                picks = self._picks
+                for _ in range(len(live)):
+                    b = key.index(min(key))
+                    picks += 1
+                    key[b] = ((key[b] >> 64) + 1) << 64 | picks
+                    choice.append(b)
+                self._picks = picks
+                for m, kv in zip(g, key):
+                    m.outstanding, m.last_pick = kv >> 64, kv & M64
+            else:
+                for j in live.tolist():
+                    q = (q0 + j) & M64
+                    best, best_starved = 0, self._starved(g[0], q)
+                    for i in range(1, len(g)):
+                        m, bm = g[i], g[best]
                         st = self._starved(m, q)
                         if st != best_starved:
                             if st:
-                                best, best_starved = m, st
+                                best, best_starved = i, st
                             continue
-                        if m.outstanding < best.outstanding or (m.outstanding == best.outstanding and
-                                                                m.last_pick < best.last_pick):
-                            best = m
+                        if m.outstanding < bm.outstanding or (m.outstanding == bm.outstanding and
+                                                              m.last_pick < bm.last_pick):
+                            best = i
                     self._picks += 1
-                    best.last_pick = self._picks
-                    best.outstanding += 1
-                    best.assigned += 1
-                    mask |= 1 << best.index
-            assign[i] = mask
-            self._pos_need[i] = mask
-            q = (q + 1) & M64
-        for g in groups.values():
-            for m in g:
+                    g[best].last_pick = self._picks
+                    g[best].outstanding += 1
+                    choice.append(best)
+            ch = np.array(choice, np.intp)
+            for m, c in zip(g, np.bincount(ch, minlength=len(g)).tolist()):
+                m.assigned += c
                 self.row_set(m.index, assigned=m.assigned)
+            masks[live] |= np.array([1 << m.index for m in g], np.uint64)[ch]
+        self.desc["reserved"][idx] = masks
+        self._pos_need[idx] = masks
 
     def _publish_staged(self):
         """Make the positions staged since head visible: with group members attached, fresh cursors, the
