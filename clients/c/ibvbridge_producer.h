@@ -4,7 +4,10 @@
  * of docs/ring-layout.md 2.0: the ring directory, lock and socket (§1.1), the handshake with its SO_PEERCRED
  * gate (§1.2), sealed control and data memfds (§1, §2, §4), one sealed region per consumer (§3), the slot
  * pool and reclaim from the slowest attached consumer (§7.1-§7.3), cursor validation (§7.2), waiting for a
- * release (§7.4), wakes (§7.5) and the clean stop (§7.6).
+ * release (§7.4), wakes (§7.5), the clean stop (§7.6) and consumer groups (§14: a member's hello brings
+ * its group; commit assigns each position to one member of every group, a slot is free once every
+ * independent consumer and its assigned members released it, a leaving member's positions count in
+ * group_lost — nothing to configure, and no extra work per heap while no member is attached).
  *
  * Shape (liburing style): functions return 0 (or a count) and -errno on failure, ibvb_last_error() gives a
  * message for the last failure in the calling thread. The hot path (acquire, add_item, stage, commit,
@@ -229,8 +232,8 @@ static inline uint32_t ibvb_producer_max_items(const struct ibvb_producer *p) { 
 static inline uint64_t ibvb_producer_staged(const struct ibvb_producer *p) { return p->pos - p->committed; }
 
 /* Add n to counter idx (spec §2.3; a relaxed atomic store: readers see it untorn). The producer's thread is
- * the only writer of every counter except consumers_attached, consumer_overruns and consumer_errors, which
- * the library keeps: do not change those. heaps is counted by commit. */
+ * the only writer of every counter except consumers_attached, consumer_overruns, consumer_errors and
+ * group_lost, which the library keeps: do not change those. heaps is counted by commit. */
 static inline void ibvb_producer_add(struct ibvb_producer *p, unsigned idx, uint64_t n)
 {
 	IBVB_ATOMIC(uint64_t) *c = &p->ctl->stats[idx & (IBVB_STATS_SLOTS - 1)];
