@@ -3,7 +3,6 @@ package interop_test
 import (
 	"bytes"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -21,28 +20,22 @@ func groupProducer(t *testing.T, kind string, heaps, want int) (sock string, wai
 		"--policy", "block", "--wait-consumers", strconv.Itoa(want), "--pattern", "--hugepages", "off")
 	var perr bytes.Buffer
 	p.Stderr = &perr
-	if err := p.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	t.Cleanup(func() {
-		select {
-		case <-done:
-		default:
-			p.Process.Kill()
-			p.Wait()
-		}
-	})
+	waitP := startProcess(t, p)
 	return filepath.Join(dir, "g.v2.sock"), func() {
 		t.Helper()
-		timer := time.AfterFunc(60*time.Second, func() { p.Process.Kill() })
-		err := p.Wait()
-		timer.Stop()
-		close(done)
-		if err != nil {
+		if err := waitP(); err != nil {
 			t.Fatalf("%s producer: %v: %s", kind, err, perr.String())
 		}
 	}
+}
+
+// startMembers starts a verifying consumer of each kind as a member of group "work".
+func startMembers(t *testing.T, sock string, kinds []string) (waits []func() result) {
+	t.Helper()
+	for _, kind := range kinds {
+		waits = append(waits, startConsumer(t, kind, sock, member(kind)...))
+	}
+	return waits
 }
 
 // member is the arguments of a consumer tool joining group "work"; the C one waits for the ring to appear.
@@ -60,32 +53,16 @@ func member(kind string, extra ...string) []string {
 // up to the stream's), each member gets a share and verifies its bytes, the monitor reads every heap and
 // nothing is counted lost.
 func TestGroupOnCAndPythonProducersReadsEveryHeapOnce(t *testing.T) {
-	kinds := consumers(t)
-	if !slices.Contains(kinds, "c") || !slices.Contains(kinds, "python") {
-		t.Skipf("needs the C and Python consumers (have %v)", kinds)
-	}
+	needCAndPython(t)
 	for _, prod := range []string{"c", "python"} {
 		t.Run(prod, func(t *testing.T) {
 			const n = 3000
 			sock, waitProducer := groupProducer(t, prod, n, 5)
 			members := []string{"python", "python", "c", "c"}
-			var waits []func() result
-			for _, kind := range members {
-				waits = append(waits, startConsumer(t, kind, sock, member(kind)...))
-			}
+			waits := startMembers(t, sock, members)
 			monitor := startConsumer(t, "c", sock, "--wait")
 			const cntSum = n * (n + 1) / 2
-			var heaps, sum uint64
-			for i, wait := range waits {
-				r := wait()
-				t.Logf("member %d (%s): %d heaps", i, members[i], r.Heaps)
-				if r.Result != "eos" || r.Heaps == 0 || r.VerifyErrors != 0 || r.OutOfOrder != 0 {
-					t.Errorf("member %d (%s): %+v", i, members[i], r)
-				}
-				heaps += r.Heaps
-				sum += r.HeapCntSum
-			}
-			if heaps != n || sum != cntSum {
+			if heaps, sum := membersRead(t, members, waits); heaps != n || sum != cntSum {
 				t.Errorf("the members read %d heaps (heap_cnt sum %d), want each of %d once (sum %d)", heaps, sum, n, cntSum)
 			}
 			r := monitor()
@@ -104,24 +81,15 @@ func TestGroupOnCAndPythonProducersReadsEveryHeapOnce(t *testing.T) {
 // heap) is killed once the C or Python producer has assigned it some; what it held is counted in
 // group_lost, the block ring moves on, and the other members read every other heap exactly once.
 func TestGroupMemberKilledOnCAndPythonProducers(t *testing.T) {
-	kinds := consumers(t)
-	if !slices.Contains(kinds, "c") || !slices.Contains(kinds, "python") {
-		t.Skipf("needs the C and Python consumers (have %v)", kinds)
-	}
+	needCAndPython(t)
 	for _, prod := range []string{"c", "python"} {
 		t.Run(prod, func(t *testing.T) {
 			const n = 2000
 			sock, waitProducer := groupProducer(t, prod, n, 4)
 			slow := consumerCmd(t, "c", sock, true, member("c", "--hold", "4", "--sleep-us", "5000000")...)
-			if err := slow.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { slow.Process.Kill(); slow.Wait() })
+			waitSlow := startProcess(t, slow)
 			members := []string{"python", "c"}
-			var waits []func() result
-			for _, kind := range members {
-				waits = append(waits, startConsumer(t, kind, sock, member(kind)...))
-			}
+			waits := startMembers(t, sock, members)
 			monitor := startConsumer(t, "c", sock, "--wait")
 			deadline := time.Now().Add(20 * time.Second)
 			for !slowAssigned(sock, slow.Process.Pid) {
@@ -131,16 +99,8 @@ func TestGroupMemberKilledOnCAndPythonProducers(t *testing.T) {
 				time.Sleep(5 * time.Millisecond)
 			}
 			slow.Process.Kill()
-			slow.Wait()
-			var heaps uint64
-			for i, wait := range waits {
-				r := wait()
-				t.Logf("member %d (%s): %d heaps", i, members[i], r.Heaps)
-				if r.Result != "eos" || r.Heaps == 0 || r.VerifyErrors != 0 || r.OutOfOrder != 0 {
-					t.Errorf("member %d (%s): %+v", i, members[i], r)
-				}
-				heaps += r.Heaps
-			}
+			waitSlow()
+			heaps, _ := membersRead(t, members, waits)
 			r := monitor()
 			if r.Result != "eos" || r.Heaps != n || r.VerifyErrors != 0 {
 				t.Errorf("monitor: %+v, want all %d heaps", r, n)
@@ -168,4 +128,3 @@ func slowAssigned(sock string, pid int) bool {
 	}
 	return false
 }
-

@@ -31,23 +31,8 @@ ENV = dict(os.environ, PYTHONPATH=PKG)
 
 
 @pytest.fixture
-def make(tmp_path):
-    made = []
-
-    def mk(name="r", **kw):
-        kw.setdefault("directory", str(tmp_path))
-        kw.setdefault("hugepages", "off")
-        kw.setdefault("slot_count", 8)
-        kw.setdefault("slot_size", 256)
-        kw.setdefault("max_items", 4)
-        kw.setdefault("meta_size", 4096)
-        p = Producer.create(name, **kw)
-        made.append(p)
-        return p
-
-    yield mk
-    for p in made:
-        p.close()
+def make(make_public_producer):
+    return make_public_producer
 
 
 def put(p, cnt, data, timeout=5.0):

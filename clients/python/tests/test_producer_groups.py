@@ -1,6 +1,7 @@
 """Consumer groups (spec §14) on the Python producer (ibvbridge.Producer): assignment, reclaim per member,
 the window and a departing member's group_lost, read by the Python client's members."""
 
+import functools
 import socket
 import time
 
@@ -8,27 +9,12 @@ import numpy as np
 import pytest
 
 from ibvbridge import layout as L
-from ibvbridge import Overrun, Producer, Ring, Timeout
+from ibvbridge import Overrun, Ring, Timeout
 
 
 @pytest.fixture
-def make(tmp_path):
-    made = []
-
-    def mk(name="g", **kw):
-        kw.setdefault("directory", str(tmp_path))
-        kw.setdefault("hugepages", "off")
-        kw.setdefault("slot_count", 16)
-        kw.setdefault("slot_size", 256)
-        kw.setdefault("max_items", 4)
-        kw.setdefault("meta_size", 4096)
-        p = Producer.create(name, **kw)
-        made.append(p)
-        return p
-
-    yield mk
-    for p in made:
-        p.close()
+def make(make_public_producer):
+    return functools.partial(make_public_producer, "g", slot_count=16)
 
 
 def payload(cnt):
