@@ -1109,6 +1109,70 @@ static void test_group_member_a_ring_behind_is_overrun_not_overwritten(void)
 	ibvb_producer_close(p);
 }
 
+/* Spec §14's starvation rule under block: a member that keeps its last 3 heaps (fewer than a quarter of a
+ * 16-slot ring) and reads a fourth before it releases the oldest, beside a member that releases each heap at
+ * once, is always handed its next heap before the ring fills: 300 heaps, every one read by one of them. A
+ * stall (the ring full of the other member's heaps) would block acquire forever: a watchdog interrupts it
+ * after 10 s, and the publish fails. */
+struct watchdog {
+	struct ibvb_producer *p;
+	int done;
+};
+
+static void *watchdog_fn(void *arg)
+{
+	struct watchdog *w = arg;
+	for (int i = 0; i < 1000 && !__atomic_load_n(&w->done, __ATOMIC_ACQUIRE); i++)
+		msleep(10);
+	if (!__atomic_load_n(&w->done, __ATOMIC_ACQUIRE))
+		ibvb_producer_interrupt(w->p);
+	return NULL;
+}
+
+static void test_group_member_holding_under_a_quarter_never_stalls_block(void)
+{
+	struct ibvb_producer_opts o = opts(16, 256, IBVB_POLICY_BLOCK);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "grouphold", &o), 0);
+	if (!p)
+		return;
+	struct ibvb_attach_opts ao = {.dir = g_dir, .group = "g"};
+	struct ibvb_ring *a, *b;
+	CHECK_EQ(ibvb_attach_opts(&a, "grouphold", 5000, &ao), 0);
+	CHECK_EQ(ibvb_attach_opts(&b, "grouphold", 5000, &ao), 0);
+	struct watchdog w = {p, 0};
+	pthread_t wt;
+	pthread_create(&wt, NULL, watchdog_fn, &w);
+	struct ibvb_heap held[4];
+	int nheld = 0;
+	uint64_t sum = 0, n = 0, min = UINT64_MAX, bad = 0;
+	for (uint64_t cnt = 1; cnt <= 300; cnt++) {
+		int rc = pub(p, cnt, 200);
+		CHECK_EQ(rc, 0);
+		if (rc < 0)
+			break;
+		n += drain(b, 200, &sum, &min, &bad);
+		while (nheld < 4 && ibvb_peek(a, &held[nheld]) == 0) {
+			bad += !pattern_ok(held[nheld].payload, held[nheld].heap_cnt, 200);
+			sum += held[nheld].heap_cnt;
+			n++;
+			nheld++;
+		}
+		while (nheld > 3) { /* a keeps its last 3 */
+			ibvb_release(a, &held[0]);
+			memmove(held, held + 1, (size_t)--nheld * sizeof held[0]);
+		}
+	}
+	__atomic_store_n(&w.done, 1, __ATOMIC_RELEASE);
+	pthread_join(wt, NULL);
+	CHECK_EQ(n, 300);
+	CHECK_EQ(sum, 300 * 301 / 2);
+	CHECK_EQ(bad, 0);
+	ibvb_detach(a);
+	ibvb_detach(b);
+	ibvb_producer_close(p);
+}
+
 /* The producer's answers to a hello (spec §1.2): status 5 for a wrong role or start, non-zero reserved bytes
  * or a wrong size, an observer with a group_id (§14); a welcome for a consumer with a group_id; status 1 for
  * another major; a welcome for any minor; a record sent after the welcome ends the attachment. */
@@ -1452,6 +1516,8 @@ static const struct test tests[] = {
 	{"group_member_leaving_loses_its_heaps_and_its_row_inherits_none",
 	 test_group_member_leaving_loses_its_heaps_and_its_row_inherits_none},
 	{"group_member_a_ring_behind_is_overrun_not_overwritten", test_group_member_a_ring_behind_is_overrun_not_overwritten},
+	{"group_member_holding_under_a_quarter_never_stalls_block",
+	 test_group_member_holding_under_a_quarter_never_stalls_block},
 	{"unknown_header_or_row_state_is_corrupt", test_unknown_header_or_row_state_is_corrupt},
 	{"meta_repeated_id_keeps_last_and_busy_gives_up", test_meta_repeated_id_keeps_last_and_busy_gives_up},
 	{"nothing_published_after_end_of_stream", test_nothing_published_after_end_of_stream},

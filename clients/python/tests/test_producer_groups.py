@@ -21,9 +21,10 @@ def payload(cnt):
     return ((np.arange(200, dtype=np.uint32) + cnt * 31) & 0xFF).astype(np.uint8)
 
 
-def publish(p, cnts):
+def publish(p, cnts, timeout=None):
     cnts = list(cnts)
-    return p.publish_batch(np.stack([payload(c) for c in cnts]), cnts, items=[(0x1000, 0, 200, 0)])
+    return p.publish_batch(np.stack([payload(c) for c in cnts]), cnts, items=[(0x1000, 0, 200, 0)],
+                           timeout=timeout)
 
 
 def drain(ring, cnts=None, hold=False):
@@ -131,6 +132,30 @@ def test_member_a_ring_behind_is_overrun_not_overwritten(make):
     assert not held.valid
     with pytest.raises(Overrun):
         a.next(timeout=0)
+    a.close(), b.close()
+
+
+def test_member_holding_under_a_quarter_never_stalls_block(make):
+    """Spec §14's starvation rule: a member that keeps its last 3 heaps (under a quarter of 16 slots) and reads
+    a fourth before it releases the oldest, beside one that releases at once, is handed its next heap before
+    the ring fills (else publish would wait for a release that never comes: Timeout)."""
+    p = make(policy="block")
+    a, b = attach(p, "g"), attach(p, "g")
+    held, got = [], []
+    for cnt in range(1, 301):
+        assert publish(p, [cnt], timeout=10) == 1
+        drain(b, got)
+        while True:
+            try:
+                h = a.next(timeout=0)
+            except Timeout:
+                break
+            assert bytes(h.payload[:200]) == payload(h.heap_cnt).tobytes()
+            got.append(h.heap_cnt)
+            held.append(h)
+        while len(held) > 3:
+            held.pop(0).release()
+    assert sorted(got) == list(range(1, 301))
     a.close(), b.close()
 
 
