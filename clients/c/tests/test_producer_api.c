@@ -1173,6 +1173,48 @@ static void test_group_member_holding_under_a_quarter_never_stalls_block(void)
 	ibvb_producer_close(p);
 }
 
+/* Spec §14: positions are freed out of order, so an independent consumer attaching with start = 0 begins
+ * where every published position still holds its slot (oldest), never at a member's older tail: member a
+ * holds heap 1, member b released heaps 2 and 4 (their slots are back), and the new consumer reads from
+ * heap 5 on, never the freed holes. */
+static void test_group_holes_are_not_read_by_a_new_consumer(void)
+{
+	struct ibvb_producer_opts o = opts(16, 256, IBVB_POLICY_DROP);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "groupholes", &o), 0);
+	if (!p)
+		return;
+	struct ibvb_attach_opts ao = {.dir = g_dir, .group = "g"};
+	struct ibvb_ring *a, *b, *mon;
+	CHECK_EQ(ibvb_attach_opts(&a, "groupholes", 5000, &ao), 0);
+	CHECK_EQ(ibvb_attach_opts(&b, "groupholes", 5000, &ao), 0);
+	for (uint64_t cnt = 1; cnt <= 4; cnt++)
+		CHECK_EQ(pub(p, cnt, 200), 0);
+	struct ibvb_heap ha, h;
+	CHECK_EQ(ibvb_peek(a, &ha), 0);
+	CHECK_EQ(ha.heap_cnt, 1); /* held */
+	uint64_t sum = 0, min = UINT64_MAX, bad = 0;
+	CHECK_EQ(drain(b, 200, &sum, &min, &bad), 2);
+	CHECK_EQ(pub(p, 5, 200), 0); /* its commit reclaims what b released */
+	CHECK_EQ(atomic_load(&p->ctl->oldest), 4);
+	CHECK_EQ(attach(&mon, "groupholes", IBVB_START_OLDEST), 0);
+	CHECK_EQ(pub(p, 6, 200), 0);
+	uint64_t mon_sum = 0, mon_min = UINT64_MAX;
+	CHECK_EQ(drain(mon, 200, &mon_sum, &mon_min, &bad), 2);
+	CHECK_EQ(mon_min, 5);
+	CHECK_EQ(mon_sum, 11);
+	CHECK_EQ(bad, 0);
+	CHECK(ibvb_heap_valid(a, &ha));
+	CHECK(pattern_ok(ha.payload, 1, 200));
+	CHECK_EQ(ibvb_peek(a, &h), 0); /* a's other heap (3) kept its slot */
+	CHECK_EQ(h.heap_cnt, 3);
+	CHECK(pattern_ok(h.payload, 3, 200));
+	ibvb_detach(mon);
+	ibvb_detach(a);
+	ibvb_detach(b);
+	ibvb_producer_close(p);
+}
+
 /* The producer's answers to a hello (spec §1.2): status 5 for a wrong role or start, non-zero reserved bytes
  * or a wrong size, an observer with a group_id (§14); a welcome for a consumer with a group_id; status 1 for
  * another major; a welcome for any minor; a record sent after the welcome ends the attachment. */
@@ -1516,6 +1558,7 @@ static const struct test tests[] = {
 	{"group_member_leaving_loses_its_heaps_and_its_row_inherits_none",
 	 test_group_member_leaving_loses_its_heaps_and_its_row_inherits_none},
 	{"group_member_a_ring_behind_is_overrun_not_overwritten", test_group_member_a_ring_behind_is_overrun_not_overwritten},
+	{"group_holes_are_not_read_by_a_new_consumer", test_group_holes_are_not_read_by_a_new_consumer},
 	{"group_member_holding_under_a_quarter_never_stalls_block",
 	 test_group_member_holding_under_a_quarter_never_stalls_block},
 	{"unknown_header_or_row_state_is_corrupt", test_unknown_header_or_row_state_is_corrupt},

@@ -159,6 +159,27 @@ def test_member_holding_under_a_quarter_never_stalls_block(make):
     a.close(), b.close()
 
 
+def test_group_holes_are_not_read_by_a_new_consumer(make):
+    """Positions are freed out of order (spec §14), so an independent consumer attaching with start = 0
+    begins at oldest, where every published position still holds its slot: member a holds heap 1, member b
+    released heaps 2 and 4, and the new consumer reads from heap 5 on, never the freed holes."""
+    p = make(policy="drop")
+    a, b = attach(p, "g"), attach(p, "g")
+    publish(p, range(1, 5))
+    ha = a.next(timeout=0)
+    assert ha.heap_cnt == 1  # held
+    assert drain(b) == [2, 4]
+    publish(p, [5])  # its commit reclaims what b released
+    assert p.oldest == 4
+    mon = attach(p)
+    publish(p, [6])
+    assert drain(mon) == [5, 6]
+    assert ha.valid and bytes(ha.payload[:200]) == payload(1).tobytes()
+    h = a.next(timeout=0)  # a's other heap (3) kept its slot
+    assert h.heap_cnt == 3 and bytes(h.payload[:200]) == payload(3).tobytes()
+    mon.close(), a.close(), b.close()
+
+
 def test_observer_in_a_group_and_nonzero_reserved_bytes_are_refused_status_5(make):
     p = make()
 
