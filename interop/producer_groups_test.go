@@ -47,8 +47,8 @@ func member(kind string, extra ...string) []string {
 	return args
 }
 
-// TestGroupOnCAndPythonProducersReadsEveryHeapOnce (spec §14 on the C and Python producers): two Python
-// and two C members of one group and an independent C monitor on a ring made by ibvb-produce and by
+// TestGroupOnCAndPythonProducersReadsEveryHeapOnce (spec §14 on the C and Python producers): two Python,
+// two C and one Go member of one group and an independent C monitor on a ring made by ibvb-produce and by
 // `python -m ibvbridge.produce`. Every heap is read by exactly one member (heap counts and heap_cnt sums add
 // up to the stream's), each member gets a share and verifies its bytes, the monitor reads every heap and
 // nothing is counted lost.
@@ -57,8 +57,8 @@ func TestGroupOnCAndPythonProducersReadsEveryHeapOnce(t *testing.T) {
 	for _, prod := range []string{"c", "python"} {
 		t.Run(prod, func(t *testing.T) {
 			const n = 3000
-			sock, waitProducer := groupProducer(t, prod, n, 5)
-			members := []string{"python", "python", "c", "c"}
+			sock, waitProducer := groupProducer(t, prod, n, 6)
+			members := []string{"python", "python", "c", "c", "go"}
 			waits := startMembers(t, sock, members)
 			monitor := startConsumer(t, "c", sock, "--wait")
 			const cntSum = n * (n + 1) / 2
@@ -79,16 +79,17 @@ func TestGroupOnCAndPythonProducersReadsEveryHeapOnce(t *testing.T) {
 
 // TestGroupMemberKilledOnCAndPythonProducers (spec §14): a C member that holds its heaps (it sleeps 5 s per
 // heap) is killed once the C or Python producer has assigned it some; what it held is counted in
-// group_lost, the block ring moves on, and the other members read every other heap exactly once.
+// group_lost, the block ring moves on, and the other members (Python, C, Go) read every other heap exactly
+// once.
 func TestGroupMemberKilledOnCAndPythonProducers(t *testing.T) {
 	needCAndPython(t)
 	for _, prod := range []string{"c", "python"} {
 		t.Run(prod, func(t *testing.T) {
 			const n = 2000
-			sock, waitProducer := groupProducer(t, prod, n, 4)
+			sock, waitProducer := groupProducer(t, prod, n, 5)
 			slow := consumerCmd(t, "c", sock, true, member("c", "--hold", "4", "--sleep-us", "5000000")...)
 			waitSlow := startProcess(t, slow)
-			members := []string{"python", "c"}
+			members := []string{"python", "c", "go"}
 			waits := startMembers(t, sock, members)
 			monitor := startConsumer(t, "c", sock, "--wait")
 			deadline := time.Now().Add(20 * time.Second)
