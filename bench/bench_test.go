@@ -76,6 +76,8 @@ func TestOptionsRefused(t *testing.T) {
 		{HeapSizes: []int{8192}, PacketSize: 1, BytesPerRun: 1 << 20, Runs: 1},
 		{HeapSizes: []int{8192}, PacketSize: 1472, BytesPerRun: 1 << 20, Runs: 0},
 		{PacketSize: 1472, BytesPerRun: 1 << 20, Runs: 1},
+		{HeapSizes: []int{8192}, PacketSize: 1472, BytesPerRun: 1 << 20, Runs: 1, ChunkAxis: 4}, // no ChunkHeaps
+		{HeapSizes: []int{8192}, PacketSize: 1472, BytesPerRun: 1 << 20, Runs: 1, ChunkHeaps: 8, ChunkAxis: -1},
 	} {
 		if err := o.check(); !errors.Is(err, ErrBadOption) {
 			t.Errorf("%+v: %v, want ErrBadOption", o, err)

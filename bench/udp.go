@@ -92,7 +92,11 @@ type UDPOptions struct {
 	ConsumerMaxLatency time.Duration
 	// ChunkHeaps, if positive, receives in chunk mode (docs/ring-layout.md §13): send gives heap k the
 	// timestamp item 0x1600 = (k-1) × heap size, recv places heaps by it into chunks of ChunkHeaps heaps.
-	ChunkHeaps   int
+	ChunkHeaps int
+	// ChunkAxis, with ChunkHeaps, adds the chunks' second axis of ChunkAxis values (the 64 timestamps
+	// × 64 antennas): send gives heap k the item 0x4101 = (k-1) mod ChunkAxis and the timestamp
+	// (k-1)/ChunkAxis × heap size, and a chunk holds ChunkHeaps × ChunkAxis heaps.
+	ChunkAxis    int
 	ConsumerArgs []string // more flags for the consumer (e.g. the C consumer's --no-touch)
 	// Slots and SlotSize size recv's ring (0: 4096 slots of 64 KiB, or 128 slots of heap + 64 KiB for
 	// heaps over 32 KiB).
@@ -150,6 +154,9 @@ func (o *UDPOptions) check() error {
 	}
 	if o.Rate < 0 {
 		return fmt.Errorf("%w: rate %g Gb/s", ErrBadOption, o.Rate)
+	}
+	if o.ChunkAxis < 0 || o.ChunkAxis > 0 && o.ChunkHeaps <= 0 {
+		return fmt.Errorf("%w: chunk axis %d: want a positive count, with chunk heaps", ErrBadOption, o.ChunkAxis)
 	}
 	if o.Label == "" {
 		o.Label = "bench udp"
@@ -236,7 +243,7 @@ func CompareChunks(ctx context.Context, env Env, path Path, o UDPOptions) ([]Com
 		return nil, fmt.Errorf("%w: a chunk comparison needs a fixed rate (--rate) and --chunk-heaps", ErrBadOption)
 	}
 	heaps := o
-	heaps.ChunkHeaps = 0
+	heaps.ChunkHeaps, heaps.ChunkAxis = 0, 0
 	return compareSides(ctx, env, o, [2]compareSide{{path, o, "chunks"}, {path, heaps, "heaps"}})
 }
 
@@ -404,6 +411,17 @@ func searchLossless(o UDPOptions, hs int, run func(heaps uint64, rate float64) (
 	return res, nil
 }
 
+// chunkAxisItem is the item bench udp's chunk axis is read from (send --axis, recv --chunk-axis).
+const chunkAxisItem = "0x4101"
+
+// chunkPositions is how many heaps a chunk holds (0: not in chunk mode).
+func (o UDPOptions) chunkPositions() int {
+	if o.ChunkHeaps <= 0 {
+		return 0
+	}
+	return o.ChunkHeaps * max(1, o.ChunkAxis)
+}
+
 // udpRun runs recv, a consumer and send once over path. Every wait is bounded, and every process is
 // gone and its ring removed when it returns, whatever happened.
 func udpRun(ctx context.Context, env Env, path Path, o UDPOptions, heapSize int, heaps uint64, rate float64) (UDPRun, error) {
@@ -442,13 +460,19 @@ func udpRun(ctx context.Context, env Env, path Path, o UDPOptions, heapSize int,
 	}
 	ringArgs := []string{"--slots", strconv.Itoa(slots), "--slot-size", strconv.Itoa(slotSize)}
 	var sendArgs []string
-	if o.ChunkHeaps > 0 {
+	positions := o.chunkPositions()
+	if positions > 0 {
 		// A slot holds a chunk: as many slots as keep about the same bytes of ring as heap mode has.
-		chunkSlots := max(16, min(4096, slots*slotSize/(o.ChunkHeaps*heapSize)))
+		chunkSlots := max(16, min(4096, slots*slotSize/(positions*heapSize)))
 		chunkSlots = 1 << (bits.Len(uint(chunkSlots)) - 1)
 		ringArgs = []string{"--slots", strconv.Itoa(chunkSlots), "--chunk-heaps", strconv.Itoa(o.ChunkHeaps),
 			"--chunk-by", "0x1600:" + strconv.Itoa(heapSize), "--chunk-heap-size", strconv.Itoa(heapSize)}
 		sendArgs = []string{"--timestamp-step", strconv.Itoa(heapSize)}
+		if o.ChunkAxis > 0 {
+			axis := chunkAxisItem + ":" + strconv.Itoa(o.ChunkAxis)
+			ringArgs = append(ringArgs, "--chunk-axis", axis)
+			sendArgs = append(sendArgs, "--axis", axis)
+		}
 	}
 	recv := wrapped(ctx, path.RecvWrap, recvBin, append(append(append([]string{"recv", "--ring", name}, ringArgs...),
 		append([]string{"--max-heaps", "8", "--log-format", "json"}, path.RecvArgs...)...), endpoint)...)
@@ -543,10 +567,10 @@ func udpRun(ctx context.Context, env Env, path Path, o UDPOptions, heapSize int,
 	var cr ConsumeResult
 	if err := json.Unmarshal(LastLine(consOut.Bytes()), &cr); err == nil {
 		run.HeapsCons = cr.Heaps
-		if o.ChunkHeaps > 0 {
+		if positions > 0 {
 			// The consumer read chunks: count the heaps they hold (the last chunk may be partly filled),
 			// so CPU per heap compares with heap mode's.
-			run.HeapsCons = min(cr.Heaps*uint64(o.ChunkHeaps), heaps)
+			run.HeapsCons = min(cr.Heaps*uint64(positions), heaps)
 			run.Incomplete += num(rc, "too_old_heaps") + num(rc, "rejected_heaps")
 		}
 		if cr.CPUSeconds > 0 {

@@ -108,6 +108,7 @@ func runBenchUDP(ctx context.Context, env bench.Env, args []string, stdout, stde
 	fs.Float64Var(&o.Rate, "rate", 0, "offer this load (Gb/s) in every run instead of searching, and report CPU costs (medians of --runs)")
 	baseline := fs.String("baseline", "", "with --rate: also receive the same traffic with this ibvbridge binary (e.g. main built from git), alternating runs, and print the ratios")
 	fs.IntVar(&o.ChunkHeaps, "chunk-heaps", 0, "receive in chunk mode, N heaps per chunk (send stamps heaps with a timestamp); with --rate: also without, alternating runs, and print the ratios")
+	fs.IntVar(&o.ChunkAxis, "chunk-axis", 0, "with --chunk-heaps: a second chunk axis of N values (send's --axis, recv's --chunk-axis on item 0x4101): chunks of N × --chunk-heaps heaps, e.g. 64 timestamps × 64 antennas")
 	peer := fs.String("peer", "", "spead2: receive spead2_send's traffic with recv (its consumer: ibvb-consume --no-touch), spead2_recv and the floor receiver, alternating, and print CPU and ratios (default shapes: 1M at 6 Gb/s, 8K at 2.5 Gb/s; --heap-sizes and --rate override; --runs defaults to 5)")
 	var peerBins peerBinaries
 	fs.Var(&peerBins, "peer-bin", "with --peer: a spead2_recv to compare, PATH or LABEL=PATH; repeatable (default: spead2_recv on PATH)")
@@ -130,6 +131,9 @@ func runBenchUDP(ctx context.Context, env bench.Env, args []string, stdout, stde
 	}
 	if o.ChunkHeaps < 0 || o.ChunkHeaps > 0 && *baseline != "" {
 		return usageError("--chunk-heaps %d: want a positive count, and not with --baseline", o.ChunkHeaps)
+	}
+	if o.ChunkAxis < 0 || o.ChunkAxis > 0 && o.ChunkHeaps == 0 {
+		return usageError("--chunk-axis %d: want a positive count, with --chunk-heaps", o.ChunkAxis)
 	}
 	if o.ChunkHeaps > 0 && o.Rate > 0 || *baseline != "" {
 		var cmp []bench.Comparison

@@ -18,8 +18,40 @@ func TestBenchUDPBaseline(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
 	}
-	stdout, stderr, code := runCmd(t, 90*time.Second, "bench", "udp", "--heap-sizes", "64K", "--bytes", "4M",
-		"--runs", "1", "--consumer", "go", "--rate", "0.5", "--baseline", binary(t), "--json")
+	c := benchComparison(t, "--heap-sizes", "64K", "--baseline", binary(t))
+	if !c.Ours.LosslessSeen || !c.Baseline.LosslessSeen || c.RecvCPUPerByte <= 0 || c.Ours.RecvCPUSecPerGB <= 0 ||
+		c.Ours.ConsCPUNsPerHeap <= 0 {
+		t.Errorf("comparison %+v", c)
+	}
+	// --baseline without a fixed rate is a usage error.
+	if _, stderr, code := runCmd(t, 10*time.Second, "bench", "udp", "--baseline", binary(t)); code != 2 {
+		t.Errorf("--baseline without --rate: exit %d, want 2: %s", code, stderr)
+	}
+}
+
+// TestBenchUDPChunkAxis runs the chunk comparison once, tiny, with a second chunk axis: send stamps the axis
+// item, recv places heaps into chunks of 8 timestamps × 4 axis values, and the chunk side is lossless (every
+// heap placed, none rejected as outside the axis, the consumer's chunks holding every heap sent).
+func TestBenchUDPChunkAxis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	if c := benchComparison(t, "--heap-sizes", "8K", "--chunk-heaps", "8", "--chunk-axis", "4"); !c.Ours.LosslessSeen || !c.Baseline.LosslessSeen || c.Ours.ConsCPUNsPerHeap <= 0 {
+		t.Errorf("comparison %+v", c)
+	}
+	if _, stderr, code := runCmd(t, 10*time.Second, "bench", "udp", "--chunk-axis", "4", "--rate", "1"); code != 2 ||
+		!strings.Contains(stderr, "--chunk-axis") {
+		t.Errorf("--chunk-axis without --chunk-heaps: exit %d, want 2: %s", code, stderr)
+	}
+}
+
+// benchComparison runs one tiny fixed-rate comparison (`bench udp --bytes 4M --runs 1 --consumer go --rate 0.5
+// --json` and flags) and returns its one Comparison.
+func benchComparison(t *testing.T, flags ...string) bench.Comparison {
+	t.Helper()
+	args := append([]string{"bench", "udp", "--bytes", "4M", "--runs", "1", "--consumer", "go", "--rate", "0.5",
+		"--json"}, flags...)
+	stdout, stderr, code := runCmd(t, 90*time.Second, args...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -29,15 +61,7 @@ func TestBenchUDPBaseline(t *testing.T) {
 	if err := json.Unmarshal(bench.LastLine([]byte(stdout)), &res); err != nil || len(res.Comparisons) != 1 {
 		t.Fatalf("output %q: %v", stdout, err)
 	}
-	c := res.Comparisons[0]
-	if !c.Ours.LosslessSeen || !c.Baseline.LosslessSeen || c.RecvCPUPerByte <= 0 || c.Ours.RecvCPUSecPerGB <= 0 ||
-		c.Ours.ConsCPUNsPerHeap <= 0 {
-		t.Errorf("comparison %+v", c)
-	}
-	// --baseline without a fixed rate is a usage error.
-	if _, stderr, code := runCmd(t, 10*time.Second, "bench", "udp", "--baseline", binary(t)); code != 2 {
-		t.Errorf("--baseline without --rate: exit %d, want 2: %s", code, stderr)
-	}
+	return res.Comparisons[0]
 }
 
 // TestBenchUDPPeerSpead2 runs `bench udp --peer spead2` once, tiny: recv, spead2_recv and the floor each

@@ -60,6 +60,29 @@ def futex_wait(addr, expected, timeout):
     return 0 if r == 0 else ctypes.get_errno()
 
 
+class FutexWaiter:
+    """FUTEX_WAIT on one u32 (a consumer's own futex word) with its timespec made once: a Ring's wait
+    loop calls it once per wake, and a fresh ctypes structure per call costs a quarter of the call. Not
+    thread-safe (its timespec is shared by its calls): one per Ring, used from the Ring's thread."""
+
+    __slots__ = ("_addr", "_ts", "_pts")
+
+    def __init__(self, addr):
+        self._addr = addr
+        self._ts = _Timespec(0, 0)
+        self._pts = ctypes.byref(self._ts)
+
+    def __call__(self, expected, timeout):
+        """As futex_wait(addr, expected, timeout): 0 on a wake, else the errno (ETIMEDOUT: the time ran
+        out)."""
+        ns = max(0, int(timeout * 1e9))
+        ts = self._ts
+        ts.tv_sec, ts.tv_nsec = divmod(ns, 1_000_000_000)
+        if _syscall(_SYS_FUTEX, self._addr, layout.FUTEX_WAIT, expected & 0xFFFFFFFF, self._pts, None, 0) == 0:
+            return 0
+        return ctypes.get_errno()
+
+
 def futex_wake(addr, n=0x7FFFFFFF):
     """FUTEX_WAKE (shared) up to n waiters on the u32 at addr."""
     return _syscall(_SYS_FUTEX, addr, layout.FUTEX_WAKE, n, None, None, 0)

@@ -29,8 +29,20 @@ try:
 except ImportError:  # pragma: no cover - numpy is needed only for the array views
     np = None
 
+from .ring import Batch, Heap
+
 if TYPE_CHECKING:  # pragma: no cover
-    from .ring import Batch, Heap, Ring
+    from .ring import Ring
+
+FLAG_CHUNK = L.FLAG_CHUNK
+M64 = (1 << 64) - 1
+MAX_CHUNK_BATCH = 4096  # chunks a ChunkBatch holds at most
+# A descriptor as uint64 words (spec §4.1): the words next_chunk_batch checks; slot and flags share one, slot
+# in its low half, flags in its high half, and item_count is the low half of another.
+_DESC_WORDS = L.DESC_SIZE // 8
+_W_SEQ, _W_HEAP_SIZE, _W_RECEIVED = L.DESC_SEQ >> 3, L.DESC_HEAP_SIZE >> 3, L.DESC_RECEIVED >> 3
+_W_SLOT_FLAGS, _W_ITEM_COUNT = L.DESC_SLOT >> 3, L.DESC_ITEM_COUNT >> 3
+assert L.DESC_SLOT % 8 == 0 and L.DESC_FLAGS == L.DESC_SLOT + 4 and L.DESC_ITEM_COUNT % 8 == 0
 
 __all__ = ["ChunkGeometry", "Chunk", "ChunkBatch", "chunk_geometry"]
 
@@ -70,8 +82,9 @@ def chunk_geometry(features: int, raw: Any, slot_size: int) -> ChunkGeometry | N
     return g
 
 
-class Chunk:
-    """One chunk (spec §13.2–13.3), handed out by ``Ring.next_chunk`` / ``Ring.chunks``.
+class Chunk(Heap):
+    """One chunk (spec §13.2–13.3), handed out by ``Ring.next_chunk`` / ``Ring.chunks``: the Heap of its ring
+    position, with the chunk's views.
 
     ``chunk_id`` (the descriptor's heap_cnt: time index / heaps), ``position``, ``timestamp_ns``,
     ``received``, ``packets``, ``flags``, ``slot`` come from the checked private descriptor copy.
@@ -80,52 +93,35 @@ class Chunk:
     arrived complete; bytes of a position not present are undefined). Read, then check ``valid``.
     """
 
-    __slots__ = ("_ring", "_heap", "_geo", "_present")
+    # A subclass, not a wrapper: the descriptor's fields are plain slots (no property call per field read),
+    # and the ring builds the chunk in one step on its heap path (Ring._next / Ring._heaps).
+    __slots__ = ("_present",)
 
-    def __init__(self, ring: Ring, heap: Heap, geo: ChunkGeometry) -> None:
-        self._ring = ring
-        self._heap = heap
-        self._geo = geo
-        self._present = None
-
-    # ----- the descriptor copy's fields
-    chunk_id = property(lambda self: self._heap.heap_cnt, doc="the chunk id: time index / heaps")
-    position = property(lambda self: self._heap.position, doc="the chunk's position in the ring")
-    timestamp_ns = property(lambda self: self._heap.timestamp_ns, doc="the time of the chunk's first packet")
-    received = property(lambda self: self._heap.received, doc="payload bytes that arrived")
-    packets = property(lambda self: self._heap.packets, doc="packets placed into the chunk")
-    flags = property(lambda self: self._heap.flags, doc="layout.FLAG_*: CHUNK, COMPLETE or INCOMPLETE")
-    slot = property(lambda self: self._heap.slot, doc="the slot holding the chunk")
+    chunk_id = Heap.heap_cnt  # the same slot under the chunk's name: the chunk id, time index / heaps
 
     # ----- geometry
     @property
     def geometry(self) -> ChunkGeometry:
-        return self._geo
+        return self._ring._chunk_geo
 
     @property
     def shape(self) -> tuple[int, int]:
         """(time, axis): heap positions of the chunk."""
-        return (self._geo.heaps, self._geo.axis)
-
-    # ----- flags and liveness: the heap's
-    complete = property(lambda self: self._heap.complete, doc="every heap position arrived (COMPLETE)")
-    incomplete = property(lambda self: self._heap.incomplete, doc="a heap position is missing (INCOMPLETE)")
-
-    def _check_live(self):
-        self._heap._check_live()  # RingError once released or closed: the memory is the producer's again
+        g = self._ring._chunk_geo
+        return (g.heaps, g.axis)
 
     @property
     def data(self) -> np.ndarray:
         """The chunk's payload as a read-only uint8 view [time, axis, heap_size] (no copy)."""
         self._check_live()
-        return self._ring._chunk_data[self._heap.slot]
+        return self._ring._chunk_data[self.slot]
 
     def data_as(self, dtype: Any, shape: int | Sequence[int] | None = None) -> np.ndarray:
         """The payload as a read-only view [time, axis, *shape] of ``dtype``: each heap position's bytes
         reinterpreted (shape defaults to heap_size / itemsize elements). ValueError when a heap position
         does not hold a whole number of dtype elements or the shape does not match it."""
         dt = np.dtype(dtype)
-        hs = self._geo.heap_size
+        hs = self._ring._chunk_geo.heap_size
         if dt.itemsize == 0 or hs % dt.itemsize:
             raise ValueError(f"a heap position of {hs} bytes is not a whole number of {dt} elements")
         a = self.data.view(dt)
@@ -139,9 +135,9 @@ class Chunk:
         p = self._present
         if p is None:
             self._check_live()
-            r, g = self._ring, self._geo
-            off = r._pay_base + self._heap.slot * r._geo.slot_size + g.chunk_bytes
-            p = self._present = r._data_mm[off:off + g.positions]  # mmap slicing copies
+            r = self._ring
+            off = r._presence_base + self.slot * r._geo.slot_size
+            p = self._present = r._data_mm[off:off + r._chunk_geo.positions]  # mmap slicing copies
         return p
 
     @property
@@ -150,7 +146,7 @@ class Chunk:
         other value is a corrupt chunk and reads as not present, spec §13.2). Made from a private copy of
         the map, taken on first use: check ``valid`` after reading it, as for the bytes."""
         p = self._presence()
-        g = self._geo
+        g = self._ring._chunk_geo
         if p.count(0) + p.count(1) == len(p):  # the usual map: its bytes are the bools
             return np.frombuffer(p, np.bool_).reshape(g.heaps, g.axis)
         a = np.frombuffer(p, np.uint8).reshape(g.heaps, g.axis) == 1
@@ -160,32 +156,21 @@ class Chunk:
     @property
     def heaps_present(self) -> int:
         """How many heap positions are present (presence byte 1)."""
-        return self._presence().count(1)
+        p = self._present
+        return (self._presence() if p is None else p).count(1)
 
     def heap(self, t: int, a: int = 0) -> np.ndarray:
         """Heap position (t, a)'s bytes (a read-only uint8 view of heap_size bytes)."""
-        g = self._geo
+        g = self._ring._chunk_geo
         if not (0 <= t < g.heaps and 0 <= a < g.axis):
             raise IndexError(f"heap position ({t}, {a}) outside {g.heaps} × {g.axis}")
         return self.data[t, a]
 
-    # ----- validity and release (as a Heap: spec §7.7)
-    @property
-    def valid(self) -> bool:
-        """Whether every byte read from this chunk so far was the chunk's: True while the ring still counts
-        this consumer (read, THEN check). False after release and after the ring is closed."""
-        return self._heap.valid
+    # ----- validity and release: the Heap's (spec §7.7). valid: whether every byte read from this chunk so far
+    # was the chunk's (read, THEN check); release(): give the slot back, in position order; ring.release(chunk)
+    # also proves the chunk was read whole (Overrun when it was not).
 
-    @property
-    def released(self) -> bool:
-        return self._heap.released
-
-    def release(self) -> None:
-        """Give the chunk's slot back (in position order, as heaps). Idempotent; ``ring.release(chunk)``
-        also proves the chunk was read whole (Overrun when it was not)."""
-        self._heap.release()
-
-    def copy(self) -> tuple[np.ndarray, np.ndarray]:
+    def copy(self) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[override]
         """(data, present) copied out of the ring, then checked: Overrun / Detached when the producer
         overran this consumer while it held the chunk, so a copy is never torn."""
         d = np.array(self.data)
@@ -196,11 +181,8 @@ class Chunk:
     def __enter__(self) -> Chunk:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
     def __repr__(self) -> str:
-        g = self._geo
+        g = self._ring._chunk_geo
         return (f"Chunk(chunk_id={self.chunk_id}, position={self.position}, {g.heaps}x{g.axis}x{g.heap_size}, "
                 f"flags={self.flags:#x})")
 
@@ -211,6 +193,25 @@ def setup_views(ring: Ring) -> None:
     g = ring._chunk_geo
     if g is None or np is None:
         return
+    ring._presence_base = ring._geo.payload_offset + g.chunk_bytes  # slot 0's presence map in the data memory
+    # next_chunk_batch's one-pass check of a run of descriptors as uint64 words: masked, seq less the run's
+    # first position, then every word w in [lo, lo + span] (one unsigned compare: w - lo <= span, wrapping).
+    # Row i: seq = pos + 1 + i; heap_size = chunk_bytes; received <= chunk_bytes; CHUNK set, END_OF_STREAM
+    # clear and slot < slot_count (the flags word masked to those two bits); item_count <= max_items.
+    geo = ring._geo
+    mask = np.zeros(_DESC_WORDS, np.uint64)
+    span = np.full(_DESC_WORDS, M64, np.uint64)
+    rows = min(geo.slot_count, MAX_CHUNK_BATCH)  # a batch's rows: bounded memory whatever slot_count is
+    lo = np.zeros((rows, _DESC_WORDS), np.uint64)
+    mask[_W_SEQ] = mask[_W_HEAP_SIZE] = mask[_W_RECEIVED] = M64
+    lo[:, _W_SEQ] = np.arange(1, rows + 1, dtype=np.uint64)
+    span[_W_SEQ] = 0
+    lo[:, _W_HEAP_SIZE], span[_W_HEAP_SIZE] = g.chunk_bytes, 0
+    span[_W_RECEIVED] = g.chunk_bytes
+    mask[_W_SLOT_FLAGS] = ((L.FLAG_CHUNK | L.FLAG_END_OF_STREAM) << 32) | 0xFFFFFFFF
+    lo[:, _W_SLOT_FLAGS], span[_W_SLOT_FLAGS] = L.FLAG_CHUNK << 32, geo.slot_count - 1
+    mask[_W_ITEM_COUNT], span[_W_ITEM_COUNT] = 0xFFFFFFFF, geo.max_items
+    ring._chunk_desc_check = (mask, lo, span)
     p2 = ring._payload2d  # (slot_count, slot_size), read-only
     cb = g.chunk_bytes
     ring._chunk_data = p2[:, :cb].reshape(p2.shape[0], g.heaps, g.axis, g.heap_size) if cb else None
@@ -219,7 +220,7 @@ def setup_views(ring: Ring) -> None:
 
 class ChunkBatch:
     """Up to ``max_chunks`` consecutive chunks taken at once (``Ring.next_chunk_batch`` / ``chunk_batches``):
-    their descriptors copied and checked vectorised (as ``Ring.next_batch``, then each as a chunk), released
+    their descriptors copied once and checked vectorised, every one as a chunk (``next_chunk_batch``), released
     together with one tail store. ``chunk_id`` (uint64 [n]) and ``flags`` come from the private copy;
     ``present`` is a bool array [n, time, axis] copied out of the slots; ``data`` a read-only uint8 array
     [n, time, axis, heap bytes] — a zero-copy view when the chunks' slots are consecutive (``consecutive``),
@@ -251,14 +252,7 @@ class ChunkBatch:
         p = self._present
         if p is None:
             self._batch._check_live()
-            s = self._batch.descs["slot"]
-            r = self._ring
-            if self._batch.consecutive:
-                s0 = int(s[0]) if len(s) else 0
-                raw = r._chunk_present[s0:s0 + len(s)]
-            else:
-                raw = r._chunk_present[s.astype(np.intp)]
-            p = self._present = raw == 1
+            p = self._present = self._ring._chunk_present[self._batch.descs["slot"]] == 1  # gathered: a copy
             p.flags.writeable = False
         return p
 
@@ -292,19 +286,32 @@ class ChunkBatch:
 
 
 def next_chunk_batch(ring: Ring, max_chunks: int, timeout: float | None) -> ChunkBatch:
-    """Ring.next_chunk_batch: Ring.next_batch (descriptors copied and checked vectorised), then every
-    descriptor of the copy checked as a chunk (§13.5); CorruptRing (after releasing the batch) for the first
-    that is not one."""
+    """Ring.next_chunk_batch: a run of published positions, their descriptors copied once (spec §A) and checked
+    in one vectorised pass as chunks (§9.1 and §13.5: seq, slot, CHUNK, heap_size, received, item_count).
+    A run that fails it (an END_OF_STREAM marker in it, or a corrupt descriptor) goes through Ring.next_batch's
+    checks, which cut it before the marker or report the first bad position, then each as a chunk; CorruptRing
+    (after releasing the batch) for the first that is not one."""
     g = _geometry(ring)
-    b = ring.next_batch(max_chunks, timeout)  # EndOfStream at the marker
+    pos, idx, n = ring._batch_span(min(max_chunks, MAX_CHUNK_BATCH), timeout, "next_chunk_batch")
+    raw = ring._desc_raw[idx * L.DESC_SIZE:(idx + n) * L.DESC_SIZE].copy()
+    mask, lo, span = ring._chunk_desc_check
+    m = raw.view(np.uint64).reshape(n, _DESC_WORDS) & mask
+    m[:, _W_SEQ] -= np.uint64(pos)  # wraps mod 2^64, as seq does
+    m -= lo[:n]
+    cb = g.chunk_bytes
+    if (m <= span).all():
+        ring._check_row()  # copied and checked: now prove they were these chunks' (spec §A)
+        d = raw.view(L.DESC_DTYPE)
+        d.flags.writeable = False
+        return ChunkBatch(ring, Batch(ring, d, pos, ring._take(n), None), g)
+    b = ring._checked_batch(pos, n, raw)  # EndOfStream at the marker; CorruptRing for a bad descriptor
     d = b.descs
-    cb = np.uint64(g.chunk_bytes)
-    bad = ((d["flags"] & L.FLAG_CHUNK) == 0) | (d["heap_size"] != cb) | (d["received"] > cb)
+    bad = ((d["flags"] & L.FLAG_CHUNK) == 0) | (d["heap_size"] != np.uint64(cb)) | (d["received"] > np.uint64(cb))
     if bad.any():
         k = int(bad.argmax())
         b.release()
-        raise ring._corrupt_desc((b.position + k) & ((1 << 64) - 1),
-                                 f"not a chunk of {g.chunk_bytes} bytes: flags {int(d['flags'][k]):#x}, "
+        raise ring._corrupt_desc((b.position + k) & M64,
+                                 f"not a chunk of {cb} bytes: flags {int(d['flags'][k]):#x}, "
                                  f"heap_size {int(d['heap_size'][k])}, received {int(d['received'][k])}")
     return ChunkBatch(ring, b, g)
 
@@ -326,16 +333,12 @@ def iter_chunk_batches(ring: Ring, max_chunks: int, timeout: float | None) -> It
             cb.release()
 
 
-def _as_chunk(ring: Ring, h: Heap, g: ChunkGeometry) -> Chunk:
-    """h (handed out, held) as a chunk, checked against the attach geometry from its private descriptor copy
-    (§13.5: CHUNK flag, heap_size == chunk_bytes, received ≤ chunk_bytes); CorruptRing (after releasing h)
-    when it is not one."""
-    cb = g.chunk_bytes
-    if not h.flags & L.FLAG_CHUNK or h.heap_size != cb or h.received > cb:
-        h.release()
-        raise ring._corrupt_desc(h.position, f"not a chunk of {cb} bytes: flags {h.flags:#x}, heap_size "
-                                 f"{h.heap_size}, received {h.received}")
-    return Chunk(ring, h, g)
+def _not_a_chunk(ring: Ring, c: Chunk, cb: int) -> CorruptRing:
+    """The CorruptRing for c, handed out but not a chunk of cb bytes (§13.5: CHUNK flag, heap_size ==
+    chunk_bytes, received ≤ chunk_bytes, from its private descriptor copy); c is released first."""
+    c.release()
+    return ring._corrupt_desc(c.position, f"not a chunk of {cb} bytes: flags {c.flags:#x}, heap_size "
+                              f"{c.heap_size}, received {c.received}")
 
 
 def _geometry(ring: Ring) -> ChunkGeometry:
@@ -349,8 +352,12 @@ def _geometry(ring: Ring) -> ChunkGeometry:
 
 def next_chunk(ring: Ring, timeout: float | None) -> Chunk:
     """Ring.next_chunk: the next position (descriptor checked as every heap's, §9.1), checked as a chunk."""
-    g = _geometry(ring)
-    return _as_chunk(ring, ring.next(timeout), g)  # EndOfStream at the marker
+    cb = _geometry(ring).chunk_bytes
+    c = ring._next(timeout, Chunk)  # EndOfStream at the marker
+    c._present = None
+    if not c.flags & FLAG_CHUNK or c.heap_size != cb or c.received > cb:
+        raise _not_a_chunk(ring, c, cb)
+    return c
 
 
 def iter_chunks(ring: Ring, timeout: float | None) -> Iterator[Chunk]:
@@ -358,6 +365,9 @@ def iter_chunks(ring: Ring, timeout: float | None) -> Iterator[Chunk]:
     rides on the heap iterator's fast path (one descriptor copy checked per position, releases stored to
     the tail in batches); that path checks this consumer's row before it hands out the next position, so a
     chunk overrun while the loop held it raises Overrun at the next step."""
-    g = _geometry(ring)
-    for h in ring.heaps(timeout):
-        yield _as_chunk(ring, h, g)
+    cb = _geometry(ring).chunk_bytes
+    for c in ring._heaps(timeout, Chunk):
+        c._present = None
+        if not c.flags & FLAG_CHUNK or c.heap_size != cb or c.received > cb:
+            raise _not_a_chunk(ring, c, cb)
+        yield c

@@ -30,7 +30,7 @@ attach to the end of reading. --no-touch takes and releases each heap without re
 0, nothing verified): the cost of the ring itself.
 
 A ring in chunk mode (spec §13) is read chunk by chunk (with --batch N, up to N chunks at once through
-Ring.next_chunk_batch, released with one tail store, whenever at least 16 wait): "heaps" counts the ring
+Ring.next_chunk_batch, released with one tail store, whenever at least 64 wait): "heaps" counts the ring
 positions read, here chunks (as the Go consume tool does), "chunks" likewise, "heaps_present" the heap
 positions the presence maps mark present; bytes is the sum of the chunks' received; checksum runs over
 the present heaps' bytes; first/last_heap_cnt are chunk ids and incomplete counts incomplete chunks.
@@ -64,7 +64,11 @@ except ImportError:  # pragma: no cover
 
 M64 = (1 << 64) - 1
 VERIFY_ITEM = 0x1001
-CHUNK_BATCH_MIN = 16  # chunks waiting before --batch takes them as a ChunkBatch
+# Chunks waiting before --batch takes them as a ChunkBatch. Its numpy calls cost little hot but ~10-25 us each
+# on the cold caches a wake finds: a batch and its accounting cost ~240 us whatever its size, 64 chunks taken
+# one by one about the same (tests/bench_chunks.py --cold-wakes 16,32,64,128: 114/151/229/381 us), so fewer
+# are read one by one.
+CHUNK_BATCH_MIN = 64
 EXIT = {"eos": 0, "max": 0, "producer_gone": 2, "timeout": 3, "overrun": 4, "detached": 5, "error": 1}
 
 
@@ -120,18 +124,21 @@ class Stats:
         if not valid:
             self.overrun_heaps += 1
             return False
-        self.verify_errors += bad
-        self.checksum = (self.checksum + s) & M64
+        if bad:
+            self.verify_errors += bad
+        if s:
+            self.checksum = (self.checksum + s) & M64
         self.bytes += n
         if flags & L.FLAG_INCOMPLETE:
             self.incomplete += 1
-        if self.first is None:
+        last = self.last
+        if last is None:
             self.first = cnt
-        elif cnt <= self.last:
+        elif cnt <= last:
             self.out_of_order += 1
         self.last = cnt
         self.heaps += 1
-        self.heap_cnt_sum = (self.heap_cnt_sum + cnt) & M64
+        self.heap_cnt_sum += cnt  # wrapped to u64 when reported (heap_cnt_sum_u64)
         return True
 
     # ---------------------------------------------------------------- one chunk (spec §13)
@@ -142,9 +149,9 @@ class Stats:
         position is one verify error. Then check validity (read, then check): False when overrun."""
         npres = c.heaps_present
         s = bad = 0
-        if self.touch and npres:
+        if npres and self.touch:
             s, bad = self._present_bytes(c.data, c.present, c.chunk_id, npres)
-        if not self._count(c.chunk_id, c.received, c.flags, c.valid, s & M64, bad):
+        if not self._count(c.chunk_id, c.received, c.flags, c.valid, s, bad):
             return False
         self.chunks += 1
         self.heaps_present += npres
@@ -174,21 +181,33 @@ class Stats:
         return s & M64, bad
 
     def chunk_batch(self, cb):
-        """Account a chunk batch as chunk() does each chunk: False (all n in overrun_heaps) when overrun."""
+        """Account a chunk batch as chunk() does each chunk: False (all n in overrun_heaps) when overrun.
+        The descriptor fields are taken out as Python lists and counted chunk by chunk: a batch follows a
+        wake, when every numpy call runs on cold caches and costs more than a short Python loop."""
         n = len(cb)
         present = cb.present
-        npres = np.count_nonzero(present.reshape(n, -1), axis=1)
+        ids = cb.chunk_id.tolist()
         s = bad = 0
         if self.touch:
-            ids = cb.chunk_id
+            npres = np.count_nonzero(present.reshape(n, -1), axis=1).tolist()
             for i in range(n):
                 if npres[i]:
-                    si, bi = self._present_bytes(cb.chunk(i), present[i], int(ids[i]), int(npres[i]))
+                    si, bi = self._present_bytes(cb.chunk(i), present[i], ids[i], npres[i])
                     s, bad = (s + si) & M64, bad + bi
-        if not self._account_batch(cb._batch, n, cb.received, s, bad):
+            total = sum(npres)
+        else:
+            total = int(np.count_nonzero(present))
+        if not cb.valid:
+            self.overrun_heaps += n
             return False
+        count = self._count
+        for cid, recv, flags in zip(ids, cb.received.tolist(), cb.flags.tolist()):
+            count(cid, recv, flags, True)
+        if s or bad:
+            self.checksum = (self.checksum + s) & M64
+            self.verify_errors += bad
         self.chunks += n
-        self.heaps_present += int(npres.sum())
+        self.heaps_present += total
         return True
 
     # ---------------------------------------------------------------- a batch (vectorised)
@@ -254,7 +273,7 @@ class Stats:
         self.out_of_order += ooo
         self.last = int(hc[-1])
         self.heaps += n
-        self.heap_cnt_sum = (self.heap_cnt_sum + int(hc.sum(dtype=np.uint64))) & M64
+        self.heap_cnt_sum += int(hc.sum(dtype=np.uint64))
         return True
 
 
@@ -308,6 +327,8 @@ def main(argv=None):
         sleep = a.sleep_us / 1e6
         stop_first = a.stop_first
         limit = a.max_heaps if a.max_heaps > 0 else None
+        hold = a.hold
+        batch_chunks = chunked and not ring.group_id and a.batch >= CHUNK_BATCH_MIN
         result = None
         while result is None:
             if limit is not None and st.heaps >= limit:
@@ -315,40 +336,52 @@ def main(argv=None):
                 break
             try:
                 if chunked:
-                    want = a.batch if limit is None else min(a.batch, limit - st.heaps)
-                    # A batch's numpy set-up costs ~30 chunks' worth of the per-chunk path: batch only when
-                    # enough chunks wait (after a coalesced wake, or behind), else take the next one.
-                    if not ring.group_id and want >= CHUNK_BATCH_MIN and (ring.head - ring.position) & M64 >= CHUNK_BATCH_MIN:
+                    # A batch's numpy set-up costs several chunks' worth of the per-chunk path: batch only
+                    # when enough chunks wait (after a coalesced wake, or behind), else take the next one.
+                    want = 0
+                    if batch_chunks and (ring.head - ring.position) & M64 >= CHUNK_BATCH_MIN:
+                        want = a.batch if limit is None else min(a.batch, limit - st.heaps)
+                    if want >= CHUNK_BATCH_MIN:
                         item = ring.next_chunk_batch(want, timeout)
+                        k = len(item)
+                        ok = st.chunk_batch(item) if not stop_first else None
                     else:
                         item = ring.next_chunk(timeout)
-                    k = len(item) if isinstance(item, ChunkBatch) else 1
+                        k = 1
+                        ok = st.chunk(item) if not stop_first else None
                 elif a.batch:
                     want = a.batch if limit is None else min(a.batch, limit - st.heaps)
                     item = ring.next_batch(want, timeout)
                     k = len(item)
+                    ok = None
                 else:
                     item = ring.next(timeout)
                     k = 1
+                    ok = None
                 if stop_first:
                     stop_first = False
                     os.kill(os.getpid(), signal.SIGSTOP)
-                if chunked:
-                    ok = st.chunk_batch(item) if isinstance(item, ChunkBatch) else st.chunk(item)
-                else:
-                    ok = st.batch(item) if a.batch else st.heap(item)
+                    ok = None
+                if ok is None:  # not accounted yet: a heap or batch, or the first item of --stop-first
+                    if chunked:
+                        ok = st.chunk_batch(item) if isinstance(item, ChunkBatch) else st.chunk(item)
+                    else:
+                        ok = st.batch(item) if a.batch else st.heap(item)
                 if not ok:
                     ring.release(getattr(item, "_batch", item))  # overrun while held: raises Overrun
                     raise RingError("heap invalid but the ring still counts this consumer")
             except EndOfStream:
                 result = "eos"
                 break
-            held.append((item, k))
-            held_n += k
-            while held and held_n > a.hold:
-                x, kx = held.popleft()
-                x.release()
-                held_n -= kx
+            if hold:
+                held.append((item, k))
+                held_n += k
+                while held and held_n > hold:
+                    x, kx = held.popleft()
+                    x.release()
+                    held_n -= kx
+            else:
+                item.release()
             if sleep:
                 time.sleep(sleep)
         out["result"] = result
@@ -386,7 +419,7 @@ def main(argv=None):
                    overrun_heaps=st.overrun_heaps,
                    incomplete=st.incomplete, first_heap_cnt=st.first or 0, last_heap_cnt=st.last or 0,
                    heap_cnt_out_of_order=st.out_of_order, chunks=st.chunks, heaps_present=st.heaps_present,
-                   heap_cnt_sum=st.heap_cnt_sum)
+                   heap_cnt_sum=st.heap_cnt_sum & M64)
     sys.stdout.write(json.dumps(out, separators=(",", ":")) + "\n")
     sys.stdout.flush()
     if out["result"] not in ("eos", "max"):

@@ -26,19 +26,19 @@ import ast
 import collections
 import ctypes
 import logging
+from errno import ETIMEDOUT
 import os
 import select
 import socket
 import time
 from typing import Any, AsyncIterator, Iterator, Mapping, Sequence, Union
 
-from . import chunks as _chunks
 from . import layout as L
 from . import shared as _shared
 from .shared import (I_CONSUMER_FUTEX, I_CONSUMER_WAITING, I_PRODUCER_WAITING, I_RELEASE_FUTEX, I_STATE, M64,
                      POLL_GONE, Q_HEAD, Q_HEARTBEAT_NS, Q_OLDEST, Q_SPIN_BUDGET_NS, Q_STATS, Q_TAIL, Q_WAKE_AT,
                      row_word)
-from ._sys import (ORDERED, acquire_fence, full_fence, futex_wait, futex_wake, get_seals, map_fd, peer_cred,
+from ._sys import (ORDERED, FutexWaiter, acquire_fence, full_fence, futex_wake, get_seals, map_fd, peer_cred,
                    release_fence, require_supported)
 from .errors import (CorruptRing, Detached, EndOfStream, MetadataBusy, Overrun, PermissionDenied, ProducerGone,
                      ProtocolError, RingBusy, RingClosing, RingError, RingNotFound, Timeout, VersionMismatch)
@@ -375,6 +375,9 @@ class Heap:
             return True
         if self._released or r._closed:
             return False
+        c32 = r._c32  # the common answer inline (as _check_row): a chunk consumer asks once per chunk
+        if c32[r._i_row_state] == L.CONSUMER_ATTACHED and c32[r._i_row_gen] == r._generation and not ORDERED:
+            return True
         return r._row_error() is None
 
     @property
@@ -551,7 +554,7 @@ class Batch:
         if n == 0:
             return True
         s0 = int(s[0])
-        return s0 + n <= self._ring._geo.slot_count and bool((np.diff(s.astype(np.int64)) == 1).all())
+        return s0 + n <= self._ring._geo.slot_count and bool((s == np.arange(s0, s0 + n, dtype=s.dtype)).all())
 
     def payloads(self, nbytes: int | None = None) -> np.ndarray:
         """The first nbytes (default slot_size) of each heap's slot as an (n, nbytes) uint8 array: a
@@ -827,6 +830,8 @@ class Ring:
         self._rfutex = ctypes.c_uint32.from_buffer(self._region_mm, L.REG_RELEASE_FUTEX)
         self._cfutex_addr = ctypes.addressof(self._cfutex)
         self._rfutex_addr = ctypes.addressof(self._rfutex)
+        self._futex_wait = FutexWaiter(self._cfutex_addr)
+        self._poll_due = 0.0  # a wait polls liveness before its first sleep from this monotonic time on (_wait)
         if np is not None:  # persistent zero-copy views for the batch API
             self._desc_arr = np.frombuffer(self._data_mm, L.DESC_DTYPE, g.slot_count, g.desc_offset)
             self._desc_raw = np.frombuffer(self._data_mm, np.uint8, g.slot_count * L.DESC_SIZE, g.desc_offset)
@@ -1229,6 +1234,10 @@ class Ring:
     def next(self, timeout: float | None = None) -> Heap:
         """The next heap (a Heap; use ``with ring.next() as heap:``). Waits up to ``timeout`` seconds (None:
         forever, 0: don't wait). Raises EndOfStream, ProducerGone, Timeout, CorruptRing, Overrun, Detached."""
+        return self._next(timeout, Heap)
+
+    def _next(self, timeout, cls):
+        """next(), handing the position out as a cls (Heap, or chunks.Chunk: a Heap with a chunk's views)."""
         self._check_open()
         if self._eos:
             raise EndOfStream("end of stream")
@@ -1270,13 +1279,14 @@ class Ring:
             self._release_entry(ent)
             self._flush_release()  # nothing more will be read: hand the marker's slot back now
             raise EndOfStream("end of stream")
-        h = self._heap(ent, pos, heap_cnt, heap_size, received, ts, slot, flags, icount, packets)
+        h = self._heap(cls, ent, pos, heap_cnt, heap_size, received, ts, slot, flags, icount, packets)
         h._raw = raw
         return h
 
-    def _heap(self, entry, pos, heap_cnt, heap_size, received, ts, slot, flags, icount, packets):
-        """A Heap over slot's payload and item table; entry is its release bookkeeping (None: fast path)."""
-        h = Heap.__new__(Heap)
+    def _heap(self, cls, entry, pos, heap_cnt, heap_size, received, ts, slot, flags, icount, packets):
+        """A Heap (or subclass cls) over slot's payload and item table; entry is its release bookkeeping (None:
+        fast path)."""
+        h = cls.__new__(cls)
         h._ring = self
         h._entry = entry
         h._buf = self._data_mm
@@ -1305,6 +1315,10 @@ class Ring:
         published position, the item table parsed only if the loop looks at items, and the release a
         cursor update (stored to the shared tail once per batch). Anything else — waiting, end of stream,
         heaps held from next() — goes through next()."""
+        return self._heaps(timeout, Heap)
+
+    def _heaps(self, timeout, cls):
+        """heaps(), handing each position out as a cls (Heap, or chunks.Chunk)."""
         self._check_open()
         g = self._geo
         mask, desc_base = self._mask, self._desc_base
@@ -1319,7 +1333,7 @@ class Ring:
                 pos = self._read
                 if self._group_bit or self._pending or self._eos or self._cached_head == pos and self._available() == 0:
                     try:
-                        heap = self.next(timeout)
+                        heap = self._next(timeout, cls)
                     except EndOfStream:
                         return
                     yield heap
@@ -1332,7 +1346,7 @@ class Ring:
                         or flags & eos_flag):
                     # The slow path again, written out: folding the two into one test costs ~10 % here.
                     try:
-                        heap = self.next(timeout)  # next() reports the corruption, or takes the marker
+                        heap = self._next(timeout, cls)  # next() reports the corruption, or takes the marker
                     except EndOfStream:
                         return
                     yield heap
@@ -1342,7 +1356,7 @@ class Ring:
                 if c32[i_state] != attached or c32[i_gen] != gen or ORDERED:
                     self._check_row()  # the copy was checked: now prove it was this heap's (spec §A)
                 self._read = (pos + 1) & M64
-                h = make(None, pos, heap_cnt, heap_size, received, ts, slot, flags, icount, packets)
+                h = make(cls, None, pos, heap_cnt, heap_size, received, ts, slot, flags, icount, packets)
                 heap = h
                 yield h
                 if not h._released:
@@ -1379,10 +1393,18 @@ class Ring:
         """Up to ``max_heaps`` already-published heaps at once (at least one; fewer at the ring's wrap point
         or before an END_OF_STREAM marker) as a Batch of numpy views. Waits like next(). Descriptors (and
         address items) are validated vectorised: CorruptRing if any is bad."""
+        pos, idx, n = self._batch_span(max_heaps, timeout, "next_batch")
+        # checked and used from a private copy only (spec §A); copied as bytes: a structured-array copy
+        # costs ~40x more (0.4 ms vs 10 us for 4096 descriptors)
+        return self._checked_batch(pos, n, self._desc_raw[idx * L.DESC_SIZE:(idx + n) * L.DESC_SIZE].copy())
+
+    def _batch_span(self, max_heaps, timeout, what):
+        """(pos, idx, n) of the next batch: n ≥ 1 published positions from pos (slot index idx), at most
+        max_heaps and none past the ring's wrap point; waits like next()."""
         _need_numpy()
         self._check_open()
         if self._group_bit:
-            raise RingError("next_batch: this consumer is a group member (spec §14); a batch would hold other "
+            raise RingError(f"{what}: this consumer is a group member (spec §14); a batch would hold other "
                             "members' positions: read with next() or iteration")
         if max_heaps < 1:
             raise ValueError("max_heaps must be >= 1")
@@ -1394,13 +1416,16 @@ class Ring:
             if avail == 0:
                 self._wait(timeout)
                 avail = (self._cached_head - self._read) & M64
-        g = self._geo
         pos = self._read
         idx = pos & self._mask
-        n = min(avail, max_heaps, g.slot_count - idx)
-        # checked and used from a private copy only (spec §A); copied as bytes: a structured-array copy
-        # costs ~40x more (0.4 ms vs 10 us for 4096 descriptors)
-        d = self._desc_raw[idx * L.DESC_SIZE:(idx + n) * L.DESC_SIZE].copy().view(L.DESC_DTYPE)
+        return pos, idx, min(avail, max_heaps, self._geo.slot_count - idx)
+
+    def _checked_batch(self, pos, n, raw):
+        """The Batch of positions [pos, pos + n) from raw, a private copy of their descriptors' bytes: each
+        checked (vectorised, as next() checks one), cut before an END_OF_STREAM marker (EndOfStream when it
+        comes first), address items copied and checked, then this consumer's row checked (spec §A)."""
+        g = self._geo
+        d = raw.view(L.DESC_DTYPE)
         d.flags.writeable = False
         want = np.arange(1, n + 1, dtype=np.uint64) + np.uint64(pos)  # wraps mod 2^64
         bad = ((d["seq"] != want) | (d["slot"] >= g.slot_count) | (d["received"] > np.uint64(g.slot_size))
@@ -1470,8 +1495,9 @@ class Ring:
         return _chunks.iter_chunks(self, timeout)
 
     def next_chunk_batch(self, max_chunks: int, timeout: float | None = None) -> _chunks.ChunkBatch:
-        """Up to ``max_chunks`` already-published chunks at once (at least one; fewer at the ring's wrap point
-        or before END_OF_STREAM) as a ChunkBatch of numpy arrays; waits and raises as next_batch()."""
+        """Up to ``max_chunks`` already-published chunks at once (at least one; fewer at the ring's wrap point,
+        before END_OF_STREAM, or past chunks.MAX_CHUNK_BATCH = 4096) as a ChunkBatch of numpy arrays; waits and
+        raises as next_batch()."""
         return _chunks.next_chunk_batch(self, max_chunks, timeout)
 
     def chunk_batches(self, max_chunks: int, timeout: float | None = None) -> Iterator[_chunks.ChunkBatch]:
@@ -1481,12 +1507,19 @@ class Ring:
     # ------------------------------------------------------------------ waiting (spec §7.5)
     def _wait(self, timeout):
         """Return when a heap is published (cached_head updated); raise EndOfStream / ProducerGone / Timeout /
-        Detached. Spins only without max_latency and while recent waits were short (see attach)."""
+        Detached. Spins only without max_latency and while recent waits were short (see attach).
+
+        Its cost is paid per wake, so the loop does only what the protocol needs (spec §7.5). Producer
+        liveness (§7.6) is a poll() syscall, made as the Go client makes it: after a sleep that timed out (a
+        dead producer wakes nobody, so a death during a sleep is noticed when it ends, within a slice), before
+        the first sleep of a wait when the last poll is a slice old, and before a Timeout is reported — not
+        before every sleep of a moving stream, and no sleep is cut short for it (an extra wake costs more
+        than the poll). A death while the consumer was busy is noticed within two slices. Whether a sleep
+        timed out is the futex's own answer (ETIMEDOUT), not a clock."""
         self._flush_release()
-        start = now = time.monotonic()
-        deadline = float("inf") if timeout is None else now + timeout
-        c64, c32, r32, r64 = self._c64, self._c32, self._r32, self._r64
+        c64 = self._c64
         read = self._read
+        start = now = time.monotonic()
         lat = self._max_latency
         budget = self._spin_budget
         if not lat and budget > 0 and self._wait_avg <= budget / 2:
@@ -1495,25 +1528,31 @@ class Ring:
                 h = c64[Q_HEAD]
                 if h != read:
                     self._set_head(h)
-                    self._note_wait(start)
+                    self._note_wait(start, time.monotonic())
                     return
+            now = time.monotonic()
+        deadline = None if timeout is None else start + timeout
+        c32, r32, r64 = self._c32, self._r32, self._r64
+        fence, sleep = full_fence, self._futex_wait
+        wake_next = (read + 1) & M64
+        look = False  # poll liveness before the next sleep (a sleep timed out)
         try:
             while True:
                 coalesce = lat and self._active
                 f = r32[I_CONSUMER_FUTEX]
-                r64[Q_WAKE_AT] = (read + (self._coalesce_heaps if coalesce else 1)) & M64
+                r64[Q_WAKE_AT] = (read + self._coalesce_heaps) & M64 if coalesce else wake_next
                 r32[I_CONSUMER_WAITING] = 1
-                full_fence()
+                fence()
                 h = c64[Q_HEAD]
                 if h != read:
                     self._set_head(h)
-                    self._note_wait(start)
+                    self._note_wait(start, now)
                     return
                 self._check_row()
                 st = c32[I_STATE]
-                if st != L.STATE_CLOSED and st != L.STATE_READY:  # a minor never adds a state (spec §8)
-                    raise CorruptRing(f"ring {self.name} corrupt: unknown header state {st}")
-                if st == L.STATE_CLOSED:
+                if st != L.STATE_READY:
+                    if st != L.STATE_CLOSED:  # a minor never adds a state (spec §8)
+                        raise CorruptRing(f"ring {self.name} corrupt: unknown header state {st}")
                     if ORDERED:
                         acquire_fence()  # state is an acquire load: everything published before is seen
                     h = c64[Q_HEAD]
@@ -1521,35 +1560,39 @@ class Ring:
                         self._set_head(h)
                         return
                     raise EndOfStream("end of stream (ring closed)")
-                if not coalesce and not self.producer_alive():
-                    h = c64[Q_HEAD]  # drain first: everything published before the death is delivered
-                    if h != read:
-                        self._set_head(h)
-                        return
-                    if c32[I_STATE] == L.STATE_CLOSED:
-                        raise EndOfStream("end of stream (ring closed)")
-                    raise ProducerGone(f"ring {self.name}: producer (pid {self.producer_pid}) is gone")
-                now = time.monotonic()
-                left = deadline - now
+                left = L.MAX_WAIT_SLICE if deadline is None else deadline - now
+                if look or now >= self._poll_due or left <= 0:
+                    look = False
+                    self._poll_due = now + L.MAX_WAIT_SLICE
+                    if not self.producer_alive():
+                        h = c64[Q_HEAD]  # drain first: everything published before the death is delivered
+                        if h != read:
+                            self._set_head(h)
+                            return
+                        if c32[I_STATE] == L.STATE_CLOSED:
+                            raise EndOfStream("end of stream (ring closed)")
+                        raise ProducerGone(f"ring {self.name}: producer (pid {self.producer_pid}) is gone")
                 if left <= 0:
                     raise Timeout(f"no heap within {timeout} s")
                 slice_ = min(lat if coalesce else L.MAX_WAIT_SLICE, left)
-                futex_wait(self._cfutex_addr, f, slice_)
-                if coalesce and time.monotonic() - now >= slice_:
+                timed_out = sleep(f, slice_) == ETIMEDOUT
+                now = time.monotonic()
+                look = timed_out  # (a coalesced sleep that timed out first takes what came, if anything)
+                if coalesce and timed_out:
                     # The latency bound passed: take what came; nothing at all means the stream went idle.
                     h = c64[Q_HEAD]
                     if h != read:
                         self._set_head(h)
-                        self._note_wait(start)
+                        self._note_wait(start, now)
                         return
                     self._active = False
         finally:
             if r32 is not None and not self._closed:
                 r32[I_CONSUMER_WAITING] = 0
 
-    def _note_wait(self, start):
+    def _note_wait(self, start, now):
         """A wait that found a heap: a moving average of the last ~8 wait lengths; the stream is active."""
-        self._wait_avg += (time.monotonic() - start - self._wait_avg) / 8
+        self._wait_avg += (now - start - self._wait_avg) / 8
         self._active = True
 
     def _set_head(self, h):
@@ -1631,3 +1674,6 @@ class Ring:
 def _map(fd, size, writable):
     """Map a received descriptor (a module function so tests can watch what is mapped, and when)."""
     return map_fd(fd, size, writable)
+
+
+from . import chunks as _chunks  # noqa: E402 - last: chunks.Chunk is a Heap

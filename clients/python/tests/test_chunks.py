@@ -246,6 +246,44 @@ def test_chunk_batch_views_many_chunks_and_checks_each_descriptor(make_producer)
             ring.next_chunk_batch(8, timeout=1)
 
 
+@pytest.mark.parametrize("override,why", [
+    (dict(flags=L.FLAG_COMPLETE), "flags 0x1"),
+    (dict(heap_size=CB - 1), f"heap_size {CB - 1}"),
+    (dict(heap_size=CB + (1 << 40)), f"heap_size {CB + (1 << 40)}"),
+    (dict(received=CB + 1), f"received {CB + 1}"),
+    (dict(received=1 << 63), f"received {1 << 63}"),
+    (dict(seq=99), "seq 99"),
+    (dict(slot=8), "slot 8"),
+    (dict(slot=1 << 31), f"slot {1 << 31}"),
+    (dict(item_count=9), "item_count 9"),
+])
+def test_chunk_batch_one_pass_check_refuses_each_bad_field_at_its_position(make_producer, override, why):
+    """next_chunk_batch checks a run of descriptors in one vectorised pass: a descriptor wrong in any one field
+    (seq, slot, CHUNK flag, heap_size, received, item_count), in the middle of the run, is still found and
+    reported at its own position, after the chunks before it were not handed out."""
+    p = chunk_producer(make_producer, slot_count=8, max_items=8)
+    publish_chunk(p, 0, [1] * NP)
+    publish_chunk(p, 1, [1] * NP)
+    kw = dict(desc_overrides=override) if set(override) & {"seq", "slot", "item_count"} else override
+    publish_chunk(p, 2, [1] * NP, **kw)
+    publish_chunk(p, 3, [1] * NP)
+    with attach(p) as ring:
+        with pytest.raises(CorruptRing, match=f"position 2: .*{why}"):
+            ring.next_chunk_batch(4, timeout=1)
+
+
+def test_chunk_batch_stops_before_the_end_of_stream_marker(make_producer):
+    p = chunk_producer(make_producer)
+    publish_chunk(p, 0, [1] * NP)
+    publish_chunk(p, 1, [1] * NP)
+    p.publish_eos()
+    with attach(p) as ring:
+        with ring.next_chunk_batch(8, timeout=1) as b:
+            assert b.chunk_id.tolist() == [0, 1] and b.present.all()
+        with pytest.raises(EndOfStream):
+            ring.next_chunk_batch(8, timeout=1)
+
+
 def test_chunk_batches_raise_overrun_after_a_batch_held_while_overrun(make_producer):
     p = chunk_producer(make_producer)
     for cid in range(4):
@@ -264,17 +302,17 @@ def test_chunk_batches_raise_overrun_after_a_batch_held_while_overrun(make_produ
 def test_consume_tool_batches_chunks_when_enough_wait(make_producer, batch):
     import os
     from test_consume import consume
-    p = chunk_producer(make_producer, slot_count=32)
-    wrong = {7: (1,), 19: (6,)}  # one wrong present position in chunks 7 and 19
-    for cid in range(24):
+    p = chunk_producer(make_producer, slot_count=128)
+    wrong = {7: (1,), 90: (6,)}  # one wrong present position in chunks 7 and 90
+    for cid in range(100):
         p.publish(cid, pattern_chunk(cid, [1] * NP, wrong.get(cid, ())), flags=L.FLAG_CHUNK | L.FLAG_COMPLETE,
                   heap_size=CB, received=CB)
     p.publish_eos()
     rc, out = consume("--ring", "r", "--dir", os.path.dirname(p.socket_path), "--verify", *batch)
     assert rc == 0 and out["result"] == "eos", out
-    assert (out["heaps"], out["chunks"], out["heaps_present"], out["verify_errors"]) == (24, 24, 24 * NP, 2)
+    assert (out["heaps"], out["chunks"], out["heaps_present"], out["verify_errors"]) == (100, 100, 100 * NP, 2)
     s = 0
-    for cid in range(24):
+    for cid in range(100):
         d = pattern_chunk(cid, [1] * NP, wrong.get(cid, ()))
         s += sum(int.from_bytes(d[i:i + 8], "little") for i in range(0, CB, 8))
-    assert out["checksum"] == s % (1 << 64) and (out["first_heap_cnt"], out["last_heap_cnt"]) == (0, 23)
+    assert out["checksum"] == s % (1 << 64) and (out["first_heap_cnt"], out["last_heap_cnt"]) == (0, 99)

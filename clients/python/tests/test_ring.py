@@ -1097,6 +1097,71 @@ def test_producer_death_in_process(make_producer):
         assert time.monotonic() - t < 1.0
 
 
+def test_wait_polls_producer_liveness_once_per_slice_not_once_per_wake(make_producer):
+    """A moving stream wakes the consumer once per heap: the liveness poll (a syscall) is made when due, once
+    per MAX_WAIT_SLICE, not before every sleep (spec §7.6 asks for detection within a slice)."""
+    p = make_producer(slot_count=64)
+    n = 60
+    with attach(p, spin_budget=0) as ring:
+        polls, sleeps = [0], [0]
+        alive, sleep = ring.producer_alive, ring._futex_wait
+
+        def counting_alive():
+            polls[0] += 1
+            return alive()
+
+        def counting_sleep(f, t):
+            sleeps[0] += 1
+            return sleep(f, t)
+        ring.producer_alive, ring._futex_wait = counting_alive, counting_sleep
+
+        def publish():
+            for k in range(1, n + 1):
+                time.sleep(0.002)
+                p.publish(k, b"x")
+        t = threading.Thread(target=publish)
+        t0 = time.monotonic()
+        t.start()
+        try:
+            cnts = [ring.next(timeout=5).heap_cnt for _ in range(n)]
+        finally:
+            t.join()
+        elapsed = time.monotonic() - t0
+    assert cnts == list(range(1, n + 1))
+    assert sleeps[0] >= n // 2  # the consumer did sleep for most heaps: the count below means something
+    assert polls[0] <= elapsed / L.MAX_WAIT_SLICE + 2, (polls[0], sleeps[0], elapsed)
+
+
+def test_producer_death_just_after_a_poll_is_noticed_when_the_next_sleep_times_out(make_producer):
+    """A death just after a liveness poll: the wait does not poll again before it sleeps (the poll was
+    recent), but a dead producer wakes nobody, so the sleep times out within a slice and the poll after it
+    reports ProducerGone (spec §7.6), after the heap published before the death was read."""
+    p = make_producer()
+    p.publish(1, b"x")
+    with attach(p, spin_budget=0) as ring:
+        assert ring.next(timeout=1).heap_cnt == 1
+        with pytest.raises(Timeout):
+            ring.next(timeout=0.01)  # polls (before reporting the Timeout): alive, the next poll a slice later
+        polled = ring._poll_due - L.MAX_WAIT_SLICE
+        p.die()
+        with pytest.raises(ProducerGone):
+            ring.next(timeout=5)
+        assert ring._poll_due - L.MAX_WAIT_SLICE >= polled + L.MAX_WAIT_SLICE * 0.9  # after a whole slice
+        assert time.monotonic() - polled < 1.0  # generous for a loaded machine: a slice is 0.25 s
+
+
+def test_next_without_waiting_reports_a_dead_producer_not_a_timeout(make_producer):
+    """next(timeout=0) (what the asyncio wait uses) polls before it reports Timeout: a dead producer is
+    ProducerGone even right after a poll that found it alive."""
+    p = make_producer()
+    with attach(p, spin_budget=0) as ring:
+        with pytest.raises(Timeout):
+            ring.next(timeout=0)
+        p.die()
+        with pytest.raises(ProducerGone):
+            ring.next(timeout=0)
+
+
 def _spawn_producer(tmp_path, name, *args):
     proc = subprocess.Popen([PY, os.path.join(HERE, "fake_producer.py"), "--dir", str(tmp_path), "--name", name,
                              *args], stdout=subprocess.PIPE, text=True)
