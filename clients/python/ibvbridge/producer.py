@@ -1097,12 +1097,13 @@ class Producer:
             self._scan = self._reclaim
         self.c64[Q_OLDEST] = self._scan
 
-    def _free_pos(self, q):
-        """Return position q's slot to the pool if it still holds one (group reclaim: out of order)."""
+    def _free_pos(self, q, freed):
+        """Take position q's slot, if it still holds one, for the pool (group reclaim: out of order): it is
+        appended to freed, which the caller pushes at once (_push_slots)."""
         i = q & self.mask
         s = int(self._pos_slot[i])
         if s != NO_SLOT:
-            self._push_slots(np.array([s], np.uint32))
+            freed.append(s)
             self._pos_slot[i] = NO_SLOT
 
     def _advance_reclaim(self):
@@ -1122,13 +1123,16 @@ class Producer:
         a group member, only the positions assigned to it (spec §14). With nobody attached, drop frees the
         oldest positions as it needs slots (the ring keeps the newest heaps for a consumer that attaches
         later); block keeps everything."""
+        freed = []  # slots freed out of order, pushed to the pool together
         if self._rescan:  # a member left: what only it held below _scan is free
             self._rescan = False
             q = self._reclaim
             while q != self._scan:
                 if not self._pos_need[q & self.mask]:
-                    self._free_pos(q)
+                    self._free_pos(q, freed)
                 q = (q + 1) & M64
+            self._push_slots(np.array(freed, np.uint32))
+            freed.clear()
             self._advance_reclaim()
         if not self.conns:
             if self.policy == L.POLICY_DROP:
@@ -1150,7 +1154,7 @@ class Producer:
         to = self.c64[Q_HEAD]  # the independent consumers' frontier
         for m in self.conns.values():
             if m.group:
-                self._sweep_locked(m)
+                self._sweep_locked(m, freed)
             elif (m.released - rec) & M64 < (to - rec) & M64:
                 to = m.released
         in_order = self._reclaim == self._scan
@@ -1159,8 +1163,9 @@ class Producer:
                 if self._pos_need[self._scan & self.mask]:
                     in_order = False
                 else:
-                    self._free_pos(self._scan)
+                    self._free_pos(self._scan, freed)
                 self._scan = (self._scan + 1) & M64
+        self._push_slots(np.array(freed, np.uint32))
         if in_order:
             self._reclaim = self._scan
         else:
@@ -1168,9 +1173,10 @@ class Producer:
         self.c64[Q_OLDEST] = self._scan
         self._set_window_locked()
 
-    def _sweep_locked(self, m):
+    def _sweep_locked(self, m, freed):
         """Group member m's releases since its last sweep (spec §14): each position it passed that was
-        assigned to it no longer needs it, and is free if reclaim has looked at it and nobody else needs it."""
+        assigned to it no longer needs it, and is free (its slot appended to freed) if reclaim has looked at
+        it and nobody else needs it."""
         bit = np.uint64(1 << m.index)
         rec, scan = self._reclaim, self._scan
         q = m.swept
@@ -1182,7 +1188,7 @@ class Producer:
                 self._pos_need[i] = need
                 m.outstanding -= 1
                 if not need and (q - rec) & M64 < (scan - rec) & M64:
-                    self._free_pos(q)
+                    self._free_pos(q, freed)
             q = (q + 1) & M64
         m.swept = m.released
 
