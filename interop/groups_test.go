@@ -14,10 +14,7 @@ import (
 // is read by exactly one member (their heap counts and heap_cnt sums add up to the stream's), each member
 // gets a share and verifies its bytes, and the monitor reads every heap.
 func TestGroupOfPythonAndCMembersReadsEveryHeapOnce(t *testing.T) {
-	kinds := consumers(t)
-	if !slices.Contains(kinds, "c") || !slices.Contains(kinds, "python") {
-		t.Skipf("needs the C and Python consumers (have %v)", kinds)
-	}
+	needCAndPython(t)
 	p := newRing(t, "group", ring.Config{Policy: ring.PolicyBlock, MaxConsumers: 8})
 	members := []string{"python", "python", "c", "c"}
 	var waits []func() result
@@ -37,7 +34,29 @@ func TestGroupOfPythonAndCMembersReadsEveryHeapOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	const cntSum = n * (n + 1) / 2
-	var heaps, sum uint64
+	if heaps, sum := membersRead(t, members, waits); heaps != n || sum != cntSum {
+		t.Errorf("the members read %d heaps (heap_cnt sum %d), want each of %d once (sum %d)", heaps, sum, n, cntSum)
+	}
+	if r := monitor(); r.Result != "eos" || r.Heaps != n || r.HeapCntSum != cntSum || r.VerifyErrors != 0 {
+		t.Errorf("monitor: %+v, want all %d heaps (heap_cnt sum %d)", r, n, cntSum)
+	}
+	if lost := p.Stats().Get(ring.CounterGroupLost); lost != 0 {
+		t.Errorf("group_lost %d, want 0", lost)
+	}
+}
+
+// needCAndPython skips a test that needs the C and Python consumers when one is absent.
+func needCAndPython(t *testing.T) {
+	t.Helper()
+	if kinds := consumers(t); !slices.Contains(kinds, "c") || !slices.Contains(kinds, "python") {
+		t.Skipf("needs the C and Python consumers (have %v)", kinds)
+	}
+}
+
+// membersRead waits for each group member's result: each must reach the end of the stream having read a
+// share of verified heaps in order. It returns their heaps and heap_cnt sum together.
+func membersRead(t *testing.T, members []string, waits []func() result) (heaps, sum uint64) {
+	t.Helper()
 	for i, wait := range waits {
 		r := wait()
 		t.Logf("member %d (%s): %d heaps", i, members[i], r.Heaps)
@@ -47,13 +66,5 @@ func TestGroupOfPythonAndCMembersReadsEveryHeapOnce(t *testing.T) {
 		heaps += r.Heaps
 		sum += r.HeapCntSum
 	}
-	if heaps != n || sum != cntSum {
-		t.Errorf("the members read %d heaps (heap_cnt sum %d), want each of %d once (sum %d)", heaps, sum, n, cntSum)
-	}
-	if r := monitor(); r.Result != "eos" || r.Heaps != n || r.HeapCntSum != cntSum || r.VerifyErrors != 0 {
-		t.Errorf("monitor: %+v, want all %d heaps (heap_cnt sum %d)", r, n, cntSum)
-	}
-	if lost := p.Stats().Get(ring.CounterGroupLost); lost != 0 {
-		t.Errorf("group_lost %d, want 0", lost)
-	}
+	return heaps, sum
 }

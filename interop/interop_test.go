@@ -110,23 +110,10 @@ func startConsumerVerify(t *testing.T, kind, ctlPath string, verify bool, extra 
 	cmd := consumerCmd(t, kind, ctlPath, verify, extra...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	t.Cleanup(func() {
-		select {
-		case <-done:
-		default:
-			cmd.Process.Kill()
-		}
-	})
+	waitCmd := startProcess(t, cmd)
 	return func() result {
 		t.Helper()
-		timer := time.AfterFunc(60*time.Second, func() { cmd.Process.Kill() })
-		err := cmd.Wait()
-		timer.Stop()
-		close(done)
+		err := waitCmd()
 		var r result
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
@@ -139,6 +126,30 @@ func startConsumerVerify(t *testing.T, kind, ctlPath string, verify bool, extra 
 			t.Fatalf("%s consumer printed %q (stderr %q): %v", kind, out.String(), errb.String(), jerr)
 		}
 		return r
+	}
+}
+
+// startProcess starts cmd; the test's cleanup kills it unless wait was called, and wait kills it after 60 s.
+func startProcess(t *testing.T, cmd *exec.Cmd) (wait func() error) {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() {
+		select {
+		case <-done:
+		default:
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	return func() error {
+		timer := time.AfterFunc(60*time.Second, func() { cmd.Process.Kill() })
+		err := cmd.Wait()
+		timer.Stop()
+		close(done)
+		return err
 	}
 }
 

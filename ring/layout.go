@@ -241,10 +241,6 @@ const (
 	numCounters             // stats_count of this minor version
 )
 
-// goldenStatsCount is the stats_count the C and Python layout tables know (they do not list the group
-// counter yet): LayoutTable reports it, and leaves out what only Go defines (spec §14's fields too).
-const goldenStatsCount = uint64(CounterRejectedHeaps) + 1
-
 var counterNames = [numCounters]string{
 	"packets", "bytes", "heaps", "incomplete_heaps", "dropped_heaps", "malformed_packets",
 	"duplicate_packets", "truncated_heaps", "discarded_incomplete_heaps", "end_of_stream",
@@ -310,7 +306,7 @@ func LayoutTable() map[string]uint64 {
 	t := map[string]uint64{
 		"magic_value": Magic, "major_value": uint64(MajorVersion), "minor_value": uint64(MinorVersion),
 		"desc_size": DescSize, "item_size": ItemSize, "stats_slots": StatsSlots,
-		"stats_count": goldenStatsCount, "region_align": RegionAlign, "max_slot_count": MaxSlotCount,
+		"stats_count": uint64(numCounters), "region_align": RegionAlign, "max_slot_count": MaxSlotCount,
 		"max_items_limit": MaxItems, "meta_header_size": metaHeaderSize,
 		"meta_record_header_size": metaRecordFixed, "meta_ndim_unknown": 0xFFFFFFFF,
 		"row_size": TableRowSize, "region_size": RegionSize, "max_consumers_limit": MaxConsumersLimit,
@@ -332,8 +328,8 @@ func LayoutTable() map[string]uint64 {
 
 		"row.state": rowState, "row.generation": rowGeneration, "row.pid": rowPID, "row.uid": rowUID,
 		"row.attach_ns": rowAttachNs, "row.released": rowReleased, "row.wakes": rowWakes,
-		"row.lost_heaps": rowLostHeaps,
-		"region.tail":    regTail, "region.consumer_waiting": regConsWaiting, "region.consumer_futex": regConsFutex,
+		"row.lost_heaps": rowLostHeaps, "row.assigned": rowAssigned, "row.group_id": rowGroupID,
+		"region.tail": regTail, "region.consumer_waiting": regConsWaiting, "region.consumer_futex": regConsFutex,
 		"region.wake_at":       regWakeAt,
 		"region.release_futex": regReleaseFutex, "region.spin_budget_ns": regSpinBudget,
 
@@ -374,9 +370,7 @@ func LayoutTable() map[string]uint64 {
 		"feature.replay_timestamps": FeatureReplayTimestamps,
 	}
 	for _, c := range Counters() {
-		if uint64(c) < goldenStatsCount {
-			t["counter."+c.String()] = uint64(c)
-		}
+		t["counter."+c.String()] = uint64(c)
 	}
 	return t
 }

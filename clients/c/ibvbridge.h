@@ -68,7 +68,7 @@ extern "C" {
 #define IBVB_DESC_SIZE 64
 #define IBVB_ITEM_SIZE 32
 #define IBVB_STATS_SLOTS 32
-#define IBVB_STATS_COUNT 17 /* counters defined by 2.1 (13 by 2.0, then the chunk counters) */
+#define IBVB_STATS_COUNT 18 /* counters defined by 2.1 (13 by 2.0, then the chunk counters and group_lost) */
 #define IBVB_REGION_ALIGN 4096
 #define IBVB_MAX_SLOT_COUNT (1u << 24)
 #define IBVB_MAX_ITEMS 65536u
@@ -150,7 +150,9 @@ extern "C" {
 #define IBVB_ROW_OFF_RELEASED 0x20
 #define IBVB_ROW_OFF_WAKES 0x28
 #define IBVB_ROW_OFF_LOST_HEAPS 0x30
-#define IBVB_ROW_OFF_RESERVED 0x38
+#define IBVB_ROW_OFF_ASSIGNED 0x38
+#define IBVB_ROW_OFF_GROUP_ID 0x40
+#define IBVB_ROW_OFF_RESERVED 0x44
 
 /* Consumer region offsets (spec §3). */
 #define IBVB_REG_OFF_TAIL 0x000
@@ -209,7 +211,8 @@ enum ibvb_counter {
 	IBVB_CTR_INCOMPLETE_CHUNKS = 14,
 	IBVB_CTR_TOO_OLD_HEAPS = 15,
 	IBVB_CTR_REJECTED_HEAPS = 16,
-	IBVB_CTR_COUNT = 17
+	IBVB_CTR_GROUP_LOST = 17, /* positions lost for a consumer group when a member left holding them (§14) */
+	IBVB_CTR_COUNT = 18
 };
 
 /* ---- shared structures ----------------------------------------------------------------------- */
@@ -282,7 +285,9 @@ struct ibvb_row {
 	IBVB_ATOMIC(uint64_t) released;
 	IBVB_ATOMIC(uint64_t) wakes;
 	IBVB_ATOMIC(uint64_t) lost_heaps;
-	uint8_t reserved[IBVB_ROW_SIZE - 0x38];
+	IBVB_ATOMIC(uint64_t) assigned; /* 2.1 §14: positions assigned to this group member since it attached */
+	IBVB_ATOMIC(uint32_t) group_id; /* 2.1 §14: its hello's group_id, 0 for an independent consumer */
+	uint8_t reserved[IBVB_ROW_SIZE - 0x44];
 };
 
 /* Consumer region (spec §3): one per attachment, mapped read-write; this consumer is its only writer
@@ -425,6 +430,8 @@ IBVB__CHECK(struct ibvb_row, uid, IBVB_ROW_OFF_UID);
 IBVB__CHECK(struct ibvb_row, attach_ns, IBVB_ROW_OFF_ATTACH_NS);
 IBVB__CHECK(struct ibvb_row, released, IBVB_ROW_OFF_RELEASED);
 IBVB__CHECK(struct ibvb_row, wakes, IBVB_ROW_OFF_WAKES);
+IBVB__CHECK(struct ibvb_row, assigned, IBVB_ROW_OFF_ASSIGNED);
+IBVB__CHECK(struct ibvb_row, group_id, IBVB_ROW_OFF_GROUP_ID);
 IBVB__CHECK(struct ibvb_row, lost_heaps, IBVB_ROW_OFF_LOST_HEAPS);
 IBVB__CHECK(struct ibvb_row, reserved, IBVB_ROW_OFF_RESERVED);
 
@@ -618,8 +625,8 @@ struct ibvb_attach_opts {
 	const char *group; /* consumer group (spec §14) to join as a member, NULL or "": none. A member starts
 			    * at head (start is ignored) and ibvb_peek / ibvb_wait hand out only the heaps the
 			    * producer assigns to it; the positions it passes over count in ibvb_held and
-			    * ibvb_advance (release a member's heaps with ibvb_release / ibvb_release_all). A
-			    * producer without groups (the C and Python ones) refuses it: -EPROTO. */
+			    * ibvb_advance (release a member's heaps with ibvb_release / ibvb_release_all). The
+			    * Go, C and Python producers assign; one without groups refuses it: -EPROTO. */
 };
 #define IBVB_ATTACH_WAIT 0x1u
 

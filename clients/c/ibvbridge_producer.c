@@ -67,6 +67,11 @@ struct pmember {
 	int fd;                     /* its connection (-1 until its welcome is sent) */
 	struct ibvb_region *region; /* our mapping of its region (never trusted) */
 	uint64_t released;          /* last valid tail */
+	/* consumer groups (spec §14): group is the hello's group_id (0: independent); outstanding counts the
+	 * positions assigned to it and not yet seen released, last_pick orders ties (round robin), assigned is
+	 * its row's, swept is its released as of the last sweep (positions before it no longer need it) */
+	uint32_t group;
+	uint64_t outstanding, last_pick, assigned, swept;
 };
 
 struct pgrave {
@@ -87,6 +92,15 @@ struct ibvb__pstate {
 	uid_t euid;
 	int closing;
 	uint64_t reclaim; /* positions below have had their slots returned to the pool (hot path, under mu) */
+	/* Consumer groups (spec §14), all under mu. pos_need, per position (& mask): the rows of group members
+	 * that must still release it before its slot is free (0 without groups). scan: positions below it have
+	 * been looked at by reclaim and freed unless a member still needs them; from scan to committed every
+	 * position holds its slot (where a start = 0 consumer begins). window_end: no position at or past it is
+	 * taken (every consumer within slot_count of head, and of the oldest held position). rescan: a member
+	 * left and positions below scan may have become free. picks: assignments made (for last_pick). */
+	uint64_t *pos_need;
+	uint64_t scan, window_end, picks;
+	int rescan;
 	uint64_t set_gen; /* under mu; mirrored to p->set_gen */
 	int nmembers;
 	struct pmember m[IBVB_MAX_CONSUMERS_LIMIT];
@@ -381,18 +395,56 @@ static int new_shm(const char *what, uint64_t size, int *fd_out, void **map)
 
 /* ---- consumers (spec §2.2, §7.1-§7.3) --------------------------------------------------------- */
 
-/* The attached consumer that has released least, -1 with none. mu held. */
-static int slowest_locked(struct ibvb_producer *p)
+/* The attached consumer that has released least, -1 with none: the furthest behind head (every cursor is
+ * within slot_count of it; a group member's may be below reclaim, spec §14). mu held. */
+static int slowest_locked(struct ibvb_producer *p, uint64_t head)
 {
 	struct ibvb__pstate *st = p->st;
 	int slow = -1;
 	for (uint32_t i = 0; i < st->max_consumers; i++) {
 		if (!st->m[i].on)
 			continue;
-		if (slow < 0 || st->m[i].released - st->reclaim < st->m[slow].released - st->reclaim)
+		if (slow < 0 || head - st->m[i].released > head - st->m[slow].released)
 			slow = (int)i;
 	}
 	return slow;
+}
+
+/* Return position q's slot to the pool, if it still holds one. Hot path, mu held. */
+static void free_pos(struct ibvb_producer *p, uint64_t q)
+{
+	uint32_t s = p->pos_slot[q & p->mask];
+	if (s != IBVB__NO_SLOT) {
+		p->free[p->free_w & p->mask] = s;
+		p->free_w++;
+		p->pos_slot[q & p->mask] = IBVB__NO_SLOT;
+	}
+}
+
+/* A group member left (spec §14): its bits leave every published position — what it had released is
+ * released, what it had been assigned at or after its final tail is lost for its group (group_lost) — so
+ * the next consumer of its row inherits nothing. Positions below scan that nobody needs now are freed by
+ * the hot path's next reclaim (rescan: the pool is the hot path's). Any thread, mu held. */
+static void settle_departed_locked(struct ibvb_producer *p, uint32_t i)
+{
+	struct ibvb__pstate *st = p->st;
+	struct pmember *m = &st->m[i];
+	uint64_t bit = 1ull << i, lost = 0;
+	/* head is stored under mu whenever positions are assigned: every position carrying bit is below it */
+	uint64_t end = atomic_load_explicit(&p->ctl->head, memory_order_acquire);
+	for (uint64_t q = m->swept; q != end; q++) {
+		uint64_t *need = &st->pos_need[q & p->mask];
+		if (!(*need & bit))
+			continue;
+		*need &= ~bit;
+		if (q - m->released < end - m->released) /* at or after its final tail: never released */
+			lost++;
+	}
+	if (lost)
+		atomic_fetch_add_explicit(&p->ctl->stats[IBVB_CTR_GROUP_LOST], lost, memory_order_relaxed);
+	m->swept = end;
+	st->rescan = 1;
+	atomic_fetch_sub_explicit(&p->group_members, 1, memory_order_relaxed);
 }
 
 static void bump_set_locked(struct ibvb_producer *p)
@@ -443,6 +495,8 @@ static void detach_locked(struct ibvb_producer *p, uint32_t i, uint32_t state, u
 	if (state == IBVB_CONSUMER_BAD_CURSOR)
 		atomic_fetch_add_explicit(&p->ctl->stats[IBVB_CTR_CONSUMER_ERRORS], 1, memory_order_relaxed);
 	ibvb__futex_wake_all(&m->region->release_futex);
+	if (m->group)
+		settle_departed_locked(p, i);
 	if (m->fd >= 0)
 		close(m->fd);
 	m->fd = -1;
@@ -494,53 +548,138 @@ static void read_cursors_locked(struct ibvb_producer *p, int hot)
 	}
 }
 
-/* Return to the pool the slots of positions every attached consumer has released (spec §7.1). With none
- * attached, drop reclaims the oldest held position when the pool is empty (the ring keeps the newest heaps
- * for a later consumer); block keeps everything. Hot path, mu held. */
+/* Group member i's releases since its last sweep (spec §14): each position it passed that was assigned to
+ * it no longer needs it, and is free if reclaim has already looked at it and nobody else needs it. Hot path,
+ * mu held. */
+static void sweep_locked(struct ibvb_producer *p, uint32_t i)
+{
+	struct ibvb__pstate *st = p->st;
+	struct pmember *m = &st->m[i];
+	uint64_t bit = 1ull << i;
+	for (uint64_t q = m->swept; q != m->released; q++) {
+		uint64_t *need = &st->pos_need[q & p->mask];
+		if (!(*need & bit))
+			continue;
+		*need &= ~bit;
+		m->outstanding--;
+		if (*need == 0 && q - st->reclaim < st->scan - st->reclaim)
+			free_pos(p, q);
+	}
+	m->swept = m->released;
+}
+
+/* A slot may be taken now: the pool has one and its position is within the window (spec §14). */
+static int slot_ready(const struct ibvb_producer *p)
+{
+	return p->free_r != p->free_w && (int64_t)(p->take_end - p->free_r) > 0;
+}
+
+/* Bound the positions the hot path may take slots for (spec §14): every attached consumer stays within
+ * slot_count positions of head, and so does the oldest position still holding a slot. Without groups the
+ * pool alone keeps both (take_end then moves with free_w). Hot path, mu held. */
+static void set_window_locked(struct ibvb_producer *p)
+{
+	struct ibvb__pstate *st = p->st;
+	uint64_t low = st->reclaim;
+	for (uint32_t i = 0; i < st->max_consumers; i++)
+		if (st->m[i].on && st->m[i].released - low > p->pos - low) /* below reclaim: a group member */
+			low = st->m[i].released;
+	uint64_t end = low + p->slot_count;
+	p->take_end += end - st->window_end;
+	st->window_end = end;
+}
+
+/* Return to the pool the slots of positions every attached consumer has released (spec §7.1) — for a group
+ * member, only the positions assigned to it (§14). With none attached, drop reclaims the oldest held
+ * position when no slot can be taken (the ring keeps the newest heaps for a later consumer); block keeps
+ * everything. Hot path, mu held. */
 static void reclaim_locked(struct ibvb_producer *p)
 {
 	struct ibvb__pstate *st = p->st;
-	uint64_t to = st->reclaim;
+	if (st->rescan) { /* a member left: what only it held below scan is free */
+		for (uint64_t q = st->reclaim; q != st->scan; q++)
+			if (st->pos_need[q & p->mask] == 0)
+				free_pos(p, q);
+		while (st->reclaim != st->scan && p->pos_slot[st->reclaim & p->mask] == IBVB__NO_SLOT)
+			st->reclaim++;
+		st->rescan = 0;
+	}
 	if (st->nmembers == 0) {
-		if (p->policy != IBVB_POLICY_DROP || p->free_r != p->free_w)
-			return;
-		while (to != p->committed && p->pos_slot[to & p->mask] == IBVB__NO_SLOT)
-			to++;
-		if (to != p->committed)
-			to++;
+		if (p->policy == IBVB_POLICY_DROP && !slot_ready(p)) {
+			uint64_t to = st->reclaim;
+			while (to != p->committed && p->pos_slot[to & p->mask] == IBVB__NO_SLOT)
+				to++;
+			if (to != p->committed)
+				to++;
+			for (; st->reclaim != to; st->reclaim++)
+				free_pos(p, st->reclaim);
+			if (st->reclaim - st->scan <= p->committed - st->scan) /* passed scan */
+				st->scan = st->reclaim;
+		}
 	} else {
 		read_cursors_locked(p, 1);
-		if (st->nmembers == 0)
-			return;
-		to = st->m[slowest_locked(p)].released;
-	}
-	for (; st->reclaim != to; st->reclaim++) {
-		uint32_t s = p->pos_slot[st->reclaim & p->mask];
-		if (s != IBVB__NO_SLOT) {
-			p->free[p->free_w & p->mask] = s;
-			p->free_w++;
-			p->pos_slot[st->reclaim & p->mask] = IBVB__NO_SLOT;
+		/* The independent consumers' frontier: below it a position is free unless a member needs it. */
+		uint64_t to = p->committed;
+		for (uint32_t i = 0; i < st->max_consumers; i++) {
+			struct pmember *m = &st->m[i];
+			if (!m->on)
+				continue;
+			if (m->group)
+				sweep_locked(p, i);
+			else if (m->released - st->reclaim < to - st->reclaim)
+				to = m->released;
 		}
+		int in_order = st->reclaim == st->scan;
+		if (to - st->reclaim >= st->scan - st->reclaim)
+			for (; st->scan != to; st->scan++) {
+				if (st->pos_need[st->scan & p->mask] == 0)
+					free_pos(p, st->scan);
+				else
+					in_order = 0;
+			}
+		if (in_order)
+			st->reclaim = st->scan;
+		else
+			while (st->reclaim != st->scan && p->pos_slot[st->reclaim & p->mask] == IBVB__NO_SLOT)
+				st->reclaim++;
 	}
-	atomic_store_explicit(&p->ctl->oldest, st->reclaim, memory_order_relaxed);
+	atomic_store_explicit(&p->ctl->oldest, st->scan, memory_order_relaxed);
+	set_window_locked(p);
 }
 
-/* Drop policy, pool empty after reclaiming (spec §7.3): if some consumer is ahead of the slowest ones, detach
- * those as overrun and reclaim again. 1 if a slot is free now. Hot path, mu held. */
+/* Drop policy, no slot to take after reclaiming (spec §7.3): if some consumer is ahead of the slowest ones,
+ * detach those as overrun and reclaim again. 1 if a slot can be taken now. Hot path, mu held. */
 static int overrun_locked(struct ibvb_producer *p)
 {
 	struct ibvb__pstate *st = p->st;
+	int slow = slowest_locked(p, p->committed);
+	if (slow < 0)
+		return 0;
+	uint64_t low = st->m[slow].released;
 	int ahead = 0;
 	for (uint32_t i = 0; i < st->max_consumers; i++)
-		if (st->m[i].on && st->m[i].released != st->reclaim)
+		if (st->m[i].on && st->m[i].released != low)
 			ahead = 1;
 	if (!ahead)
 		return 0;
 	for (uint32_t i = 0; i < st->max_consumers; i++)
-		if (st->m[i].on && st->m[i].released == st->reclaim)
-			detach_locked(p, i, IBVB_CONSUMER_OVERRUN, p->committed - st->m[i].released);
+		if (st->m[i].on && st->m[i].released == low)
+			detach_locked(p, i, IBVB_CONSUMER_OVERRUN, p->committed - low);
 	reclaim_locked(p);
-	return p->free_r != p->free_w;
+	return slot_ready(p);
+}
+
+/* The consumer whose release a waiting producer needs (spec §7.4): the slowest one, or, when the oldest
+ * position still holding a slot is a group member's own (the others have released it, §14), that member.
+ * -1 with none attached. Hot path, mu held. */
+static int blocker_locked(struct ibvb_producer *p)
+{
+	struct ibvb__pstate *st = p->st;
+	uint64_t need = st->reclaim != st->scan ? st->pos_need[st->reclaim & p->mask] : 0;
+	for (uint32_t i = 0; need && i < st->max_consumers; i++)
+		if ((need & (1ull << i)) && st->m[i].on)
+			return (int)i;
+	return slowest_locked(p, p->committed);
 }
 
 enum wait_cond { WAIT_SLOT, WAIT_DRAINED };
@@ -550,9 +689,9 @@ static int check_locked(struct ibvb_producer *p, enum wait_cond c)
 {
 	reclaim_locked(p);
 	if (c == WAIT_SLOT) {
-		if (p->free_r == p->free_w && p->policy == IBVB_POLICY_DROP)
+		if (!slot_ready(p) && p->policy == IBVB_POLICY_DROP)
 			overrun_locked(p);
-		return p->free_r != p->free_w;
+		return slot_ready(p);
 	}
 	if (p->st->nmembers == 0)
 		return -ENOTCONN;
@@ -583,7 +722,7 @@ static int wait_for_busy(struct ibvb_producer *p, enum wait_cond c, int64_t dead
 		uint32_t aseq = atomic_load(&st->attach_seq);
 		pthread_mutex_lock(&st->mu);
 		int ok = check_locked(p, c);
-		int slow = slowest_locked(p);
+		int slow = blocker_locked(p);
 		struct ibvb_region *g = slow >= 0 ? st->m[slow].region : NULL;
 		pthread_mutex_unlock(&st->mu);
 		if (ok == -ENOTCONN)
@@ -630,7 +769,7 @@ int ibvb__producer_refill(struct ibvb_producer *p)
 	ibvb_producer_commit(p); /* staged heaps become visible, and their slots reclaimable */
 	pthread_mutex_lock(&st->mu);
 	reclaim_locked(p);
-	int empty = p->free_r == p->free_w;
+	int empty = !slot_ready(p);
 	if (empty && p->policy == IBVB_POLICY_DROP)
 		empty = !overrun_locked(p);
 	pthread_mutex_unlock(&st->mu);
@@ -639,6 +778,85 @@ int ibvb__producer_refill(struct ibvb_producer *p)
 	if (p->policy == IBVB_POLICY_DROP)
 		return -EAGAIN; /* no message: this is the hot path of a full ring */
 	return wait_for(p, WAIT_SLOT, 0);
+}
+
+/* Group member i lags q by half the ring or more and waits for a heap — or, under block, by three quarters
+ * whether it says it waits or not (it may still be spinning) while fewer than a quarter of the ring is
+ * assigned to it and not released (spec §14; with more it is busy, not starved). It gets q first, else the
+ * ring could fill up to it with other members' heaps and stall for good under block. mu held (its region
+ * is mapped). */
+static int starved(const struct ibvb_producer *p, const struct pmember *m, uint64_t q)
+{
+	uint64_t lag = q - m->swept, n = p->slot_count;
+	return (lag >= n / 2 && atomic_load_explicit(&m->region->consumer_waiting, memory_order_relaxed) != 0) ||
+	       (p->policy == IBVB_POLICY_BLOCK && lag >= n - n / 4 && m->outstanding < n / 4);
+}
+
+/* Give each staged position to one member of every group (spec §14): a starved member, else the one with
+ * the fewest positions assigned and not yet seen released, ties to the one picked least recently (round
+ * robin). The mask goes into the descriptor's assign (before head is stored) and into pos_need. The
+ * END_OF_STREAM marker is for everyone and assigned to nobody. No allocation. Hot path, mu held. */
+static void assign_locked(struct ibvb_producer *p)
+{
+	struct ibvb__pstate *st = p->st;
+	uint32_t idx[IBVB_MAX_CONSUMERS_LIMIT], n = 0;
+	for (uint32_t i = 0; i < st->max_consumers; i++) { /* members, sorted by group (insertion) */
+		if (!st->m[i].on || !st->m[i].group)
+			continue;
+		uint32_t k = n++;
+		for (; k > 0 && st->m[idx[k - 1]].group > st->m[i].group; k--)
+			idx[k] = idx[k - 1];
+		idx[k] = i;
+	}
+	for (uint64_t q = p->committed; q != p->pos; q++) {
+		struct ibvb_desc *d = &p->desc[q & p->mask];
+		uint64_t mask = 0;
+		for (uint32_t a = 0; a < n && !(d->flags & IBVB_FLAG_END_OF_STREAM);) {
+			uint32_t b = a + 1;
+			while (b < n && st->m[idx[b]].group == st->m[idx[a]].group)
+				b++;
+			uint32_t best = idx[a];
+			int best_starved = starved(p, &st->m[best], q);
+			for (uint32_t k = a + 1; k < b; k++) {
+				const struct pmember *m = &st->m[idx[k]], *bm = &st->m[best];
+				int sv = starved(p, m, q);
+				if (sv != best_starved) {
+					if (sv) {
+						best = idx[k];
+						best_starved = 1;
+					}
+					continue;
+				}
+				if (m->outstanding < bm->outstanding ||
+				    (m->outstanding == bm->outstanding && m->last_pick < bm->last_pick))
+					best = idx[k];
+			}
+			struct pmember *bm = &st->m[best];
+			bm->last_pick = ++st->picks;
+			bm->outstanding++;
+			bm->assigned++;
+			mask |= 1ull << best;
+			a = b;
+		}
+		d->reserved = mask; /* assign (0x38) */
+		st->pos_need[q & p->mask] = mask;
+	}
+	for (uint32_t k = 0; k < n; k++)
+		atomic_store_explicit(&p->rows[idx[k]].assigned, st->m[idx[k]].assigned, memory_order_relaxed);
+}
+
+/* commit with consumer groups attached: fresh cursors (a member stores its tail at each release of its own
+ * heap), then the assignment, then head — all under mu, so a member that leaves meanwhile has its bits
+ * cleared from every published position before its row can go to a new consumer, who starts at this head
+ * (spec §14: it inherits nothing). Hot path. */
+void ibvb__producer_commit_groups(struct ibvb_producer *p)
+{
+	pthread_mutex_lock(&p->st->mu);
+	reclaim_locked(p);
+	assign_locked(p);
+	p->committed = p->pos;
+	atomic_store_explicit(&p->ctl->head, p->pos, memory_order_release);
+	pthread_mutex_unlock(&p->st->mu);
 }
 
 void ibvb__producer_adopt(struct ibvb_producer *p)
@@ -753,8 +971,8 @@ static void refuse(struct ibvb__pstate *st, int fd, const struct ucred *cr, uint
 
 /* Give a consumer a row and a region whose tail is its start position, under the lock reclaiming takes
  * (spec §7.1). Returns the row index, or -1 with *status and msg set. */
-static int admit(struct ibvb_producer *p, const struct ucred *cr, uint32_t start, struct ibvb_region *g,
-		 uint32_t *status, char *msg, size_t cap, uint32_t *gen_out)
+static int admit(struct ibvb_producer *p, const struct ucred *cr, uint32_t start, uint32_t group,
+		 struct ibvb_region *g, uint32_t *status, char *msg, size_t cap, uint32_t *gen_out)
 {
 	struct ibvb__pstate *st = p->st;
 	pthread_mutex_lock(&st->mu);
@@ -777,13 +995,15 @@ static int admit(struct ibvb_producer *p, const struct ucred *cr, uint32_t start
 			 st->name, st->max_consumers);
 		return -1;
 	}
-	uint64_t pos;
-	if (start == IBVB_START_HEAD) {
-		pos = atomic_load_explicit(&p->ctl->head, memory_order_acquire);
+	uint64_t pos, head = atomic_load_explicit(&p->ctl->head, memory_order_acquire);
+	if (start == IBVB_START_HEAD || group) { /* a group member starts at head (spec §14) */
+		pos = head;
 	} else {
 		read_cursors_locked(p, 0);
-		int slow = slowest_locked(p);
+		int slow = slowest_locked(p, head);
 		pos = slow < 0 ? st->reclaim : st->m[slow].released;
+		if (pos - st->reclaim < st->scan - st->reclaim) /* below scan a member may hold some, not all */
+			pos = st->scan;
 	}
 	atomic_store_explicit(&g->tail, pos, memory_order_release);
 	struct ibvb_row *row = &p->rows[idx];
@@ -793,6 +1013,8 @@ static int admit(struct ibvb_producer *p, const struct ucred *cr, uint32_t start
 	atomic_store(&row->released, pos);
 	atomic_store(&row->wakes, 0);
 	atomic_store(&row->lost_heaps, 0);
+	atomic_store(&row->assigned, 0);
+	atomic_store(&row->group_id, group);
 	uint32_t gen = atomic_load(&row->generation) + 1;
 	atomic_store(&row->generation, gen);
 	atomic_store_explicit(&row->state, IBVB_CONSUMER_ATTACHED, memory_order_release); /* last */
@@ -800,6 +1022,11 @@ static int admit(struct ibvb_producer *p, const struct ucred *cr, uint32_t start
 	st->m[idx].released = pos;
 	st->m[idx].on = 1;
 	st->m[idx].fd = -1; /* set by the caller once the welcome is sent (not polled until then) */
+	st->m[idx].group = group;
+	st->m[idx].outstanding = st->m[idx].last_pick = st->m[idx].assigned = 0;
+	st->m[idx].swept = pos;
+	if (group)
+		atomic_fetch_add_explicit(&p->group_members, 1, memory_order_relaxed);
 	st->nmembers++;
 	bump_set_locked(p);
 	pthread_mutex_unlock(&st->mu);
@@ -855,10 +1082,14 @@ static int check_hello(struct ibvb_producer *p, int fd, int fd_short, struct ucr
 		refuse(st, fd, cr, IBVB_STATUS_PROTOCOL, msg);
 		return -1;
 	}
-	/* 2.1: reserved bytes 0x14..0x1F must be zero (a 2.0 producer accepted them). When consumer groups take
-	 * 0x14..0x17 (group_id), only reserved[1..2] stay reserved. */
-	if (h->reserved[0] | h->reserved[1] | h->reserved[2]) {
+	/* 2.1: 0x14..0x17 is group_id (spec §14), 0x18..0x1F stay reserved and must be zero */
+	if (h->reserved[1] | h->reserved[2]) {
 		snprintf(msg, sizeof msg, "ring %s: the hello's reserved bytes are not zero", st->name);
+		refuse(st, fd, cr, IBVB_STATUS_PROTOCOL, msg);
+		return -1;
+	}
+	if (h->role == IBVB_ROLE_OBSERVER && h->reserved[0]) {
+		snprintf(msg, sizeof msg, "ring %s: an observer in group %#x", st->name, h->reserved[0]);
 		refuse(st, fd, cr, IBVB_STATUS_PROTOCOL, msg);
 		return -1;
 	}
@@ -894,7 +1125,7 @@ static int welcome_observer(struct ibvb_producer *p, int fd, const struct ucred 
 /* A consumer: a fresh sealed region, a row (admit), the welcome with the three descriptors. 1 kept, 0
  * refused or failed (closed). */
 static int welcome_consumer(struct ibvb_producer *p, int fd, const struct ucred *cr, uint32_t start,
-			    struct ibvb_welcome *w)
+			    uint32_t group, struct ibvb_welcome *w)
 {
 	struct ibvb__pstate *st = p->st;
 	char msg[IBVB_ERROR_RECORD_MAX - 16];
@@ -915,7 +1146,7 @@ static int welcome_consumer(struct ibvb_producer *p, int fd, const struct ucred 
 		return 0;
 	}
 	uint32_t status = 0, gen = 0;
-	int idx = admit(p, cr, start, rm, &status, msg, sizeof msg, &gen);
+	int idx = admit(p, cr, start, group, rm, &status, msg, sizeof msg, &gen);
 	if (idx < 0) {
 		munmap(rm, IBVB_REGION_SIZE);
 		close(rfd);
@@ -959,7 +1190,7 @@ static int answer_hello(struct ibvb_producer *p, int fd, int fd_short)
 	w.ctl_size = p->st->ctl_size;
 	if (h.role == IBVB_ROLE_OBSERVER)
 		return welcome_observer(p, fd, &cr, &w);
-	return welcome_consumer(p, fd, &cr, h.start, &w);
+	return welcome_consumer(p, fd, &cr, h.start, h.reserved[0], &w);
 }
 
 /* ---- the service thread ----------------------------------------------------------------------- */
@@ -1180,6 +1411,7 @@ static void destroy(struct ibvb_producer *p, int unlink_files)
 			if (fds[i] >= 0)
 				close(fds[i]);
 		pthread_mutex_destroy(&st->mu);
+		free(st->pos_need);
 		free(st);
 	}
 	free(p->free);
@@ -1319,13 +1551,15 @@ static int make_memory(struct ibvb_producer *p, const struct ibvb_producer_opts 
 	p->policy = o->policy;
 	p->free = malloc(o->slot_count * sizeof *p->free);
 	p->pos_slot = malloc(o->slot_count * sizeof *p->pos_slot);
-	if (!p->free || !p->pos_slot)
+	st->pos_need = calloc(o->slot_count, sizeof *st->pos_need);
+	if (!p->free || !p->pos_slot || !st->pos_need)
 		return fail(-ENOMEM, "create ring %s: out of memory", name);
 	for (uint64_t i = 0; i < o->slot_count; i++) {
 		p->free[i] = (uint32_t)i;
 		p->pos_slot[i] = IBVB__NO_SLOT;
 	}
 	p->free_w = o->slot_count;
+	p->take_end = st->window_end = o->slot_count;
 	return 0;
 }
 
@@ -1486,7 +1720,7 @@ int ibvb_producer_end_of_stream(struct ibvb_producer *p, uint64_t stop_heap_cnt,
 		return -EPIPE;
 	}
 	ibvb_producer_set(p, IBVB_CTR_END_OF_STREAM, 1); /* before the marker: a consumer that sees it reads the counter set */
-	if (p->free_r == p->free_w) {
+	if (p->free_r == p->free_w || p->free_r == p->take_end) {
 		ibvb_producer_commit(p);
 		pthread_mutex_lock(&st->mu);
 		int ok = check_locked(p, WAIT_SLOT);

@@ -4,7 +4,10 @@
  * of docs/ring-layout.md 2.0: the ring directory, lock and socket (§1.1), the handshake with its SO_PEERCRED
  * gate (§1.2), sealed control and data memfds (§1, §2, §4), one sealed region per consumer (§3), the slot
  * pool and reclaim from the slowest attached consumer (§7.1-§7.3), cursor validation (§7.2), waiting for a
- * release (§7.4), wakes (§7.5) and the clean stop (§7.6).
+ * release (§7.4), wakes (§7.5), the clean stop (§7.6) and consumer groups (§14: a member's hello brings
+ * its group; commit assigns each position to one member of every group, a slot is free once every
+ * independent consumer and its assigned members released it, a leaving member's positions count in
+ * group_lost — nothing to configure, and no extra work per heap while no member is attached).
  *
  * Shape (liburing style): functions return 0 (or a count) and -errno on failure, ibvb_last_error() gives a
  * message for the last failure in the calling thread. The hot path (acquire, add_item, stage, commit,
@@ -128,6 +131,11 @@ struct ibvb_producer {
 	uint64_t pos;          /* next position to stage */
 	uint64_t committed;    /* head as last stored */
 	uint64_t free_r, free_w;
+	/* acquire refills when free_r reaches take_end as well as when the pool is empty: it keeps every
+	 * position within slot_count of the oldest one still holding a slot and of every consumer's tail (spec
+	 * §14: with consumer groups slots come back out of order). take_end = the window's end + discards; without
+	 * groups it equals free_w but for discards, so the pool's emptiness decides as before. */
+	uint64_t take_end;
 	uint64_t pending_heaps; /* staged heaps (not markers) not yet counted */
 	uint32_t ended;        /* END_OF_STREAM is staged: it is final (spec §4.1), nothing may follow it */
 	uint64_t hot_gen;      /* the consumer set the wakes below were copied from */
@@ -138,6 +146,7 @@ struct ibvb_producer {
 	IBVB_ATOMIC(uint64_t) set_gen; /* bumped (under the state mutex) when the consumer set changes */
 	IBVB_ATOMIC(uint32_t) hot_busy; /* 1 while the hot path may use a consumer region outside the mutex: a
 					 * detached region is unmapped at once unless it is set (spec 2.1 §C) */
+	IBVB_ATOMIC(uint32_t) group_members; /* attached consumer-group members: commit assigns when non-zero */
 	struct ibvb__pstate *st;
 };
 #define IBVB__NO_SLOT 0xFFFFFFFFu
@@ -205,6 +214,7 @@ int ibvb_producer_data_fd(const struct ibvb_producer *p);
 
 /* internal, out of line (the hot path's slow paths) */
 int ibvb__producer_refill(struct ibvb_producer *p);
+void ibvb__producer_commit_groups(struct ibvb_producer *p);
 void ibvb__producer_ended(struct ibvb_producer *p, const char *what); /* sets the -EPIPE message */
 void ibvb__producer_adopt(struct ibvb_producer *p);
 void ibvb__producer_wake(struct ibvb_producer *p, uint32_t i);
@@ -222,8 +232,8 @@ static inline uint32_t ibvb_producer_max_items(const struct ibvb_producer *p) { 
 static inline uint64_t ibvb_producer_staged(const struct ibvb_producer *p) { return p->pos - p->committed; }
 
 /* Add n to counter idx (spec §2.3; a relaxed atomic store: readers see it untorn). The producer's thread is
- * the only writer of every counter except consumers_attached, consumer_overruns and consumer_errors, which
- * the library keeps: do not change those. heaps is counted by commit. */
+ * the only writer of every counter except consumers_attached, consumer_overruns, consumer_errors and
+ * group_lost, which the library keeps: do not change those. heaps is counted by commit. */
 static inline void ibvb_producer_add(struct ibvb_producer *p, unsigned idx, uint64_t n)
 {
 	IBVB_ATOMIC(uint64_t) *c = &p->ctl->stats[idx & (IBVB_STATS_SLOTS - 1)];
@@ -246,7 +256,7 @@ static inline int ibvb_producer_acquire(struct ibvb_producer *p, struct ibvb_slo
 		ibvb__producer_ended(p, "acquire a slot");
 		return -EPIPE;
 	}
-	if (__builtin_expect(p->free_r == p->free_w, 0)) {
+	if (__builtin_expect(p->free_r == p->free_w || p->free_r == p->take_end, 0)) {
 		int rc = ibvb__producer_refill(p);
 		if (rc < 0)
 			return rc;
@@ -287,6 +297,7 @@ static inline void ibvb_producer_discard(struct ibvb_producer *p, const struct i
 {
 	p->free[p->free_w & p->mask] = s->index;
 	p->free_w++;
+	p->take_end++; /* its position was never taken */
 }
 
 /* Write the heap's descriptor at the next position without making it visible (spec §7.3: several heaps may
@@ -321,9 +332,10 @@ static inline int ibvb_producer_stage(struct ibvb_producer *p, const struct ibvb
 	return 0;
 }
 
-/* Publish every staged heap: count them (heaps), release-store head, full fence, then for each attached
- * consumer whose consumer_waiting is set and whose wake_at head has reached: exchange consumer_waiting with
- * 0, consumer_futex += 1, FUTEX_WAKE (spec §7.5). */
+/* Publish every staged heap: count them (heaps), with consumer groups assign each staged position to one
+ * member of every group (spec §14, out of line, under the state mutex), release-store head, full fence, then
+ * for each attached consumer whose consumer_waiting is set and whose wake_at head has reached: exchange
+ * consumer_waiting with 0, consumer_futex += 1, FUTEX_WAKE (spec §7.5). */
 static inline void ibvb_producer_commit(struct ibvb_producer *p)
 {
 	if (p->pos == p->committed)
@@ -332,6 +344,8 @@ static inline void ibvb_producer_commit(struct ibvb_producer *p)
 		ibvb_producer_add(p, IBVB_CTR_HEAPS, p->pending_heaps);
 		p->pending_heaps = 0;
 	}
+	if (__builtin_expect(ibvb__load(&p->group_members, relaxed) != 0, 0))
+		ibvb__producer_commit_groups(p); /* assigns, stores committed and head */
 	p->committed = p->pos;
 	ibvb__store(&p->hot_busy, 1, relaxed); /* the fence below orders it before the set_gen load */
 	ibvb__store(&p->ctl->head, p->pos, release);

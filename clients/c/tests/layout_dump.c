@@ -98,6 +98,8 @@ int main(void)
 	ROW(released);
 	ROW(wakes);
 	ROW(lost_heaps);
+	ROW(assigned);
+	ROW(group_id);
 
 	/* consumer region (§3) */
 	REG(tail);

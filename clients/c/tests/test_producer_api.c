@@ -81,6 +81,8 @@ struct reader {
 	const char *name;
 	uint64_t len;         /* payload bytes each heap has */
 	int sleep_us;         /* per heap */
+	const char *group;    /* a consumer group to join (spec §14), NULL: independent */
+	uint64_t cnt_sum;     /* sum of the heap_cnts read */
 	int attached;         /* set once attached */
 	uint64_t heaps, bad, last_cnt, ooo;
 	int rc;               /* how it ended */
@@ -91,7 +93,8 @@ static void *reader_fn(void *arg)
 {
 	struct reader *rd = arg;
 	struct ibvb_ring *r;
-	rd->rc = attach(&r, rd->name, IBVB_START_OLDEST);
+	struct ibvb_attach_opts ao = {.dir = g_dir, .start = IBVB_START_OLDEST, .group = rd->group};
+	rd->rc = ibvb_attach_opts(&r, rd->name, 5000, &ao);
 	if (rd->rc < 0) {
 		__atomic_store_n(&rd->attached, -1, __ATOMIC_RELEASE);
 		return NULL;
@@ -111,8 +114,9 @@ static void *reader_fn(void *arg)
 			 it && it->value == h.heap_cnt && ibvb_item_is_immediate(it) && pl && pl->length == rd->len &&
 			 h.flags == IBVB_FLAG_COMPLETE && h.item_count == 2;
 		rd->bad += !ok;
-		if (rd->heaps && h.heap_cnt != rd->last_cnt + 1)
-			rd->ooo++;
+		if (rd->heaps && (rd->group ? h.heap_cnt <= rd->last_cnt : h.heap_cnt != rd->last_cnt + 1))
+			rd->ooo++; /* a member reads its share in order, with gaps */
+		rd->cnt_sum += h.heap_cnt;
 		rd->last_cnt = h.heap_cnt;
 		rd->heaps++;
 		if (rd->sleep_us)
@@ -123,15 +127,21 @@ static void *reader_fn(void *arg)
 	return NULL;
 }
 
-static void start_reader(struct reader *rd, const char *name, uint64_t len, int sleep_us)
+static void start_member(struct reader *rd, const char *name, const char *group, uint64_t len, int sleep_us)
 {
 	memset(rd, 0, sizeof *rd);
 	rd->name = name;
+	rd->group = group;
 	rd->len = len;
 	rd->sleep_us = sleep_us;
 	pthread_create(&rd->thr, NULL, reader_fn, rd);
 	while (__atomic_load_n(&rd->attached, __ATOMIC_ACQUIRE) == 0)
 		msleep(1);
+}
+
+static void start_reader(struct reader *rd, const char *name, uint64_t len, int sleep_us)
+{
+	start_member(rd, name, NULL, len, sleep_us);
 }
 
 static int file_exists(const char *name, const char *suffix)
@@ -140,6 +150,32 @@ static int file_exists(const char *name, const char *suffix)
 	struct stat sb;
 	snprintf(path, sizeof path, "%s/%s%s", g_dir, name, suffix);
 	return lstat(path, &sb) == 0;
+}
+
+
+/* Drain every heap a consumer can read now (peek and release, then store the tail): the count, the heap_cnt
+ * sum and the bad bytes; *max_cnt the highest heap_cnt, *min_cnt the lowest. */
+static uint64_t drain(struct ibvb_ring *r, uint64_t len, uint64_t *sum, uint64_t *min_cnt, uint64_t *bad)
+{
+	uint64_t n = 0;
+	struct ibvb_heap h;
+	while (ibvb_peek(r, &h) == 0) {
+		*bad += !pattern_ok(h.payload, h.heap_cnt, len);
+		*sum += h.heap_cnt;
+		if (h.heap_cnt < *min_cnt)
+			*min_cnt = h.heap_cnt;
+		n++;
+		ibvb_release(r, &h);
+	}
+	ibvb_flush_release(r);
+	return n;
+}
+
+static uint64_t wait_counter(struct ibvb_producer *p, unsigned idx, uint64_t want)
+{
+	for (int i = 0; i < 5000 && ibvb_producer_counter(p, idx) != want; i++)
+		msleep(1);
+	return ibvb_producer_counter(p, idx);
 }
 
 /* ---- tests ----------------------------------------------------------------------------------------- */
@@ -878,7 +914,8 @@ static void test_unknown_header_or_row_state_is_corrupt(void)
 
 /* Send a consumer hello changed by off/val (u32 at off; off < 0: none), of len bytes; return the answer's
  * status (0xFF: no record), descriptors closed; *fdp keeps the connection open when non-NULL. */
-static uint32_t hello_status(const char *sock, int off, uint32_t val, size_t len, int *fdp)
+static uint32_t hello_status2(const char *sock, int off, uint32_t val, int off2, uint32_t val2, size_t len,
+			      int *fdp)
 {
 	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	struct sockaddr_un a = {.sun_family = AF_UNIX};
@@ -896,6 +933,8 @@ static uint32_t hello_status(const char *sock, int off, uint32_t val, size_t len
 	hh->role = IBVB_ROLE_CONSUMER;
 	if (off >= 0)
 		memcpy(h + off, &val, 4);
+	if (off2 >= 0)
+		memcpy(h + off2, &val2, 4);
 	(void)!write(fd, h, len);
 	uint8_t buf[IBVB_ERROR_RECORD_MAX];
 	union {
@@ -919,9 +958,266 @@ static uint32_t hello_status(const char *sock, int off, uint32_t val, size_t len
 	return status;
 }
 
+static uint32_t hello_status(const char *sock, int off, uint32_t val, size_t len, int *fdp)
+{
+	return hello_status2(sock, off, val, -1, 0, len, fdp);
+}
+
+/* Spec §14 on the C producer: three members of one group and an independent monitor, block policy on a
+ * 16-slot ring. Every heap goes to exactly one member (counts and heap_cnt sums add up, each member gets a
+ * share, bytes verified), the monitor reads every heap, nothing is lost, and the members' rows carry the
+ * group_id and assigned counts that add up to the stream. */
+static void test_group_members_share_every_heap_once_beside_a_monitor(void)
+{
+	struct ibvb_producer_opts o = opts(16, 512, IBVB_POLICY_BLOCK);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "groupshare", &o), 0);
+	if (!p)
+		return;
+	struct reader mem[3], mon;
+	for (int i = 0; i < 3; i++)
+		start_member(&mem[i], "groupshare", "work", 300, 0);
+	start_reader(&mon, "groupshare", 300, 0);
+	const uint64_t n = 3000;
+	for (uint64_t c = 1; c <= n; c++)
+		CHECK_EQ(pub(p, c, 300), 0);
+	CHECK_EQ(ibvb_producer_end_of_stream(p, 0, 5000), 0);
+	uint64_t heaps = 0, sum = 0;
+	for (int i = 0; i < 3; i++) {
+		pthread_join(mem[i].thr, NULL);
+		CHECK_EQ(mem[i].rc, -ENODATA);
+		CHECK_EQ(mem[i].bad, 0);
+		CHECK_EQ(mem[i].ooo, 0);
+		CHECK(mem[i].heaps > 0);
+		heaps += mem[i].heaps;
+		sum += mem[i].cnt_sum;
+	}
+	pthread_join(mon.thr, NULL);
+	CHECK_EQ(heaps, n);
+	CHECK_EQ(sum, n * (n + 1) / 2);
+	CHECK_EQ(mon.rc, -ENODATA);
+	CHECK_EQ(mon.heaps, n);
+	CHECK_EQ(mon.cnt_sum, n * (n + 1) / 2);
+	CHECK_EQ(ibvb_producer_counter(p, IBVB_CTR_GROUP_LOST), 0);
+	CHECK_EQ(p->ctl->stats_count, 18);
+	uint64_t assigned = 0;
+	int rows = 0;
+	for (uint32_t i = 0; i < 8; i++)
+		if (atomic_load(&p->rows[i].group_id) == ibvb_group_id("work")) {
+			assigned += atomic_load(&p->rows[i].assigned);
+			rows++;
+		} else if (atomic_load(&p->rows[i].state) != 0) {
+			CHECK_EQ(atomic_load(&p->rows[i].assigned), 0); /* the monitor */
+		}
+	CHECK_EQ(rows, 3);
+	CHECK_EQ(assigned, n);
+	ibvb_producer_close(p);
+}
+
+/* Spec §14: a member that leaves (its socket closed) holding assigned heaps loses them for its group —
+ * group_lost counts them, nobody else gets them — their slots come back, and a new member given the same
+ * row inherits none of them: it reads only heaps published after it joined. */
+static void test_group_member_leaving_loses_its_heaps_and_its_row_inherits_none(void)
+{
+	struct ibvb_producer_opts o = opts(16, 256, IBVB_POLICY_DROP);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "groupleave", &o), 0);
+	if (!p)
+		return;
+	struct ibvb_attach_opts ao = {.dir = g_dir, .group = "g"};
+	struct ibvb_ring *a, *b, *c;
+	CHECK_EQ(ibvb_attach_opts(&a, "groupleave", 5000, &ao), 0);
+	CHECK_EQ(ibvb_attach_opts(&b, "groupleave", 5000, &ao), 0);
+	struct ibvb_info ia;
+	CHECK_EQ(ibvb_info(a, &ia), 0);
+	for (uint64_t cnt = 1; cnt <= 8; cnt++)
+		CHECK_EQ(pub(p, cnt, 200), 0);
+	uint64_t sum = 0, min = UINT64_MAX, bad = 0;
+	uint64_t got_b = drain(b, 200, &sum, &min, &bad);
+	uint64_t assigned_a = atomic_load(&p->rows[ia.consumer_index].assigned);
+	CHECK(got_b > 0 && assigned_a > 1);
+	CHECK_EQ(got_b + assigned_a, 8);
+	struct ibvb_heap h;
+	CHECK_EQ(ibvb_peek(a, &h), 0); /* a reads one of its heaps and releases it, then leaves */
+	sum += h.heap_cnt;
+	ibvb_release(a, &h);
+	ibvb_detach(a);
+	CHECK_EQ(wait_counter(p, IBVB_CTR_GROUP_LOST, assigned_a - 1), assigned_a - 1);
+	CHECK_EQ(ibvb_producer_consumers(p), 1);
+	CHECK_EQ(ibvb_attach_opts(&c, "groupleave", 5000, &ao), 0);
+	struct ibvb_info ic;
+	CHECK_EQ(ibvb_info(c, &ic), 0);
+	CHECK_EQ(ic.consumer_index, ia.consumer_index); /* the departed member's row */
+	for (uint64_t cnt = 9; cnt <= 16; cnt++)
+		CHECK_EQ(pub(p, cnt, 200), 0);
+	uint64_t min_c = UINT64_MAX, sum_c = 0;
+	uint64_t got_c = drain(c, 200, &sum_c, &min_c, &bad);
+	got_b += drain(b, 200, &sum, &min, &bad);
+	CHECK(got_c > 0);
+	CHECK(min_c > 8); /* nothing of the departed member's */
+	CHECK_EQ(got_b + got_c, 16 - (assigned_a - 1) - 1);
+	CHECK_EQ(bad, 0);
+	CHECK_EQ(atomic_load(&p->rows[ic.consumer_index].assigned), got_c);
+	/* every slot came back: a whole ring more is taken without a drop */
+	for (uint64_t cnt = 17; cnt <= 32; cnt++)
+		CHECK_EQ(pub(p, cnt, 200), 0);
+	CHECK_EQ(ibvb_producer_counter(p, IBVB_CTR_DROPPED_HEAPS), 0);
+	CHECK_EQ(ibvb_producer_counter(p, IBVB_CTR_GROUP_LOST), assigned_a - 1);
+	ibvb_detach(b);
+	ibvb_detach(c);
+	ibvb_producer_close(p);
+}
+
+/* Spec §14's window under drop: a member holding its first heap while the other member and the ring move
+ * on holds the ring back by a whole ring at position 16 — the producer publishes nothing past slot_count of
+ * the oldest held position; it detaches the holder as overrun (the other is ahead) instead of dropping, and
+ * the held heap is lost for the group, counted once. */
+static void test_group_member_a_ring_behind_is_overrun_not_overwritten(void)
+{
+	struct ibvb_producer_opts o = opts(16, 256, IBVB_POLICY_DROP);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "groupwin", &o), 0);
+	if (!p)
+		return;
+	struct ibvb_attach_opts ao = {.dir = g_dir, .group = "g"};
+	struct ibvb_ring *a, *b;
+	CHECK_EQ(ibvb_attach_opts(&a, "groupwin", 5000, &ao), 0);
+	CHECK_EQ(ibvb_attach_opts(&b, "groupwin", 5000, &ao), 0);
+	uint64_t sum = 0, min = UINT64_MAX, bad = 0, got_b = 0;
+	struct ibvb_heap held;
+	int holding = 0;
+	for (uint64_t cnt = 1; cnt <= 40; cnt++) {
+		CHECK_EQ(pub(p, cnt, 200), 0);
+		if (!holding && ibvb_peek(a, &held) == 0)
+			holding = 1; /* a holds this heap and reads nothing more */
+		if (cnt == 16)
+			CHECK_EQ(ibvb_producer_counter(p, IBVB_CTR_CONSUMER_OVERRUNS), 0);
+		got_b += drain(b, 200, &sum, &min, &bad);
+	}
+	CHECK(holding);
+	CHECK_EQ(ibvb_producer_counter(p, IBVB_CTR_CONSUMER_OVERRUNS), 1);
+	CHECK_EQ(ibvb_producer_counter(p, IBVB_CTR_DROPPED_HEAPS), 0);
+	uint64_t lost = ibvb_producer_counter(p, IBVB_CTR_GROUP_LOST);
+	CHECK(lost >= 1);
+	CHECK_EQ(got_b + lost, 40);
+	CHECK_EQ(bad, 0);
+	CHECK_EQ(ibvb_heap_valid(a, &held), 0);
+	struct ibvb_heap h;
+	CHECK_EQ(ibvb_peek(a, &h), -EOVERFLOW);
+	ibvb_detach(a);
+	ibvb_detach(b);
+	ibvb_producer_close(p);
+}
+
+/* Spec §14's starvation rule under block: a member that keeps its last 3 heaps (fewer than a quarter of a
+ * 16-slot ring) and reads a fourth before it releases the oldest, beside a member that releases each heap at
+ * once, is always handed its next heap before the ring fills: 300 heaps, every one read by one of them. A
+ * stall (the ring full of the other member's heaps) would block acquire forever: a watchdog interrupts it
+ * after 10 s, and the publish fails. */
+struct watchdog {
+	struct ibvb_producer *p;
+	int done;
+};
+
+static void *watchdog_fn(void *arg)
+{
+	struct watchdog *w = arg;
+	for (int i = 0; i < 1000 && !__atomic_load_n(&w->done, __ATOMIC_ACQUIRE); i++)
+		msleep(10);
+	if (!__atomic_load_n(&w->done, __ATOMIC_ACQUIRE))
+		ibvb_producer_interrupt(w->p);
+	return NULL;
+}
+
+static void test_group_member_holding_under_a_quarter_never_stalls_block(void)
+{
+	struct ibvb_producer_opts o = opts(16, 256, IBVB_POLICY_BLOCK);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "grouphold", &o), 0);
+	if (!p)
+		return;
+	struct ibvb_attach_opts ao = {.dir = g_dir, .group = "g"};
+	struct ibvb_ring *a, *b;
+	CHECK_EQ(ibvb_attach_opts(&a, "grouphold", 5000, &ao), 0);
+	CHECK_EQ(ibvb_attach_opts(&b, "grouphold", 5000, &ao), 0);
+	struct watchdog w = {p, 0};
+	pthread_t wt;
+	pthread_create(&wt, NULL, watchdog_fn, &w);
+	struct ibvb_heap held[4];
+	int nheld = 0;
+	uint64_t sum = 0, n = 0, min = UINT64_MAX, bad = 0;
+	for (uint64_t cnt = 1; cnt <= 300; cnt++) {
+		int rc = pub(p, cnt, 200);
+		CHECK_EQ(rc, 0);
+		if (rc < 0)
+			break;
+		n += drain(b, 200, &sum, &min, &bad);
+		while (nheld < 4 && ibvb_peek(a, &held[nheld]) == 0) {
+			bad += !pattern_ok(held[nheld].payload, held[nheld].heap_cnt, 200);
+			sum += held[nheld].heap_cnt;
+			n++;
+			nheld++;
+		}
+		while (nheld > 3) { /* a keeps its last 3 */
+			ibvb_release(a, &held[0]);
+			memmove(held, held + 1, (size_t)--nheld * sizeof held[0]);
+		}
+	}
+	__atomic_store_n(&w.done, 1, __ATOMIC_RELEASE);
+	pthread_join(wt, NULL);
+	CHECK_EQ(n, 300);
+	CHECK_EQ(sum, 300 * 301 / 2);
+	CHECK_EQ(bad, 0);
+	ibvb_detach(a);
+	ibvb_detach(b);
+	ibvb_producer_close(p);
+}
+
+/* Spec §14: positions are freed out of order, so an independent consumer attaching with start = 0 begins
+ * where every published position still holds its slot (oldest), never at a member's older tail: member a
+ * holds heap 1, member b released heaps 2 and 4 (their slots are back), and the new consumer reads from
+ * heap 5 on, never the freed holes. */
+static void test_group_holes_are_not_read_by_a_new_consumer(void)
+{
+	struct ibvb_producer_opts o = opts(16, 256, IBVB_POLICY_DROP);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "groupholes", &o), 0);
+	if (!p)
+		return;
+	struct ibvb_attach_opts ao = {.dir = g_dir, .group = "g"};
+	struct ibvb_ring *a, *b, *mon;
+	CHECK_EQ(ibvb_attach_opts(&a, "groupholes", 5000, &ao), 0);
+	CHECK_EQ(ibvb_attach_opts(&b, "groupholes", 5000, &ao), 0);
+	for (uint64_t cnt = 1; cnt <= 4; cnt++)
+		CHECK_EQ(pub(p, cnt, 200), 0);
+	struct ibvb_heap ha, h;
+	CHECK_EQ(ibvb_peek(a, &ha), 0);
+	CHECK_EQ(ha.heap_cnt, 1); /* held */
+	uint64_t sum = 0, min = UINT64_MAX, bad = 0;
+	CHECK_EQ(drain(b, 200, &sum, &min, &bad), 2);
+	CHECK_EQ(pub(p, 5, 200), 0); /* its commit reclaims what b released */
+	CHECK_EQ(atomic_load(&p->ctl->oldest), 4);
+	CHECK_EQ(attach(&mon, "groupholes", IBVB_START_OLDEST), 0);
+	CHECK_EQ(pub(p, 6, 200), 0);
+	uint64_t mon_sum = 0, mon_min = UINT64_MAX;
+	CHECK_EQ(drain(mon, 200, &mon_sum, &mon_min, &bad), 2);
+	CHECK_EQ(mon_min, 5);
+	CHECK_EQ(mon_sum, 11);
+	CHECK_EQ(bad, 0);
+	CHECK(ibvb_heap_valid(a, &ha));
+	CHECK(pattern_ok(ha.payload, 1, 200));
+	CHECK_EQ(ibvb_peek(a, &h), 0); /* a's other heap (3) kept its slot */
+	CHECK_EQ(h.heap_cnt, 3);
+	CHECK(pattern_ok(h.payload, 3, 200));
+	ibvb_detach(mon);
+	ibvb_detach(a);
+	ibvb_detach(b);
+	ibvb_producer_close(p);
+}
+
 /* The producer's answers to a hello (spec §1.2): status 5 for a wrong role or start, non-zero reserved bytes
- * or a wrong size; status 1 for another major; a welcome for any minor; a record sent after the welcome ends
- * the attachment. */
+ * or a wrong size, an observer with a group_id (§14); a welcome for a consumer with a group_id; status 1 for
+ * another major; a welcome for any minor; a record sent after the welcome ends the attachment. */
 static void test_hello_answers_as_specified(void)
 {
 	struct ibvb_producer_opts o = opts(4, 64, IBVB_POLICY_DROP);
@@ -932,7 +1228,9 @@ static void test_hello_answers_as_specified(void)
 	const char *sock = ibvb_producer_socket_path(p);
 	CHECK_EQ(hello_status(sock, 0x0C, 3, 32, NULL), IBVB_STATUS_PROTOCOL);
 	CHECK_EQ(hello_status(sock, 0x10, 2, 32, NULL), IBVB_STATUS_PROTOCOL);
-	CHECK_EQ(hello_status(sock, 0x14, 1, 32, NULL), IBVB_STATUS_PROTOCOL);
+	CHECK_EQ(hello_status(sock, 0x14, 1, 32, NULL), 0); /* group_id 1: a member */
+	CHECK_EQ(hello_status2(sock, 0x0C, IBVB_ROLE_OBSERVER, 0x14, 1, 32, NULL), IBVB_STATUS_PROTOCOL);
+	CHECK_EQ(hello_status(sock, 0x18, 1, 32, NULL), IBVB_STATUS_PROTOCOL);
 	CHECK_EQ(hello_status(sock, 0x1C, 1u << 24, 32, NULL), IBVB_STATUS_PROTOCOL);
 	CHECK_EQ(hello_status(sock, -1, 0, 31, NULL), IBVB_STATUS_PROTOCOL);
 	CHECK_EQ(hello_status(sock, 0x08, 3, 32, NULL), IBVB_STATUS_VERSION); /* major 3 (minor 0) */
@@ -1256,6 +1554,13 @@ static const struct test tests[] = {
 	{"producer_items_meta_batch", test_items_meta_batch},
 	{"producer_wakes", test_wakes},
 	{"hello_answers_as_specified", test_hello_answers_as_specified},
+	{"group_members_share_every_heap_once_beside_a_monitor", test_group_members_share_every_heap_once_beside_a_monitor},
+	{"group_member_leaving_loses_its_heaps_and_its_row_inherits_none",
+	 test_group_member_leaving_loses_its_heaps_and_its_row_inherits_none},
+	{"group_member_a_ring_behind_is_overrun_not_overwritten", test_group_member_a_ring_behind_is_overrun_not_overwritten},
+	{"group_holes_are_not_read_by_a_new_consumer", test_group_holes_are_not_read_by_a_new_consumer},
+	{"group_member_holding_under_a_quarter_never_stalls_block",
+	 test_group_member_holding_under_a_quarter_never_stalls_block},
 	{"unknown_header_or_row_state_is_corrupt", test_unknown_header_or_row_state_is_corrupt},
 	{"meta_repeated_id_keeps_last_and_busy_gives_up", test_meta_repeated_id_keeps_last_and_busy_gives_up},
 	{"nothing_published_after_end_of_stream", test_nothing_published_after_end_of_stream},

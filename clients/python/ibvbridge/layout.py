@@ -91,6 +91,8 @@ ROW_ATTACH_NS = 0x18
 ROW_RELEASED = 0x20
 ROW_WAKES = 0x28
 ROW_LOST_HEAPS = 0x30
+ROW_ASSIGNED = 0x38  # §14: positions assigned to this group member since it attached
+ROW_GROUP_ID = 0x40  # §14: u32, its hello's group_id, 0 for an independent consumer
 
 # --- consumer region (§3) ----------------------------------------------------------------------------
 REG_TAIL = 0x000
@@ -195,6 +197,7 @@ COUNTER_NAMES = (
     "duplicate_packets", "truncated_heaps", "discarded_incomplete_heaps", "end_of_stream",
     "consumers_attached", "consumer_overruns", "consumer_errors",
     "chunks", "incomplete_chunks", "too_old_heaps", "rejected_heaps",
+    "group_lost",
 )
 STATS_COUNT = len(COUNTER_NAMES)
 
@@ -266,7 +269,8 @@ CHUNK_STRUCT, CHUNK_FIELDS = _fields_struct((
 ROW_STRUCT, ROW_FIELDS = _fields_struct((
     ("state", ROW_STATE, "I"), ("generation", ROW_GENERATION, "I"), ("pid", ROW_PID, "Q"),
     ("uid", ROW_UID, "Q"), ("attach_ns", ROW_ATTACH_NS, "Q"), ("released", ROW_RELEASED, "Q"),
-    ("wakes", ROW_WAKES, "Q"), ("lost_heaps", ROW_LOST_HEAPS, "Q"),
+    ("wakes", ROW_WAKES, "Q"), ("lost_heaps", ROW_LOST_HEAPS, "Q"), ("assigned", ROW_ASSIGNED, "Q"),
+    ("group_id", ROW_GROUP_ID, "I"),
 ), ROW_SIZE)
 
 REGION_FIELDS = ("tail", "consumer_waiting", "consumer_futex", "wake_at", "release_futex", "spin_budget_ns")

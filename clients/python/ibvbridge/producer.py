@@ -73,7 +73,7 @@ from . import layout as L
 from . import shared as _shared
 from .shared import (C_ATTACHED, C_BYTES, C_EOS, C_ERRORS, C_HEAPS, C_OVERRUNS, C_PACKETS, COUNTER, I_CONSUMER_FUTEX,
                      I_CONSUMER_WAITING, I_PRODUCER_WAITING, I_RELEASE_FUTEX, I_STATE, M64, POLL_GONE, Q_HEAD,
-                     Q_HEARTBEAT_NS, Q_OLDEST, Q_STATS, Q_TAIL, Q_WAKE_AT, row_word)
+                     Q_HEARTBEAT_NS, Q_OLDEST, Q_STATS, Q_TAIL, Q_WAKE_AT, ROW_U32, row_word)
 from ._sys import (ORDERED, acquire_fence, add_seals, full_fence, futex_wait, futex_wake, peer_cred, release_fence,
                    require_supported)
 from .errors import (HugePageWarning, Interrupted, NoConsumer, NoHugePages, NoSpace, RingError, RingFull,
@@ -102,7 +102,9 @@ POLICIES = {"drop": L.POLICY_DROP, "block": L.POLICY_BLOCK, L.POLICY_DROP: L.POL
             L.POLICY_BLOCK: L.POLICY_BLOCK}
 
 BEAT_SECONDS = 0.1  # heartbeat and row refresh (spec: every <= 250 ms)
-HELLO_RESERVED = 0x14  # the hello's reserved bytes run from here to its end (spec §1.2)
+HELLO_RESERVED = L.HELLO_GROUP_ID + 4  # the hello's reserved bytes run from here to its end (spec §1.2, §14)
+C_GROUP_LOST = _shared.COUNTER["group_lost"]
+NO_SLOT = 0xFFFFFFFF  # _pos_slot of a position whose slot is back in the pool (group reclaim, spec §14)
 HELLO_TIMEOUT = 2.0  # a connection that sends no hello within this is closed and counted (layout 2.1 §C)
 MAX_PENDING = 64  # connections waiting for their hello at once; more are refused busy
 FD_RESERVE = 32  # descriptors kept free under RLIMIT_NOFILE: below, new connections are refused busy
@@ -387,6 +389,12 @@ class Member:
         self.released = released
         self.pid, self.uid = pid, uid
         self.detached = False
+        # consumer groups (spec §14): group is the hello's group_id (0: independent); outstanding counts the
+        # positions assigned to it not yet seen released, last_pick orders ties (round robin), assigned is
+        # its row's, swept its released as of the last sweep (positions before it no longer need it)
+        self.group = 0
+        self.outstanding = self.last_pick = self.assigned = 0
+        self.swept = released
 
     @property
     def tail(self):
@@ -547,6 +555,17 @@ class Producer:
         self._free = np.arange(sc, dtype=np.uint32)  # FIFO of free slots: [_free_r, _free_w) mod sc
         self._free_r, self._free_w = 0, sc
         self._pos_slot = np.zeros(sc, dtype=np.uint32)
+        # Consumer groups (spec §14), under the lock. _pos_need, per position (& mask): the rows of group
+        # members that must still release it before its slot is free. _scan: positions below it were looked
+        # at by reclaim and freed unless a member needs them; from it to head every position holds its slot.
+        # _window_end: no slot is taken for a position at or past it (every consumer within slot_count of
+        # head, and of the oldest held position). _rescan: a member left, positions below _scan may be free.
+        self._pos_need = np.zeros(sc, dtype=np.uint64)
+        self._scan = self._pos
+        self._window_end = (self._pos + sc) & M64
+        self._rescan = False
+        self._group_members = 0
+        self._picks = 0
         self._taken = set()  # slots acquired and not yet published (single-heap API)
         self.c64[Q_HEAD] = self._pos
         self.c64[Q_OLDEST] = self._reclaim
@@ -655,7 +674,7 @@ class Producer:
 
     @property
     def oldest(self) -> int:
-        return self._reclaim
+        return self._scan
 
     @property
     def closed(self) -> bool:
@@ -886,9 +905,12 @@ class Producer:
                                                                                      L.START_HEAD):
             return self._refuse(conn, L.STATUS_PROTOCOL, f"ring {self.name}: role {h['role']}, start "
                                 f"{h['start']}")
-        if any(msg[HELLO_RESERVED:L.HELLO_SIZE]):  # 2.1 (spec §1.2); 0x14..0x17 become group_id with groups
+        if any(msg[HELLO_RESERVED:L.HELLO_SIZE]):  # 2.1 (spec §1.2): what follows group_id stays reserved
             return self._refuse(conn, L.STATUS_PROTOCOL, f"ring {self.name}: the hello's reserved bytes are not "
                                 "zero")
+        group = int.from_bytes(msg[L.HELLO_GROUP_ID:L.HELLO_GROUP_ID + 4], "little")
+        if group and h["role"] == L.ROLE_OBSERVER:
+            return self._refuse(conn, L.STATUS_PROTOCOL, f"ring {self.name}: an observer in group {group:#x}")
         if self._closed or self.c32[I_STATE] == L.STATE_CLOSED:
             return self._refuse(conn, L.STATUS_CLOSING, f"ring {self.name} is closing: the stream has ended")
         if h["role"] == L.ROLE_OBSERVER:
@@ -907,15 +929,19 @@ class Producer:
                     return self._refuse(conn, L.STATUS_BUSY, f"ring {self.name} busy: all {self.max_consumers} "
                                         "consumer rows are attached")
                 idx = free[0]
-                # the start position goes into the region under the reclaim lock (spec §7.1)
-                start = self._reclaim if h["start"] == L.START_OLDEST else self.c64[Q_HEAD]
+                # the start position goes into the region under the reclaim lock (spec §7.1); a group member
+                # starts at head (§14), an independent consumer with start = 0 where every position holds
+                # its slot (oldest)
+                start = self._scan if h["start"] == L.START_OLDEST and not group else self.c64[Q_HEAD]
                 rmm[0:8] = start.to_bytes(8, "little")
                 gen = (self.row_get(idx, "generation") + 1) & 0xFFFFFFFF
                 self.row_set(idx, generation=gen, pid=pid, uid=uid, attach_ns=time.time_ns(), released=start,
-                             wakes=0, lost_heaps=0)
+                             wakes=0, lost_heaps=0, assigned=0, group_id=group)
                 full_fence()
                 self.row_set(idx, state=L.CONSUMER_ATTACHED)  # last: the row is complete
                 m = Member(conn, idx, gen, rmm, start, pid, uid)
+                m.group = group
+                self._group_members += bool(group)
                 self.conns[idx] = m
                 self._snap = tuple(self.conns.values())
                 self._stats[C_ATTACHED] = len(self.conns)
@@ -940,9 +966,10 @@ class Producer:
         with self.lock:
             if self.conns.get(m.index) is m:
                 t = m.r64[Q_TAIL]
-                if (t - m.released) & M64 <= (self._pos - m.released) & M64:
+                if (t - m.released) & M64 <= (self.c64[Q_HEAD] - m.released) & M64:
                     m.released = t  # a valid final cursor; an invalid one is ignored (it is leaving anyway)
                 del self.conns[m.index]
+                self._settle_departed_locked(m)
                 self._snap = tuple(self.conns.values())
                 if self.row_get(m.index, "generation") == m.generation:
                     self.row_set(m.index, released=m.released)
@@ -960,6 +987,7 @@ class Producer:
         del self.conns[m.index]
         self._snap = tuple(self.conns.values())
         m.detached = True
+        self._settle_departed_locked(m)
         self.row_set(m.index, lost_heaps=lost_heaps, released=m.released)
         full_fence()
         self.row_set(m.index, state=state)
@@ -984,7 +1012,7 @@ class Producer:
     def row_get(self, index: int, field: str) -> int:
         """One field of consumer-table row index: one aligned load."""
         w = row_word(index, field)
-        return self.c32[w] if field in ("state", "generation") else self.c64[w]
+        return self.c32[w] if field in ROW_U32 else self.c64[w]
 
     def row_set(self, index: int, **fields: int) -> None:
         """Store fields of row index in the order given (state last, by the callers), one store each."""
@@ -992,7 +1020,7 @@ class Producer:
             w = row_word(index, field)
             if field == "state" and ORDERED:
                 release_fence()  # the row's state is stored last, with release (spec §2.2)
-            if field in ("state", "generation"):
+            if field in ROW_U32:
                 self.c32[w] = v & 0xFFFFFFFF
             else:
                 self.c64[w] = v & M64
@@ -1018,66 +1046,273 @@ class Producer:
             acquire_fence()  # the tails are acquire loads: no slot they free is written before them
 
     def _slowest_locked(self):
-        rec = self._reclaim
+        """The attached consumer furthest behind head (a group member's cursor may be below _reclaim)."""
+        head = self.c64[Q_HEAD]
         slow = None
         for m in self.conns.values():
-            if slow is None or (m.released - rec) & M64 < (slow.released - rec) & M64:
+            if slow is None or (head - m.released) & M64 > (head - slow.released) & M64:
                 slow = m
         return slow
+
+    def _blocker_locked(self):
+        """The consumer whose release a waiting producer needs (spec §7.4): the slowest one, or, when the
+        oldest position still holding a slot is a group member's own (the others released it, §14), that
+        member."""
+        if self._reclaim != self._scan:
+            need = int(self._pos_need[self._reclaim & self.mask])
+            for m in self.conns.values():
+                if need >> m.index & 1:
+                    return m
+        return self._slowest_locked()
 
     def _nfree(self):
         return self._free_w - self._free_r
 
-    def _free_positions(self, to):
-        """Return the slots of positions [_reclaim, to) to the pool."""
-        n = (to - self._reclaim) & M64
-        if n == 0:
-            return
-        sc, mask = self.slot_count, self.mask
-        idx = (np.arange(n, dtype=np.int64) + (self._reclaim & mask)) & mask
-        slots = self._pos_slot[idx]
+    def _room(self):
+        """Slots that may be taken now: free ones, within the window (spec §14; without groups the window
+        holds exactly the free slots)."""
+        w = (self._window_end - self._pos - len(self._taken)) & M64
+        return min(self._free_w - self._free_r, 0 if w >= 1 << 63 else w)
+
+    def _push_slots(self, slots):
+        """Return slots (an array) to the pool's tail."""
+        n = len(slots)
+        sc = self.slot_count
         w = self._free_w % sc
         k = min(n, sc - w)
         self._free[w:w + k] = slots[:k]
         if k < n:
             self._free[:n - k] = slots[k:]
         self._free_w += n
+
+    def _free_positions(self, to):
+        """Return the slots of positions [_reclaim, to) to the pool (they all hold one)."""
+        n = (to - self._reclaim) & M64
+        if n == 0:
+            return
+        idx = (np.arange(n, dtype=np.int64) + (self._reclaim & self.mask)) & self.mask
+        self._push_slots(self._pos_slot[idx])
         self._reclaim = to & M64
-        self.c64[Q_OLDEST] = self._reclaim
+        if (self._reclaim - self._scan) & M64 <= (self._pos - self._scan) & M64:  # passed _scan
+            self._scan = self._reclaim
+        self.c64[Q_OLDEST] = self._scan
+
+    def _free_pos(self, q, freed):
+        """Take position q's slot, if it still holds one, for the pool (group reclaim: out of order): it is
+        appended to freed, which the caller pushes at once (_push_slots)."""
+        i = q & self.mask
+        s = int(self._pos_slot[i])
+        if s != NO_SLOT:
+            freed.append(s)
+            self._pos_slot[i] = NO_SLOT
+
+    def _advance_reclaim(self):
+        while self._reclaim != self._scan and int(self._pos_slot[self._reclaim & self.mask]) == NO_SLOT:
+            self._reclaim = (self._reclaim + 1) & M64
+
+    def _set_window_locked(self):
+        """No slot for a position slot_count past the oldest held one or any consumer's cursor (spec §14)."""
+        low = self._reclaim
+        for m in self.conns.values():
+            if (m.released - low) & M64 > (self._pos - low) & M64:  # below _reclaim: a group member
+                low = m.released
+        self._window_end = (low + self.slot_count) & M64
 
     def _reclaim_locked(self, want=1):
-        """Give back the slots every attached consumer has released (up to the slowest one's cursor).
-        With nobody attached, drop frees the oldest positions as it needs slots (the ring keeps the newest
-        heaps for a consumer that attaches later); block keeps everything."""
+        """Give back the slots every attached consumer has released (up to the slowest one's cursor) — for
+        a group member, only the positions assigned to it (spec §14). With nobody attached, drop frees the
+        oldest positions as it needs slots (the ring keeps the newest heaps for a consumer that attaches
+        later); block keeps everything."""
+        freed = []  # slots freed out of order, pushed to the pool together
+        if self._rescan:  # a member left: what only it held below _scan is free
+            self._rescan = False
+            q = self._reclaim
+            while q != self._scan:
+                if not self._pos_need[q & self.mask]:
+                    self._free_pos(q, freed)
+                q = (q + 1) & M64
+            self._push_slots(np.array(freed, np.uint32))
+            freed.clear()
+            self._advance_reclaim()
         if not self.conns:
-            if self.policy != L.POLICY_DROP:
-                return
-            need = want - self._nfree()
-            if need > 0:
-                held = (self._pos - self._reclaim) & M64
-                self._free_positions((self._reclaim + min(need, held)) & M64)
+            if self.policy == L.POLICY_DROP:
+                self._set_window_locked()
+                need = want - self._room()
+                if need > 0:
+                    held = (self._pos - self._reclaim) & M64
+                    self._free_positions((self._reclaim + min(need, held)) & M64)
+            self._set_window_locked()
             return
         self._read_cursors_locked(self.c64[Q_HEAD])
-        slow = self._slowest_locked()
-        if slow is not None:
-            self._free_positions(slow.released)
+        if not self._group_members and self._reclaim == self._scan:  # no groups: in order, as ever
+            slow = self._slowest_locked()
+            if slow is not None:
+                self._free_positions(slow.released)
+            self._set_window_locked()
+            return
+        rec = self._reclaim
+        to = self.c64[Q_HEAD]  # the independent consumers' frontier
+        for m in self.conns.values():
+            if m.group:
+                self._sweep_locked(m, freed)
+            elif (m.released - rec) & M64 < (to - rec) & M64:
+                to = m.released
+        in_order = self._reclaim == self._scan
+        if (to - rec) & M64 >= (self._scan - rec) & M64:
+            while self._scan != to:
+                if self._pos_need[self._scan & self.mask]:
+                    in_order = False
+                else:
+                    self._free_pos(self._scan, freed)
+                self._scan = (self._scan + 1) & M64
+        self._push_slots(np.array(freed, np.uint32))
+        if in_order:
+            self._reclaim = self._scan
+        else:
+            self._advance_reclaim()
+        self.c64[Q_OLDEST] = self._scan
+        self._set_window_locked()
+
+    def _sweep_locked(self, m, freed):
+        """Group member m's releases since its last sweep (spec §14): each position it passed that was
+        assigned to it no longer needs it, and is free (its slot appended to freed) if reclaim has looked at
+        it and nobody else needs it."""
+        bit = np.uint64(1 << m.index)
+        rec, scan = self._reclaim, self._scan
+        q = m.swept
+        while q != m.released:
+            i = q & self.mask
+            need = self._pos_need[i]
+            if need & bit:
+                need &= ~bit
+                self._pos_need[i] = need
+                m.outstanding -= 1
+                if not need and (q - rec) & M64 < (scan - rec) & M64:
+                    self._free_pos(q, freed)
+            q = (q + 1) & M64
+        m.swept = m.released
+
+    def _settle_departed_locked(self, m):
+        """A group member left (spec §14): its bits leave every published position — what it had released
+        is released, what it had been assigned at or after its final tail is lost for its group
+        (group_lost) — so the next consumer of its row inherits nothing; the slots nobody needs now return
+        at the hot path's next reclaim (the pool is the hot path's). lock held."""
+        if not m.group:
+            return
+        self._group_members -= 1
+        bit = np.uint64(1 << m.index)
+        end = self.c64[Q_HEAD]  # positions are assigned and head stored under the lock: every bit is below it
+        lost = 0
+        q = m.swept
+        while q != end:
+            i = q & self.mask
+            if self._pos_need[i] & bit:
+                self._pos_need[i] &= ~bit
+                lost += (q - m.released) & M64 < (end - m.released) & M64  # at or after its final tail
+            q = (q + 1) & M64
+        m.swept = end
+        self._rescan = True
+        if lost:
+            self._stats[C_GROUP_LOST] += lost
+
+    def _starved(self, m, q):
+        """Member m lags q by half the ring and waits for a heap — or, under block, by three quarters
+        (it may be spinning) while fewer than a quarter of the ring is assigned to it and not released
+        (spec §14: with more it is busy, not starved). It gets q first, else the ring could fill up to it
+        with other members' heaps and stall for good under block."""
+        lag, n = (q - m.swept) & M64, self.slot_count
+        return (lag >= n // 2 and m.r32[I_CONSUMER_WAITING] != 0) or (
+            self.policy == L.POLICY_BLOCK and lag >= n - n // 4 and m.outstanding < n // 4)
+
+    def _assign_locked(self):
+        """Give each position staged since head to one member of every group (spec §14): a starved member,
+        else the one with the fewest positions assigned and not yet seen released, ties to the one picked
+        least recently (round robin). The mask goes into the descriptor's assign (0x38) before head is
+        stored, and into _pos_need; the END_OF_STREAM marker is for everyone and assigned to nobody. A group
+        none of whose members can be starved in the range (all lag by less than half the ring) is assigned
+        with one min() over packed (outstanding, last_pick) keys per position."""
+        q0, end = self.c64[Q_HEAD], self._pos
+        k = (end - q0) & M64
+        if not k:
+            return
+        idx = (np.arange(k, dtype=np.int64) + (q0 & self.mask)) & self.mask
+        groups = {}
+        for m in sorted(self.conns.values(), key=lambda m: m.index):
+            if m.group:
+                groups.setdefault(m.group, []).append(m)
+        live = np.flatnonzero((self.desc["flags"][idx] & L.FLAG_END_OF_STREAM) == 0)
+        masks = np.zeros(k, np.uint64)
+        half = self.slot_count // 2
+        for g in groups.values():
+            choice = []
+            if max((end - 1 - m.swept) & M64 for m in g) < half:  # nobody can be starved in this range
+                key = [m.outstanding << 64 | m.last_pick for m in g]
+                picks = self._picks
+                for _ in range(len(live)):
+                    b = key.index(min(key))
+                    picks += 1
+                    key[b] = ((key[b] >> 64) + 1) << 64 | picks
+                    choice.append(b)
+                self._picks = picks
+                for m, kv in zip(g, key):
+                    m.outstanding, m.last_pick = kv >> 64, kv & M64
+            else:
+                for j in live.tolist():
+                    q = (q0 + j) & M64
+                    best, best_starved = 0, self._starved(g[0], q)
+                    for i in range(1, len(g)):
+                        m, bm = g[i], g[best]
+                        st = self._starved(m, q)
+                        if st != best_starved:
+                            if st:
+                                best, best_starved = i, st
+                            continue
+                        if m.outstanding < bm.outstanding or (m.outstanding == bm.outstanding and
+                                                              m.last_pick < bm.last_pick):
+                            best = i
+                    self._picks += 1
+                    g[best].last_pick = self._picks
+                    g[best].outstanding += 1
+                    choice.append(best)
+            ch = np.array(choice, np.intp)
+            for m, c in zip(g, np.bincount(ch, minlength=len(g)).tolist()):
+                m.assigned += c
+                self.row_set(m.index, assigned=m.assigned)
+            masks[live] |= np.array([1 << m.index for m in g], np.uint64)[ch]
+        self.desc["reserved"][idx] = masks
+        self._pos_need[idx] = masks
+
+    def _publish_staged(self):
+        """Make the positions staged since head visible: with group members attached, fresh cursors, the
+        assignment and the head store under the lock (a member that leaves meanwhile has its bits cleared
+        before its row can go to a new consumer, who starts at this head: spec §14); else just _commit."""
+        if self._group_members:
+            with self.lock:
+                self._reclaim_locked()
+                self._assign_locked()
+                self._commit()
+        else:
+            self._commit()
 
     def _overrun_locked(self):
-        """drop, ring full: when some attached consumer has released more than the slowest, detach the
-        slowest ones as overrun and reclaim again; True if a slot became free (spec §7.3)."""
-        rec = self._reclaim
-        if not any(m.released != rec for m in self.conns.values()):
+        """drop, no slot to take: when some attached consumer has released more than the slowest, detach
+        the slowest ones as overrun and reclaim again; True if a slot may be taken now (spec §7.3)."""
+        slow = self._slowest_locked()
+        if slow is None:
             return False
-        for m in [m for m in self.conns.values() if m.released == rec]:
-            self._detach_locked(m, L.CONSUMER_OVERRUN, (self._pos - m.released) & M64)
+        low = slow.released
+        if not any(m.released != low for m in self.conns.values()):
+            return False
+        for m in [m for m in self.conns.values() if m.released == low]:
+            self._detach_locked(m, L.CONSUMER_OVERRUN, (self.c64[Q_HEAD] - low) & M64)
         self._reclaim_locked()
-        return self._nfree() > 0
+        return self._room() > 0
 
     def _refill(self, want, timeout):
         """Make at least one slot free (up to want): reclaim; then drop: overrun or RingFull; block: wait."""
         with self.lock:
             self._reclaim_locked(want)
-            if self._nfree():
+            if self._room() > 0:
                 return
             if self.policy == L.POLICY_DROP:
                 if self._overrun_locked():
@@ -1086,7 +1321,7 @@ class Producer:
 
         def done():
             self._reclaim_locked(want)
-            return self._nfree() > 0
+            return self._room() > 0
         self._wait_for(done, timeout)
 
     def _wait_for(self, done, timeout):
@@ -1103,7 +1338,7 @@ class Producer:
                 raise Interrupted(f"ring {self.name}: interrupted")
             with self.lock:
                 ok = done()
-                slow = self._slowest_locked()
+                slow = self._blocker_locked()
             if ok:
                 return
             now = time.monotonic()
@@ -1149,7 +1384,7 @@ class Producer:
         forever; Timeout after it), Interrupted after interrupt()."""
         self._check_open()
         self._check_not_ended("acquire a slot")
-        if self._free_w == self._free_r:
+        if self._free_w == self._free_r or self._room() <= 0:
             self._refill(1, timeout)
         s = int(self._free[self._free_r % self.slot_count])
         self._free_r += 1
@@ -1200,7 +1435,7 @@ class Producer:
             st[C_HEAPS] += 1
             st[C_BYTES] += received
             st[C_PACKETS] += packets
-        self._commit()
+        self._publish_staged()
         return pos
 
     def _commit(self, force=False):
@@ -1329,13 +1564,13 @@ class Producer:
         done_n = 0
         while done_n < n:
             want = n - done_n
-            if self._nfree() < want:
+            if self._room() < want:
                 try:
                     self._refill(want, timeout)
                 except RingFull:
-                    if self._nfree() == 0:
+                    if self._room() <= 0:
                         break
-            k = min(self._nfree(), want)
+            k = min(self._room(), want)
             slots = self._take_slots(k)
             sl = slice(done_n, done_n + k)
             si = slots.astype(np.intp)
@@ -1389,7 +1624,7 @@ class Producer:
             st[C_HEAPS] += k
             st[C_BYTES] += int(r.sum()) if recv is not None else k * recv_scalar
             st[C_PACKETS] += k * packets
-            self._commit()
+            self._publish_staged()
             done_n += k
         return done_n
 
@@ -1431,7 +1666,7 @@ class Producer:
         second call raises StreamEnded: the marker is final."""
         self._check_open()
         self._check_not_ended("publish a second end-of-stream marker")
-        if self._free_w == self._free_r:
+        if self._room() <= 0:
             try:
                 self._refill(1, timeout if self.policy == L.POLICY_BLOCK else 0)
             except Timeout:
@@ -1442,7 +1677,7 @@ class Producer:
 
                 def done():
                     self._reclaim_locked()
-                    return self._nfree() > 0
+                    return self._room() > 0
                 try:
                     self._wait_for(done, timeout)
                 except Timeout:

@@ -41,9 +41,12 @@ I_RELEASE_FUTEX = L.REG_RELEASE_FUTEX >> 2
 def row_word(index: int, field: str) -> int:
     """The control memory's word index of consumer-table row ``index``'s ``field`` (spec §2.2): a cast("I")
     index for the 32-bit state and generation (two separate loads, never one 64-bit one), a cast("Q")
-    index for the others."""
+    index for the others (group_id is 32-bit too)."""
     off = L.OFF_CONSUMER_TABLE + L.ROW_SIZE * index + getattr(L, "ROW_" + field.upper())
-    return off >> 2 if field in ("state", "generation") else off >> 3
+    return off >> 2 if field in ROW_U32 else off >> 3
+
+
+ROW_U32 = ("state", "generation", "group_id")  # the 32-bit fields of a consumer-table row (spec §2.2)
 
 
 # --- counters (spec §2.3): index by name, and the ones the producer's hot path bumps -----------------------

@@ -8,6 +8,7 @@ sys.path.insert(0, HERE)
 import pytest  # noqa: E402
 
 from fake_producer import FakeProducer  # noqa: E402
+from ibvbridge import Producer  # noqa: E402
 
 
 @pytest.fixture
@@ -23,3 +24,24 @@ def make_producer(tmp_path):
     for p in made:
         if not p.closed:
             p.close()
+
+
+@pytest.fixture
+def make_public_producer(tmp_path):
+    """Producer.create in tmp_path, small by default (8 slots of 256 bytes), closed after the test."""
+    made = []
+
+    def mk(name="r", **kw):
+        kw.setdefault("directory", str(tmp_path))
+        kw.setdefault("hugepages", "off")
+        kw.setdefault("slot_count", 8)
+        kw.setdefault("slot_size", 256)
+        kw.setdefault("max_items", 4)
+        kw.setdefault("meta_size", 4096)
+        p = Producer.create(name, **kw)
+        made.append(p)
+        return p
+
+    yield mk
+    for p in made:
+        p.close()

@@ -3,7 +3,7 @@ the test write each descriptor's assign mask."""
 import pytest
 
 from ibvbridge import layout as L
-from ibvbridge import EndOfStream, ProtocolError, Ring, RingError
+from ibvbridge import EndOfStream, Ring, RingError
 from fake_producer import pattern
 
 
@@ -70,7 +70,9 @@ def test_member_refuses_batches(make_producer):
             ring.next_batch(4, timeout=1)
 
 
-def test_producer_without_groups_refuses_a_member(make_producer):
-    p = make_producer(slot_count=8)  # the Python producer does not know groups: status 5
-    with pytest.raises(ProtocolError):
-        Ring.attach(p.socket_path, timeout=2.0, group="workers")
+def test_python_producer_admits_a_member_at_head_with_its_group_in_the_row(make_producer):
+    p = make_producer(slot_count=8)  # the Python producer knows groups (spec §14): no status 5
+    p.publish(1, pattern(1, 16))
+    with Ring.attach(p.socket_path, timeout=2.0, group="workers") as ring:
+        assert ring.position == 1
+        assert p.row(ring.consumer_index)["group_id"] == L.group_id("workers")

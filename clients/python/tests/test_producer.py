@@ -31,23 +31,8 @@ ENV = dict(os.environ, PYTHONPATH=PKG)
 
 
 @pytest.fixture
-def make(tmp_path):
-    made = []
-
-    def mk(name="r", **kw):
-        kw.setdefault("directory", str(tmp_path))
-        kw.setdefault("hugepages", "off")
-        kw.setdefault("slot_count", 8)
-        kw.setdefault("slot_size", 256)
-        kw.setdefault("max_items", 4)
-        kw.setdefault("meta_size", 4096)
-        p = Producer.create(name, **kw)
-        made.append(p)
-        return p
-
-    yield mk
-    for p in made:
-        p.close()
+def make(make_public_producer):
+    return make_public_producer
 
 
 def put(p, cnt, data, timeout=5.0):
@@ -686,8 +671,9 @@ def _hello_status(sock_path, mutate, keep=False):
 
 
 def test_hello_answers_as_specified(make):
-    """Spec §1.2: status 5 for a wrong role or start, non-zero reserved bytes or a wrong size; status 1 for
-    another major; a welcome for any minor; a record sent after the welcome ends the attachment."""
+    """Spec §1.2: status 5 for a wrong role or start, non-zero reserved bytes or a wrong size; a welcome for
+    a group_id (§14); status 1 for another major; a welcome for any minor; a record sent after the welcome
+    ends the attachment."""
     p = make("hello")
 
     def put32(off, v):
@@ -697,7 +683,8 @@ def test_hello_answers_as_specified(make):
         return f
     assert _hello_status(p.socket_path, put32(0x0C, 3)) == L.STATUS_PROTOCOL
     assert _hello_status(p.socket_path, put32(0x10, 2)) == L.STATUS_PROTOCOL
-    assert _hello_status(p.socket_path, put32(0x14, 1)) == L.STATUS_PROTOCOL
+    assert _hello_status(p.socket_path, put32(0x14, 1)) == 0  # group_id 1: a member (spec §14)
+    assert _hello_status(p.socket_path, put32(0x18, 1)) == L.STATUS_PROTOCOL
     assert _hello_status(p.socket_path, put32(0x1C, 1 << 24)) == L.STATUS_PROTOCOL
     assert _hello_status(p.socket_path, lambda b: bytes(b[:31])) == L.STATUS_PROTOCOL
     assert _hello_status(p.socket_path, put32(0x08, 3)) == L.STATUS_VERSION  # major 3, minor 0

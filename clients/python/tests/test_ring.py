@@ -43,7 +43,8 @@ def test_layout_constants():
     assert d["region.tail"] == 0 and d["region.consumer_futex"] == 0x84 and d["region.wake_at"] == 0x88
     assert d["region.release_futex"] == 0x100
     assert d["desc.seq"] == 0 and d["desc.slot"] == 0x28 and d["item.value"] == 8
-    assert d["desc_size"] == 64 and d["item_size"] == 32 and d["stats_count"] == 17
+    assert d["desc_size"] == 64 and d["item_size"] == 32 and d["stats_count"] == 18 and d["counter.group_lost"] == 17
+    assert d["row.assigned"] == 0x38 and d["row.group_id"] == 0x40  # §14
     assert d["header.stats_count"] == 0x98 and d["header.max_consumers"] == 0x9C and d["data_size"] == 0x50
     assert d["magic_value"] == L.MAGIC and d["major_value"] == 2 and d["max_items_limit"] == 65536
     assert d["hello_size"] == 32 and d["welcome_size"] == 64 and d["welcome.message"] == 0x10
@@ -51,7 +52,7 @@ def test_layout_constants():
     assert "ctl_size" not in d and "data_path" not in d and "tail" not in d  # 1.0 names are gone
     assert d["chunk_heaps"] == 0xA0 and d["chunk_heap_size"] == 0xA8 and d["chunk_axis_item"] == 0xC0
     assert d["feature.chunks"] == 2 and d["flag.chunk"] == 0x100 and d["counter.rejected_heaps"] == 16
-    assert len(d) == 164  # 2.0's 152, then §13's six header fields, feature, flag and four counters
+    assert len(d) == 167  # 2.0's 152, then §13's six header fields, feature, flag and four counters; §14's two row fields and counter
     assert L.DESC_DTYPE.itemsize == 64 and L.ITEM_DTYPE.itemsize == 32
     assert L.DESC_DTYPE.fields["packets"][1] == 0x34
     assert L.HEADER_STRUCT.size == 0xA0 and L.ROW_STRUCT.size == 128
