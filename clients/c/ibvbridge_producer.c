@@ -780,16 +780,20 @@ int ibvb__producer_refill(struct ibvb_producer *p)
 	return wait_for(p, WAIT_SLOT, 0);
 }
 
-/* Group member i lags q by half the ring or more and waits for a heap — or, under block, by three quarters
- * whether it says it waits or not (it may still be spinning) while fewer than a quarter of the ring is
- * assigned to it and not released (spec §14; with more it is busy, not starved). It gets q first, else the
- * ring could fill up to it with other members' heaps and stall for good under block. mu held (its region
- * is mapped). */
+/* Group member m lags q by half the ring or more and waits for a heap — or, under block, whether it says it
+ * waits or not (it may still be spinning), its window (slot_count positions from its tail: nothing is
+ * published past it) has no more room left than the positions it may still need, up to a quarter of the
+ * ring plus one (quota) less those assigned to it and not released. It gets q first, else the ring could
+ * fill up to it with other members' heaps and stall for good under block; a member busy with a queue of its
+ * fair share is favoured for its window's last position or two at most (spec §14, as the Go producer).
+ * mu held (its region is mapped). */
 static int starved(const struct ibvb_producer *p, const struct pmember *m, uint64_t q)
 {
-	uint64_t lag = q - m->swept, n = p->slot_count;
-	return (lag >= n / 2 && atomic_load_explicit(&m->region->consumer_waiting, memory_order_relaxed) != 0) ||
-	       (p->policy == IBVB_POLICY_BLOCK && lag >= n - n / 4 && m->outstanding < n / 4);
+	uint64_t lag = q - m->swept, n = p->slot_count, quota = n / 4 + 1;
+	if (lag >= n / 2 && atomic_load_explicit(&m->region->consumer_waiting, memory_order_relaxed) != 0)
+		return 1;
+	return p->policy == IBVB_POLICY_BLOCK && m->outstanding < quota &&
+	       (lag >= n || n - lag <= quota - m->outstanding);
 }
 
 /* Give each staged position to one member of every group (spec §14): a starved member, else the one with

@@ -1216,13 +1216,17 @@ class Producer:
             self._stats[C_GROUP_LOST] += lost
 
     def _starved(self, m, q):
-        """Member m lags q by half the ring and waits for a heap — or, under block, by three quarters
-        (it may be spinning) while fewer than a quarter of the ring is assigned to it and not released
-        (spec §14: with more it is busy, not starved). It gets q first, else the ring could fill up to it
-        with other members' heaps and stall for good under block."""
+        """Member m lags q by half the ring and waits for a heap — or, under block, whether it says it waits
+        or not (it may be spinning), its window (slot_count positions from its tail) has no more room left
+        than the positions it may still need, up to a quarter of the ring plus one (quota) less those
+        assigned to it and not released (spec §14, as the Go producer). It gets q first, else the ring could
+        fill up to it with other members' heaps and stall for good under block."""
         lag, n = (q - m.swept) & M64, self.slot_count
-        return (lag >= n // 2 and m.r32[I_CONSUMER_WAITING] != 0) or (
-            self.policy == L.POLICY_BLOCK and lag >= n - n // 4 and m.outstanding < n // 4)
+        if lag >= n // 2 and m.r32[I_CONSUMER_WAITING] != 0:
+            return True
+        quota = n // 4 + 1
+        return (self.policy == L.POLICY_BLOCK and m.outstanding < quota
+                and (lag >= n or n - lag <= quota - m.outstanding))
 
     def _assign_locked(self):
         """Give each position staged since head to one member of every group (spec §14): a starved member,

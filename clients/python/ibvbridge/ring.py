@@ -666,8 +666,8 @@ class Ring:
         ``group`` (a name) attaches as a member of that consumer group (spec §14): the members share the
         stream, each heap goes to exactly one of them (the producer chooses), and a member starts at head
         (``start`` is ignored). next(), iteration and the chunk reads hand out only this member's heaps;
-        next_batch()/batches()/next_chunk_batch() refuse (RingError) for a member. A producer that does not
-        know groups (the C and Python producers) refuses with ProtocolError.
+        next_batch()/batches()/next_chunk_batch() refuse (RingError) for a member. The Go, C and Python
+        producers know groups; one that does not refuses with ProtocolError.
         """
         require_supported()
         if start not in _STARTS:
