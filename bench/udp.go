@@ -499,7 +499,13 @@ func udpRun(ctx context.Context, env Env, path Path, o UDPOptions, heapSize int,
 	if o.ConsumerMaxLatency > 0 && path.RecvBinary == "" {
 		extra = []string{"--max-latency-us", strconv.FormatInt(o.ConsumerMaxLatency.Microseconds(), 10)}
 	}
-	cons, err := ConsumerCommand(consEnv, consumer, name, 4096, append(extra, o.ConsumerArgs...)...)
+	// Heaps are read in batches (the Python consumer's --batch); chunks as a user reads them, one by one
+	// through the ring's iterator, which is also the path a wake costs least on.
+	batch := 4096
+	if positions > 0 {
+		batch = 0
+	}
+	cons, err := ConsumerCommand(consEnv, consumer, name, batch, append(extra, o.ConsumerArgs...)...)
 	if err != nil {
 		return run, err
 	}

@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .ring import Ring
 
 FLAG_CHUNK = L.FLAG_CHUNK
+FLAG_COMPLETE = L.FLAG_COMPLETE
 M64 = (1 << 64) - 1
 MAX_CHUNK_BATCH = 4096  # chunks a ChunkBatch holds at most
 # A descriptor as uint64 words (spec §4.1): the words next_chunk_batch checks; slot and flags share one, slot
@@ -143,8 +144,11 @@ class Chunk(Heap):
     @property
     def present(self) -> np.ndarray:
         """The presence map as a read-only bool array [time, axis]: True where the presence byte is 1 (any
-        other value is a corrupt chunk and reads as not present, spec §13.2). Made from a private copy of
-        the map, taken on first use: check ``valid`` after reading it, as for the bytes."""
+        other value is a corrupt chunk and reads as not present, spec §13.2). A COMPLETE chunk's map is all
+        1 (§13.3): it is read from the private descriptor copy, not the slot. Otherwise it is made from a
+        private copy of the map, taken on first use: check ``valid`` after reading it, as for the bytes."""
+        if self.flags & FLAG_COMPLETE:
+            return self._ring._chunk_all_present
         p = self._presence()
         g = self._ring._chunk_geo
         if p.count(0) + p.count(1) == len(p):  # the usual map: its bytes are the bools
@@ -155,7 +159,10 @@ class Chunk(Heap):
 
     @property
     def heaps_present(self) -> int:
-        """How many heap positions are present (presence byte 1)."""
+        """How many heap positions are present (presence byte 1): all of them in a COMPLETE chunk (§13.3,
+        from the private descriptor copy: a slot's map page is not touched), else counted in the map."""
+        if self.flags & FLAG_COMPLETE:
+            return self._ring._chunk_geo.positions
         p = self._present
         return (self._presence() if p is None else p).count(1)
 
@@ -216,6 +223,10 @@ def setup_views(ring: Ring) -> None:
     cb = g.chunk_bytes
     ring._chunk_data = p2[:, :cb].reshape(p2.shape[0], g.heaps, g.axis, g.heap_size) if cb else None
     ring._chunk_present = p2[:, cb:cb + g.positions].reshape(p2.shape[0], g.heaps, g.axis)
+    # A COMPLETE chunk's presence map, every position present (§13.3): one read-only array for all of them.
+    everywhere = np.ones((g.heaps, g.axis), np.bool_)
+    everywhere.flags.writeable = False
+    ring._chunk_all_present = everywhere
 
 
 class ChunkBatch:
@@ -252,8 +263,18 @@ class ChunkBatch:
         p = self._present
         if p is None:
             self._batch._check_live()
-            p = self._present = self._ring._chunk_present[self._batch.descs["slot"]] == 1  # gathered: a copy
-            p.flags.writeable = False
+            d = self._batch.descs
+            r = self._ring
+            # A COMPLETE chunk's map is all 1 (§13.3): read from its descriptor copy; only the others' maps
+            # are gathered (a copy) out of their slots.
+            partial = (d["flags"] & FLAG_COMPLETE) == 0
+            if not partial.any():
+                p = np.broadcast_to(r._chunk_all_present, (len(d),) + r._chunk_all_present.shape)
+            else:
+                p = np.ones((len(d),) + r._chunk_all_present.shape, np.bool_)
+                p[partial] = r._chunk_present[d["slot"][partial]] == 1
+                p.flags.writeable = False
+            self._present = p
         return p
 
     @property

@@ -104,6 +104,21 @@ def chunk_work(item, passes):
         chunk_power(item.data, item.present, passes)
 
 
+def read_chunks(ring, st, timeout, work, limit):
+    """Every chunk through the ring's iterator, as a user's ``for chunk in ring.chunks()`` reads them: the
+    cheapest path (a chunk's descriptor checked once, releases stored in batches), and the one a wake runs
+    on cold caches. Returns "eos", or "max" at limit heaps; raises as the iterator does (Overrun at the
+    step after a chunk found overrun)."""
+    for c in ring.chunks(timeout):
+        chunk_work(c, work)
+        if not st.chunk(c):
+            ring.release(c)  # overrun while read: raises Overrun
+            raise RingError("chunk invalid but the ring still counts this consumer")
+        if limit is not None and st.heaps >= limit:
+            return "max"
+    return "eos"
+
+
 class _Terminated(Exception):
     pass
 
@@ -366,6 +381,8 @@ def main(argv=None):
         hold = a.hold
         batch_chunks = chunked and not ring.group_id and a.batch >= CHUNK_BATCH_MIN
         result = None
+        if chunked and not (a.batch or hold or sleep or stop_first):
+            result = read_chunks(ring, st, timeout, a.work, limit)
         while result is None:
             if limit is not None and st.heaps >= limit:
                 result = "max"

@@ -624,7 +624,7 @@ class Ring:
         self._c64 = self._c32 = self._r64 = self._r32 = self._d64 = self._dmv = None
         self._cfutex = self._rfutex = None
         self._desc_arr = self._desc_raw = self._items2d = self._payload2d = None
-        self._chunk_geo = self._chunk_data = self._chunk_present = None
+        self._chunk_geo = self._chunk_data = self._chunk_present = self._chunk_all_present = None
         self._detached = None
         self._gone = False
         self.group_id = 0  # consumer group (§14), 0 for an independent consumer
@@ -1635,7 +1635,7 @@ class Ring:
                 pass
         self._fds = []
         self._desc_arr = self._desc_raw = self._items2d = self._payload2d = None
-        self._chunk_data = self._chunk_present = None
+        self._chunk_data = self._chunk_present = self._chunk_all_present = None
         self._cfutex = self._rfutex = None
         for mv in (self._c64, self._c32, self._r64, self._r32, self._d64, self._dmv):
             if mv is not None:

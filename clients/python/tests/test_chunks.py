@@ -69,6 +69,29 @@ def test_chunks_view_every_position_in_place_and_presence_reads_only_1_as_presen
             ring.next_chunk(timeout=0)
 
 
+def test_complete_chunk_presence_is_read_from_its_descriptor_not_the_slot(make_producer):
+    # Spec §13.3: COMPLETE means every presence byte is 1, so a client takes the flag (its private descriptor
+    # copy) for the map and never touches the slot's map page. A map that says otherwise beside COMPLETE
+    # (here zeros) proves which was read; an INCOMPLETE chunk's map is still read byte by byte.
+    p = chunk_producer(make_producer)
+    zeros = [0] * NP
+    publish_chunk(p, 0, zeros, flags=L.FLAG_CHUNK | L.FLAG_COMPLETE, received=CB)
+    publish_chunk(p, 1, zeros, flags=L.FLAG_CHUNK | L.FLAG_COMPLETE, received=CB)
+    publish_chunk(p, 2, [1, 0] * (NP // 2))
+    p.publish_eos()
+    with attach(p) as ring:
+        c = ring.next_chunk(timeout=1)
+        assert c.heaps_present == NP and c.present.all() and c.present.shape == (H, A)
+        assert not c.present.flags.writeable
+        c.release()
+        with ring.next_chunk_batch(2, timeout=1) as b:
+            assert b.chunk_id.tolist() == [1, 2]
+            assert b.present[0].all()  # the COMPLETE one, from its flag
+            assert b.present[1].ravel().tolist() == [True, False] * (NP // 2)  # from its map
+        with pytest.raises(EndOfStream):
+            ring.next_chunk_batch(1, timeout=1)
+
+
 def test_chunk_released_by_with_and_views_refused_after(make_producer):
     p = chunk_producer(make_producer)
     publish_chunk(p, 0, [1] * NP)
@@ -205,6 +228,20 @@ def test_consume_tool_counts_chunks_and_verifies_present_heaps(make_producer, to
             s += sum(int.from_bytes(d[k * S + i:k * S + i + 8], "little")
                      for k in range(NP) if pres[k] == 1 for i in range(0, S, 8))
         assert out["checksum"] == s % (1 << 64)
+
+
+@pytest.mark.parametrize("mode", [[], ["--batch", "2"], ["--hold", "1"]])
+def test_consume_tool_stops_at_max_heaps_on_a_chunk_ring(make_producer, mode):
+    # No flag: the ring's chunk iterator (read_chunks); --batch / --hold: the tool's general loop.
+    import os
+    from test_consume import consume
+    p = chunk_producer(make_producer)
+    for cid in range(4):
+        publish_chunk(p, cid, [1] * NP)
+    p.publish_eos()
+    rc, out = consume("--ring", "r", "--dir", os.path.dirname(p.socket_path), "--max-heaps", "2", *mode)
+    assert rc == 0 and out["result"] == "max", out
+    assert (out["heaps"], out["chunks"], out["first_heap_cnt"], out["last_heap_cnt"]) == (2, 2, 0, 1)
 
 
 @pytest.mark.parametrize("mode", [[], ["--batch", "8"]])
