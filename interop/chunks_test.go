@@ -187,13 +187,21 @@ func wantPowerLines() []string {
 }
 
 // TestChunksPowerExample: examples/chunks/power.py reads recv's chunk ring fed by send and prints, per
-// chunk, exactly the power figures computed here from the pattern bytes.
+// chunk, exactly the power figures computed here from the pattern bytes: with a wake per chunk, and with
+// wakes coalesced by --max-latency (several chunks read per wake, none lost or reordered).
 func TestChunksPowerExample(t *testing.T) {
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
 		t.Skip("no /usr/bin/python3 for the Python example")
 	}
+	for _, tc := range []struct{ name, maxLatency string }{{"WakePerChunk", "0"}, {"CoalescedWakes", "0.05"}} {
+		t.Run(tc.name, func(t *testing.T) { testChunksPowerExample(t, tc.maxLatency) })
+	}
+}
+
+func testChunksPowerExample(t *testing.T, maxLatency string) {
 	sock, port, recv := startChunkRecv(t, "chunks-power")
-	cmd := exec.Command("/usr/bin/python3", filepath.Join(repoRoot, "examples/chunks/power.py"), "--ring", sock)
+	cmd := exec.Command("/usr/bin/python3", filepath.Join(repoRoot, "examples/chunks/power.py"), "--ring", sock,
+		"--max-latency", maxLatency)
 	cmd.Env = append(os.Environ(), "PYENV_VERSION=system")
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

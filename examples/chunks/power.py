@@ -45,8 +45,11 @@ def main(argv=None):
     ap.add_argument("--ring", required=True, help="ring name or socket path")
     ap.add_argument("--dir", default=None, help="ring directory to look the name up in")
     ap.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for the ring and each chunk")
+    ap.add_argument("--max-latency", type=float, default=0.0,
+                    help="seconds a chunk may wait to be read, so that one wake reads several (0: a wake per "
+                         "chunk; small chunks at a high rate: 0.25, the spec's longest)")
     a = ap.parse_args(argv)
-    ring = ibvbridge.Ring.attach(a.ring, timeout=a.timeout, directory=a.dir, wait=True)
+    ring = ibvbridge.Ring.attach(a.ring, timeout=a.timeout, directory=a.dir, wait=True, max_latency=a.max_latency)
     if ring.chunk_geometry is None:
         sys.exit(f"power.py: ring {a.ring} is not in chunk mode (recv --chunk-heaps)")
     if ring.chunk_geometry.heap_size % 2:
