@@ -300,6 +300,40 @@ func TestGroupMemberReleasesPassedPositionsInOrder(t *testing.T) {
 	}
 }
 
+// TestGroupUnreadCountsAMemberBehindReclaim: a member that has read nothing while the other read and
+// released everything of its own sits behind the reclaim point (the positions between are the other's,
+// freed), yet its heaps are unread: Unread and UnreadHeaps count head minus its tail, as ibvbridge stat and
+// the C and Python producers do (spec §2.2), not head minus the member that is done.
+func TestGroupUnreadCountsAMemberBehindReclaim(t *testing.T) {
+	p := ringtest.New(t, "unreadgroup", testConfig(t))
+	a, _ := twoMembers(t, p) // b reads nothing
+	for cnt := uint64(1); cnt <= 4; cnt++ {
+		publish(t, p, cnt, 64)
+	}
+	for range 2 { // a's heaps 1 and 3 (round robin), released: a's tail passes b's 2 and 4
+		h, err := a.Next(time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Release(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := p.Unread(); got != 4 {
+		t.Errorf("Unread %d, want 4 (member b has read none of the 4 positions)", got)
+	}
+	if got := p.UnreadHeaps(); got != 4 {
+		t.Errorf("UnreadHeaps %d, want 4", got)
+	}
+	info, err := ring.Inspect(p.SocketPath(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Unread != p.UnreadHeaps() {
+		t.Errorf("stat's unread %d, the producer's %d: one definition", info.Unread, p.UnreadHeaps())
+	}
+}
+
 // TestGroupHolesNotReadByANewConsumer: while a member holds an old heap whose neighbours' slots were
 // reused, oldest (ctl 0x308) is past the holes and a consumer attaching at the oldest heap starts there,
 // reading only heaps whose slots still hold them (spec §14, §7.1).

@@ -860,21 +860,31 @@ func (p *Producer) slowestLocked() *member {
 	return slow
 }
 
-// Unread is how many published positions the slowest attached consumer has not released (0 with none
-// attached). For the hot path's goroutine.
+// behindLocked is how far the attached consumer furthest behind head is: head minus the least released
+// position (0 with none attached), as ibvbridge stat and the C and Python producers count unread heaps
+// (spec §2.2). Not slowestLocked's order: a group member behind the reclaim point holds no slot, yet
+// the positions assigned to it past there are unread. readCursorsLocked keeps every released position
+// within [its previous value, head], so head − released does not wrap. mu held.
+func (p *Producer) behindLocked(head uint64) uint64 {
+	var most uint64
+	for _, m := range p.members {
+		most = max(most, head-m.released)
+	}
+	return most
+}
+
+// Unread is how many published positions the attached consumer furthest behind has not released (0 with
+// none attached). For the hot path's goroutine.
 func (p *Producer) Unread() uint64 {
 	p.commit()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.reclaimLocked()
-	if len(p.members) == 0 {
-		return 0
-	}
-	return p.pos - p.slowestLocked().released
+	return p.behindLocked(p.pos)
 }
 
-// UnreadHeaps is how many published heaps no consumer has read (layout 2.1 §D): head minus the slowest
-// attached consumer's released position, or, with none attached, head minus the furthest a departed
+// UnreadHeaps is how many published heaps no consumer has read (layout 2.1 §D): head minus the least
+// released position of the attached consumers, or, with none attached, head minus the furthest a departed
 // consumer released (or the oldest heap the ring still holds, if that is later). A consumer that read
 // everything and left leaves 0, whatever the ring still holds for a later one. Safe from any goroutine.
 func (p *Producer) UnreadHeaps() uint64 {
@@ -883,7 +893,7 @@ func (p *Producer) UnreadHeaps() uint64 {
 	head := p.head.Load()
 	p.readCursorsLocked(p.publishedHead)
 	if len(p.members) > 0 {
-		return head - p.slowestLocked().released
+		return p.behindLocked(head)
 	}
 	from := p.readMark
 	if oldest := p.oldest.Load(); int64(oldest-from) > 0 {
@@ -912,7 +922,7 @@ func (p *Producer) WaitDrained(stop <-chan struct{}) error {
 			none = true
 			return true
 		}
-		return p.reclaim == p.pos && p.slowestLocked().released == p.pos
+		return p.reclaim == p.pos && p.behindLocked(p.pos) == 0
 	}, stop, 0)
 	if err == nil && none {
 		return ErrNoConsumer
