@@ -863,12 +863,14 @@ func (p *Producer) slowestLocked() *member {
 // behindLocked is how far the attached consumer furthest behind head is: head minus the least released
 // position (0 with none attached), as ibvbridge stat and the C and Python producers count unread heaps
 // (spec §2.2). Not slowestLocked's order: a group member behind the reclaim point holds no slot, yet
-// the positions assigned to it past there are unread. readCursorsLocked keeps every released position
-// within [its previous value, head], so head − released does not wrap. mu held.
+// the positions assigned to it past there are unread. A cursor past head (readCursorsLocked's bound on
+// the hot path is what it committed, which may be ahead of the head a caller loaded) counts 0. mu held.
 func (p *Producer) behindLocked(head uint64) uint64 {
 	var most uint64
 	for _, m := range p.members {
-		most = max(most, head-m.released)
+		if d := head - m.released; int64(d) > 0 {
+			most = max(most, d)
+		}
 	}
 	return most
 }
@@ -890,8 +892,8 @@ func (p *Producer) Unread() uint64 {
 func (p *Producer) UnreadHeaps() uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	head := p.head.Load()
 	p.readCursorsLocked(p.publishedHead)
+	head := p.head.Load() // after the cursors: none is past it (each was at most the head loaded after it)
 	if len(p.members) > 0 {
 		return p.behindLocked(head)
 	}
