@@ -158,7 +158,8 @@ func (p *Producer) PublishChunk(s *Slot, c ChunkInfo) error {
 // Chunk is a chunk read from a chunk-mode ring (spec §13). Heap is its validated descriptor copy (release
 // it with Consumer.Release(ch.Heap); check Consumer.Valid(ch.Heap) after reading, as for any heap). Data
 // and Present view ring memory, read-only: Data holds heap position (t, a) at (t × Axis + a) × HeapSize;
-// bytes of a position whose Present byte is not 1 are undefined.
+// bytes of a position whose Present byte is not 1 are undefined. A chunk whose Flags has FlagComplete has
+// every position present (spec §13.3): Present need not be read.
 type Chunk struct {
 	Heap            // the descriptor: Heap.HeapSize is the chunk's bytes, Heap.Received what arrived
 	ID       uint64 // the chunk id: time index / Heaps

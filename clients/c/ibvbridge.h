@@ -958,7 +958,8 @@ static inline int ibvb_advance(struct ibvb_ring *r, uint64_t n)
  * with ibvb_release(r, &c->heap); check ibvb_heap_valid(r, &c->heap) after reading, as for any heap).
  * data and present point into the ring's slot (read-only): data holds chunk_bytes bytes, heap position
  * (t, a) at (t × axis + a) × heap_size; present holds positions bytes, 1 = that heap arrived complete (any
- * other value reads as absent: use ibvb_chunk_present). Bytes of an absent position are undefined. */
+ * other value reads as absent: use ibvb_chunk_present). Bytes of an absent position are undefined. A chunk
+ * whose heap.flags has IBVB_FLAG_COMPLETE has every position present (spec §13.3): no need to read the map. */
 struct ibvb_chunk {
 	struct ibvb_heap heap;
 	uint64_t chunk_id;     /* heap.heap_cnt: time index / heaps */
