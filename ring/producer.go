@@ -784,7 +784,7 @@ func (p *Producer) waitFor(done func() bool, stop <-chan struct{}, timeout time.
 		if now.Before(spinUntil) {
 			continue
 		}
-		slice := maxWaitSlice
+		slice := testWaitSlice // maxWaitSlice but in a test binary (testhooks.go)
 		if stop != nil {
 			slice = 50 * time.Millisecond // stop is a channel, not a futex
 		}
@@ -1177,7 +1177,7 @@ func (p *Producer) Interrupt() {
 	// Under mu: the word is in a consumer region, which stays mapped while the hot path, busy with it,
 	// has not cleared hotBusy (under mu).
 	p.mu.Lock()
-	if w := p.waitWord.Load(); w != nil {
+	if w := p.waitWord.Load(); w != nil && !testMutants["no-wake"] {
 		p.futexWoken.Add(uint64(futexWakeAll(w)))
 	}
 	p.mu.Unlock()

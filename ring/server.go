@@ -471,7 +471,9 @@ func (p *Producer) detachLocked(m *member, why ConsumerState, detail string) {
 	// Layout 2.1 §A: lost_heaps, then the state (a sequentially consistent store: the full fence), and only
 	// after that may any slot the consumer held be reused — a consumer that reads its row after reading a
 	// heap's bytes and sees it attached knows those bytes were the heap's.
-	u64at(m.row, rowLostHeaps).Store(head - m.released)
+	if !testMutants["row-late"] {
+		u64at(m.row, rowLostHeaps).Store(head - m.released)
+	}
 	if int64(m.released-p.readMark) > 0 {
 		p.readMark = m.released
 	}
@@ -482,7 +484,9 @@ func (p *Producer) detachLocked(m *member, why ConsumerState, detail string) {
 	if m.group != 0 {
 		p.departed = append(p.departed, m) // the hot path settles its positions (spec §14)
 	}
-	u32at(m.row, rowState).Store(uint32(why))
+	if !testMutants["row-late"] {
+		u32at(m.row, rowState).Store(uint32(why))
+	}
 	switch why {
 	case ConsumerOverrun:
 		p.bumpLocked(CounterConsumerOverruns)
@@ -495,7 +499,9 @@ func (p *Producer) detachLocked(m *member, why ConsumerState, detail string) {
 	}
 	futexWakeAll(m.relFutex)
 	_ = m.conn.Close()
-	p.buryLocked() // at once, unless the hot path is using regions right now (then at its next commit)
+	if !testMutants["no-unmap"] {
+		p.buryLocked() // at once, unless the hot path is using regions right now (then at its next commit)
+	}
 }
 
 // buryLocked unmaps the regions of detached consumers unless the hot path may be using them (layout 2.1
