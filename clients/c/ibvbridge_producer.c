@@ -37,6 +37,27 @@
 #define SEALS_READ_ONLY (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL)
 #define SEALS_REGION (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 #define WAIT_SLICE_NS 250000000LL /* spec §7.4: producer futex sleeps are at most 250 ms */
+
+#ifdef IBVB_TEST_HOOKS
+/* Test builds only (make EXTRA_CFLAGS=-DIBVB_TEST_HOOKS: the conformance suite, interop/conformance).
+ * IBVBRIDGE_TEST_MUTANT lists guards to break, to prove the suite catches each: row-late (a detached
+ * consumer's row is not written before its slots are reused), no-wake (interrupt does not wake a producer
+ * asleep on a release futex), no-unmap (a detached consumer's region is left to the next commit or
+ * heartbeat); IBVBRIDGE_TEST_WAIT_SLICE_MS replaces the 250 ms slice of a blocked producer. */
+static int test_mutant(const char *name)
+{
+	const char *e = getenv("IBVBRIDGE_TEST_MUTANT");
+	return e && strstr(e, name) != NULL;
+}
+static int64_t test_wait_slice_ns(void)
+{
+	const char *e = getenv("IBVBRIDGE_TEST_WAIT_SLICE_MS");
+	return e && atoll(e) > 0 ? atoll(e) * 1000000LL : WAIT_SLICE_NS;
+}
+#else
+#define test_mutant(name) 0
+#define test_wait_slice_ns() WAIT_SLICE_NS
+#endif
 #define SPIN_NS 50000LL           /* spin this long before sleeping (a futex round trip costs ~35 µs) */
 #define BEAT_NS 100000000LL       /* heartbeat and table refresh */
 #define HELLO_TIMEOUT_NS 2000000000LL
@@ -486,8 +507,10 @@ static void detach_locked(struct ibvb_producer *p, uint32_t i, uint32_t state, u
 	if (!m->on)
 		return;
 	struct ibvb_row *row = &p->rows[i];
-	atomic_store_explicit(&row->lost_heaps, lost, memory_order_relaxed);
-	atomic_store_explicit(&row->state, state, memory_order_release);
+	if (!test_mutant("row-late")) {
+		atomic_store_explicit(&row->lost_heaps, lost, memory_order_relaxed);
+		atomic_store_explicit(&row->state, state, memory_order_release);
+	}
 	/* 2.1 §A: the row says detached before any slot it held is reused (a consumer checks it after reading) */
 	atomic_thread_fence(memory_order_seq_cst);
 	if (state == IBVB_CONSUMER_OVERRUN)
@@ -503,7 +526,7 @@ static void detach_locked(struct ibvb_producer *p, uint32_t i, uint32_t state, u
 	m->on = 0;
 	st->nmembers--;
 	bump_set_locked(p);
-	if (hot_idle(p)) { /* spec 2.1 §C: unmapped at detach, not at the next publish */
+	if (hot_idle(p) && !test_mutant("no-unmap")) { /* spec 2.1 §C: unmapped at detach, not at the next publish */
 		munmap(m->region, IBVB_REGION_SIZE);
 		m->region = NULL;
 		return;
@@ -737,7 +760,7 @@ static int wait_for_busy(struct ibvb_producer *p, enum wait_cond c, int64_t dead
 				ibvb__cpu_relax();
 			continue;
 		}
-		int64_t slice = WAIT_SLICE_NS;
+		int64_t slice = test_wait_slice_ns();
 		if (deadline_ns && deadline_ns - now < slice)
 			slice = deadline_ns - now > 1000000 ? deadline_ns - now : 1000000;
 		if (!g) {
@@ -1696,7 +1719,7 @@ void ibvb_producer_interrupt(struct ibvb_producer *p)
 	atomic_fetch_add(&st->attach_seq, 1);
 	ibvb__futex_wake_all(&st->attach_seq);
 	_Atomic uint32_t *w = atomic_load(&st->wait_word);
-	if (w)
+	if (w && !test_mutant("no-wake"))
 		ibvb__futex_wake_all(w); /* at worst a word just unmapped: EFAULT, harmless */
 }
 
