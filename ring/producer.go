@@ -1185,7 +1185,7 @@ func (p *Producer) Interrupt() {
 
 func (p *Producer) heartbeat() {
 	defer p.beatDone.Done()
-	t := time.NewTicker(100 * time.Millisecond)
+	t := time.NewTicker(testBeat) // 100 ms but in a test binary (testhooks.go)
 	defer t.Stop()
 	for {
 		select {
