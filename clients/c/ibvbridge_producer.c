@@ -37,6 +37,12 @@
 #define SEALS_READ_ONLY (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL)
 #define SEALS_REGION (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 #define WAIT_SLICE_NS 250000000LL /* spec §7.4: producer futex sleeps are at most 250 ms */
+#define SPIN_NS 50000LL           /* spin this long before sleeping (a futex round trip costs ~35 µs) */
+#define BEAT_NS 100000000LL       /* heartbeat and table refresh */
+#define HELLO_TIMEOUT_NS 2000000000LL
+#define MAX_PENDING 16  /* connections that have not said hello yet */
+#define MAX_OBSERVERS IBVB_PRODUCER_MAX_OBSERVERS
+#define NGROUPS_MAX_PEER 65536 /* the kernel's NGROUPS_MAX */
 
 #ifdef IBVB_TEST_HOOKS
 /* Test builds only (make EXTRA_CFLAGS=-DIBVB_TEST_HOOKS: the conformance suite, interop/conformance).
@@ -54,20 +60,18 @@ static int64_t test_wait_slice_ns(void)
 	const char *e = getenv("IBVBRIDGE_TEST_WAIT_SLICE_MS");
 	return e && atoll(e) > 0 ? atoll(e) * 1000000LL : WAIT_SLICE_NS;
 }
+static int64_t test_beat_ns(void) /* IBVBRIDGE_TEST_BEAT_MS: the heartbeat, whose sweep hides no-unmap */
+{
+	const char *e = getenv("IBVBRIDGE_TEST_BEAT_MS");
+	return e && atoll(e) > 0 ? atoll(e) * 1000000LL : BEAT_NS;
+}
 #else
 #define test_mutant(name) 0
 #define test_wait_slice_ns() WAIT_SLICE_NS
+#define test_beat_ns() BEAT_NS
 #endif
-#define SPIN_NS 50000LL           /* spin this long before sleeping (a futex round trip costs ~35 µs) */
-#define BEAT_NS 100000000LL       /* heartbeat and table refresh */
-#define HELLO_TIMEOUT_NS 2000000000LL
-#define MAX_PENDING 16  /* connections that have not said hello yet */
-#define MAX_OBSERVERS IBVB_PRODUCER_MAX_OBSERVERS
-#define NGROUPS_MAX_PEER 65536 /* the kernel's NGROUPS_MAX */
 
 /* ---- small helpers ---------------------------------------------------------------------------- */
-
-
 
 uint64_t ibvb__realtime_ns(void)
 {
@@ -1344,7 +1348,7 @@ static void *service(void *arg)
 {
 	struct ibvb_producer *p = arg;
 	struct ibvb__pstate *st = p->st;
-	int64_t next_beat = mono_ns() + BEAT_NS;
+	int64_t next_beat = mono_ns() + test_beat_ns();
 	struct pollfd pf[POLL_MAX];
 	int kind[POLL_MAX], which[POLL_MAX];
 	for (;;) {
@@ -1364,7 +1368,7 @@ static void *service(void *arg)
 			atomic_store_explicit(&p->ctl->heartbeat_ns, ibvb__realtime_ns(), memory_order_relaxed);
 			read_cursors_locked(p, 0); /* keep the table's released columns current for `stat` */
 			sweep_grave_locked(p);
-			next_beat = now + BEAT_NS;
+			next_beat = now + test_beat_ns();
 		}
 		pthread_mutex_unlock(&st->mu);
 		serve_others(p, pf, kind, which, n, now);
