@@ -47,6 +47,9 @@ type prodOpts struct {
 	// other thread interrupts it when its standard input closes (producer.interrupt): the Go producer's
 	// --interrupt-on-eof, testdata/block_produce.c and testdata/block_produce.py.
 	interruptOnEOF bool
+	// idle starts instead a drop producer that publishes slots/2 heaps and then does nothing until its
+	// standard input closes (the Go producer's --idle-until-eof, the same programs with idle).
+	idle bool
 }
 
 // producer is a running producer process.
@@ -76,17 +79,26 @@ func startProducer(t *testing.T, kind string, o prodOpts) *producer {
 	if o.wait > 0 {
 		args = append(args, "--wait-consumers", strconv.Itoa(o.wait))
 	}
+	mode := "block"
+	if o.idle {
+		mode = "idle"
+	}
 	switch {
+	case o.idle && kind == "go":
+		p.cmd = exec.Command(os.Args[0], "--ring", p.name, "--dir", dir, "--slots", strconv.Itoa(o.slots),
+			"--heaps", strconv.Itoa(o.slots/2), "--heap-size", "4096", "--idle-until-eof")
+		p.cmd.Env = append(os.Environ(), goProducerEnv+"=1")
 	case o.interruptOnEOF && kind == "go":
 		p.cmd = exec.Command(os.Args[0], append(args, "--interrupt-on-eof")...)
 		p.cmd.Env = append(os.Environ(), goProducerEnv+"=1")
-	case o.interruptOnEOF && kind == "c":
-		p.cmd = exec.Command(filepath.Join(filepath.Dir(cProduceTool(t)), "block_produce"), dir, p.name, strconv.Itoa(o.slots))
+	case (o.interruptOnEOF || o.idle) && kind == "c":
+		p.cmd = exec.Command(filepath.Join(filepath.Dir(cProduceTool(t)), "block_produce"), dir, p.name,
+			strconv.Itoa(o.slots), mode)
 		p.cmd.Env = os.Environ()
-	case o.interruptOnEOF && kind == "python":
+	case (o.interruptOnEOF || o.idle) && kind == "python":
 		needPython(t)
 		p.cmd = exec.Command("/usr/bin/python3", filepath.Join(repoRoot, "interop/conformance/testdata/block_produce.py"),
-			dir, p.name, strconv.Itoa(o.slots))
+			dir, p.name, strconv.Itoa(o.slots), mode)
 		p.cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(repoRoot, "clients/python"), "PYENV_VERSION=system")
 	}
 	switch {
@@ -106,7 +118,7 @@ func startProducer(t *testing.T, kind string, o prodOpts) *producer {
 	}
 	p.cmd.Env = append(p.cmd.Env, o.env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.errb
-	if o.interruptOnEOF {
+	if o.interruptOnEOF || o.idle {
 		w, err := p.cmd.StdinPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -267,6 +279,7 @@ func goProducerMain(args []string) int {
 	fs.Bool("pattern", true, "")
 	fs.String("hugepages", "off", "")
 	onEOF := fs.Bool("interrupt-on-eof", false, "interrupt when standard input closes (from a goroutine, not a signal)")
+	idle := fs.Bool("idle-until-eof", false, "publish, then do nothing until standard input closes")
 	if err := fs.Parse(args); err != nil {
 		return 1
 	}
@@ -323,6 +336,11 @@ func goProducerMain(args []string) int {
 		if code != 0 {
 			break
 		}
+	}
+	if *idle {
+		io.Copy(io.Discard, os.Stdin)
+		p.Close()
+		return code
 	}
 	if interrupted() {
 		fmt.Fprintln(os.Stderr, "go producer: interrupted")

@@ -1,7 +1,9 @@
-"""The Python producer for the conformance suite's interrupt test: a block ring (python3 block_produce.py DIR
-NAME SLOTS) that publishes until it blocks on its consumers; closing its standard input makes another
-thread call Producer.interrupt(), so only the producer's wake (not a signal's EINTR) can end the wait.
-Prints "interrupted" and exits 0 when the blocked publish raised Interrupted."""
+"""The Python producer for the conformance suite's long-lived rings (python3 block_produce.py DIR NAME SLOTS MODE).
+MODE block: a block ring that publishes, once a consumer attached, until it blocks on its consumers; closing
+its standard input makes another thread call Producer.interrupt(), so only the producer's wake (not a
+signal's EINTR) can end the wait; it prints "interrupted" and exits 0 when the blocked publish raised
+Interrupted. MODE idle: a drop ring that publishes SLOTS/2 heaps, then does nothing until its standard input
+closes."""
 import sys
 import threading
 
@@ -9,10 +11,15 @@ from ibvbridge import Interrupted, Producer
 
 
 def main():
-    d, name, slots = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    p = Producer.create(name, slot_count=slots, slot_size=4096, max_items=2, policy="block", hugepages="off",
-                        directory=d)
+    d, name, slots, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    p = Producer.create(name, slot_count=slots, slot_size=4096, max_items=2,
+                        policy="block" if mode == "block" else "drop", hugepages="off", directory=d)
     try:
+        if mode == "idle":
+            for cnt in range(1, slots // 2 + 1):
+                p.publish(p.acquire(), cnt, 0)
+            sys.stdin.buffer.read()
+            return
         p.wait_consumers(1, timeout=30)
 
         def watch():
