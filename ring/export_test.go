@@ -30,3 +30,10 @@ func (c *Consumer) FutexWakeupsForTest() uint64 { return c.futexWakeups }
 func (p *Producer) AbsorbsAtForTest(now time.Time, max time.Duration) time.Duration {
 	return p.absorbsAt(now, max)
 }
+
+// RetainedForTest is how many departed consumers the producer still keeps any record of.
+func RetainedForTest(p *Producer) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.grave) + len(p.departed)
+}
