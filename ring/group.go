@@ -181,7 +181,7 @@ func (p *Producer) readCursorsLocked(hot bool) {
 // after tail; a read outside [tail, head] is taken as tail): its queued positions are counted, the bits of
 // the positions it released cleared, and its row brought up to date. mu held.
 func (p *Producer) acceptCursorLocked(m *member, t, head uint64, hot bool) {
-	r, handed := t, uint64(0)
+	r, handed, prevRead := t, uint64(0), m.read
 	if m.v22() {
 		r, handed = m.readW.Load(), m.handedW.Load()
 		if r-t > head-t {
@@ -203,7 +203,7 @@ func (p *Producer) acceptCursorLocked(m *member, t, head uint64, hot bool) {
 		m.released = t
 		u64at(m.row, rowReleased).Store(t)
 	}
-	if r != m.read || m.group == 0 {
+	if r != prevRead {
 		m.read = r
 		u64at(m.row, rowRead).Store(r)
 	}

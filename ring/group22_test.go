@@ -4,9 +4,15 @@ package ring_test
 // detach, and the row reuse that follows.
 
 import (
+	"encoding/binary"
 	"errors"
+	"fmt"
+	"os"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/ring/ringtest"
@@ -217,5 +223,155 @@ func TestGroupIdleMemberChurnRetainsNothing(t *testing.T) {
 	waitFor(t, func() bool { return p.Consumers() == 0 })
 	if n := ring.RetainedForTest(p); n != 0 {
 		t.Fatalf("the producer retains %d departed members after 200 idle attach/detach cycles, want 0", n)
+	}
+}
+
+// TestGroupGrantsAdmitOnlyGrantedPeers (spec §14.1): with grants, another user joins a group granted to
+// its uid, is refused with status 2 ("not permitted to join group NAME") for a group granted to others and
+// for a group not granted at all, and still attaches as an independent consumer; root joins any group.
+func TestGroupGrantsAdmitOnlyGrantedPeers(t *testing.T) {
+	dir := publicDir(t)
+	cfg := ring.Config{Dir: dir, HugePages: ring.HugePagesOff, SlotCount: 8, SlotSize: 4096, Group: "nogroup",
+		Groups: map[string]ring.GroupGrant{"work": {UIDs: []uint32{65534}}, "admins": {UIDs: []uint32{1}, GIDs: []uint32{1}}}}
+	p := ringtest.New(t, "grants", cfg)
+	for _, tc := range []struct{ group, want string }{
+		{"work", "attached"},
+		{"admins", "refused: ring grants: not permitted: ring grants: not permitted to join group admins"},
+		{"other", "not permitted to join group 0x"},
+		{"", "attached"},
+	} {
+		out, code := nobodyChild(t, "joiner", "RING_TEST_SOCKET="+p.SocketPath(), "RING_TEST_GROUP="+tc.group)
+		if code != 0 || !strings.Contains(out, tc.want) && !strings.Contains(out, strings.TrimPrefix(tc.want, "refused: ring grants: not permitted: ")) {
+			t.Fatalf("nobody joining %q: exit %d: %s; want %q", tc.group, code, out, tc.want)
+		}
+	}
+	root := member(t, p, "admins") // uid 0 is always permitted
+	if root.GroupID() != ring.GroupID("admins") {
+		t.Fatal("root's member has no group")
+	}
+	if _, err := ring.Create("bad", ring.Config{Dir: t.TempDir(), Groups: map[string]ring.GroupGrant{"": {}}}); !errors.Is(err, ring.ErrBadConfig) {
+		t.Fatalf("an empty group name: %v, want ErrBadConfig", err)
+	}
+	for _, bad := range []string{"work", "=1", "work=", "work=@nosuchgroup-xyz", "work=nosuchuser-xyz"} {
+		if _, _, err := ring.ParseGroupGrant(bad); !errors.Is(err, ring.ErrBadConfig) {
+			t.Errorf("ParseGroupGrant(%q): %v, want ErrBadConfig", bad, err)
+		}
+	}
+	name, g, err := ring.ParseGroupGrant("work=65534,@0,root")
+	if err != nil || name != "work" || len(g.UIDs) != 2 || g.UIDs[0] != 65534 || g.UIDs[1] != 0 || len(g.GIDs) != 1 || g.GIDs[0] != 0 {
+		t.Fatalf("ParseGroupGrant: %q %+v %v", name, g, err)
+	}
+}
+
+// TestGroupBlockNamesWhomItWaitsFor (spec §14.6): a block producer waiting for a member that reads nothing
+// stores its row + 1 in ctl blocked_on and when the wait began in blocked_since_ns, and its log names the
+// row, the pid and the group within a second; when the member reads, the words go back to 0.
+func TestGroupBlockNamesWhomItWaitsFor(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Policy = ring.PolicyBlock
+	cfg.Groups = map[string]ring.GroupGrant{"work": {}}
+	var logBuf lockedWriter
+	lg := zerolog.New(&logBuf)
+	cfg.Log = &lg
+	p := ringtest.New(t, "blocked", cfg)
+	mon := ringtest.Attach(t, p.SocketPath(), ring.AttachOptions{})
+	m := member(t, p, "work")
+	for cnt := uint64(1); cnt <= 8; cnt++ {
+		publish(t, p, cnt, 64)
+	}
+	readAll(t, mon, false)
+	ctl := ring.CtlForTest(p)
+	blockedOn := func() uint32 { return binary.LittleEndian.Uint32(ctl[0x310:]) }
+	start := time.Now()
+	done := make(chan struct{})
+	go func() { defer close(done); publish(t, p, 9, 64) }()
+	waitFor(t, func() bool { return blockedOn() != 0 })
+	since := binary.LittleEndian.Uint64(ctl[0x318:])
+	if blockedOn() != uint32(m.Index()+1) || since < uint64(start.UnixNano()) || since > uint64(time.Now().UnixNano()) {
+		t.Fatalf("blocked_on %d since %d, want row %d + 1 since the wait began", blockedOn(), since, m.Index())
+	}
+	want := fmt.Sprintf(`"row":%d,"consumer_pid":%d,"group":"work"`, m.Index(), os.Getpid())
+	for !strings.Contains(logBuf.String(), want) {
+		if time.Since(start) > time.Second+200*time.Millisecond {
+			t.Fatalf("no log line naming %s within a second: %q", want, logBuf.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	info, err := ring.Inspect(p.SocketPath(), "")
+	if err != nil || info.BlockedOn != m.Index()+1 {
+		t.Fatalf("stat: blocked on %d (%v), want row %d + 1", info.BlockedOn, err, m.Index())
+	}
+	readAll(t, m, false)
+	<-done
+	if blockedOn() != 0 || binary.LittleEndian.Uint64(ctl[0x318:]) != 0 {
+		t.Fatalf("blocked_on %d after the wait ended, want 0", blockedOn())
+	}
+}
+
+// TestGroupMemberRowsPublishReadQueuedSkipped (spec §14.2, §14.7): a member's row shows its hello's minor,
+// the read position and queued count the producer accepted, and skipped — its positions it released
+// without handing them out, summed in group_skipped.
+func TestGroupMemberRowsPublishReadQueuedSkipped(t *testing.T) {
+	p := ringtest.New(t, "rows", testConfig(t))
+	a, b := twoMembers(t, p)
+	for cnt := uint64(1); cnt <= 4; cnt++ { // both idle: a gets 1 and 3, b 2 and 4 (round robin)
+		publish(t, p, cnt, 64)
+	}
+	readAll(t, a, false)
+	p.Unread() // a cursor read
+	start := a.HeadForTest() - 4
+	if m := rowField(p, a.Index(), 0x44, 4); m != 2 {
+		t.Fatalf("row client_minor %d, want 2", m)
+	}
+	if r, q := rowField(p, a.Index(), 0x48, 8), rowField(p, a.Index(), 0x50, 8); r != start+4 || q != 0 {
+		t.Fatalf("a's row: read %d queued %d, want %d and 0", r-start, q, 4)
+	}
+	if r, q := rowField(p, b.Index(), 0x48, 8), rowField(p, b.Index(), 0x50, 8); r != start || q != 2 {
+		t.Fatalf("b's row: read %d queued %d, want 0 and 2", r-start, q)
+	}
+	// b releases its two positions without handing them out: a thief, or a consumer misused.
+	ring.ReleaseUnreadForTest(b, start+4)
+	p.Unread()
+	if s := rowField(p, b.Index(), 0x58, 8); s != 2 || p.Stats().Get(ring.CounterGroupSkipped) != 2 || rowField(p, a.Index(), 0x58, 8) != 0 {
+		t.Fatalf("b skipped %d, group_skipped %d, a skipped %d: want 2, 2, 0", s, p.Stats().Get(ring.CounterGroupSkipped), rowField(p, a.Index(), 0x58, 8))
+	}
+}
+
+// TestGroupMemberWokenOnlyForItsOwnPositions (spec §14.4): a sleeping 2.2 member is not woken for a
+// position assigned to another member, and is woken for its own.
+func TestGroupMemberWokenOnlyForItsOwnPositions(t *testing.T) {
+	p := ringtest.New(t, "ownwake", testConfig(t))
+	a, b := twoMembers(t, p)
+	publish(t, p, 1, 64) // both idle, neither picked yet: a (attached first)
+	if got, _ := readAll(t, a, false); len(got) != 1 {
+		t.Fatalf("a read %v, want heap 1", got)
+	}
+	got := make(chan uint64, 1)
+	go func() {
+		h, err := a.Next(5 * time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- h.HeapCnt
+		a.Release(h)
+	}()
+	waitFor(t, func() bool { return ring.WaitingForTest(a) })
+	wakes := a.Wakes()
+	publish(t, p, 2, 64) // both idle: b, picked less recently
+	time.Sleep(50 * time.Millisecond)
+	if w := a.Wakes(); w != wakes || !ring.WaitingForTest(a) {
+		t.Fatalf("a was woken %d times for heap 2, b's", w-wakes)
+	}
+	if g, _ := readAll(t, b, false); len(g) != 1 || g[0] != 2 {
+		t.Fatalf("b read %v, want heap 2", g)
+	}
+	publish(t, p, 3, 64) // a's turn
+	select {
+	case cnt := <-got:
+		if cnt != 3 || a.Wakes() != wakes+1 {
+			t.Fatalf("a woke %d times with heap %d, want once with heap 3", a.Wakes()-wakes, cnt)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("a was not woken for its own heap")
 	}
 }

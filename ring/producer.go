@@ -656,10 +656,12 @@ func (p *Producer) waitFor(done func() bool, stop <-chan struct{}, timeout time.
 	spinUntil := time.Now().Add(spinFor)
 	for {
 		if p.interrupted.Load() {
+			p.noteBlocked(nil)
 			return ErrClosed
 		}
 		select {
 		case <-stop:
+			p.noteBlocked(nil)
 			return ErrClosed
 		default:
 		}
@@ -668,10 +670,13 @@ func (p *Producer) waitFor(done func() bool, stop <-chan struct{}, timeout time.
 		slow := p.blockerLocked()
 		p.mu.Unlock()
 		if ok {
+			p.noteBlocked(nil)
 			return nil
 		}
+		p.noteBlocked(slow)
 		now := time.Now()
 		if !deadline.IsZero() && now.After(deadline) {
+			p.noteBlocked(nil)
 			return ErrFull
 		}
 		if now.Before(spinUntil) {
@@ -694,6 +699,44 @@ func (p *Producer) waitFor(done func() bool, stop <-chan struct{}, timeout time.
 		}
 		p.sleepOnRelease(done, slow, slice)
 	}
+}
+
+// blockLogAfter is how long a block producer waits for one consumer before its log names it (spec §14.6:
+// within a second); blockLogEvery how often it says so again while the wait goes on.
+const (
+	blockLogAfter = 500 * time.Millisecond
+	blockLogEvery = 10 * time.Second
+)
+
+// noteBlocked says whom a waiting producer waits for (spec §14.6): ctl blocked_on (row + 1) and
+// blocked_since_ns, and, once the wait has lasted blockLogAfter, a log line naming the consumer's row,
+// pid, group and the position the producer waits to publish. nil: not waiting (both words 0). Hot path.
+func (p *Producer) noteBlocked(m *member) {
+	if m == nil {
+		if p.blockedOn != 0 {
+			p.blockedOn = 0
+			u32at(p.ctl, offBlockedOn).Store(0)
+			u64at(p.ctl, offBlockedSince).Store(0)
+		}
+		return
+	}
+	now := time.Now()
+	if row := uint32(m.index + 1); p.blockedOn != row {
+		p.blockedOn, p.blockedSince, p.blockLogged = row, now, time.Time{}
+		u64at(p.ctl, offBlockedSince).Store(uint64(now.UnixNano()))
+		u32at(p.ctl, offBlockedOn).Store(row)
+	}
+	if p.cfg.Log == nil || now.Sub(p.blockedSince) < blockLogAfter || !p.blockLogged.IsZero() && now.Sub(p.blockLogged) < blockLogEvery {
+		return
+	}
+	p.blockLogged = now
+	group := "none"
+	if m.group != 0 {
+		group = p.groupName(m.group)
+	}
+	p.cfg.Log.Warn().Str("ring", p.name).Int("row", m.index).Int32("consumer_pid", m.pid).Str("group", group).
+		Uint64("position", p.pos+p.inflight).Dur("waiting", now.Sub(p.blockedSince)).
+		Msg("block policy: waiting for a consumer to release")
 }
 
 // sleepOnRelease sleeps up to slice on slow's release futex unless done (mu taken) has become true

@@ -44,7 +44,7 @@ type member struct {
 	// assigned since it attached (its row's); swept, its released as of the last sweep (bits below it are
 	// cleared); lastQ, the last position assigned to it, in commit number lastQCommit (its wake, §14.4).
 	read, queued, oldestQ, outstanding, relAssigned, skipped uint64
-	lastPick, assigned, swept, lastQ, lastQCommit           uint64
+	lastPick, assigned, swept, lastQ, lastQCommit            uint64
 }
 
 // v22 reports a group member that follows layout 2.2's rules: it publishes read and handed and skips
