@@ -344,8 +344,10 @@ static inline void ibvb_producer_commit(struct ibvb_producer *p)
 		ibvb_producer_add(p, IBVB_CTR_HEAPS, p->pending_heaps);
 		p->pending_heaps = 0;
 	}
-	if (__builtin_expect(ibvb__load(&p->group_members, relaxed) != 0, 0))
-		ibvb__producer_commit_groups(p); /* assigns, stores committed and head */
+	if (__builtin_expect(ibvb__load(&p->group_members, relaxed) != 0, 0)) {
+		ibvb__producer_commit_groups(p); /* assigns, stores committed and head, wakes (spec §14) */
+		return;
+	}
 	p->committed = p->pos;
 	ibvb__store(&p->hot_busy, 1, relaxed); /* the fence below orders it before the set_gen load */
 	ibvb__store(&p->ctl->head, p->pos, release);
