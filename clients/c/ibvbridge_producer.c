@@ -83,8 +83,18 @@ struct pgrave {
 	uint64_t gen; /* set generation at its detach: unmapped once the hot path has adopted it */
 };
 
+/* A grant (spec §14.1), the producer's own copy. */
+struct pgrant {
+	uint32_t id;
+	char name[IBVB_NAME_MAX + 1];
+	uint32_t *uids, *gids;
+	size_t nuids, ngids;
+};
+
 struct ibvb__pstate {
 	pthread_mutex_t mu; /* the consumer set, rows, reclaim, grave */
+	struct pgrant *grants; /* constant after create */
+	size_t ngrants;
 	pthread_t thr;
 	int thr_on;
 	int stop_pipe[2];
@@ -1146,6 +1156,22 @@ static int send_fds(int fd, const void *rec, size_t len, const int *fds, int nfd
 #define SO_PEERGROUPS 59
 #endif
 
+/* The peer's primary gid (SO_PEERCRED) is gid, or one of its real supplementary groups (SO_PEERGROUPS, spec
+ * 2.1 §1.2 — not /etc/group). */
+static int peer_has_gid(int fd, const struct ucred *cr, gid_t gid)
+{
+	if (cr->gid == gid)
+		return 1;
+	gid_t groups[NGROUPS_MAX_PEER];
+	socklen_t len = sizeof groups;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0)
+		return 0; /* ERANGE: more groups than we take; refused rather than guessed */
+	for (size_t i = 0; i < len / sizeof(gid_t); i++)
+		if (groups[i] == gid)
+			return 1;
+	return 0;
+}
+
 /* The SO_PEERCRED gate: this euid, root, or a member of --group: the peer's primary gid or one of its real
  * supplementary groups (SO_PEERGROUPS, spec 2.1 §1.2 — not /etc/group). */
 static int permitted(const struct ibvb__pstate *st, int fd, const struct ucred *cr)
@@ -1154,15 +1180,31 @@ static int permitted(const struct ibvb__pstate *st, int fd, const struct ucred *
 		return 1;
 	if (st->gid < 0)
 		return 0;
-	if ((int)cr->gid == st->gid)
+	return peer_has_gid(fd, cr, (gid_t)st->gid);
+}
+
+/* May this peer join the group of this hello's group_id (spec §14.1)? 1 yes; 0 no, with msg set. Every group
+ * is open without grants; with them, only a granted group, for its uids and gids (root always). */
+static int grant_permits(const struct ibvb__pstate *st, int fd, const struct ucred *cr, uint32_t group, char *msg,
+			 size_t cap)
+{
+	if (!st->ngrants || !group || cr->uid == 0)
 		return 1;
-	gid_t groups[NGROUPS_MAX_PEER];
-	socklen_t len = sizeof groups;
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0)
-		return 0; /* ERANGE: more groups than we take; refused rather than guessed */
-	for (size_t i = 0; i < len / sizeof(gid_t); i++)
-		if ((int)groups[i] == st->gid)
+	const struct pgrant *g = NULL;
+	for (size_t i = 0; i < st->ngrants && !g; i++)
+		if (st->grants[i].id == group)
+			g = &st->grants[i];
+	if (!g) {
+		snprintf(msg, cap, "ring %s: not permitted to join group %#x (no grant names it)", st->name, group);
+		return 0;
+	}
+	for (size_t i = 0; i < g->nuids; i++)
+		if (g->uids[i] == cr->uid)
 			return 1;
+	for (size_t i = 0; i < g->ngids; i++)
+		if (peer_has_gid(fd, cr, (gid_t)g->gids[i]))
+			return 1;
+	snprintf(msg, cap, "ring %s: not permitted to join group %s (uid %u)", st->name, g->name, (unsigned)cr->uid);
 	return 0;
 }
 
@@ -1308,6 +1350,10 @@ static int check_hello(struct ibvb_producer *p, int fd, int fd_short, struct ucr
 	if (h->role == IBVB_ROLE_OBSERVER && h->reserved[0]) {
 		snprintf(msg, sizeof msg, "ring %s: an observer in group %#x", st->name, h->reserved[0]);
 		refuse(st, fd, cr, IBVB_STATUS_PROTOCOL, msg);
+		return -1;
+	}
+	if (!grant_permits(st, fd, cr, h->reserved[0], msg, sizeof msg)) {
+		refuse(st, fd, cr, IBVB_STATUS_NOT_PERMITTED, msg);
 		return -1;
 	}
 	return 0;
@@ -1628,6 +1674,11 @@ static void destroy(struct ibvb_producer *p, int unlink_files)
 			if (fds[i] >= 0)
 				close(fds[i]);
 		pthread_mutex_destroy(&st->mu);
+		for (size_t i = 0; i < st->ngrants; i++) {
+			free(st->grants[i].uids);
+			free(st->grants[i].gids);
+		}
+		free(st->grants);
 		free(st->pos_need);
 		free(st);
 	}
@@ -1717,6 +1768,44 @@ static struct ibvb_producer *new_producer(const char *name, const struct ibvb_pr
 		default_dir(st->dir, sizeof st->dir);
 	snprintf(st->sock_path, sizeof st->sock_path, "%s/%s%s", st->dir, name, IBVB_SOCK_SUFFIX);
 	return p;
+}
+
+/* Step 2b: the grants (spec §14.1), copied: names 1-64 bytes, bounded lists. */
+static int copy_grants(struct ibvb_producer *p, const struct ibvb_producer_opts *o)
+{
+	struct ibvb__pstate *st = p->st;
+	if (!o->ngroups)
+		return 0;
+	if (!o->groups || o->ngroups > IBVB_PRODUCER_MAX_GRANTS)
+		return fail(-EINVAL, "create ring %s: %zu group grants (at most %d)", st->name, o->ngroups,
+			    IBVB_PRODUCER_MAX_GRANTS);
+	st->grants = calloc(o->ngroups, sizeof *st->grants);
+	if (!st->grants)
+		return fail(-ENOMEM, "create ring %s: out of memory", st->name);
+	st->ngrants = o->ngroups;
+	for (size_t i = 0; i < o->ngroups; i++) {
+		const struct ibvb_group_grant *g = &o->groups[i];
+		struct pgrant *d = &st->grants[i];
+		size_t nl = g->name ? strlen(g->name) : 0;
+		if (nl < 1 || nl > IBVB_NAME_MAX)
+			return fail(-EINVAL, "create ring %s: group grant %zu: the name must be 1-64 bytes", st->name, i);
+		if (g->nuids + g->ngids > IBVB_PRODUCER_MAX_GRANT_IDS || (g->nuids && !g->uids) || (g->ngids && !g->gids))
+			return fail(-EINVAL, "create ring %s: group %s: at most %d uids and gids", st->name, g->name,
+				    IBVB_PRODUCER_MAX_GRANT_IDS);
+		memcpy(d->name, g->name, nl + 1);
+		d->id = ibvb_group_id(g->name);
+		d->uids = malloc((g->nuids ? g->nuids : 1) * sizeof *d->uids);
+		d->gids = malloc((g->ngids ? g->ngids : 1) * sizeof *d->gids);
+		if (!d->uids || !d->gids)
+			return fail(-ENOMEM, "create ring %s: out of memory", st->name);
+		if (g->nuids)
+			memcpy(d->uids, g->uids, g->nuids * sizeof *d->uids);
+		if (g->ngids)
+			memcpy(d->gids, g->gids, g->ngids * sizeof *d->gids);
+		d->nuids = g->nuids;
+		d->ngids = g->ngids;
+	}
+	return 0;
 }
 
 /* Step 3: the socket path fits, --group exists, the directory (made safely) and the lock. */
@@ -1881,7 +1970,7 @@ int ibvb_producer_create(struct ibvb_producer **out, const char *name, const str
 	if (!p)
 		return fail(-ENOMEM, "create ring %s: out of memory", name);
 	struct geometry g;
-	if ((rc = claim_name(p, &o)) < 0 || (rc = make_memory(p, &o, &g)) < 0 || (rc = write_header(p, &o, &g)) < 0 ||
+	if ((rc = copy_grants(p, &o)) < 0 || (rc = claim_name(p, &o)) < 0 || (rc = make_memory(p, &o, &g)) < 0 || (rc = write_header(p, &o, &g)) < 0 ||
 	    (rc = listen_socket(p, o.group)) < 0 || (rc = start_service(p)) < 0) {
 		destroy(p, p->st->lockfd >= 0);
 		return rc;
