@@ -26,6 +26,8 @@ M64 = (1 << 64) - 1  # positions and counters wrap modulo 2^64
 Q_HEAD = L.OFF_HEAD >> 3
 Q_HEARTBEAT_NS = L.OFF_HEARTBEAT_NS >> 3
 Q_OLDEST = L.OFF_OLDEST >> 3
+I_BLOCKED_ON = L.OFF_BLOCKED_ON >> 2
+Q_BLOCKED_SINCE_NS = L.OFF_BLOCKED_SINCE_NS >> 3
 Q_STATS = L.OFF_STATS >> 3
 I_STATE = L.OFF_STATE >> 2
 I_PRODUCER_WAITING = L.OFF_PRODUCER_WAITING >> 2
@@ -35,18 +37,20 @@ Q_SPIN_BUDGET_NS = L.REG_SPIN_BUDGET_NS >> 3
 I_CONSUMER_WAITING = L.REG_CONSUMER_WAITING >> 2
 I_CONSUMER_FUTEX = L.REG_CONSUMER_FUTEX >> 2
 Q_WAKE_AT = L.REG_WAKE_AT >> 3
+Q_READ = L.REG_READ >> 3
+Q_HANDED = L.REG_HANDED >> 3
 I_RELEASE_FUTEX = L.REG_RELEASE_FUTEX >> 2
 
 
 def row_word(index: int, field: str) -> int:
     """The control memory's word index of consumer-table row ``index``'s ``field`` (spec §2.2): a cast("I")
     index for the 32-bit state and generation (two separate loads, never one 64-bit one), a cast("Q")
-    index for the others (group_id is 32-bit too)."""
+    index for the others (group_id and client_minor are 32-bit too)."""
     off = L.OFF_CONSUMER_TABLE + L.ROW_SIZE * index + getattr(L, "ROW_" + field.upper())
     return off >> 2 if field in ROW_U32 else off >> 3
 
 
-ROW_U32 = ("state", "generation", "group_id")  # the 32-bit fields of a consumer-table row (spec §2.2)
+ROW_U32 = ("state", "generation", "group_id", "client_minor")  # the 32-bit fields of a consumer-table row (spec §2.2)
 
 
 # --- counters (spec §2.3): index by name, and the ones the producer's hot path bumps -----------------------
@@ -59,6 +63,8 @@ C_EOS = COUNTER["end_of_stream"]
 C_ATTACHED = COUNTER["consumers_attached"]
 C_OVERRUNS = COUNTER["consumer_overruns"]
 C_ERRORS = COUNTER["consumer_errors"]
+C_GROUP_LOST = COUNTER["group_lost"]
+C_GROUP_SKIPPED = COUNTER["group_skipped"]
 
 # poll(2) events that mean the other end of a ring socket is gone
 POLL_GONE = select.POLLHUP | select.POLLRDHUP | select.POLLERR | select.POLLNVAL
