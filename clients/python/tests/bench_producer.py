@@ -40,8 +40,9 @@ def one(consumer, a, d, name):
     if consumer == "c":
         cmd = [C_CONSUME, "--ring", sock, "--timeout-ms", "60000"]
     else:
-        cmd = [sys.executable, "-m", "ibvbridge.consume", "--ring", sock, "--timeout-ms", "60000", "--batch",
-               str(a.consumer_batch)]
+        cmd = [sys.executable, "-m", "ibvbridge.consume", "--ring", sock, "--timeout-ms", "60000"]
+        if not a.members:  # a member reads heap by heap (a batch would hold other members' positions)
+            cmd += ["--batch", str(a.consumer_batch)]
     if a.members:
         cmd += ["--group-name", "bench"]
     conss = [subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -65,10 +66,12 @@ def main():
     ap.add_argument("--slots", type=int, default=65536)
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--hugepages", default="off")
+    ap.add_argument("--consumers", default="c,python", help="which consumers: c, python or both")
     ap.add_argument("--pattern", action="store_true", help="write each payload (produce --pattern)")
     ap.add_argument("--members", type=int, default=0, help="N consumers in one consumer group (spec §14)")
     a = ap.parse_args()
-    pairs = (["c"] if os.access(C_CONSUME, os.X_OK) else []) + ["python"]
+    want = a.consumers.split(",")
+    pairs = (["c"] if "c" in want and os.access(C_CONSUME, os.X_OK) else []) + (["python"] if "python" in want else [])
     with tempfile.TemporaryDirectory(dir="/dev/shm") as d:
         for consumer in pairs:
             prod_rates, cons_rates = [], []
