@@ -650,7 +650,8 @@ class Producer:
         self._listener = None
         self._thread = None
         self._stop_r = self._stop_w = None
-        self.directory = producer_dir(directory)
+        self._candidates = _shared.producer_dirs(directory)
+        self.directory = self._candidates[0]
         try:
             self._setup(hugepages, start_position, serve)
         except BaseException:
@@ -658,8 +659,22 @@ class Producer:
             raise
 
     # ..................................................................... setup
+    def _open_dir(self):
+        """Open the ring directory (spec §1.1): the given one, or the first default one that is missing
+        (then made) or passes the check; a default one that exists and fails it — a stranger made it
+        first — is skipped with one warning naming it and why, and the next default is used."""
+        last = len(self._candidates) - 1
+        for i, d in enumerate(self._candidates):
+            self.directory = d
+            try:
+                return open_ring_dir(d)
+            except UnsafeDirectory as e:
+                if i == last:
+                    raise
+                log.warning("ibvbridge: skipping %s: %s; using %s", d, e, self._candidates[i + 1])
+
     def _setup(self, hugepages, start_position, serve):
-        self._dirfd = open_ring_dir(self.directory)
+        self._dirfd = self._open_dir()
         self._lockfd = _lock_ring(self._dirfd, self.directory, self.name)
         self.socket_path = os.path.join(self.directory, self.name + L.SOCKET_SUFFIX)
         self._create_memory(hugepages)
