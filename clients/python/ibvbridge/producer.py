@@ -136,6 +136,11 @@ SPIN_SECONDS = 50e-6
 BLOCKED_LOG_SECONDS = 0.5  # a block producer logs whom it waits for after this (spec §14.6: within 1 s)
 
 
+def _signed(d):
+    """A difference of positions as a signed number (positions wrap modulo 2^64): -2^63 ... 2^63 - 1."""
+    return ((d + (1 << 63)) & M64) - (1 << 63)
+
+
 def _index_array(idx):
     """An index array for idx, a slice or an index array (Producer._ring_idx's answer)."""
     if isinstance(idx, slice):
@@ -1413,10 +1418,9 @@ class Producer:
             if sk != m.skipped:
                 m.skipped = sk
                 self.row_set(m.index, skipped=sk)
-        # free what nobody needs now and reclaim has already passed (below _scan)
-        k = len(need)
-        below = (np.arange(k, dtype=np.int64) + ((start - self._reclaim) & M64)) < ((self._scan - self._reclaim) & M64)
-        free = hit & (need == 0) & below
+        # free what nobody needs now and reclaim has already looked at: in [_reclaim, _scan)
+        off = np.arange(len(need), dtype=np.int64) + _signed(start - self._reclaim)
+        free = hit & (need == 0) & (off >= 0) & (off < ((self._scan - self._reclaim) & M64))
         if free.any():
             self._free_idx(_index_array(idx)[free])
 
@@ -1444,10 +1448,9 @@ class Producer:
             hit = (need & bit) != 0
             if hit.any():
                 self._pos_need[idx] = np.where(hit, need & ~bit, need)
-                k = len(need)
                 # at or after its final tail: lost; before it: released
-                after = np.arange(k, dtype=np.int64) >= ((m.released - start) & M64)
-                lost = int(np.count_nonzero(hit & after)) if (m.released - start) & M64 <= k else 0
+                after = np.arange(len(need), dtype=np.int64) >= _signed(m.released - start)
+                lost = int(np.count_nonzero(hit & after))
                 m.rel_assigned += int(np.count_nonzero(hit)) - lost
                 if lost:
                     self._stats[C_GROUP_LOST] += lost

@@ -63,6 +63,7 @@ _unpack_desc = L.DESC_STRUCT.unpack_from
 _iter_items = L.ITEM_STRUCT.iter_unpack
 log = logging.getLogger("ibvbridge.ring")
 WELCOME_TIMEOUT = 5.0  # seconds for the handshake when the attach has no timeout (spec §B)
+LAPPED_WAIT = 0.01  # a group member waits this long for the head store of a lapping descriptor (spec §14.4)
 
 
 def _need_numpy():
@@ -1224,21 +1225,36 @@ class Ring:
     def _lapped(self, pos, seq=None):
         """A 2.2 member met a lapped descriptor (spec §14.4): read more than slot_count behind head, or seq a
         non-zero multiple of slot_count ahead of position pos. Its row first (detached wins); still attached,
-        the positions it missed were not its own (the producer never overwrites a descriptor of a position
-        assigned to a member before it read it): it moves read to head - slot_count + 1 (head loaded afresh),
-        passing over them, and goes on. False when this is not a lapped descriptor."""
+        the positions it missed were not its own (the producer never overwrites the descriptor of a position
+        assigned to a member before it read it): it moves read to head - slot_count (head loaded afresh),
+        passing over them, and goes on. Not to head - slot_count + 1: the window (§14.5, q - u <
+        slot_count) lets the member's oldest queued position u be head - slot_count itself, whose descriptor
+        is intact (the producer cannot publish head while u is queued); were it another member's, the
+        producer may overwrite it as we read it, which its seq then shows. A seq lapped by a position whose
+        head store has not come yet (the producer writes descriptors, then head) is waited for, at most
+        LAPPED_WAIT seconds. False when this is not a lapped descriptor."""
         sc = self._geo.slot_count
         if seq is not None:
             d = (seq - ((pos + 1) & M64)) & M64
             if not d or d % sc or d >= 1 << 63:
                 return False
         self._check_row()
-        h = self._c64[Q_HEAD]
-        if ORDERED:
-            acquire_fence()
-        new = (h - sc + 1) & M64
-        if ((new - self._read) & M64) > ((h - self._read) & M64) or new == self._read:
-            return False
+        c64 = self._c64
+        until = None
+        while True:
+            h = c64[Q_HEAD]
+            if ORDERED:
+                acquire_fence()
+            new = (h - sc) & M64
+            if 0 < ((new - self._read) & M64) <= ((h - self._read) & M64):
+                break
+            if seq is None:
+                return False
+            now = time.monotonic()  # seq says position seq - 1 is being published: its head store follows
+            if until is None:
+                until = now + LAPPED_WAIT
+            elif now >= until:
+                return False
         self._pass_over((new - 1) & M64)
         self._cached_head = h
         return True
