@@ -160,3 +160,50 @@ def test_attack_squatted_per_user_directory_never_reached_by_name(squatter):
                 os.rmdir(run_dir)
             except OSError:
                 pass
+
+
+SQUAT_NEXT = r"""
+import logging, os, sys
+sys.path.insert(0, sys.argv[1])
+from ibvbridge import shared
+shared.SHARED_BASES = (sys.argv[2], sys.argv[3])  # the test's own stand-ins for /dev/shm and /tmp
+import ibvbridge
+logging.basicConfig(level=logging.WARNING, format="%(message)s")
+with ibvbridge.Producer.create("nextdefault", slot_count=8, slot_size=256, hugepages="off") as p:
+    print(p.directory, flush=True)
+    with ibvbridge.Ring.attach("nextdefault", timeout=5) as r:  # by name, as any consumer of this user
+        print(r.socket_path, flush=True)
+"""
+
+
+def test_producer_skips_a_default_directory_a_stranger_made_and_uses_the_next():
+    """Spec §1.1: with XDG_RUNTIME_DIR unset, a stranger who made /dev/shm/ibvbridge-UID first does not stop a
+    producer of UID from starting: it skips that directory with one warning naming it and why, and makes its
+    ring in the next default, /tmp/ibvbridge-UID, where its consumers find it by name. Run as a child of
+    another uid, with both bases replaced by world-writable (sticky) temporary directories of this test."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run the stranger as nobody and the producer as another uid")
+    import tempfile
+    uid = 20000 + os.getpid() % 20000
+    bases = [tempfile.mkdtemp(prefix="ibvb-base-", dir="/tmp") for _ in range(2)]
+    try:
+        for b in bases:
+            os.chmod(b, 0o1777)
+        squat = os.path.join(bases[0], f"ibvbridge-{uid}")
+        env = {k: v for k, v in os.environ.items() if k not in (L.ENV_DIR, "XDG_RUNTIME_DIR")}
+        subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "mkdir", "-m",
+                        "0755", squat], check=True, env=env, cwd="/")
+        assert os.stat(squat).st_uid == NOBODY
+        r = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", PY, "-c", SQUAT_NEXT,
+                            PKG, *bases], capture_output=True, text=True, env=env, cwd="/", timeout=60)
+        assert r.returncode == 0, r.stderr
+        nxt = os.path.join(bases[1], f"ibvbridge-{uid}")
+        assert r.stdout.splitlines() == [nxt, os.path.join(nxt, "nextdefault.v2.sock")]
+        lines = r.stderr.splitlines()
+        assert lines[0].startswith(f"ibvbridge: skipping {squat}: ") and lines[0].endswith(f"; using {nxt}")
+        assert f"owned by uid {NOBODY}, not {uid}" in lines[0]
+        assert lines[1:] == [f"ibvbridge: skipping {squat}: owned by uid {NOBODY}, not {uid} or root"]
+        assert os.listdir(squat) == [] and os.listdir(nxt) == []  # the producer removed its socket and lock
+    finally:
+        for b in bases:
+            shutil.rmtree(b, ignore_errors=True)

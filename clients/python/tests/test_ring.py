@@ -339,15 +339,24 @@ def test_missing_ring_fails_at_once_and_wait_true_waits_for_a_late_producer(tmp_
     assert time.monotonic() - t < 5
     with pytest.raises(RingNotFound, match="not found"):
         Ring.attach("late", directory=str(tmp_path), timeout=0.05, wait=True)
-    made = []
-    t = threading.Timer(0.3, lambda: made.append(FakeProducer(str(tmp_path), "late")))
-    t.start()
+    # The producer starts only once the client has looked and found nothing (its first lookup opens the
+    # directory; the second is after a 10 ms retry): deterministic, whatever the machine's load.
+    made, opens = [], []
+    real_open = ibvbridge.shared.open_trusted_dir
+
+    def open_dir(d, *a):
+        opens.append(d)
+        if len(opens) == 2:
+            made.append(FakeProducer(str(tmp_path), "late"))
+        return real_open(d, *a)
+    ibvbridge.shared.open_trusted_dir = open_dir
     try:
         with Ring.attach(path, timeout=5, wait=True) as ring:
-            assert ring.session_id == made[0].session_id
+            assert len(opens) == 2 and ring.session_id == made[0].session_id
     finally:
-        t.join()
-        made[0].close()
+        ibvbridge.shared.open_trusted_dir = real_open
+        for p in made:
+            p.close()
 
 
 def test_stale_socket_is_retried_then_named_stale(tmp_path):
