@@ -18,7 +18,8 @@ const (
 )
 
 // interruptBlocked starts a block producer of kind whose only consumer stopped holding its first heap, waits
-// until the producer sleeps on a shared futex (the consumer's release futex, spec §7.4), closes the
+// until the producer has been blocked 1.2 s and sleeps on a shared futex (the consumer's release futex,
+// spec §7.4), closes the
 // producer's standard input (its other thread calls interrupt) and reports whether the producer returned
 // from the wait (it prints "interrupted") and exited within interruptBound.
 func interruptBlocked(t *testing.T, kind string, env ...string) bool {
@@ -29,8 +30,11 @@ func interruptBlocked(t *testing.T, kind string, env ...string) bool {
 	c := startConsumer(t, "go", p.sock(), "--stop-first")
 	waitStopped(t, c.pid())
 	p.waitInfo(t, "a full ring", func(i *ring.Info) bool { return i.Head >= slots })
-	deadline := time.Now().Add(20 * time.Second)
-	for !asleepOnSharedFutex(p.pid()) {
+	// A blocked producer wakes once within its first second to name whom it waits for (spec §14.6): the
+	// sleep after that one is a whole slice.
+	blocked := time.Now()
+	deadline := blocked.Add(20 * time.Second)
+	for time.Since(blocked) < 1200*time.Millisecond || !asleepOnSharedFutex(p.pid()) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s producer never slept on a shared futex", kind)
 		}
