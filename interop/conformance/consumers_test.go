@@ -38,7 +38,7 @@ type result struct {
 // test's cleanup kills it.
 func startConsumer(t *testing.T, kind, sock string, extra ...string) *consumer {
 	t.Helper()
-	args := append([]string{"--ring", sock, "--timeout-ms", "10000", "--verify"}, extra...)
+	args := append([]string{"--ring", sock, "--timeout-ms", "30000", "--verify"}, extra...)
 	c := &consumer{kind: kind, done: make(chan struct{})}
 	switch kind {
 	case "go":
@@ -62,6 +62,9 @@ func startConsumer(t *testing.T, kind, sock string, extra ...string) *consumer {
 		c.cmd.Process.Signal(syscall.SIGCONT)
 		c.cmd.Process.Kill()
 		<-c.done
+		if t.Failed() {
+			t.Logf("%s consumer %v: %v; stderr %q", kind, extra, c.err, c.errb.String())
+		}
 	})
 	return c
 }

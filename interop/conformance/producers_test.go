@@ -47,6 +47,7 @@ type prodOpts struct {
 	// other thread interrupts it when its standard input closes (producer.interrupt): the Go producer's
 	// --interrupt-on-eof, testdata/block_produce.c and testdata/block_produce.py.
 	interruptOnEOF bool
+	grants         []string // --consumer-group NAME=UID|@GID[,...] (spec §14.1)
 	// idle starts instead a drop producer that publishes slots/2 heaps and then does nothing until its
 	// standard input closes (the Go producer's --idle-until-eof, the same programs with idle).
 	idle bool
@@ -78,6 +79,9 @@ func startProducer(t *testing.T, kind string, o prodOpts) *producer {
 		"--hugepages", "off"}
 	if o.wait > 0 {
 		args = append(args, "--wait-consumers", strconv.Itoa(o.wait))
+	}
+	for _, g := range o.grants {
+		args = append(args, "--consumer-group", g)
 	}
 	mode := "block"
 	if o.idle {
@@ -278,6 +282,8 @@ func goProducerMain(args []string) int {
 	waitN := fs.Int("wait-consumers", 0, "")
 	fs.Bool("pattern", true, "")
 	fs.String("hugepages", "off", "")
+	var grants []string
+	fs.Func("consumer-group", "grant NAME=UID|@GID[,...] (repeatable)", func(v string) error { grants = append(grants, v); return nil })
 	onEOF := fs.Bool("interrupt-on-eof", false, "interrupt when standard input closes (from a goroutine, not a signal)")
 	idle := fs.Bool("idle-until-eof", false, "publish, then do nothing until standard input closes")
 	if err := fs.Parse(args); err != nil {
@@ -286,6 +292,17 @@ func goProducerMain(args []string) int {
 	cfg := ring.Config{Dir: *dir, SlotCount: *slots, SlotSize: *size, MaxConsumers: 16, HugePages: ring.HugePagesOff}
 	if *policy == "block" {
 		cfg.Policy = ring.PolicyBlock
+	}
+	for _, g := range grants {
+		name, grant, err := ring.ParseGroupGrant(g)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "go producer:", err)
+			return 1
+		}
+		if cfg.Groups == nil {
+			cfg.Groups = map[string]ring.GroupGrant{}
+		}
+		cfg.Groups[name] = grant
 	}
 	p, err := ring.Create(*name, cfg)
 	if err != nil {
