@@ -41,8 +41,8 @@ const (
 // prodOpts are a producer's flags.
 type prodOpts struct {
 	heaps, heapSize, slots, wait int
-	policy                      string
-	env                         []string // extra environment: mutants, the wait slice
+	policy                       string
+	env                          []string // extra environment: mutants, the wait slice
 	// interruptOnEOF starts, instead of the produce tool, a block producer publishing until it blocks whose
 	// other thread interrupts it when its standard input closes (producer.interrupt): the Go producer's
 	// --interrupt-on-eof, testdata/block_produce.c and testdata/block_produce.py.

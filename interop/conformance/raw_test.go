@@ -128,8 +128,8 @@ func (m *rawMember) releaseUnread(d time.Duration, hold <-chan struct{}) {
 				head--
 			}
 		}
-		m.u64(m.region, 0x090).Store(head) // read
-		m.u64(m.region, 0x000).Store(head) // tail
+		m.u64(m.region, 0x090).Store(head)   // read
+		m.u64(m.region, 0x000).Store(head)   // tail
 		if m.u32(m.ctl, 0x280).Load() != 0 { // producer_waiting
 			f := m.u32(m.region, 0x100)
 			f.Store(f.Load() + 1)
