@@ -83,8 +83,8 @@ func TestGroupMemberKilledWhileTheProducerWaitsOnIt(t *testing.T) {
 			}
 			lost := r.Counters["group_lost"]
 			if lost == 0 || heaps+lost != n {
-				t.Errorf("members read %d heaps, group_lost %d: want the dead member's share lost (at least its held heap) and every other heap read once (%d in all)",
-					heaps, lost, n)
+				t.Errorf("members read %d heaps, group_lost %d (group_skipped %d): want the dead member's share lost (at least its held heap) and every other heap read once (%d in all)",
+					heaps, lost, r.Counters["group_skipped"], n)
 			}
 			if !p.exited(20*time.Second) || p.exitCode() != 0 {
 				t.Errorf("%s producer: exit %v: %s", kind, p.err, p.errb.String())

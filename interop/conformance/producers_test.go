@@ -206,15 +206,16 @@ func (p *producer) waitInfo(t *testing.T, what string, ok func(*ring.Info) bool)
 
 var (
 	cBuildOnce sync.Once
+	cBuildDone = make(chan struct{})
 	cBuildDir  string
 	cBuildErr  error
 )
 
-// cProduceTool is ibvb-produce built from clients/c with the test hooks (-DIBVB_TEST_HOOKS) into a
-// directory of this run's; without a C compiler or make the test skips, unless IBVBRIDGE_REQUIRE_CLIENTS.
-func cProduceTool(t *testing.T) string {
-	t.Helper()
+// buildC builds ibvb-produce and ibvb-consume from clients/c with the test hooks (-DIBVB_TEST_HOOKS), and
+// testdata/block_produce.c, into a directory of this run's. TestMain starts it beside the Go build.
+func buildC() {
 	cBuildOnce.Do(func() {
+		defer close(cBuildDone)
 		dir, err := os.MkdirTemp("", "ibvb-conf-c")
 		if err != nil {
 			cBuildErr = err
@@ -235,6 +236,14 @@ func cProduceTool(t *testing.T) string {
 			cBuildErr = fmt.Errorf("build testdata/block_produce.c: %v: %s", err, out)
 		}
 	})
+}
+
+// cProduceTool is the C build's ibvb-produce (buildC); without a C compiler or make the test skips,
+// unless IBVBRIDGE_REQUIRE_CLIENTS.
+func cProduceTool(t *testing.T) string {
+	t.Helper()
+	buildC()
+	<-cBuildDone
 	if cBuildErr != nil {
 		if os.Getenv("IBVBRIDGE_REQUIRE_CLIENTS") != "" {
 			t.Fatal(cBuildErr)
@@ -245,6 +254,7 @@ func cProduceTool(t *testing.T) string {
 }
 
 func cleanupBuilds() {
+	<-cBuildDone
 	if cBuildDir != "" {
 		os.RemoveAll(cBuildDir)
 	}
@@ -367,7 +377,7 @@ func goProducerMain(args []string) int {
 			fmt.Fprintln(os.Stderr, "go producer: end of stream:", err)
 			code = 1
 		} else if cfg.Policy == ring.PolicyBlock {
-			if err := p.WaitDrained(stopped); err != nil && !interrupted() {
+			if err := p.WaitDrained(stopped); err != nil && !interrupted() && !errors.Is(err, ring.ErrNoConsumer) {
 				fmt.Fprintln(os.Stderr, "go producer: wait drained:", err)
 				code = 1
 			}
