@@ -44,7 +44,7 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 	ttl := fs.Int("ttl", 0, "IP TTL (multicast TTL for a group; 0: kernel default)")
 	iface := fs.String("interface", "", "local IPv4 address of the interface multicast leaves by (xdp: the interface's name or address)")
 	withPattern := fs.Bool("pattern", false, "payload = the ring test pattern, plus immediate item 0x1001 \"heap_cnt\" = heap cnt (for consume --verify)")
-	timestamp := fs.Bool("timestamp", false, "add immediate item 0x1600 \"timestamp\" = (heap cnt - 1) x heap size, a sample counter (docs/from-spead2.md)")
+	timestamp := fs.Bool("timestamp", false, "add immediate item 0x1600 \"timestamp\" = (heap cnt - 1) x heap size, a sample counter (docs/how-to/migrate-from-spead2.md)")
 	batch := fs.Int("batch", 64, "packets per sendmmsg call (xdp: per TX-ring publish and kick)")
 	gso := fs.Bool("gso", true, "udp: send runs of full-size packets as one message the kernel segments (UDP GSO); --gso=false: a syscall slot per packet")
 	noStop := fs.Bool("no-stop", false, "leave the stream open: no stream-stop heap at the end (tests)")
