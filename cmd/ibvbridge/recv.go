@@ -205,6 +205,9 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
+	// A log pipe whose reader went away (`recv ... 2>&1 | head`) must not kill the receiver and leave its
+	// ring behind: writes to it fail with EPIPE instead, and the stream goes on until it is stopped.
+	signal.Ignore(syscall.SIGPIPE)
 
 	cfg := bridge.Config{Ring: *name,
 		RingCfg: ring.Config{SlotCount: *slots, SlotSize: ringSlotSize, MaxItems: *maxItems, Policy: pol, HugePages: hp,
