@@ -315,6 +315,9 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 		for _, c := range ring.Counters() {
 			ev = ev.Uint64(c.String(), res.RingCounters[c.String()])
 		}
+		if chunks.Enabled() {
+			ev = ev.Uint64("chunk_rebases", res.ChunkRebases)
+		}
 		ev.Interface("transport", res.TransportCounters).Msg("stopped")
 	}
 	if res.Outcome == bridge.OutcomeError {
