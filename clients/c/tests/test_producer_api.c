@@ -1585,6 +1585,39 @@ static void test_group22_idle_member_first_stopped_member_gets_nothing_more(void
 	ibvb_producer_close(p);
 }
 
+/* Spec §14.2-§14.3: a member working on a heap it holds has nothing queued — what it published as read
+ * passed it — so it is handed the next position in turn, while a 2.1 rule (its held heap counted as queued)
+ * would give every position to the other member. */
+static void test_group22_member_holding_a_heap_it_read_is_idle(void)
+{
+	struct ibvb_producer_opts o = opts(8, 256, IBVB_POLICY_DROP);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "g22hold", &o), 0);
+	struct ibvb_ring *a, *b;
+	CHECK_EQ(member(&a, "g22hold", "g"), 0);
+	CHECK_EQ(member(&b, "g22hold", "g"), 0);
+	uint32_t ia = ibvb_consumer_index(a);
+	CHECK_EQ(pub(p, 1, 200), 0);
+	CHECK_EQ(pub(p, 2, 200), 0);
+	struct ibvb_heap h1, h3;
+	CHECK_EQ(ibvb_peek(a, &h1), 0); /* a holds heap 1: read 1 published, tail 0 */
+	CHECK_EQ(h1.heap_cnt, 1);
+	uint64_t sum = 0, min = UINT64_MAX, bad = 0;
+	CHECK_EQ(drain(b, 200, &sum, &min, &bad), 1);
+	CHECK_EQ(pub(p, 3, 200), 0); /* both idle: a, picked least recently */
+	CHECK_EQ(atomic_load(&p->rows[ia].assigned), 2);
+	CHECK_EQ(atomic_load(&p->rows[ia].read), 1);
+	CHECK_EQ(atomic_load(&p->rows[ia].released), 0);
+	CHECK_EQ(ibvb_peek(a, &h3), 0);
+	CHECK_EQ(h3.heap_cnt, 3);
+	CHECK_EQ(ibvb_heap_valid(a, &h1), 1);
+	CHECK(pattern_ok(h1.payload, 1, 200) && pattern_ok(h3.payload, 3, 200));
+	CHECK_EQ(ibvb_release(a, &h3), 0);
+	ibvb_detach(a);
+	ibvb_detach(b);
+	ibvb_producer_close(p);
+}
+
 /* Spec §14.4: a sleeping 2.2 member is woken only for its own positions: while it sleeps, a position the
  * producer gives the other member leaves it asleep (its row's wakes unchanged, consumer_waiting still set),
  * and the next one, its own, wakes it. */
@@ -1975,6 +2008,7 @@ static const struct test tests[] = {
 	{"producer_hugepages", test_hugepages},
 	{"group22_idle_member_first_stopped_member_gets_nothing_more",
 	 test_group22_idle_member_first_stopped_member_gets_nothing_more},
+	{"group22_member_holding_a_heap_it_read_is_idle", test_group22_member_holding_a_heap_it_read_is_idle},
 	{"group22_sleeping_member_is_woken_only_for_its_own", test_group22_sleeping_member_is_woken_only_for_its_own},
 	{"group22_lapped_members_skip_and_settle_bounded", test_group22_lapped_members_skip_and_settle_bounded},
 	{"group22_drop_detaches_exactly_the_member_holding_back",
