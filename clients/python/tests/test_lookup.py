@@ -73,7 +73,7 @@ def test_untrusted_default_directory_is_skipped_with_a_warning(tmp_path, monkeyp
     os.chown(squat.parent, NOBODY, NOBODY)  # squat/'s parent is not root's: squat/ is not root-made
     os.chown(squat, NOBODY, NOBODY)
     monkeypatch.delenv(L.ENV_DIR, raising=False)
-    monkeypatch.setattr(shared, "own_default_dir", lambda: str(squat))
+    monkeypatch.setattr(shared, "own_default_dirs", lambda: [str(squat)])
     monkeypatch.setattr(L, "RUN_DIR", str(run))
     p = FakeProducer(str(run), "r")
     try:
