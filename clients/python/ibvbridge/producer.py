@@ -289,15 +289,7 @@ class Grant:
         return uid == 0 or uid in self.uids or gid in self.gids or not self.gids.isdisjoint(groups)
 
 
-def check_group_name(name: str) -> bytes:
-    """A consumer group's name as the bytes its group_id hashes (spec §14.1: UTF-8, 1 ... 64 bytes, no NUL);
-    ValueError naming what is wrong."""
-    if not isinstance(name, str):
-        raise ValueError(f"consumer group name {name!r} is not text")
-    b = name.encode("utf-8")
-    if not 1 <= len(b) <= 64 or b"\0" in b:
-        raise ValueError(f"consumer group name {name!r}: 1 to 64 bytes of UTF-8 without NUL")
-    return b
+check_group_name = _shared.check_group_name
 
 
 def parse_grants(groups: Mapping[str, Iterable[int | str]] | None) -> dict[int, Grant] | None:

@@ -207,3 +207,31 @@ def test_producer_skips_a_default_directory_a_stranger_made_and_uses_the_next():
     finally:
         for b in bases:
             shutil.rmtree(b, ignore_errors=True)
+
+
+def test_client_connects_through_the_directory_it_checked(tmp_path, monkeypatch):
+    """Spec §1.1 (check, then connect through what was checked): the client connects to
+    /proc/self/fd/N/NAME.v2.sock, N the descriptor of the directory it checked, so a directory swapped in
+    at the same path after the check (here another producer's) is never the one connected to."""
+    checked, impostor = tmp_path / "ring", tmp_path / "other"
+    checked.mkdir(mode=0o755)
+    impostor.mkdir(mode=0o755)
+    real = FakeProducer(str(checked), "r")
+    fake = FakeProducer(str(impostor), "r")
+    real_open = shared.open_trusted_dir
+    swapped = []
+
+    def open_then_swap(d, *a):
+        fd, owner = real_open(d, *a)
+        if d == str(checked) and not swapped:  # between the check and the connect: swap the directories
+            os.rename(checked, tmp_path / "moved")
+            os.rename(impostor, checked)
+            swapped.append(True)
+        return fd, owner
+    monkeypatch.setattr(shared, "open_trusted_dir", open_then_swap)
+    try:
+        with Ring.attach("r", directory=str(checked), timeout=2) as ring:
+            assert swapped and ring.session_id == real.session_id != fake.session_id
+    finally:
+        real.close()
+        fake.close()

@@ -431,3 +431,17 @@ def test_grants_are_checked_when_the_producer_starts(make_public_producer):
         make_public_producer("g", groups={"w": [-1]})
     with pytest.raises(Exception, match="does not exist"):
         make_public_producer("g", groups={"w": ["@no-such-group-here"]})
+
+
+def test_group_names_are_1_to_64_bytes_of_utf8(make):
+    """Spec §14.1: a group's name is hashed as its UTF-8 bytes, 1 ... 64 of them: a longer one is refused
+    before anything is sent; a non-ASCII one is its UTF-8 bytes' hash."""
+    p = make()
+    with pytest.raises(ValueError, match="1 to 64 bytes"):
+        attach(p, "é" * 33)  # 66 bytes
+    with attach(p, "é" * 32) as r:
+        assert r.group_id == L.group_id("é" * 32) and p.row(r.consumer_index)["group_id"] == r.group_id
+    h = 0x811C9DC5
+    for c in "é".encode("utf-8"):
+        h = ((h ^ c) * 0x01000193) & 0xFFFFFFFF
+    assert L.group_id("é") == h

@@ -396,7 +396,7 @@ def test_name_resolution(tmp_path, monkeypatch):
     assert ibvbridge.lookup_dirs("/given") == ["/given"]
     monkeypatch.setenv("IBVBRIDGE_RING_DIR", "")
     assert ibvbridge.lookup_dirs()[0] == "/dev/shm/ibvbridge-1000"
-    for bad in (".hidden", "x" * 65, "sp ace", "a/b.txt", "/dir/r.v1.sock"):
+    for bad in (".hidden", "x" * 65, "sp ace", "a/b.txt", "/dir/r.v1.sock", "r\n", "r\u00e9"):  # ASCII only, all of it
         with pytest.raises(RingError):
             ibvbridge.socket_path_for(bad)
 
