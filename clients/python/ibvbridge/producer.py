@@ -1,4 +1,4 @@
-"""Producer side of the ibvbridge shared-memory heap ring (docs/ring-layout.md, layout 2.1).
+"""Producer side of the ibvbridge shared-memory heap ring (docs/ring-layout.md, layout 2.2).
 
     import numpy as np, ibvbridge
     with ibvbridge.Producer.create("myring", slot_count=1024, slot_size=4096, policy="block") as p:
@@ -31,6 +31,13 @@ What it does, as the Go producer (ring/producer.go) does:
   ``consumer_errors``); under ``drop`` a full ring detaches the slowest consumers as overrun when another
   is ahead, else the new heap is dropped (``RingFull``); under ``block`` the producer waits on the
   slowest consumer's ``release_futex`` (spec §7.4). No slot any attached consumer holds is ever reused.
+* Consumer groups (spec §14, 2.2): each published position is assigned to one member of every group from
+  what the members publish (``read``, ``handed``): nothing queued first, round robin, else fewest queued —
+  a whole ``publish_batch`` at once, with numpy (``_round_robin``). A 2.2 member bounds the window by its
+  oldest queued position, is woken only for its own positions, and when the ring is full the consumers
+  holding it back are detached (drop) or waited for and named (block: ctl ``blocked_on``). A member that
+  leaves is settled at the detach; every loop over positions covers at most ``slot_count`` of them.
+  ``groups=`` grants who may join which group.
 
 Memory ordering (spec §11): stores through memoryview / numpy / struct into the mappings are plain aligned
 moves. On x86-64 its TSO makes them release stores, in program order, and a full fence is an uncontended
@@ -197,7 +204,8 @@ _valid_name = _shared.valid_name
 def producer_dir(directory: str | os.PathLike[str] | None = None) -> str:
     """The producer's ring directory (spec §1.1): ``directory`` if given, else $IBVBRIDGE_RING_DIR if set
     and non-empty, else /run/ibvbridge for euid 0, else $XDG_RUNTIME_DIR/ibvbridge when XDG_RUNTIME_DIR is
-    set and absolute, else /dev/shm/ibvbridge-UID."""
+    set and absolute, else /dev/shm/ibvbridge-UID (the first default: a producer skips it for
+    /tmp/ibvbridge-UID when a stranger made it first)."""
     return _shared.default_dir(directory)
 
 

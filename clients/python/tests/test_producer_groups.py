@@ -11,6 +11,7 @@ import pytest
 
 from ibvbridge import layout as L
 from ibvbridge import Overrun, Ring, Timeout
+from fake_producer import until
 
 
 @pytest.fixture
@@ -253,14 +254,6 @@ def test_observer_in_a_group_and_nonzero_reserved_bytes_are_refused_status_5(mak
     bad[0x18] = 1
     assert status(bytes(bad)) == L.STATUS_PROTOCOL
     assert status(L.pack_hello(group_id=7)) == 0  # a member is welcome
-
-
-def until(cond, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.002)
 
 
 def test_drop_detaches_only_the_stalled_member_whatever_the_attach_order(make):
