@@ -438,3 +438,26 @@ def test_group_names_are_1_to_64_bytes_of_utf8(make):
     for c in "é".encode("utf-8"):
         h = ((h ^ c) * 0x01000193) & 0xFFFFFFFF
     assert L.group_id("é") == h
+
+
+def test_produce_cli_grants_consumer_groups(tmp_path):
+    """python -m ibvbridge.produce --consumer-group NAME=UID|@GID[,...] (repeatable) is Producer(groups=);
+    a malformed one is one line on stderr and exit 1."""
+    import subprocess
+    import sys
+    from ibvbridge.produce import parse_consumer_groups
+    assert parse_consumer_groups([]) is None
+    assert parse_consumer_groups(["w=1001,@2000", "w=root", "x=@wheel"]) == {"w": [1001, "@2000", "root"],
+                                                                             "x": ["@wheel"]}
+    for bad in ("w", "w=", "=1", "w=1,,2"):
+        with pytest.raises(ValueError, match="--consumer-group"):
+            parse_consumer_groups([bad])
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-m", "ibvbridge.produce", "--ring", "cg", "--dir", str(tmp_path), "--heaps",
+                        "0", "--hugepages", "off", "--consumer-group", "w=1,"], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=pkg), timeout=60)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "--consumer-group 'w=1,'" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "ibvbridge.produce", "--ring", "cg", "--dir", str(tmp_path), "--heaps",
+                        "0", "--hugepages", "off", "--consumer-group", "w=0,@0"], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=pkg), timeout=60)
+    assert r.returncode == 0, r.stderr
