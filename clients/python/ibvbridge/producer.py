@@ -1,4 +1,4 @@
-"""Producer side of the ibvbridge shared-memory heap ring (docs/ring-layout.md, layout 2.1).
+"""Producer side of the ibvbridge shared-memory heap ring (docs/ring-layout.md, layout 2.2).
 
     import numpy as np, ibvbridge
     with ibvbridge.Producer.create("myring", slot_count=1024, slot_size=4096, policy="block") as p:
@@ -31,6 +31,13 @@ What it does, as the Go producer (ring/producer.go) does:
   ``consumer_errors``); under ``drop`` a full ring detaches the slowest consumers as overrun when another
   is ahead, else the new heap is dropped (``RingFull``); under ``block`` the producer waits on the
   slowest consumer's ``release_futex`` (spec §7.4). No slot any attached consumer holds is ever reused.
+* Consumer groups (spec §14, 2.2): each published position is assigned to one member of every group from
+  what the members publish (``read``, ``handed``): nothing queued first, round robin, else fewest queued —
+  a whole ``publish_batch`` at once, with numpy (``_round_robin``). A 2.2 member bounds the window by its
+  oldest queued position, is woken only for its own positions, and when the ring is full the consumers
+  holding it back are detached (drop) or waited for and named (block: ctl ``blocked_on``). A member that
+  leaves is settled at the detach; every loop over positions covers at most ``slot_count`` of them.
+  ``groups=`` grants who may join which group.
 
 Memory ordering (spec §11): stores through memoryview / numpy / struct into the mappings are plain aligned
 moves. On x86-64 its TSO makes them release stores, in program order, and a full fence is an uncontended
@@ -203,7 +210,8 @@ _valid_name = _shared.valid_name
 def producer_dir(directory: str | os.PathLike[str] | None = None) -> str:
     """The producer's ring directory (spec §1.1): ``directory`` if given, else $IBVBRIDGE_RING_DIR if set
     and non-empty, else /run/ibvbridge for euid 0, else $XDG_RUNTIME_DIR/ibvbridge when XDG_RUNTIME_DIR is
-    set and absolute, else /dev/shm/ibvbridge-UID."""
+    set and absolute, else /dev/shm/ibvbridge-UID (the first default: a producer skips it for
+    /tmp/ibvbridge-UID when a stranger made it first)."""
     return _shared.default_dir(directory)
 
 
@@ -295,15 +303,7 @@ class Grant:
         return uid == 0 or uid in self.uids or gid in self.gids or not self.gids.isdisjoint(groups)
 
 
-def check_group_name(name: str) -> bytes:
-    """A consumer group's name as the bytes its group_id hashes (spec §14.1: UTF-8, 1 ... 64 bytes, no NUL);
-    ValueError naming what is wrong."""
-    if not isinstance(name, str):
-        raise ValueError(f"consumer group name {name!r} is not text")
-    b = name.encode("utf-8")
-    if not 1 <= len(b) <= 64 or b"\0" in b:
-        raise ValueError(f"consumer group name {name!r}: 1 to 64 bytes of UTF-8 without NUL")
-    return b
+check_group_name = _shared.check_group_name
 
 
 def parse_grants(groups: Mapping[str, Iterable[int | str]] | None) -> dict[int, Grant] | None:
@@ -1099,7 +1099,7 @@ class Producer:
                 gen = (self.row_get(idx, "generation") + 1) & 0xFFFFFFFF
                 self.row_set(idx, generation=gen, pid=pid, uid=uid, attach_ns=time.time_ns(), released=start,
                              wakes=0, lost_heaps=0, assigned=0, group_id=group, client_minor=h["minor"],
-                             read=start, queued=0, skipped=0)
+                             read=start if group else 0, queued=0, skipped=0)  # read, queued: members' (§2.2)
                 full_fence()
                 self.row_set(idx, state=L.CONSUMER_ATTACHED)  # last: the row is complete
                 m = Member(conn, idx, gen, rmm, start, pid, uid)

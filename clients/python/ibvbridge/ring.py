@@ -705,6 +705,8 @@ class Ring:
         require_supported()
         if start not in _STARTS:
             raise ValueError(f"start must be 'oldest' or 'head', not {start!r}")
+        if group:
+            _shared.check_group_name(group)  # UTF-8, 1 ... 64 bytes (spec §14.1): ValueError otherwise
         self = cls()
         self.group_id = L.group_id(group or "")
         if self.group_id:

@@ -69,14 +69,29 @@ C_GROUP_SKIPPED = COUNTER["group_skipped"]
 # poll(2) events that mean the other end of a ring socket is gone
 POLL_GONE = select.POLLHUP | select.POLLRDHUP | select.POLLERR | select.POLLNVAL
 
-NAME_RE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$")
+NAME_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}")
 XDG_SUBDIR = "ibvbridge"
 _PATH_FLAGS = getattr(os, "O_PATH", 0o10000000) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def valid_name(name: str) -> bool:
-    """A ring name (spec §1.1): 1-64 characters of [A-Za-z0-9_.-], not starting with '.'."""
-    return NAME_RE.match(name) is not None
+    """A ring name (spec §1.1): 1-64 characters of [A-Za-z0-9_.-] (ASCII), not starting with '.' — the whole
+    string (fullmatch: re's $ would also match before a final newline)."""
+    return NAME_RE.fullmatch(name) is not None
+
+
+def check_group_name(name: str) -> bytes:
+    """A consumer group's name as the bytes its group_id hashes (spec §14.1, §15: UTF-8, 1 ... 64 bytes, no
+    NUL); ValueError naming what is wrong."""
+    if not isinstance(name, str):
+        raise ValueError(f"consumer group name {name!r} is not text")
+    try:
+        b = name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"consumer group name {name!r} is not valid Unicode text") from None
+    if not 1 <= len(b) <= 64 or b"\0" in b:
+        raise ValueError(f"consumer group name {name!r}: 1 to 64 bytes of UTF-8 without NUL")
+    return b
 
 
 # Where a user's default ring directory may lie when XDG_RUNTIME_DIR is not set (spec §1.1): the first of

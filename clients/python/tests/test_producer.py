@@ -21,7 +21,7 @@ from ibvbridge import (Detached, Interrupted, NoConsumer, NoHugePages, NoSpace, 
 from ibvbridge._sys import get_seals
 from ibvbridge.producer import IMMEDIATE, SEALS_SHARED
 
-from fake_producer import pattern
+from fake_producer import pattern, until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PKG = os.path.dirname(HERE)
@@ -56,14 +56,6 @@ def reader(ring, out, n=None):
     t = threading.Thread(target=run, daemon=True)
     t.start()
     return t
-
-
-def until(cond, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.005)
 
 
 # ---------------------------------------------------------------- basics

@@ -11,6 +11,7 @@ import pytest
 
 from ibvbridge import layout as L
 from ibvbridge import Overrun, Ring, Timeout
+from fake_producer import until
 
 
 @pytest.fixture
@@ -255,14 +256,6 @@ def test_observer_in_a_group_and_nonzero_reserved_bytes_are_refused_status_5(mak
     assert status(L.pack_hello(group_id=7)) == 0  # a member is welcome
 
 
-def until(cond, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.002)
-
-
 def test_drop_detaches_only_the_stalled_member_whatever_the_attach_order(make):
     """Spec §14.6: under drop, the consumers holding the ring back are detached when another is not among
     them — here the stalled member attached between an independent consumer and the other member, and
@@ -431,3 +424,69 @@ def test_grants_are_checked_when_the_producer_starts(make_public_producer):
         make_public_producer("g", groups={"w": [-1]})
     with pytest.raises(Exception, match="does not exist"):
         make_public_producer("g", groups={"w": ["@no-such-group-here"]})
+
+
+def test_group_names_are_1_to_64_bytes_of_utf8(make):
+    """Spec §14.1: a group's name is hashed as its UTF-8 bytes, 1 ... 64 of them: a longer one is refused
+    before anything is sent; a non-ASCII one is its UTF-8 bytes' hash."""
+    p = make()
+    with pytest.raises(ValueError, match="1 to 64 bytes"):
+        attach(p, "é" * 33)  # 66 bytes
+    with attach(p, "é" * 32) as r:
+        assert r.group_id == L.group_id("é" * 32) and p.row(r.consumer_index)["group_id"] == r.group_id
+    h = 0x811C9DC5
+    for c in "é".encode("utf-8"):
+        h = ((h ^ c) * 0x01000193) & 0xFFFFFFFF
+    assert L.group_id("é") == h
+
+
+def test_produce_cli_grants_consumer_groups(tmp_path):
+    """python -m ibvbridge.produce --consumer-group NAME=UID|@GID[,...] (repeatable) is Producer(groups=);
+    a malformed one is one line on stderr and exit 1."""
+    import subprocess
+    import sys
+    from ibvbridge.produce import parse_consumer_groups
+    assert parse_consumer_groups([]) is None
+    assert parse_consumer_groups(["w=1001,@2000", "w=root", "x=@wheel"]) == {"w": [1001, "@2000", "root"],
+                                                                             "x": ["@wheel"]}
+    for bad in ("w", "w=", "=1", "w=1,,2"):
+        with pytest.raises(ValueError, match="--consumer-group"):
+            parse_consumer_groups([bad])
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-m", "ibvbridge.produce", "--ring", "cg", "--dir", str(tmp_path), "--heaps",
+                        "0", "--hugepages", "off", "--consumer-group", "w=1,"], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=pkg), timeout=60)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "--consumer-group 'w=1,'" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "ibvbridge.produce", "--ring", "cg", "--dir", str(tmp_path), "--heaps",
+                        "0", "--hugepages", "off", "--consumer-group", "w=0,@0"], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=pkg), timeout=60)
+    assert r.returncode == 0, r.stderr
+
+
+def test_vectorised_assignment_equals_the_rule_applied_one_position_at_a_time():
+    """producer._round_robin (a whole publish_batch at once) picks exactly what spec §14.3's rule picks one
+    position at a time: the fewest queued, ties to the one picked least recently, each pick queued."""
+    import random
+    from ibvbridge.producer import _round_robin
+
+    def one_at_a_time(queued, last, k):
+        queued, last, out = list(queued), list(last), []
+        t = max(last) + 1
+        for _ in range(k):
+            b = min(range(len(queued)), key=lambda i: (queued[i], last[i]))
+            out.append(b)
+            queued[b] += 1
+            last[b] = t
+            t += 1
+        return out
+    rnd = random.Random(7)
+    for _ in range(2000):
+        n = rnd.randint(1, 7)
+        queued = [rnd.choice((0, 0, 1, 2, 5, 40)) for _ in range(n)]
+        last = rnd.sample(range(1000), n)
+        k = rnd.randint(1, 60)
+        choice, counts, lastidx = _round_robin(queued, last, k)
+        want = one_at_a_time(queued, last, k)
+        assert choice.tolist() == want
+        assert counts == [want.count(i) for i in range(n)]
+        assert lastidx == [max((j for j, x in enumerate(want) if x == i), default=-1) for i in range(n)]
