@@ -98,6 +98,7 @@ func TestGroupMemberKilledWhileTheProducerWaitsOnIt(t *testing.T) {
 // it out. Its row's skipped and the counter group_skipped count them; with the other member's heaps they
 // make up the stream, and the monitor reads every heap.
 func TestMemberReleasingUnreadIsCountedSkipped(t *testing.T) {
+	t.Parallel() // mostly waiting on processes: beside another test
 	for _, kind := range producerKinds {
 		t.Run(kind, func(t *testing.T) {
 			const n = 2000

@@ -83,6 +83,7 @@ func TestInterruptWakesABlockedProducer(t *testing.T) {
 // TestInterruptCheckCatchesAMissingWake: the check above fails for each producer built without the
 // interrupt's wake (mutant no-wake): it sleeps out its slice.
 func TestInterruptCheckCatchesAMissingWake(t *testing.T) {
+	t.Parallel() // mostly waiting on processes: beside another test
 	for _, kind := range producerKinds {
 		t.Run(kind, func(t *testing.T) {
 			if interruptBlocked(t, kind, mutantEnv+"=no-wake") {

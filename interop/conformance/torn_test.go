@@ -66,6 +66,7 @@ func TestPausedConsumerNeverVerifiesAReusedSlot(t *testing.T) {
 // detached consumer's row after reusing its slots (mutant row-late): the paused consumer, still
 // attached by its row, verifies another heap's bytes as its own (a verify error).
 func TestTornHeapRaceCatchesRowWrittenAfterReuse(t *testing.T) {
+	t.Parallel() // mostly waiting on processes: beside another test
 	for _, prod := range producerKinds {
 		t.Run(prod+"-producer", func(t *testing.T) {
 			r := tornRace(t, prod, "go", mutantEnv+"=row-late")

@@ -72,6 +72,7 @@ func unmappedAtDetach(t *testing.T, kind string, env ...string) (leftMapped int)
 // /proc/PID/maps right after the detach, with the heartbeat (whose sweep would hide a missing unmap)
 // slowed to 60 s.
 func TestDetachedRegionUnmappedAtOnce(t *testing.T) {
+	t.Parallel() // mostly waiting on processes: beside another test
 	for _, kind := range producerKinds {
 		t.Run(kind, func(t *testing.T) {
 			if n := unmappedAtDetach(t, kind); n != 0 {
@@ -84,6 +85,7 @@ func TestDetachedRegionUnmappedAtOnce(t *testing.T) {
 // TestUnmapCheckCatchesARegionLeftMapped: the check above fails for the Go and C producers built to leave
 // a detached consumer's region to the heartbeat's sweep (mutant no-unmap).
 func TestUnmapCheckCatchesARegionLeftMapped(t *testing.T) {
+	t.Parallel() // mostly waiting on processes: beside another test
 	for _, kind := range []string{"go", "c"} {
 		t.Run(kind, func(t *testing.T) {
 			if n := unmappedAtDetach(t, kind, mutantEnv+"=no-unmap"); n != unmapChecks {
