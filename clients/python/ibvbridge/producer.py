@@ -1154,8 +1154,9 @@ class Producer:
         self._snap = tuple(self.conns.values())
         m.detached = True
         self._settle_departed_locked(m)
+        self.row_set(m.index, released=m.released)
         if "row-late" not in _TEST_MUTANTS:
-            self.row_set(m.index, lost_heaps=lost_heaps, released=m.released)
+            self.row_set(m.index, lost_heaps=lost_heaps)
             full_fence()
             self.row_set(m.index, state=state)
         # Layout 2.1 §A: the consumer checks its row after copying a heap; a slot it held may be reused only
