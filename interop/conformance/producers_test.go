@@ -141,7 +141,7 @@ func startProducer(t *testing.T, kind string, o prodOpts) *producer {
 	})
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if _, err := os.Stat(p.sock()); err == nil {
+		if _, err := ring.Inspect(p.sock(), ""); err == nil { // listening, not only bound
 			return p
 		}
 		select {
