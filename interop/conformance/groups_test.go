@@ -107,17 +107,24 @@ func TestMemberReleasingUnreadIsCountedSkipped(t *testing.T) {
 			if err != nil || status != 0 {
 				t.Fatalf("stranger's hello: status %d %q, %v", status, msg, err)
 			}
-			defer thief.close()
 			// An independent consumer that keeps the end-of-stream marker until the thief's row was read:
 			// the block producer stays open meanwhile.
 			holder, status, msg, err := rawAttach(p.sock(), "")
 			if err != nil || status != 0 {
+				thief.close()
 				t.Fatalf("holder's hello: status %d %q, %v", status, msg, err)
 			}
-			defer holder.close()
-			done, hold := make(chan struct{}), make(chan struct{})
-			go func() { thief.releaseUnread(60*time.Second, hold); close(done) }()
-			go holder.releaseUnread(60*time.Second, hold)
+			done, hold, stop := make(chan struct{}), make(chan struct{}), make(chan struct{})
+			holderDone := make(chan struct{})
+			go func() { thief.releaseUnread(60*time.Second, hold, stop); close(done) }()
+			go func() { holder.releaseUnread(60*time.Second, hold, stop); close(holderDone) }()
+			t.Cleanup(func() { // on every path: the loops end before their mappings go
+				close(stop)
+				<-done
+				<-holderDone
+				thief.close()
+				holder.close()
+			})
 			member := startConsumer(t, "c", p.sock(), "--group-name", "g")
 			monitor := startConsumer(t, "go", p.sock())
 			got := member.wait(t)
@@ -139,7 +146,11 @@ func TestMemberReleasingUnreadIsCountedSkipped(t *testing.T) {
 			})
 			t.Logf("member read %d, stranger skipped %d (group_skipped %d)", got.Heaps, n-got.Heaps, info.Counters["group_skipped"])
 			close(hold)
-			<-done
+			select {
+			case <-done:
+			case <-time.After(20 * time.Second):
+				t.Error("the stranger never saw the ring closed")
+			}
 			if !p.exited(20*time.Second) || p.exitCode() != 0 {
 				t.Errorf("%s producer: exit %v: %s", kind, p.err, p.errb.String())
 			}

@@ -118,8 +118,14 @@ func (m *rawMember) u32(b []byte, off int) *atomic.Uint32 {
 // waiting producer as a release does (§7.4). Once the end of stream is published it keeps the marker
 // (assigned to nobody) unreleased until hold is closed, so that a block producer stays open, its table
 // readable, while the test reads the thief's row.
-func (m *rawMember) releaseUnread(d time.Duration, hold <-chan struct{}) {
+// It returns at once when stop is closed: the caller closes the mappings only after that.
+func (m *rawMember) releaseUnread(d time.Duration, hold, stop <-chan struct{}) {
 	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		select {
+		case <-stop:
+			return
+		default:
+		}
 		head := m.u64(m.ctl, 0x200).Load()
 		if m.u64(m.ctl, 0x500+9*8).Load() != 0 { // end_of_stream (§2.3)
 			select {
