@@ -86,6 +86,7 @@ func TestInterruptCheckCatchesAMissingWake(t *testing.T) {
 	t.Parallel() // mostly waiting on processes: beside another test
 	for _, kind := range producerKinds {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
 			if interruptBlocked(t, kind, mutantEnv+"=no-wake") {
 				t.Errorf("the %s producer without the interrupt's wake exited within %v: the check did not catch it",
 					kind, interruptBound)

@@ -88,6 +88,7 @@ func TestUnmapCheckCatchesARegionLeftMapped(t *testing.T) {
 	t.Parallel() // mostly waiting on processes: beside another test
 	for _, kind := range []string{"go", "c"} {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
 			if n := unmappedAtDetach(t, kind, mutantEnv+"=no-unmap"); n != unmapChecks {
 				t.Errorf("%s producer without the unmap at detach: %d of %d regions left mapped: the check did not catch it",
 					kind, n, unmapChecks)
