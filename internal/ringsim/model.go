@@ -810,10 +810,25 @@ func (m *Model) RowState(row int) (uint32, uint32) { return m.rows[row].state, m
 // Pending reports a block publish waiting.
 func (m *Model) IsPending() bool { return m.pending }
 
+func (o Outcome) withRows(m *Model) Outcome {
+	o.Rows = nil
+	for i := range m.rows {
+		r := Row{State: m.rows[i].state}
+		if c := m.rows[i].c; c != nil {
+			r.Released = c.relDone
+		}
+		o.Rows = append(o.Rows, r)
+	}
+	return o
+}
+
 // Observe reports the model's outcome.
 func (m *Model) Observe() Outcome {
 	m.stats.GroupSkipped = m.groupSkipped()
 	o := Outcome{Head: m.head, Stats: m.stats, BlockedOn: m.blockedOn, Pending: m.pending, Free: len(m.free)}
+	if !caughtUp(o.withRows(m)) {
+		o.Free = -1 // the producers count free slots only then (no leak: all of them)
+	}
 	if !m.pending {
 		o.BlockedOn = 0
 	}

@@ -13,6 +13,12 @@ var (
 	flagSteps = flag.Int("steps", 0, "ringsim: steps per scenario (0: the budget's)")
 )
 
+func TestMain(m *testing.M) {
+	flag.Parse()
+	SetIgnore(os.Getenv("SIM_IGNORE"))
+	os.Exit(m.Run())
+}
+
 // budget is how long TestSim runs: SIM_SECONDS (make sim), else the short budget of make test.
 func budget() time.Duration {
 	if s, err := strconv.ParseFloat(os.Getenv("SIM_SECONDS"), 64); err == nil && s > 0 {
