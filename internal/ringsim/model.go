@@ -148,7 +148,6 @@ type Model struct {
 	picks    uint64
 	departed []*mcons // MutSettleAtNewStart only
 
-	departedSkipped uint64 // skipped of the members that left
 
 	stats     Stats
 	pending   bool
@@ -336,25 +335,16 @@ func (m *Model) updateSkipped(c *mcons) {
 	if !c.member22() {
 		return
 	}
-	var s uint64
-	if c.relAssigned > c.regHanded {
-		s = c.relAssigned - c.regHanded
+	// spec §14.7: released assigned positions − handed, 0 if negative. That difference falls when a
+	// member hands out heaps it held while releasing others unread (handed counts held heaps); skipped is
+	// kept as its highest value, and group_skipped counts each rise (a counter never goes down).
+	if c.relAssigned > c.regHanded && c.relAssigned-c.regHanded > c.skipped {
+		d := c.relAssigned - c.regHanded - c.skipped
+		c.skipped += d
+		if m.mut != MutSkippedNotCounted {
+			m.stats.GroupSkipped += d
+		}
 	}
-	c.skipped = s
-}
-
-// groupSkipped is stats 18 (spec §14.7: skipped summed over every member, the departed ones' as they
-// left it). It falls when a member hands out heaps it holds after releasing others unread: the spec's
-// skipped is released assigned positions − handed, and handed counts held heaps too.
-func (m *Model) groupSkipped() uint64 {
-	if m.mut == MutSkippedNotCounted {
-		return 0
-	}
-	n := m.departedSkipped
-	for _, c := range m.attached {
-		n += c.skipped
-	}
-	return n
 }
 
 // queued counts c's positions in [read, head), and returns the oldest.
@@ -595,7 +585,10 @@ func (m *Model) wake(q uint64, eos bool) {
 		w := eos
 		if !w {
 			if c.member22() {
-				w = m.porig[m.idx(q)]&(1<<c.row) != 0 && !before(q, c.regWakeAt)
+				// wake_at is a head value (§7.5: head − wake_at < 2^63), so "a position assigned to it at or
+				// after its wake_at" (§14.4) is q + 1 ≥ wake_at: read literally it misses the very position
+				// a member that stored wake_at = read + 1 waits for.
+				w = m.porig[m.idx(q)]&(1<<c.row) != 0 && !before(q+1, c.regWakeAt)
 			} else {
 				w = !before(m.head, c.regWakeAt)
 			}
@@ -613,7 +606,6 @@ func (m *Model) detach(c *mcons, kind uint32) {
 		m.advance(c, t)
 	}
 	m.updateSkipped(c)
-	m.departedSkipped += c.skipped
 	row := &m.rows[c.row]
 	row.lost = m.head - c.relDone
 	i := slices.Index(m.attached, c)
@@ -824,7 +816,6 @@ func (o Outcome) withRows(m *Model) Outcome {
 
 // Observe reports the model's outcome.
 func (m *Model) Observe() Outcome {
-	m.stats.GroupSkipped = m.groupSkipped()
 	o := Outcome{Head: m.head, Stats: m.stats, BlockedOn: m.blockedOn, Pending: m.pending, Free: len(m.free)}
 	if !caughtUp(o.withRows(m)) {
 		o.Free = -1 // the producers count free slots only then (no leak: all of them)

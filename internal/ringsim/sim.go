@@ -21,6 +21,7 @@ type actor struct {
 	stopped, thief, waiting  bool
 	departed                 bool // its departure was accounted in the ledger
 	unread                   uint64 // own positions it released without handing them out
+	skipHW                   uint64 // the most unread − held it showed the producer (its row's skipped)
 }
 
 func (a *actor) member22() bool { return a.group != 0 && a.minor >= 2 }
@@ -481,7 +482,7 @@ func (l *lane) check(s Scenario, o Outcome) string {
 		}
 		a.departed, a.live = true, false
 		if a.member22() && a.unread > uint64(len(a.held)) {
-			l.skippedGone += a.unread - uint64(len(a.held))
+			a.skipHW = max(a.skipHW, a.unread-uint64(len(a.held)))
 		}
 		r := o.Rows[a.row]
 		if r.Gen != a.gen {
@@ -502,14 +503,14 @@ func (l *lane) check(s Scenario, o Outcome) string {
 	if o.Stats.GroupLost != l.expLost {
 		return fmt.Sprintf("group_lost %d, but departed members left %d of their positions unreleased", o.Stats.GroupLost, l.expLost)
 	}
-	// spec §14.7: skipped = released assigned − handed (0 if negative), handed counting held heaps
-	skipped := l.skippedGone
+	// spec §14.7: skipped = released assigned − handed (0 if negative), handed counting held heaps; its
+	// highest value is what a row keeps and group_skipped sums
+	skipped := uint64(0)
 	for _, a := range l.acts {
-		if a.member22() && a.unread > uint64(len(a.held)) {
-			if a.live {
-				skipped += a.unread - uint64(len(a.held))
-			}
+		if a.member22() && a.live && a.unread > uint64(len(a.held)) {
+			a.skipHW = max(a.skipHW, a.unread-uint64(len(a.held)))
 		}
+		skipped += a.skipHW
 	}
 	l.expSkipped = skipped
 	if o.Stats.GroupSkipped != l.expSkipped && !ignore["group_skipped"] {
