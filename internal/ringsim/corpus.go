@@ -17,10 +17,12 @@ func (s *script) attach(group uint32, start uint32) int {
 	return s.n - 1
 }
 
-func (s *script) op(k OpKind, c, n, mode int) { s.ops = append(s.ops, Op{K: k, C: c, N: n, Mode: mode}) }
-func (s *script) publish(n int)              { s.ops = append(s.ops, Op{K: OpPublish, N: n}) }
-func (s *script) readAll(c int)              { s.op(OpRead, c, 1<<20, 0) }
-func (s *script) releaseAll(c int)           { s.op(OpRelease, c, 0, 0) }
+func (s *script) op(k OpKind, c, n, mode int) {
+	s.ops = append(s.ops, Op{K: k, C: c, N: n, Mode: mode})
+}
+func (s *script) publish(n int)    { s.ops = append(s.ops, Op{K: OpPublish, N: n}) }
+func (s *script) readAll(c int)    { s.op(OpRead, c, 1<<20, 0) }
+func (s *script) releaseAll(c int) { s.op(OpRelease, c, 0, 0) }
 
 // CorpusCase is one known defect as a scenario.
 type CorpusCase struct {

@@ -15,14 +15,15 @@ const hangAfter = 3 * time.Second
 // calls on one goroutine (its hot path), consumers through real sockets and their mapped regions.
 type GoDriver struct {
 	*rawRing
-	p      *ring.Producer
-	p0     uint64
-	work   chan func()
-	busy   chan struct{} // the hot path's current call ended (buffered 1)
-	pend   bool          // a block publish is waiting in the hot path
-	pendR  Result
-	hung   error
-	policy Policy
+	p       *ring.Producer
+	p0      uint64
+	work    chan func()
+	busy    chan struct{} // the hot path's current call ended (buffered 1)
+	pend    bool          // a block publish is waiting in the hot path
+	pendR   Result
+	pendErr error
+	hung    error
+	policy  Policy
 }
 
 // NewGoDriver creates ring "sim" in dir with s's shape.
@@ -81,7 +82,7 @@ func (d *GoDriver) publishFunc(eos bool) func() {
 				d.p.Add(ring.CounterDroppedHeaps, 1) // the caller counts what it drops (as recv does)
 				d.pendR = Dropped
 			} else {
-				d.pendR = Full
+				d.pendR, d.pendErr = Full, err
 			}
 			return
 		}
@@ -102,6 +103,11 @@ func (d *GoDriver) Publish(eos bool, want Result) (Result, error) {
 		wait = 5 * time.Millisecond // the model says it waits: give it a moment to prove otherwise
 	}
 	if d.call(d.publishFunc(eos), wait) {
+		if d.pendErr != nil {
+			err := fmt.Errorf("publish: %w", d.pendErr)
+			d.pendErr = nil
+			return 0, err
+		}
 		return d.pendR, nil
 	}
 	if d.policy == Drop || want != Pending {
@@ -136,6 +142,14 @@ func (d *GoDriver) Settle(want Outcome) error {
 		}
 	}
 	d.p.UnreadHeaps() // reads every cursor (any goroutine may)
+	if d.pend {
+		// a waiting producer names whom it waits for when it looks again (§7.4: at most every 250 ms)
+		for deadline := time.Now().Add(400 * time.Millisecond); time.Now().Before(deadline); time.Sleep(100 * time.Microsecond) {
+			if u32(d.ctl, ctlBlockedOn).Load() == want.BlockedOn {
+				break
+			}
+		}
+	}
 	return nil
 }
 

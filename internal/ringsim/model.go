@@ -53,9 +53,9 @@ func (r Result) String() string {
 
 // Row is one consumer-table row as a target reports it (spec §2.2).
 type Row struct {
-	State, Gen, Group, Minor                           uint32
+	State, Gen, Group, Minor                        uint32
 	Released, Assigned, Read, Queued, Skipped, Lost uint64
-	Wakes                                              uint64
+	Wakes                                           uint64
 }
 
 // Stats are the counters the simulation compares (spec §2.3).
@@ -147,7 +147,6 @@ type Model struct {
 	attachN  uint64
 	picks    uint64
 	departed []*mcons // MutSettleAtNewStart only
-
 
 	stats     Stats
 	pending   bool
@@ -697,10 +696,32 @@ func (m *Model) Attach(group uint32, minor uint16, start uint32) (row int, gen u
 	return row, m.rows[row].gen, s, StatusOK
 }
 
-// AllowedStart reports whether a start=0 consumer may begin at s (spec §7.1: from oldest on, every
-// position from s to head holding its slot).
-func (m *Model) AllowedStart(s uint64) bool {
-	return !before(s, m.Oldest()) && !before(m.head, s)
+// Rebase moves the consumer just attached in row to start s, a start=0 position a real producer chose
+// differently (spec §7.1 lets producers differ: the lowest position an attached consumer has not released,
+// or oldest, which moves when that producer reclaims). s must be within the last slot_count published
+// positions; positions from s on that the model had taken back hold a slot again (the producer kept them).
+func (m *Model) Rebase(row int, s uint64) bool {
+	c := m.rows[row].c
+	if c == nil || c.member() || before(m.head, s) || m.head-s > m.N || before(s, m.p0) {
+		return false
+	}
+	for q := s; q != m.head; q++ {
+		i := m.idx(q)
+		if m.pseq[i] != q+1 {
+			return false
+		}
+		if !m.pheld[i] {
+			if len(m.free) == 0 {
+				return false
+			}
+			sl := m.free[len(m.free)-1]
+			m.free = m.free[:len(m.free)-1]
+			m.pheld[i], m.pslot[i] = true, sl
+			m.slotUsed[sl], m.slotPos[sl] = true, q
+		}
+	}
+	c.start, c.relDone, c.read, c.regTail = s, s, s, s
+	return true
 }
 
 func (m *Model) start0() uint64 {

@@ -74,12 +74,19 @@ func (s Scenario) Describe() string {
 	return fmt.Sprintf("seed %d: %d slots, %d rows, %s, start %d", s.Seed, s.Slots, s.Rows, s.Policy, s.P0)
 }
 
+// NoWrap starts every generated scenario's cursors at 0 (SIM_NO_WRAP=1), to look past a producer's
+// defect near 2^64 at the rest.
+var NoWrap bool
+
 // ScenarioFor derives a ring's shape from a seed.
 func ScenarioFor(seed uint64) Scenario {
 	r := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
 	s := Scenario{Seed: seed, Slots: 1 << (1 + r.IntN(4)), Rows: 2 + r.IntN(6), Policy: Policy(r.IntN(2))}
 	if r.IntN(2) == 0 {
 		s.P0 = -uint64(1 + r.IntN(int(3*s.Slots)))
+	}
+	if NoWrap {
+		s.P0 = 0
 	}
 	return s
 }
@@ -125,6 +132,9 @@ func (g *gen) next(m *Model, acts []*actor) Op {
 		case x < 8 || len(live) == 0:
 			if !freeRow || g.eos {
 				if len(live) == 0 {
+					if g.eos {
+						return Op{K: OpResume} // nothing left to do: a no-op
+					}
 					return Op{K: OpPublish, N: 1}
 				}
 				continue

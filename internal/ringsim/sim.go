@@ -8,20 +8,20 @@ import (
 
 // actor is a consumer played through a target's memory, as a 2.2 client (or a 2.1 member) reads.
 type actor struct {
-	id                       int
-	live                     bool // attached as far as the harness knows
-	observer                 bool
-	row                      int
-	gen                      uint32
-	group                    uint32
-	minor                    uint16
-	start, read, tail        uint64
-	handed                   uint64
-	held                     []uint64
-	stopped, thief, waiting  bool
-	departed                 bool // its departure was accounted in the ledger
-	unread                   uint64 // own positions it released without handing them out
-	skipHW                   uint64 // the most unread − held it showed the producer (its row's skipped)
+	id                      int
+	live                    bool // attached as far as the harness knows
+	observer                bool
+	row                     int
+	gen                     uint32
+	group                   uint32
+	minor                   uint16
+	start, read, tail       uint64
+	handed                  uint64
+	held                    []uint64
+	stopped, thief, waiting bool
+	departed                bool   // its departure was accounted in the ledger
+	unread                  uint64 // own positions it released without handing them out
+	skipHW                  uint64 // the most unread − held it showed the producer (its row's skipped)
 }
 
 func (a *actor) member22() bool { return a.group != 0 && a.minor >= 2 }
@@ -159,6 +159,14 @@ func playOp(s Scenario, m *Model, lanes []*lane, op Op) *laneErr {
 			if err != nil {
 				return &laneErr{l.t.Name(), err.Error()}
 			}
+			if i == 1 && st == StatusOK && st0 == StatusOK && !op.Observer && row == row0 && tail != tail0 &&
+				op.Group == 0 && op.Start == 0 && m.Rebase(row, tail) {
+				// a start the spec allows this producer (§7.1): the model and its consumer follow it
+				if a := lanes[0].acts[op.C]; a != nil {
+					a.start, a.read, a.tail = tail, tail, tail
+				}
+				tail0 = tail
+			}
 			if i == 0 {
 				row0, tail0, st0 = row, tail, st
 			} else if st != st0 || !op.Observer && st == StatusOK && (row != row0 || tail != tail0) {
@@ -199,6 +207,33 @@ func playOp(s Scenario, m *Model, lanes []*lane, op Op) *laneErr {
 		}
 		return nil
 	}
+	if op.K == OpDetach || op.K == OpSleep {
+		// release, let every producer see it (a block publish may go on), then close or announce the
+		// wait: a producer woken by the release races what follows otherwise
+		rel := Op{K: OpRelease, C: op.C, Mode: 2}
+		if op.K == OpSleep {
+			rel.Mode = 3
+		}
+		for _, l := range lanes {
+			if op.C < len(l.acts) {
+				if msg := l.act(s, rel, l.acts[op.C]); msg != "" {
+					return &laneErr{l.t.Name(), msg}
+				}
+			}
+		}
+		m.Settle()
+		want := m.Observe()
+		for _, l := range lanes[1:] {
+			if err := l.t.Settle(want); err != nil {
+				return &laneErr{l.t.Name(), err.Error()}
+			}
+		}
+		for _, l := range lanes {
+			if msg := l.checkMasks(); msg != "" {
+				return &laneErr{l.t.Name(), msg}
+			}
+		}
+	}
 	for _, l := range lanes {
 		if op.C >= len(l.acts) {
 			continue
@@ -238,11 +273,6 @@ func (l *lane) act(s Scenario, op Op, a *actor) string {
 		a.live = false
 		return errString(t.Close(a.row, a.gen))
 	case OpDetach:
-		if l.attached(a) {
-			if msg := l.release(a, a.read, true); msg != "" {
-				return msg
-			}
-		}
 		a.live = false
 		return errString(t.Close(a.row, a.gen))
 	case OpBogusTail:
@@ -278,6 +308,18 @@ func (l *lane) act(s Scenario, op Op, a *actor) string {
 		}
 		return l.read(s, a, op.N)
 	case OpRelease:
+		if op.Mode == 2 { // before a detach: everything looked at (§7.6), stopped or not
+			if !l.attached(a) {
+				return ""
+			}
+			return l.release(a, a.read, true)
+		}
+		if op.Mode == 3 { // before a sleep: holding nothing, everything looked at (§14.4)
+			if a.stopped || !l.attached(a) || len(a.held) > 0 || a.tail == a.read {
+				return ""
+			}
+			return l.release(a, a.read, false)
+		}
 		if a.stopped {
 			return ""
 		}
@@ -288,11 +330,6 @@ func (l *lane) act(s Scenario, op Op, a *actor) string {
 	case OpSleep:
 		if a.stopped || !l.attached(a) {
 			return ""
-		}
-		if len(a.held) == 0 && a.tail != a.read {
-			if msg := l.release(a, a.read, false); msg != "" {
-				return msg
-			}
 		}
 		l.storeProgress(a)
 		t.Store(a.row, FWakeAt, a.read+1)

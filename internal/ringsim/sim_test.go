@@ -16,6 +16,7 @@ var (
 func TestMain(m *testing.M) {
 	flag.Parse()
 	SetIgnore(os.Getenv("SIM_IGNORE"))
+	NoWrap = os.Getenv("SIM_NO_WRAP") == "1"
 	os.Exit(m.Run())
 }
 
