@@ -45,7 +45,8 @@ func Corpus() []CorpusCase {
 			s.publish(1)
 			for _, c := range []int{a, b, mon} {
 				s.readAll(c)
-				s.op(OpSleep, c, 0, 0) // holds nothing: moves its tail to read, waits
+				s.releaseAll(c)
+				s.op(OpSleep, c, 0, 0)
 			}
 		}
 		cs = append(cs, CorpusCase{"stopped-member-drop", "a stopped member under drop gets the monitor and healthy members detached",

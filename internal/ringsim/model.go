@@ -363,7 +363,15 @@ func (m *Model) queued(c *mcons) (n, u uint64) {
 // windowBound is the position c keeps the window at (q must stay below it + slot_count), ok false when
 // c does not bound the window (spec §14.5).
 func (m *Model) windowBound(c *mcons) (uint64, bool) {
-	if !c.member22() || m.mut == MutWindowFromTail {
+	if m.mut == MutWindowFromTail {
+		return c.relDone, true
+	}
+	return m.windowBoundSpec(c)
+}
+
+// windowBoundSpec is windowBound as the spec words it, whatever the mutation (HoldBack's).
+func (m *Model) windowBoundSpec(c *mcons) (uint64, bool) {
+	if !c.member22() {
 		return c.relDone, true
 	}
 	n, u := m.queued(c)
@@ -389,7 +397,7 @@ func (m *Model) HoldBack(q, o uint64, hasO bool) []int {
 	var rows []int
 	for _, c := range m.attached {
 		hb := false
-		if b, ok := m.windowBound(c); ok && q-b >= m.N {
+		if b, ok := m.windowBoundSpec(c); ok && q-b >= m.N {
 			hb = true
 		}
 		if hasO && !before(o, c.relDone) {
