@@ -572,7 +572,7 @@ func (l *lane) check(s Scenario, o Outcome) string {
 }
 
 // Ignore names outcome fields a comparison leaves out (SIM_IGNORE, comma-separated): "blocked_on",
-// "progress" (rows' read, queued, skipped), "group_skipped", "wakes" — what a 2.1 producer does not have,
+// "progress" (rows' read, queued, skipped), "group_skipped", "wakes", "assigned" — what a 2.1 producer does not have,
 // to look past them at what it does.
 type Ignore map[string]bool
 
@@ -599,6 +599,9 @@ func diff(w, g Outcome, ig Ignore) string {
 	for i := range min(len(w.Rows), len(g.Rows)) {
 		if ig["progress"] {
 			g.Rows[i].Read, g.Rows[i].Queued, g.Rows[i].Skipped = w.Rows[i].Read, w.Rows[i].Queued, w.Rows[i].Skipped
+		}
+		if ig["assigned"] {
+			g.Rows[i].Assigned = w.Rows[i].Assigned
 		}
 		if ig["wakes"] {
 			g.Rows[i].Wakes = w.Rows[i].Wakes
