@@ -153,6 +153,9 @@ type Model struct {
 	blockedOn uint32
 	ended     bool
 
+	obsMasks []uint64
+	obsRows  []Row
+
 	LoopMax uint64 // the longest loop over positions any step ran
 	steps   uint64 // positions looked at, for steps/s figures
 	viol    *Violation
@@ -831,31 +834,31 @@ func (m *Model) RowState(row int) (uint32, uint32) { return m.rows[row].state, m
 // Pending reports a block publish waiting.
 func (m *Model) IsPending() bool { return m.pending }
 
-func (o Outcome) withRows(m *Model) Outcome {
-	o.Rows = nil
-	for i := range m.rows {
-		r := Row{State: m.rows[i].state}
-		if c := m.rows[i].c; c != nil {
-			r.Released = c.relDone
+// caughtUp is the outcome's caughtUp, without building one.
+func (m *Model) caughtUp() bool {
+	for _, c := range m.attached {
+		if c.relDone != m.head {
+			return false
 		}
-		o.Rows = append(o.Rows, r)
 	}
-	return o
+	return len(m.attached) > 0
 }
 
 // Observe reports the model's outcome.
 func (m *Model) Observe() Outcome {
 	o := Outcome{Head: m.head, Stats: m.stats, BlockedOn: m.blockedOn, Pending: m.pending, Free: len(m.free)}
-	if !caughtUp(o.withRows(m)) {
+	if !m.caughtUp() {
 		o.Free = -1 // the producers count free slots only then (no leak: all of them)
 	}
 	if !m.pending {
 		o.BlockedOn = 0
 	}
 	o.MaskFrom = m.windowLo()
+	o.Masks, o.Rows = m.obsMasks[:0], m.obsRows[:0] // reused: an outcome is read before the next one is made
 	for q := o.MaskFrom; q != m.head; q++ {
 		o.Masks = append(o.Masks, m.porig[m.idx(q)])
 	}
+	defer func() { m.obsMasks, m.obsRows = o.Masks, o.Rows }()
 	for i := range m.rows {
 		r := &m.rows[i]
 		row := Row{State: r.state, Gen: r.gen}

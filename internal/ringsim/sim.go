@@ -86,7 +86,7 @@ func Run(s Scenario, steps int, mut Mutation, reals ...Target) (*Model, error) {
 		lanes = append(lanes, newLane(t, s.P0))
 	}
 	g := newGen(s)
-	var trail []string
+	var trail []Op
 	for step := 0; step < steps; step++ {
 		var op Op
 		if s.Ops != nil {
@@ -97,12 +97,15 @@ func Run(s Scenario, steps int, mut Mutation, reals ...Target) (*Model, error) {
 		} else {
 			op = g.next(m, lanes[0].acts)
 		}
-		trail = append(trail, op.String())
+		trail = append(trail, op)
 		if len(trail) > 64 {
 			trail = trail[32:]
 		}
 		fail := func(tn, msg string) error {
-			f := &Failure{Scenario: s, Step: step, Op: op, Target: tn, Msg: msg, Trail: slices.Clone(trail), Mutation: mut}
+			f := &Failure{Scenario: s, Step: step, Op: op, Target: tn, Msg: msg, Mutation: mut}
+			for _, o := range trail {
+				f.Trail = append(f.Trail, o.String())
+			}
 			for _, l := range lanes[1:] {
 				f.Targets = append(f.Targets, l.t.Name())
 			}
@@ -169,7 +172,8 @@ func playOp(s Scenario, m *Model, lanes []*lane, op Op) *laneErr {
 			}
 			if i == 0 {
 				row0, tail0, st0 = row, tail, st
-			} else if st != st0 || !op.Observer && st == StatusOK && (row != row0 || tail != tail0) {
+			} else if !op.Observer && (st != st0 || st == StatusOK && (row != row0 || tail != tail0)) {
+				// (an observer's place is freed when its producer sees the close: not compared)
 				return &laneErr{l.t.Name(), fmt.Sprintf("attach: status %d row %d start %d, the model: status %d row %d start %d", st, row, tail, st0, row0, tail0)}
 			}
 			a := &actor{id: op.C, row: row, gen: gen, group: op.Group, minor: op.Minor, start: tail, read: tail,
