@@ -651,6 +651,7 @@ static void init_ring(struct ibvb_ring *r, const struct target *t, const struct 
 	ibvb_set_spin_budget(r, IBVB_DEFAULT_SPIN_BUDGET_NS);
 	r->read = r->released = r->stored = r->cached_head =
 	    atomic_load_explicit(&r->region->tail, memory_order_acquire);
+	r->read_stored = r->read; /* the producer stored read = tail before the welcome */
 	r->release_batch = r->slot_count / 8 < 1 ? 1 : (r->slot_count / 8 > 64 ? 64 : r->slot_count / 8);
 	r->group_id = t->group_id;
 }
@@ -809,6 +810,40 @@ int ibvb_producer_alive(const struct ibvb_ring *r)
 	return 1;
 }
 
+void ibvb__member_flush(struct ibvb_ring *r)
+{
+	ibvb__member_publish(r);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&r->ctl->producer_waiting, memory_order_relaxed) != 0)
+		ibvb__wake_producer(r); /* as a release does (spec §14.2) */
+}
+
+/* Spec §14.4: a 2.2 member found position pos lapped (head more than slot_count ahead of it, or its
+ * descriptor rewritten by a later lap). Detached wins; still attached, the positions it missed were not
+ * its own (the producer keeps every position assigned to it until it has read it): read moves to
+ * head - slot_count, the oldest descriptor that can still be one of its own (or, when head has not moved
+ * that far yet, past pos) and goes on. A member holding
+ * a heap cannot be lapped by a producer that keeps the rules: corrupt. */
+int ibvb__member_lapped(struct ibvb_ring *r, uint64_t pos)
+{
+	if (!ibvb__attached(r)) {
+		int rc = ibvb__row_changed(r);
+		if (rc < 0)
+			return rc;
+	}
+	uint64_t head = atomic_load_explicit(&r->ctl->head, memory_order_acquire);
+	if (r->released != r->read || head - pos > (1ull << 62))
+		return ibvb__corrupt_desc(r, pos, "lapped while holding", r->read - r->released, head - pos);
+	uint64_t to = head - r->slot_count;
+	if (to - pos > head - pos || to == pos)
+		to = pos + 1; /* head - slot_count is not after pos: move past pos alone */
+	r->read = r->released = to;
+	r->cached_head = head;
+	ibvb_flush_release(r);
+	ibvb__member_flush(r);
+	return 0;
+}
+
 void ibvb__wake_producer(struct ibvb_ring *r)
 {
 	/* Spec §7.4: plain load and store (this consumer is the word's only writer), then a shared wake. */
@@ -891,8 +926,12 @@ int ibvb_wait(struct ibvb_ring *r, struct ibvb_heap *h, int timeout_ms)
 		 * before saying -EAGAIN). */
 		uint32_t f = atomic_load_explicit(&g->consumer_futex, memory_order_acquire);
 		atomic_store_explicit(&g->wake_at, r->read + (coalesce ? r->coalesce_heaps : 1), memory_order_relaxed);
+		if (r->group_bit)
+			ibvb__member_publish(r); /* spec §14.2: read and handed before consumer_waiting */
 		atomic_store_explicit(&g->consumer_waiting, 1, memory_order_relaxed);
 		atomic_thread_fence(memory_order_seq_cst);
+		if (r->group_bit && atomic_load_explicit(&r->ctl->producer_waiting, memory_order_relaxed) != 0)
+			ibvb__wake_producer(r);
 		rc = ibvb_peek(r, h); /* re-reads head (acquire) and the row; step 2: CLOSED and drained → -ENODATA */
 		if (rc != -EAGAIN) {
 			atomic_store_explicit(&g->consumer_waiting, 0, memory_order_relaxed);
@@ -945,7 +984,7 @@ static const char *const counter_names[IBVB_CTR_COUNT] = {
     "duplicate_packets", "truncated_heaps", "discarded_incomplete_heaps",
     "end_of_stream",     "consumers_attached", "consumer_overruns",
     "consumer_errors",   "chunks",          "incomplete_chunks",
-    "too_old_heaps",     "rejected_heaps",  "group_lost",
+    "too_old_heaps",     "rejected_heaps",  "group_lost",      "group_skipped",
 };
 
 const char *ibvb_counter_name(unsigned idx) { return idx < IBVB_CTR_COUNT ? counter_names[idx] : NULL; }
