@@ -21,6 +21,9 @@ func realTargets(t *testing.T, s Scenario) []Target {
 		switch n {
 		case "go":
 			tg, err = NewGoDriver(t.TempDir(), s)
+		case "py":
+			tg, err = NewProcDriver("py", []string{"/usr/bin/python3", "../../clients/python/tests/sim_driver.py"},
+				[]string{"PYTHONPATH=../../clients/python"}, t.TempDir(), s)
 		case "model", "":
 			continue
 		default:
