@@ -49,7 +49,7 @@ test-docs: build
 SIM_SECONDS ?= 300
 SIM_TARGETS ?= go
 sim:
-	SIM_SECONDS=$(SIM_SECONDS) SIM_TARGETS=$(SIM_TARGETS) $(GO) test -count=1 -timeout 0 -v -run '^(TestSim|TestSimProducers)$$' ./internal/ringsim/
+	SIM_STRICT=1 SIM_SECONDS=$(SIM_SECONDS) SIM_TARGETS=$(SIM_TARGETS) $(GO) test -count=1 -timeout 0 -v -run '^(TestSim|TestSimProducers)$$' ./internal/ringsim/
 
 # A fuzzing session on every parser and the assembler, and on both sides of the ring's trust boundary
 # (hello records and consumer regions as the producer reads them; header, descriptors, item tables and

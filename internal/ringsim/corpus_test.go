@@ -17,6 +17,7 @@ func TestCorpusModel(t *testing.T) {
 // TestCorpusProducers: every known-defect scenario passes against the real producers (SIM_TARGETS);
 // each fails against a 2.1 producer.
 func TestCorpusProducers(t *testing.T) {
+	applyKnown(t, simTargets())
 	for _, c := range Corpus() {
 		t.Run(c.Name, func(t *testing.T) {
 			ts := realTargets(t, c.S)

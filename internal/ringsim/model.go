@@ -153,6 +153,8 @@ type Model struct {
 	blockedOn uint32
 	ended     bool
 
+	skippedGone uint64 // skipped of the members that left
+
 	obsMasks []uint64
 	obsRows  []Row
 
@@ -337,16 +339,24 @@ func (m *Model) updateSkipped(c *mcons) {
 	if !c.member22() {
 		return
 	}
-	// spec §14.7: released assigned positions − handed, 0 if negative. That difference falls when a
-	// member hands out heaps it held while releasing others unread (handed counts held heaps); skipped is
-	// kept as its highest value, and group_skipped counts each rise (a counter never goes down).
-	if c.relAssigned > c.regHanded && c.relAssigned-c.regHanded > c.skipped {
-		d := c.relAssigned - c.regHanded - c.skipped
-		c.skipped += d
-		if m.mut != MutSkippedNotCounted {
-			m.stats.GroupSkipped += d
-		}
+	// spec §14.7: released assigned positions − handed, 0 if negative (handed counts held heaps too, so it
+	// falls when a member hands out heaps it held after releasing others unread)
+	c.skipped = 0
+	if c.relAssigned > c.regHanded {
+		c.skipped = c.relAssigned - c.regHanded
 	}
+}
+
+// groupSkipped is stats 18: skipped summed over every member (§14.7), the departed ones' as they left.
+func (m *Model) groupSkipped() uint64 {
+	if m.mut == MutSkippedNotCounted {
+		return 0
+	}
+	n := m.skippedGone
+	for _, c := range m.attached {
+		n += c.skipped
+	}
+	return n
 }
 
 // queued counts c's positions in [read, head), and returns the oldest.
@@ -616,6 +626,7 @@ func (m *Model) detach(c *mcons, kind uint32) {
 		m.advance(c, t)
 	}
 	m.updateSkipped(c)
+	m.skippedGone += c.skipped
 	row := &m.rows[c.row]
 	row.lost = m.head - c.relDone
 	i := slices.Index(m.attached, c)
@@ -846,6 +857,7 @@ func (m *Model) caughtUp() bool {
 
 // Observe reports the model's outcome.
 func (m *Model) Observe() Outcome {
+	m.stats.GroupSkipped = m.groupSkipped()
 	o := Outcome{Head: m.head, Stats: m.stats, BlockedOn: m.blockedOn, Pending: m.pending, Free: len(m.free)}
 	if !m.caughtUp() {
 		o.Free = -1 // the producers count free slots only then (no leak: all of them)

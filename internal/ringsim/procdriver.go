@@ -81,10 +81,19 @@ func (d *ProcDriver) ask(line string) (string, error) {
 			d.dead = fmt.Errorf("%s driver: %q: %w", d.name, line, a.err)
 		}
 		return a.s, d.dead
-	case <-time.After(hangAfter + 2*time.Second):
-		d.dead = fmt.Errorf("%s driver: %q not answered in %v (a loop?)", d.name, line, hangAfter+2*time.Second)
+	case <-time.After(d.patience(line)):
+		d.dead = fmt.Errorf("%s driver: %q not answered in %v (a loop?)", d.name, line, d.patience(line))
 		return "", d.dead
 	}
+}
+
+// patience is how long a command may take: create starts an interpreter (numpy's import, on a busy
+// machine); everything else is bounded by the producer's own loops.
+func (d *ProcDriver) patience(line string) time.Duration {
+	if strings.HasPrefix(line, "create") {
+		return 60 * time.Second
+	}
+	return hangAfter + 2*time.Second
 }
 
 func parseResult(s string) (Result, bool, error) {
@@ -183,4 +192,3 @@ func (d *ProcDriver) Shutdown() {
 		<-done
 	}
 }
-

@@ -10,10 +10,7 @@ import (
 // realTargets makes the drivers SIM_TARGETS names (default: go) for scenario s, shut down with the test.
 func realTargets(t *testing.T, s Scenario) []Target {
 	t.Helper()
-	names := os.Getenv("SIM_TARGETS")
-	if names == "" {
-		names = "go"
-	}
+	names := simTargets()
 	var ts []Target
 	for _, n := range strings.Split(names, ",") {
 		var tg Target
@@ -24,6 +21,15 @@ func realTargets(t *testing.T, s Scenario) []Target {
 		case "py":
 			tg, err = NewProcDriver("py", []string{"/usr/bin/python3", "../../clients/python/tests/sim_driver.py"},
 				[]string{"PYTHONPATH=../../clients/python"}, t.TempDir(), s)
+		case "c":
+			bin := "../../clients/c/build/sim_driver"
+			if _, err := os.Stat(bin); err != nil {
+				t.Fatalf("SIM_TARGETS=c: %v (make -C clients/c builds it)", err)
+			}
+			if s.P0 != 0 {
+				t.Fatalf("SIM_TARGETS=c: the C producer starts at position 0, the scenario at %d (SIM_NO_WRAP=1)", s.P0)
+			}
+			tg, err = NewProcDriver("c", []string{bin}, nil, t.TempDir(), s)
 		case "model", "":
 			continue
 		default:
@@ -40,9 +46,69 @@ func realTargets(t *testing.T, s Scenario) []Target {
 	return ts
 }
 
+// Known divergences of the producers from the spec (as the model reads it), found by this simulation and
+// reported; a default run looks past them (each named), SIM_STRICT=1 (make sim) does not, and
+// TestKnownDivergencesStillReproduce fails once one is gone, so the list cannot outlive the defect.
+var known = []struct {
+	target, name, why string
+	ignore           string // SIM_IGNORE fields
+	noWrap           bool   // cursors start at 0
+	seed             uint64 // a strict reproduction (0: none safe to run: it hangs the producer)
+	steps            int
+}{
+	{"go", "skipped-high-water", "the Go producer keeps a member's skipped at its highest value and counts each rise in group_skipped; §14.7's skipped is released assigned − handed, which falls when a member hands out heaps it held, and group_skipped their sum (as C and Python count)",
+		"skipped,group_skipped", false, 1, 42},
+	{"go", "initial-position-commit", "with InitialPosition set, the Go producer's committed starts at 0: the first commit with a group member attached assigns ~2^64 positions (hangs under its lock)",
+		"", true, 0, 0},
+}
+
+// applyKnown sets the comparisons to look past the known divergences of targets, unless SIM_STRICT=1.
+func applyKnown(t *testing.T, targets string) {
+	if os.Getenv("SIM_STRICT") == "1" {
+		return
+	}
+	ig, wrap := os.Getenv("SIM_IGNORE"), NoWrap
+	for _, k := range known {
+		if strings.Contains(targets, k.target) {
+			t.Logf("looking past known divergence %s/%s (SIM_STRICT=1 shows it): %s", k.target, k.name, k.why)
+			if k.ignore != "" {
+				ig += "," + k.ignore
+			}
+			NoWrap = NoWrap || k.noWrap
+		}
+	}
+	SetIgnore(ig)
+	t.Cleanup(func() { SetIgnore(os.Getenv("SIM_IGNORE")); NoWrap = wrap })
+}
+
+func simTargets() string {
+	if s := os.Getenv("SIM_TARGETS"); s != "" {
+		return s
+	}
+	return "go"
+}
+
+// TestKnownDivergencesStillReproduce: each known divergence with a safe reproduction still fails strictly.
+func TestKnownDivergencesStillReproduce(t *testing.T) {
+	for _, k := range known {
+		if k.seed == 0 || !strings.Contains(simTargets(), k.target) {
+			continue
+		}
+		t.Run(k.name, func(t *testing.T) {
+			s := ScenarioFor(k.seed)
+			if _, err := Run(s, k.steps, MutNone, realTargets(t, s)...); err == nil {
+				t.Fatalf("known divergence %s/%s no longer reproduces with seed %d: remove it from the list", k.target, k.name, k.seed)
+			} else {
+				t.Logf("still reproduces: %s", firstLine(err))
+			}
+		})
+	}
+}
+
 // TestSimProducers plays seeded scenarios against the real producers (SIM_TARGETS) and the model in
 // lockstep: every outcome compared, every invariant checked on each, after every step.
 func TestSimProducers(t *testing.T) {
+	applyKnown(t, simTargets())
 	steps := 300
 	if *flagSteps > 0 {
 		steps = *flagSteps
@@ -69,5 +135,5 @@ func TestSimProducers(t *testing.T) {
 			break
 		}
 	}
-	t.Logf("%d operations against %s in %v (%.0f/s)", n, os.Getenv("SIM_TARGETS"), time.Since(start), float64(n)/time.Since(start).Seconds())
+	t.Logf("%d operations against %s in %v (%.0f/s)", n, simTargets(), time.Since(start), float64(n)/time.Since(start).Seconds())
 }

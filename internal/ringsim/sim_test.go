@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,7 +20,7 @@ var (
 func TestMain(m *testing.M) {
 	flag.Parse()
 	SetIgnore(os.Getenv("SIM_IGNORE"))
-	NoWrap = os.Getenv("SIM_NO_WRAP") == "1"
+	NoWrap = os.Getenv("SIM_NO_WRAP") == "1" || strings.Contains(os.Getenv("SIM_TARGETS"), "c")
 	os.Exit(m.Run())
 }
 
