@@ -51,10 +51,10 @@ func realTargets(t *testing.T, s Scenario) []Target {
 // TestKnownDivergencesStillReproduce fails once one is gone, so the list cannot outlive the defect.
 var known = []struct {
 	target, name, why string
-	ignore           string // SIM_IGNORE fields
-	noWrap           bool   // cursors start at 0
-	seed             uint64 // a strict reproduction (0: none safe to run: it hangs the producer)
-	steps            int
+	ignore            string // SIM_IGNORE fields
+	noWrap            bool   // cursors start at 0
+	seed              uint64 // a strict reproduction (0: none safe to run: it hangs the producer)
+	steps             int
 }{
 	{"go", "skipped-high-water", "the Go producer keeps a member's skipped at its highest value and counts each rise in group_skipped; §14.7's skipped is released assigned − handed, which falls when a member hands out heaps it held, and group_skipped their sum (as C and Python count)",
 		"skipped,group_skipped", false, 1, 42},
