@@ -566,6 +566,10 @@ func (m *Model) checkReuse(p0 uint64) {
 	}
 }
 
+// TieByRow breaks ties between members never picked by row (the C producer) rather than by attach order
+// (the Go producer): §14.3 says "the one picked least recently", which does not order members never picked.
+var TieByRow bool
+
 // assign is spec §14.3: per group, the member with the fewest positions queued, ties to the one picked
 // least recently (never picked: attached first).
 func (m *Model) assign(q uint64) uint64 {
@@ -584,7 +588,11 @@ func (m *Model) assign(q uint64) uint64 {
 				continue
 			}
 			n, _ := m.queued(c)
-			if best == nil || n < bestQ || n == bestQ && (c.lastPick < best.lastPick || c.lastPick == best.lastPick && c.seq < best.seq) {
+			tie := best != nil && c.seq < best.seq
+			if TieByRow && best != nil {
+				tie = c.row < best.row
+			}
+			if best == nil || n < bestQ || n == bestQ && (c.lastPick < best.lastPick || c.lastPick == best.lastPick && tie) {
 				best, bestQ = c, n
 			}
 		}

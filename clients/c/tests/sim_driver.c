@@ -22,7 +22,7 @@ static struct ibvb_producer *prod;
 static pthread_t worker;
 static pthread_mutex_t wmu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wcv = PTHREAD_COND_INITIALIZER;
-static int busy, eos_req;
+static int busy, eos_req, pending; /* pending: a publish answered "pending", its result not yet given */
 static const char *result;
 
 static void *run(void *arg)
@@ -67,9 +67,10 @@ static const char *await_worker(long ms)
 	pthread_mutex_lock(&wmu);
 	while (busy && pthread_cond_timedwait(&wcv, &wmu, &ts) == 0)
 		;
-	const char *r = busy ? "pending" : result;
+	int done = !busy;
+	const char *r = done ? result : "pending";
 	pthread_mutex_unlock(&wmu);
-	if (!busy)
+	if (done)
 		pthread_join(worker, NULL);
 	return r;
 }
@@ -103,10 +104,14 @@ int main(void)
 			eos_req = (int)a;
 			busy = 1;
 			pthread_create(&worker, NULL, run, NULL);
-			printf("%s\n", await_worker(b));
+			const char *r = await_worker(b);
+			pending = !strcmp(r, "pending");
+			printf("%s\n", r);
 		} else if (!strcmp(cmd, "await")) {
 			sscanf(line, "%*s %ld", &a);
-			printf("%s\n", busy ? await_worker(a) : "none");
+			const char *r = pending ? await_worker(a) : "none";
+			pending = !strcmp(r, "pending");
+			printf("%s\n", r);
 		} else if (!strcmp(cmd, "unread")) {
 			pthread_mutex_lock(&prod->st->mu);
 			read_cursors_locked(prod, 0);
@@ -121,7 +126,7 @@ int main(void)
 		} else if (!strcmp(cmd, "quit")) {
 			if (prod) {
 				ibvb_producer_interrupt(prod);
-				if (busy)
+				if (pending)
 					await_worker(3000);
 				ibvb_producer_close(prod);
 			}
