@@ -566,9 +566,10 @@ func (m *Model) checkReuse(p0 uint64) {
 	}
 }
 
-// TieByRow breaks ties between members never picked by row (the C producer) rather than by attach order
-// (the Go producer): §14.3 says "the one picked least recently", which does not order members never picked.
-var TieByRow bool
+// TieByRow breaks ties between members never picked by row (the C and Python producers) rather than by
+// attach order (the Go producer): §14.3's "the one picked least recently" does not order members never
+// picked.
+var TieByRow = true
 
 // assign is spec §14.3: per group, the member with the fewest positions queued, ties to the one picked
 // least recently (never picked: attached first).

@@ -602,7 +602,7 @@ func (l *lane) check(s Scenario, o Outcome) string {
 }
 
 // Ignore names outcome fields a comparison leaves out (SIM_IGNORE, comma-separated): "blocked_on",
-// "progress" (rows' read, queued, skipped), "group_skipped", "wakes", "assigned" — what a 2.1 producer does not have,
+// "progress" (rows' read, queued, skipped), "group_skipped", "wakes", "assigned", "lost" — what a 2.1 producer does not have,
 // to look past them at what it does.
 type Ignore map[string]bool
 
@@ -638,6 +638,9 @@ func diff(w, g Outcome, ig Ignore) string {
 		}
 		if ig["skipped"] {
 			g.Rows[i].Skipped = w.Rows[i].Skipped
+		}
+		if ig["lost"] {
+			g.Rows[i].Lost = w.Rows[i].Lost
 		}
 		if ig["assigned"] {
 			g.Rows[i].Assigned = w.Rows[i].Assigned

@@ -5,7 +5,6 @@ import (
 	"os"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,7 +19,7 @@ var (
 func TestMain(m *testing.M) {
 	flag.Parse()
 	SetIgnore(os.Getenv("SIM_IGNORE"))
-	NoWrap = os.Getenv("SIM_NO_WRAP") == "1" || strings.Contains(os.Getenv("SIM_TARGETS"), "c")
+	NoWrap = os.Getenv("SIM_NO_WRAP") == "1"
 	os.Exit(m.Run())
 }
 
