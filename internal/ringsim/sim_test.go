@@ -17,6 +17,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv("RINGSIM_HELLO") != "" {
+		helloChild()
+	}
 	flag.Parse()
 	SetIgnore(os.Getenv("SIM_IGNORE"))
 	NoWrap = os.Getenv("SIM_NO_WRAP") == "1"
