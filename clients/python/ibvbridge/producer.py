@@ -1093,7 +1093,7 @@ class Producer:
                 gen = (self.row_get(idx, "generation") + 1) & 0xFFFFFFFF
                 self.row_set(idx, generation=gen, pid=pid, uid=uid, attach_ns=time.time_ns(), released=start,
                              wakes=0, lost_heaps=0, assigned=0, group_id=group, client_minor=h["minor"],
-                             read=start, queued=0, skipped=0)
+                             read=start if group else 0, queued=0, skipped=0)  # read, queued: members' (§2.2)
                 full_fence()
                 self.row_set(idx, state=L.CONSUMER_ATTACHED)  # last: the row is complete
                 m = Member(conn, idx, gen, rmm, start, pid, uid)

@@ -620,6 +620,32 @@ class Batch:
         return f"Batch(position={self.position}, n={len(self.descs)})"
 
 
+class RingStats(dict):
+    """A snapshot of a ring's counters (spec §2.3): a dict by our counter names, also readable as
+    attributes, and under spead2's names (``spead2.recv.StreamStats``) where a counter means the same:
+    ``SPEAD2_NAMES`` maps each spead2 name to ours. spead2 names with no counter here (``batches``,
+    ``worker_blocked``, ``max_batch``, ``search_dist``: the receive loop's own, which ``recv`` logs and exports
+    as metrics) raise AttributeError rather than read as 0."""
+
+    SPEAD2_NAMES = {
+        "heaps": "heaps",
+        "packets": "packets",
+        "incomplete_heaps_evicted": "incomplete_heaps",
+        "too_old_heaps": "too_old_heaps",
+        "rejected_heaps": "rejected_heaps",
+    }
+
+    def __getattr__(self, name: str) -> int:
+        key = self.SPEAD2_NAMES.get(name, name)
+        try:
+            return self[key]
+        except KeyError:
+            raise AttributeError(f"no counter {name!r} (counters: {', '.join(sorted(self))})") from None
+
+    def __call__(self) -> RingStats:
+        return self  # ring.stats(), as the method it once was
+
+
 class Ring:
     """A consumer attached to one ring. Use ``Ring.attach(name)``."""
 
@@ -1032,15 +1058,20 @@ class Ring:
         off = L.OFF_CONSUMER_TABLE + L.ROW_SIZE * self.consumer_index
         return dict(zip(L.ROW_FIELDS, L.ROW_STRUCT.unpack_from(self._ctl_mm, off)))
 
-    def stats(self) -> dict[str, int]:
-        """The producer's counters by name (spec §2.3). Counters a newer minor adds are 'counter_<i>'."""
+    @property
+    def stats(self) -> RingStats:
+        """The producer's counters (spec §2.3), read now: a mapping by our names (``ring.stats["heaps"]``),
+        with attribute access (``ring.stats.heaps``) and spead2's names where a counter means the same
+        (``ring.stats.incomplete_heaps_evicted``; see ``RingStats.SPEAD2_NAMES``), as spead2's
+        ``stream.stats`` reads. Counters a newer minor adds are 'counter_<i>'. ``ring.stats()`` (the
+        older call form) returns the same."""
         self._check_mapped()
         n = min(self.header["stats_count"], L.STATS_SLOTS)
         c = self._c64
         out = {name: (c[Q_STATS + i] if i < n else 0) for i, name in enumerate(L.COUNTER_NAMES)}
         for i in range(len(L.COUNTER_NAMES), n):
             out[f"counter_{i}"] = c[Q_STATS + i]
-        return out
+        return RingStats(out)
 
     def producer_alive(self) -> bool:
         """Liveness (spec §7.6): False once the producer's end of the socket hung up (one poll, no wait)."""

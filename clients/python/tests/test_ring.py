@@ -1492,3 +1492,16 @@ def test_zero_size_region_needs_only_offset_within_data(make_producer, where, ok
     else:
         with pytest.raises(CorruptRing, match="packet area"):
             attach(p)
+
+
+def test_stats_reads_as_spead2s_stream_stats(make_producer):
+    p = make_producer()
+    for i in range(3):
+        p.publish(i, b"a")
+    with attach(p) as ring:
+        st = ring.stats
+        assert st["heaps"] == st.heaps == 3  # by our name, as a mapping and as an attribute
+        assert st.incomplete_heaps_evicted == st["incomplete_heaps"]  # spead2's name for the same counter
+        assert ring.stats() == st  # the older call form
+        with pytest.raises(AttributeError, match="no counter 'worker_blocked'"):
+            st.worker_blocked  # a spead2 counter with no counterpart here is not silently 0
