@@ -205,6 +205,9 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
+	// A log pipe whose reader went away (`recv ... 2>&1 | head`) must not kill the receiver and leave its
+	// ring behind: writes to it fail with EPIPE instead, and the stream goes on until it is stopped.
+	signal.Ignore(syscall.SIGPIPE)
 
 	cfg := bridge.Config{Ring: *name,
 		RingCfg: ring.Config{SlotCount: *slots, SlotSize: ringSlotSize, MaxItems: *maxItems, Policy: pol, HugePages: hp,
@@ -311,6 +314,9 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 		ev := log.Info().Str("result", string(res.Outcome)).Float64("seconds", res.Seconds)
 		for _, c := range ring.Counters() {
 			ev = ev.Uint64(c.String(), res.RingCounters[c.String()])
+		}
+		if chunks.Enabled() {
+			ev = ev.Uint64("chunk_rebases", res.ChunkRebases)
 		}
 		ev.Interface("transport", res.TransportCounters).Msg("stopped")
 	}
