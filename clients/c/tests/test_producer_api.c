@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -1971,6 +1973,203 @@ static void test_group22_grants_admit_only_listed_members(void)
 	CHECK(strstr(line, "want NAME=UID|@GID") != NULL);
 }
 
+/* Spec §6 readers keep the last record of a repeated id. The C client did it by rescanning the rest of the
+ * buffer for every record (quadratic: 4 MiB took 25 s); now it sorts the ids once. 8 MiB of metadata —
+ * 180 000 records, distinct ids but for the last 1000, which describe ids 0..999 again — is iterated well
+ * inside the test's alarm (the quadratic walk needs minutes), each repeated id yielding only its last
+ * record; a snapshot of the first 1000 ids' records parses too. */
+static void test_meta_large_repeated_ids_read_linearly(void)
+{
+	const size_t nrec = 180000, nid = 1000;
+	struct ibvb_producer_opts o = opts(4, 256, IBVB_POLICY_DROP);
+	o.meta_size = 12u << 20;
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "metabig", &o), 0);
+	size_t one = ibvb_meta_encode(NULL, 0, 0x1000, 0, NULL, "item-000000", "", "", 0, "<u1");
+	uint8_t *recs = malloc(nrec * one);
+	CHECK(recs != NULL);
+	size_t len = 0;
+	for (size_t i = 0; i < nrec; i++) {
+		char name[16];
+		snprintf(name, sizeof name, "item-%06zu", i);
+		uint64_t id = i < nrec - nid ? 0x1000 + i : 0x1000 + (i - (nrec - nid));
+		len += ibvb_meta_encode(recs + len, one, id, 0, NULL, name, "", "", 0, "<u1");
+	}
+	CHECK(len > (8u << 20));
+	CHECK_EQ(ibvb_producer_set_descriptors(p, recs, len), 0);
+	struct ibvb_ring *r;
+	CHECK_EQ(attach(&r, "metabig", IBVB_START_OLDEST), 0);
+	int64_t t0 = now_ms();
+	long got = ibvb_read_meta(r, recs, len, NULL);
+	CHECK_EQ(got, (long)len);
+	size_t off = 0, n = 0;
+	struct ibvb_meta_record m;
+	int rc;
+	while ((rc = ibvb_meta_next(recs, len, &off, &m)) == 1) {
+		size_t k = (size_t)(m.id - 0x1000);
+		char want[32];
+		snprintf(want, sizeof want, "item-%06zu", k < nid ? nrec - nid + k : k);
+		CHECK(m.name_len == strlen(want) && memcmp(m.name, want, m.name_len) == 0); /* the last one */
+		n++;
+	}
+	CHECK_EQ(rc, 0);
+	CHECK_EQ(n, nrec - nid);
+	int64_t el = now_ms() - t0;
+	fprintf(stderr, "    8 MiB of metadata (%zu records) read and iterated in %lld ms\n", nrec, (long long)el);
+	CHECK(el < 20000);
+	CHECK_EQ(ibvb_producer_set_descriptors(p, recs, (size_t)nid * one), 0);
+	struct ibvb_descriptors *ds = NULL;
+	CHECK_EQ(ibvb_descriptors_read(r, &ds), 0);
+	CHECK_EQ(ibvb_descriptor_count(ds), nid);
+	ibvb_descriptors_free(ds);
+	free(recs);
+	ibvb_detach(r);
+	ibvb_producer_close(p);
+}
+
+/* The C client's descriptor snapshot is sized by the length the producer wrote, capped at
+ * IBVB_DESCRIPTORS_MAX_BYTES: metadata beyond it is refused in one line (-EMSGSIZE), never a malloc of
+ * whatever the header says. */
+static void test_meta_beyond_the_cap_is_refused_in_one_line(void)
+{
+	struct ibvb_producer_opts o = opts(4, 256, IBVB_POLICY_DROP);
+	o.meta_size = (uint64_t)IBVB_DESCRIPTORS_MAX_BYTES + (1u << 20);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "metacap", &o), 0);
+	size_t len = (size_t)IBVB_DESCRIPTORS_MAX_BYTES + 4096, one = 4096;
+	uint8_t *recs = calloc(1, len);
+	CHECK(recs != NULL);
+	char desc[4000];
+	memset(desc, 'd', sizeof desc - 1);
+	desc[sizeof desc - 1] = 0;
+	size_t off = 0;
+	for (uint64_t id = 0x1000; off + one <= len; id++) {
+		size_t k = ibvb_meta_encode(recs + off, one, id, 0, NULL, "x", desc, "", 0, "<u1");
+		CHECK(k > 0 && k <= one);
+		off += k;
+	}
+	CHECK_EQ(ibvb_producer_set_descriptors(p, recs, off), 0);
+	free(recs);
+	struct ibvb_ring *r;
+	CHECK_EQ(attach(&r, "metacap", IBVB_START_OLDEST), 0);
+	struct ibvb_descriptors *ds = NULL;
+	CHECK_EQ(ibvb_descriptors_read(r, &ds), -EMSGSIZE);
+	CHECK(strstr(ibvb_last_error(), "IBVB_DESCRIPTORS_MAX_BYTES") != NULL);
+	CHECK(ds == NULL);
+	ibvb_detach(r);
+	ibvb_producer_close(p);
+}
+
+/* Spec §1.1 / §0: a stranger may not deny the ring. With XDG_RUNTIME_DIR unset, a user's default ring
+ * directory is /dev/shm/ibvbridge-UID, which any local user can make first. The producer skips it, with one
+ * warning naming it and why, for the next default clients look in (/run/ibvbridge, here the user's own as
+ * systemd's RuntimeDirectory= makes it), and the user's consumer finds the ring there by name. Run in a
+ * private mount namespace with its own /dev/shm and /run (tmpfs): nothing outside it is touched, and
+ * nothing is left when it ends. */
+static char g_warned[512];
+static void keep_warning(const char *msg, void *arg)
+{
+	(void)arg;
+	if (!g_warned[0])
+		snprintf(g_warned, sizeof g_warned, "%s", msg);
+}
+
+static int as_uid(uid_t uid, int (*fn)(void))
+{
+	pid_t c = fork();
+	if (c == 0) {
+		gid_t g[1] = {65534};
+		if (setgroups(1, g) || setgid(65534) || setuid(uid))
+			_exit(90);
+		_exit(fn());
+	}
+	int st;
+	waitpid(c, &st, 0);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static int squat(void) { return mkdir("/dev/shm/ibvbridge-65533", 0755) == 0 ? 0 : 1; }
+
+static int victim(void)
+{
+	unsetenv("XDG_RUNTIME_DIR");
+	unsetenv("IBVBRIDGE_RING_DIR");
+	ibvb_set_warn_handler(keep_warning, NULL);
+	struct ibvb_producer_opts o = opts(4, 64, IBVB_POLICY_DROP);
+	o.dir = NULL;
+	struct ibvb_producer *p;
+	if (ibvb_producer_create(&p, "squatted", &o) < 0) {
+		fprintf(stderr, "    victim: create: %s\n", ibvb_last_error());
+		return 1;
+	}
+	int rc = 0;
+	if (strcmp(ibvb_producer_socket_path(p), "/run/ibvbridge/squatted.v2.sock") != 0)
+		rc = 2;
+	if (!strstr(g_warned, "skipping /dev/shm/ibvbridge-65533: owned by uid 65534, not 65533"))
+		rc = 3;
+	struct ibvb_ring *r;
+	if (pub(p, 7, 32) != 0 || ibvb_attach(&r, "squatted", 2000) < 0)
+		rc = 4;
+	else {
+		struct ibvb_heap h;
+		if (ibvb_peek(r, &h) != 0 || h.heap_cnt != 7)
+			rc = 5;
+		ibvb_detach(r);
+	}
+	ibvb_producer_close(p);
+	if (rc)
+		fprintf(stderr, "    victim: rc %d, socket %s, warning \"%s\"\n", rc, ibvb_producer_socket_path(p) ? "" : "",
+			g_warned);
+	return rc;
+}
+
+static int victim_without_fallback(void)
+{
+	unsetenv("XDG_RUNTIME_DIR");
+	unsetenv("IBVBRIDGE_RING_DIR");
+	ibvb_set_warn_handler(keep_warning, NULL);
+	struct ibvb_producer_opts o = opts(4, 64, IBVB_POLICY_DROP);
+	o.dir = NULL;
+	struct ibvb_producer *p;
+	int rc = ibvb_producer_create(&p, "squatted", &o);
+	if (rc == 0) {
+		ibvb_producer_close(p);
+		return 1;
+	}
+	return strstr(ibvb_last_error(), "skipped /dev/shm/ibvbridge-65533: owned by uid 65534") ? 0 : 2;
+}
+
+static void test_squatted_default_dir_does_not_deny_the_producer(void)
+{
+	if (geteuid() != 0) {
+		fprintf(stderr, "    (skipped: needs root for a private mount namespace and other uids)\n");
+		return;
+	}
+	pid_t c = fork();
+	if (c == 0) {
+		if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
+			fprintf(stderr, "    (skipped: no private mount namespace: %s)\n", strerror(errno));
+			_exit(77);
+		}
+		if (mount("tmpfs", "/dev/shm", "tmpfs", 0, "mode=1777") < 0 ||
+		    mount("tmpfs", "/run", "tmpfs", 0, "mode=0755") < 0)
+			_exit(70);
+		if (as_uid(65534, squat) != 0)
+			_exit(71);
+		if (as_uid(65533, victim_without_fallback) != 0) /* no /run/ibvbridge it may use: one clear line */
+			_exit(72);
+		if (mkdir("/run/ibvbridge", 0755) < 0 || chown("/run/ibvbridge", 65533, 65534) < 0)
+			_exit(73);
+		_exit(as_uid(65533, victim));
+	}
+	int st;
+	waitpid(c, &st, 0);
+	CHECK(WIFEXITED(st));
+	if (WEXITSTATUS(st) == 77)
+		return;
+	CHECK_EQ(WEXITSTATUS(st), 0);
+}
+
 static const struct test tests[] = {
 	{"producer_bytes_block", test_bytes_block},
 	{"producer_bytes_drop", test_bytes_drop},
@@ -2016,6 +2215,9 @@ static const struct test tests[] = {
 	{"group22_block_waits_for_the_member_by_name", test_group22_block_waits_for_the_member_by_name},
 	{"group22_released_unread_counts_skipped", test_group22_released_unread_counts_skipped},
 	{"group22_grants_admit_only_listed_members", test_group22_grants_admit_only_listed_members},
+	{"meta_large_repeated_ids_read_linearly", test_meta_large_repeated_ids_read_linearly},
+	{"meta_beyond_the_cap_is_refused_in_one_line", test_meta_beyond_the_cap_is_refused_in_one_line},
+	{"squatted_default_dir_does_not_deny_the_producer", test_squatted_default_dir_does_not_deny_the_producer},
 };
 
 
