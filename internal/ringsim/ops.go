@@ -64,8 +64,9 @@ type Scenario struct {
 	Policy Policy
 	P0     uint64
 	Ops    []Op // a fixed script; nil: generated from Seed
-	// LappedSpec makes 2.2 members skip lapped descriptors as §14.4 words it (read = head − slot_count +
-	// 1); otherwise read = head − slot_count, the first position whose descriptor is still current.
+	// LappedSpec makes 2.2 members skip lapped descriptors as §14.4 first worded it (read = head −
+	// slot_count + 1); otherwise read = head − slot_count, the first position whose descriptor is still
+	// current (§14.4 as it reads now).
 	LappedSpec bool
 }
 

@@ -83,7 +83,7 @@ func (f *Failure) Error() string {
 		fmt.Fprintf(&b, " (model mutation %s)", f.Mutation)
 	}
 	if f.Scenario.LappedSpec {
-		fmt.Fprintf(&b, " (members skip lapped descriptors as §14.4 words it)")
+		fmt.Fprintf(&b, " (members skip lapped descriptors as §14.4 first worded it)")
 	}
 	b.WriteString("\n")
 	if f.State != "" {

@@ -82,10 +82,10 @@ func TestSim(t *testing.T) {
 		seeds.Load(), ops.Load(), float64(ops.Load())/el, posSteps.Load(), float64(posSteps.Load())/el, workers, el)
 }
 
-// TestLappedRuleAsWorded: members that skip lapped descriptors as §14.4 words it (read = head −
-// slot_count + 1) skip a position of their own still queued for them, which the ledger catches; the
-// rule the simulation's members use (read = head − slot_count) never does (TestSim).
-func TestLappedRuleAsWorded(t *testing.T) {
+// TestLappedRuleAsFirstWorded: members that skip lapped descriptors as §14.4 first worded it (read =
+// head − slot_count + 1) skip a position of their own still queued for them, which the ledger catches;
+// the rule §14.4 has now, and the simulation's members use (read = head − slot_count), never does (TestSim).
+func TestLappedRuleAsFirstWorded(t *testing.T) {
 	for seed := uint64(1); seed < 3000; seed++ {
 		s := ScenarioFor(seed)
 		s.LappedSpec = true
