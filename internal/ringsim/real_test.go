@@ -60,6 +60,10 @@ var known = []struct {
 		"", false, false, true, 1, 109},
 	{"c", "bad-cursor-lost-heaps", "the C producer leaves lost_heaps 0 on a row it detaches for a bad cursor; §2.2: head at the detach minus the final valid tail (states 2 and 3)",
 		"lost", false, false, false, 2, 19},
+	{"py", "bad-cursor-lost-heaps", "the Python producer leaves lost_heaps 0 on a row it detaches for a bad cursor; §2.2: head at the detach minus the final valid tail (states 2 and 3)",
+		"lost", false, false, false, 2, 19},
+	{"c", "eos-counter-without-marker", "the C producer sets end_of_stream (stats 9) when the marker finds no slot and is not published; §2.3: 1 once the producer has published end-of-stream",
+		"eos", false, false, false, 2, 295},
 	{"go", "initial-position-commit", "with InitialPosition set, the Go producer's committed starts at 0: the first commit with a group member attached assigns ~2^64 positions (hangs under its lock)",
 		"", true, false, false, 0, 0},
 }

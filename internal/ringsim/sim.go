@@ -602,7 +602,7 @@ func (l *lane) check(s Scenario, o Outcome) string {
 }
 
 // Ignore names outcome fields a comparison leaves out (SIM_IGNORE, comma-separated): "blocked_on",
-// "progress" (rows' read, queued, skipped), "group_skipped", "wakes", "assigned", "lost" — what a 2.1 producer does not have,
+// "progress" (rows' read, queued, skipped), "group_skipped", "wakes", "assigned", "lost", "eos" — what a 2.1 producer does not have,
 // to look past them at what it does.
 type Ignore map[string]bool
 
@@ -631,6 +631,9 @@ func diff(w, g Outcome, ig Ignore) string {
 	}
 	if ig["group_skipped"] {
 		g.Stats.GroupSkipped = w.Stats.GroupSkipped
+	}
+	if ig["eos"] {
+		g.Stats.EOS = w.Stats.EOS
 	}
 	for i := range min(len(w.Rows), len(g.Rows)) {
 		if ig["progress"] {
