@@ -30,7 +30,7 @@ type GoDriver struct {
 func NewGoDriver(dir string, s Scenario) (*GoDriver, error) {
 	p, err := ring.Create("sim", ring.Config{SlotCount: int(s.Slots), SlotSize: 64, MaxItems: 1, MetaSize: 4096,
 		Policy: ring.Policy(s.Policy), HugePages: ring.HugePagesOff, Dir: dir, MaxConsumers: s.Rows,
-		MaxObservers: 16, InitialPosition: s.P0})
+		MaxObservers: 16, InitialPosition: s.P0, NoHeartbeat: true})
 	if err != nil {
 		return nil, err
 	}
