@@ -672,6 +672,9 @@ func (m *Model) settle(c *mcons, end uint64) {
 		if m.published(q) && m.pmask[i]&bit != 0 && c.ownsRow(m, q) {
 			m.pmask[i] &^= bit
 			m.stats.GroupLost++
+			if m.pmask[i] == 0 && !m.needed(q) && m.mut != MutSettleAtNewStart {
+				m.freePos(q) // §14.7: free once nothing else needs it, consumers attached or not
+			}
 		}
 	})
 }

@@ -64,6 +64,8 @@ var known = []struct {
 		"lost", false, false, false, 2, 19},
 	{"c", "eos-counter-without-marker", "the C producer sets end_of_stream (stats 9) when the marker finds no slot and is not published; §2.3: 1 once the producer has published end-of-stream",
 		"eos", false, false, false, 2, 295},
+	{"go", "block-none-attached-waits", "under block, when the last consumer (a group member) leaves, the Go producer waits for a consumer to attach although the member's settled slots are free and within the window (§14.7, §14.5); C and Python publish. Not looked past: make test's seeds stop before it",
+		"", false, false, false, 168, 249},
 	{"go", "initial-position-commit", "with InitialPosition set, the Go producer's committed starts at 0: the first commit with a group member attached assigns ~2^64 positions (hangs under its lock)",
 		"", true, false, false, 0, 0},
 }
@@ -139,9 +141,13 @@ func TestSimProducers(t *testing.T) {
 				return
 			}
 			deadline := time.Now().Add(budget() / 2 / time.Duration(len(names)))
+			maxSeed := uint64(1 << 62)
+			if os.Getenv("SIM_SECONDS") == "" {
+				maxSeed = 40 // make test: the same seeds every run, whatever the machine's speed
+			}
 			start := time.Now()
 			n := 0
-			for seed := uint64(1); time.Now().Before(deadline); seed++ {
+			for seed := uint64(1); seed <= maxSeed && time.Now().Before(deadline); seed++ {
 				s := ScenarioFor(seed)
 				ok := t.Run("", func(t *testing.T) {
 					if _, err := Run(s, steps, MutNone, realTarget(t, name, s)); err != nil {
