@@ -78,6 +78,10 @@ func (s Scenario) Describe() string {
 // NoBogusRead leaves out members writing a read outside [tail, head] (a known divergence's switch).
 var NoBogusRead bool
 
+// KeepOneUnderBlock leaves, under block, the last attached consumer attached (no detach, death or bogus
+// cursor for it): a known divergence's switch (what a block producer does with nobody attached).
+var KeepOneUnderBlock bool
+
 // NoWrap starts every generated scenario's cursors at 0 (SIM_NO_WRAP=1), to look past a producer's
 // defect near 2^64 at the rest.
 var NoWrap bool
@@ -130,6 +134,7 @@ func (g *gen) next(m *Model, acts []*actor) Op {
 	}
 	freeRow := len(live) < len(m.rows)
 	pick := func(from []int) int { return from[r.IntN(len(from))] }
+	lastOne := KeepOneUnderBlock && m.policy == Block && len(m.attached) <= 1
 	for {
 		x := r.IntN(100)
 		switch {
@@ -177,12 +182,12 @@ func (g *gen) next(m *Model, acts []*actor) Op {
 			}
 			return Op{K: OpSleep, C: pick(moving)}
 		case x < 83:
-			if len(live) == 0 {
+			if len(live) == 0 || lastOne {
 				continue
 			}
 			return Op{K: OpDetach, C: pick(live)}
 		case x < 86:
-			if len(live) == 0 {
+			if len(live) == 0 || lastOne {
 				continue
 			}
 			return Op{K: OpDie, C: pick(live)}
@@ -203,7 +208,7 @@ func (g *gen) next(m *Model, acts []*actor) Op {
 			}
 			return Op{K: OpResume, C: pick(stopped)}
 		case x < 96:
-			if len(live) == 0 {
+			if len(live) == 0 || lastOne {
 				continue
 			}
 			return Op{K: OpBogusTail, C: pick(live), Mode: r.IntN(2)}
