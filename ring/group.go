@@ -168,8 +168,10 @@ func (p *Producer) readCursorsLocked(hot bool) {
 	for i := 0; i < len(p.members); {
 		m := p.members[i]
 		t := m.tail.Load()
-		head := p.committed
-		if !hot {
+		var head uint64
+		if hot {
+			head = p.committed // the hot path's own
+		} else {
 			head = p.head.Load()
 		}
 		// A consumer can write anything into its cursor: one outside [released, head] detaches it.
