@@ -351,9 +351,10 @@ func TestGroupMemberWokenOnlyForItsOwnPositions(t *testing.T) {
 		h, err := a.Next(5 * time.Second)
 		if err != nil {
 			t.Error(err)
+		} else {
+			a.Release(h) // before the test goes on: a consumer is not safe for concurrent use
 		}
 		got <- h.HeapCnt
-		a.Release(h)
 	}()
 	waitFor(t, func() bool { return ring.WaitingForTest(a) })
 	wakes := a.Wakes()

@@ -552,7 +552,8 @@ func (p *Producer) reclaimLocked() {
 	}
 	if p.rescan { // bits cleared off the hot path: free what nobody needs any more (at most slot_count)
 		p.rescan = false
-		for q := p.reclaim; q != p.scan; q++ {
+		start, ok := p.span(p.reclaim, p.scan)
+		for q := start; ok && q != p.scan; q++ {
 			if p.posNeed[q&p.mask] == 0 {
 				p.freePos(q)
 			}
