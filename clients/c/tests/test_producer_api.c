@@ -2170,6 +2170,85 @@ static void test_squatted_default_dir_does_not_deny_the_producer(void)
 	CHECK_EQ(WEXITSTATUS(st), 0);
 }
 
+/* ibvb_producer_interrupt wakes a producer blocked on a consumer's release futex at once — not at the end of
+ * its 250 ms sleep slice. Five rounds (interrupt is sticky: a ring each): the producer blocks on a full
+ * block-policy ring whose consumer reads nothing, sleeps (producer_waiting set, then 20 ms more), and is
+ * interrupted; the five returns together take well under one slice (each waits ~230 ms without the wake). */
+struct interrupted_pub {
+	struct ibvb_producer *p;
+	int rc;
+	int64_t returned_ms;
+	pthread_t thr;
+};
+
+static void *interrupted_pub_fn(void *arg)
+{
+	struct interrupted_pub *ip = arg;
+	ip->rc = pub(ip->p, 99, 32);
+	__atomic_store_n(&ip->returned_ms, now_ms(), __ATOMIC_RELEASE);
+	return NULL;
+}
+
+static void test_interrupt_wakes_a_blocked_producer_at_once(void)
+{
+	int64_t total = 0;
+	for (int round = 0; round < 5; round++) {
+		struct ibvb_producer_opts o = opts(4, 64, IBVB_POLICY_BLOCK);
+		struct ibvb_producer *p;
+		char name[32];
+		snprintf(name, sizeof name, "intr%d", round);
+		CHECK_EQ(ibvb_producer_create(&p, name, &o), 0);
+		struct ibvb_ring *r;
+		CHECK_EQ(attach(&r, name, IBVB_START_OLDEST), 0);
+		for (uint64_t c = 1; c <= 4; c++)
+			CHECK_EQ(pub(p, c, 32), 0);
+		struct interrupted_pub ip = {p, 1, 0, 0};
+		pthread_create(&ip.thr, NULL, interrupted_pub_fn, &ip);
+		int64_t t0 = now_ms();
+		while (atomic_load(&p->ctl->producer_waiting) == 0 && now_ms() - t0 < 5000)
+			usleep(200);
+		CHECK_EQ(atomic_load(&p->ctl->producer_waiting), 1);
+		msleep(20); /* asleep on the consumer's release futex by now */
+		int64_t t1 = now_ms();
+		ibvb_producer_interrupt(p);
+		pthread_join(ip.thr, NULL);
+		CHECK_EQ(ip.rc, -ECANCELED);
+		total += ip.returned_ms - t1;
+		ibvb_detach(r);
+		ibvb_producer_close(p);
+	}
+	fprintf(stderr, "    5 interrupted waits returned in %lld ms together\n", (long long)total);
+	CHECK(total < 500);
+}
+
+/* Spec §7.7: ibvb_heap_valid proves the bytes of a heap this consumer holds; a heap it has released (or
+ * never read) is not held, so it is not valid, whatever the row says. */
+static void test_heap_valid_is_zero_for_a_heap_not_held(void)
+{
+	struct ibvb_producer_opts o = opts(8, 256, IBVB_POLICY_DROP);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "hvalid", &o), 0);
+	struct ibvb_ring *r;
+	CHECK_EQ(attach(&r, "hvalid", IBVB_START_OLDEST), 0);
+	CHECK_EQ(pub(p, 1, 200), 0);
+	CHECK_EQ(pub(p, 2, 200), 0);
+	struct ibvb_heap h1, h2, later;
+	CHECK_EQ(ibvb_peek(r, &h1), 0);
+	CHECK_EQ(ibvb_peek(r, &h2), 0);
+	CHECK_EQ(ibvb_heap_valid(r, &h1), 1);
+	CHECK_EQ(ibvb_heap_valid(r, &h2), 1);
+	later = h2;
+	later.position = h2.position + 1; /* not read yet */
+	CHECK_EQ(ibvb_heap_valid(r, &later), 0);
+	CHECK_EQ(ibvb_release(r, &h1), 0);
+	CHECK_EQ(ibvb_heap_valid(r, &h1), 0);
+	CHECK_EQ(ibvb_heap_valid(r, &h2), 1);
+	CHECK_EQ(ibvb_release(r, &h2), 0);
+	CHECK_EQ(ibvb_heap_valid(r, &h2), 0);
+	ibvb_detach(r);
+	ibvb_producer_close(p);
+}
+
 static const struct test tests[] = {
 	{"producer_bytes_block", test_bytes_block},
 	{"producer_bytes_drop", test_bytes_drop},
@@ -2218,6 +2297,8 @@ static const struct test tests[] = {
 	{"meta_large_repeated_ids_read_linearly", test_meta_large_repeated_ids_read_linearly},
 	{"meta_beyond_the_cap_is_refused_in_one_line", test_meta_beyond_the_cap_is_refused_in_one_line},
 	{"squatted_default_dir_does_not_deny_the_producer", test_squatted_default_dir_does_not_deny_the_producer},
+	{"interrupt_wakes_a_blocked_producer_at_once", test_interrupt_wakes_a_blocked_producer_at_once},
+	{"heap_valid_is_zero_for_a_heap_not_held", test_heap_valid_is_zero_for_a_heap_not_held},
 };
 
 
