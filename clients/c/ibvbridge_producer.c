@@ -1,4 +1,4 @@
-/* ibvbridge_producer.c — the producer side of docs/ring-layout.md 2.0, see ibvbridge_producer.h.
+/* ibvbridge_producer.c — the producer side of docs/ring-layout.md 2.2, see ibvbridge_producer.h.
  * Only libc and pthreads. */
 #define _GNU_SOURCE
 #include "ibvbridge.h"
