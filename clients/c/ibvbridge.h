@@ -79,6 +79,7 @@ extern "C" {
 #define IBVB_LOCK_SUFFIX ".v2.lock"
 #define IBVB_RUN_DIR "/run/ibvbridge"          /* ring directory of a root producer */
 #define IBVB_SHM_DIR_PREFIX "/dev/shm/ibvbridge-" /* + decimal euid: everyone else's */
+#define IBVB_TMP_DIR_PREFIX "/tmp/ibvbridge-"     /* + decimal euid: the next default when the first is a stranger's (2.2) */
 #define IBVB_DIR_ENV "IBVBRIDGE_RING_DIR"
 
 /* Handshake (spec §1.2). */

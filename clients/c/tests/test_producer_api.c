@@ -2060,12 +2060,12 @@ static void test_meta_beyond_the_cap_is_refused_in_one_line(void)
 	ibvb_producer_close(p);
 }
 
-/* Spec §1.1 / §0: a stranger may not deny the ring. With XDG_RUNTIME_DIR unset, a user's default ring
+/* Spec 2.2 §1.1 / §0: a stranger may not deny the ring. With XDG_RUNTIME_DIR unset, a user's default ring
  * directory is /dev/shm/ibvbridge-UID, which any local user can make first. The producer skips it, with one
- * warning naming it and why, for the next default clients look in (/run/ibvbridge, here the user's own as
- * systemd's RuntimeDirectory= makes it), and the user's consumer finds the ring there by name. Run in a
- * private mount namespace with its own /dev/shm and /run (tmpfs): nothing outside it is touched, and
- * nothing is left when it ends. */
+ * warning naming it and why, for the next default, /tmp/ibvbridge-UID, and the user's consumer finds the
+ * ring there by name (skipping the stranger's directory too). A stranger who squats both gets one clear
+ * line naming both. Run in a private mount namespace with its own /dev/shm and /tmp (tmpfs): nothing outside
+ * it is touched, and nothing is left when it ends. */
 static char g_warned[512];
 static void keep_warning(const char *msg, void *arg)
 {
@@ -2088,7 +2088,11 @@ static int as_uid(uid_t uid, int (*fn)(void))
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
-static int squat(void) { return mkdir("/dev/shm/ibvbridge-65533", 0755) == 0 ? 0 : 1; }
+static int squat(void)
+{
+	return mkdir("/dev/shm/ibvbridge-65533", 0755) == 0 && mkdir("/tmp/ibvbridge-65533", 0755) == 0 ? 0 : 1;
+}
+static int unsquat_tmp(void) { return rmdir("/tmp/ibvbridge-65533") == 0 ? 0 : 1; }
 
 static int victim(void)
 {
@@ -2103,9 +2107,10 @@ static int victim(void)
 		return 1;
 	}
 	int rc = 0;
-	if (strcmp(ibvb_producer_socket_path(p), "/run/ibvbridge/squatted.v2.sock") != 0)
+	if (strcmp(ibvb_producer_socket_path(p), "/tmp/ibvbridge-65533/squatted.v2.sock") != 0)
 		rc = 2;
-	if (!strstr(g_warned, "skipping /dev/shm/ibvbridge-65533: owned by uid 65534, not 65533"))
+	if (!strstr(g_warned, "skipping /dev/shm/ibvbridge-65533: owned by uid 65534, not 65533; using "
+			      "/tmp/ibvbridge-65533"))
 		rc = 3;
 	struct ibvb_ring *r;
 	if (pub(p, 7, 32) != 0 || ibvb_attach(&r, "squatted", 2000) < 0)
@@ -2136,7 +2141,10 @@ static int victim_without_fallback(void)
 		ibvb_producer_close(p);
 		return 1;
 	}
-	return strstr(ibvb_last_error(), "skipped /dev/shm/ibvbridge-65533: owned by uid 65534") ? 0 : 2;
+	return strstr(ibvb_last_error(), "/tmp/ibvbridge-65533 is owned by uid 65534") &&
+			       strstr(ibvb_last_error(), "skipped /dev/shm/ibvbridge-65533: owned by uid 65534")
+		       ? 0
+		       : 2;
 }
 
 static void test_squatted_default_dir_does_not_deny_the_producer(void)
@@ -2152,13 +2160,13 @@ static void test_squatted_default_dir_does_not_deny_the_producer(void)
 			_exit(77);
 		}
 		if (mount("tmpfs", "/dev/shm", "tmpfs", 0, "mode=1777") < 0 ||
-		    mount("tmpfs", "/run", "tmpfs", 0, "mode=0755") < 0)
+		    mount("tmpfs", "/tmp", "tmpfs", 0, "mode=1777") < 0)
 			_exit(70);
 		if (as_uid(65534, squat) != 0)
 			_exit(71);
-		if (as_uid(65533, victim_without_fallback) != 0) /* no /run/ibvbridge it may use: one clear line */
+		if (as_uid(65533, victim_without_fallback) != 0) /* both squatted: one clear line */
 			_exit(72);
-		if (mkdir("/run/ibvbridge", 0755) < 0 || chown("/run/ibvbridge", 65533, 65534) < 0)
+		if (as_uid(65534, unsquat_tmp) != 0)
 			_exit(73);
 		_exit(as_uid(65533, victim));
 	}
