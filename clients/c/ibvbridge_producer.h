@@ -81,7 +81,8 @@ struct ibvb_group_grant {
 /* Creation options; all-zero (or a NULL pointer) gives the defaults. */
 struct ibvb_producer_opts {
 	const char *dir;        /* ring directory; NULL: $IBVBRIDGE_RING_DIR, else /run/ibvbridge as root, else
-				 * $XDG_RUNTIME_DIR/ibvbridge, else /dev/shm/ibvbridge-EUID (spec §1.1); made
+				 * $XDG_RUNTIME_DIR/ibvbridge, else /dev/shm/ibvbridge-EUID — or, when a stranger
+				 * made that one, /tmp/ibvbridge-EUID with a warning (spec 2.2 §1.1); made
 				 * component by component, never through a symlink */
 	uint64_t slot_count;    /* payload slots, a power of two in 1..2^24 (default 256) */
 	uint64_t slot_size;     /* payload bytes per slot, rounded up to 64 (default 1 MiB) */
