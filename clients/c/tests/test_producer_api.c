@@ -2257,6 +2257,42 @@ static void test_heap_valid_is_zero_for_a_heap_not_held(void)
 	ibvb_producer_close(p);
 }
 
+/* Spec §14.7: settling a departed member walks at most slot_count positions back from head. Eight members
+ * on a 4-slot ring: member 0 releases its first heap, is handed position 8 a ring and more later, reads it
+ * (passing over the lapped positions between: its tail moves from 1 to 8 with no commit meanwhile) and
+ * leaves holding it. Position 8 is lost for the group — exactly once: a walk from its last swept position
+ * (1) would meet position 8's bookkeeping at position 4 first, before its final tail, and count it released. */
+static void test_group22_settle_walks_at_most_a_ring(void)
+{
+	struct ibvb_producer_opts o = opts(4, 256, IBVB_POLICY_DROP);
+	o.max_consumers = 8;
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "g22settle", &o), 0);
+	struct ibvb_ring *m[8];
+	for (int i = 0; i < 8; i++)
+		CHECK_EQ(member(&m[i], "g22settle", "g"), 0);
+	CHECK_EQ(ibvb_consumer_index(m[0]), 0);
+	uint64_t sum = 0, min = UINT64_MAX, bad = 0;
+	for (uint64_t cnt = 1; cnt <= 8; cnt++) {
+		CHECK_EQ(pub(p, cnt, 200), 0);
+		CHECK_EQ(drain(m[cnt - 1], 200, &sum, &min, &bad), 1);
+	}
+	CHECK_EQ(pub(p, 9, 200), 0); /* position 8: member 0's again */
+	struct ibvb_heap h;
+	CHECK_EQ(ibvb_peek(m[0], &h), 0);
+	CHECK_EQ(h.heap_cnt, 9);
+	ibvb_detach(m[0]); /* holding it */
+	CHECK_EQ(wait_counter(p, IBVB_CTR_GROUP_LOST, 1), 1);
+	for (int i = 0; i < 5000 && ibvb_producer_consumers(p) != 7; i++)
+		msleep(1);
+	CHECK_EQ(ibvb_producer_consumers(p), 7);
+	CHECK_EQ(ibvb_producer_counter(p, IBVB_CTR_GROUP_LOST), 1);
+	CHECK_EQ(bad, 0);
+	for (int i = 1; i < 8; i++)
+		ibvb_detach(m[i]);
+	ibvb_producer_close(p);
+}
+
 static const struct test tests[] = {
 	{"producer_bytes_block", test_bytes_block},
 	{"producer_bytes_drop", test_bytes_drop},
@@ -2307,6 +2343,7 @@ static const struct test tests[] = {
 	{"squatted_default_dir_does_not_deny_the_producer", test_squatted_default_dir_does_not_deny_the_producer},
 	{"interrupt_wakes_a_blocked_producer_at_once", test_interrupt_wakes_a_blocked_producer_at_once},
 	{"heap_valid_is_zero_for_a_heap_not_held", test_heap_valid_is_zero_for_a_heap_not_held},
+	{"group22_settle_walks_at_most_a_ring", test_group22_settle_walks_at_most_a_ring},
 };
 
 
