@@ -1,4 +1,4 @@
-/* ibvbridge_producer.c — the producer side of docs/ring-layout.md 2.0, see ibvbridge_producer.h.
+/* ibvbridge_producer.c — the producer side of docs/ring-layout.md 2.2, see ibvbridge_producer.h.
  * Only libc and pthreads. */
 #define _GNU_SOURCE
 #include "ibvbridge.h"
@@ -157,41 +157,36 @@ static int dir_unusable(const char *dir, uid_t euid, char *why, size_t cap)
 	return 1;
 }
 
-/* Spec 2.1 §B: $IBVBRIDGE_RING_DIR, else the caller's own default (/run/ibvbridge for root, else
- * $XDG_RUNTIME_DIR/ibvbridge, else /dev/shm/ibvbridge-EUID). An own default that exists but that the
- * producer cannot trust (a stranger may make /dev/shm/ibvbridge-EUID first) is skipped with one warning for
- * the next default clients look in, /run/ibvbridge, as clients skip it (§1.1): a stranger may not deny the
- * ring. skipped: the warning's reason, for the error should the next one fail too. */
+/* Spec 2.2 §1.1: $IBVBRIDGE_RING_DIR, else the caller's own default (/run/ibvbridge for root, else
+ * $XDG_RUNTIME_DIR/ibvbridge, else /dev/shm/ibvbridge-EUID). /dev/shm/ibvbridge-EUID that exists but that
+ * the producer cannot trust (a stranger may make it first) is skipped with one warning for the next
+ * default, /tmp/ibvbridge-EUID, where clients look too: a stranger may not deny the ring by squatting one
+ * name. skipped: the warning's reason, for the error should the next one fail too. */
 static void default_dir(char *buf, size_t cap, uid_t euid, char *skipped, size_t scap)
 {
 	const char *e = getenv(IBVB_DIR_ENV);
-	char why[160];
+	char why[160], next[PATH_MAX];
 	skipped[0] = 0;
 	if (e && *e)
 		snprintf(buf, cap, "%s", e);
 	else if (ibvb__own_default_dir(buf, cap) < 0)
 		buf[0] = 0; /* refused by open_ring_dir */
-	else if (strcmp(buf, IBVB_RUN_DIR) != 0 && dir_unusable(buf, euid, why, sizeof why)) {
-		ibvb__warn("skipping %s: %s; using %s", buf, why, IBVB_RUN_DIR);
+	else if (ibvb__next_default_dir(next, sizeof next) == 0 && dir_unusable(buf, euid, why, sizeof why)) {
+		ibvb__warn("skipping %s: %s; using %s", buf, why, next);
 		if (snprintf(skipped, scap, "%s: %s", buf, why) >= (int)scap)
 			skipped[scap - 1] = 0;
-		snprintf(buf, cap, "%s", IBVB_RUN_DIR);
+		snprintf(buf, cap, "%s", next);
 	}
 }
 
 /* The ring directory, made component by component without following a symlink (spec 2.1 §B); the final one
  * must be ours and not writable by group or others. */
-static int open_ring_dir(struct ibvb__pstate *st)
+static int open_ring_dir_checked(struct ibvb__pstate *st)
 {
 	const char *path = st->dir;
 	if (!path[0])
 		return fail(-ENAMETOOLONG, "ring directory: the default path is too long ($XDG_RUNTIME_DIR)");
 	int fd, rc = ibvb__make_dir_nofollow(path, st->euid, &fd);
-	if (rc < 0 && st->skipped[0]) {
-		char msg[IBVB__ERRBUF_SIZE];
-		snprintf(msg, sizeof msg, "%s", ibvb_last_error());
-		return fail(rc, "%s (skipped %s; give --dir, or set XDG_RUNTIME_DIR)", msg, st->skipped);
-	}
 	if (rc < 0)
 		return rc;
 	struct stat fst;
@@ -210,6 +205,18 @@ static int open_ring_dir(struct ibvb__pstate *st)
 	}
 	st->dirfd = fd;
 	return 0;
+}
+
+/* The second default failed too (spec 2.2 §1.1): its line, and which first one was skipped. */
+static int open_ring_dir(struct ibvb__pstate *st)
+{
+	int rc = open_ring_dir_checked(st);
+	if (rc < 0 && st->skipped[0]) {
+		char msg[IBVB__ERRBUF_SIZE];
+		snprintf(msg, sizeof msg, "%s", ibvb_last_error());
+		return fail(rc, "%s (skipped %s; give --dir, or set XDG_RUNTIME_DIR)", msg, st->skipped);
+	}
+	return rc;
 }
 
 static int take_lock(struct ibvb__pstate *st)
