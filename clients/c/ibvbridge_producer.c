@@ -44,9 +44,34 @@
 #define MAX_OBSERVERS IBVB_PRODUCER_MAX_OBSERVERS
 #define NGROUPS_MAX_PEER 65536 /* the kernel's NGROUPS_MAX */
 
+#ifdef IBVB_TEST_HOOKS
+/* Test builds only (make EXTRA_CFLAGS=-DIBVB_TEST_HOOKS: the conformance suite, interop/conformance).
+ * IBVBRIDGE_TEST_MUTANT lists guards to break, to prove the suite catches each: row-late (a detached
+ * consumer's row is not written before its slots are reused), no-wake (interrupt does not wake a producer
+ * asleep on a release futex), no-unmap (a detached consumer's region is left to the next commit or
+ * heartbeat); IBVBRIDGE_TEST_WAIT_SLICE_MS replaces the 250 ms slice of a blocked producer. */
+static int test_mutant(const char *name)
+{
+	const char *e = getenv("IBVBRIDGE_TEST_MUTANT");
+	return e && strstr(e, name) != NULL;
+}
+static int64_t test_wait_slice_ns(void)
+{
+	const char *e = getenv("IBVBRIDGE_TEST_WAIT_SLICE_MS");
+	return e && atoll(e) > 0 ? atoll(e) * 1000000LL : WAIT_SLICE_NS;
+}
+static int64_t test_beat_ns(void) /* IBVBRIDGE_TEST_BEAT_MS: the heartbeat, whose sweep hides no-unmap */
+{
+	const char *e = getenv("IBVBRIDGE_TEST_BEAT_MS");
+	return e && atoll(e) > 0 ? atoll(e) * 1000000LL : BEAT_NS;
+}
+#else
+#define test_mutant(name) 0
+#define test_wait_slice_ns() WAIT_SLICE_NS
+#define test_beat_ns() BEAT_NS
+#endif
+
 /* ---- small helpers ---------------------------------------------------------------------------- */
-
-
 
 uint64_t ibvb__realtime_ns(void)
 {
@@ -587,8 +612,10 @@ static void detach_locked(struct ibvb_producer *p, uint32_t i, uint32_t state, u
 	if (!m->on)
 		return;
 	struct ibvb_row *row = &p->rows[i];
-	atomic_store_explicit(&row->lost_heaps, lost, memory_order_relaxed);
-	atomic_store_explicit(&row->state, state, memory_order_release);
+	if (!test_mutant("row-late")) {
+		atomic_store_explicit(&row->lost_heaps, lost, memory_order_relaxed);
+		atomic_store_explicit(&row->state, state, memory_order_release);
+	}
 	/* 2.1 §A: the row says detached before any slot it held is reused (a consumer checks it after reading) */
 	atomic_thread_fence(memory_order_seq_cst);
 	if (state == IBVB_CONSUMER_OVERRUN)
@@ -604,7 +631,7 @@ static void detach_locked(struct ibvb_producer *p, uint32_t i, uint32_t state, u
 	m->on = 0;
 	st->nmembers--;
 	bump_set_locked(p);
-	if (hot_idle(p)) { /* spec 2.1 §C: unmapped at detach, not at the next publish */
+	if (hot_idle(p) && !test_mutant("no-unmap")) { /* spec 2.1 §C: unmapped at detach, not at the next publish */
 		munmap(m->region, IBVB_REGION_SIZE);
 		m->region = NULL;
 		return;
@@ -983,7 +1010,7 @@ static int wait_for_busy(struct ibvb_producer *p, enum wait_cond c, int64_t dead
 				ibvb__cpu_relax();
 			continue;
 		}
-		int64_t slice = WAIT_SLICE_NS;
+		int64_t slice = test_wait_slice_ns();
 		if (now - began < BLOCK_LOG_AFTER_NS && BLOCK_LOG_AFTER_NS - (now - began) < slice)
 			slice = BLOCK_LOG_AFTER_NS - (now - began) + 1000000; /* wake to name the blocker in time */
 		if (deadline_ns && deadline_ns - now < slice)
@@ -1624,7 +1651,7 @@ static void *service(void *arg)
 {
 	struct ibvb_producer *p = arg;
 	struct ibvb__pstate *st = p->st;
-	int64_t next_beat = mono_ns() + BEAT_NS;
+	int64_t next_beat = mono_ns() + test_beat_ns();
 	struct pollfd pf[POLL_MAX];
 	int kind[POLL_MAX], which[POLL_MAX];
 	for (;;) {
@@ -1644,7 +1671,7 @@ static void *service(void *arg)
 			atomic_store_explicit(&p->ctl->heartbeat_ns, ibvb__realtime_ns(), memory_order_relaxed);
 			read_cursors_locked(p, 0); /* keep the table's released columns current for `stat` */
 			sweep_grave_locked(p);
-			next_beat = now + BEAT_NS;
+			next_beat = now + test_beat_ns();
 		}
 		pthread_mutex_unlock(&st->mu);
 		serve_others(p, pf, kind, which, n, now);
@@ -2042,7 +2069,7 @@ void ibvb_producer_interrupt(struct ibvb_producer *p)
 	atomic_fetch_add(&st->attach_seq, 1);
 	ibvb__futex_wake_all(&st->attach_seq);
 	_Atomic uint32_t *w = atomic_load(&st->wait_word);
-	if (w)
+	if (w && !test_mutant("no-wake"))
 		ibvb__futex_wake_all(w); /* at worst a word just unmapped: EFAULT, harmless */
 }
 
