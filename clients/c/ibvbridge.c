@@ -946,6 +946,7 @@ static const char *const counter_names[IBVB_CTR_COUNT] = {
     "end_of_stream",     "consumers_attached", "consumer_overruns",
     "consumer_errors",   "chunks",          "incomplete_chunks",
     "too_old_heaps",     "rejected_heaps",  "group_lost",
+    "group_skipped",     "streams_ended",
 };
 
 const char *ibvb_counter_name(unsigned idx) { return idx < IBVB_CTR_COUNT ? counter_names[idx] : NULL; }

@@ -68,11 +68,12 @@ extern "C" {
 #define IBVB_DESC_SIZE 64
 #define IBVB_ITEM_SIZE 32
 #define IBVB_STATS_SLOTS 32
-#define IBVB_STATS_COUNT 18 /* counters defined by 2.1 (13 by 2.0, then the chunk counters and group_lost) */
+#define IBVB_STATS_COUNT 20 /* counters defined by 2.2 (13 by 2.0, the chunk counters, group_lost, group_skipped, streams_ended) */
 #define IBVB_REGION_ALIGN 4096
 #define IBVB_MAX_SLOT_COUNT (1u << 24)
 #define IBVB_MAX_ITEMS 65536u
 #define IBVB_META_HEADER_SIZE 16
+#define IBVB_PRODUCER_VERSION_MAX 64 /* 2.2: bytes of the ctl producer_version field (spec §2) */
 #define IBVB_META_RECORD_HEADER_SIZE 32
 #define IBVB_NAME_MAX 64
 #define IBVB_SOCK_SUFFIX ".v2.sock"
@@ -131,7 +132,7 @@ extern "C" {
 #define IBVB_OFF_CHUNK_TIME_ITEM 0xB8
 #define IBVB_OFF_CHUNK_AXIS_ITEM 0xC0
 #define IBVB_OFF_HEADER_RESERVED 0xC8
-#define IBVB_OFF_RESERVED_100 0x100
+#define IBVB_OFF_PRODUCER_VERSION 0x100 /* 2.2 */
 #define IBVB_OFF_HEAD 0x200
 #define IBVB_OFF_PRODUCER_WAITING 0x280
 #define IBVB_OFF_HEARTBEAT_NS 0x300
@@ -189,6 +190,11 @@ extern "C" {
 #define IBVB_FLAG_NO_HEAP_SIZE 0x40u
 #define IBVB_FLAG_ITEMS_CUT 0x80u
 #define IBVB_FLAG_CHUNK 0x100u
+/* 2.2: a stream boundary, not a heap (recv --keep-going): one stream stopped, the ring goes on. ibvb_peek and
+ * ibvb_wait return IBVB_STREAM_END for it, with *h's position, heap_cnt (the stop heap's), timestamp_ns, flags. */
+#define IBVB_FLAG_STREAM_END 0x200u
+/* What ibvb_peek / ibvb_wait return for a STREAM_END marker (a negative errno, like every other non-heap). */
+#define IBVB_STREAM_END (-ENOMSG)
 /* Item flags (spec §5). */
 #define IBVB_ITEM_IMMEDIATE 0x1u
 
@@ -212,7 +218,9 @@ enum ibvb_counter {
 	IBVB_CTR_TOO_OLD_HEAPS = 15,
 	IBVB_CTR_REJECTED_HEAPS = 16,
 	IBVB_CTR_GROUP_LOST = 17, /* positions lost for a consumer group when a member left holding them (§14) */
-	IBVB_CTR_COUNT = 18
+	IBVB_CTR_GROUP_SKIPPED = 18, /* 2.2: positions members released without handing them out (§14.7) */
+	IBVB_CTR_STREAMS_ENDED = 19, /* 2.2: STREAM_END markers published */
+	IBVB_CTR_COUNT = 20
 };
 
 /* ---- shared structures ----------------------------------------------------------------------- */
@@ -254,8 +262,10 @@ struct ibvb_ctl {
 	uint64_t chunk_time_item;
 	uint64_t chunk_axis_item;
 	uint8_t header_reserved[0x100 - 0xC8];
-	/* 0x100 */
-	uint8_t reserved_100[0x100];
+	/* 0x100: 2.2 producer_version, the producing program's name and version, NUL-padded UTF-8 (not
+	 * necessarily terminated: read at most IBVB_PRODUCER_VERSION_MAX bytes) */
+	char producer_version[IBVB_PRODUCER_VERSION_MAX];
+	uint8_t reserved_140[0x100 - IBVB_PRODUCER_VERSION_MAX];
 	/* 0x200 producer cursor */
 	IBVB_ATOMIC(uint64_t) head;
 	uint8_t pad_head[120];
@@ -413,7 +423,7 @@ IBVB__CHECK(struct ibvb_ctl, chunk_step, IBVB_OFF_CHUNK_STEP);
 IBVB__CHECK(struct ibvb_ctl, chunk_time_item, IBVB_OFF_CHUNK_TIME_ITEM);
 IBVB__CHECK(struct ibvb_ctl, chunk_axis_item, IBVB_OFF_CHUNK_AXIS_ITEM);
 IBVB__CHECK(struct ibvb_ctl, header_reserved, IBVB_OFF_HEADER_RESERVED);
-IBVB__CHECK(struct ibvb_ctl, reserved_100, IBVB_OFF_RESERVED_100);
+IBVB__CHECK(struct ibvb_ctl, producer_version, IBVB_OFF_PRODUCER_VERSION);
 IBVB__CHECK(struct ibvb_ctl, head, IBVB_OFF_HEAD);
 IBVB__CHECK(struct ibvb_ctl, producer_waiting, IBVB_OFF_PRODUCER_WAITING);
 IBVB__CHECK(struct ibvb_ctl, heartbeat_ns, IBVB_OFF_HEARTBEAT_NS);
