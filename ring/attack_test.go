@@ -804,7 +804,7 @@ func TestAttachStaleSocketSaysSo(t *testing.T) {
 	}
 	unix.Close(fd) // bound, never listening: connect is refused, as after kill -9
 	_, err = ring.Attach("gone", ring.AttachOptions{Dir: dir, Timeout: 100 * time.Millisecond})
-	want := "ring gone: stale socket " + path + " (no producer; `ibvbridge rm --stale` removes it)"
+	want := "ring gone: stale socket " + path + " (no producer; `ibvbridge rm --stale --dir " + dir + "` removes it)"
 	if !errors.Is(err, ring.ErrNotFound) || err.Error() != want {
 		t.Fatalf("stale socket: %v; want %q", err, want)
 	}

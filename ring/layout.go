@@ -222,6 +222,10 @@ const (
 // ItemImmediate marks an item entry whose value is the item itself rather than a payload offset.
 const ItemImmediate uint32 = 0x1
 
+// ItemCut (2.2, §5) marks an address item of a TRUNCATED heap that runs past the slot: its length was
+// clipped to the slot, so only its first bytes are in the payload.
+const ItemCut uint32 = 0x2
+
 // Counter indexes the stats block.
 type Counter int
 
@@ -376,7 +380,7 @@ func LayoutTable() map[string]uint64 {
 		"flag.no_heap_size": uint64(FlagNoHeapSize), "flag.items_cut": uint64(FlagItemsCut),
 		"flag.chunk": uint64(FlagChunk), "flag.stream_end": uint64(FlagStreamEnd),
 		"producer_version": offProducerVersion, "producer_version_max": ProducerVersionMax, "feature.chunks": FeatureChunks,
-		"item_flag.immediate":       uint64(ItemImmediate),
+		"item_flag.immediate":       uint64(ItemImmediate), "item_flag.cut": uint64(ItemCut),
 		"feature.replay_timestamps": FeatureReplayTimestamps,
 	}
 	for _, c := range Counters() {
