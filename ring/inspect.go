@@ -3,8 +3,8 @@ package ring
 import (
 	"bytes"
 	"fmt"
-	"strings"
 	"os"
+	"strings"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -13,21 +13,21 @@ import (
 // Info is a read-only look at a ring, as `ibvbridge stat` shows it: taken as an observer (spec §1.2), it
 // neither attaches as a consumer nor disturbs the producer.
 type Info struct {
-	Name           string   `json:"name"`
-	Socket         string   `json:"socket"`
-	Major          uint16   `json:"major"`
-	Minor          uint16   `json:"minor"`
-	State          string   `json:"state"`
-	Policy         string   `json:"policy"`
-	SessionID      uint64   `json:"session_id"`
-	ProducerPID    uint64   `json:"producer_pid"`
-	ProducerAlive  bool     `json:"producer_alive"`
-	HeartbeatAgeNs int64    `json:"heartbeat_age_ns"`
-	Features       uint64   `json:"features"`
+	Name           string `json:"name"`
+	Socket         string `json:"socket"`
+	Major          uint16 `json:"major"`
+	Minor          uint16 `json:"minor"`
+	State          string `json:"state"`
+	Policy         string `json:"policy"`
+	SessionID      uint64 `json:"session_id"`
+	ProducerPID    uint64 `json:"producer_pid"`
+	ProducerAlive  bool   `json:"producer_alive"`
+	HeartbeatAgeNs int64  `json:"heartbeat_age_ns"`
+	Features       uint64 `json:"features"`
 	// ProducerVersion is what the producer says it runs (2.2 header producer_version; "" if it does not).
-	ProducerVersion string `json:"producer_version"`
-	MaxConsumers   uint32   `json:"max_consumers"`
-	Geometry       Geometry `json:"geometry"`
+	ProducerVersion string   `json:"producer_version"`
+	MaxConsumers    uint32   `json:"max_consumers"`
+	Geometry        Geometry `json:"geometry"`
 	// Chunks is the chunk geometry of a chunk-mode ring (spec §13), nil otherwise.
 	Chunks *ChunkGeometry `json:"chunks,omitempty"`
 	Head   uint64         `json:"head"`

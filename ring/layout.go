@@ -54,13 +54,13 @@ const (
 	// block after the header that was reserved; constant once handed out.
 	offProducerVersion = 0x100
 	ProducerVersionMax = 64
-	offHead          = 0x200
-	offProdWaiting   = 0x280
-	offHeartbeat     = 0x300
-	offOldest        = 0x308
-	offStats         = 0x500
-	offTable         = 0x1000
-	StatsSlots       = 32
+	offHead            = 0x200
+	offProdWaiting     = 0x280
+	offHeartbeat       = 0x300
+	offOldest          = 0x308
+	offStats           = 0x500
+	offTable           = 0x1000
+	StatsSlots         = 32
 
 	// Consumer table row (spec §2.2), at offTable + TableRowSize*index.
 	TableRowSize  = 128
@@ -380,7 +380,7 @@ func LayoutTable() map[string]uint64 {
 		"flag.no_heap_size": uint64(FlagNoHeapSize), "flag.items_cut": uint64(FlagItemsCut),
 		"flag.chunk": uint64(FlagChunk), "flag.stream_end": uint64(FlagStreamEnd),
 		"producer_version": offProducerVersion, "producer_version_max": ProducerVersionMax, "feature.chunks": FeatureChunks,
-		"item_flag.immediate":       uint64(ItemImmediate), "item_flag.cut": uint64(ItemCut),
+		"item_flag.immediate": uint64(ItemImmediate), "item_flag.cut": uint64(ItemCut),
 		"feature.replay_timestamps": FeatureReplayTimestamps,
 	}
 	for _, c := range Counters() {
