@@ -273,6 +273,9 @@ func TestAssemblerNoHeapLength(t *testing.T) {
 	}
 }
 
+// TestAssemblerTruncated: a heap longer than its slot whose bytes all arrived is TRUNCATED, never COMPLETE
+// (spec §4.1: COMPLETE says every byte is in the slot); the item running past the slot is clipped and
+// flagged CUT, the one starting past it left out (ITEMS_CUT).
 func TestAssemblerTruncated(t *testing.T) {
 	const slotSize = 1024
 	heap := spead.Heap{Cnt: 4, Items: []spead.Item{
@@ -286,11 +289,11 @@ func TestAssemblerTruncated(t *testing.T) {
 		t.Fatalf("%d heaps", len(heaps))
 	}
 	h := heaps[0]
-	if h.flags != ring.FlagComplete|ring.FlagTruncated|ring.FlagItemsCut || h.heapSize != 3000 || h.received != slotSize {
+	if h.flags != ring.FlagTruncated|ring.FlagItemsCut || h.heapSize != 3000 || h.received != slotSize {
 		t.Fatalf("heap: flags %#x size %d received %d", h.flags, h.heapSize, h.received)
 	}
 	// 0x1000 is clipped to the slot, 0x1001 starts past it and is left out (ITEMS_CUT says so).
-	wantItems := []ring.Item{{ID: 0x1000, Value: 0, Length: slotSize}, {ID: 0x1002, Value: 99, Length: 5, Flags: ring.ItemImmediate}}
+	wantItems := []ring.Item{{ID: 0x1000, Value: 0, Length: slotSize, Flags: ring.ItemCut}, {ID: 0x1002, Value: 99, Length: 5, Flags: ring.ItemImmediate}}
 	if !slices.Equal(h.items, wantItems) {
 		t.Fatalf("items %+v", h.items)
 	}

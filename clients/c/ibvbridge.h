@@ -197,6 +197,8 @@ extern "C" {
 #define IBVB_STREAM_END (-ENOMSG)
 /* Item flags (spec §5). */
 #define IBVB_ITEM_IMMEDIATE 0x1u
+/* 2.2: an address item of a TRUNCATED heap that runs past the slot: its length was clipped to the slot. */
+#define IBVB_ITEM_CUT 0x2u
 
 /* Stats indices (spec §2.3). */
 enum ibvb_counter {
@@ -700,6 +702,9 @@ int ibvb_stats(const struct ibvb_ring *r, struct ibvb_stats *s);
 uint64_t ibvb_counter(const struct ibvb_ring *r, unsigned idx);
 const char *ibvb_counter_name(unsigned idx);
 int ibvb_info(const struct ibvb_ring *r, struct ibvb_info *info);
+/* 2.2: what the producer says it runs (header producer_version, e.g. "ibvbridge recv 0.3.0"), copied into buf
+ * NUL-terminated (cut to len - 1 bytes). Returns its length, 0 when the producer wrote none. */
+size_t ibvb_producer_version(const struct ibvb_ring *r, char *buf, size_t len);
 
 /* Stream metadata (spec §6): copy the record bytes into buf (seqlock read; the length is validated only
  * once the sequence proved the copy stable). Returns the record byte length (0: nothing announced yet),
@@ -844,11 +849,12 @@ static inline int ibvb_release_all(struct ibvb_ring *r)
  * passed over; else 0, and pos is noted as its own (unless END_OF_STREAM, which is everyone's). */
 static inline int ibvb__member_passes(struct ibvb_ring *r, uint64_t pos, const struct ibvb_desc *d)
 {
-	if (!(d->reserved & r->group_bit) && !(d->flags & IBVB_FLAG_END_OF_STREAM)) {
+	uint32_t marker = d->flags & (IBVB_FLAG_END_OF_STREAM | IBVB_FLAG_STREAM_END); /* markers are everyone's */
+	if (!(d->reserved & r->group_bit) && !marker) {
 		ibvb__pass_over(r, pos);
 		return 1;
 	}
-	r->mine[pos & r->mask] = !(d->flags & IBVB_FLAG_END_OF_STREAM);
+	r->mine[pos & r->mask] = !marker;
 	return 0;
 }
 
@@ -914,8 +920,9 @@ again:;
 			return rc;
 	}
 	r->read = pos + 1;
-	if (__builtin_expect(d.flags & IBVB_FLAG_END_OF_STREAM, 0)) {
-		/* Release the marker now unless earlier heaps are still held: releasing it would release them. */
+	if (__builtin_expect(d.flags & (IBVB_FLAG_END_OF_STREAM | IBVB_FLAG_STREAM_END), 0)) {
+		/* Release the marker now unless earlier heaps are still held: releasing it would release them.
+		 * (A later marker replaces a pending one; the earlier goes back with any release after it.) */
 		if (r->released == pos) {
 			struct ibvb_heap m;
 			m.position = pos;
@@ -924,7 +931,19 @@ again:;
 			r->eos_pending = 1;
 			r->eos_pos = pos;
 		}
-		return -ENODATA;
+		if (!(d.flags & IBVB_FLAG_STREAM_END))
+			return -ENODATA;
+		/* STREAM_END (2.2): one stream ended, the ring goes on; *h says which marker */
+		h->position = pos;
+		h->heap_cnt = d.heap_cnt;
+		h->heap_size = h->received = 0;
+		h->timestamp_ns = d.timestamp_ns;
+		h->flags = d.flags;
+		h->item_count = h->packets = 0;
+		h->slot = d.slot;
+		h->payload = NULL;
+		h->items = NULL;
+		return IBVB_STREAM_END;
 	}
 	h->position = pos;
 	h->heap_cnt = d.heap_cnt;
@@ -1012,6 +1031,16 @@ static inline int ibvb_chunk_present(const struct ibvb_chunk *c, uint32_t t, uin
 /* 1 if the item's value is the value itself (an immediate), 0 if it is an offset into the payload. */
 static inline int ibvb_item_is_immediate(const struct ibvb_item *it) { return (it->flags & IBVB_ITEM_IMMEDIATE) != 0; }
 
+/* 1 if every byte of the heap is in its slot: COMPLETE and not TRUNCATED (a 2.2 producer never sets both,
+ * spec §4.1; a 2.1 producer set COMPLETE|TRUNCATED on a cut heap whose bytes all arrived). */
+static inline int ibvb_heap_complete(const struct ibvb_heap *h)
+{
+	return (h->flags & IBVB_FLAG_COMPLETE) && !(h->flags & IBVB_FLAG_TRUNCATED);
+}
+
+/* 1 if the item runs past the slot of a TRUNCATED heap: only its first it->length bytes are there. */
+static inline int ibvb_item_is_cut(const struct ibvb_item *it) { return (it->flags & IBVB_ITEM_CUT) != 0; }
+
 /* First item with this id in h's table, or NULL. */
 static inline const struct ibvb_item *ibvb_find_item(const struct ibvb_heap *h, uint64_t id)
 {
@@ -1027,6 +1056,26 @@ static inline const struct ibvb_item *ibvb_find_item(const struct ibvb_heap *h, 
 static inline const void *ibvb_item_ptr(const struct ibvb_heap *h, const struct ibvb_item *it)
 {
 	return ibvb_item_is_immediate(it) ? NULL : (const void *)(h->payload + it->value);
+}
+
+/* IBVB_PARTIAL: ibvb_item_data hands out the first bytes of a cut item too. */
+#define IBVB_PARTIAL 0x1
+/* An address item's bytes, refusing a cut one: NULL with errno EMSGSIZE when the item ran past the slot of
+ * a TRUNCATED heap (unless flags has IBVB_PARTIAL: then its first it->length bytes), EINVAL for an
+ * immediate item. *len (if not NULL) gets the byte count handed out. */
+static inline const void *ibvb_item_data(const struct ibvb_heap *h, const struct ibvb_item *it, int flags, size_t *len)
+{
+	if (ibvb_item_is_immediate(it)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (ibvb_item_is_cut(it) && !(flags & IBVB_PARTIAL)) {
+		errno = EMSGSIZE;
+		return NULL;
+	}
+	if (len)
+		*len = it->length;
+	return h->payload + it->value;
 }
 
 #define ibvb_for_each_item(h, it) for ((it) = (h)->items; (it) < (h)->items + (h)->item_count; (it)++)

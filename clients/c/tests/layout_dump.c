@@ -193,6 +193,7 @@ int main(void)
 	P("flag.chunk", IBVB_FLAG_CHUNK);
 	P("flag.stream_end", IBVB_FLAG_STREAM_END);
 	P("item_flag.immediate", IBVB_ITEM_IMMEDIATE);
+	P("item_flag.cut", IBVB_ITEM_CUT);
 	P("feature.replay_timestamps", IBVB_FEATURE_REPLAY_TIMESTAMPS);
 	P("feature.chunks", IBVB_FEATURE_CHUNKS);
 	for (unsigned i = 0; i < IBVB_CTR_COUNT; i++)

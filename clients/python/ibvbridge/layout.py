@@ -181,6 +181,7 @@ ITEM_LENGTH = 0x10
 ITEM_FLAGS = 0x18
 ITEM_RESERVED = 0x1C
 ITEM_IMMEDIATE = 0x1
+ITEM_CUT = 0x2  # 2.2: an address item of a TRUNCATED heap clipped to the slot
 
 # --- stream metadata (§6) ------------------------------------------------------------------------------
 META_SEQ = 0x00
@@ -458,7 +459,7 @@ def dump() -> dict[str, int]:
              ("status", "STATUS_", ("ok", "version", "not_permitted", "busy", "closing", "protocol")),
              ("flag", "FLAG_", ("complete", "incomplete", "truncated", "end_of_stream", "has_descriptors",
                                 "items_overflow", "no_heap_size", "items_cut", "chunk", "stream_end")),
-             ("item_flag", "ITEM_", ("immediate",)), ("feature", "FEATURE_", ("replay_timestamps", "chunks")))
+             ("item_flag", "ITEM_", ("immediate", "cut")), ("feature", "FEATURE_", ("replay_timestamps", "chunks")))
     for prefix, const, names in enums:
         for name in names:
             d[f"{prefix}.{name}"] = g[const + name.upper()]
