@@ -135,8 +135,22 @@ func (h *Heap) Item(id uint64) (Item, bool) {
 	return Item{}, false
 }
 
-// ItemBytes returns an address item's bytes within the payload, or nil for an immediate item. The
-// consumer validated offset and length against the slot when it read the heap.
+// ItemData returns an address item's bytes within the payload, refusing a cut one: ErrItemCut when the
+// item ran past the slot of a TRUNCATED heap (ItemBytes hands out its first bytes), ErrImmediate for an
+// immediate item.
+func (h *Heap) ItemData(it Item) ([]byte, error) {
+	switch {
+	case it.Immediate():
+		return nil, fmt.Errorf("item %#x: %w", it.ID, ErrImmediate)
+	case it.Cut():
+		return nil, fmt.Errorf("item %#x of heap %d (%d bytes in a %d-byte slot): %w", it.ID, h.HeapCnt, h.HeapSize, cap(h.Payload), ErrItemCut)
+	}
+	return h.ItemBytes(it), nil
+}
+
+// ItemBytes returns an address item's bytes within the payload, or nil for an immediate item: for a cut
+// item (it.Cut()) the first bytes only, as kept — ItemData refuses those. The consumer validated offset and
+// length against the slot when it read the heap.
 func (h *Heap) ItemBytes(it Item) []byte {
 	if it.Immediate() {
 		return nil

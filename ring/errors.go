@@ -30,6 +30,11 @@ var (
 	ErrStreamEnd = fmt.Errorf("%w: the stream ended, the ring goes on with the next", ErrEndOfStream)
 	// ErrStreamEnded: the producer already published END_OF_STREAM, which is final (spec §4.1).
 	ErrStreamEnded = errors.New("the stream has ended: nothing may follow the end-of-stream marker")
+	// ErrItemCut: an item of a TRUNCATED heap ran past its slot; only its first bytes are in the ring
+	// (raise recv --slot-size; Heap.ItemBytes hands out the partial bytes).
+	ErrItemCut = errors.New("item cut: the heap was longer than its slot")
+	// ErrImmediate: an immediate item has no bytes in the payload (its Value is the item).
+	ErrImmediate   = errors.New("immediate item: its value is the item")
 	ErrFull        = errors.New("ring full")
 	ErrNoConsumer  = errors.New("no consumer attached")
 	ErrClosed      = errors.New("ring closed")

@@ -305,6 +305,9 @@ type Item struct {
 	_      uint32
 }
 
+// Cut reports whether the item ran past the slot of a TRUNCATED heap: only its first Length bytes are kept.
+func (it Item) Cut() bool { return it.Flags&ItemCut != 0 }
+
 // Immediate reports whether the item's value is carried in the item pointer itself.
 func (it Item) Immediate() bool { return it.Flags&ItemImmediate != 0 }
 

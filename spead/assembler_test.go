@@ -2,9 +2,11 @@ package spead_test
 
 import (
 	"bytes"
+	"errors"
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/spead"
@@ -547,4 +549,56 @@ func TestAssemblerRangeOverflow(t *testing.T) {
 		t.Fatalf("heaps %+v", heaps)
 	}
 	expectCounters(t, stats, map[ring.Counter]uint64{ring.CounterPackets: ranges + 1})
+}
+
+// TestAssemblerTruncatedKeepsDescriptors: a 1 MiB heap cut to a 64 KiB slot, its item descriptors after
+// the data (as send --descriptors and spead2 lay them out) and so past the slot, still gives the stream's
+// descriptors to the ring's metadata area; the heap is TRUNCATED (not COMPLETE), HAS_DESCRIPTORS, its
+// data item flagged CUT. Without the bytes kept beside the slot the metadata area stays empty.
+func TestAssemblerTruncatedKeepsDescriptors(t *testing.T) {
+	const slotSize = 64 << 10
+	data := bytes.Repeat([]byte{0x5A}, 1<<20)
+	dh, err := spead.DescriptorHeap(1, spead.Flavour64_48,
+		spead.Descriptor{ID: 0x1000, Name: "samples", Description: "1 MiB of them", Flavour: spead.Flavour64_48,
+			DType: "{'descr': '|u1', 'fortran_order': False, 'shape': (1048576,)}"},
+		spead.Descriptor{ID: 0x1600, Name: "timestamp", Flavour: spead.Flavour64_48,
+			Format: []spead.FormatField{{Code: 'u', Bits: 48}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	heap := spead.Heap{Cnt: 1, Items: append([]spead.Item{{ID: 0x1000, Data: data}, {ID: 0x1600, Immediate: true, Value: 7}}, dh.Items...)}
+	packets := encodeHeaps(t, spead.Flavour64_48, 8972, heap)[0]
+	p, c := testRing(t, ring.Config{SlotSize: slotSize, SlotCount: 8})
+	a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, b := range packets {
+		a.Packet(b, int64(1000+i))
+	}
+	h, err := c.Next(time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Flags&ring.FlagComplete != 0 || h.Flags&ring.FlagTruncated == 0 || h.Flags&ring.FlagHasDescriptors == 0 || h.Complete() {
+		t.Errorf("flags %#x: want TRUNCATED|HAS_DESCRIPTORS, never COMPLETE", h.Flags)
+	}
+	it, ok := h.Item(0x1000)
+	if !ok || !it.Cut() || it.Length != slotSize {
+		t.Errorf("item 0x1000 %+v: want cut to the slot", it)
+	}
+	if _, err := h.ItemData(it); !errors.Is(err, ring.ErrItemCut) {
+		t.Errorf("ItemData of a cut item: %v, want ErrItemCut", err)
+	}
+	ds, err := c.Descriptors()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[uint64]string{}
+	for _, d := range ds {
+		names[d.ID] = d.Name
+	}
+	if names[0x1000] != "samples" || names[0x1600] != "timestamp" {
+		t.Fatalf("descriptors in the metadata area: %v; want samples and timestamp", names)
+	}
 }
