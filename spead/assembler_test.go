@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -600,5 +601,74 @@ func TestAssemblerTruncatedKeepsDescriptors(t *testing.T) {
 	}
 	if names[0x1000] != "samples" || names[0x1600] != "timestamp" {
 		t.Fatalf("descriptors in the metadata area: %v; want samples and timestamp", names)
+	}
+}
+
+// TestAssemblerKeepGoingStreams: with KeepGoing a stream stop ends the stream, not the ring: its live heaps
+// are published, then a STREAM_END marker carrying the stop heap's cnt, and the next stream may reuse every
+// heap cnt (heap 1 again, right after it was published whole). Done stays open. A sender that restarts
+// without a stop and repeats cnts is the same stream: a packet of a heap published whole within 100 ms is
+// a late copy (duplicate_packets), later the cnt begins a new heap.
+func TestAssemblerKeepGoingStreams(t *testing.T) {
+	p, c := testRing(t, ring.Config{SlotSize: 4096, SlotCount: 64})
+	ends := 0
+	a, err := spead.NewAssembler(p, spead.AssemblerConfig{KeepGoing: true, OnStreamEnd: func(cnt uint64, err error) {
+		if err == nil && cnt == 3 {
+			ends++
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := int64(1_000_000_000)
+	feed := func(hs ...spead.Heap) {
+		for _, ps := range encodeHeaps(t, spead.Flavour64_40, testPacketSize, hs...) {
+			for _, b := range ps {
+				a.Packet(b, now)
+			}
+		}
+	}
+	stream := []spead.Heap{patternHeap(1, 1000), patternHeap(2, 1000), spead.StreamStopHeap(3)}
+	feed(stream...)
+	feed(stream...) // the same cnts: a new stream's own
+	feed(patternHeap(1, 1000))
+	now += int64(50 * time.Millisecond)
+	feed(patternHeap(1, 1000)) // 50 ms later, no stop between: a late copy
+	now += int64(200 * time.Millisecond)
+	feed(patternHeap(1, 1000)) // a restarted sender's heap 1
+	select {
+	case <-a.Done():
+		t.Fatal("Done closed by a stream stop under KeepGoing")
+	default:
+	}
+	var got []string
+	for {
+		h, err := c.Next(100 * time.Millisecond)
+		if errors.Is(err, ring.ErrStreamEnd) {
+			if !h.StreamEnd() || !errors.Is(err, ring.ErrEndOfStream) {
+				t.Errorf("marker %+v (%v): want StreamEnd, matching ErrEndOfStream", h, err)
+			}
+			got = append(got, "end:"+strconv.FormatUint(h.HeapCnt, 10))
+			continue
+		}
+		if errors.Is(err, ring.ErrTimeout) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !h.Complete() {
+			t.Errorf("heap %d flags %#x", h.HeapCnt, h.Flags)
+		}
+		got = append(got, strconv.FormatUint(h.HeapCnt, 10))
+		c.Release(h)
+	}
+	want := []string{"1", "2", "end:3", "1", "2", "end:3", "1", "1"}
+	if !slices.Equal(got, want) || ends != 2 {
+		t.Fatalf("read %v (%d stream ends logged), want %v", got, ends, want)
+	}
+	st := c.Stats()
+	if st.Get(ring.CounterStreamsEnded) != 2 || st.Get(ring.CounterEndOfStream) != 0 || st.Get(ring.CounterDuplicatePackets) == 0 {
+		t.Errorf("counters %v: want 2 streams ended, no end of stream, the late copy's packets duplicates", st.Map())
 	}
 }
