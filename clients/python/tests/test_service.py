@@ -101,3 +101,31 @@ def test_producer_version_is_read(make_public_producer):
         assert r.producer_version == f"ibvbridge.Producer {ibvbridge.__version__}"
     finally:
         r.close()
+
+
+def test_item_group_reads_stream_by_stream_and_refuses_a_cut_item(make_public_producer):
+    p = make_public_producer("igroup2", slot_count=16, slot_size=256)
+    r = ibvbridge.Ring.attach("igroup2", directory=p.directory)
+    try:
+        put(p, 1)
+        stream_end(p, 2)
+        s = p.acquire(timeout=5.0)
+        s.add_item(0x1000, 0, 16)
+        s.add_item(0x1001, 16, 240, cut=True)
+        p.publish(s, 1, heap_size=4096, received=256, flags=L.FLAG_TRUNCATED)
+        p.end_of_stream()
+        ig = ibvbridge.ItemGroup()
+        ig.add_item(0x1000, "a", "", (16,), np.uint8)
+        ig.add_item(0x1001, "b", "", (4080,), np.uint8)
+        it = r.streams(timeout=1.0)
+        first = next(it)
+        assert [sorted(ig.update(h)) for h in first] == [["a"]]
+        assert first.end.heap_cnt == 2
+        second = next(it)
+        for h in second:
+            with pytest.raises(TruncatedItem):
+                ig.update(h)
+            assert sorted(ig.update(h, partial=True)) == ["a"]
+        assert second.end is None
+    finally:
+        r.close()
