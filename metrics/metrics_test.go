@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ibvbridge/ibvbridge/internal/version"
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/ring/ringtest"
 	"github.com/ibvbridge/ibvbridge/spead/pattern"
@@ -75,6 +76,7 @@ func TestScrape(t *testing.T) {
 		fmt.Sprintf(`ibvbridge_transport_thread_packets_total{ring=%q,thread="1",transport="udp"} 11`, name),
 		fmt.Sprintf(`ibvbridge_ring_unread_heaps{ring=%q} 0`, name),
 		fmt.Sprintf(`ibvbridge_end_of_stream{ring=%q} 0`, name),
+		fmt.Sprintf(`ibvbridge_build_info{ring=%q,version=%q} 1`, name, version.Version),
 		"# TYPE ibvbridge_dropped_heaps_total counter",
 		"# TYPE ibvbridge_consumers_attached gauge",
 		"# TYPE ibvbridge_consumer_overruns_total counter",
@@ -129,6 +131,11 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 		t.Fatalf("dashboard JSON: %v", err)
 	}
 	name, p := testProducer(t)
+	cons, err := ring.Attach(p.SocketPath(), ring.AttachOptions{}) // the lag panel's series need a consumer
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
 	c := NewCollector(name, "udp")
 	c.Attach(fakePipeline{p: p, transport: map[string]uint64{"packets": 0, "kernel_drops": 0}})
 	s, err := Listen("127.0.0.1:0", c, nil)
