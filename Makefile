@@ -27,6 +27,8 @@ test: setup build
 	t=$$(mktemp -d) && cd clients/python && { $(PYTHON) -m pytest -q -p no:cacheprovider --basetemp=$$t/pytest tests; rc=$$?; rm -rf $$t; exit $$rc; }
 	@echo "== systemd unit"
 	scripts/check-unit.sh
+	@echo "== Prometheus alerting rules (Prometheus's own rule parser; a module of its own)"
+	cd deploy/prometheus/rulecheck && $(GO) test -count=1 ./
 	@echo "== Go tests (race detector), cross-language tests and fuzz seed corpora"
 	IBVBRIDGE_REQUIRE_CLIENTS=1 $(GO) test -race -count=1 ./...
 

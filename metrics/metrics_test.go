@@ -161,6 +161,48 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 	}
 }
 
+// TestAlertRulesQueryExportedMetrics: every metric the Prometheus alerting rules in deploy/ query is one
+// this package exports (for a UDP receiver with a consumer attached), so no alert silently never fires.
+// (deploy/prometheus/rulecheck parses the rules as Prometheus does.)
+func TestAlertRulesQueryExportedMetrics(t *testing.T) {
+	b, err := os.ReadFile("../deploy/prometheus/ibvbridge-alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, p := testProducer(t)
+	cons, err := ring.Attach(p.SocketPath(), ring.AttachOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	c := NewCollector(name, "udp")
+	c.Attach(fakePipeline{p: p, transport: map[string]uint64{"packets": 0, "kernel_drops": 0}})
+	s, err := Listen("127.0.0.1:0", c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	body := scrape(t, s)
+	var alerts, queried int
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, "- alert: ") {
+			alerts++
+		}
+		if strings.HasPrefix(strings.TrimSpace(line), "#") || strings.Contains(line, "summary:") || strings.Contains(line, "description:") {
+			continue
+		}
+		for _, m := range regexp.MustCompile(`ibvbridge_[a-z_]+`).FindAllString(line, -1) {
+			queried++
+			if !strings.Contains(body, "\n"+m+"{") {
+				t.Errorf("an alert queries %s, which is not exported", m)
+			}
+		}
+	}
+	if alerts < 5 || queried == 0 {
+		t.Fatalf("%d alerts querying %d metrics: want the losses, kernel drops, stalled ring, no traffic and consumers gone", alerts, queried)
+	}
+}
+
 // Scrapes while the producer publishes: under -race this fails if Collect reads producer state that only
 // the producer's goroutine may touch.
 func TestScrapeWhilePublishing(t *testing.T) {
