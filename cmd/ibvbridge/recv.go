@@ -18,9 +18,9 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/ibvbridge/ibvbridge/bench"
 	"github.com/ibvbridge/ibvbridge/bridge"
 	"github.com/ibvbridge/ibvbridge/internal/chunkplace"
+	"github.com/ibvbridge/ibvbridge/internal/proccpu"
 	"github.com/ibvbridge/ibvbridge/internal/sdnotify"
 	"github.com/ibvbridge/ibvbridge/internal/version"
 	"github.com/ibvbridge/ibvbridge/metrics"
@@ -300,7 +300,7 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	// The stream's CPU ends here: closing a large ring frees its pages, seconds of it for gigabytes.
-	cpu := bench.ProcessCPU()
+	cpu := proccpu.Used()
 	res.Transport = tr
 	if err := rcv.Close(); err != nil {
 		log.Warn().Err(err).Msg("closing the ring")

@@ -53,6 +53,15 @@ def addr(item_id, offset, length):
     return (item_id, offset, length, 0)
 
 
+def until(cond, timeout=5.0):
+    """Wait until cond() is true (polling every 5 ms); AssertionError after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.005)
+
+
 def pattern(heap_cnt, n):
     """The --verify payload: byte i = (heap_cnt*31 + i) & 0xff."""
     return ((np.arange(n, dtype=np.uint64) + np.uint64((heap_cnt * 31) & 0xFF)) & np.uint64(0xFF)).astype(
