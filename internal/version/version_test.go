@@ -3,6 +3,7 @@ package version
 import (
 	"os"
 	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -26,6 +27,15 @@ func TestOneVersionEverywhere(t *testing.T) {
 		case string(m[1]) != Version && string(m[1]) != "internal/version/version.go":
 			t.Errorf("%s says %s, ibvbridge is %s", path, m[1], Version)
 		}
+	}
+	h, err := os.ReadFile("../../clients/c/ibvbridge.h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	maj := regexp.MustCompile(`(?m)^#define IBVB_VERSION_MAJOR_LIB (\d+)`).FindSubmatch(h)
+	minr := regexp.MustCompile(`(?m)^#define IBVB_VERSION_MINOR_LIB (\d+)`).FindSubmatch(h)
+	if maj == nil || minr == nil || !strings.HasPrefix(Version, string(maj[1])+"."+string(minr[1])+".") {
+		t.Errorf("ibvbridge.h's IBVB_VERSION_*_LIB %q.%q do not match %s", maj, minr, Version)
 	}
 	if Producer("ibvbridge recv") != "ibvbridge recv "+Version {
 		t.Errorf("Producer: %q", Producer("ibvbridge recv"))
