@@ -439,7 +439,8 @@ func (p *Producer) assignLocked(groups [][]*member) {
 						best = m
 					}
 				case idle || m.queued == best.queued:
-					if m.lastPick < best.lastPick {
+					// least recently picked; never picked (0) before all, and among those the lowest row
+					if m.lastPick < best.lastPick || m.lastPick == best.lastPick && m.index < best.index {
 						best = m
 					}
 				case m.queued < best.queued:
