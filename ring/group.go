@@ -425,8 +425,8 @@ func (p *Producer) assignLocked(groups [][]*member) {
 	p.commits++
 	for q := p.committed; q != p.pos; q++ {
 		d := &p.descs[q&p.mask]
-		if d.Flags&FlagEndOfStream != 0 {
-			continue
+		if d.Flags&(FlagEndOfStream|FlagStreamEnd) != 0 {
+			continue // markers are everyone's
 		}
 		var mask uint64
 		for _, g := range groups {
