@@ -6,7 +6,7 @@ export PYENV_VERSION := system
 PYTHON := /usr/bin/python3
 GO ?= go
 
-.PHONY: all setup build test test-go test-c test-python test-interop test-docs docs bench-report fuzz soak demo bench clean install install-systemd
+.PHONY: all setup build test test-go test-c test-python test-interop test-docs docs soak-service bench-report fuzz soak demo bench clean install install-systemd
 
 all: build
 
@@ -28,6 +28,8 @@ test: setup build
 	@echo "== systemd unit"
 	scripts/check-unit.sh
 	@$(MAKE) -s test-docs
+	@echo "== Prometheus alerting rules (Prometheus's own rule parser; a module of its own)"
+	cd deploy/prometheus/rulecheck && $(GO) test -count=1 ./
 	@echo "== Go tests (race detector), cross-language tests and fuzz seed corpora"
 	IBVBRIDGE_REQUIRE_CLIENTS=1 $(GO) test -race -count=1 ./...
 
@@ -66,6 +68,15 @@ fuzz:
 # every heap accounted for, recv's memory flat (scripts/soak.sh). Not part of make test.
 soak: build
 	scripts/soak.sh
+
+# recv as a service: `recv --keep-going` under a notify socket with a 1 s watchdog through SOAK_STREAMS (200)
+# streams paced over SOAK_SECONDS (600) — senders stopping, restarting without a stop, killed mid-stream —
+# read across the boundaries by Go, C and Python consumers; every heap of every stream accounted, recv's
+# RSS and descriptors flat, the watchdog never missed (interop TestServiceSoak; make test runs it short).
+SOAK_STREAMS ?= 200
+soak-service: build
+	IBVBRIDGE_REQUIRE_CLIENTS=1 IBVBRIDGE_SOAK_STREAMS=$(SOAK_STREAMS) IBVBRIDGE_SOAK_SECONDS=$(or $(SOAK_SECONDS),600) \
+	  $(GO) test -count=1 -timeout 30m -run '^TestServiceSoak$$' -v ./interop/
 
 demo: setup build
 	@scripts/demo.sh

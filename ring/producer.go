@@ -59,7 +59,10 @@ type Config struct {
 	// presence map. Axis and Step default to 1; SlotSize, if 0, is derived (payload + presence map, rounded
 	// up to 64), else must hold both.
 	Chunks ChunkGeometry
-	Log    *zerolog.Logger // warnings (hugepage fallback, stale ring replaced); nil: silent
+	// Version is the producing program's name and version, written to the header's producer_version
+	// (2.2, spec §2; cut to ProducerVersionMax bytes) so stat and consumers can say what serves the ring.
+	Version string
+	Log     *zerolog.Logger // warnings (hugepage fallback, stale ring replaced); nil: silent
 }
 
 func (c *Config) setDefaults() error {
@@ -419,6 +422,7 @@ func (p *Producer) createCtl() error {
 	le.PutUint32(c[offStatsCount:], uint32(numCounters))
 	le.PutUint32(c[offMaxConsumers:], uint32(p.cfg.MaxConsumers))
 	le.PutUint64(c[offHeartbeat:], realtimeNanos())
+	copy(c[offProducerVersion:offProducerVersion+ProducerVersionMax], p.cfg.Version)
 	p.bindShared()
 	p.head.Store(p.cfg.InitialPosition)
 	p.oldest.Store(p.cfg.InitialPosition)
@@ -726,6 +730,12 @@ func (p *Producer) TryAcquire() *Slot {
 		return nil
 	}
 	return p.takeFree()
+}
+
+// ConsumerRows reads the consumer table's non-free rows as stat shows them (pid, row, lag behind head),
+// for naming a slow consumer in a log line. Safe from any goroutine.
+func (p *Producer) ConsumerRows() []ConsumerInfo {
+	return consumerRows(p.ctl, p.cfg.MaxConsumers, p.head.Load())
 }
 
 // FreeSlots is how many slots the pool holds now, without reclaiming. Hot path only.
@@ -1066,8 +1076,8 @@ func (p *Producer) assignStaged() {
 func (p *Producer) assign(groups [][]*member) {
 	for q := p.committed; q != p.pos; q++ {
 		d := &p.descs[q&p.mask]
-		if d.Flags&FlagEndOfStream != 0 {
-			continue
+		if d.Flags&(FlagEndOfStream|FlagStreamEnd) != 0 {
+			continue // markers are everyone's
 		}
 		var mask uint64
 		for _, g := range groups {
@@ -1145,6 +1155,29 @@ func (p *Producer) PublishEndOfStream(stopCnt uint64, timeout time.Duration) err
 	p.writeDesc(s.Index, 0, false, HeapInfo{HeapCnt: stopCnt, Flags: FlagEndOfStream, TimestampNs: realtimeNanos()})
 	p.ended = true
 	p.commitWake(true) // even inside a batch, and for consumers whose wakes are coalesced
+	return nil
+}
+
+// PublishStreamEnd publishes a STREAM_END marker (2.2, spec §4.1) for the stream-stop heap stopCnt: one
+// stream ended and the ring goes on, so a consumer learns where the stream ended and the next begins, in
+// order with the heaps. Like the end-of-stream marker it takes a slot (waiting up to timeout for one) and
+// wakes every sleeping consumer; unlike it, it is not final. It counts streams_ended.
+func (p *Producer) PublishStreamEnd(stopCnt uint64, timeout time.Duration) error {
+	if p.ended {
+		return p.endedError("publish a stream-end marker")
+	}
+	s, err := p.Acquire()
+	if errors.Is(err, ErrFull) && timeout > 0 {
+		if err = p.waitFor(p.slotFreeLocked, nil, timeout); err == nil {
+			s, err = p.Acquire()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("publish stream end on %s: %w", p.name, err)
+	}
+	p.Add(CounterStreamsEnded, 1)
+	p.writeDesc(s.Index, 0, false, HeapInfo{HeapCnt: stopCnt, Flags: FlagStreamEnd, TimestampNs: realtimeNanos()})
+	p.commitWake(true)
 	return nil
 }
 

@@ -14,12 +14,15 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/ibvbridge/ibvbridge/bridge"
 	"github.com/ibvbridge/ibvbridge/internal/chunkplace"
 	"github.com/ibvbridge/ibvbridge/internal/proccpu"
+	"github.com/ibvbridge/ibvbridge/internal/sdnotify"
+	"github.com/ibvbridge/ibvbridge/internal/version"
 	"github.com/ibvbridge/ibvbridge/metrics"
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/spead"
@@ -80,6 +83,8 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	chunkHeapSize := sizeFlag(fs, "chunk-heap-size", 0, "chunk mode: bytes per heap position (larger heaps are rejected); the slot size follows")
 	chunkPlace := fs.String("chunk-place", "", "chunk mode: LIB.so:FUNCTION, a C function that places each heap instead of --chunk-by (clients/c/ibvbridge_chunk_place.h); trusted code, loaded into recv")
 	chunkPlaceItems := fs.String("chunk-place-items", "", "with --chunk-place: ID,ID,... the immediate items whose values the function gets, in order")
+	keepGoing := fs.Bool("keep-going", false, "a stream stop ends that stream, not recv: consumers see a STREAM_END marker and read on; the ring's END_OF_STREAM comes when recv stops (the systemd unit's default; spead2's stop_on_stop_item=False)")
+	lossSummary := fs.Duration("loss-summary", bridge.DefaultLossSummary, "least time between two summary lines of losses that go on (the first loss of each kind is logged within 200ms)")
 	chunkPlaceArg := fs.String("chunk-place-arg", "", "with --chunk-place: a string the function gets (its user_data)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -164,7 +169,7 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 		}
 		eps = append(eps, ep)
 	}
-	asmCfg := spead.AssemblerConfig{MaxHeaps: *maxHeaps, Incomplete: *incomplete, ChunkWindow: *chunkWindow}
+	asmCfg := spead.AssemblerConfig{MaxHeaps: *maxHeaps, Incomplete: *incomplete, ChunkWindow: *chunkWindow, KeepGoing: *keepGoing}
 	if *chunkPlace != "" { // loaded before anything is opened: a bad library leaves nothing behind
 		plug, err := loadChunkPlace(*chunkPlace, *chunkPlaceArg, fs, placeItems, chunks)
 		if err != nil {
@@ -190,6 +195,11 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 
 	// Signals are ours from before the ring exists: a SIGINT that arrives while it is being created must
 	// still end in a clean stop, not the default exit that would leave the ring behind.
+	notify, err := sdnotify.FromEnv() // $NOTIFY_SOCKET: under systemd (Type=notify) or a supervisor like it
+	if err != nil {
+		return err
+	}
+	defer notify.Close()
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
@@ -197,9 +207,19 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	cfg := bridge.Config{Ring: *name,
 		RingCfg: ring.Config{SlotCount: *slots, SlotSize: ringSlotSize, MaxItems: *maxItems, Policy: pol, HugePages: hp,
 			Dir: *ringDir, Group: *group, MaxConsumers: *maxConsumers, MaxObservers: *maxObservers, ReplayTimestamps: tr == "pcap",
-			Chunks: chunks},
+			Chunks: chunks, Version: version.Producer("ibvbridge recv")},
 		Assembler:    asmCfg,
-		WaitConsumer: *waitConsumer, StatsInterval: *statsEvery, Log: &log}
+		WaitConsumer: *waitConsumer, StatsInterval: *statsEvery, LossSummary: *lossSummary, Log: &log,
+		Ready: func() {
+			if err := notify.Send("READY=1\nSTATUS=receiving into ring " + *name); err != nil {
+				log.Warn().Err(err).Msg("sd_notify READY")
+			}
+		},
+		Tick: func(now time.Time) {
+			if err := notify.Ping(now); err != nil {
+				log.Warn().Err(err).Msg("sd_notify WATCHDOG")
+			}
+		}}
 	switch tr {
 	case "udp":
 		if *pcapFile != "" {
@@ -266,12 +286,16 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	if *chunkHeaps > 0 {
 		ev = ev.Uint("chunk_heaps", *chunkHeaps)
 	}
-	ev.Int("slots", *slots).Int("slot_size", p.SlotSize()).Bool("hugepages", p.Huge()).
+	if *keepGoing {
+		ev = ev.Bool("keep_going", true)
+	}
+	ev.Str("version", version.Version).Int("slots", *slots).Int("slot_size", p.SlotSize()).Bool("hugepages", p.Huge()).
 		Str("policy", pol.String()).Msg("receiving")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go stopOnSignals(sigs, cancel, rcv, &log)
 	res, err := rcv.Run(ctx)
+	_ = notify.Send("STOPPING=1")
 	if err != nil {
 		return err
 	}

@@ -13,14 +13,16 @@ A ring is made (and written) with ``ibvbridge.Producer.create(name, ...)``: see 
 from .errors import (CorruptRing, Detached, EndOfStream, HugePageWarning, Interrupted, MetadataBusy, NoConsumer,
                      NoHugePages,
                      NoSpace, Overrun, PermissionDenied, ProducerGone, ProtocolError, RingBusy, RingClosing,
-                     RingError, RingFull, RingInUse, RingNotFound, StreamEnded, Timeout, UnsafeDirectory, VersionMismatch)
+                     RingError, RingFull, RingInUse, RingNotFound, StreamEnd, StreamEnded, Timeout, TruncatedItem,
+                     UnsafeDirectory, VersionMismatch)
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"  # ibvbridge's one version (internal/version in Go, the C library's pkg-config)
 
-_LAZY = {"Ring", "RingStats", "Heap", "Item", "Batch", "ItemDescriptor", "Geometry", "socket_path_for", "lookup_dirs",
+_LAZY = {"Ring", "RingStats", "Stream", "Heap", "Item", "Batch", "ItemDescriptor", "Geometry", "socket_path_for", "lookup_dirs",
          "default_dir", "uid_trusted", "validate_geometry"}
 _ERRORS = ["RingError", "RingNotFound", "PermissionDenied", "RingBusy", "RingClosing", "VersionMismatch",
-           "ProtocolError", "CorruptRing", "Detached", "Overrun", "ProducerGone", "EndOfStream", "MetadataBusy",
+           "ProtocolError", "CorruptRing", "Detached", "Overrun", "ProducerGone", "EndOfStream", "StreamEnd",
+           "TruncatedItem", "MetadataBusy",
            "Timeout",
            "RingInUse", "UnsafeDirectory", "NoSpace", "NoHugePages", "RingFull", "StreamEnded", "Interrupted", "NoConsumer",
            "HugePageWarning"]

@@ -3,6 +3,7 @@
     python3 -m ibvbridge.consume --ring NAME_OR_SOCKET [--dir DIR] [--start oldest|head] [--verify]
                                  [--max-heaps N] [--timeout-ms T] [--hold N] [--sleep-us U] [--batch N]
                                  [--stop-first] [--wait] [--no-touch] [--group-name NAME] [--work N]
+                                 [--streams]
 
 The ring is a name (looked up in --dir, else $IBVBRIDGE_RING_DIR, else the default ring directories) or the
 path of its socket (NAME.v2.sock). A ring that does not exist is an error at once, unless --wait: then the
@@ -13,6 +14,9 @@ Prints exactly one JSON object on stdout:
     {"heaps", "bytes", "checksum", "verify_errors", "overrun_heaps", "incomplete", "first_heap_cnt",
      "last_heap_cnt", "heap_cnt_out_of_order", "seconds", "cpu_seconds", "result", "error", "counters",
      "session_id", "chunks", "heaps_present", "heap_cnt_sum", "group_id"}
+and, with --streams (read on across STREAM_END markers of recv --keep-going until the ring ends; without it
+the first stream end ends the read), "streams": one {"heaps", "heap_cnt_sum", "ended", "stop_heap_cnt"} per
+stream, in order.
 Exit status: 0 eos / max, 2 producer_gone, 3 timeout, 4 overrun (detached after falling a whole ring
 behind), 5 detached (any other reason), 1 anything else. Every result but eos / max also prints its error as
 one line on stderr.
@@ -58,7 +62,7 @@ import sys
 import time
 
 from . import layout as L
-from .errors import Detached, EndOfStream, Overrun, ProducerGone, RingError, Timeout
+from .errors import Detached, EndOfStream, Overrun, ProducerGone, RingError, StreamEnd, Timeout
 from .chunks import ChunkBatch
 from .ring import Ring
 
@@ -135,6 +139,8 @@ class Stats:
         self.chunks = self.heaps_present = self.heap_cnt_sum = 0
         self.first = self.last = None
         self.out_of_order = 0
+        self.streams = []  # closed streams (--streams)
+        self.cur_heaps = self.cur_sum = 0  # the stream being read
         # pattern[b] = bytes (b + i) & 0xff for i < slot_size (+255 so any start fits)
         self._pat = bytes((i & 0xFF) for i in range(slot_size + 256)) if verify else b""
 
@@ -181,11 +187,13 @@ class Stats:
         last = self.last
         if last is None:
             self.first = cnt
-        elif cnt <= last:
+        elif cnt <= last and self.cur_heaps:  # a new stream may count from 1 again
             self.out_of_order += 1
         self.last = cnt
         self.heaps += 1
         self.heap_cnt_sum += cnt  # wrapped to u64 when reported (heap_cnt_sum_u64)
+        self.cur_heaps += 1
+        self.cur_sum += cnt
         return True
 
     # ---------------------------------------------------------------- one chunk (spec §13)
@@ -346,6 +354,9 @@ def main(argv=None):
                          "until SIGCONT (a consumer stalled mid-read, for tests)")
     ap.add_argument("--group-name", default="",
                     help="attach as a member of this consumer group (spec §14): read only the heaps assigned to it")
+    ap.add_argument("--streams", action="store_true",
+                    help="read on across stream ends (STREAM_END, recv --keep-going) until the ring ends, each "
+                         "stream tallied in \"streams\" (default: the first stream end ends the read)")
     ap.add_argument("--work", type=int, default=0,
                     help="chunk rings: compute each chunk's power per channel N times (CPU-bound work, benchmarks)")
     a = ap.parse_args(argv)
@@ -425,6 +436,14 @@ def main(argv=None):
                 if not ok:
                     ring.release(getattr(item, "_batch", item))  # overrun while held: raises Overrun
                     raise RingError("heap invalid but the ring still counts this consumer")
+            except StreamEnd as e:
+                if not a.streams:
+                    result = "eos"
+                    break
+                st.streams.append({"heaps": st.cur_heaps, "heap_cnt_sum": st.cur_sum & M64, "ended": True,
+                                   "stop_heap_cnt": e.heap_cnt})
+                st.cur_heaps = st.cur_sum = 0
+                continue
             except EndOfStream:
                 result = "eos"
                 break
@@ -475,6 +494,11 @@ def main(argv=None):
                    incomplete=st.incomplete, first_heap_cnt=st.first or 0, last_heap_cnt=st.last or 0,
                    heap_cnt_out_of_order=st.out_of_order, chunks=st.chunks, heaps_present=st.heaps_present,
                    heap_cnt_sum=st.heap_cnt_sum & M64)
+        if a.streams:
+            if st.cur_heaps or not st.streams:
+                st.streams.append({"heaps": st.cur_heaps, "heap_cnt_sum": st.cur_sum & M64, "ended": False,
+                                   "stop_heap_cnt": 0})
+            out["streams"] = st.streams
     sys.stdout.write(json.dumps(out, separators=(",", ":")) + "\n")
     sys.stdout.flush()
     if out["result"] not in ("eos", "max"):

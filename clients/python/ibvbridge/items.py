@@ -34,7 +34,7 @@ from typing import (Any, Dict, ItemsView, Iterator, KeysView, List, Optional, Se
 import numpy as np
 
 from . import layout as L
-from .errors import RingError
+from .errors import RingError, TruncatedItem
 
 Shape = Tuple[Optional[int], ...]
 Format = List[Tuple[str, int]]
@@ -496,10 +496,11 @@ class ItemGroup:
                         continue  # spead2 drops a descriptor it cannot read, too
             self.add_descriptors(found)
 
-    def update(self, heap: Any, new_order: str = "=") -> Dict[str, Item]:
+    def update(self, heap: Any, new_order: str = "=", partial: bool = False) -> Dict[str, Item]:
         """Learn the descriptors the heap brought (HAS_DESCRIPTORS) or the ring knows, and decode the heap's
         items. Returns {name: Item} of the items this heap changed. Numpy values are views of the heap's
-        slot: valid until it is released."""
+        slot: valid until it is released. An item cut to the slot of a TRUNCATED heap raises TruncatedItem
+        (nothing of the heap is decoded); with ``partial=True`` it is left out and the rest decoded."""
         if heap._released:
             raise RingError(f"heap at position {heap.position} was released: its memory belongs to the producer")
         raw = heap._raw
@@ -511,7 +512,15 @@ class ItemGroup:
         buf, base = heap._buf, heap._base
         updated = {}
         learnt = False
+        if heap.flags & L.FLAG_TRUNCATED and not partial:
+            for iid, _v, length, flags in raw:
+                if flags & L.ITEM_CUT:
+                    raise TruncatedItem(f"heap {heap.heap_cnt}: item {iid:#x} ran past its slot ({length} of its "
+                                        f"bytes kept; the heap is {heap.heap_size} bytes): raise recv --slot-size, "
+                                        "or update(heap, partial=True) to leave it out")
         for iid, value, length, flags in raw:
+            if flags & L.ITEM_CUT:
+                continue
             it = by_id.get(iid)
             if it is None:
                 if iid <= STREAM_CTRL_ID or learnt:
@@ -553,6 +562,8 @@ def heap_item(heap: Any, key: Union[str, int]) -> Item:
     heap._check_live()
     for iid, value, length, flags in heap._raw_items:
         if iid == d.id:
+            if flags & L.ITEM_CUT:
+                raise TruncatedItem(f"heap {heap.heap_cnt}: item {key!r} ran past its slot: only {length} bytes kept")
             if flags & L.ITEM_IMMEDIATE:
                 item.set_from_immediate(value, length)
             else:

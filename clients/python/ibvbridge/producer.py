@@ -552,10 +552,12 @@ class Slot:
         self.end = 0  # the end of the furthest address item
         self._live = True
 
-    def add_item(self, item_id: int, value: int = 0, length: int = 0, immediate: bool = False) -> bool:
+    def add_item(self, item_id: int, value: int = 0, length: int = 0, immediate: bool = False,
+                 cut: bool = False) -> bool:
         """Append an item pointer (spec §5). An address item's bytes are payload[value:value+length]
         (ValueError past the slot); an immediate item carries ``value`` and its width ``length`` in bytes.
-        Returns False (and the heap gets ITEMS_OVERFLOW) when the table already holds max_items."""
+        ``cut``: the item ran past the slot of a TRUNCATED heap and ``length`` is what the slot kept (2.2
+        ITEM_CUT). Returns False (and the heap gets ITEMS_OVERFLOW) when the table already holds max_items."""
         p = self._p
         if not immediate:
             ss = p.slot_size
@@ -567,7 +569,8 @@ class Slot:
             self.overflow = True
             return False
         L.ITEM_STRUCT.pack_into(p.data, p._items_off + (self.index * p.max_items + self.item_count) * 32,
-                                item_id & M64, value & M64, length & M64, L.ITEM_IMMEDIATE if immediate else 0, 0)
+                                item_id & M64, value & M64, length & M64,
+                                (L.ITEM_IMMEDIATE if immediate else 0) | (L.ITEM_CUT if cut and not immediate else 0), 0)
         self.item_count += 1
         return True
 
@@ -802,6 +805,9 @@ class Producer:
                         packet_size=self.packet_size, features=0, stats_count=L.STATS_COUNT,
                         max_consumers=self.max_consumers)
         L.HEADER_STRUCT.pack_into(self.ctl, 0, *(self.hdr[f] for f in L.HEADER_FIELDS))
+        from . import __version__  # 2.2 producer_version: what stat and consumers say this ring runs
+        ver = f"ibvbridge.Producer {__version__}".encode()[:L.PRODUCER_VERSION_MAX]
+        self.ctl[L.OFF_PRODUCER_VERSION:L.OFF_PRODUCER_VERSION + len(ver)] = ver
         add_seals(self.ctl_fd, SEALS_SHARED)
         add_seals(self.data_fd, SEALS_SHARED)
 

@@ -41,7 +41,7 @@ from .shared import (I_CONSUMER_FUTEX, I_CONSUMER_WAITING, I_PRODUCER_WAITING, I
                      row_word)
 from ._sys import (ORDERED, FutexWaiter, acquire_fence, full_fence, futex_wake, get_seals, map_fd, peer_cred,
                    release_fence, require_supported)
-from .errors import (CorruptRing, Detached, EndOfStream, MetadataBusy, Overrun, PermissionDenied, ProducerGone,
+from .errors import (CorruptRing, Detached, EndOfStream, StreamEnd, TruncatedItem, MetadataBusy, Overrun, PermissionDenied, ProducerGone,
                      ProtocolError, RingBusy, RingClosing, RingError, RingNotFound, Timeout, VersionMismatch)
 
 try:
@@ -270,7 +270,21 @@ class Item:
         return bool(self.flags & L.ITEM_IMMEDIATE)
 
     @property
+    def cut(self) -> bool:
+        """The item ran past the slot of a TRUNCATED heap: only its first ``length`` bytes are here."""
+        return bool(self.flags & L.ITEM_CUT)
+
+    @property
     def data(self) -> memoryview | None:
+        """The item's bytes (None for an immediate); TruncatedItem for a cut item (see partial_data)."""
+        if self.flags & L.ITEM_CUT:
+            raise TruncatedItem(f"item {self.id:#x} of heap {self._heap.heap_cnt} ran past its slot: only "
+                                f"{self.length} bytes are kept (raise recv --slot-size; partial_data has them)")
+        return self.partial_data
+
+    @property
+    def partial_data(self) -> memoryview | None:
+        """The item's bytes as kept, also the first bytes of a cut item (None for an immediate)."""
         if self.flags & L.ITEM_IMMEDIATE:
             return None
         h = self._heap
@@ -329,7 +343,8 @@ class Heap:
     # ----- flags
     @property
     def complete(self) -> bool:
-        return bool(self.flags & L.FLAG_COMPLETE)
+        """Every byte of the heap is here: COMPLETE and not TRUNCATED (a 2.2 producer never sets both)."""
+        return bool(self.flags & L.FLAG_COMPLETE) and not self.flags & L.FLAG_TRUNCATED
 
     @property
     def incomplete(self) -> bool:
@@ -411,19 +426,29 @@ class Heap:
             raise KeyError(f"heap {self.heap_cnt} has no item {item_id:#x}")
         return it
 
-    def array(self, item_id: int, dtype: Any = None, shape: int | Sequence[int] | None = None) -> np.ndarray:
+    def array(self, item_id: int, dtype: Any = None, shape: int | Sequence[int] | None = None,
+              partial: bool = False) -> np.ndarray:
         """An address item as a read-only numpy array VIEW into the data mapping (no copy).
 
         dtype / shape default to the stream's item descriptor (spec §6) when known, else uint8 / 1-D.
         A -1 in the shape is the variable dimension. ValueError when the item is too short for the shape.
+        TruncatedItem (a ValueError) when the item ran past the slot of a TRUNCATED heap, unless
+        ``partial=True``: then a 1-D array of the whole elements kept (the shape is not applied).
         """
         _need_numpy()
         self._check_live()
         it = self.find(item_id)
         if it is None:
+            if self.flags & L.FLAG_ITEMS_CUT:
+                raise TruncatedItem(f"heap {self.heap_cnt} has no item {item_id:#x} in its slot: the heap "
+                                    f"({self.heap_size} bytes) was cut to the slot; raise recv --slot-size")
             raise KeyError(f"heap {self.heap_cnt} has no item {item_id:#x}")
         if it.flags & L.ITEM_IMMEDIATE:
             raise TypeError(f"item {item_id:#x} is immediate: use heap.item({item_id:#x}).value")
+        if it.cut:
+            if not partial:
+                it.data  # raises TruncatedItem, naming the item
+            shape = None
         order = "C"
         if dtype is None or shape is None:
             d = (self._ring.descriptors() if self._ring is not None else self._descmap or {}).get(item_id)
@@ -644,6 +669,30 @@ class RingStats(dict):
 
     def __call__(self) -> RingStats:
         return self  # ring.stats(), as the method it once was
+
+
+class Stream:
+    """One stream of a ring (``Ring.streams()``): iterate it for its heaps; ``end`` is then the StreamEnd
+    that closed it, or None when the ring's end of stream did."""
+
+    def __init__(self, ring: Ring, timeout: float | None) -> None:
+        self._ring = ring
+        self._timeout = timeout
+        self._it: Iterator[Heap] | None = None
+        self.end: StreamEnd | None = None
+
+    def __iter__(self) -> Iterator[Heap]:
+        return self
+
+    def __next__(self) -> Heap:
+        if self._it is None:
+            self._ring._last_stream_end = None
+            self._it = self._ring.heaps(self._timeout)
+        try:
+            return next(self._it)
+        except StopIteration:
+            self.end = self._ring._last_stream_end
+            raise
 
 
 class Ring:
@@ -903,6 +952,7 @@ class Ring:
         if self._group_bit:
             self._publish_progress()
         self._eos = False
+        self._last_stream_end = None
         self._meta_seq = None
         self._meta = {}
         self._check_row()
@@ -1047,6 +1097,13 @@ class Ring:
     def position(self) -> int:
         """The next position this consumer will read."""
         return self._read
+
+    @property
+    def producer_version(self) -> str:
+        """What the producer says it runs (2.2 header producer_version, e.g. "ibvbridge recv 0.3.0"; "" if
+        it wrote none)."""
+        raw = bytes(self._ctl_mm[L.OFF_PRODUCER_VERSION:L.OFF_PRODUCER_VERSION + L.PRODUCER_VERSION_MAX])
+        return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
 
     @property
     def heartbeat_ns(self) -> int:
@@ -1353,7 +1410,7 @@ class Ring:
                 if self._lapped(pos, seq):  # lapped under positions that were not its own (spec §14.4)
                     continue
                 raise self._corrupt_desc(pos, f"seq {seq}, want {(pos + 1) & M64}")
-            if assign & self._group_bit or flags & L.FLAG_END_OF_STREAM:
+            if assign & self._group_bit or flags & (L.FLAG_END_OF_STREAM | L.FLAG_STREAM_END):
                 break
             self._pass_over(pos)  # another member's position: only its seq is checked (spec §14.4)
         g = self._geo
@@ -1378,6 +1435,9 @@ class Ring:
         if c32[self._i_row_state] != L.CONSUMER_ATTACHED or c32[self._i_row_gen] != self._generation or ORDERED:
             self._check_row()
         ent = self._take(1)
+        if flags & L.FLAG_STREAM_END:
+            self._release_entry(ent)  # goes back with any heap before it still held
+            raise StreamEnd(f"stream ended (stop heap {heap_cnt})", heap_cnt, pos, ts)
         if flags & L.FLAG_END_OF_STREAM:
             self._eos = True
             self._release_entry(ent)
@@ -1413,8 +1473,26 @@ class Ring:
         h._descmap = None
         return h
 
+    def streams(self, timeout: float | None = None) -> Iterator[Stream]:
+        """Iterate over the streams of a ring that goes on across them (recv --keep-going): each a
+        ``Stream``, itself an iterator over that stream's heaps; after its loop ends, ``stream.end`` is the
+        StreamEnd that closed it (None when the ring itself ended). Ends at the ring's end of stream.
+
+            for stream in ring.streams():
+                for heap in stream: ...
+                print("stream ended at heap", stream.end and stream.end.heap_cnt)
+        """
+        while not self._eos:
+            s = Stream(self, timeout)
+            yield s
+            for h in s:  # the caller left its loop early: the rest of that stream is skipped
+                pass
+            if s.end is None:
+                return
+
     def heaps(self, timeout: float | None = None) -> Iterator[Heap]:
-        """Iterate over heaps until end of stream, releasing each when the loop advances or is left.
+        """Iterate over heaps until the end of the stream (a STREAM_END or END_OF_STREAM marker: call again
+        to read the next stream, or use ``streams()``), releasing each when the loop advances or is left.
         ``timeout`` applies to each wait (Timeout is raised).
 
         While no other heap is held, this takes a fast path: one descriptor unpack and one Heap per
@@ -1430,7 +1508,7 @@ class Ring:
         mask, desc_base = self._mask, self._desc_base
         slot_size, slot_count, max_items = g.slot_size, g.slot_count, g.max_items
         mm, unpack, make = self._data_mm, _unpack_desc, self._heap
-        eos_flag = L.FLAG_END_OF_STREAM
+        eos_flag = L.FLAG_END_OF_STREAM | L.FLAG_STREAM_END
         c32, i_state, i_gen, gen = self._c32, self._i_row_state, self._i_row_gen, self._generation
         attached = L.CONSUMER_ATTACHED
         heap = None
@@ -1440,6 +1518,9 @@ class Ring:
                 if self._group_bit or self._pending or self._eos or self._cached_head == pos and self._available() == 0:
                     try:
                         heap = self._next(timeout, cls)
+                    except StreamEnd as e:
+                        self._last_stream_end = e
+                        return
                     except EndOfStream:
                         return
                     yield heap
@@ -1453,6 +1534,9 @@ class Ring:
                     # The slow path again, written out: folding the two into one test costs ~10 % here.
                     try:
                         heap = self._next(timeout, cls)  # next() reports the corruption, or takes the marker
+                    except StreamEnd as e:
+                        self._last_stream_end = e
+                        return
                     except EndOfStream:
                         return
                     yield heap
@@ -1541,7 +1625,7 @@ class Ring:
             e = d[k]
             raise self._corrupt_desc((pos + k) & M64, f"seq {e['seq']} slot {e['slot']} received "
                                      f"{e['received']} item_count {e['item_count']}")
-        eos = (d["flags"] & L.FLAG_END_OF_STREAM) != 0
+        eos = (d["flags"] & (L.FLAG_END_OF_STREAM | L.FLAG_STREAM_END)) != 0
         if eos.any():
             n = int(eos.argmax())
             d = d[:n]
@@ -1560,6 +1644,11 @@ class Ring:
                 r = int(over.any(axis=1).argmax())
                 raise self._corrupt_desc((pos + r) & M64, "address item past slot_size")
         self._check_row()  # descriptors and items copied and checked: they were these heaps' (spec §A)
+        if n == 0 and raw.view(L.DESC_DTYPE)[0]["flags"] & L.FLAG_STREAM_END:
+            m = raw.view(L.DESC_DTYPE)[0]
+            self._release_entry(self._take(1))
+            raise StreamEnd(f"stream ended (stop heap {int(m['heap_cnt'])})", int(m["heap_cnt"]), pos,
+                            int(m["timestamp_ns"]))
         if n == 0:
             self._eos = True
             self._release_entry(self._take(1))
