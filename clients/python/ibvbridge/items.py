@@ -16,7 +16,8 @@ gives each Item of the heap its value:
   shape of ``()`` gives a scalar, as in spead2. With spead2's default ``new_order='='`` a non-native byte
   order is converted (a copy); ``new_order='|'`` keeps the view.
 * a format such as ``[('u', 48)]`` (immediates included): Python ints (two's complement for ``'i'``);
-  several fields give a tuple, a shape gives nested lists; ``[('c', 8)]`` of shape ``(n,)`` a str.
+  several fields give a tuple; with a shape, a numpy array of that shape (dtype object, or a record of
+  the fields for several), as spead2 gives; ``[('c', 8)]`` of shape ``(n,)`` a str.
 * a shape with one ``None`` (``-1`` in the ring's metadata) takes its length from the item's bytes.
 
 Differences from spead2, on purpose: values of numpy items are views of shared memory (spead2 copies the
@@ -360,6 +361,10 @@ class Item(Descriptor):
         value = load(tuple(shape))
         if self._string:
             value = b"".join(value).decode("ascii")
+        elif shape:
+            # As spead2: a shaped item numpy has no type for is an array of the format's dtype (object
+            # elements, or a record of them for several fields), not nested lists.
+            value = np.array(value, self._dt)
         self._value = value
         self.version += 1
 
@@ -379,7 +384,8 @@ class Item(Descriptor):
             lo, hi = (-(1 << (nb - 1)), 1 << (nb - 1)) if self._top else (0, 1 << nb)
             if not lo <= iv < hi:
                 raise ValueError(f"item {self.name!r}: {iv} does not fit {self.format}")
-            return b"", iv & ((1 << nb) - 1)
+            # The value's bits as spead2 packs them: from the top of its last (nb + 7) // 8 bytes.
+            return b"", (iv & ((1 << nb) - 1)) << (-nb % 8)
         if self._kind == _NUMPY:
             if self._string and isinstance(v, (str, bytes)):
                 v = [v[i:i + 1] for i in range(len(v))]
