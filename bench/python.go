@@ -56,6 +56,17 @@ type PyOptions struct {
 	Python   string   // the interpreter (default /usr/bin/python3)
 	RecvArgs []string // more flags for recv (e.g. --coalesce 0), after the defaults
 	Buffer   int      // every receiver's socket buffer (default 32 MiB)
+	// Variants are more ibvbridge rows, run alternating with the others on the same traffic: other recv
+	// flags, another build (a baseline), or another Python client.
+	Variants []PyVariant
+}
+
+// PyVariant is one more ibvbridge row of `bench python`.
+type PyVariant struct {
+	Label    string   `json:"label"`
+	Binary   string   `json:"binary,omitempty"`    // "": env's
+	RecvArgs []string `json:"recv_args,omitempty"` // instead of PyOptions.RecvArgs
+	Client   string   `json:"client,omitempty"`    // the Python client's directory; "": this tree's
 }
 
 // PyRun is one run of one receiver on one shape.
@@ -82,6 +93,14 @@ type PyRow struct {
 	CPUSpread   [2]float64 `json:"cpu_us_per_heap_spread"`
 	P99Spread   [2]float64 `json:"latency_p99_us_spread"`
 	Lossless    bool       `json:"lossless"`
+	Ratios      *PyRatios  `json:"ratios_to_spead2,omitempty"`
+}
+
+// PyRatios are a row's medians over spead2's.
+type PyRatios struct {
+	CPU    float64 `json:"cpu"`
+	Median float64 `json:"latency_median"`
+	P99    float64 `json:"latency_p99"`
 }
 
 // PyResult is one shape: each receiver's row and, with a peer, ibvbridge's ratios to it.
@@ -138,6 +157,14 @@ func Python(ctx context.Context, env Env, o PyOptions, progress func(shape PySha
 		o.Shapes = DefaultPyShapes
 	}
 	receivers := []string{"ibvbridge"}
+	variants := map[string]PyVariant{"ibvbridge": {Label: "ibvbridge", RecvArgs: o.RecvArgs}}
+	for _, v := range o.Variants {
+		if _, dup := variants[v.Label]; dup || v.Label == "spead2" || v.Label == "" {
+			return nil, fmt.Errorf("%w: variant label %q: want a new name", ErrBadOption, v.Label)
+		}
+		variants[v.Label] = v
+		receivers = append(receivers, v.Label)
+	}
 	spead2Path := ""
 	if o.Peer != "" {
 		if o.Peer != "spead2" {
@@ -178,7 +205,7 @@ func Python(ctx context.Context, env Env, o PyOptions, progress func(shape PySha
 				if receivers[k] == "spead2" {
 					r, err = pySpead2Run(ctx, env, o, sh, script.Name(), spead2Path)
 				} else {
-					r, err = pyIbvbridgeRun(ctx, env, o, sh, script.Name())
+					r, err = pyIbvbridgeRun(ctx, env, o, variants[receivers[k]], sh, script.Name())
 				}
 				if err != nil {
 					return nil, fmt.Errorf("%s, %s heaps: %w", receivers[k], sizeName(sh.HeapSize), err)
@@ -193,10 +220,14 @@ func Python(ctx context.Context, env Env, o PyOptions, progress func(shape PySha
 			rows[i].summarise()
 		}
 		res.Rows = rows
-		if len(rows) == 2 && rows[1].CPUPerHeap > 0 && rows[1].MedianUs > 0 && rows[1].P99Us > 0 {
-			res.CPURatio = rows[0].CPUPerHeap / rows[1].CPUPerHeap
-			res.MedianRatio = rows[0].MedianUs / rows[1].MedianUs
-			res.P99Ratio = rows[0].P99Us / rows[1].P99Us
+		if last := rows[len(rows)-1]; last.Receiver == "spead2" && last.CPUPerHeap > 0 && last.MedianUs > 0 && last.P99Us > 0 {
+			res.CPURatio = rows[0].CPUPerHeap / last.CPUPerHeap
+			res.MedianRatio = rows[0].MedianUs / last.MedianUs
+			res.P99Ratio = rows[0].P99Us / last.P99Us
+			for i := range rows[:len(rows)-1] {
+				rows[i].Ratios = &PyRatios{CPU: rows[i].CPUPerHeap / last.CPUPerHeap, Median: rows[i].MedianUs / last.MedianUs,
+					P99: rows[i].P99Us / last.P99Us}
+			}
 		}
 		out = append(out, res)
 	}
@@ -229,11 +260,14 @@ type pyLoopResult struct {
 
 // pyIbvbridgeRun is one run of recv (its defaults but a ring whose slots hold the heap, the block policy
 // as spead2's ring has, o.RecvArgs) and the Python client's ItemGroup loop.
-func pyIbvbridgeRun(ctx context.Context, env Env, o PyOptions, sh PyShape, script string) (PyRun, error) {
+func pyIbvbridgeRun(ctx context.Context, env Env, o PyOptions, v PyVariant, sh PyShape, script string) (PyRun, error) {
 	var run PyRun
 	self, err := env.binary()
 	if err != nil {
 		return run, err
+	}
+	if v.Binary != "" {
+		self = v.Binary
 	}
 	port, err := testnet.FreeUDPPort()
 	if err != nil {
@@ -247,7 +281,7 @@ func pyIbvbridgeRun(ctx context.Context, env Env, o PyOptions, sh PyShape, scrip
 	slotSize := max(64<<10, sh.HeapSize+4096)
 	args := append([]string{"recv", "--ring", name, "--slot-size", strconv.Itoa(slotSize), "--buffer", strconv.Itoa(o.Buffer),
 		"--log-format", "json"}, DefaultPeerRecvArgs...)
-	recv := exec.CommandContext(ctx, self, append(append(args, o.RecvArgs...), endpoint)...)
+	recv := exec.CommandContext(ctx, self, append(append(args, v.RecvArgs...), endpoint)...)
 	var recvOut, loopOut bytes.Buffer
 	var recvErr, loopErr LockedBuffer
 	recv.Stdout, recv.Stderr = &recvOut, &recvErr
@@ -259,9 +293,11 @@ func pyIbvbridgeRun(ctx context.Context, env Env, o PyOptions, sh PyShape, scrip
 	if err := waitFor(10*time.Second, func() bool { return strings.Contains(recvErr.String(), `"message":"receiving"`) }); err != nil {
 		return run, fmt.Errorf("recv did not start receiving on ring %s: %s", name, recvErr.String())
 	}
-	pkg, err := FindTool("IBVBRIDGE_PYTHON_CLIENT", "clients/python")
-	if err != nil {
-		return run, err
+	pkg := v.Client
+	if pkg == "" {
+		if pkg, err = FindTool("IBVBRIDGE_PYTHON_CLIENT", "clients/python"); err != nil {
+			return run, err
+		}
 	}
 	loop := exec.CommandContext(ctx, o.Python, script, "ibvbridge", name)
 	loop.Env = append(os.Environ(), "PYTHONPATH="+pkg, "PYENV_VERSION=system")
@@ -445,8 +481,10 @@ func PrintPython(w io.Writer, results []PyResult, runs int) {
 				r.Receiver, r.CPUPerHeap, r.CPUSpread[0], r.CPUSpread[1], r.LoopPerHeap, r.MedianUs, r.P99Us,
 				r.P99Spread[0], r.P99Spread[1], losslessWord(r.Lossless))
 		}
-		if res.CPURatio > 0 {
-			fmt.Fprintf(w, "  ibvbridge/spead2: CPU %.2f×, latency median %.2f×, p99 %.2f×\n", res.CPURatio, res.MedianRatio, res.P99Ratio)
+		for _, r := range res.Rows {
+			if r.Ratios != nil {
+				fmt.Fprintf(w, "  %s/spead2: CPU %.2f×, latency median %.2f×, p99 %.2f×\n", r.Receiver, r.Ratios.CPU, r.Ratios.Median, r.Ratios.P99)
+			}
 		}
 	}
 }
