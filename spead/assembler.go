@@ -367,7 +367,7 @@ func (a *Assembler) Placed(hdr, region []byte, payloadLen int, recvNanos int64) 
 		return false
 	}
 	pkt := &a.pkt
-	_ = DecodeSplit(hdr, region[:payloadLen], pkt) // Fits decoded it already
+	*pkt = a.fitsPkt // Fits decoded exactly this datagram: no second decode
 	h := a.find(pkt.HeapCnt)
 	if h == nil {
 		h = a.begin(pkt, recvNanos) // the placer hands it the slot Fits found
