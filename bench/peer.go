@@ -216,15 +216,12 @@ func processRun(ctx context.Context, env Env, sender Sender, sh PeerShape, recei
 	var out, sendOut bytes.Buffer
 	var errOut LockedBuffer
 	cmd := receiver(ctx, endpoint)
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	rp, err := startReceiver(cmd)
+	rp, err := startReady(cmd, &out, &errOut, 10*time.Second, func() bool { return udpPortBound(port) })
 	if err != nil {
-		return run, err
+		return run, fmt.Errorf("binding %s: %w", endpoint, err)
 	}
 	defer rp.kill()
-	if err := waitFor(10*time.Second, func() bool { return udpPortBound(port) }); err != nil {
-		return run, fmt.Errorf("%s did not bind %s: %s", cmd.Path, endpoint, errOut.String())
-	}
+
 	waitSettled(10*time.Second, cmd.Process.Pid) // its start-up (a memory pool filled) is not the stream's, as for recv
 	send, err := sender.Command(ctx, nil, endpoint, sh.Heaps, sh.HeapSize, sh.PacketSize, sh.RateGbps)
 	if err != nil {

@@ -282,37 +282,27 @@ func pyIbvbridgeRun(ctx context.Context, env Env, o PyOptions, v PyVariant, sh P
 	args := append([]string{"recv", "--ring", name, "--slot-size", strconv.Itoa(slotSize), "--buffer", strconv.Itoa(o.Buffer),
 		"--log-format", "json"}, DefaultPeerRecvArgs...)
 	recv := exec.CommandContext(ctx, self, append(append(args, v.RecvArgs...), endpoint)...)
-	var recvOut, loopOut bytes.Buffer
-	var recvErr, loopErr LockedBuffer
-	recv.Stdout, recv.Stderr = &recvOut, &recvErr
-	rp, err := startReceiver(recv)
+	var recvOut bytes.Buffer
+	var recvErr LockedBuffer
+	rp, err := startReady(recv, &recvOut, &recvErr, 10*time.Second, recvReceiving(&recvErr))
 	if err != nil {
-		return run, err
+		return run, fmt.Errorf("ring %s: %w", name, err)
 	}
 	defer rp.kill()
-	if err := waitFor(10*time.Second, func() bool { return strings.Contains(recvErr.String(), `"message":"receiving"`) }); err != nil {
-		return run, fmt.Errorf("recv did not start receiving on ring %s: %s", name, recvErr.String())
-	}
 	pkg := v.Client
 	if pkg == "" {
 		if pkg, err = FindTool("IBVBRIDGE_PYTHON_CLIENT", "clients/python"); err != nil {
 			return run, err
 		}
 	}
-	loop := exec.CommandContext(ctx, o.Python, script, "ibvbridge", name)
-	loop.Env = append(os.Environ(), "PYTHONPATH="+pkg, "PYENV_VERSION=system")
-	loop.Stdout, loop.Stderr = &loopOut, &loopErr
-	lp, err := startReceiver(loop)
+	loop, err := startPyLoop(ctx, o, pkg, func() bool { return consumerAttached(name) }, script, "ibvbridge", name)
 	if err != nil {
 		return run, err
 	}
-	defer lp.kill()
-	if err := waitFor(20*time.Second, func() bool { return consumerAttached(name) }); err != nil {
-		return run, fmt.Errorf("the Python loop did not attach: %s", loopErr.String())
-	}
-	waitSettled(10*time.Second, recv.Process.Pid, loop.Process.Pid)
+	defer loop.r.kill()
+	waitSettled(10*time.Second, recv.Process.Pid, loop.cmd.Process.Pid)
 	recv0, _ := cpuTime(recv.Process.Pid)
-	loop0, _ := cpuTime(loop.Process.Pid)
+	loop0, _ := cpuTime(loop.cmd.Process.Pid)
 	sent, gbps, err := sendStamped(ctx, endpoint, sh)
 	if err != nil {
 		return run, err
@@ -321,8 +311,9 @@ func pyIbvbridgeRun(ctx context.Context, env Env, o PyOptions, v PyVariant, sh P
 	if err := rp.finish(5 * time.Second); err != nil {
 		return run, fmt.Errorf("recv: %w: %s", err, recvErr.String())
 	}
-	if err := lp.finish(10 * time.Second); err != nil {
-		return run, fmt.Errorf("python loop: %w: %s", err, loopErr.String())
+	lr, loopCPU, err := loop.result(loop0)
+	if err != nil {
+		return run, err
 	}
 	recvCPU := recv.ProcessState.UserTime() + recv.ProcessState.SystemTime() - recv0
 	var rc map[string]any
@@ -331,12 +322,6 @@ func pyIbvbridgeRun(ctx context.Context, env Env, o PyOptions, v PyVariant, sh P
 			recvCPU = time.Duration(s*1e9) - recv0 // recv's own account ends at the stream's end, not its exit
 		}
 	}
-	var lr pyLoopResult
-	if err := json.Unmarshal(LastLine(loopOut.Bytes()), &lr); err != nil {
-		return run, fmt.Errorf("python loop output %q: %w: %s", loopOut.String(), err, loopErr.String())
-	}
-	loopCPU := loop.ProcessState.UserTime() + loop.ProcessState.SystemTime() - loop0
-	loopCPU = min(loopCPU, time.Duration(lr.CPUSeconds*1e9)+10*time.Millisecond) // not the interpreter's exit
 	num := func(k string) uint64 { f, _ := rc[k].(float64); return uint64(f) }
 	run.Heaps, run.MedianUs, run.P99Us = lr.Stamped, lr.MedianUs, lr.P99Us
 	run.LoopCPU = loopCPU.Seconds()
@@ -358,40 +343,67 @@ func pySpead2Run(ctx context.Context, env Env, o PyOptions, sh PyShape, script, 
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	endpoint := "127.0.0.1:" + strconv.Itoa(port)
-	loop := exec.CommandContext(ctx, o.Python, script, "spead2", strconv.Itoa(port), strconv.Itoa(o.Buffer),
+	var loop *pyLoopProc
+	loop, err = startPyLoop(ctx, o, path, nil, script, "spead2", strconv.Itoa(port), strconv.Itoa(o.Buffer),
 		strconv.Itoa(pySpead2RingHeaps), strconv.Itoa(sh.HeapSize+4096))
-	loop.Env = append(os.Environ(), "PYTHONPATH="+path, "PYENV_VERSION=system")
-	var loopOut bytes.Buffer
-	var loopErr LockedBuffer
-	loop.Stdout, loop.Stderr = &loopOut, &loopErr
-	lp, err := startReceiver(loop)
 	if err != nil {
 		return run, err
 	}
-	defer lp.kill()
-	if err := waitFor(20*time.Second, func() bool { return strings.Contains(loopErr.String(), "ready") }); err != nil {
-		return run, fmt.Errorf("spead2's receiver did not start: %s", loopErr.String())
-	}
-	waitSettled(10*time.Second, loop.Process.Pid)
-	cpu0, _ := cpuTime(loop.Process.Pid)
+	defer loop.r.kill()
+	waitSettled(10*time.Second, loop.cmd.Process.Pid)
+	cpu0, _ := cpuTime(loop.cmd.Process.Pid)
 	sent, gbps, err := sendStamped(ctx, endpoint, sh)
 	if err != nil {
 		return run, err
 	}
 	run.Sent, run.SentGbps = sent, gbps
-	if err := lp.finish(10 * time.Second); err != nil {
-		return run, fmt.Errorf("spead2 loop: %w: %s", err, loopErr.String())
+	lr, cpu, err := loop.result(cpu0)
+	if err != nil {
+		return run, err
 	}
-	var lr pyLoopResult
-	if err := json.Unmarshal(LastLine(loopOut.Bytes()), &lr); err != nil {
-		return run, fmt.Errorf("spead2 loop output %q: %w: %s", loopOut.String(), err, loopErr.String())
-	}
-	cpu := loop.ProcessState.UserTime() + loop.ProcessState.SystemTime() - cpu0
 	run.Heaps, run.MedianUs, run.P99Us = lr.Stamped, lr.MedianUs, lr.P99Us
 	run.CPUSeconds, run.LoopCPU = cpu.Seconds(), cpu.Seconds()
 	run.Lossless = lr.Stamped == sent && lr.Incomplete == 0
 	run.Detail = fmt.Sprintf("stamped heaps %d of %d, incomplete %d", lr.Stamped, sent, lr.Incomplete)
 	return run, nil
+}
+
+// pyLoopProc is a running pyloop.py.
+type pyLoopProc struct {
+	cmd *exec.Cmd
+	r   *receiver
+	out bytes.Buffer
+	err LockedBuffer
+}
+
+// startPyLoop starts pyloop.py with args, the Python package at path on PYTHONPATH, and waits until it
+// is ready: attached (ready, for a ring) or, when ready is nil, until it says so (spead2's stream bound).
+func startPyLoop(ctx context.Context, o PyOptions, path string, ready func() bool, script string, args ...string) (*pyLoopProc, error) {
+	p := &pyLoopProc{cmd: exec.CommandContext(ctx, o.Python, append([]string{script}, args...)...)}
+	p.cmd.Env = append(os.Environ(), "PYTHONPATH="+path, "PYENV_VERSION=system")
+	if ready == nil {
+		ready = func() bool { return strings.Contains(p.err.String(), "ready") }
+	}
+	r, err := startReady(p.cmd, &p.out, &p.err, 20*time.Second, ready)
+	if err != nil {
+		return nil, fmt.Errorf("the Python loop (%s): %w", args[0], err)
+	}
+	p.r = r
+	return p, nil
+}
+
+// result waits for the loop's end (its stream's) and reads its JSON line; cpu is its CPU since cpu0, to
+// the end of its loop (not the interpreter's exit).
+func (p *pyLoopProc) result(cpu0 time.Duration) (lr pyLoopResult, cpu time.Duration, err error) {
+	if err := p.r.finish(10 * time.Second); err != nil {
+		return lr, 0, fmt.Errorf("the Python loop: %w: %s", err, p.err.String())
+	}
+	if err := json.Unmarshal(LastLine(p.out.Bytes()), &lr); err != nil {
+		return lr, 0, fmt.Errorf("the Python loop's output %q: %w: %s", p.out.String(), err, p.err.String())
+	}
+	st := p.cmd.ProcessState
+	cpu = min(st.UserTime()+st.SystemTime()-cpu0, time.Duration(lr.CPUSeconds*1e9)+10*time.Millisecond)
+	return lr, cpu, nil
 }
 
 // pySpead2RingHeaps is the ring of spead2's receiver: room for as many heaps as keep its reader from
