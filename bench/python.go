@@ -269,7 +269,7 @@ func pyIbvbridgeRun(ctx context.Context, env Env, o PyOptions, v PyVariant, sh P
 	if v.Binary != "" {
 		self = v.Binary
 	}
-	port, err := testnet.FreeUDPPort()
+	port, endpoint, err := loopbackEndpoint()
 	if err != nil {
 		return run, err
 	}
@@ -277,7 +277,6 @@ func pyIbvbridgeRun(ctx context.Context, env Env, o PyOptions, v PyVariant, sh P
 	defer cancel()
 	name := fmt.Sprintf("benchpy-%d-%d", os.Getpid(), port)
 	defer ring.Remove("", name)
-	endpoint := "127.0.0.1:" + strconv.Itoa(port)
 	slotSize := max(64<<10, sh.HeapSize+4096)
 	args := append([]string{"recv", "--ring", name, "--slot-size", strconv.Itoa(slotSize), "--buffer", strconv.Itoa(o.Buffer),
 		"--log-format", "json"}, DefaultPeerRecvArgs...)
@@ -336,13 +335,12 @@ func pyIbvbridgeRun(ctx context.Context, env Env, o PyOptions, v PyVariant, sh P
 // of RingHeaps heaps, its other settings default) with the same loop.
 func pySpead2Run(ctx context.Context, env Env, o PyOptions, sh PyShape, script, path string) (PyRun, error) {
 	var run PyRun
-	port, err := testnet.FreeUDPPort()
+	port, endpoint, err := loopbackEndpoint()
 	if err != nil {
 		return run, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	endpoint := "127.0.0.1:" + strconv.Itoa(port)
 	var loop *pyLoopProc
 	loop, err = startPyLoop(ctx, o, path, nil, script, "spead2", strconv.Itoa(port), strconv.Itoa(o.Buffer),
 		strconv.Itoa(pySpead2RingHeaps), strconv.Itoa(sh.HeapSize+4096))
@@ -366,6 +364,15 @@ func pySpead2Run(ctx context.Context, env Env, o PyOptions, sh PyShape, script, 
 	run.Lossless = lr.Stamped == sent && lr.Incomplete == 0
 	run.Detail = fmt.Sprintf("stamped heaps %d of %d, incomplete %d", lr.Stamped, sent, lr.Incomplete)
 	return run, nil
+}
+
+// loopbackEndpoint is a free UDP port on 127.0.0.1 and its HOST:PORT.
+func loopbackEndpoint() (int, string, error) {
+	port, err := testnet.FreeUDPPort()
+	if err != nil {
+		return 0, "", err
+	}
+	return port, "127.0.0.1:" + strconv.Itoa(port), nil
 }
 
 // pyLoopProc is a running pyloop.py.
