@@ -6,7 +6,7 @@ export PYENV_VERSION := system
 PYTHON := /usr/bin/python3
 GO ?= go
 
-.PHONY: all setup build test test-go test-c test-python test-interop fuzz soak demo bench clean install install-systemd
+.PHONY: all setup build test test-go test-c test-python test-interop test-docs docs bench-report fuzz soak demo bench clean install install-systemd
 
 all: build
 
@@ -27,8 +27,21 @@ test: setup build
 	t=$$(mktemp -d) && cd clients/python && { $(PYTHON) -m pytest -q -p no:cacheprovider --basetemp=$$t/pytest tests; rc=$$?; rm -rf $$t; exit $$rc; }
 	@echo "== systemd unit"
 	scripts/check-unit.sh
+	@$(MAKE) -s test-docs
 	@echo "== Go tests (race detector), cross-language tests and fuzz seed corpora"
 	IBVBRIDGE_REQUIRE_CLIENTS=1 $(GO) test -race -count=1 ./...
+
+# The docs site (MkDocs + Material, Debian packages) with the reference pages generated from the code:
+# build/docs/site. test-docs also opens every page in headless Chromium (links, anchors, empty pages,
+# every flag in the CLI reference) and runs every recipe of README.md and docs/ as pasted.
+docs: build
+	@scripts/docs/build.sh
+
+test-docs: build
+	@echo "== docs site: every page in Chromium, links, anchors, flag coverage"
+	CHECK=1 scripts/docs/build.sh
+	@echo "== docs recipes, as pasted (python3 on PATH without numpy)"
+	$(PYTHON) scripts/docs/run_recipes.py
 
 # A fuzzing session on every parser and the assembler, and on both sides of the ring's trust boundary
 # (hello records and consumer regions as the producer reads them; header, descriptors, item tables and
@@ -56,6 +69,12 @@ soak: build
 demo: setup build
 	@scripts/demo.sh
 
+# docs/reference/benchmarks.md from the benchmarks' own --json output (command, date, commit, machine,
+# spread): BENCH_REPEATS times each (default 3); spead2's row only where spead2_recv is installed.
+BENCH_REPEATS ?= 3
+bench-report: build
+	$(PYTHON) scripts/bench_report.py --repeats $(BENCH_REPEATS)
+
 bench: build
 	bin/ibvbridge bench ring --consumer c --heap-size 64
 	bin/ibvbridge bench ring --consumer python --heap-size 64 --batch 4096
@@ -78,5 +97,5 @@ install-systemd: install
 	-systemctl daemon-reload
 
 clean:
-	rm -rf bin
+	rm -rf bin build
 	$(MAKE) -s -C clients/c clean

@@ -17,9 +17,9 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/ibvbridge/ibvbridge/bench"
 	"github.com/ibvbridge/ibvbridge/bridge"
 	"github.com/ibvbridge/ibvbridge/internal/chunkplace"
+	"github.com/ibvbridge/ibvbridge/internal/proccpu"
 	"github.com/ibvbridge/ibvbridge/metrics"
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/spead"
@@ -277,7 +277,7 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	// The stream's CPU ends here: closing a large ring frees its pages, seconds of it for gigabytes.
-	cpu := bench.ProcessCPU()
+	cpu := proccpu.Used()
 	res.Transport = tr
 	if err := rcv.Close(); err != nil {
 		log.Warn().Err(err).Msg("closing the ring")
