@@ -16,7 +16,8 @@ gives each Item of the heap its value:
   shape of ``()`` gives a scalar, as in spead2. With spead2's default ``new_order='='`` a non-native byte
   order is converted (a copy); ``new_order='|'`` keeps the view.
 * a format such as ``[('u', 48)]`` (immediates included): Python ints (two's complement for ``'i'``);
-  several fields give a tuple, a shape gives nested lists; ``[('c', 8)]`` of shape ``(n,)`` a str.
+  several fields give a tuple; with a shape, a numpy array of that shape (dtype object, or a record of
+  the fields for several), as spead2 gives; ``[('c', 8)]`` of shape ``(n,)`` a str.
 * a shape with one ``None`` (``-1`` in the ring's metadata) takes its length from the item's bytes.
 
 Differences from spead2, on purpose: values of numpy items are views of shared memory (spead2 copies the
@@ -42,6 +43,9 @@ Format = List[Tuple[str, int]]
 STREAM_CTRL_ID = 0x6  # ids up to this one are SPEAD's own (heap cnt ... stream control): not items
 _UNRESERVED_ID = 0x1000
 _IMMEDIATE_BYTES = 6  # HeapGenerator's immediates: SPEAD-64-48, spead2's default flavour
+
+_ITEM_IMMEDIATE = L.ITEM_IMMEDIATE
+_MAX_VIEWS = 1 << 16  # views an Item remembers (ItemGroup.update): one per slot it was seen in
 
 # How an item's value is decoded (spead2's fast paths).
 _NUMPY, _IMMEDIATE, _BITS = 0, 1, 2
@@ -153,7 +157,7 @@ class Descriptor:
     dtype (numpy) or format (list of (code, bits)), order ('C' or 'F')."""
 
     __slots__ = ("id", "name", "description", "shape", "dtype", "order", "format", "_kind", "_dt", "_var",
-                 "_known", "_nbytes", "_top", "_string")
+                 "_known", "_nbytes", "_top", "_string", "_imm_width", "_view", "_views", "_views_buf")
 
     def __init__(self, id: int, name: str, description: str, shape: Sequence[Optional[int]],
                  dtype: Any = None, order: str = "C", format: Optional[Format] = None) -> None:
@@ -196,6 +200,15 @@ class Descriptor:
             self._nbytes = (known * self.itemsize_bits + 7) // 8
         self._top = 1 << (format[0][1] - 1) if format and format[0][0] == "i" else 0
         self._string = len(shape) == 1 and format == [("c", 8)]
+        # ItemGroup.update's inlined fast paths, decided once: an immediate of exactly its format's width
+        # (bytes), -1 for none; a fixed-shape native numpy array (one frombuffer, a view).
+        self._imm_width = format[0][1] // 8 if self._kind == _IMMEDIATE and format[0][1] % 8 == 0 else -1
+        self._view = self._kind == _NUMPY and not self._var and internal.isnative and bool(shape) \
+            and not self._string
+        # Those views by offset in the buffer they view (a ring's slots repeat, so do the views): a heap
+        # then costs a dict look-up, not a new array. Bounded by _MAX_VIEWS; forgotten for another buffer.
+        self._views: Dict[int, np.ndarray] = {}
+        self._views_buf: Any = None
 
     @property
     def itemsize_bits(self) -> int:
@@ -275,6 +288,18 @@ class Item(Descriptor):
         else:
             self._from_bytes(bytes(memoryview(buf)[offset:offset + length]), False)
 
+    def _view_of(self, buf: Any, off: int) -> np.ndarray:
+        """The value of a fixed-shape native numpy item (_view) at offset off of buf: a read-only view,
+        remembered for the next heap in the same place."""
+        a = np.frombuffer(buf, self._dt, self._known, off)
+        if len(self.shape) != 1:
+            a = a.reshape(self.shape, order=self.order)
+        if self._views_buf is not buf:
+            self._views, self._views_buf = {}, buf
+        if len(self._views) < _MAX_VIEWS:
+            self._views[off] = a
+        return a
+
     def set_from_immediate(self, value: int, width: int) -> None:
         """Decode an immediate item: its value and its width in bytes (the ring's item table)."""
         if self._kind == _IMMEDIATE and width * 8 == self.format[0][1]:  # type: ignore[index]
@@ -336,6 +361,10 @@ class Item(Descriptor):
         value = load(tuple(shape))
         if self._string:
             value = b"".join(value).decode("ascii")
+        elif shape:
+            # As spead2: a shaped item numpy has no type for is an array of the format's dtype (object
+            # elements, or a record of them for several fields), not nested lists.
+            value = np.array(value, self._dt)
         self._value = value
         self.version += 1
 
@@ -355,7 +384,8 @@ class Item(Descriptor):
             lo, hi = (-(1 << (nb - 1)), 1 << (nb - 1)) if self._top else (0, 1 << nb)
             if not lo <= iv < hi:
                 raise ValueError(f"item {self.name!r}: {iv} does not fit {self.format}")
-            return b"", iv & ((1 << nb) - 1)
+            # The value's bits as spead2 packs them: from the top of its last (nb + 7) // 8 bytes.
+            return b"", (iv & ((1 << nb) - 1)) << (-nb % 8)
         if self._kind == _NUMPY:
             if self._string and isinstance(v, (str, bytes)):
                 v = [v[i:i + 1] for i in range(len(v))]
@@ -508,7 +538,7 @@ class ItemGroup:
             raw = heap._raw_items
         if heap.flags & L.FLAG_HAS_DESCRIPTORS or self._meta is None:
             self._learn(heap)
-        by_id = self._by_id
+        get = self._by_id.get
         buf, base = heap._buf, heap._base
         updated = {}
         learnt = False
@@ -521,23 +551,32 @@ class ItemGroup:
         for iid, value, length, flags in raw:
             if flags & L.ITEM_CUT:
                 continue
-            it = by_id.get(iid)
+            it = get(iid)
             if it is None:
                 if iid <= STREAM_CTRL_ID or learnt:
                     continue
                 self._learn(heap)  # a descriptor written since we last looked (attached late, or no flag)
                 learnt = True
-                it = by_id.get(iid)
+                it = self._by_id.get(iid)
                 if it is None:
                     continue
-            if flags & L.ITEM_IMMEDIATE:
-                it.set_from_immediate(value, length)
-            elif it._kind == _NUMPY and not it._var and it._dt.isnative and it.shape and not it._string:
-                # the common case, inlined: a fixed-shape native numpy array is one frombuffer (a view)
+            # The common cases inlined (set_from_immediate / set_from_raw do the rest): an integer immediate
+            # of its format's width, and a fixed-shape native numpy array, one frombuffer (a view).
+            if flags & _ITEM_IMMEDIATE:
+                if length == it._imm_width:
+                    top = it._top
+                    it._value = value - 2 * top if top and value >= top else value
+                    it.version += 1
+                else:
+                    it.set_from_immediate(value, length)
+            elif it._view:
                 if it._nbytes > length:
                     raise ValueError(f"item {it.name!r}: {length} bytes are too few for {it.shape} of {it._dt}")
-                a = np.frombuffer(buf, it._dt, it._known, base + value)
-                it._value = a if len(it.shape) == 1 else a.reshape(it.shape, order=it.order)
+                off = base + value
+                a = it._views.get(off) if it._views_buf is buf else None
+                if a is None:
+                    a = it._view_of(buf, off)
+                it._value = a
                 it.version += 1
             else:
                 it.set_from_raw(buf, base + value, length, new_order)

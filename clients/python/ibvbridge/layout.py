@@ -324,6 +324,8 @@ _ITEM_SPEC = (
 )
 ITEM_STRUCT, ITEM_FIELDS = _fields_struct(_ITEM_SPEC, ITEM_SIZE)
 ITEM_FORMAT = ITEM_STRUCT.format
+# The four fields a reader uses (reserved skipped as padding): iter_unpack yields (id, value, length, flags).
+ITEM_RAW_STRUCT, _ = _fields_struct(_ITEM_SPEC[:4], ITEM_SIZE)
 
 META_HEADER_STRUCT, _ = _fields_struct((("seq", META_SEQ, "Q"), ("length", META_LENGTH, "Q")), META_RECORDS)
 META_RECORD_STRUCT, META_RECORD_FIELDS = _fields_struct((

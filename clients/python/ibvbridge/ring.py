@@ -60,7 +60,7 @@ _STARTS = {"oldest": L.START_OLDEST, "head": L.START_HEAD, L.START_OLDEST: L.STA
 
 
 _unpack_desc = L.DESC_STRUCT.unpack_from
-_iter_items = L.ITEM_STRUCT.iter_unpack
+_iter_items = L.ITEM_RAW_STRUCT.iter_unpack  # (id, value, length, flags) per entry
 log = logging.getLogger("ibvbridge.ring")
 WELCOME_TIMEOUT = 5.0  # seconds for the handshake when the attach has no timeout (spec §B)
 LAPPED_WAIT = 0.01  # a group member waits this long for the head store of a lapping descriptor (spec §14.4)
@@ -324,14 +324,18 @@ class Heap:
         if raw is None:
             self._check_live()
             n = self.item_count
-            o = self._items_off
-            raw = [t[:4] for t in _iter_items(self._mv[o:o + n * L.ITEM_SIZE])] if n else []
-            ss = self._ring._geo.slot_size
-            for iid, value, length, iflags in raw:
-                if not iflags & L.ITEM_IMMEDIATE and (value > ss or length > ss - value):
-                    raise self._ring._corrupt_desc(self.position, f"item {iid:#x} [{value}, +{length}) past "
-                                                   f"slot_size {ss}")
-            self._ring._check_row()  # copied, then checked: the table was this heap's (spec §A)
+            ring = self._ring
+            if n:
+                o = self._items_off
+                raw = list(_iter_items(self._mv[o:o + n * L.ITEM_SIZE]))
+                ss = ring._geo.slot_size
+                for iid, value, length, iflags in raw:
+                    if not iflags & 1 and (value > ss or length > ss - value):  # 1: L.ITEM_IMMEDIATE
+                        raise ring._corrupt_desc(self.position, f"item {iid:#x} [{value}, +{length}) past "
+                                                 f"slot_size {ss}")
+            else:
+                raw = []
+            ring._check_row()  # copied, then checked: the table was this heap's (spec §A)
             self._raw = raw
         return raw
 
@@ -1424,7 +1428,7 @@ class Ring:
             raise self._corrupt_desc(pos, f"item_count {icount} > max_items {g.max_items}")
         if icount:
             o = self._items_base + slot * self._item_stride
-            raw = [t[:4] for t in _iter_items(self._dmv[o:o + icount * L.ITEM_SIZE])]
+            raw = list(_iter_items(self._dmv[o:o + icount * L.ITEM_SIZE]))
             ss = g.slot_size
             for iid, value, length, iflags in raw:
                 if not iflags & L.ITEM_IMMEDIATE and (value > ss or length > ss - value):
