@@ -14,6 +14,7 @@ import ctypes.util
 import os
 import platform
 import threading
+from typing import Any, Callable
 
 from . import layout
 
@@ -102,6 +103,9 @@ def _no_fence():
     pass
 
 
+full_fence: Callable[[], Any]
+acquire_fence: Callable[[], Any]
+release_fence: Callable[[], Any]
 if _fence_lib is not None:
     full_fence = _fence_lib.ibvb_full_fence
     acquire_fence = _fence_lib.ibvb_acquire_fence

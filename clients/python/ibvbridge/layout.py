@@ -395,11 +395,10 @@ def unpack_record(buf: bytes) -> dict[str, Any]:
 try:  # numpy structured dtypes for batch views (zero-copy over the data memory)
     import numpy as _np
 except ImportError:  # pragma: no cover - numpy is optional at import
-    _np = None
-    DESC_DTYPE = None
-    ITEM_DTYPE = None
+    DESC_DTYPE: Any = None
+    ITEM_DTYPE: Any = None
 else:
-    def _dtype(spec, size):
+    def _dtype(spec: Any, size: int) -> Any:
         """A numpy structured dtype from the same (name, offset, code) triples as the struct."""
         codes = {"Q": "<u8", "I": "<u4", "H": "<u2"}
         return _np.dtype({"names": [f[0] for f in spec], "formats": [codes[f[2]] for f in spec],
