@@ -29,7 +29,7 @@ descriptor heap still names its items. ``HeapGenerator`` fills a producer's slot
 from __future__ import annotations
 
 import numbers
-from typing import (Any, Dict, ItemsView, Iterator, KeysView, List, Optional, Sequence, Tuple,
+from typing import (Any, Dict, ItemsView, Iterator, KeysView, List, Literal, Optional, Sequence, Tuple,
                     Union, ValuesView)
 
 import numpy as np
@@ -40,6 +40,7 @@ from .metadata import _parse_metadata
 
 Shape = Tuple[Optional[int], ...]
 Format = List[Tuple[str, int]]
+Order = Literal["C", "F"]
 
 STREAM_CTRL_ID = 0x6  # ids up to this one are SPEAD's own (heap cnt ... stream control): not items
 _UNRESERVED_ID = 0x1000
@@ -157,7 +158,7 @@ class Descriptor:
     dtype (numpy) or format (list of (code, bits)), order ('C' or 'F')."""
 
     __slots__ = ("id", "name", "description", "shape", "dtype", "order", "format", "_kind", "_dt", "_var",
-                 "_known", "_nbytes", "_top", "_string", "_imm_width", "_view", "_views", "_views_buf")
+                 "_known", "_nbytes", "_top", "_string", "_imm_width", "_view", "_views", "_views_buf", "_fmt", "_fixed")
 
     def __init__(self, id: int, name: str, description: str, shape: Sequence[Optional[int]],
                  dtype: Any = None, order: str = "C", format: Optional[Format] = None) -> None:
@@ -181,7 +182,11 @@ class Descriptor:
         self.id, self.name, self.description = int(id), name, description
         self.shape: Shape = shape
         self.dtype: Optional[np.dtype] = dtype
-        self.order, self.format = order, format
+        self.order: Order = "F" if order == "F" else "C"
+        self.format = format
+        self._fmt: Format = format or []  # the format, [] for a dtype item (a _NUMPY kind)
+        # the shape of a fixed-shape item (no variable dimension); () for one with a variable dimension
+        self._fixed: Tuple[int, ...] = () if None in shape else tuple(s for s in shape if s is not None)
         self._dt = internal
         self._var = None in shape
         known = 1
@@ -192,17 +197,17 @@ class Descriptor:
         if not internal.hasobject:
             self._kind = _NUMPY
             self._nbytes = known * internal.itemsize
-        elif not shape and dtype is None and len(format) == 1 and format[0][0] in "ui" and format[0][1] < 64:
+        elif not shape and len(self._fmt) == 1 and self._fmt[0][0] in "ui" and self._fmt[0][1] < 64:
             self._kind = _IMMEDIATE
-            self._nbytes = (format[0][1] + 7) // 8
+            self._nbytes = (self._fmt[0][1] + 7) // 8
         else:
             self._kind = _BITS
             self._nbytes = (known * self.itemsize_bits + 7) // 8
-        self._top = 1 << (format[0][1] - 1) if format and format[0][0] == "i" else 0
+        self._top = 1 << (self._fmt[0][1] - 1) if self._fmt and self._fmt[0][0] == "i" else 0
         self._string = len(shape) == 1 and format == [("c", 8)]
         # ItemGroup.update's inlined fast paths, decided once: an immediate of exactly its format's width
         # (bytes), -1 for none; a fixed-shape native numpy array (one frombuffer, a view).
-        self._imm_width = format[0][1] // 8 if self._kind == _IMMEDIATE and format[0][1] % 8 == 0 else -1
+        self._imm_width = self._fmt[0][1] // 8 if self._kind == _IMMEDIATE and self._fmt[0][1] % 8 == 0 else -1
         self._view = self._kind == _NUMPY and not self._var and internal.isnative and bool(shape) \
             and not self._string
         # Those views by offset in the buffer they view (a ring's slots repeat, so do the views): a heap
@@ -278,7 +283,7 @@ class Item(Descriptor):
                 for s in shape:
                     count *= s
             else:
-                shape, count = self.shape, self._known
+                shape, count = self._fixed, self._known
             if count * dt.itemsize > length:
                 raise ValueError(f"item {self.name!r}: {length} bytes are too few for {shape} of {dt}")
             a = np.frombuffer(buf, dt, count, offset)
@@ -292,8 +297,8 @@ class Item(Descriptor):
         """The value of a fixed-shape native numpy item (_view) at offset off of buf: a read-only view,
         remembered for the next heap in the same place."""
         a = np.frombuffer(buf, self._dt, self._known, off)
-        if len(self.shape) != 1:
-            a = a.reshape(self.shape, order=self.order)
+        if len(self._fixed) != 1:
+            a = a.reshape(self._fixed, order=self.order)
         if self._views_buf is not buf:
             self._views, self._views_buf = {}, buf
         if len(self._views) < _MAX_VIEWS:
@@ -302,7 +307,7 @@ class Item(Descriptor):
 
     def set_from_immediate(self, value: int, width: int) -> None:
         """Decode an immediate item: its value and its width in bytes (the ring's item table)."""
-        if self._kind == _IMMEDIATE and width * 8 == self.format[0][1]:  # type: ignore[index]
+        if self._kind == _IMMEDIATE and width * 8 == self._fmt[0][1]:
             top = self._top
             self._value = value - 2 * top if top and value >= top else value
             self.version += 1
@@ -336,14 +341,14 @@ class Item(Descriptor):
             raw = raw[len(raw) - (count * bits + 7) // 8:]
         acc = int.from_bytes(raw, "big")
         left = len(raw) * 8
-        fmt = self.format
+        fmt = self._fmt
 
         def field() -> Any:
             nonlocal left
             out = []
-            for code, nb in fmt:  # type: ignore[union-attr]
+            for code, nb in fmt:
                 left -= nb
-                v = (acc >> left) & ((1 << nb) - 1)
+                v: Any = (acc >> left) & ((1 << nb) - 1)  # the field's bits, then its value (int, bool, bytes, float)
                 if code == "i" and v >= 1 << (nb - 1):
                     v -= 1 << nb
                 elif code == "b":
@@ -378,8 +383,8 @@ class Item(Descriptor):
         v = self._value
         if v is None:
             raise ValueError(f"item {self.name!r} has no value")
-        if self._kind == _IMMEDIATE and self.format[0][1] <= 8 * immediate_bytes:  # type: ignore[index]
-            nb = self.format[0][1]  # type: ignore[index]
+        if self._kind == _IMMEDIATE and self._fmt[0][1] <= 8 * immediate_bytes:
+            nb = self._fmt[0][1]
             iv = int(v)
             lo, hi = (-(1 << (nb - 1)), 1 << (nb - 1)) if self._top else (0, 1 << nb)
             if not lo <= iv < hi:
@@ -395,7 +400,7 @@ class Item(Descriptor):
                 raise ValueError(f"item {self.name!r}: value of shape {a.shape}, want {self.shape}")
             return (a.T if self.order == "F" else a), None
         # generic bit packing, as spead2 does
-        fmt = self.format
+        fmt = self._fmt
         acc, nbits = 0, 0
 
         def store(x: Any, dims: int) -> None:
@@ -404,10 +409,10 @@ class Item(Descriptor):
                 for y in x:
                     store(y, dims - 1)
                 return
-            fields = x if len(fmt) > 1 else (x,)  # type: ignore[arg-type]
-            for (code, nb), f in zip(fmt, fields):  # type: ignore[arg-type]
+            fields: Sequence[Any] = x if len(fmt) > 1 else (x,)
+            for (code, nb), f in zip(fmt, fields):
                 if code == "f":
-                    f = int((np.float32(f) if nb == 32 else np.float64(f)).view(np.uint32 if nb == 32 else np.uint64))
+                    f = int(np.float32(f).view(np.uint32)) if nb == 32 else int(np.float64(f).view(np.uint64))
                 elif code == "c":
                     f = f[0] if isinstance(f, (bytes, bytearray)) else ord(f)
                 f = int(f)
@@ -625,7 +630,7 @@ class HeapGenerator:
         self._described: Optional[List[Tuple[Any, ...]]] = None
 
     def _write_descriptors(self) -> None:
-        now = [(it.id, it.name, it.description, it.shape, it.dtype, it.order, it.format)
+        now: List[Tuple[Any, ...]] = [(it.id, it.name, it.description, it.shape, it.dtype, it.order, it.format)
                for it in self._ig._by_id.values()]
         if now == self._described:
             return
@@ -656,7 +661,7 @@ class HeapGenerator:
                 if imm is not None:
                     slot.add_item(it.id, value=imm, length=_IMMEDIATE_BYTES, immediate=True)
                     continue
-                raw = memoryview(np.ascontiguousarray(body)).cast("B") if isinstance(body, np.ndarray) \
+                raw = np.ascontiguousarray(body).data.cast("B") if isinstance(body, np.ndarray) \
                     else memoryview(body)
                 n = raw.nbytes
                 if off + n > len(payload):

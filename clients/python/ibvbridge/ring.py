@@ -25,6 +25,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import logging
+import mmap
 from errno import ETIMEDOUT
 import os
 import select
@@ -69,6 +70,7 @@ _unpack_desc = L.DESC_STRUCT.unpack_from
 _iter_items = L.ITEM_RAW_STRUCT.iter_unpack  # (id, value, length, flags) per entry
 log = logging.getLogger("ibvbridge.ring")
 WELCOME_TIMEOUT = 5.0  # seconds for the handshake when the attach has no timeout (spec §B)
+_UNMAPPED = memoryview(b"")  # a Ring's word views before attach and after close
 LAPPED_WAIT = 0.01  # a group member waits this long for the head store of a lapping descriptor (spec §14.4)
 
 
@@ -251,12 +253,52 @@ class Stream:
 class Ring:
     """A consumer attached to one ring. Use ``Ring.attach(name)``."""
 
-    def __init__(self):  # use Ring.attach
+    # What attach sets (declared for the type checker). The mappings' word views are _UNMAPPED until
+    # attach and after close (close drops them so the mappings can be unmapped).
+    name: str
+    socket_path: str | None
+    header: dict[str, int]
+    session_id: int
+    producer_pid: int
+    producer_uid: int
+    consumer_index: int
+    _generation: int
+    _geo: Geometry
+    _max_latency: float
+    _spin_budget: float
+    _wait_avg: float
+    _active: bool
+    _directory: PathLike | None
+    _wait_for_ring: bool
+    _sock: socket.socket | None
+    _fds: list[int]
+    _ctl_mm: mmap.mmap | None
+    _data_mm: mmap.mmap | None
+    _region_mm: mmap.mmap | None
+    _c64: memoryview  # the control mapping as u64 / u32 words
+    _c32: memoryview
+    _r64: memoryview  # this consumer's region as u64 / u32 words
+    _r32: memoryview
+    _dmv: memoryview  # the data mapping, and as u64 words
+    _d64: memoryview
+    _desc_arr: np.ndarray | None  # numpy views of the data mapping (None without numpy)
+    _desc_raw: np.ndarray | None
+    _items2d: np.ndarray | None
+    _payload2d: np.ndarray | None
+    _cfutex: ctypes.c_uint32 | None
+    _rfutex: ctypes.c_uint32 | None
+    _detached: RingError | None
+    _pending: collections.deque[list[Any]]
+    _last_stream_end: StreamEnd | None
+    _meta_seq: int | None
+    _meta: dict[int, ItemDescriptor]
+
+    def __init__(self) -> None:  # use Ring.attach
         self._closed = True
         self._sock = None
         self._fds = []
         self._ctl_mm = self._data_mm = self._region_mm = None
-        self._c64 = self._c32 = self._r64 = self._r32 = self._d64 = self._dmv = None
+        self._c64 = self._c32 = self._r64 = self._r32 = self._d64 = self._dmv = _UNMAPPED
         self._cfutex = self._rfutex = None
         self._desc_arr = self._desc_raw = self._items2d = self._payload2d = None
         self._chunk_geo: _chunks.ChunkGeometry | None = None
@@ -399,8 +441,8 @@ class Ring:
 
     def _attach(self, start, deadline, timeout):
         name = self.name
-        self._sock, owner = self._connect(deadline)
-        sock = self._sock
+        sock, owner = self._connect(deadline)
+        self._sock = sock
         path = self.socket_path
         pid, uid, _ = peer_cred(sock)  # 2. who serves this socket?
         if not _shared.peer_trusted(uid, owner):
@@ -441,44 +483,44 @@ class Ring:
             if st != size:
                 raise CorruptRing(f"ring {name}: {what} memory is {st} bytes, the welcome says {size}")
         # 5. control memory, read-only; validate before the data memory is mapped
-        self._ctl_mm = _map(ctl_fd, w["ctl_size"], False)
-        self._c64 = memoryview(self._ctl_mm).cast("Q")
-        self._c32 = memoryview(self._ctl_mm).cast("I")
+        self._ctl_mm = ctl_mm = _map(ctl_fd, w["ctl_size"], False)
+        self._c64 = memoryview(ctl_mm).cast("Q")
+        self._c32 = memoryview(ctl_mm).cast("I")
         self._closed = False
         hdr = self._check_header(w)
         self._geo = g = validate_geometry(hdr)
         # chunk geometry (§13.5), from a private copy of the header's bytes, before the data is mapped
-        self._chunk_geo = _chunks.chunk_geometry(hdr["features"], bytes(self._ctl_mm[L.OFF_CHUNK_HEAPS:0x100]),
+        self._chunk_geo = _chunks.chunk_geometry(hdr["features"], bytes(ctl_mm[L.OFF_CHUNK_HEAPS:0x100]),
                                                  g.slot_size)
         # 6. data read-only, region read-write; the descriptors are closed, the socket kept
-        self._data_mm = _map(data_fd, g.data_size, False)
-        self._region_mm = _map(region_fd, L.REGION_SIZE, True)
+        self._data_mm = data_mm = _map(data_fd, g.data_size, False)
+        self._region_mm = region_mm = _map(region_fd, L.REGION_SIZE, True)
         for fd in self._fds:
             os.close(fd)
         self._fds = []
-        self._dmv = memoryview(self._data_mm)
+        self._dmv = memoryview(data_mm)
         self._d64 = self._dmv.cast("Q")  # shared u64 words of the data memory (the metadata sequence)
-        self._r64 = memoryview(self._region_mm).cast("Q")
-        self._r32 = memoryview(self._region_mm).cast("I")
+        self._r64 = memoryview(region_mm).cast("Q")
+        self._r32 = memoryview(region_mm).cast("I")
         sock.setblocking(False)
         self._poller = select.poll()
         self._poller.register(sock, select.POLLIN | select.POLLRDHUP)
         # futex word addresses (ctypes objects pin an export of the region mapping until close)
-        self._cfutex = ctypes.c_uint32.from_buffer(self._region_mm, L.REG_CONSUMER_FUTEX)
-        self._rfutex = ctypes.c_uint32.from_buffer(self._region_mm, L.REG_RELEASE_FUTEX)
+        self._cfutex = ctypes.c_uint32.from_buffer(region_mm, L.REG_CONSUMER_FUTEX)
+        self._rfutex = ctypes.c_uint32.from_buffer(region_mm, L.REG_RELEASE_FUTEX)
         self._cfutex_addr = ctypes.addressof(self._cfutex)
         self._rfutex_addr = ctypes.addressof(self._rfutex)
         self._futex_wait = FutexWaiter(self._cfutex_addr)
         self._poll_due = 0.0  # a wait polls liveness before its first sleep from this monotonic time on (_wait)
         if np is not None:  # persistent zero-copy views for the batch API
-            self._desc_arr = np.frombuffer(self._data_mm, L.DESC_DTYPE, g.slot_count, g.desc_offset)
-            self._desc_raw = np.frombuffer(self._data_mm, np.uint8, g.slot_count * L.DESC_SIZE, g.desc_offset)
-            self._items2d = np.frombuffer(self._data_mm, L.ITEM_DTYPE, g.slot_count * g.max_items,
+            self._desc_arr = np.frombuffer(data_mm, L.DESC_DTYPE, g.slot_count, g.desc_offset)
+            self._desc_raw = np.frombuffer(data_mm, np.uint8, g.slot_count * L.DESC_SIZE, g.desc_offset)
+            self._items2d = np.frombuffer(data_mm, L.ITEM_DTYPE, g.slot_count * g.max_items,
                                           g.items_offset).reshape(g.slot_count, g.max_items)
-            self._payload2d = np.frombuffer(self._data_mm, np.uint8, g.slot_count * g.slot_size,
+            self._payload2d = np.frombuffer(data_mm, np.uint8, g.slot_count * g.slot_size,
                                             g.payload_offset).reshape(g.slot_count, g.slot_size)
             self._chunk_views = _chunks.make_views(self._chunk_geo, g.payload_offset, g.slot_count, g.slot_size,
-                                                   g.max_items, self._data_mm, self._payload2d)
+                                                   g.max_items, data_mm, self._payload2d)
         self._i_row_state = row_word(self.consumer_index, "state")
         self._i_row_gen = row_word(self.consumer_index, "generation")
         self._q_row_lost = row_word(self.consumer_index, "lost_heaps")
@@ -657,7 +699,10 @@ class Ring:
     def producer_version(self) -> str:
         """What the producer says it runs (2.2 header producer_version, e.g. "ibvbridge recv 0.3.0"; "" if
         it wrote none)."""
-        raw = bytes(self._ctl_mm[L.OFF_PRODUCER_VERSION:L.OFF_PRODUCER_VERSION + L.PRODUCER_VERSION_MAX])
+        mm = self._ctl_mm
+        if mm is None:
+            raise RingError("ring is closed")
+        raw = bytes(mm[L.OFF_PRODUCER_VERSION:L.OFF_PRODUCER_VERSION + L.PRODUCER_VERSION_MAX])
         return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
 
     @property
@@ -852,7 +897,7 @@ class Ring:
         pend = self._pending
         if pend[0] is not ent:
             return  # an older position is still held: released when it is
-        tail = None
+        tail: int = pend.popleft()[0]  # ent, released just now
         while pend and pend[0][1]:
             tail = pend.popleft()[0]
         self._released_to = tail
@@ -985,7 +1030,7 @@ class Ring:
                 if not iflags & L.ITEM_IMMEDIATE and (value > ss or length > ss - value):
                     raise self._corrupt_desc(pos, f"item {iid:#x} [{value}, +{length}) past slot_size {ss}")
         else:
-            raw = ()
+            raw = []
         c32 = self._c32  # descriptor and items copied and checked: now prove they were this heap's (spec §A)
         if c32[self._i_row_state] != L.CONSUMER_ATTACHED or c32[self._i_row_gen] != self._generation or ORDERED:
             self._check_row()
@@ -1141,7 +1186,9 @@ class Ring:
         pos, idx, n = self._batch_span(max_heaps, timeout, "next_batch")
         # checked and used from a private copy only (spec §A); copied as bytes: a structured-array copy
         # costs ~40x more (0.4 ms vs 10 us for 4096 descriptors)
-        return self._checked_batch(pos, n, self._desc_raw[idx * L.DESC_SIZE:(idx + n) * L.DESC_SIZE].copy())
+        descs = self._desc_raw
+        assert descs is not None  # mapped with numpy, which _batch_span checked
+        return self._checked_batch(pos, n, descs[idx * L.DESC_SIZE:(idx + n) * L.DESC_SIZE].copy())
 
     def _batch_span(self, max_heaps, timeout, what):
         """(pos, idx, n) of the next batch: n ≥ 1 published positions from pos (slot index idx), at most
@@ -1188,7 +1235,9 @@ class Ring:
         items = None
         if n and counts.any():
             k = int(counts.max())
-            items = self._items2d[d["slot"].astype(np.intp), :k]  # fancy indexing: a private copy
+            items2d = self._items2d
+            assert items2d is not None  # mapped with numpy, which _batch_span checked
+            items = items2d[d["slot"].astype(np.intp), :k]  # fancy indexing: a private copy
             items.flags.writeable = False
             valid = np.arange(k, dtype=np.uint32)[None, :] < counts[:, None]
             addr = valid & ((items["flags"] & L.ITEM_IMMEDIATE) == 0)
@@ -1367,7 +1416,7 @@ class Ring:
         does not crash)."""
         if self._closed and self._sock is None and not self._fds:
             return
-        if not self._closed and self._r64 is not None:
+        if not self._closed and self._r64 is not _UNMAPPED:
             try:
                 self._flush_release()
             except (ValueError, TypeError):
@@ -1397,7 +1446,7 @@ class Ring:
                     mv.release()
                 except BufferError:
                     pass
-        self._c64 = self._c32 = self._r64 = self._r32 = self._d64 = self._dmv = None
+        self._c64 = self._c32 = self._r64 = self._r32 = self._d64 = self._dmv = _UNMAPPED
         for mm in (self._data_mm, self._ctl_mm, self._region_mm):
             if mm is not None:
                 try:
@@ -1425,7 +1474,7 @@ class Ring:
                 f"slots={self.slot_count}x{self.slot_size}, read={self._read}, head={self.head})")
 
 
-def _map(fd, size, writable):
+def _map(fd: int, size: int, writable: bool) -> mmap.mmap:
     """Map a received descriptor (a module function so tests can watch what is mapped, and when)."""
     return map_fd(fd, size, writable)
 
