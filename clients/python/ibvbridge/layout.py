@@ -479,7 +479,7 @@ def dump() -> dict[str, int]:
     return d
 
 
-def main():
+def main() -> None:
     for name, value in dump().items():
         print(name, value)
 

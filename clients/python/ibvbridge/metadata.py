@@ -30,9 +30,9 @@ class ItemDescriptor(collections.namedtuple("ItemDescriptor",
     """
 
 
-def _parse_metadata(buf):
+def _parse_metadata(buf: Any) -> Dict[int, ItemDescriptor]:
     """Parse the records of the stream-metadata area into {id: ItemDescriptor}; CorruptRing if malformed."""
-    out = {}
+    out: Dict[int, ItemDescriptor] = {}
     off, n = 0, len(buf)
     while off < n:
         if n - off < L.META_RECORD_HEADER_SIZE:

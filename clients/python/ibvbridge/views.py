@@ -112,7 +112,7 @@ class Item:
         start = h._base + self.value
         return h._mv[start:start + self.length]
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         if self.immediate:
             return f"Item(id={self.id:#x}, immediate, value={self.value:#x})"
         return f"Item(id={self.id:#x}, offset={self.value}, length={self.length})"
@@ -209,7 +209,7 @@ class Heap:
         return bool(self.flags & L.FLAG_ITEMS_CUT)
 
 
-    def _check_live(self):
+    def _check_live(self) -> None:
         if self._released:
             raise RingError(f"heap at position {self.position} was released: its memory belongs to the producer")
         if self._ring is not None and self._ring._closed:
@@ -378,7 +378,10 @@ class Batch:
     heap's). ``release()`` (or leaving ``with``) gives all n slots back with one tail store.
     """
 
-    def __init__(self, ring, descs, position, entry, items=None):
+    _ring: RingView
+
+    def __init__(self, ring: RingView, descs: Any, position: int, entry: Any,
+                 items: Optional[np.ndarray] = None) -> None:
         self._ring = ring
         self._entry = entry
         self._items = items  # the item tables as copied and checked by next_batch (None: no items)
@@ -386,10 +389,10 @@ class Batch:
         self.position = position
         self._released = False
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.descs)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         if name in L.DESC_FIELDS:
             return self.descs[name]
         raise AttributeError(name)
@@ -406,7 +409,7 @@ class Batch:
             return False
         return r._row_error() is None
 
-    def _check_live(self):
+    def _check_live(self) -> None:
         if self._released:
             raise RingError(f"batch at position {self.position} was released")
         if self._ring._closed:
@@ -432,11 +435,13 @@ class Batch:
             nbytes = r._geo.slot_size
         if not 0 <= nbytes <= r._geo.slot_size:
             raise ValueError(f"nbytes {nbytes} not in 0..slot_size {r._geo.slot_size}")
+        p2 = r._payload2d
+        assert p2 is not None  # a Batch exists only where numpy mapped the payload
         s = self.descs["slot"]
         if self.consecutive:
             s0 = int(s[0]) if len(s) else 0
-            return r._payload2d[s0:s0 + len(s), :nbytes]
-        return r._payload2d[s.astype(np.intp), :nbytes]
+            return p2[s0:s0 + len(s), :nbytes]
+        return p2[s.astype(np.intp), :nbytes]
 
     def item_table(self) -> tuple[np.ndarray, np.ndarray]:
         """(items, valid): the heaps' item tables gathered as an (n, k) structured array (layout.ITEM_DTYPE,
