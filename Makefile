@@ -6,7 +6,7 @@ export PYENV_VERSION := system
 PYTHON := /usr/bin/python3
 GO ?= go
 
-.PHONY: all setup build test test-go test-c test-python test-interop test-docs docs soak-service bench-report fuzz soak demo bench clean install install-systemd
+.PHONY: all setup build test test-go test-c test-python test-interop test-docs docs bench-report fuzz soak soak-service demo bench clean install install-systemd
 
 all: build
 
@@ -29,9 +29,9 @@ test: setup build
 	t=$$(mktemp -d) && cd clients/python && { $(PYTHON) -m pytest -q -p no:cacheprovider --basetemp=$$t/pytest tests; rc=$$?; rm -rf $$t; exit $$rc; }
 	@echo "== systemd unit"
 	scripts/check-unit.sh
-	@$(MAKE) -s test-docs
 	@echo "== Prometheus alerting rules (Prometheus's own rule parser; a module of its own)"
 	cd deploy/prometheus/rulecheck && $(GO) test -count=1 ./
+	@$(MAKE) -s test-docs
 	@echo "== Go tests (race detector), cross-language tests and fuzz seed corpora"
 	IBVBRIDGE_REQUIRE_CLIENTS=1 $(GO) test -race -count=1 ./...
 

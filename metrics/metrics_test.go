@@ -114,6 +114,26 @@ func TestListenBusyPort(t *testing.T) {
 	}
 }
 
+// scrapeUDPWithConsumer is one scrape of a UDP receiver's metrics with a consumer attached (the lag series
+// exist only for attached consumers).
+func scrapeUDPWithConsumer(t *testing.T) string {
+	t.Helper()
+	name, p := testProducer(t)
+	cons, err := ring.Attach(p.SocketPath(), ring.AttachOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	c := NewCollector(name, "udp")
+	c.Attach(fakePipeline{p: p, transport: map[string]uint64{"packets": 0, "kernel_drops": 0}})
+	s, err := Listen("127.0.0.1:0", c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	return scrape(t, s)
+}
+
 // TestDashboardQueriesExportedMetrics: every metric the Grafana dashboard in deploy/ queries is one this
 // package exports (for a UDP receiver), so the dashboard cannot silently show empty panels.
 func TestDashboardQueriesExportedMetrics(t *testing.T) {
@@ -130,20 +150,7 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 	if err := json.Unmarshal(b, &dash); err != nil {
 		t.Fatalf("dashboard JSON: %v", err)
 	}
-	name, p := testProducer(t)
-	cons, err := ring.Attach(p.SocketPath(), ring.AttachOptions{}) // the lag panel's series need a consumer
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cons.Close()
-	c := NewCollector(name, "udp")
-	c.Attach(fakePipeline{p: p, transport: map[string]uint64{"packets": 0, "kernel_drops": 0}})
-	s, err := Listen("127.0.0.1:0", c, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	body := scrape(t, s)
+	body := scrapeUDPWithConsumer(t)
 	metricName := regexp.MustCompile(`ibvbridge_[a-z_]+`)
 	queried := 0
 	for _, pn := range dash.Panels {
@@ -169,20 +176,7 @@ func TestAlertRulesQueryExportedMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	name, p := testProducer(t)
-	cons, err := ring.Attach(p.SocketPath(), ring.AttachOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cons.Close()
-	c := NewCollector(name, "udp")
-	c.Attach(fakePipeline{p: p, transport: map[string]uint64{"packets": 0, "kernel_drops": 0}})
-	s, err := Listen("127.0.0.1:0", c, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	body := scrape(t, s)
+	body := scrapeUDPWithConsumer(t)
 	var alerts, queried int
 	for _, line := range strings.Split(string(b), "\n") {
 		if strings.Contains(line, "- alert: ") {

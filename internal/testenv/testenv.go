@@ -48,7 +48,7 @@ func Main(m *testing.M) int {
 	os.Setenv(EnvDir, dir)
 	pid := strconv.Itoa(os.Getpid())
 	before := snapshot()
-	w := watch(pid)
+	w := watch(pid, append(MachineDirs(), "/dev/shm"))
 	code := m.Run()
 	left := append(appeared(before, snapshot(), pid), w.stop()...)
 	if len(left) > 0 {
@@ -69,13 +69,13 @@ type watcher struct {
 	done    chan struct{}
 }
 
-func watch(pid string) *watcher {
+func watch(pid string, dirs []string) *watcher {
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
 		return nil // no inotify: the snapshot comparison still runs
 	}
 	w := &watcher{fd: fd, names: map[int]string{}, done: make(chan struct{})}
-	for _, d := range append(MachineDirs(), "/dev/shm") {
+	for _, d := range dirs {
 		if wd, err := unix.InotifyAddWatch(fd, d, unix.IN_CREATE|unix.IN_MOVED_TO); err == nil {
 			w.names[wd] = d
 		}

@@ -14,6 +14,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -2015,6 +2017,13 @@ static void t_attack_squatted_user_dir_is_skipped_by_name(void)
 	if (!g_consume || geteuid() != 0) {
 		fprintf(stderr, "    (skipped: needs root to run a squatter and a victim under other uids%s)\n",
 			g_consume ? "" : ", and the ibvb-consume path");
+		return;
+	}
+	/* In a mount namespace of this test's own whose /run and /dev/shm are fresh: the machine's ring
+	 * directories stay untouched (the test runs in a child of the runner, so nothing else sees it). */
+	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	    mount("ibvb-run", "/run", "tmpfs", 0, "mode=0755") < 0 || mount("ibvb-shm", "/dev/shm", "tmpfs", 0, "mode=1777") < 0) {
+		fprintf(stderr, "    (skipped: no private mount namespace: %s)\n", strerror(errno));
 		return;
 	}
 	const unsigned victim = 65533, squatter = 65534;

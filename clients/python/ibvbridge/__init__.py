@@ -20,7 +20,7 @@ from .errors import (CorruptRing, Detached, EndOfStream, HugePageWarning, Interr
 
 __version__ = "0.3.0"  # ibvbridge's one version (internal/version in Go, the C library's pkg-config)
 
-_LAZY = {"Ring", "RingStats", "Stream", "Heap", "Item", "Batch", "ItemDescriptor", "Geometry", "socket_path_for", "lookup_dirs",
+_LAZY = {"Ring", "Stream", "RingStats", "Heap", "Item", "Batch", "ItemDescriptor", "Geometry", "socket_path_for", "lookup_dirs",
          "default_dir", "uid_trusted", "validate_geometry"}
 _ERRORS = ["RingError", "RingNotFound", "PermissionDenied", "RingBusy", "RingClosing", "VersionMismatch",
            "ProtocolError", "CorruptRing", "Detached", "Overrun", "ProducerGone", "EndOfStream", "StreamEnd",

@@ -443,7 +443,8 @@ def dump() -> dict[str, int]:
     for name in CHUNK_FIELDS:
         d[name] = g["OFF_" + name.upper()]
     d["producer_version_max"] = PRODUCER_VERSION_MAX
-    for name in ("producer_version", "head", "producer_waiting", "heartbeat_ns", "oldest", "blocked_on", "blocked_since_ns", "stats"):
+    for name in ("producer_version", "head", "producer_waiting", "heartbeat_ns", "oldest", "blocked_on",
+                 "blocked_since_ns", "stats"):
         d[name] = g["OFF_" + name.upper()]
     d["consumer_table"] = OFF_CONSUMER_TABLE
     for name in ROW_FIELDS:

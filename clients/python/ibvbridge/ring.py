@@ -198,8 +198,6 @@ def validate_geometry(hdr: Mapping[str, int]) -> Geometry:
                     hdr["meta_size"], hdr["payload_offset"], hdr["packet_offset"], hdr["packet_size"])
 
 
-
-
 class RingStats(dict):
     """A snapshot of a ring's counters (spec §2.3): a dict by our counter names, also readable as
     attributes, and under spead2's names (``spead2.recv.StreamStats``) where a counter means the same:
