@@ -40,6 +40,7 @@ docs: build
 test-docs: build
 	@echo "== docs site: every page in Chromium, links, anchors, flag coverage"
 	CHECK=1 scripts/docs/build.sh
+	$(PYTHON) scripts/docs/check_c_types.py
 	@echo "== docs recipes, as pasted (python3 on PATH without numpy)"
 	$(PYTHON) scripts/docs/run_recipes.py
 
