@@ -184,8 +184,9 @@ class FakeProducer(Producer):
                 lost_heaps = (self.c64[L.OFF_HEAD >> 3] - m.released) & M64
             self._detach_locked(m, state, lost_heaps)
 
-    def wait_consumers(self, n, timeout=5.0):
-        """Wait until exactly n consumers are attached (the serve thread notices hang-ups asynchronously)."""
+    def wait_consumers(self, n, timeout=60.0):
+        """Wait until exactly n consumers are attached (the serve thread notices hang-ups asynchronously). The
+        bound is generous: a consumer process that imports numpy on a loaded machine takes seconds to attach."""
         deadline = time.monotonic() + timeout
         while len(self.conns) != n:
             if time.monotonic() > deadline:

@@ -321,3 +321,26 @@ def test_shaped_items_of_formats_numpy_lacks_decode_to_arrays_as_spead2_does(mak
         gen.publish(2)
         with ring.next(timeout=2) as heap:
             assert ig.update(heap)["twelve"].value.tolist() == [1, 2, 4095, 0, 7]
+
+
+def test_update_views_follow_each_heaps_slot_as_slots_are_reused(make):
+    """ItemGroup.update reuses a numpy item's view per slot: across heaps in different slots, and again when
+    a slot comes round, each heap's value is that heap's bytes, never another slot's."""
+    p = make(slot_count=4)
+    with Ring.attach(p.socket_path, timeout=2) as ring:
+        sig = ItemGroup()
+        sig.add_item(0x1800, "spectrum", "", (4, 2), dtype=np.float32)
+        sig.add_item(0x1801, "flat", "", (3,), dtype=np.int16)
+        gen = ibvbridge.HeapGenerator(sig, p)
+        ig = ItemGroup()
+        slots = set()
+        for k in range(10):
+            sig["spectrum"].value = np.full((4, 2), k, np.float32)
+            sig["flat"].value = np.array([k, -k, 2 * k], np.int16)
+            gen.publish(k + 1, data="all")
+            with ring.next(timeout=2) as heap:
+                slots.add(heap.slot)
+                ig.update(heap)
+                assert np.array_equal(ig["spectrum"].value, np.full((4, 2), k, np.float32)), (k, heap.slot)
+                assert ig["flat"].value.tolist() == [k, -k, 2 * k]
+        assert len(slots) > 1  # the heaps went through several slots, each more than once
