@@ -237,7 +237,7 @@ class Chunk(Heap):
     # was the chunk's (read, THEN check); release(): give the slot back, in position order; ring.release(chunk)
     # also proves the chunk was read whole (Overrun when it was not).
 
-    def copy(self) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[override]
+    def copy(self) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[override]  # a chunk copies to (data, present) arrays, not a Heap (public API)
         """(data, present) copied out of the ring, then checked: Overrun / Detached when the producer
         overran this consumer while it held the chunk, so a copy is never torn."""
         d = np.array(self.data)

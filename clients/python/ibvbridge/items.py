@@ -226,7 +226,7 @@ class Descriptor:
     def dynamic_shape(self, max_elements: int) -> Tuple[int, ...]:
         """The shape with its variable dimension as large as max_elements elements allow."""
         if not self._var:
-            return self.shape  # type: ignore[return-value]
+            return self._fixed
         var = max_elements // self._known if self._known else 0
         return tuple(var if s is None else s for s in self.shape)
 
