@@ -1,13 +1,15 @@
 /* ibvbridge_producer.h — C producer for ibvbridge shared-memory SPEAD heap rings (layout 2.x).
  *
  * Included by ibvbridge.h; implemented in ibvbridge_producer.c (libibvbridge). Implements the producer side
- * of docs/ring-layout.md 2.0: the ring directory, lock and socket (§1.1), the handshake with its SO_PEERCRED
+ * of docs/ring-layout.md 2.2: the ring directory, lock and socket (§1.1), the handshake with its SO_PEERCRED
  * gate (§1.2), sealed control and data memfds (§1, §2, §4), one sealed region per consumer (§3), the slot
  * pool and reclaim from the slowest attached consumer (§7.1-§7.3), cursor validation (§7.2), waiting for a
- * release (§7.4), wakes (§7.5), the clean stop (§7.6) and consumer groups (§14: a member's hello brings
- * its group; commit assigns each position to one member of every group, a slot is free once every
- * independent consumer and its assigned members released it, a leaving member's positions count in
- * group_lost — nothing to configure, and no extra work per heap while no member is attached).
+ * release (§7.4), wakes (§7.5), the clean stop (§7.6) and consumer groups (layout 2.2 §14: a member's
+ * hello brings its group; commit assigns each position to one member of every group from what members
+ * publish — read and handed — idle members first; a slot is free once every independent consumer and its
+ * assigned member released it; drop detaches exactly the consumers holding the ring back, block waits for
+ * the first of them by name (ctl blocked_on); a leaving member is settled at its detach (group_lost);
+ * grants limit who may join a group; no extra work per heap while no member is attached).
  *
  * Shape (liburing style): functions return 0 (or a count) and -errno on failure, ibvb_last_error() gives a
  * message for the last failure in the calling thread. The hot path (acquire, add_item, stage, commit,
@@ -63,10 +65,24 @@ extern "C" {
 #define IBVB_PRODUCER_DEFAULT_MAX_ITEMS 64
 #define IBVB_PRODUCER_DEFAULT_META_SIZE (64u << 10)
 
+/* A grant (spec §14.1): the uids and gids allowed to join consumer group `name` (a member's hello carries
+ * ibvb_group_id(name)). A peer is allowed when its uid (SO_PEERCRED) is listed, or its primary gid or one of
+ * its real supplementary groups (SO_PEERGROUPS) is; uid 0 always is. */
+struct ibvb_group_grant {
+	const char *name;      /* 1-64 bytes of UTF-8 */
+	const uint32_t *uids;
+	size_t nuids;
+	const uint32_t *gids;
+	size_t ngids;
+};
+#define IBVB_PRODUCER_MAX_GRANTS 64          /* grants per producer */
+#define IBVB_PRODUCER_MAX_GRANT_IDS 1024     /* uids + gids per grant */
+
 /* Creation options; all-zero (or a NULL pointer) gives the defaults. */
 struct ibvb_producer_opts {
 	const char *dir;        /* ring directory; NULL: $IBVBRIDGE_RING_DIR, else /run/ibvbridge as root, else
-				 * $XDG_RUNTIME_DIR/ibvbridge, else /dev/shm/ibvbridge-EUID (spec §1.1); made
+				 * $XDG_RUNTIME_DIR/ibvbridge, else /dev/shm/ibvbridge-EUID — or, when a stranger
+				 * made that one, /tmp/ibvbridge-EUID with a warning (spec 2.2 §1.1); made
 				 * component by component, never through a symlink */
 	uint64_t slot_count;    /* payload slots, a power of two in 1..2^24 (default 256) */
 	uint64_t slot_size;     /* payload bytes per slot, rounded up to 64 (default 1 MiB) */
@@ -79,6 +95,12 @@ struct ibvb_producer_opts {
 	uint64_t packet_size;   /* packet area for a frame-level transport (default 0) */
 	uint64_t features;      /* header features, e.g. IBVB_FEATURE_REPLAY_TIMESTAMPS */
 	uint32_t max_observers; /* observer connections (`stat`, `ls`) at once, 1..16 (default 4); more: busy */
+	/* Grants (spec §14.1), copied at create: with ngroups > 0 a hello whose group_id no grant names, or whose
+	 * peer the grant does not list, is refused with status 2 ("not permitted to join group NAME");
+	 * independent consumers are admitted as before. NULL / 0: every group is open to every consumer the
+	 * ring admits. At most IBVB_PRODUCER_MAX_GRANTS, each with at most IBVB_PRODUCER_MAX_GRANT_IDS ids. */
+	const struct ibvb_group_grant *groups;
+	size_t ngroups;
 };
 #define IBVB_PRODUCER_DEFAULT_MAX_OBSERVERS 4
 #define IBVB_PRODUCER_MAX_OBSERVERS 16
@@ -344,8 +366,10 @@ static inline void ibvb_producer_commit(struct ibvb_producer *p)
 		ibvb_producer_add(p, IBVB_CTR_HEAPS, p->pending_heaps);
 		p->pending_heaps = 0;
 	}
-	if (__builtin_expect(ibvb__load(&p->group_members, relaxed) != 0, 0))
-		ibvb__producer_commit_groups(p); /* assigns, stores committed and head */
+	if (__builtin_expect(ibvb__load(&p->group_members, relaxed) != 0, 0)) {
+		ibvb__producer_commit_groups(p); /* assigns, stores committed and head, wakes (spec §14) */
+		return;
+	}
 	p->committed = p->pos;
 	ibvb__store(&p->hot_busy, 1, relaxed); /* the fence below orders it before the set_gen load */
 	ibvb__store(&p->ctl->head, p->pos, release);

@@ -110,6 +110,12 @@ POLICIES = {"drop": L.POLICY_DROP, "block": L.POLICY_BLOCK, L.POLICY_DROP: L.POL
             L.POLICY_BLOCK: L.POLICY_BLOCK}
 
 BEAT_SECONDS = 0.1  # heartbeat and row refresh (spec: every <= 250 ms)
+# Test hooks (the conformance suite, interop/conformance): IBVBRIDGE_TEST_MUTANT lists guards to break, to prove
+# the suite catches each: row-late (a detached consumer's row is not written before its slots are reused),
+# no-wake (interrupt does not wake a producer asleep on a release futex); IBVBRIDGE_TEST_WAIT_SLICE_MS
+# replaces the 250 ms slice of a blocked producer. Unset, as outside the suite: no effect.
+_TEST_MUTANTS = frozenset(os.environ.get("IBVBRIDGE_TEST_MUTANT", "").split(","))
+_TEST_WAIT_SLICE = int(os.environ.get("IBVBRIDGE_TEST_WAIT_SLICE_MS", "0") or 0) / 1000 or L.MAX_WAIT_SLICE
 HELLO_RESERVED = L.HELLO_GROUP_ID + 4  # the hello's reserved bytes run from here to its end (spec §1.2, §14)
 NO_SLOT = 0xFFFFFFFF  # _pos_slot of a position whose slot is back in the pool (group reclaim, spec §14)
 HELLO_TIMEOUT = 2.0  # a connection that sends no hello within this is closed and counted (layout 2.1 §C)
@@ -1148,9 +1154,11 @@ class Producer:
         self._snap = tuple(self.conns.values())
         m.detached = True
         self._settle_departed_locked(m)
-        self.row_set(m.index, lost_heaps=lost_heaps, released=m.released)
-        full_fence()
-        self.row_set(m.index, state=state)
+        self.row_set(m.index, released=m.released)
+        if "row-late" not in _TEST_MUTANTS:
+            self.row_set(m.index, lost_heaps=lost_heaps)
+            full_fence()
+            self.row_set(m.index, state=state)
         # Layout 2.1 §A: the consumer checks its row after copying a heap; a slot it held may be reused only
         # once the detached state is visible to it, i.e. after this fence.
         full_fence()
@@ -1629,7 +1637,7 @@ class Producer:
                 raise Timeout(f"ring {self.name}: nothing released within {timeout} s")
             if now < spin_until:
                 continue
-            slice_ = L.MAX_WAIT_SLICE if deadline is None else max(0.001, min(L.MAX_WAIT_SLICE, deadline - now))
+            slice_ = _TEST_WAIT_SLICE if deadline is None else max(0.001, min(_TEST_WAIT_SLICE, deadline - now))
             if slow is None:
                 self._attached.clear()
                 with self.lock:
@@ -1658,7 +1666,7 @@ class Producer:
         self._interrupted = True
         self._attached.set()
         a = self._wait_addr
-        if a:
+        if a and "no-wake" not in _TEST_MUTANTS:
             futex_wake(a)
 
     # ..................................................................... the hot path
