@@ -144,7 +144,7 @@ extern "C" {
 #define IBVB_OFF_CHUNK_STEP IBVB_L_CHUNK_STEP
 #define IBVB_OFF_CHUNK_TIME_ITEM IBVB_L_CHUNK_TIME_ITEM
 #define IBVB_OFF_CHUNK_AXIS_ITEM IBVB_L_CHUNK_AXIS_ITEM
-#define IBVB_OFF_HEADER_RESERVED 0xC8
+#define IBVB_OFF_HEADER_RESERVED (IBVB_L_CHUNK_AXIS_ITEM + 8)
 #define IBVB_OFF_PRODUCER_VERSION IBVB_L_PRODUCER_VERSION /* 2.2 */
 #define IBVB_OFF_HEAD IBVB_L_HEAD
 #define IBVB_OFF_PRODUCER_WAITING IBVB_L_PRODUCER_WAITING
@@ -154,7 +154,7 @@ extern "C" {
 #define IBVB_OFF_BLOCKED_SINCE_NS IBVB_L_BLOCKED_SINCE_NS
 #define IBVB_OFF_RESERVED_380 0x380
 #define IBVB_OFF_STATS IBVB_L_STATS
-#define IBVB_OFF_RESERVED_600 0x600
+#define IBVB_OFF_RESERVED_600 (IBVB_L_STATS + 8 * IBVB_L_STATS_SLOTS)
 #define IBVB_OFF_CONSUMER_TABLE IBVB_L_CONSUMER_TABLE
 
 /* Consumer-table row offsets (spec §2.2). */
@@ -172,7 +172,7 @@ extern "C" {
 #define IBVB_ROW_OFF_READ IBVB_L_ROW_READ
 #define IBVB_ROW_OFF_QUEUED IBVB_L_ROW_QUEUED
 #define IBVB_ROW_OFF_SKIPPED IBVB_L_ROW_SKIPPED
-#define IBVB_ROW_OFF_RESERVED 0x60
+#define IBVB_ROW_OFF_RESERVED (IBVB_L_ROW_SKIPPED + 8)
 
 /* Consumer region offsets (spec §3). */
 #define IBVB_REG_OFF_TAIL IBVB_L_REGION_TAIL
@@ -183,6 +183,7 @@ extern "C" {
 #define IBVB_REG_OFF_HANDED IBVB_L_REGION_HANDED
 #define IBVB_REG_OFF_RELEASE_FUTEX IBVB_L_REGION_RELEASE_FUTEX
 #define IBVB_REG_OFF_SPIN_BUDGET_NS IBVB_L_REGION_SPIN_BUDGET_NS
+#define IBVB_REG_OFF_RESERVED (IBVB_L_REGION_SPIN_BUDGET_NS + 8)
 
 /* ring state */
 #define IBVB_STATE_INIT IBVB__U(IBVB_L_STATE_INIT)
@@ -284,30 +285,30 @@ struct ibvb_ctl {
 	uint64_t chunk_step;
 	uint64_t chunk_time_item;
 	uint64_t chunk_axis_item;
-	uint8_t header_reserved[0x100 - 0xC8];
+	uint8_t header_reserved[IBVB_L_PRODUCER_VERSION - IBVB_OFF_HEADER_RESERVED];
 	/* 0x100: 2.2 producer_version, the producing program's name and version, NUL-padded UTF-8 (not
 	 * necessarily terminated: read at most IBVB_PRODUCER_VERSION_MAX bytes) */
 	char producer_version[IBVB_PRODUCER_VERSION_MAX];
-	uint8_t reserved_140[0x100 - IBVB_PRODUCER_VERSION_MAX];
+	uint8_t reserved_140[IBVB_L_HEAD - IBVB_L_PRODUCER_VERSION - IBVB_PRODUCER_VERSION_MAX];
 	/* 0x200 producer cursor */
 	IBVB_ATOMIC(uint64_t) head;
-	uint8_t pad_head[120];
+	uint8_t pad_head[IBVB_L_PRODUCER_WAITING - IBVB_L_HEAD - 8];
 	/* 0x280 producer wait */
 	IBVB_ATOMIC(uint32_t) producer_waiting;
-	uint8_t pad_pwait[124];
+	uint8_t pad_pwait[IBVB_L_HEARTBEAT_NS - IBVB_L_PRODUCER_WAITING - 4];
 	/* 0x300 producer info */
 	IBVB_ATOMIC(uint64_t) heartbeat_ns;
 	IBVB_ATOMIC(uint64_t) oldest;
 	IBVB_ATOMIC(uint32_t) blocked_on;       /* 2.2 §14.6: row + 1 a block producer waits for, 0 none */
 	uint32_t pad_blocked;
 	IBVB_ATOMIC(uint64_t) blocked_since_ns; /* 2.2 §14.6: CLOCK_REALTIME when that wait began */
-	uint8_t pad_pinfo[96];
+	uint8_t pad_pinfo[IBVB_OFF_RESERVED_380 - IBVB_L_BLOCKED_SINCE_NS - 8];
 	/* 0x380 */
-	uint8_t reserved_380[0x500 - 0x380];
+	uint8_t reserved_380[IBVB_L_STATS - IBVB_OFF_RESERVED_380];
 	/* 0x500 stats */
 	IBVB_ATOMIC(uint64_t) stats[IBVB_STATS_SLOTS];
 	/* 0x600 */
-	uint8_t reserved_600[IBVB_CTL_FIXED_SIZE - 0x600];
+	uint8_t reserved_600[IBVB_CTL_FIXED_SIZE - IBVB_OFF_RESERVED_600];
 	/* 0x1000: max_consumers × struct ibvb_row follow (ibvb_ctl_row) */
 };
 
@@ -327,24 +328,24 @@ struct ibvb_row {
 	IBVB_ATOMIC(uint64_t) read;     /* 2.2 §14.2: a member's read position as the producer accepted it */
 	IBVB_ATOMIC(uint64_t) queued;   /* 2.2 §14.2: assigned to the member, published, not yet read */
 	IBVB_ATOMIC(uint64_t) skipped;  /* 2.2 §14.7: assigned positions released without being handed out */
-	uint8_t reserved[IBVB_ROW_SIZE - 0x60];
+	uint8_t reserved[IBVB_ROW_SIZE - IBVB_ROW_OFF_RESERVED];
 };
 
 /* Consumer region (spec §3): one per attachment, mapped read-write; this consumer is its only writer
  * except consumer_waiting (the producer exchanges it with 0) and consumer_futex (the producer bumps it). */
 struct ibvb_region {
 	IBVB_ATOMIC(uint64_t) tail;
-	uint8_t pad_tail[0x80 - 8];
+	uint8_t pad_tail[IBVB_L_REGION_CONSUMER_WAITING - 8];
 	IBVB_ATOMIC(uint32_t) consumer_waiting;
 	IBVB_ATOMIC(uint32_t) consumer_futex;
 	IBVB_ATOMIC(uint64_t) wake_at; /* wake me once head reaches this (spec §7.5) */
 	IBVB_ATOMIC(uint64_t) read;    /* 2.2 member: every position below it has been looked at (spec §14.2) */
 	IBVB_ATOMIC(uint64_t) handed;  /* 2.2 member: own heaps handed to the caller since attach (spec §14.2) */
-	uint8_t pad_cwait[0x100 - 0xA0];
+	uint8_t pad_cwait[IBVB_L_REGION_RELEASE_FUTEX - IBVB_L_REGION_HANDED - 8];
 	IBVB_ATOMIC(uint32_t) release_futex;
-	uint8_t pad_release[0x180 - 0x104];
+	uint8_t pad_release[IBVB_L_REGION_SPIN_BUDGET_NS - IBVB_L_REGION_RELEASE_FUTEX - 4];
 	IBVB_ATOMIC(uint64_t) spin_budget_ns;
-	uint8_t reserved[IBVB_REGION_SIZE - 0x188];
+	uint8_t reserved[IBVB_REGION_SIZE - IBVB_REG_OFF_RESERVED];
 };
 
 /* Handshake records (spec §1.2), little-endian. */
@@ -376,7 +377,7 @@ struct ibvb_error_record {
 	uint16_t major;
 	uint16_t minor;
 	uint32_t status;
-	char message[IBVB_ERROR_RECORD_MAX - 16];
+	char message[IBVB_ERROR_RECORD_MAX - IBVB_L_WELCOME_MESSAGE];
 };
 
 /* Descriptor (spec §4), in the read-only data mapping. */
@@ -493,7 +494,7 @@ IBVB__CHECK(struct ibvb_region, read, IBVB_REG_OFF_READ);
 IBVB__CHECK(struct ibvb_region, handed, IBVB_REG_OFF_HANDED);
 IBVB__CHECK(struct ibvb_region, release_futex, IBVB_REG_OFF_RELEASE_FUTEX);
 IBVB__CHECK(struct ibvb_region, spin_budget_ns, IBVB_REG_OFF_SPIN_BUDGET_NS);
-IBVB__CHECK(struct ibvb_region, reserved, 0x188);
+IBVB__CHECK(struct ibvb_region, reserved, IBVB_REG_OFF_RESERVED);
 
 IBVB__STATIC_ASSERT(sizeof(struct ibvb_hello) == IBVB_HELLO_SIZE, "hello size");
 IBVB__CHECK(struct ibvb_hello, magic, IBVB_L_HELLO_MAGIC);
