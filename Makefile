@@ -22,6 +22,8 @@ test: setup build
 	$(GO) vet ./...
 	@echo "== C client tests"
 	$(MAKE) -s -C clients/c test
+	@echo "== Python client type check (mypy; strictness in clients/python/pyproject.toml)"
+	cd clients/python && $(PYTHON) -m mypy --cache-dir=/dev/null  # writes no cache into the tree
 	@echo "== Python client tests"
 	@# pytest keeps its last three tmp_path trees under /tmp/pytest-of-USER: give it one of ours and remove it
 	t=$$(mktemp -d) && cd clients/python && { $(PYTHON) -m pytest -q -p no:cacheprovider --basetemp=$$t/pytest tests; rc=$$?; rm -rf $$t; exit $$rc; }

@@ -311,6 +311,37 @@ func (a *Assembler) EndBatch() { a.p.EndBatch() }
 // the ring's free slots and the rate heaps (or chunks) are published (ring.Producer.Absorbs).
 func (a *Assembler) Absorbs(max time.Duration) time.Duration { return a.p.Absorbs(max) }
 
+// Awaits implements transport.Awaiter: how long until what a consumer sees next as one unit, the heap the
+// latest packet joined (in chunk mode, that heap's chunk), is complete, at the rate its bytes arrived so
+// far (from its first packet's receive time to now). ok is false when nothing is in assembly (the latest
+// packet completed its heap) or its size is unknown (no heap length yet). The estimate can only err
+// short while the bytes come at a steady rate: receive times are read times, which trail arrival. Hot
+// path only: it reads the window, nothing else.
+func (a *Assembler) Awaits(nowNanos int64) (left time.Duration, ok bool) {
+	h := &a.window[a.lastHit]
+	if a.stopped || h.state != heapAssembling {
+		return 0, false
+	}
+	total, have, first := h.heapLength, h.received, h.firstNanos // heapLength 0 (unknown): no estimate
+	if cp, isChunk := a.pl.(*chunkPlacer); isChunk {
+		if total, have, first, ok = cp.awaits(h); !ok {
+			return 0, false
+		}
+	}
+	return timeLeft(total, have, nowNanos-first)
+}
+
+// timeLeft is how long the rest of total bytes takes at the rate have bytes took in elapsed nanoseconds.
+func timeLeft(total, have uint64, elapsed int64) (time.Duration, bool) {
+	if have == 0 || have >= total {
+		return 0, false
+	}
+	if elapsed <= 0 {
+		return 0, true
+	}
+	return time.Duration(float64(elapsed) * float64(total-have) / float64(have)), true
+}
+
 // Place implements transport.Placer: it fills dst with the regions where the placer expects the next
 // datagrams' payloads (regions that hold nothing received yet, so a wrong guess overwrites nothing) and
 // returns the header length the guess assumes and how many regions it filled (0: no guess).
@@ -357,7 +388,7 @@ func (a *Assembler) Placed(hdr, region []byte, payloadLen int, recvNanos int64) 
 		return false
 	}
 	pkt := &a.pkt
-	_ = DecodeSplit(hdr, region[:payloadLen], pkt) // Fits decoded it already
+	*pkt = a.fitsPkt // Fits decoded exactly this datagram: no second decode
 	h := a.find(pkt.HeapCnt)
 	if h == nil {
 		h = a.begin(pkt, recvNanos) // the placer hands it the slot Fits found

@@ -61,7 +61,8 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	maxPacket := sizeFlag(fs, "max-packet", udp.DefaultMaxPacketSize, "largest datagram; bigger ones are counted as truncated")
 	threads := fs.Int("threads", 1, "udp: receive threads (spead2_recv's flag); each owns a share of the endpoints, all feed one ring")
 	cpus := fs.String("cpus", "", "udp: pin receive thread k to the k-th CPU of this comma-separated list")
-	coalesce := fs.Duration("coalesce", udp.DefaultCoalesce, "udp: after a read that empties the socket, sleep up to this long (at most 1ms) so the next read finds many bursts (interrupt moderation; delays a busy stream's datagrams by at most this; each sleep shortened to what the socket buffer and the ring's free slots hold); 0: read each burst as it comes")
+	coalesce := udp.DefaultCoalescing
+	fs.Var(&coalesce, "coalesce", "udp: after a read that empties the socket, sleep so the next read finds many bursts (interrupt moderation in software). heap (default): each sleep ends before the heap in assembly is expected to be complete and none is taken between heaps, so no heap completes later for it (up to 1ms). A duration (at most 1ms): sleep up to that long, fewer wakes for up to that much latency per heap. 0: read each burst as it comes. Each sleep is shortened to what the socket buffer and the ring's free slots hold")
 	gro := fs.Bool("gro", true, "udp: let the kernel hand over runs of datagrams as one message (UDP GRO); --gro=false: one datagram per message")
 	hugepages := fs.String("hugepages", "auto", "ring data on hugepages: auto, require or off")
 	ringDir := fs.String("dir", "", "ring directory for the socket and lock (default: $IBVBRIDGE_RING_DIR, else /run/ibvbridge for root, else /dev/shm/ibvbridge-UID)")
@@ -251,7 +252,7 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 			return usageError("--threads %d: want 1..%d (a thread owns whole endpoints; give more endpoints for more threads)", *threads, len(eps))
 		}
 		cfg.Source, err = udp.Open(udp.Config{Endpoints: eps, Interface: ifAddr, BufferSize: *buffer,
-			MaxPacketSize: *maxPacket, GRO: *gro, Threads: *threads, CPUs: cpuList, Coalesce: *coalesce, Log: &log})
+			MaxPacketSize: *maxPacket, GRO: *gro, Threads: *threads, CPUs: cpuList, Coalesce: coalesce.Max, CoalesceHeaps: coalesce.Heaps, Log: &log})
 	case "pcap":
 		if *pcapFile == "" {
 			return usageError("--transport pcap needs --pcap FILE")

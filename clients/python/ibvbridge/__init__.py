@@ -10,6 +10,8 @@ Several consumers may attach to one ring; each receives every heap.
 A ring is made (and written) with ``ibvbridge.Producer.create(name, ...)``: see ibvbridge.producer.
 """
 
+from typing import Any
+
 from .errors import (CorruptRing, Detached, EndOfStream, HugePageWarning, Interrupted, MetadataBusy, NoConsumer,
                      NoHugePages,
                      NoSpace, Overrun, PermissionDenied, ProducerGone, ProtocolError, RingBusy, RingClosing,
@@ -32,7 +34,7 @@ _ITEMS = {"ItemGroup", "HeapGenerator", "Descriptor"}  # spead2's vocabulary (ib
 __all__ = sorted(_LAZY | _PRODUCER | _ITEMS) + ["attach", "layout", "shared"] + _ERRORS + ["__version__"]
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     # Imported lazily so that `python -m ibvbridge.layout` runs the layout module exactly once.
     if name in _LAZY or name == "attach":
         from . import ring
@@ -49,5 +51,5 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return __all__

@@ -60,16 +60,20 @@ import os
 import signal
 import sys
 import time
+from typing import TYPE_CHECKING, Any, Deque, Dict, Optional, Union
 
 from . import layout as L
 from .errors import Detached, EndOfStream, Overrun, ProducerGone, RingError, StreamEnd, Timeout
-from .chunks import ChunkBatch
-from .ring import Ring
+from .chunks import Chunk, ChunkBatch
+from .ring import Batch, Heap, Ring
 
-try:
+if TYPE_CHECKING:
     import numpy as np
-except ImportError:  # pragma: no cover
-    np = None
+else:
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover
+        np = None
 
 M64 = (1 << 64) - 1
 VERIFY_ITEM = 0x1001
@@ -137,7 +141,8 @@ class Stats:
         self.touch = touch
         self.heaps = self.bytes = self.checksum = self.verify_errors = self.incomplete = self.overrun_heaps = 0
         self.chunks = self.heaps_present = self.heap_cnt_sum = 0
-        self.first = self.last = None
+        self.first: Optional[int] = None
+        self.last: Optional[int] = None
         self.out_of_order = 0
         self.streams = []  # closed streams (--streams)
         self.cur_heaps = self.cur_sum = 0  # the stream being read
@@ -323,7 +328,7 @@ class Stats:
         ooo = int(np.count_nonzero(hc[1:] <= hc[:-1]))
         if self.first is None:
             self.first = int(hc[0])
-        elif int(hc[0]) <= self.last:
+        elif self.last is not None and int(hc[0]) <= self.last:
             ooo += 1
         self.out_of_order += ooo
         self.last = int(hc[-1])
@@ -361,7 +366,7 @@ def main(argv=None):
                     help="chunk rings: compute each chunk's power per channel N times (CPU-bound work, benchmarks)")
     a = ap.parse_args(argv)
     timeout = a.timeout_ms / 1000.0
-    out = {"heaps": 0, "bytes": 0, "checksum": 0, "verify_errors": 0, "overrun_heaps": 0, "incomplete": 0,
+    out: Dict[str, Any] = {"heaps": 0, "bytes": 0, "checksum": 0, "verify_errors": 0, "overrun_heaps": 0, "incomplete": 0,
            "first_heap_cnt": 0,
            "last_heap_cnt": 0, "heap_cnt_out_of_order": 0, "seconds": 0.0, "cpu_seconds": 0.0, "result": "error",
            "error": "",
@@ -372,17 +377,18 @@ def main(argv=None):
     st = None
     t0 = time.perf_counter()
     cpu0 = None  # CPU seconds at attach: cpu_seconds is the stream's cost alone
-    held = collections.deque()
+    held: Deque[Any] = collections.deque()
     held_n = 0
     try:
         ring = Ring.attach(a.ring, timeout=timeout, directory=a.dir, start=a.start,
                            max_latency=a.max_latency_us / 1e6, wait=a.wait, group=a.group_name or None)
         out["session_id"], out["group_id"] = ring.session_id, ring.group_id
         st = Stats(a.verify, ring.slot_size, touch=not a.no_touch)
-        chunked = ring.chunk_geometry is not None
+        cg = ring.chunk_geometry
+        chunked = cg is not None
         if (a.batch or chunked) and np is None:
             raise RingError("--batch and chunk rings need numpy")
-        if a.work and not (chunked and ring.chunk_geometry.heap_size % 2 == 0):
+        if a.work and not (cg is not None and cg.heap_size % 2 == 0):
             raise RingError("--work needs a chunk-mode ring whose heaps hold int8 (re, im) pairs")
         t0 = time.perf_counter()
         cpu0 = time.process_time()
@@ -399,6 +405,7 @@ def main(argv=None):
                 result = "max"
                 break
             try:
+                item: Union[Heap, Batch, Chunk, ChunkBatch]
                 if chunked:
                     # A batch's numpy set-up costs several chunks' worth of the per-chunk path: batch only
                     # when enough chunks wait (after a coalesced wake, or behind), else take the next one.
@@ -434,7 +441,7 @@ def main(argv=None):
                     else:
                         ok = st.batch(item) if a.batch else st.heap(item)
                 if not ok:
-                    ring.release(getattr(item, "_batch", item))  # overrun while held: raises Overrun
+                    ring.release(item._batch if isinstance(item, ChunkBatch) else item)  # overrun while held: raises Overrun
                     raise RingError("heap invalid but the ring still counts this consumer")
             except StreamEnd as e:
                 if not a.streams:

@@ -324,6 +324,8 @@ _ITEM_SPEC = (
 )
 ITEM_STRUCT, ITEM_FIELDS = _fields_struct(_ITEM_SPEC, ITEM_SIZE)
 ITEM_FORMAT = ITEM_STRUCT.format
+# The four fields a reader uses (reserved skipped as padding): iter_unpack yields (id, value, length, flags).
+ITEM_RAW_STRUCT, _ = _fields_struct(_ITEM_SPEC[:4], ITEM_SIZE)
 
 META_HEADER_STRUCT, _ = _fields_struct((("seq", META_SEQ, "Q"), ("length", META_LENGTH, "Q")), META_RECORDS)
 META_RECORD_STRUCT, META_RECORD_FIELDS = _fields_struct((
@@ -391,11 +393,10 @@ def unpack_record(buf: bytes) -> dict[str, Any]:
 try:  # numpy structured dtypes for batch views (zero-copy over the data memory)
     import numpy as _np
 except ImportError:  # pragma: no cover - numpy is optional at import
-    _np = None
-    DESC_DTYPE = None
-    ITEM_DTYPE = None
+    DESC_DTYPE: Any = None
+    ITEM_DTYPE: Any = None
 else:
-    def _dtype(spec, size):
+    def _dtype(spec: Any, size: int) -> Any:
         """A numpy structured dtype from the same (name, offset, code) triples as the struct."""
         codes = {"Q": "<u8", "I": "<u4", "H": "<u2"}
         return _np.dtype({"names": [f[0] for f in spec], "formats": [codes[f[2]] for f in spec],
@@ -477,7 +478,7 @@ def dump() -> dict[str, int]:
     return d
 
 
-def main():
+def main() -> None:
     for name, value in dump().items():
         print(name, value)
 
