@@ -18,6 +18,10 @@ const RunDir = "/run/ibvbridge"
 // EnvDir names the environment variable that overrides the ring directory for producers and consumers.
 const EnvDir = "IBVBRIDGE_RING_DIR"
 
+// ShmDirPrefix + the decimal effective uid is the default ring directory of a non-root process without
+// XDG_RUNTIME_DIR (spec §1.1).
+const ShmDirPrefix = "/dev/shm/ibvbridge-"
+
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$`)
 
 // ValidateName checks a ring name against the spec's rule, so the files it names stay inside their dir.
@@ -53,7 +57,7 @@ func DefaultDir() string {
 	if x := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(x) {
 		return filepath.Join(x, "ibvbridge")
 	}
-	return "/dev/shm/ibvbridge-" + strconv.Itoa(uid)
+	return ShmDirPrefix + strconv.Itoa(uid)
 }
 
 // lookupDirs is where a consumer looks for a ring by name, in order (spec §1.1).
