@@ -411,7 +411,7 @@ func LayoutTable() map[string]uint64 {
 // socket and lock file suffixes. The generated C header and Python module carry them next to LayoutTable.
 func LayoutStrings() map[string]string {
 	return map[string]string{
-		"run_dir": RunDir, "env_dir": EnvDir, "shm_dir_prefix": ShmDirPrefix,
+		"run_dir": RunDir, "env_dir": EnvDir, "shm_dir_prefix": ShmDirPrefix, "tmp_dir_prefix": TmpDirPrefix,
 		"socket_suffix": socketSuffix, "lock_suffix": lockSuffix,
 	}
 }

@@ -194,6 +194,7 @@
 #define IBVB_L_RUN_DIR "/run/ibvbridge"
 #define IBVB_L_SHM_DIR_PREFIX "/dev/shm/ibvbridge-"
 #define IBVB_L_SOCKET_SUFFIX ".v2.sock"
+#define IBVB_L_TMP_DIR_PREFIX "/tmp/ibvbridge-"
 
 /* Counter names (spec §2.3), index i is counter i; IBVB_L_STATS_COUNT of them. */
 #define IBVB_L_COUNTER_NAMES \

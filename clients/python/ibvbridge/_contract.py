@@ -197,6 +197,7 @@ STRINGS = {
     "run_dir": "/run/ibvbridge",
     "shm_dir_prefix": "/dev/shm/ibvbridge-",
     "socket_suffix": ".v2.sock",
+    "tmp_dir_prefix": "/tmp/ibvbridge-",
 }
 
 COUNTER_NAMES = (
