@@ -113,8 +113,10 @@ mkdir -p "$work/sh/debian"
 printf 'Source: ibvbridge\n\nPackage: ibvbridge\nArchitecture: any\n' >"$work/sh/debian/control"
 printf 'libibvbridge %s libibvbridge5 (>= %s)\n' "$SOVER" "$VERSION" >"$work/shlibs"
 shlibs_of() { # files...
-  (cd "$work/sh" && dpkg-shlibdeps -O -L"$work/shlibs" -l"$st/libibvbridge5/usr/lib/$MA" "$@" 2>/dev/null) |
-    sed -n 's/^shlibs:Depends=//p'
+  local out
+  out=$(cd "$work/sh" && dpkg-shlibdeps -O -L"$work/shlibs" -l"$st/libibvbridge5/usr/lib/$MA" "$@" 2>"$work/shlibdeps.err") ||
+    { cat "$work/shlibdeps.err" >&2; echo "build-deb: dpkg-shlibdeps $*" >&2; return 1; }
+  sed -n 's/^shlibs:Depends=//p' <<<"$out"
 }
 for p in ibvbridge libibvbridge5 libibvbridge-dev python3-ibvbridge; do
   d=$st/$p
@@ -122,7 +124,7 @@ for p in ibvbridge libibvbridge5 libibvbridge-dev python3-ibvbridge; do
   elves=()
   while IFS= read -r f; do file -b "$f" | grep -q '^ELF' && elves+=("$f"); done < <(find "$d" -type f ! -name '*.a' | sort)
   shl=''
-  ((${#elves[@]})) && shl=$(shlibs_of "${elves[@]}")
+  if ((${#elves[@]})); then shl=$(shlibs_of "${elves[@]}"); fi
   size=$(du -s --apparent-size -k --exclude=DEBIAN "$d" | cut -f1)
   awk -v p="$p" 'BEGIN{RS=""; ORS="\n"} /^#/{sub(/^(#[^\n]*\n)+/,"")} $0 ~ "^Package: " p "\n"' deploy/debian/control |
     sed -e "s/@VERSION@/$VERSION/g" -e "s/@ARCH@/$ARCH/g" -e "s/@SIZE@/$size/" -e "s/@SHLIBS@/$shl/" \

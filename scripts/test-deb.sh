@@ -100,7 +100,8 @@ ok "ibvbridge: unit verified at /usr/bin, user and group made, sysctl shipped bu
 
 # The demo from the installed paths: an empty directory, a clean environment, its own ring directory.
 mkdir -m 0700 "$work/run" "$work/rings"
-if ! (cd "$work/run" && env -i PATH=/usr/bin:/bin HOME="$work/run" IBVBRIDGE_RING_DIR="$work/rings" DEMO_PORT="${DEMO_PORT:-7159}" \
+port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+if ! (cd "$work/run" && env -i PATH=/usr/bin:/bin HOME="$work/run" IBVBRIDGE_RING_DIR="$work/rings" DEMO_PORT="$port" \
   bash /usr/share/ibvbridge/demo/demo.sh >"$work/demo.out" 2>&1); then
   cat "$work/demo.out" >&2
   fail "the installed demo"
