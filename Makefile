@@ -6,7 +6,7 @@ export PYENV_VERSION := system
 PYTHON := /usr/bin/python3
 GO ?= go
 
-.PHONY: all setup build test test-go test-c test-python test-interop fuzz soak demo bench clean install install-systemd \
+.PHONY: all setup build test test-go test-c test-python test-interop test-docs docs fuzz soak demo bench clean install install-systemd \
 	deb images test-deploy test-deb test-images test-helm
 
 all: build
@@ -28,10 +28,23 @@ test: setup build
 	t=$$(mktemp -d) && cd clients/python && { $(PYTHON) -m pytest -q -p no:cacheprovider --basetemp=$$t/pytest tests; rc=$$?; rm -rf $$t; exit $$rc; }
 	@echo "== systemd unit"
 	scripts/check-unit.sh
+	@$(MAKE) -s test-docs
 	@echo "== Go tests (race detector), cross-language tests and fuzz seed corpora"
 	IBVBRIDGE_REQUIRE_CLIENTS=1 $(GO) test -race -count=1 ./...
 	@echo "== Debian packages, container images, Helm chart (docs/deploy.md)"
 	$(MAKE) -s test-deploy
+
+# The docs site (MkDocs + Material, Debian packages) with the reference pages generated from the code:
+# build/docs/site. test-docs also opens every page in headless Chromium (links, anchors, empty pages,
+# every flag in the CLI reference) and runs every recipe of README.md and docs/ as pasted.
+docs: build
+	@scripts/docs/build.sh
+
+test-docs: build
+	@echo "== docs site: every page in Chromium, links, anchors, flag coverage"
+	CHECK=1 scripts/docs/build.sh
+	@echo "== docs recipes, as pasted (python3 on PATH without numpy)"
+	$(PYTHON) scripts/docs/run_recipes.py
 
 # A fuzzing session on every parser and the assembler, and on both sides of the ring's trust boundary
 # (hello records and consumer regions as the producer reads them; header, descriptors, item tables and

@@ -24,7 +24,7 @@ type PeerShape struct {
 	Heaps      uint64  `json:"heaps"`
 }
 
-// DefaultPeerShapes are the two streams of issue 19's table: 1 MiB heaps in 8972-byte packets at 6 Gb/s,
+// DefaultPeerShapes are the two streams the README's spead2_recv table measures: 1 MiB heaps in 8972-byte packets at 6 Gb/s,
 // and 8 KiB heaps in one packet each at 2.5 Gb/s, two seconds of each.
 var DefaultPeerShapes = []PeerShape{
 	{HeapSize: 1 << 20, PacketSize: 8972, RateGbps: 6, Heaps: 1430},
@@ -38,7 +38,7 @@ type PeerBinary struct {
 }
 
 // DefaultSpead2RecvArgs make spead2_recv lossless at both shapes on a loopback: a ring and a memory pool
-// (as issue 19 measured it), room for 64 heaps in its ring so its worker never waits for the main thread,
+// (the settings its own benchmarks use), room for 64 heaps in its ring so its worker never waits for the main thread,
 // and only the totals printed.
 var DefaultSpead2RecvArgs = []string{"--ring", "--mem-pool", "--ring-heaps", "64", "--quiet"}
 

@@ -18,7 +18,7 @@ type XDPResult struct {
 	XDP        UDPSize `json:"xdp"`
 	PacketRate float64 `json:"xdp_to_udp_packet_rate"` // ratio of the zero-loss packet rates (fixed rate: of the sent rates)
 	CPURatio   float64 `json:"udp_to_xdp_recv_cpu"`    // recv CPU per packet, udp over xdp
-	// CPUPerByte is recv's CPU per payload byte, xdp over udp (the issue's goal: at most 1.1 with jumbo
+	// CPUPerByte is recv's CPU per payload byte, xdp over udp (the goal: at most 1.1 with jumbo
 	// frames). Search: of each transport's fastest lossless run; fixed rate: of the medians.
 	CPUPerByte float64 `json:"xdp_to_udp_recv_cpu_per_byte"`
 }

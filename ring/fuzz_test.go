@@ -1,6 +1,6 @@
 package ring
 
-// Fuzz targets for both sides of the trust boundary (layout 2.1, issue 17): what the producer reads from
+// Fuzz targets for both sides of the trust boundary (layout 2.1 and later): what the producer reads from
 // clients (hello records, consumer regions) and what a client reads from a producer (the header and its
 // geometry, descriptors, item tables, metadata). Hostile bytes must give an error, never a panic or an
 // access outside the memory. `make fuzz` runs each; their seeds run in `go test`.

@@ -28,7 +28,7 @@ const spinFor = 20 * time.Microsecond
 
 // u64at and u32at view a word of shared memory (8- and 4-byte aligned by the layout) as a typed atomic:
 // every access to a shared word goes through Load/Store/Add/Swap, so a plain, possibly torn or reordered
-// access does not compile (issue 18).
+// access does not compile.
 func u64at(b []byte, off int) *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Pointer(&b[off])) }
 func u32at(b []byte, off int) *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&b[off])) }
 

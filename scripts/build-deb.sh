@@ -91,7 +91,7 @@ install -D -m 0755 examples/pipeline/run.sh "$ib/usr/share/ibvbridge/demo/pipeli
 install -m 0644 examples/pipeline/peak.c examples/pipeline/spectrum.py examples/pipeline/verdict.py \
   "$ib/usr/share/ibvbridge/demo/pipeline/"
 install -D -m 0644 README.md "$ib/usr/share/doc/ibvbridge/README.md"
-for f in docs/*.md; do install -D -m 0644 "$f" "$ib/usr/share/doc/ibvbridge/$(basename "$f")"; done
+while IFS= read -r f; do install -D -m 0644 "$f" "$ib/usr/share/doc/ibvbridge/$f"; done < <(find docs -name '*.md' | sort)
 [[ -f CHANGELOG.md ]] && install -D -m 0644 CHANGELOG.md "$ib/usr/share/doc/ibvbridge/CHANGELOG.md"
 install -D -m 0644 clients/c/README.md "$dev/usr/share/doc/libibvbridge-dev/README.md"
 install -D -m 0644 clients/python/README.md "$pyst/usr/share/doc/python3-ibvbridge/README.md"

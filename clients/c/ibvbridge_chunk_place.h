@@ -1,5 +1,5 @@
 /* ibvbridge_chunk_place.h: the contract of a chunk placement plug-in, `ibvbridge recv --chunk-place
- * LIB.so:FUNCTION` (README "Chunk mode", docs/ring-layout.md §13). It is spead2's chunk_place
+ * LIB.so:FUNCTION` (docs/how-to/chunk-mode.md, docs/ring-layout.md §13). It is spead2's chunk_place
  * (recv::chunk_place_data) for ibvbridge's chunk rings: for each heap, the function is given the heap's
  * cnt, its length and the values of the immediate items named by --chunk-place-items, and says which chunk
  * the heap belongs to, at which heap position in the chunk and at which byte offset in that position.

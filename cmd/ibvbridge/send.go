@@ -44,7 +44,7 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 	ttl := fs.Int("ttl", 0, "IP TTL (multicast TTL for a group; 0: kernel default)")
 	iface := fs.String("interface", "", "local IPv4 address of the interface multicast leaves by (xdp: the interface's name or address)")
 	withPattern := fs.Bool("pattern", false, "payload = the ring test pattern, plus immediate item 0x1001 \"heap_cnt\" = heap cnt (for consume --verify)")
-	timestamp := fs.Bool("timestamp", false, "add immediate item 0x1600 \"timestamp\" = (heap cnt - 1) x heap size, a sample counter (docs/from-spead2.md)")
+	timestamp := fs.Bool("timestamp", false, "add immediate item 0x1600 \"timestamp\" = (heap cnt - 1) x heap size, a sample counter (docs/how-to/migrate-from-spead2.md)")
 	batch := fs.Int("batch", 64, "packets per sendmmsg call (xdp: per TX-ring publish and kick)")
 	gso := fs.Bool("gso", true, "udp: send runs of full-size packets as one message the kernel segments (UDP GSO); --gso=false: a syscall slot per packet")
 	noStop := fs.Bool("no-stop", false, "leave the stream open: no stream-stop heap at the end (tests)")
@@ -57,6 +57,10 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 	tsStep := fs.Uint64("timestamp-step", 0, "give heap k (from 1) the immediate --timestamp-item = (k-1)/COUNT × STEP (COUNT of --axis, else 1): traffic for recv --chunk-by (0: none)")
 	tsItem := fs.String("timestamp-item", "0x1600", "the timestamp item's id, with --timestamp-step")
 	axis := fs.String("axis", "", "ITEM:COUNT: with --timestamp-step, give heap k the immediate ITEM = (k-1) mod COUNT (recv --chunk-axis)")
+	waitRing := fs.String("wait-ring", "", "before sending, wait until this ring is served and has --wait-consumers consumers attached (a receiver and its consumers started just before)")
+	waitConsumers := fs.Int("wait-consumers", 1, "with --wait-ring: consumers that must be attached")
+	waitTimeout := fs.Duration("wait-timeout", time.Minute, "with --wait-ring: how long to wait")
+	waitDir := fs.String("wait-dir", "", "with --wait-ring: the ring directory to look the name up in (default: the usual lookup)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -94,6 +98,12 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 		}
 	} else if *incomplete {
 		return usageError("--incomplete goes with --ring")
+	}
+	if *waitRing == "" && (*waitDir != "" || *waitConsumers != 1) {
+		return usageError("--wait-dir and --wait-consumers go with --wait-ring")
+	}
+	if *waitConsumers < 0 || *waitTimeout <= 0 {
+		return usageError("--wait-consumers must be ≥ 0 and --wait-timeout positive")
 	}
 	if len(pos) == 0 || (*ringName != "" && len(pos) != 1) {
 		return usageError("want exactly one destination HOST:PORT with --ring, one or more without, got %d (see -h)", len(pos))
@@ -188,6 +198,11 @@ func runSend(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		senders = append(senders, hs)
+	}
+	if *waitRing != "" {
+		if err := waitForRing(ctx, *waitRing, *waitDir, *waitConsumers, *waitTimeout); err != nil {
+			return fmt.Errorf("--wait-ring: %w", err)
+		}
 	}
 	res := bench.SendResult{}
 	if *ringName != "" {

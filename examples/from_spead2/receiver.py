@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The ibvbridge twin of a typical spead2 receiver: items by name, asyncio. Prints one line per heap.
 
-spead2_receiver.py is the original; docs/from-spead2.md puts them side by side.
+spead2_receiver.py is the original; docs/how-to/migrate-from-spead2.md puts them side by side.
 """
 import argparse
 import asyncio

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A typical spead2 receiver: items by name, asyncio. Prints one line per heap.
 
-The original of receiver.py (docs/from-spead2.md puts them side by side); it needs spead2 installed.
+The original of receiver.py (docs/how-to/migrate-from-spead2.md puts them side by side); it needs spead2 installed.
 """
 import argparse
 import asyncio

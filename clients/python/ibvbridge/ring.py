@@ -319,6 +319,11 @@ class Heap:
             self._raw = raw
         return raw
 
+    @property
+    def cnt(self) -> int:
+        """The SPEAD heap counter, under spead2's name (``spead2.recv.Heap.cnt``); the same as ``heap_cnt``."""
+        return self.heap_cnt
+
     # ----- flags
     @property
     def complete(self) -> bool:

@@ -1,4 +1,4 @@
-"""Capacity of the saturated Python chunk consumer (issue 21; not a test, run by hand).
+"""Capacity of the saturated Python chunk consumer (not a test, run by hand).
 
     /usr/bin/python3 tests/bench_chunks.py [--heaps 64,256,4096] [--heap-size 8192] [--chunks N]
                                             [--heaps-per-round N] [--rounds R] [--batch N] [--ring-mib M]

@@ -158,6 +158,7 @@ def test_numpy_views_are_readonly_views(make_producer):
     with pytest.raises(RingError):
         heap.payload
     assert c.array(0x2000, dtype="<u4").tolist() == list(range(16)) and c.heap_cnt == 1
+    assert c.cnt == 1  # spead2's name for it
 
 
 def test_release_in_position_order(make_producer):
