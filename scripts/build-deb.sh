@@ -80,7 +80,7 @@ find "$pyst" -name __pycache__ -prune -exec rm -rf {} +
 
 log "unit, configuration examples, demo, docs"
 ib=$st/ibvbridge
-install -D -m 0644 /dev/stdin "$ib/usr/lib/systemd/system/ibvbridge@.service" \
+install -D -m 0644 /dev/stdin "$ib/lib/systemd/system/ibvbridge@.service" \
   < <(sed 's#/usr/local/bin/ibvbridge#/usr/bin/ibvbridge#; s#(README "Running#(/usr/share/doc/ibvbridge/deploy.md "Debian package"; README "Running#; s#make install-systemd#the package#' deploy/systemd/ibvbridge@.service)
 install -D -m 0644 deploy/etc/sysctl.conf "$ib/usr/share/ibvbridge/sysctl.d/60-ibvbridge.conf"
 install -D -m 0644 deploy/etc/example.conf "$ib/usr/share/doc/ibvbridge/examples/example.conf"

@@ -87,7 +87,7 @@ ls /usr/lib/python3/dist-packages/ibvbridge/__pycache__/*.pyc >/dev/null 2>&1 ||
 /usr/bin/ibvbridge-consume --help >/dev/null || fail "/usr/bin/ibvbridge-consume --help"
 ok "python3-ibvbridge: import ibvbridge from /usr/lib/python3/dist-packages, byte-compiled by postinst; ibvbridge-consume runs"
 
-unit=/usr/lib/systemd/system/ibvbridge@.service
+unit=/lib/systemd/system/ibvbridge@.service
 grep -q '^ExecStart=/usr/bin/ibvbridge recv' $unit || fail "$unit does not start /usr/bin/ibvbridge"
 if command -v systemd-analyze >/dev/null; then
   out=$(systemd-analyze verify --man=no "$unit" 2>&1 || true)

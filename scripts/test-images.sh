@@ -19,7 +19,7 @@ cleanup() {
   if ((${#pod[@]})); then
     "${pod[@]}" rm -af -t 0 >/dev/null 2>&1 || true
     "${pod[@]}" volume rm -af >/dev/null 2>&1 || true
-    "${pod[@]}" system reset -f >/dev/null 2>&1 || true
+    "${pod[@]}" rmi -af >/dev/null 2>&1 || true
     umount -R "$work/storage" 2>/dev/null || true
   fi
   rm -rf "$work" 2>/dev/null || { sleep 1; rm -rf "$work"; }
