@@ -62,7 +62,7 @@ log "Python package"
 cp -r clients/python "$work/py"
 rm -rf "$work/py/build" "$work/py"/*.egg-info
 pyst=$st/python3-ibvbridge
-(cd "$work/py" && PIP_NO_INDEX=1 "$PY" -m pip install -q --no-deps --no-build-isolation --no-compile \
+(cd "$work/py" && PIP_NO_INDEX=1 PIP_ROOT_USER_ACTION=ignore "$PY" -m pip install -q --no-deps --no-build-isolation --no-compile \
   --no-warn-script-location --root "$pyst" --prefix /usr . 2>&1 | grep -v -e 'running pip as the .root' -e '^$' || true)
 site=$(find "$pyst" -type d -name ibvbridge -path '*-packages/ibvbridge' | head -n 1)
 [[ -n $site ]] || { echo "build-deb: pip installed no ibvbridge package under $pyst" >&2; exit 1; }
@@ -71,6 +71,12 @@ if [[ $site != "$pyst/usr/lib/python3/dist-packages/ibvbridge" ]]; then # the sy
   mv "$(dirname "$site")"/* "$pyst/usr/lib/python3/dist-packages/"
   find "$pyst/usr" -depth -type d -empty -delete
 fi
+if [[ -d $pyst/usr/local/bin ]]; then # Debian's pip puts a --prefix /usr install's scripts under /usr/local
+  mkdir -p "$pyst/usr/bin"
+  mv "$pyst"/usr/local/bin/* "$pyst/usr/bin/"
+  rm -rf "$pyst/usr/local"
+fi
+[[ -d $pyst/usr/local ]] && { echo "build-deb: pip installed into /usr/local: $(find "$pyst/usr/local" -type f)" >&2; exit 1; }
 # dpkg owns these files: no RECORD (pip will not remove them), no build path (direct_url.json), as dh_python3.
 for d in "$pyst"/usr/lib/python3/dist-packages/*.dist-info; do
   rm -f "$d/RECORD" "$d/direct_url.json" "$d/REQUESTED"

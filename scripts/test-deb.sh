@@ -31,7 +31,7 @@ ok() { passed=$((passed + 1)); say "ok: $*"; }
 
 if command -v lintian >/dev/null; then
   # --fail-on warning: an error or a warning not overridden fails; info tags are printed only.
-  if ! out=$(lintian --fail-on error,warning --no-tag-display-limit "${debs[@]}" 2>&1); then
+  if ! out=$(lintian --fail-on error,warning --tag-display-limit 0 "${debs[@]}" 2>&1); then
     echo "$out" >&2
     fail "lintian"
   fi

@@ -385,3 +385,64 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		}
 	}
 }
+
+// copyChart copies the chart into a temporary directory, for a test that adds files to it.
+func copyChart(t *testing.T) string {
+	t.Helper()
+	dst := filepath.Join(t.TempDir(), "ibvbridge")
+	err := filepath.WalkDir(chartDir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(chartDir, p)
+		if d.IsDir() {
+			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+// prometheusRule.enabled renders the chart's files/alerts.yaml (Prometheus rule-file format) as a
+// PrometheusRule that decodes strictly and keeps every rule; without such a file it refuses to render.
+func TestPrometheusRuleFromAlertFile(t *testing.T) {
+	chart := copyChart(t)
+	if _, err := helm(t, "template", "rel", chart, "--set", "prometheusRule.enabled=true"); err == nil || !strings.Contains(err.Error(), "no alert rules") {
+		t.Errorf("prometheusRule.enabled without alert rules: err %v, want a clear failure", err)
+	}
+	alerts := "groups:\n  - name: ibvbridge\n    rules:\n      - alert: IbvbridgeDroppedHeaps\n        expr: rate(ibvbridge_dropped_heaps_total[5m]) > 0\n        for: 2m\n        labels: {severity: warning}\n        annotations: {summary: \"recv {{ $labels.ring }} drops heaps\"}\n      - alert: IbvbridgeNoConsumer\n        expr: ibvbridge_consumers_attached == 0\n        for: 5m\n"
+	if err := os.MkdirAll(filepath.Join(chart, "files"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(chart, "files", "alerts.yaml"), []byte(alerts), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := helm(t, "template", "rel", chart, "--set", "prometheusRule.enabled=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := decodeAll(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.rules) != 1 || len(r.rules[0].Spec.Groups) != 1 {
+		t.Fatalf("want one PrometheusRule with one group, got %d rules", len(r.rules))
+	}
+	var names []string
+	for _, rule := range r.rules[0].Spec.Groups[0].Rules {
+		names = append(names, rule.Alert)
+	}
+	if !slices.Equal(names, []string{"IbvbridgeDroppedHeaps", "IbvbridgeNoConsumer"}) {
+		t.Errorf("alerts %v", names)
+	}
+	if s := r.rules[0].Spec.Groups[0].Rules[0].Annotations["summary"]; s != "recv {{ $labels.ring }} drops heaps" {
+		t.Errorf("an annotation's Prometheus template was changed by Helm: %q", s)
+	}
+}
