@@ -55,6 +55,7 @@ mv "$dev/usr/lib/$MA/$SONAME".* "$dev/usr/lib/$MA/$SONAME" "$st/libibvbridge5/us
 mv "$dev/usr/bin/ibvb-consume" "$dev/usr/bin/ibvb-produce" "$st/ibvbridge/usr/bin/"
 rmdir "$dev/usr/bin"
 strip --strip-unneeded --remove-section=.comment --remove-section=.note "$st/libibvbridge5/usr/lib/$MA/$SONAME".*
+chmod 0644 "$st/libibvbridge5/usr/lib/$MA/$SONAME".*
 strip --remove-section=.comment --remove-section=.note "$st/ibvbridge/usr/bin/ibvb-consume" "$st/ibvbridge/usr/bin/ibvb-produce"
 strip --strip-debug --enable-deterministic-archives "$dev/usr/lib/$MA/libibvbridge.a"
 
@@ -92,7 +93,7 @@ install -D -m 0644 deploy/etc/sysctl.conf "$ib/usr/share/ibvbridge/sysctl.d/60-i
 install -D -m 0644 deploy/etc/example.conf "$ib/usr/share/doc/ibvbridge/examples/example.conf"
 install -d -m 0755 "$ib/etc/ibvbridge"
 install -D -m 0755 scripts/demo.sh "$ib/usr/share/ibvbridge/demo/demo.sh"
-install -D -m 0755 clients/python/examples/print_heaps.py "$ib/usr/share/ibvbridge/demo/print_heaps.py"
+install -D -m 0644 clients/python/examples/print_heaps.py "$ib/usr/share/ibvbridge/demo/print_heaps.py" # run as python3 FILE
 install -D -m 0755 examples/pipeline/run.sh "$ib/usr/share/ibvbridge/demo/pipeline/run.sh"
 install -m 0644 examples/pipeline/peak.c examples/pipeline/spectrum.py examples/pipeline/verdict.py \
   "$ib/usr/share/ibvbridge/demo/pipeline/"
