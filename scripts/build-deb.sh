@@ -33,6 +33,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 st=$work/stage
 mkdir -p "$st"/{ibvbridge,libibvbridge5,libibvbridge-dev,python3-ibvbridge} "$OUT"
+rm -f "$OUT"/{ibvbridge,libibvbridge5,libibvbridge-dev,python3-ibvbridge}_*.deb # an earlier commit's
 
 # Hardening and reproducibility flags as Debian builds its own packages.
 # Go's -trimpath does what their file-prefix map does, and the cgo flags go into the binary's build

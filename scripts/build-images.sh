@@ -77,7 +77,7 @@ etc_layer() { # DIR
 
 # check_libs ROOTFS: every ELF file's needed libraries resolve inside ROOTFS (its own loader, chrooted).
 check_libs() {
-  local r=$1 f out bad=0 n=0
+  local r=$1 label=$2 f out bad=0 n=0
   [[ $(id -u) -eq 0 ]] || { log "not root: library check skipped (needs chroot)"; return 0; }
   while IFS= read -r -d '' f; do
     head -c 4 "$f" | grep -q $'^\x7fELF' || continue
@@ -88,8 +88,8 @@ check_libs() {
       bad=1
     fi
   done < <(find "$r" -type f \( -perm -u+x -o -name '*.so*' \) -print0)
-  ((bad == 0)) || die "$(basename "$r"): libraries missing (above)"
-  log "$(basename "$r"): the needed libraries of all $n ELF files resolve inside the image"
+  ((bad == 0)) || die "$label: libraries missing (above)"
+  log "$label: the needed libraries of all $n ELF files resolve inside the image"
 }
 
 manifest=()
@@ -118,7 +118,7 @@ build() { # NAME TAG ENTRYPOINT CMD DEBIAN-PKGS... -- OWN-PKGS...
   # The checks run on the merged tree (a copy: nothing they do reaches the layers).
   mkdir -p "$r/check"
   cp -a "$r/debian/." "$r/own/." "$r/etc/." "$r/check/"
-  check_libs "$r/check"
+  check_libs "$r/check" "$name"
   if [[ $name == python && $(id -u) -eq 0 ]]; then
     chroot --userspec=65532:65532 "$r/check" /usr/bin/python3 -c \
       'import ibvbridge, ibvbridge.ring, ibvbridge.producer, ibvbridge.chunks, ibvbridge.consume, ibvbridge.aio, numpy; numpy.fft.rfft(numpy.ones(8)); numpy.linalg.inv(numpy.eye(2)); print("python", ibvbridge.__file__, "numpy", numpy.__version__)' |
