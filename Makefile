@@ -6,7 +6,7 @@ export PYENV_VERSION := system
 PYTHON := /usr/bin/python3
 GO ?= go
 
-.PHONY: all setup build test test-go test-c test-python test-interop test-docs docs fuzz soak demo bench clean install install-systemd \
+.PHONY: all setup build test test-go test-c test-python test-interop test-docs docs bench-report fuzz soak demo bench clean install install-systemd \
 	deb images test-deploy test-deb test-images test-helm
 
 all: build
@@ -43,6 +43,7 @@ docs: build
 test-docs: build
 	@echo "== docs site: every page in Chromium, links, anchors, flag coverage"
 	CHECK=1 scripts/docs/build.sh
+	$(PYTHON) scripts/docs/check_c_types.py
 	@echo "== docs recipes, as pasted (python3 on PATH without numpy)"
 	$(PYTHON) scripts/docs/run_recipes.py
 
@@ -71,6 +72,12 @@ soak: build
 
 demo: setup build
 	@scripts/demo.sh
+
+# docs/reference/benchmarks.md from the benchmarks' own --json output (command, date, commit, machine,
+# spread): BENCH_REPEATS times each (default 3); spead2's row only where spead2_recv is installed.
+BENCH_REPEATS ?= 3
+bench-report: build
+	$(PYTHON) scripts/bench_report.py --repeats $(BENCH_REPEATS)
 
 bench: build
 	bin/ibvbridge bench ring --consumer c --heap-size 64

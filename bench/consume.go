@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ibvbridge/ibvbridge/internal/proccpu"
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/spead/pattern"
 )
@@ -89,7 +90,7 @@ func Consume(name string, o ConsumeOptions) *ConsumeResult {
 		res.Error, res.exitCode = fmt.Sprintf("ring %s is in chunk mode: --verify checks heaps of the test pattern, not chunks", name), 1
 		return res
 	}
-	cpu0 := ProcessCPU()
+	cpu0 := proccpu.Used()
 	var start time.Time
 	held := make([]ring.Heap, hold+1) // a circular queue of the heaps held: nothing allocated per heap
 	first, nHeld := 0, 0
@@ -155,7 +156,7 @@ func Consume(name string, o ConsumeOptions) *ConsumeResult {
 			first, nHeld = (first+1)%len(held), nHeld-1
 		}
 	}
-	res.CPUSeconds = (ProcessCPU() - cpu0).Seconds()
+	res.CPUSeconds = (proccpu.Used() - cpu0).Seconds()
 	if res.Result == "error" && res.exitCode == 0 {
 		res.Result = "max"
 	}
@@ -164,13 +165,4 @@ func Consume(name string, o ConsumeOptions) *ConsumeResult {
 	}
 	res.Counters = c.Stats().Map()
 	return res
-}
-
-// ProcessCPU is the CPU time (user + system) this process has used.
-func ProcessCPU() time.Duration {
-	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ibvbridge/ibvbridge/internal/proccpu"
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/spead/pattern"
 )
@@ -201,7 +202,7 @@ func groupOnce(ctx context.Context, env Env, o GroupOptions, n int, tmpl []byte)
 	base := pattern.Checksum(tmpl) - binary.LittleEndian.Uint64(tmpl) // the consumers' checksum, id word aside
 	var sum uint64
 	sys0 := readSystemCPU()
-	cpu0, start := ProcessCPU(), time.Now()
+	cpu0, start := proccpu.Used(), time.Now()
 	for id := uint64(0); id < o.Chunks; id++ {
 		if ctx.Err() != nil {
 			return run, fmt.Errorf("bench group: %w", ctx.Err())
@@ -251,7 +252,7 @@ func groupOnce(ctx context.Context, env Env, o GroupOptions, n int, tmpl []byte)
 		return run, fmt.Errorf("bench group: waiting for the consumers: %w", err)
 	}
 	run.Seconds = end.Sub(start).Seconds()
-	run.ProducerCPU = (ProcessCPU() - cpu0).Seconds()
+	run.ProducerCPU = (proccpu.Used() - cpu0).Seconds()
 	sys1 := readSystemCPU()
 	procs.reaped = true
 	var read, ids, sums uint64

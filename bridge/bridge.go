@@ -141,7 +141,9 @@ type Result struct {
 	TransportCounters map[string]uint64 `json:"transport_counters"`
 	MalformedBy       map[string]uint64 `json:"malformed_by_reason,omitempty"`
 	PacketsAfterStop  uint64            `json:"packets_after_stop"`
-	RingCounters      map[string]uint64 `json:"-"`
+	// ChunkRebases: chunk mode's window re-based to a time index that jumped back (spec §13.4).
+	ChunkRebases uint64            `json:"chunk_rebases"`
+	RingCounters map[string]uint64 `json:"-"`
 	// Err is why the run ended in OutcomeError; nil otherwise.
 	Err error `json:"-"`
 }
@@ -167,6 +169,7 @@ func (r *Receiver) Run(ctx context.Context) (Result, error) {
 		r.waitDrained(ctx) // block policy: closing now would take unread heaps with it
 	}
 	res.PacketsAfterStop = r.asm.PacketsAfterStop()
+	res.ChunkRebases = r.asm.ChunkRebases()
 	res.RingCounters = r.p.Stats().Map()
 	res.TransportCounters = r.TransportCounters()
 	return res, nil

@@ -93,12 +93,43 @@ type Consumer struct {
 	eosPending    bool          // an end-of-stream marker was read but not yet released
 	eosPos        uint64
 
-	// A group member (spec §14) hands out only the positions whose assign mask has bit; mine[pos & mask]
-	// says which of the positions read and not yet released were handed out (the others are released as
-	// soon as nothing before them is held). group is 0 and mine nil for an independent consumer.
-	group uint32
-	bit   uint64
-	mine  []bool
+	// A group member (spec §14) hands out only the positions whose assign mask has bit; held lists, in
+	// position order, those it handed out and has not released (the positions it passed over are released
+	// as soon as nothing before them is held). It publishes read and handed (§14.2) in its region
+	// (readW, handedW; storedRead and storedHanded are what it stored last). group is 0 for an
+	// independent consumer.
+	group                    uint32
+	bit                      uint64
+	held                     posQueue
+	handed                   uint64
+	readW, handedW           *atomic.Uint64
+	storedRead, storedHanded uint64
+}
+
+// posQueue is a FIFO of positions: a ring buffer that doubles when full (a member holds at most
+// slot_count heaps), so a steady state allocates nothing.
+type posQueue struct {
+	buf        []uint64
+	front, len int
+}
+
+func (q *posQueue) push(v uint64) {
+	if q.len == len(q.buf) {
+		nb := make([]uint64, max(64, 2*len(q.buf)))
+		for i := range q.len {
+			nb[i] = q.buf[(q.front+i)%len(q.buf)]
+		}
+		q.buf, q.front = nb, 0
+	}
+	q.buf[(q.front+q.len)%len(q.buf)] = v
+	q.len++
+}
+
+func (q *posQueue) first() uint64 { return q.buf[q.front] }
+
+func (q *posQueue) pop() {
+	q.front = (q.front + 1) % len(q.buf)
+	q.len--
 }
 
 // Heap is a heap read from the ring. Its descriptor fields and Items are the consumer's private, validated
@@ -168,7 +199,9 @@ func Attach(nameOrPath string, opt AttachOptions) (c *Consumer, err error) {
 	// per heap; an eighth of the ring keeps the producer supplied with free slots (spec §7.4).
 	c.batch = min(max(c.hdr.SlotCount/8, 1), 64)
 	if role.Group != 0 {
-		c.group, c.bit, c.mine = role.Group, 1<<c.index, make([]bool, c.hdr.SlotCount)
+		c.group, c.bit = role.Group, 1<<c.index
+		c.readW, c.handedW = u64at(c.region, regRead), u64at(c.region, regHanded)
+		c.storedRead = c.read
 	}
 	return c, nil
 }
@@ -419,8 +452,8 @@ func (c *Consumer) TryNext() (Heap, bool, error) {
 	}
 }
 
-// tryRead is one step of TryNext; passed reports a position a group member passed over (spec §14: not
-// assigned to it), after which TryNext reads on.
+// tryRead is one step of TryNext; passed reports a position a group member passed over (spec §14.4: not
+// assigned to it, or lapped), after which TryNext reads on.
 func (c *Consumer) tryRead() (h Heap, ok, passed bool, err error) {
 	if c.read == c.cachedHead {
 		c.cachedHead = c.head.Load()
@@ -431,21 +464,37 @@ func (c *Consumer) tryRead() (h Heap, ok, passed bool, err error) {
 			c.flushRelease() // caught up: hand the released slots back now
 			return Heap{}, false, false, nil
 		}
+		if c.group != 0 && c.cachedHead-c.read > c.hdr.SlotCount {
+			// Lapped (row checked just above): the positions missed were not this member's (§14.4).
+			c.lap(c.cachedHead)
+		}
 		if c.cachedHead-c.released > c.hdr.SlotCount {
 			return Heap{}, false, false, fmt.Errorf("%w: head %d is %d positions past tail %d", ErrCorrupt, c.cachedHead, c.cachedHead-c.released, c.released)
 		}
 	}
 	d := c.descs[c.read&c.mask] // a copy: no field is read from shared memory twice
-	if c.group != 0 && d.Assign&c.bit == 0 && d.Flags&FlagEndOfStream == 0 {
-		// Another member's position: only its seq is checked (its slot and items are not read).
-		if d.Seq != c.read+1 {
+	if c.group != 0 {
+		// Seq again after the copy: a descriptor rewritten meanwhile (only another member's can be, §14.5)
+		// is a lapped one, whatever the copy says.
+		seq := atomic.LoadUint64(&c.descs[c.read&c.mask].Seq)
+		if ahead := seq - (c.read + 1); seq != d.Seq || ahead != 0 && ahead < 1<<63 && ahead%c.hdr.SlotCount == 0 {
 			if derr := c.detached(); derr != nil {
 				return Heap{}, false, false, derr
 			}
-			return Heap{}, false, false, fmt.Errorf("%w: descriptor of position %d has seq %d", ErrCorrupt, c.read, d.Seq)
+			c.lap(c.head.Load())
+			return Heap{}, false, true, nil
 		}
-		c.passOver()
-		return Heap{}, false, true, nil
+		if d.Assign&c.bit == 0 && d.Flags&FlagEndOfStream == 0 {
+			// Another member's position: only its seq is checked (its slot and items are not read).
+			if d.Seq != c.read+1 {
+				if derr := c.detached(); derr != nil {
+					return Heap{}, false, false, derr
+				}
+				return Heap{}, false, false, fmt.Errorf("%w: descriptor of position %d has seq %d", ErrCorrupt, c.read, d.Seq)
+			}
+			c.passOver(c.read + 1)
+			return Heap{}, false, true, nil
+		}
 	}
 	h, err = c.heapFrom(c.read, &d)
 	// Checked on every call, after the copies: a heap whose slot was reused while it was being read is
@@ -456,36 +505,53 @@ func (c *Consumer) tryRead() (h Heap, ok, passed bool, err error) {
 	if err != nil {
 		return Heap{}, false, false, err
 	}
+	if c.group != 0 {
+		if h.Flags&FlagEndOfStream != 0 { // for everyone: passed over, released with what is before it
+			c.passOver(c.read + 1)
+			return Heap{}, false, false, ErrEndOfStream
+		}
+		c.read++
+		c.held.push(h.Position)
+		c.handed++
+		return h, true, false, nil
+	}
 	c.read++
 	if h.Flags&FlagEndOfStream != 0 {
 		// The marker goes back with the heaps before it: releasing it now would also release heaps the
 		// consumer still holds.
 		c.eosPending, c.eosPos = true, h.Position
-		if c.mine != nil {
-			c.mine[h.Position&c.mask] = false
-		}
 		if c.released == h.Position {
 			_ = c.Release(h) // attachment checked just above
 		}
 		return Heap{}, false, false, ErrEndOfStream
 	}
-	if c.mine != nil {
-		c.mine[h.Position&c.mask] = true
-	}
 	return h, true, false, nil
 }
 
-// passOver moves a group member past a position assigned to another member (spec §14); it is released at
-// once when nothing before it is held, else with the held heap before it.
-func (c *Consumer) passOver() {
-	pos := c.read
-	c.read++
-	c.mine[pos&c.mask] = false
-	if c.released == pos {
-		c.released = pos + 1
-		if c.released-c.stored >= c.batch {
-			c.flushRelease()
-		}
+// lap moves a lapped member past the positions whose descriptors were rewritten (spec §14.4): to
+// head − slot_count (its own oldest queued position is never older: §14.5; if that descriptor is being
+// rewritten, it was not its own and the seq check finds it), or at least one position on (the one found
+// rewritten, when head had not yet moved a ring past it).
+func (c *Consumer) lap(head uint64) {
+	if head-c.read > c.cachedHead-c.read {
+		c.cachedHead = head
+	}
+	to := head - c.hdr.SlotCount
+	if to-c.read > head-c.read || to == c.read { // not ahead of read
+		to = c.read + 1
+	}
+	c.passOver(to)
+}
+
+// passOver moves a group member's read to next past positions that were not its own (spec §14.4): they
+// are released at once when nothing before them is held, else with the held heap before them.
+func (c *Consumer) passOver(next uint64) {
+	c.read = next
+	if c.held.len == 0 {
+		c.released = next
+	}
+	if c.released-c.stored >= c.batch || c.read-c.storedRead >= c.batch {
+		c.flushRelease()
 	}
 }
 
@@ -694,21 +760,22 @@ func (c *Consumer) Release(h Heap) error {
 	if next-c.released > c.read-c.released { // not read yet, or released already
 		return c.detached()
 	}
-	c.released = next
-	if c.eosPending && next == c.eosPos {
-		c.released, c.eosPending = next+1, false
-	}
-	if c.mine != nil {
+	if c.group != 0 {
 		// A member: the positions it passed over after h go back with it, up to the next heap it holds;
-		// and its tail is stored at once, so the producer sees its share done (assignment balances by it).
-		for c.released != c.read && !c.mine[c.released&c.mask] {
-			if c.eosPending && c.released == c.eosPos {
-				c.eosPending = false
-			}
-			c.released++
+		// and its tail is stored at once, so the producer sees its share done (§14.4).
+		for c.held.len > 0 && c.held.first()-c.released < next-c.released { // before next
+			c.held.pop()
+		}
+		c.released = c.read
+		if c.held.len > 0 {
+			c.released = c.held.first()
 		}
 		c.flushRelease()
 		return c.detached()
+	}
+	c.released = next
+	if c.eosPending && next == c.eosPos {
+		c.released, c.eosPending = next+1, false
 	}
 	if c.released-c.stored >= c.batch {
 		c.flushRelease()
@@ -716,8 +783,18 @@ func (c *Consumer) Release(h Heap) error {
 	return c.detached()
 }
 
-// flushRelease publishes the released position to the producer and wakes it if it waits (spec §7.4).
+// flushRelease publishes the released position to the producer and wakes it if it waits (spec §7.4); a
+// member stores its read and handed first (§14.2: the producer reads them after tail).
 func (c *Consumer) flushRelease() {
+	if c.group != 0 && (c.storedRead != c.read || c.storedHanded != c.handed) {
+		c.storedRead, c.storedHanded = c.read, c.handed
+		c.handedW.Store(c.handed)
+		c.readW.Store(c.read)
+		if c.stored == c.released && c.prodWait.Load() != 0 {
+			c.relFutex.Store(c.relFutex.Load() + 1)
+			futexWake(c.relFutex)
+		}
+	}
 	if c.stored == c.released {
 		return
 	}

@@ -11,7 +11,7 @@ var (
 	ErrBadName    = errors.New("bad ring name")
 	ErrNotFound   = errors.New("ring not found")
 	ErrInUse      = errors.New("ring name in use by a live producer")
-	ErrBusy       = errors.New("ring busy: every consumer row is attached")
+	ErrBusy       = errors.New("ring busy") // the producer's message says why: consumer rows, observer places or descriptors
 	ErrPermission = errors.New("not permitted")
 	ErrClosing    = errors.New("ring closing: the stream has ended")
 	ErrProtocol   = errors.New("ring protocol error")

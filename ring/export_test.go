@@ -30,3 +30,20 @@ func (c *Consumer) FutexWakeupsForTest() uint64 { return c.futexWakeups }
 func (p *Producer) AbsorbsAtForTest(now time.Time, max time.Duration) time.Duration {
 	return p.absorbsAt(now, max)
 }
+
+// RetainedForTest is how many departed consumers the producer still keeps any record of.
+func RetainedForTest(p *Producer) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.grave)
+}
+
+// WaitingForTest reports whether the consumer has announced that it sleeps (consumer_waiting).
+func WaitingForTest(c *Consumer) bool { return c.consWait.Load() != 0 }
+
+// ReleaseUnreadForTest moves a member's tail and read to pos without handing anything out, as a member
+// that releases its share unread would.
+func ReleaseUnreadForTest(c *Consumer, pos uint64) {
+	c.readW.Store(pos)
+	c.tail.Store(pos)
+}

@@ -70,13 +70,13 @@ func FuzzProducerReadsRegion(f *testing.F) {
 				p.Publish(s, HeapInfo{Received: 64, Flags: FlagComplete})
 			}
 		}
-		head := p.publishedHead()
+		head := p.head.Load()
 		start := c.released
 		tail := start + binary.LittleEndian.Uint64(b)
 		binary.LittleEndian.PutUint64(c.region[regTail:], tail)
 		copy(c.region[regConsWaiting:RegionSize], b[8:])
 		p.mu.Lock()
-		p.readCursorsLocked(p.hotBound) // what the hot path does before it reclaims, at this head
+		p.readCursorsLocked(true) // what the hot path does before it reclaims, at this head
 		p.mu.Unlock()
 		for range 12 { // the hot path reads the region: wakes, reclaims, perhaps detaches
 			if s, err := p.Acquire(); err == nil {

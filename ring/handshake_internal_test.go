@@ -27,10 +27,10 @@ func TestDecodeWelcomeAsSpecified(t *testing.T) {
 		t.Errorf("status 0 with major 3: %v, want ErrProtocol", err)
 	}
 	rec := encodeRefusal(StatusBusy, "busy now")
-	if _, err := decodeWelcome(rec[:len(rec)-1]); !errors.Is(err, ErrBusy) || err.Error() != "ring busy: every consumer row is attached: busy now" {
+	if _, err := decodeWelcome(rec[:len(rec)-1]); !errors.Is(err, ErrBusy) || err.Error() != "ring busy: busy now" {
 		t.Errorf("error record without its NUL: %v", err)
 	}
-	if _, err := decodeWelcome(append(rec, "tail"...)); err == nil || err.Error() != "ring busy: every consumer row is attached: busy now" {
+	if _, err := decodeWelcome(append(rec, "tail"...)); err == nil || err.Error() != "ring busy: busy now" {
 		t.Errorf("error record with bytes after the NUL: %v", err)
 	}
 }

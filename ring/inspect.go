@@ -30,9 +30,13 @@ type Info struct {
 	Oldest uint64         `json:"oldest"`
 	// Unread is head − the slowest attached consumer's released position (0 with none attached): heaps a
 	// consumer has still to read. Head − Oldest also counts heaps kept for a later consumer.
-	Unread    uint64            `json:"unread"`
-	Consumers []ConsumerInfo    `json:"consumers"`
-	Counters  map[string]uint64 `json:"counters"`
+	Unread uint64 `json:"unread"`
+	// BlockedOn is the row + 1 of the consumer a block producer waits for (0: none), BlockedSinceNs when
+	// that wait began (spec §14.6).
+	BlockedOn      int               `json:"blocked_on"`
+	BlockedSinceNs uint64            `json:"blocked_since_ns"`
+	Consumers      []ConsumerInfo    `json:"consumers"`
+	Counters       map[string]uint64 `json:"counters"`
 }
 
 // ConsumerInfo is one non-free row of the consumer table (spec §2.2).
@@ -50,6 +54,12 @@ type ConsumerInfo struct {
 	// Assigned the positions assigned to it as a member.
 	GroupID  uint32 `json:"group_id"`
 	Assigned uint64 `json:"assigned"`
+	// ClientMinor is the minor of its hello; Read, Queued and Skipped a member's read position, positions
+	// queued for it and positions it released unread, as the producer last accepted them (spec §14.2, §14.7).
+	ClientMinor uint32 `json:"client_minor"`
+	Read        uint64 `json:"read"`
+	Queued      uint64 `json:"queued"`
+	Skipped     uint64 `json:"skipped"`
 }
 
 // Attached reports whether this row is an attached consumer (not a detached one's record).
@@ -119,6 +129,8 @@ func Inspect(nameOrPath, dir string) (Info, error) {
 		Geometry:       h.Geometry,
 		Head:           head,
 		Oldest:         u64at(ctl, offOldest).Load(),
+		BlockedOn:      int(u32at(ctl, offBlockedOn).Load()),
+		BlockedSinceNs: u64at(ctl, offBlockedSince).Load(),
 		Consumers:      []ConsumerInfo{},
 		Counters:       readStats((*[StatsSlots]atomic.Uint64)(unsafePointer(ctl, offStats)), h.StatsCount).Map(),
 	}
@@ -136,7 +148,9 @@ func Inspect(nameOrPath, dir string) (Info, error) {
 			PID: u64at(row, rowPID).Load(), UID: u64at(row, rowUID).Load(),
 			AttachNs: u64at(row, rowAttachNs).Load(), Position: pos, Lag: head - pos,
 			Wakes: u64at(row, rowWakes).Load(), LostHeaps: u64at(row, rowLostHeaps).Load(),
-			GroupID: u32at(row, rowGroupID).Load(), Assigned: u64at(row, rowAssigned).Load()})
+			GroupID: u32at(row, rowGroupID).Load(), Assigned: u64at(row, rowAssigned).Load(),
+			ClientMinor: u32at(row, rowClientMinor).Load(), Read: u64at(row, rowRead).Load(),
+			Queued: u64at(row, rowQueued).Load(), Skipped: u64at(row, rowSkipped).Load()})
 		if st == ConsumerAttached && head-pos <= h.SlotCount+1 { // a row being reused mid-read is skipped
 			info.Unread = max(info.Unread, head-pos)
 		}

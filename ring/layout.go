@@ -2,11 +2,14 @@ package ring
 
 import "fmt"
 
-// This file is the ring layout of docs/ring-layout.md, version 2.1, as Go constants. The C header and the
+// This file is the ring layout of docs/ring-layout.md, version 2.2, as Go constants. The C header and the
 // Python layout module carry the same numbers; TestGoldenLayout (interop) checks that all three agree.
 // Minor 1 adds rules and uses reserved space only: a consumer checks its row after reading a heap (validate
 // after read), the producer stores a detached row's lost_heaps and state before it reuses any slot that
-// consumer held, and chunk mode (§13: header chunk_* fields, feature CHUNKS, flag CHUNK, counters 13–16). Any minor of major 2 is accepted both ways.
+// consumer held, and chunk mode (§13: header chunk_* fields, feature CHUNKS, flag CHUNK, counters 13–16). Minor 2
+// adds what group members publish (region read, handed), the rows' client_minor, read, queued and skipped,
+// ctl blocked_on and blocked_since_ns, and counter 18 group_skipped (§14). Any minor of major 2 is accepted
+// both ways.
 
 // The layout's constants and offsets (spec §1–§6): the exported ones are what clients and tools need
 // (versions, sizes, limits, handshake roles, starts and statuses); the unexported ones are byte offsets
@@ -14,7 +17,7 @@ import "fmt"
 const (
 	Magic        uint64 = 0x474E495242564249 // "IBVBRING" little-endian
 	MajorVersion uint16 = 2
-	MinorVersion uint16 = 1
+	MinorVersion uint16 = 2
 
 	// Control memory (spec §2): header, producer blocks, stats, then the consumer table.
 	offMagic         = 0x00
@@ -54,22 +57,28 @@ const (
 	offProdWaiting   = 0x280
 	offHeartbeat     = 0x300
 	offOldest        = 0x308
+	offBlockedOn     = 0x310 // §14.6: u32, row + 1 of the consumer a block producer waits for, 0 none
+	offBlockedSince  = 0x318 // §14.6: u64, CLOCK_REALTIME when that wait began
 	offStats         = 0x500
 	offTable         = 0x1000
 	StatsSlots       = 32
 
 	// Consumer table row (spec §2.2), at offTable + TableRowSize*index.
-	TableRowSize  = 128
-	rowState      = 0x00
-	rowGeneration = 0x04
-	rowPID        = 0x08
-	rowUID        = 0x10
-	rowAttachNs   = 0x18
-	rowReleased   = 0x20
-	rowWakes      = 0x28
-	rowLostHeaps  = 0x30
-	rowAssigned   = 0x38 // §14: positions assigned to this row as a group member (0 for an independent one)
-	rowGroupID    = 0x40 // §14: u32, the member's group id, 0 = independent
+	TableRowSize   = 128
+	rowState       = 0x00
+	rowGeneration  = 0x04
+	rowPID         = 0x08
+	rowUID         = 0x10
+	rowAttachNs    = 0x18
+	rowReleased    = 0x20
+	rowWakes       = 0x28
+	rowLostHeaps   = 0x30
+	rowAssigned    = 0x38 // §14: positions assigned to this row as a group member (0 for an independent one)
+	rowGroupID     = 0x40 // §14: u32, the member's group id, 0 = independent
+	rowClientMinor = 0x44 // §14.1: u32, the minor of the consumer's hello
+	rowRead        = 0x48 // §14.2: a member's read position as the producer last accepted it
+	rowQueued      = 0x50 // §14.2: positions assigned to a member, published, not yet read by it
+	rowSkipped     = 0x58 // §14.7: positions assigned to a 2.2 member it released without handing them out
 
 	// Consumer region (spec §3), one per attachment.
 	RegionSize         = 4096
@@ -77,6 +86,8 @@ const (
 	regConsWaiting     = 0x080
 	regConsFutex       = 0x084
 	regWakeAt          = 0x088
+	regRead            = 0x090 // §14.2: a member's read position (every position below it looked at)
+	regHanded          = 0x098 // §14.2: a member's own heaps handed to its caller since attach
 	regReleaseFutex    = 0x100
 	regSpinBudget      = 0x180
 	MaxConsumersLimit  = 64
@@ -238,6 +249,7 @@ const (
 	CounterTooOldHeaps      // heaps for a chunk the window had already passed
 	CounterRejectedHeaps    // heaps no chunk position could take (time item missing, axis out of range, too large)
 	CounterGroupLost        // positions a group member had been assigned and had not released when it left (§14)
+	CounterGroupSkipped     // positions members released without handing them out (§14.7)
 	numCounters             // stats_count of this minor version
 )
 
@@ -246,7 +258,7 @@ var counterNames = [numCounters]string{
 	"duplicate_packets", "truncated_heaps", "discarded_incomplete_heaps", "end_of_stream",
 	"consumers_attached", "consumer_overruns", "consumer_errors",
 	"chunks", "incomplete_chunks", "too_old_heaps", "rejected_heaps",
-	"group_lost",
+	"group_lost", "group_skipped",
 }
 
 // String returns the counter's name as the spec and the JSON output spell it.
@@ -322,6 +334,7 @@ func LayoutTable() map[string]uint64 {
 		"payload_offset": offPayloadOffset, "packet_offset": offPacketOffset, "packet_size": offPacketSize,
 		"features": offFeatures, "header.stats_count": offStatsCount, "header.max_consumers": offMaxConsumers,
 		"head": offHead, "producer_waiting": offProdWaiting, "heartbeat_ns": offHeartbeat, "oldest": offOldest,
+		"blocked_on": offBlockedOn, "blocked_since_ns": offBlockedSince,
 		"stats": offStats, "consumer_table": offTable,
 		"chunk_heaps": offChunkHeaps, "chunk_axis": offChunkAxis, "chunk_heap_size": offChunkHeapSize,
 		"chunk_step": offChunkStep, "chunk_time_item": offChunkTimeItem, "chunk_axis_item": offChunkAxisItem,
@@ -329,8 +342,9 @@ func LayoutTable() map[string]uint64 {
 		"row.state": rowState, "row.generation": rowGeneration, "row.pid": rowPID, "row.uid": rowUID,
 		"row.attach_ns": rowAttachNs, "row.released": rowReleased, "row.wakes": rowWakes,
 		"row.lost_heaps": rowLostHeaps, "row.assigned": rowAssigned, "row.group_id": rowGroupID,
+		"row.client_minor": rowClientMinor, "row.read": rowRead, "row.queued": rowQueued, "row.skipped": rowSkipped,
 		"region.tail": regTail, "region.consumer_waiting": regConsWaiting, "region.consumer_futex": regConsFutex,
-		"region.wake_at":       regWakeAt,
+		"region.wake_at": regWakeAt, "region.read": regRead, "region.handed": regHanded,
 		"region.release_futex": regReleaseFutex, "region.spin_budget_ns": regSpinBudget,
 
 		"hello.magic": msgMagic, "hello.major": msgMajor, "hello.minor": msgMinor, "hello.role": helloRole,

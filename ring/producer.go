@@ -59,6 +59,10 @@ type Config struct {
 	// presence map. Axis and Step default to 1; SlotSize, if 0, is derived (payload + presence map, rounded
 	// up to 64), else must hold both.
 	Chunks ChunkGeometry
+	// Groups, if not empty, grants consumer groups (spec §14.1): only these groups may be joined, each by
+	// the uids and gids it lists (and root); independent consumers are admitted as before. Without it
+	// every group is open.
+	Groups map[string]GroupGrant
 	Log    *zerolog.Logger // warnings (hugepage fallback, stale ring replaced); nil: silent
 }
 
@@ -223,6 +227,7 @@ type Producer struct {
 	// published or discarded.
 	windowEnd, inflight uint64
 	picks               uint64 // assignments made: a member's lastPick orders ties (round robin)
+	commits             uint64 // commits that assigned positions: a member's lastQCommit says it got one
 	// free is a LIFO of free slots (capacity: every slot, so pushing never allocates): the slot released
 	// last is filled next, still in cache, so a ring's size costs no CPU while consumers keep up.
 	free []uint32
@@ -240,7 +245,15 @@ type Producer struct {
 	observers int       // connected observers, at most cfg.MaxObservers
 	readMark  uint64    // the furthest any detached consumer released: what no consumer read starts here
 	grave     []*member // detached ones whose regions the hot path may still be reading (hotInUse)
-	departed  []*member // detached group members whose positions the hot path has not settled yet (§14)
+	// rescan: a departure or a release seen off the hot path cleared bits below scan; the next reclaim
+	// frees what became free (spec §14.7). holders is holdersLocked's reused list.
+	rescan  bool
+	holders []*member
+	grants  map[uint32]grant // Config.Groups by group id; nil: every group is open
+	// blockedOn is the row + 1 the hot path waits for (ctl blocked_on), blockedSince when that began, and
+	// blockLogged when the log last said so (hot path only).
+	blockedOn                 uint32
+	blockedSince, blockLogged time.Time
 	// hotBusy is set while the hot path sleeps on a member's release futex (outside mu); hotDone is the
 	// head of the last commit whose wakes are done, so head != hotDone while a commit reads members'
 	// regions. A region detached meanwhile waits in grave; otherwise it is unmapped at detach.
@@ -293,6 +306,9 @@ func Create(name string, cfg Config) (p *Producer, err error) {
 			return p, fmt.Errorf("create ring %s: %w: group %q: %v", name, ErrBadConfig, cfg.Group, gerr)
 		}
 		p.gid, _ = strconv.Atoi(g.Gid)
+	}
+	if err = p.setGrants(); err != nil {
+		return p, fmt.Errorf("create ring %s: %w", name, err)
 	}
 	if p.dir, err = openRingDir(cfg.Dir); err != nil {
 		return p, fmt.Errorf("create ring %s: %w", name, err)
@@ -447,6 +463,7 @@ func (p *Producer) bindShared() {
 	p.free = make([]uint32, 0, n)
 	p.posSlot = make([]uint32, n)
 	p.posNeed = make([]uint64, n)
+	p.holders = make([]*member, 0, MaxConsumersLimit)
 	for i := range p.slots {
 		off := g.PayloadOffset + uint64(i)*g.SlotSize
 		p.slots[i] = Slot{Index: uint32(i), Payload: p.data[off : off+g.SlotSize : off+g.SlotSize],
@@ -500,14 +517,10 @@ func (p *Producer) freeSlot(s uint32) { p.free = append(p.free, s) }
 
 // reclaimLocked reads every attached consumer's cursor (spec §7.2) and returns to the pool the slots of
 // the positions all of them have released — for a group member, only the positions assigned to it
-// (§14). With nobody attached, drop reclaims the oldest position that holds a slot (the ring keeps the
+// (§14.5). With nobody attached, drop reclaims the oldest position that holds a slot (the ring keeps the
 // newest heaps for a later consumer); block keeps everything. Hot path, mu held.
 func (p *Producer) reclaimLocked() {
-	p.settleDepartedLocked()
-	defer func() {
-		p.settleDepartedLocked() // members a bad cursor detached just now, before the window moves past them
-		p.setWindowLocked()
-	}()
+	defer p.setWindowLocked()
 	if len(p.members) == 0 {
 		if p.cfg.Policy != PolicyDrop || p.slotReady() {
 			return
@@ -528,34 +541,33 @@ func (p *Producer) reclaimLocked() {
 		p.oldest.Store(p.scan)
 		return
 	}
-	p.readCursorsLocked(p.hotBound)
+	p.readCursorsLocked(true)
 	if len(p.members) == 0 { // every member was detached just now
 		return
+	}
+	if p.rescan { // bits cleared off the hot path: free what nobody needs any more (at most slot_count)
+		p.rescan = false
+		for q := p.reclaim; q != p.scan; q++ {
+			if p.posNeed[q&p.mask] == 0 {
+				p.freePos(q)
+			}
+		}
 	}
 	// The independent consumers' frontier: positions below it are free unless a group member holds them.
 	// Staged positions (from committed on) are not assigned yet: never past them.
 	to := p.committed
 	for _, m := range p.members {
-		if m.group != 0 {
-			p.sweepLocked(m)
-		} else if m.released-p.reclaim < to-p.reclaim {
+		if m.group == 0 && before(m.released, to) {
 			to = m.released
 		}
 	}
-	inOrder := p.reclaim == p.scan
-	for ; p.scan != to; p.scan++ {
+	for ; before(p.scan, to); p.scan++ {
 		if p.posNeed[p.scan&p.mask] == 0 {
 			p.freePos(p.scan)
-		} else {
-			inOrder = false
 		}
 	}
-	if inOrder {
-		p.reclaim = p.scan
-	} else {
-		for p.reclaim != p.scan && p.posSlot[p.reclaim&p.mask] == noSlot {
-			p.reclaim++
-		}
+	for p.reclaim != p.scan && p.posSlot[p.reclaim&p.mask] == noSlot {
+		p.reclaim++
 	}
 	p.oldest.Store(p.scan)
 }
@@ -568,127 +580,8 @@ func (p *Producer) freePos(q uint64) {
 	}
 }
 
-// sweepLocked settles group member m's releases since the last reclaim (spec §14): each position it
-// passed that was assigned to it no longer needs it, and is free if reclaim has already looked at it and
-// nobody else needs it. Its row's assigned is brought up to date. Hot path, mu held.
-func (p *Producer) sweepLocked(m *member) {
-	bit := uint64(1) << m.index
-	for q := m.swept; q != m.released; q++ {
-		i := q & p.mask
-		if p.posNeed[i]&bit == 0 {
-			continue
-		}
-		p.posNeed[i] &^= bit
-		m.outstanding--
-		if p.posNeed[i] == 0 && q-p.reclaim < p.scan-p.reclaim {
-			p.freePos(q)
-		}
-	}
-	m.swept = m.released
-	u64at(m.row, rowAssigned).Store(m.assigned)
-}
-
-// settleDepartedLocked clears the positions of group members that left (spec §14): what a member had
-// released is released, what it had been assigned and not released is lost for its group (group_lost),
-// and either way its slot is free once nobody else needs it. Hot path, mu held.
-func (p *Producer) settleDepartedLocked() {
-	for _, m := range p.departed {
-		bit, end := uint64(1)<<m.index, p.pos
-		if m.limitSet { // its row has a new member: that one's bits start at its start
-			end = m.limit
-		}
-		var lost uint64
-		for q := m.swept; q != end; q++ {
-			i := q & p.mask
-			if p.posNeed[i]&bit == 0 {
-				continue
-			}
-			p.posNeed[i] &^= bit
-			if q-m.released < end-m.released { // at or after its final tail: never released
-				lost++
-			}
-			if p.posNeed[i] == 0 && q-p.reclaim < p.scan-p.reclaim {
-				p.freePos(q)
-			}
-		}
-		if lost > 0 {
-			p.stats[CounterGroupLost].Store(p.stats[CounterGroupLost].Load() + lost)
-		}
-	}
-	clear(p.departed)
-	p.departed = p.departed[:0]
-}
-
-// setWindowLocked bounds the positions the hot path may take slots for (spec §14): every attached
-// consumer stays within slot_count positions of head, and so does the oldest position still holding a
-// slot. Without groups the slot count alone keeps both. mu held.
-func (p *Producer) setWindowLocked() {
-	low := p.reclaim
-	for _, m := range p.members {
-		if m.released-low > p.pos-low { // below reclaim
-			low = m.released
-		}
-	}
-	p.windowEnd = low + uint64(len(p.slots))
-}
-
 // windowFull reports whether the next slot taken could not be published within the window (spec §14).
 func (p *Producer) windowFull() bool { return int64(p.pos+p.inflight-p.windowEnd) >= 0 }
-
-// readCursorsLocked reads every attached consumer's cursor (spec §7.2): a valid one becomes its released
-// position (and its table row's), an invalid one detaches it. bound gives the upper end of the valid
-// range: the hot path's own position, or for other goroutines the published head — loaded after the
-// cursor, so it is at least any head the consumer saw before it stored that cursor. It frees no slot: the
-// pool is the hot path's. mu held.
-func (p *Producer) readCursorsLocked(bound func() uint64) {
-	for i := 0; i < len(p.members); {
-		m := p.members[i]
-		t := m.tail.Load()
-		head := bound()
-		// A consumer can write anything into its cursor: one outside [released, head] detaches it.
-		if t-m.released > head-m.released {
-			p.detachLocked(m, ConsumerBadCursor, fmt.Sprintf("cursor %d outside [%d, %d]", t, m.released, head))
-			continue // detachLocked removed members[i]
-		}
-		if t != m.released {
-			m.released = t
-			u64at(m.row, rowReleased).Store(t)
-		}
-		i++
-	}
-}
-
-func (p *Producer) hotBound() uint64      { return p.committed }
-func (p *Producer) publishedHead() uint64 { return p.head.Load() }
-
-// overrunLocked is the drop policy's answer to a full ring held by its slowest consumers (spec §7.3): if
-// another attached consumer is ahead of them, they are detached as overrun and the ring moves on; it
-// reports whether it freed anything. mu held, reclaimLocked just run.
-func (p *Producer) overrunLocked() bool {
-	slow := p.slowestLocked()
-	if slow == nil {
-		return false
-	}
-	low, ahead := slow.released, false
-	for _, m := range p.members {
-		if m.released != low {
-			ahead = true
-			break
-		}
-	}
-	if !ahead {
-		return false
-	}
-	for i := 0; i < len(p.members); {
-		if m := p.members[i]; m.released == low {
-			p.detachLocked(m, ConsumerOverrun, fmt.Sprintf("%d heaps behind", p.pos-m.released))
-			continue
-		}
-		i++
-	}
-	p.reclaimLocked()
-	return p.slotReady()
-}
 
 // slotReady reports whether a slot may be taken now: the pool has one and its position is within the
 // window (spec §14).
@@ -763,10 +656,12 @@ func (p *Producer) waitFor(done func() bool, stop <-chan struct{}, timeout time.
 	spinUntil := time.Now().Add(spinFor)
 	for {
 		if p.interrupted.Load() {
+			p.noteBlocked(nil)
 			return ErrClosed
 		}
 		select {
 		case <-stop:
+			p.noteBlocked(nil)
 			return ErrClosed
 		default:
 		}
@@ -775,16 +670,19 @@ func (p *Producer) waitFor(done func() bool, stop <-chan struct{}, timeout time.
 		slow := p.blockerLocked()
 		p.mu.Unlock()
 		if ok {
+			p.noteBlocked(nil)
 			return nil
 		}
+		p.noteBlocked(slow)
 		now := time.Now()
 		if !deadline.IsZero() && now.After(deadline) {
+			p.noteBlocked(nil)
 			return ErrFull
 		}
 		if now.Before(spinUntil) {
 			continue
 		}
-		slice := maxWaitSlice
+		slice := testWaitSlice // maxWaitSlice but in a test binary (testhooks.go)
 		if stop != nil {
 			slice = 50 * time.Millisecond // stop is a channel, not a futex
 		}
@@ -801,6 +699,44 @@ func (p *Producer) waitFor(done func() bool, stop <-chan struct{}, timeout time.
 		}
 		p.sleepOnRelease(done, slow, slice)
 	}
+}
+
+// blockLogAfter is how long a block producer waits for one consumer before its log names it (spec §14.6:
+// within a second); blockLogEvery how often it says so again while the wait goes on.
+const (
+	blockLogAfter = 500 * time.Millisecond
+	blockLogEvery = 10 * time.Second
+)
+
+// noteBlocked says whom a waiting producer waits for (spec §14.6): ctl blocked_on (row + 1) and
+// blocked_since_ns, and, once the wait has lasted blockLogAfter, a log line naming the consumer's row,
+// pid, group and the position the producer waits to publish. nil: not waiting (both words 0). Hot path.
+func (p *Producer) noteBlocked(m *member) {
+	if m == nil {
+		if p.blockedOn != 0 {
+			p.blockedOn = 0
+			u32at(p.ctl, offBlockedOn).Store(0)
+			u64at(p.ctl, offBlockedSince).Store(0)
+		}
+		return
+	}
+	now := time.Now()
+	if row := uint32(m.index + 1); p.blockedOn != row {
+		p.blockedOn, p.blockedSince, p.blockLogged = row, now, time.Time{}
+		u64at(p.ctl, offBlockedSince).Store(uint64(now.UnixNano()))
+		u32at(p.ctl, offBlockedOn).Store(row)
+	}
+	if p.cfg.Log == nil || now.Sub(p.blockedSince) < blockLogAfter || !p.blockLogged.IsZero() && now.Sub(p.blockLogged) < blockLogEvery {
+		return
+	}
+	p.blockLogged = now
+	group := "none"
+	if m.group != 0 {
+		group = p.groupName(m.group)
+	}
+	p.cfg.Log.Warn().Str("ring", p.name).Int("row", m.index).Int32("consumer_pid", m.pid).Str("group", group).
+		Uint64("position", p.pos+p.inflight).Dur("waiting", now.Sub(p.blockedSince)).
+		Msg("block policy: waiting for a consumer to release")
 }
 
 // sleepOnRelease sleeps up to slice on slow's release futex unless done (mu taken) has become true
@@ -830,34 +766,6 @@ func (p *Producer) sleepOnRelease(done func() bool, slow *member, slice time.Dur
 	p.hotBusy.Store(false)
 	p.buryLocked()
 	p.mu.Unlock()
-}
-
-// blockerLocked is the consumer whose release a waiting producer needs (spec §7.4): the slowest one, or,
-// when the oldest position still holding a slot is a group member's own (spec §14: the others have
-// released it), that member. nil with none attached. Hot path, mu held.
-func (p *Producer) blockerLocked() *member {
-	slow := p.slowestLocked()
-	if slow == nil || p.reclaim == p.pos || slow.released-p.reclaim > p.pos-p.reclaim {
-		return slow // nothing held, or the slowest has not even passed the oldest held position
-	}
-	need := p.posNeed[p.reclaim&p.mask]
-	for _, m := range p.members {
-		if need&(1<<m.index) != 0 {
-			return m
-		}
-	}
-	return slow
-}
-
-// slowestLocked is the attached consumer that has released least, nil with none. mu held.
-func (p *Producer) slowestLocked() *member {
-	var slow *member
-	for _, m := range p.members {
-		if slow == nil || m.released-p.reclaim < slow.released-p.reclaim {
-			slow = m
-		}
-	}
-	return slow
 }
 
 // behindLocked is how far the attached consumer furthest behind head is: head minus the least released
@@ -892,7 +800,7 @@ func (p *Producer) Unread() uint64 {
 func (p *Producer) UnreadHeaps() uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.readCursorsLocked(p.publishedHead)
+	p.readCursorsLocked(false)
 	head := p.head.Load() // after the cursors: none is past it (each was at most the head loaded after it)
 	if len(p.members) > 0 {
 		return p.behindLocked(head)
@@ -1017,21 +925,33 @@ func (p *Producer) commitWake(force bool) {
 	if p.committed == p.pos {
 		return
 	}
-	groups := p.snap.Load().groups != nil
-	if groups {
-		p.assignStaged()
-	}
-	p.committed = p.pos
-	p.head.Store(p.pos) // sequentially consistent: the release plus the fence of §7.5
-	if groups {
-		p.hotBusy.Store(false) // assignStaged's; from here head != hotDone says the hot path is busy
+	if p.snap.Load().groups != nil {
+		// Groups: positions are assigned, and head stored, under mu (spec §14.7), from cursors read just
+		// now (§14.3), so a detach settles exactly the positions published before it.
+		p.mu.Lock()
+		p.reclaimLocked()
+		p.assignLocked(p.snap.Load().groups)
+		p.committed = p.pos
+		p.head.Store(p.pos) // sequentially consistent: the release plus the fence of §7.5
+		p.mu.Unlock()
+	} else {
+		p.committed = p.pos
+		p.head.Store(p.pos) // sequentially consistent: the release plus the fence of §7.5
 	}
 	// The head store above marks the wakes' start and hotDone their end (both sequentially consistent, the
 	// set loaded between them): a detach that publishes its new set, then finds hotDone == head, knows the
 	// hot path is not inside a commit that loaded the old set (hotInUse). One store per commit.
 	s := p.snap.Load()
 	for _, m := range s.members {
-		if woke, n := wakeIfWaiting(m.consWait, m.consFutex, m.wakeAt, p.pos, force); woke {
+		head := p.pos
+		if m.v22() && !force {
+			// A 2.2 member is woken only for a position assigned to it (spec §14.4).
+			if m.lastQCommit != p.commits {
+				continue
+			}
+			head = m.lastQ + 1
+		}
+		if woke, n := wakeIfWaiting(m.consWait, m.consFutex, m.wakeAt, head, force); woke {
 			p.futexWoken.Add(uint64(n))
 			w := u64at(m.row, rowWakes)
 			w.Add(1) // rows are written under mu or by the hot path alone; Add is one instruction
@@ -1041,78 +961,6 @@ func (p *Producer) commitWake(force bool) {
 	if s != p.hotSnap {
 		p.adopt(s)
 	}
-}
-
-// assignStaged assigns the staged positions (spec §14) while hotBusy says the hot path uses the member set
-// (busy before the set is loaded, both sequentially consistent): a detach that finds the hot path not
-// busy published its new set first, so no position goes to a departed member (whose region may be
-// unmapped, and whose row may then go to a new consumer). The caller clears hotBusy after its head store.
-func (p *Producer) assignStaged() {
-	p.hotBusy.Store(true)
-	// Fresh counts for the assignment (a member stores its tail at each release of its own heap), and the
-	// slots its members released back in the pool; skipped when the lock is busy (never waits).
-	if p.mu.TryLock() {
-		p.reclaimLocked()
-		p.mu.Unlock()
-	}
-	// Loaded after the reclaim: a member it detached (bad cursor) has been settled and gets nothing more.
-	p.assign(p.snap.Load().groups)
-}
-
-// assign gives each staged position to one member of every group (spec §14): the member with the fewest
-// positions assigned and not yet seen released, ties to the one picked least recently (round robin). The
-// mask goes into the descriptor (before head is stored) and into posNeed. The end-of-stream marker is
-// for everyone and assigned to nobody. No allocation.
-func (p *Producer) assign(groups [][]*member) {
-	for q := p.committed; q != p.pos; q++ {
-		d := &p.descs[q&p.mask]
-		if d.Flags&FlagEndOfStream != 0 {
-			continue
-		}
-		var mask uint64
-		for _, g := range groups {
-			best, bestStarved := g[0], p.starved(g[0], q)
-			for _, m := range g[1:] {
-				st := p.starved(m, q)
-				if st != bestStarved {
-					if st {
-						best, bestStarved = m, st
-					}
-					continue
-				}
-				if m.outstanding < best.outstanding || m.outstanding == best.outstanding && m.lastPick < best.lastPick {
-					best = m
-				}
-			}
-			p.picks++
-			best.lastPick = p.picks
-			best.outstanding++
-			best.assigned++
-			mask |= 1 << best.index
-		}
-		d.Assign = mask
-		p.posNeed[q&p.mask] = mask
-	}
-}
-
-// starved reports a member that holds the ring back by half of it or more and waits for a heap — or,
-// under block, whether it says it waits or not (it may still be spinning), one whose window (slot_count
-// positions from its tail: the producer publishes nothing past it) has no more room left than the
-// positions it may still need, up to a quarter of the ring plus one (quota) less those assigned to it and
-// not released. It holds heaps unreleased and may want another before it releases them: it gets position
-// q first, else the ring could fill up to it with other members' heaps and stall for good under block
-// (under drop it is overrun instead). So a member holding up to a quarter of the ring is handed its next
-// heap by the end of its window, and one already busy with a queue of its fair share is favoured for the
-// last position or two at most: favouring every member that lags (here, before: three quarters of the
-// window) gave the member working on the oldest heap the whole stream while the others idled (bench
-// group: 245 of 300 chunks to one of four). Hot path, inside the busy window (m's region is mapped).
-func (p *Producer) starved(m *member, q uint64) bool {
-	lag, n := q-m.swept, uint64(len(p.slots))
-	if lag >= n/2 && m.consWait.Load() != 0 {
-		return true
-	}
-	quota := n/4 + 1
-	return p.cfg.Policy == PolicyBlock && m.outstanding < quota && (lag >= n || n-lag <= quota-m.outstanding)
 }
 
 // adopt notes that the hot path has moved to a new consumer set and unmaps the regions detached while it
@@ -1177,7 +1025,7 @@ func (p *Producer) Interrupt() {
 	// Under mu: the word is in a consumer region, which stays mapped while the hot path, busy with it,
 	// has not cleared hotBusy (under mu).
 	p.mu.Lock()
-	if w := p.waitWord.Load(); w != nil {
+	if w := p.waitWord.Load(); w != nil && !testMutants["no-wake"] {
 		p.futexWoken.Add(uint64(futexWakeAll(w)))
 	}
 	p.mu.Unlock()
@@ -1185,7 +1033,7 @@ func (p *Producer) Interrupt() {
 
 func (p *Producer) heartbeat() {
 	defer p.beatDone.Done()
-	t := time.NewTicker(100 * time.Millisecond)
+	t := time.NewTicker(testBeat) // 100 ms but in a test binary (testhooks.go)
 	defer t.Stop()
 	for {
 		select {
@@ -1195,7 +1043,7 @@ func (p *Producer) heartbeat() {
 			u64at(p.ctl, offHeartbeat).Store(realtimeNanos())
 			// Keep the consumer table's positions current for `stat` while the stream is idle.
 			p.mu.Lock()
-			p.readCursorsLocked(p.publishedHead)
+			p.readCursorsLocked(false)
 			p.buryLocked()
 			p.mu.Unlock()
 		}

@@ -30,18 +30,26 @@ type member struct {
 	released  uint64 // last valid tail, under Producer.mu
 	detached  bool
 
-	// Consumer groups (spec §14). group is the hello's group_id (0: an independent consumer).
+	// Consumer groups (spec §14). group is the hello's group_id (0: an independent consumer); minor the
+	// hello's minor: a member of minor 2 or later publishes read and handed (§14.2).
 	group uint32
-	// The hot path's bookkeeping of a member (touched only on the producer's goroutine): positions
-	// assigned to it not yet seen released, when it was last picked (ties go to the least recent),
-	// positions assigned since it attached (its row's assigned), and swept: its released as of the last
-	// reclaim, from where the next one looks for its positions.
-	outstanding, lastPick, assigned, swept uint64
-	// limit, for a departed member whose row was given to a new one, is that one's start: bits of this row
-	// below it are the departed member's (spec §14). limitSet says it was.
-	limit    uint64
-	limitSet bool
+	minor uint16
+	// readW and handedW are a 2.2 member's read and handed words in its region (never trusted).
+	readW, handedW *atomic.Uint64
+	// The producer's bookkeeping of a member, all under Producer.mu (spec §14.2–§14.7): read, its read
+	// position as last accepted (its tail for an independent consumer and a 2.1 member); queued, the
+	// positions assigned to it in [read, head); oldestQ, the oldest of those (valid while queued > 0);
+	// outstanding, those assigned and not released; relAssigned, those it released; skipped, released
+	// assigned positions less handed (the most seen); lastPick orders ties (round robin); assigned, positions
+	// assigned since it attached (its row's); swept, its released as of the last sweep (bits below it are
+	// cleared); lastQ, the last position assigned to it, in commit number lastQCommit (its wake, §14.4).
+	read, queued, oldestQ, outstanding, relAssigned, skipped uint64
+	lastPick, assigned, swept, lastQ, lastQCommit            uint64
 }
+
+// v22 reports a group member that follows layout 2.2's rules: it publishes read and handed and skips
+// lapped descriptors (spec §14.1).
+func (m *member) v22() bool { return m.group != 0 && m.minor >= 2 }
 
 // memberSet is an immutable list of attached consumers the hot path wakes without taking a lock, and the
 // groups among them it assigns positions to (spec §14; nil without groups).
@@ -184,7 +192,10 @@ func (p *Producer) handle(c *net.UnixConn) string {
 		}
 		return ""
 	}
-	m, status, msg := p.admit(c, cred, h.Start, h.Group)
+	if h.Group != 0 && !p.mayJoin(cred, groups, h.Group) {
+		return refuse(StatusNotAllowed, fmt.Sprintf("ring %s: not permitted to join group %s", p.name, p.groupName(h.Group)))
+	}
+	m, status, msg := p.admit(c, cred, h)
 	if m == nil {
 		return refuse(status, msg)
 	}
@@ -325,7 +336,7 @@ func peerGroups(fd int) ([]uint32, error) {
 // admit gives a consumer a table row and a fresh region whose tail is its start position, under the lock
 // reclaiming takes, so no slot of a position at or after that tail is reused before it releases it (spec
 // §7.1). A nil member comes with the error record's status and message.
-func (p *Producer) admit(c *net.UnixConn, cred *unix.Ucred, start, group uint32) (*member, uint32, string) {
+func (p *Producer) admit(c *net.UnixConn, cred *unix.Ucred, h hello) (*member, uint32, string) {
 	region, err := newShm("ibvbridge."+p.name+".consumer", RegionSize)
 	if err != nil {
 		return nil, StatusBusy, fmt.Sprintf("ring %s: no memory for a consumer region: %v", p.name, err)
@@ -341,38 +352,23 @@ func (p *Producer) admit(c *net.UnixConn, cred *unix.Ucred, start, group uint32)
 		return nil, StatusClosing, fmt.Sprintf("ring %s is closing: the stream has ended", p.name)
 	}
 	index := p.freeRowLocked()
-	for try := 0; index < 0 && try < 50 && len(p.grave) > 0; try++ {
-		// A row whose group member left while the hot path was assigning is free once the hot path has
-		// moved on (spec §14: its bits must not reach a new member): at most a commit's time.
-		p.mu.Unlock()
-		time.Sleep(time.Millisecond)
-		p.mu.Lock()
-		p.buryLocked()
-		index = p.freeRowLocked()
-	}
-	if p.closing {
-		region.close()
-		return nil, StatusClosing, fmt.Sprintf("ring %s is closing: the stream has ended", p.name)
-	}
 	if index < 0 {
 		region.close()
 		return nil, StatusBusy, fmt.Sprintf("ring %s is busy: %d consumers are attached, the most it takes (--max-consumers)", p.name, p.cfg.MaxConsumers)
 	}
+	start, group := h.Start, h.Group
 	r := region.mem
 	m := &member{index: index, row: p.rowAt(index), region: *region, conn: c, pid: cred.Pid,
 		tail: u64at(r, regTail), consWait: u32at(r, regConsWaiting), consFutex: u32at(r, regConsFutex),
-		relFutex: u32at(r, regReleaseFutex), wakeAt: u64at(r, regWakeAt), group: group}
+		relFutex: u32at(r, regReleaseFutex), wakeAt: u64at(r, regWakeAt), group: group, minor: h.Minor,
+		readW: u64at(r, regRead), handedW: u64at(r, regHanded)}
 	m.released = p.oldestHeldLocked()
-	if start == StartHead || group != 0 { // a group member starts at head (spec §14)
+	if start == StartHead || group != 0 { // a group member starts at head (spec §14.1)
 		m.released = p.head.Load()
 	}
-	m.swept = m.released
+	m.read, m.swept = m.released, m.released
 	m.tail.Store(m.released)
-	for _, d := range p.departed {
-		if d.index == index && !d.limitSet {
-			d.limit, d.limitSet = m.released, true
-		}
-	}
+	m.readW.Store(m.released)
 	row, le := m.row, u64at
 	le(row, rowPID).Store(uint64(cred.Pid))
 	le(row, rowUID).Store(uint64(cred.Uid))
@@ -381,7 +377,11 @@ func (p *Producer) admit(c *net.UnixConn, cred *unix.Ucred, start, group uint32)
 	le(row, rowWakes).Store(0)
 	le(row, rowLostHeaps).Store(0)
 	le(row, rowAssigned).Store(0)
+	le(row, rowRead).Store(m.released)
+	le(row, rowQueued).Store(0)
+	le(row, rowSkipped).Store(0)
 	u32at(row, rowGroupID).Store(group)
+	u32at(row, rowClientMinor).Store(uint32(h.Minor))
 	gen := u32at(row, rowGeneration)
 	gen.Store(gen.Load() + 1)
 	u32at(row, rowState).Store(uint32(ConsumerAttached)) // last: the row is complete
@@ -394,32 +394,29 @@ func (p *Producer) admit(c *net.UnixConn, cred *unix.Ucred, start, group uint32)
 	return m, StatusOK, ""
 }
 
-// oldestHeldLocked is where a consumer attaching at the oldest heap starts (spec §7.1): the lowest
-// position an attached consumer has not released, or with none attached the oldest heap the ring still
-// holds — but never below scan: below it a group member may hold some positions' slots while others'
-// were reused (spec §14). It only reads cursors: the free pool is the hot path's. mu held.
+// oldestHeldLocked is where a consumer attaching at the oldest heap starts (spec §7.1, §14.5): the lowest
+// position an attached independent consumer has not released, or with none the oldest heap the ring still
+// holds — never below scan: below it a group member may hold some positions' slots while others' were
+// reused. It only reads cursors: the free pool is the hot path's. mu held.
 func (p *Producer) oldestHeldLocked() uint64 {
-	p.readCursorsLocked(p.publishedHead)
-	if len(p.members) == 0 {
-		return p.scan
+	p.readCursorsLocked(false)
+	start, found := p.scan, false
+	for _, m := range p.members {
+		// an independent's released is at or past scan (scan stops at the lowest of them)
+		if m.group == 0 && (!found || m.released-p.scan < start-p.scan) {
+			start, found = m.released, true
+		}
 	}
-	if r := p.slowestLocked().released; r-p.reclaim > p.scan-p.reclaim {
-		return r
-	}
-	return p.scan
+	return start
 }
 
-// freeRowLocked is the first consumer-table row a new consumer may take, -1 when none: not attached, and
-// not a departed group member's that the hot path may still be assigning to. mu held.
+// freeRowLocked is the first consumer-table row a new consumer may take, -1 when none. A departed
+// member's row is free at once: its positions were settled at its detach (spec §14.7). mu held.
 func (p *Producer) freeRowLocked() int {
 	for i := range p.cfg.MaxConsumers {
-		if ConsumerState(u32at(p.rowAt(i), rowState).Load()) == ConsumerAttached {
-			continue
+		if ConsumerState(u32at(p.rowAt(i), rowState).Load()) != ConsumerAttached {
+			return i
 		}
-		if slices.ContainsFunc(p.grave, func(m *member) bool { return m.index == i && m.group != 0 }) {
-			continue
-		}
-		return i
 	}
 	return -1
 }
@@ -465,13 +462,14 @@ func (p *Producer) detachLocked(m *member, why ConsumerState, detail string) {
 	// The consumer's final cursor (spec §7.2), if valid: what it released before it went is not lost.
 	head := p.head.Load()
 	if t := m.tail.Load(); t-m.released <= head-m.released {
-		m.released = t
-		u64at(m.row, rowReleased).Store(t)
+		p.acceptCursorLocked(m, t, head, false)
 	}
 	// Layout 2.1 §A: lost_heaps, then the state (a sequentially consistent store: the full fence), and only
 	// after that may any slot the consumer held be reused — a consumer that reads its row after reading a
 	// heap's bytes and sees it attached knows those bytes were the heap's.
-	u64at(m.row, rowLostHeaps).Store(head - m.released)
+	if !testMutants["row-late"] {
+		u64at(m.row, rowLostHeaps).Store(head - m.released)
+	}
 	if int64(m.released-p.readMark) > 0 {
 		p.readMark = m.released
 	}
@@ -480,9 +478,11 @@ func (p *Producer) detachLocked(m *member, why ConsumerState, detail string) {
 	p.publishSetLocked()
 	p.grave = append(p.grave, m)
 	if m.group != 0 {
-		p.departed = append(p.departed, m) // the hot path settles its positions (spec §14)
+		p.settleLocked(m, head)
 	}
-	u32at(m.row, rowState).Store(uint32(why))
+	if !testMutants["row-late"] {
+		u32at(m.row, rowState).Store(uint32(why))
+	}
 	switch why {
 	case ConsumerOverrun:
 		p.bumpLocked(CounterConsumerOverruns)
@@ -495,7 +495,9 @@ func (p *Producer) detachLocked(m *member, why ConsumerState, detail string) {
 	}
 	futexWakeAll(m.relFutex)
 	_ = m.conn.Close()
-	p.buryLocked() // at once, unless the hot path is using regions right now (then at its next commit)
+	if !testMutants["no-unmap"] {
+		p.buryLocked() // at once, unless the hot path is using regions right now (then at its next commit)
+	}
 }
 
 // buryLocked unmaps the regions of detached consumers unless the hot path may be using them (layout 2.1

@@ -35,7 +35,8 @@ if command -v lintian >/dev/null; then
     echo "$out" >&2
     fail "lintian"
   fi
-  [[ -n $out ]] && echo "$out" | sed 's/^/  lintian: /'
+  out=$(grep -v "running with root privileges" <<<"$out" || true)
+  [[ -n $out ]] && echo "$out" | sed "s/^/  lintian: /"
   ok "lintian: no error or warning that is not overridden with its reason"
 else
   say "lintian not installed (apt-get install lintian): not checked"
@@ -64,7 +65,7 @@ MA=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)
 so=$(readlink "/usr/lib/$MA/libibvbridge.so.5") || fail "no /usr/lib/$MA/libibvbridge.so.5 link"
 [[ -f /usr/lib/$MA/$so ]] || fail "libibvbridge.so.5 points at a missing $so"
 [[ $(readlink "/usr/lib/$MA/libibvbridge.so") == libibvbridge.so.5 ]] || fail "the dev link libibvbridge.so does not point at the soname"
-ldconfig -p | grep -q "libibvbridge.so.5 .*/usr/lib/$MA/libibvbridge.so.5" || fail "ldconfig does not know libibvbridge.so.5"
+ldconfig -p | grep -Eq "libibvbridge.so.5 .*=> (/usr)?/lib/$MA/libibvbridge.so.5$" || fail "ldconfig does not know libibvbridge.so.5"
 [[ $(objdump -p "/usr/lib/$MA/libibvbridge.so.5" | awk '/SONAME/{print $2}') == libibvbridge.so.5 ]] || fail "SONAME"
 ok "libibvbridge5: /usr/lib/$MA/libibvbridge.so.5 -> $so, in ldconfig's cache; libibvbridge-dev's link"
 

@@ -112,6 +112,7 @@ type Assembler struct {
 	badDescriptors   atomic.Uint64
 	rangeOverflows   atomic.Uint64
 	packetsAfterStop atomic.Uint64
+	chunkRebases     atomic.Uint64 // chunk mode: the window re-based to a time index far behind it (§13.4)
 
 	stopped bool
 	done    chan struct{}
@@ -200,7 +201,7 @@ func NewAssembler(p *ring.Producer, cfg AssemblerConfig) (*Assembler, error) {
 		recent:      newRecentHeaps(recentHeapsFor(cfg.MaxHeaps)),
 	}
 	if p.Chunks().Enabled() {
-		cp, err := newChunkPlacer(p, cfg.ChunkWindow, cfg.ChunkPlace, cfg.ChunkPlaceItems, a.evictChunk)
+		cp, err := newChunkPlacer(p, cfg.ChunkWindow, cfg.ChunkPlace, cfg.ChunkPlaceItems, a.evictChunk, &a.chunkRebases)
 		if err != nil {
 			return nil, err
 		}
@@ -244,6 +245,10 @@ func (a *Assembler) RangeOverflows() uint64 { return a.rangeOverflows.Load() }
 // PacketsAfterStop counts packets ignored because they arrived after the stream stopped. Safe from any
 // goroutine.
 func (a *Assembler) PacketsAfterStop() uint64 { return a.packetsAfterStop.Load() }
+
+// ChunkRebases is how many times a chunk-mode window re-based: a heap's chunk id was more than the
+// window behind it, so the time index had jumped (spec §13.4). Safe from any goroutine.
+func (a *Assembler) ChunkRebases() uint64 { return a.chunkRebases.Load() }
 
 // Packet takes one SPEAD packet (a UDP payload) received at recvNanos. It implements transport.Sink and
 // allocates nothing unless the packet carries item descriptors.

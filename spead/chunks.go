@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"github.com/ibvbridge/ibvbridge/ring"
 )
@@ -70,8 +71,10 @@ type openChunk struct {
 // the step) and axis item give its chunk and its position there; the heap is received straight into that
 // position, so a chunk is one slot whose payload is every heap of a time range in order, with a presence
 // map after it. W chunks are open at once, [oldest, oldest+W); a heap for a later chunk moves the window,
-// publishing the chunks it passes (incomplete ones flagged), a heap for an earlier one is too old. Chunks
-// are published in id order: when the oldest is full, when the window moves past them, at the end.
+// publishing the chunks it passes (incomplete ones flagged), a heap for an earlier one is too old — unless
+// it is more than W chunks earlier: then the time index jumped, and the window re-bases to it (counted).
+// Chunks are published in id order between re-bases: when the oldest is full, when the window moves past
+// them, at the end.
 //
 // Guesses (transport.Placer): the next packet of the heap the latest packet joined, inside its position;
 // then the next heaps, one position after the other from the latest heap's (time-major, axis within),
@@ -86,6 +89,7 @@ type chunkPlacer struct {
 	oldest          uint64      // the window's first chunk id
 	started         bool        // a heap has set the window
 	evict           func(*openChunk)
+	rebases         *atomic.Uint64 // the Assembler's count of window re-bases (spec §13.4)
 	// retiring: a chunk is being retired, its live heaps ended; ended must not retire it a second time.
 	retiring bool
 	// A user's placement (AssemblerConfig.ChunkPlace), nil: the time and axis items'.
@@ -106,7 +110,7 @@ type placeMemo struct {
 
 var _ placer = (*chunkPlacer)(nil)
 
-func newChunkPlacer(p *ring.Producer, window int, user ChunkPlaceFunc, userItems []uint64, evict func(*openChunk)) (*chunkPlacer, error) {
+func newChunkPlacer(p *ring.Producer, window int, user ChunkPlaceFunc, userItems []uint64, evict func(*openChunk), rebases *atomic.Uint64) (*chunkPlacer, error) {
 	if window == 0 {
 		window = defaultChunkWindow
 	}
@@ -115,7 +119,7 @@ func newChunkPlacer(p *ring.Producer, window int, user ChunkPlaceFunc, userItems
 		return nil, fmt.Errorf("spead: chunk window %d must be in 1..%d and at most the ring's %d slots",
 			window, maxChunkWindow, geo.SlotCount)
 	}
-	cp := &chunkPlacer{p: p, g: p.Chunks(), chunks: make([]openChunk, window), evict: evict}
+	cp := &chunkPlacer{p: p, g: p.Chunks(), chunks: make([]openChunk, window), evict: evict, rebases: rebases}
 	for i := range cp.chunks {
 		cp.chunks[i].state = make([]uint8, cp.g.Positions())
 	}
@@ -206,9 +210,15 @@ func (cp *chunkPlacer) heapSlot(h *liveHeap, pkt *Packet) (*ring.Slot, error) {
 		cp.started, cp.oldest = true, id
 	}
 	w := uint64(len(cp.chunks))
-	if d := id - cp.oldest; int64(d) < 0 {
+	if d := id - cp.oldest; int64(d) < 0 && cp.oldest-id <= w {
 		cp.p.Add(ring.CounterTooOldHeaps, 1)
 		return nil, errNotPlaced
+	} else if int64(d) < 0 {
+		// More than a window behind: not a late heap but a time index that jumped (a sender restarted, or
+		// an earlier heap carried a wild one). Re-base, or every later heap would be too old (spec §13.4).
+		cp.advance(cp.oldest + w)
+		cp.oldest = id
+		cp.rebases.Add(1)
 	} else if d >= w {
 		cp.advance(id - w + 1)
 	}
@@ -285,8 +295,8 @@ func (cp *chunkPlacer) retire(c *openChunk) {
 	c.slot, c.noSlot = nil, false
 }
 
-// ended records a heap leaving the window in its chunk: present if it is complete and fits its position,
-// else its position is free again (rejected if too long). Full chunks at the window's start are published.
+// ended records a heap leaving the window in its chunk: present if it is complete, fits its position and
+// has a payload, else its position is free again (rejected if too long or empty). Full chunks at the window's start are published.
 func (cp *chunkPlacer) ended(h *liveHeap, complete bool) bool {
 	c := h.chunk
 	if c == nil {
@@ -298,6 +308,11 @@ func (cp *chunkPlacer) ended(h *liveHeap, complete bool) bool {
 	switch {
 	case h.extent > room || h.hasLength && h.heapLength > room:
 		cp.p.Add(ring.CounterRejectedHeaps, 1) // a heap without a length that ran past its position
+		c.state[h.chunkPos] = posEmpty
+	case complete && h.extent == 0:
+		// No payload: no byte of its position is its own (a reused slot holds an earlier chunk's there), so
+		// it cannot be present (spec §13.4).
+		cp.p.Add(ring.CounterRejectedHeaps, 1)
 		c.state[h.chunkPos] = posEmpty
 	case complete:
 		c.state[h.chunkPos] = posPresent

@@ -258,7 +258,8 @@ func TestChunkPlacementExact(t *testing.T) {
 func ptr[T any](v T) *T { return &v }
 
 // A heap far ahead moves the window past every open chunk at once: they are published in order, the
-// chunks skipped over (no heap) are not published, and a heap for a skipped chunk is then too old.
+// chunks skipped over (no heap) are not published, and a heap for a skipped chunk within a window of the
+// new one is then too old.
 func TestChunkWindowJump(t *testing.T) {
 	p, c := chunkRing(t, 16)
 	a, err := spead.NewAssembler(p, spead.AssemblerConfig{ChunkWindow: 3})
@@ -274,7 +275,7 @@ func TestChunkWindowJump(t *testing.T) {
 	feed(1, 0)           // chunk 0
 	feed(2, ckHeaps)     // chunk 1
 	feed(3, 100*ckHeaps) // chunk 100: chunks 0 and 1 published
-	feed(4, 50*ckHeaps)  // chunk 50: too old
+	feed(4, 96*ckHeaps)  // chunk 96: too old (2 chunks behind the window [98, 100], within its reach)
 	a.Flush()
 	for _, want := range []uint64{0, 1, 100} {
 		ch, err := c.NextChunk(time.Second)
@@ -284,6 +285,93 @@ func TestChunkWindowJump(t *testing.T) {
 		c.Release(ch.Heap)
 	}
 	expectCounters(t, p.Stats(), map[ring.Counter]uint64{ring.CounterChunks: 3, ring.CounterTooOldHeaps: 1})
+	if a.ChunkRebases() != 0 {
+		t.Fatalf("%d re-bases for a heap within the window's reach", a.ChunkRebases())
+	}
+}
+
+// TestChunkWildTimeIndexRebasesInsteadOfStarvingTheStream (spec §13.4): one heap in 800 carries the time
+// index 2^48−1. It moves the window far ahead; the next heap, more than a window behind, re-bases it
+// (counted) instead of being too old, and so does every later one: the stream loses nothing (before, 756
+// of the 800 heaps were too old).
+func TestChunkWildTimeIndexRebasesInsteadOfStarvingTheStream(t *testing.T) {
+	p, c := testRing(t, ring.Config{SlotCount: 16, Chunks: ckGeometry, Policy: ring.PolicyBlock})
+	a, err := spead.NewAssembler(p, spead.AssemblerConfig{ChunkWindow: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan int)
+	go func() { // read and release every chunk, so the ring never fills
+		n := 0
+		for {
+			ch, err := c.NextChunk(5 * time.Second)
+			if err != nil {
+				done <- n
+				return
+			}
+			n++
+			c.Release(ch.Heap)
+		}
+	}()
+	for i := uint64(0); i < 800; i++ {
+		h := ckHeap(i+1, i, 0, 100, 0)
+		if i == 400 {
+			h.Items[0].Value = 1<<48 - 1 // the largest time item a 48-bit flavour carries
+		}
+		for _, b := range encodeAll(t, spead.Flavour64_48, 1500, &h) {
+			a.Packet(b, 1)
+		}
+	}
+	a.Packet(encodeAll(t, spead.Flavour64_48, 1500, ptr(spead.StreamStopHeap(99999999)))[0], 0)
+	chunks := <-done
+	st := p.Stats()
+	if st.Get(ring.CounterTooOldHeaps) != 0 || st.Get(ring.CounterHeaps) != 800 || a.ChunkRebases() != 1 {
+		t.Fatalf("too old %d, heaps placed %d, re-bases %d: want 0, 800, 1", st.Get(ring.CounterTooOldHeaps), st.Get(ring.CounterHeaps), a.ChunkRebases())
+	}
+	if chunks != 201 { // 200 chunks of 4 time positions, and the wild heap's own
+		t.Fatalf("%d chunks read, want 201", chunks)
+	}
+}
+
+// TestChunkEmptyHeapNotPresentOverStaleBytes (spec §13.4): a heap with no payload has no bytes for its
+// position. In a slot an earlier chunk filled, it is not marked present over that chunk's bytes: it is
+// rejected (rejected_heaps).
+func TestChunkEmptyHeapNotPresentOverStaleBytes(t *testing.T) {
+	p, c := chunkRing(t, 1) // one slot: the second chunk reuses the first's
+	a, err := spead.NewAssembler(p, spead.AssemblerConfig{ChunkWindow: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	feed := func(cnt, tt uint64, size int) {
+		h := ckHeap(cnt, tt, 0, size, 0)
+		if size == 0 {
+			h.Items = h.Items[:2] // the time and axis items: the encoder pads the payload to one byte
+		}
+		for _, b := range encodeAll(t, spead.Flavour64_40, 1500, &h) {
+			if size == 0 { // a heap of length 0, as a sender that does not pad sends it
+				setImmediate(b, 0x2, 0)
+				setImmediate(b, 0x4, 0)
+				b = b[:len(b)-1]
+			}
+			a.Packet(b, 1)
+		}
+	}
+	feed(1, 0, ckHeapSize) // chunk 0, position (0, 0): 3000 bytes
+	a.Flush()              // chunk 0 published
+	ch, err := c.NextChunk(time.Second)
+	if err != nil || ch.ID != 0 || ch.Present[0] != 1 {
+		t.Fatalf("chunk 0: %v, present %v", err, ch.Present)
+	}
+	c.Release(ch.Heap)
+	feed(2, ckHeaps, 0) // chunk 1 takes the slot, with chunk 0's bytes in position (0, 0)
+	a.Flush()
+	ch, err = c.NextChunk(time.Second)
+	if err != nil || ch.ID != 1 {
+		t.Fatalf("chunk 1: %v, id %d", err, ch.ID)
+	}
+	if ch.Present[0] != 0 || p.Stats().Get(ring.CounterRejectedHeaps) == 0 {
+		t.Fatalf("an empty heap marked present over chunk 0's bytes (present %d, rejected %d)", ch.Present[0], p.Stats().Get(ring.CounterRejectedHeaps))
+	}
 }
 
 // Placing a chunk stream's heaps allocates nothing per heap, and most packets are read straight into
@@ -557,6 +645,7 @@ func eachChunkInOrder(t *testing.T, a *spead.Assembler, p *ring.Producer, c *rin
 		t.Fatal(err)
 	}
 	var last int64 = -1
+	backs := uint64(0)
 	for {
 		ch, err := c.NextChunk(time.Second)
 		if err == ring.ErrEndOfStream {
@@ -565,8 +654,10 @@ func eachChunkInOrder(t *testing.T, a *spead.Assembler, p *ring.Producer, c *rin
 		if err != nil {
 			t.Fatal(err)
 		}
-		if int64(ch.ID) <= last {
-			t.Fatalf("chunk %d after %d", ch.ID, last)
+		if int64(ch.ID) <= last { // in id order, but for a re-base to a time index far behind (§13.4)
+			if backs++; backs > a.ChunkRebases() {
+				t.Fatalf("chunk %d after %d (%d re-bases)", ch.ID, last, a.ChunkRebases())
+			}
 		}
 		last = int64(ch.ID)
 		check(ch)

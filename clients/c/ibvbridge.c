@@ -9,6 +9,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -651,6 +652,7 @@ static void init_ring(struct ibvb_ring *r, const struct target *t, const struct 
 	ibvb_set_spin_budget(r, IBVB_DEFAULT_SPIN_BUDGET_NS);
 	r->read = r->released = r->stored = r->cached_head =
 	    atomic_load_explicit(&r->region->tail, memory_order_acquire);
+	r->read_stored = r->read; /* the producer stored read = tail before the welcome */
 	r->release_batch = r->slot_count / 8 < 1 ? 1 : (r->slot_count / 8 > 64 ? 64 : r->slot_count / 8);
 	r->group_id = t->group_id;
 }
@@ -809,6 +811,40 @@ int ibvb_producer_alive(const struct ibvb_ring *r)
 	return 1;
 }
 
+void ibvb__member_flush(struct ibvb_ring *r)
+{
+	ibvb__member_publish(r);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&r->ctl->producer_waiting, memory_order_relaxed) != 0)
+		ibvb__wake_producer(r); /* as a release does (spec §14.2) */
+}
+
+/* Spec §14.4: a 2.2 member found position pos lapped (head more than slot_count ahead of it, or its
+ * descriptor rewritten by a later lap). Detached wins; still attached, the positions it missed were not
+ * its own (the producer keeps every position assigned to it until it has read it): read moves to
+ * head - slot_count, the oldest descriptor that can still be one of its own (or, when head has not moved
+ * that far yet, past pos) and goes on. A member holding
+ * a heap cannot be lapped by a producer that keeps the rules: corrupt. */
+int ibvb__member_lapped(struct ibvb_ring *r, uint64_t pos)
+{
+	if (!ibvb__attached(r)) {
+		int rc = ibvb__row_changed(r);
+		if (rc < 0)
+			return rc;
+	}
+	uint64_t head = atomic_load_explicit(&r->ctl->head, memory_order_acquire);
+	if (r->released != r->read || head - pos > (1ull << 62))
+		return ibvb__corrupt_desc(r, pos, "lapped while holding", r->read - r->released, head - pos);
+	uint64_t to = head - r->slot_count;
+	if (to - pos > head - pos || to == pos)
+		to = pos + 1; /* head - slot_count is not after pos: move past pos alone */
+	r->read = r->released = to;
+	r->cached_head = head;
+	ibvb_flush_release(r);
+	ibvb__member_flush(r);
+	return 0;
+}
+
 void ibvb__wake_producer(struct ibvb_ring *r)
 {
 	/* Spec §7.4: plain load and store (this consumer is the word's only writer), then a shared wake. */
@@ -891,8 +927,12 @@ int ibvb_wait(struct ibvb_ring *r, struct ibvb_heap *h, int timeout_ms)
 		 * before saying -EAGAIN). */
 		uint32_t f = atomic_load_explicit(&g->consumer_futex, memory_order_acquire);
 		atomic_store_explicit(&g->wake_at, r->read + (coalesce ? r->coalesce_heaps : 1), memory_order_relaxed);
+		if (r->group_bit)
+			ibvb__member_publish(r); /* spec §14.2: read and handed before consumer_waiting */
 		atomic_store_explicit(&g->consumer_waiting, 1, memory_order_relaxed);
 		atomic_thread_fence(memory_order_seq_cst);
+		if (r->group_bit && atomic_load_explicit(&r->ctl->producer_waiting, memory_order_relaxed) != 0)
+			ibvb__wake_producer(r);
 		rc = ibvb_peek(r, h); /* re-reads head (acquire) and the row; step 2: CLOSED and drained → -ENODATA */
 		if (rc != -EAGAIN) {
 			atomic_store_explicit(&g->consumer_waiting, 0, memory_order_relaxed);
@@ -945,7 +985,7 @@ static const char *const counter_names[IBVB_CTR_COUNT] = {
     "duplicate_packets", "truncated_heaps", "discarded_incomplete_heaps",
     "end_of_stream",     "consumers_attached", "consumer_overruns",
     "consumer_errors",   "chunks",          "incomplete_chunks",
-    "too_old_heaps",     "rejected_heaps",  "group_lost",
+    "too_old_heaps",     "rejected_heaps",  "group_lost",      "group_skipped",
 };
 
 const char *ibvb_counter_name(unsigned idx) { return idx < IBVB_CTR_COUNT ? counter_names[idx] : NULL; }
@@ -1073,29 +1113,132 @@ static uint64_t le64(const uint8_t *p)
 	return v;
 }
 
-/* 1 when a record after offset o (well-formed up to it) has this id: spec §6, a reader that meets an id
- * twice keeps the last record. */
-static int id_repeats_later(const uint8_t *b, size_t len, size_t o, uint64_t id)
+static int meta_next_any(const void *buf, size_t len, size_t *off, struct ibvb_meta_record *rec);
+
+/* Which record of one buffer is the last with its id (spec §6: a reader that meets an id twice keeps the
+ * last), built once per iteration — when it starts at offset 0 or meets another buffer — in O(n log n):
+ * the (id, index) pairs of the well-formed records sorted, the last of each run marked. Per thread, freed
+ * at the thread's exit. */
+struct meta_index {
+	const void *buf;
+	size_t len, n, cap, k; /* k: the record expected next */
+	size_t *offs;          /* each record's offset, in order */
+	uint8_t *last;         /* 1: no later record has its id */
+	struct meta_pair {
+		uint64_t id;
+		size_t idx;
+	} *pairs;
+};
+static pthread_key_t meta_key;
+static pthread_once_t meta_once = PTHREAD_ONCE_INIT;
+
+static void meta_index_free(void *v)
 {
-	while (len - o >= sizeof(struct ibvb_meta_record_header)) {
-		uint32_t size = le32(b + o);
-		if (size < sizeof(struct ibvb_meta_record_header) || size % 8 != 0 || size > len - o)
-			return 0; /* the iterator reports the corrupt record when it gets there */
-		if (le64(b + o + 8) == id)
-			return 1;
-		o += size;
-	}
-	return 0;
+	struct meta_index *mi = v;
+	if (!mi)
+		return;
+	free(mi->offs);
+	free(mi->last);
+	free(mi->pairs);
+	free(mi);
+}
+static void meta_key_init(void) { pthread_key_create(&meta_key, meta_index_free); }
+
+static int pair_cmp(const void *a, const void *b)
+{
+	const struct meta_pair *x = a, *y = b;
+	if (x->id != y->id)
+		return x->id < y->id ? -1 : 1;
+	return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
-static int meta_next_any(const void *buf, size_t len, size_t *off, struct ibvb_meta_record *rec);
+static struct meta_index *meta_index_build(const void *buf, size_t len)
+{
+	pthread_once(&meta_once, meta_key_init);
+	struct meta_index *mi = pthread_getspecific(meta_key);
+	if (!mi) {
+		mi = calloc(1, sizeof *mi);
+		if (!mi || pthread_setspecific(meta_key, mi) != 0) {
+			free(mi);
+			return NULL;
+		}
+	}
+	mi->buf = NULL;
+	size_t need = len / IBVB_META_RECORD_HEADER_SIZE + 1; /* records are at least 32 bytes */
+	if (need > mi->cap) {
+		free(mi->offs);
+		free(mi->last);
+		free(mi->pairs);
+		mi->offs = malloc(need * sizeof *mi->offs);
+		mi->last = malloc(need);
+		mi->pairs = malloc(need * sizeof *mi->pairs);
+		mi->cap = mi->offs && mi->last && mi->pairs ? need : 0;
+		if (!mi->cap)
+			return NULL;
+	}
+	size_t off = 0, n = 0;
+	struct ibvb_meta_record rec;
+	char saved[IBVB__ERRBUF_SIZE];
+	snprintf(saved, sizeof saved, "%s", ibvb_last_error());
+	for (;;) {
+		size_t o = off;
+		if (meta_next_any(buf, len, &off, &rec) != 1)
+			break; /* the end, or a corrupt record: the iterator reports it when it gets there */
+		mi->offs[n] = o;
+		mi->pairs[n].id = rec.id;
+		mi->pairs[n].idx = n;
+		mi->last[n] = 0;
+		n++;
+	}
+	ibvb__set_error(saved);
+	qsort(mi->pairs, n, sizeof *mi->pairs, pair_cmp);
+	for (size_t i = 0; i < n; i++)
+		if (i + 1 == n || mi->pairs[i + 1].id != mi->pairs[i].id)
+			mi->last[mi->pairs[i].idx] = 1;
+	mi->buf = buf;
+	mi->len = len;
+	mi->n = n;
+	mi->k = 0;
+	return mi;
+}
+
+/* The index of the record at offset o, or n when o starts none. */
+static size_t meta_index_find(const struct meta_index *mi, size_t o)
+{
+	if (mi->k < mi->n && mi->offs[mi->k] == o)
+		return mi->k;
+	size_t lo = 0, hi = mi->n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (mi->offs[mid] < o)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < mi->n && mi->offs[lo] == o ? lo : mi->n;
+}
 
 int ibvb_meta_next(const void *buf, size_t len, size_t *off, struct ibvb_meta_record *rec)
 {
-	int rc;
-	while ((rc = meta_next_any(buf, len, off, rec)) == 1 && id_repeats_later(buf, len, *off, rec->id))
-		; /* a later record describes this id again: it wins */
-	return rc;
+	pthread_once(&meta_once, meta_key_init);
+	struct meta_index *mi = pthread_getspecific(meta_key);
+	if (*off == 0 || !mi || mi->buf != buf || mi->len != len)
+		mi = meta_index_build(buf, len);
+	if (!mi)
+		return fail(-ENOMEM, "metadata: out of memory for %zu bytes of records", len);
+	for (;;) {
+		size_t o = *off;
+		int rc = meta_next_any(buf, len, off, rec);
+		if (rc != 1)
+			return rc;
+		size_t k = meta_index_find(mi, o);
+		if (k == mi->n)
+			return 1; /* an offset the index does not know: the record as it is */
+		mi->k = k + 1;
+		if (mi->last[k])
+			return 1;
+		/* a later record describes this id again: it wins */
+	}
 }
 
 static int meta_next_any(const void *buf, size_t len, size_t *off, struct ibvb_meta_record *rec)

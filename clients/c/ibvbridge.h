@@ -51,13 +51,13 @@ extern "C" {
 #endif
 
 #define IBVB_VERSION_MAJOR_LIB 2 /* library version */
-#define IBVB_VERSION_MINOR_LIB 1
+#define IBVB_VERSION_MINOR_LIB 2
 
 /* ---- layout constants (spec §1, §2, §3) ------------------------------------------------------ */
 
 #define IBVB_MAGIC 0x474E495242564249ULL /* "IBVBRING" little-endian */
 #define IBVB_MAJOR 2
-#define IBVB_MINOR 1 /* 2.1: validate-after-read (a heap overrun while held is reported, never torn) */
+#define IBVB_MINOR 2 /* 2.2: group members publish read and handed (spec §14) */
 #define IBVB_CTL_FIXED_SIZE 0x1000 /* control memory before the consumer table */
 #define IBVB_ROW_SIZE 128          /* consumer-table row */
 #define IBVB_REGION_SIZE 4096      /* consumer region */
@@ -68,7 +68,7 @@ extern "C" {
 #define IBVB_DESC_SIZE 64
 #define IBVB_ITEM_SIZE 32
 #define IBVB_STATS_SLOTS 32
-#define IBVB_STATS_COUNT 18 /* counters defined by 2.1 (13 by 2.0, then the chunk counters and group_lost) */
+#define IBVB_STATS_COUNT 19 /* counters defined by 2.2 (13 by 2.0, the chunk counters, group_lost, group_skipped) */
 #define IBVB_REGION_ALIGN 4096
 #define IBVB_MAX_SLOT_COUNT (1u << 24)
 #define IBVB_MAX_ITEMS 65536u
@@ -136,6 +136,8 @@ extern "C" {
 #define IBVB_OFF_PRODUCER_WAITING 0x280
 #define IBVB_OFF_HEARTBEAT_NS 0x300
 #define IBVB_OFF_OLDEST 0x308
+#define IBVB_OFF_BLOCKED_ON 0x310
+#define IBVB_OFF_BLOCKED_SINCE_NS 0x318
 #define IBVB_OFF_RESERVED_380 0x380
 #define IBVB_OFF_STATS 0x500
 #define IBVB_OFF_RESERVED_600 0x600
@@ -152,13 +154,19 @@ extern "C" {
 #define IBVB_ROW_OFF_LOST_HEAPS 0x30
 #define IBVB_ROW_OFF_ASSIGNED 0x38
 #define IBVB_ROW_OFF_GROUP_ID 0x40
-#define IBVB_ROW_OFF_RESERVED 0x44
+#define IBVB_ROW_OFF_CLIENT_MINOR 0x44
+#define IBVB_ROW_OFF_READ 0x48
+#define IBVB_ROW_OFF_QUEUED 0x50
+#define IBVB_ROW_OFF_SKIPPED 0x58
+#define IBVB_ROW_OFF_RESERVED 0x60
 
 /* Consumer region offsets (spec §3). */
 #define IBVB_REG_OFF_TAIL 0x000
 #define IBVB_REG_OFF_CONSUMER_WAITING 0x080
 #define IBVB_REG_OFF_CONSUMER_FUTEX 0x084
 #define IBVB_REG_OFF_WAKE_AT 0x088
+#define IBVB_REG_OFF_READ 0x090
+#define IBVB_REG_OFF_HANDED 0x098
 #define IBVB_REG_OFF_RELEASE_FUTEX 0x100
 #define IBVB_REG_OFF_SPIN_BUDGET_NS 0x180
 
@@ -212,7 +220,8 @@ enum ibvb_counter {
 	IBVB_CTR_TOO_OLD_HEAPS = 15,
 	IBVB_CTR_REJECTED_HEAPS = 16,
 	IBVB_CTR_GROUP_LOST = 17, /* positions lost for a consumer group when a member left holding them (§14) */
-	IBVB_CTR_COUNT = 18
+	IBVB_CTR_GROUP_SKIPPED = 18, /* 2.2: positions members released without handing them out (§14.7) */
+	IBVB_CTR_COUNT = 19
 };
 
 /* ---- shared structures ----------------------------------------------------------------------- */
@@ -265,7 +274,10 @@ struct ibvb_ctl {
 	/* 0x300 producer info */
 	IBVB_ATOMIC(uint64_t) heartbeat_ns;
 	IBVB_ATOMIC(uint64_t) oldest;
-	uint8_t pad_pinfo[112];
+	IBVB_ATOMIC(uint32_t) blocked_on;       /* 2.2 §14.6: row + 1 a block producer waits for, 0 none */
+	uint32_t pad_blocked;
+	IBVB_ATOMIC(uint64_t) blocked_since_ns; /* 2.2 §14.6: CLOCK_REALTIME when that wait began */
+	uint8_t pad_pinfo[96];
 	/* 0x380 */
 	uint8_t reserved_380[0x500 - 0x380];
 	/* 0x500 stats */
@@ -287,7 +299,11 @@ struct ibvb_row {
 	IBVB_ATOMIC(uint64_t) lost_heaps;
 	IBVB_ATOMIC(uint64_t) assigned; /* 2.1 §14: positions assigned to this group member since it attached */
 	IBVB_ATOMIC(uint32_t) group_id; /* 2.1 §14: its hello's group_id, 0 for an independent consumer */
-	uint8_t reserved[IBVB_ROW_SIZE - 0x44];
+	IBVB_ATOMIC(uint32_t) client_minor; /* 2.2: the minor of its hello */
+	IBVB_ATOMIC(uint64_t) read;     /* 2.2 §14.2: a member's read position as the producer accepted it */
+	IBVB_ATOMIC(uint64_t) queued;   /* 2.2 §14.2: assigned to the member, published, not yet read */
+	IBVB_ATOMIC(uint64_t) skipped;  /* 2.2 §14.7: assigned positions released without being handed out */
+	uint8_t reserved[IBVB_ROW_SIZE - 0x60];
 };
 
 /* Consumer region (spec §3): one per attachment, mapped read-write; this consumer is its only writer
@@ -298,7 +314,9 @@ struct ibvb_region {
 	IBVB_ATOMIC(uint32_t) consumer_waiting;
 	IBVB_ATOMIC(uint32_t) consumer_futex;
 	IBVB_ATOMIC(uint64_t) wake_at; /* wake me once head reaches this (spec §7.5) */
-	uint8_t pad_cwait[0x100 - 0x90];
+	IBVB_ATOMIC(uint64_t) read;    /* 2.2 member: every position below it has been looked at (spec §14.2) */
+	IBVB_ATOMIC(uint64_t) handed;  /* 2.2 member: own heaps handed to the caller since attach (spec §14.2) */
+	uint8_t pad_cwait[0x100 - 0xA0];
 	IBVB_ATOMIC(uint32_t) release_futex;
 	uint8_t pad_release[0x180 - 0x104];
 	IBVB_ATOMIC(uint64_t) spin_budget_ns;
@@ -418,6 +436,8 @@ IBVB__CHECK(struct ibvb_ctl, head, IBVB_OFF_HEAD);
 IBVB__CHECK(struct ibvb_ctl, producer_waiting, IBVB_OFF_PRODUCER_WAITING);
 IBVB__CHECK(struct ibvb_ctl, heartbeat_ns, IBVB_OFF_HEARTBEAT_NS);
 IBVB__CHECK(struct ibvb_ctl, oldest, IBVB_OFF_OLDEST);
+IBVB__CHECK(struct ibvb_ctl, blocked_on, IBVB_OFF_BLOCKED_ON);
+IBVB__CHECK(struct ibvb_ctl, blocked_since_ns, IBVB_OFF_BLOCKED_SINCE_NS);
 IBVB__CHECK(struct ibvb_ctl, reserved_380, IBVB_OFF_RESERVED_380);
 IBVB__CHECK(struct ibvb_ctl, stats, IBVB_OFF_STATS);
 IBVB__CHECK(struct ibvb_ctl, reserved_600, IBVB_OFF_RESERVED_600);
@@ -432,6 +452,10 @@ IBVB__CHECK(struct ibvb_row, released, IBVB_ROW_OFF_RELEASED);
 IBVB__CHECK(struct ibvb_row, wakes, IBVB_ROW_OFF_WAKES);
 IBVB__CHECK(struct ibvb_row, assigned, IBVB_ROW_OFF_ASSIGNED);
 IBVB__CHECK(struct ibvb_row, group_id, IBVB_ROW_OFF_GROUP_ID);
+IBVB__CHECK(struct ibvb_row, client_minor, IBVB_ROW_OFF_CLIENT_MINOR);
+IBVB__CHECK(struct ibvb_row, read, IBVB_ROW_OFF_READ);
+IBVB__CHECK(struct ibvb_row, queued, IBVB_ROW_OFF_QUEUED);
+IBVB__CHECK(struct ibvb_row, skipped, IBVB_ROW_OFF_SKIPPED);
 IBVB__CHECK(struct ibvb_row, lost_heaps, IBVB_ROW_OFF_LOST_HEAPS);
 IBVB__CHECK(struct ibvb_row, reserved, IBVB_ROW_OFF_RESERVED);
 
@@ -440,6 +464,8 @@ IBVB__CHECK(struct ibvb_region, tail, IBVB_REG_OFF_TAIL);
 IBVB__CHECK(struct ibvb_region, consumer_waiting, IBVB_REG_OFF_CONSUMER_WAITING);
 IBVB__CHECK(struct ibvb_region, consumer_futex, IBVB_REG_OFF_CONSUMER_FUTEX);
 IBVB__CHECK(struct ibvb_region, wake_at, IBVB_REG_OFF_WAKE_AT);
+IBVB__CHECK(struct ibvb_region, read, IBVB_REG_OFF_READ);
+IBVB__CHECK(struct ibvb_region, handed, IBVB_REG_OFF_HANDED);
 IBVB__CHECK(struct ibvb_region, release_futex, IBVB_REG_OFF_RELEASE_FUTEX);
 IBVB__CHECK(struct ibvb_region, spin_budget_ns, IBVB_REG_OFF_SPIN_BUDGET_NS);
 IBVB__CHECK(struct ibvb_region, reserved, 0x188);
@@ -561,6 +587,9 @@ struct ibvb_ring {
 	uint64_t group_bit;               /* this row's bit in a descriptor's assign, 0 when not a member */
 	uint8_t *mine;                    /* member: mine[pos & mask] = 1 while pos is its own held heap */
 	uint32_t group_id;                /* ibvb_group_id(opts->group), 0 for none */
+	/* 2.2 members (spec §14.2), appended in soname 6 */
+	uint64_t handed;                  /* own heaps handed to the caller since attach */
+	uint64_t read_stored;             /* read as last stored to the region */
 };
 
 /* One heap: payload is a view into the ring (valid while ibvb_heap_valid says so), items a private,
@@ -720,6 +749,8 @@ int ibvb__corrupt_desc(struct ibvb_ring *r, uint64_t pos, const char *what, uint
 int ibvb__corrupt_state(struct ibvb_ring *r, const char *what, uint32_t state);
 int ibvb__row_changed(struct ibvb_ring *r);
 int ibvb__stale(struct ibvb_ring *r);
+int ibvb__member_lapped(struct ibvb_ring *r, uint64_t pos);
+void ibvb__member_flush(struct ibvb_ring *r);
 
 /* ---- hot path (inline) ----------------------------------------------------------------------- */
 
@@ -750,8 +781,20 @@ static inline int ibvb__attached(const struct ibvb_ring *r)
  * be another heap's. No syscall: an acquire fence and two loads. */
 static inline int ibvb_heap_valid(const struct ibvb_ring *r, const struct ibvb_heap *h)
 {
-	(void)h;
+	if (h->position - r->released >= r->read - r->released)
+		return 0; /* not held: released already, or never handed out */
+	if (r->mine && !r->mine[h->position & r->mask])
+		return 0; /* a member's position that was not its own */
 	return ibvb__attached(r);
+}
+
+/* A 2.2 member publishes what it has read and handed out (spec §14.2): release stores, before its tail
+ * store and before it announces that it sleeps. */
+static inline void ibvb__member_publish(struct ibvb_ring *r)
+{
+	r->read_stored = r->read;
+	ibvb__store(&r->region->read, r->read, release);
+	ibvb__store(&r->region->handed, r->handed, release);
 }
 
 /* Stores the released position to this consumer's tail (spec §7.4): release store, full fence, and if the
@@ -763,6 +806,8 @@ static inline void ibvb_flush_release(struct ibvb_ring *r)
 {
 	if (r->stored == r->released)
 		return;
+	if (r->group_bit)
+		ibvb__member_publish(r); /* read and handed before tail: the producer loads tail, then read */
 	r->stored = r->released;
 	ibvb__store(&r->region->tail, r->released, release);
 	ibvb__fence();
@@ -818,6 +863,8 @@ static inline void ibvb__pass_over(struct ibvb_ring *r, uint64_t pos)
 		if (r->released - r->stored >= r->release_batch)
 			ibvb_flush_release(r);
 	}
+	if (r->read - r->read_stored >= r->release_batch)
+		ibvb__member_flush(r); /* read may lag by at most a release batch (spec §14.2) */
 }
 
 /* Release everything read so far (same contract as ibvb_release on the newest held heap). */
@@ -872,12 +919,25 @@ again:;
 			if (pos == r->cached_head)
 				return -ENODATA;
 		}
+		if (__builtin_expect(r->group_bit != 0 && r->cached_head - pos > r->slot_count, 0)) {
+			int rc = ibvb__member_lapped(r, pos); /* spec §14.4: what it missed was not its own */
+			if (rc < 0)
+				return rc;
+			goto again;
+		}
 		if (__builtin_expect(r->cached_head - r->released > r->slot_count, 0))
 			return ibvb__corrupt_desc(r, pos, "head distance", r->cached_head - r->released, r->slot_count);
 	}
 	struct ibvb_desc d = r->desc[pos & r->mask]; /* one copy: every field below is the validated one */
-	if (__builtin_expect(d.seq != pos + 1, 0))
-		return ibvb__corrupt_desc(r, pos, "seq", d.seq, pos + 1);
+	if (__builtin_expect(d.seq != pos + 1, 0)) {
+		uint64_t ahead = d.seq - (pos + 1);
+		if (r->group_bit == 0 || (ahead & r->mask) != 0 || ahead >= (1ull << 63))
+			return ibvb__corrupt_desc(r, pos, "seq", d.seq, pos + 1);
+		int rc = ibvb__member_lapped(r, pos); /* overwritten by a later lap: not its own (spec §14.4) */
+		if (rc < 0)
+			return rc;
+		goto again;
+	}
 	if (__builtin_expect(r->group_bit != 0, 0) && ibvb__member_passes(r, pos, &d))
 		goto again; /* another member's position: its seq checked, nothing else read (spec §14) */
 	if (__builtin_expect(d.slot >= r->slot_count, 0))
@@ -927,6 +987,9 @@ again:;
 	h->slot = d.slot;
 	h->payload = r->payload + (uint64_t)d.slot * r->slot_size;
 	h->items = items;
+	r->handed++;
+	if (__builtin_expect(r->group_bit != 0 && r->read - r->read_stored >= r->release_batch, 0))
+		ibvb__member_flush(r); /* read may lag by at most a release batch (spec §14.2) */
 	return 0;
 }
 

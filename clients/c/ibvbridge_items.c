@@ -3,6 +3,7 @@
  * items by format as spead2 does it (ibvbridge_items.h). */
 #define _GNU_SOURCE
 #include "ibvbridge.h"
+#include "ibvbridge_internal.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -118,15 +119,36 @@ int ibvb_descriptors_read(const struct ibvb_ring *r, struct ibvb_descriptors **o
 {
 	ibvb_descriptors_free(*out);
 	*out = NULL;
-	size_t cap = r->meta_size > IBVB_META_HEADER_SIZE ? r->meta_size - IBVB_META_HEADER_SIZE : 0;
-	uint8_t *buf = malloc(cap ? cap : 1);
+	/* Sized by the length the producer wrote, not by the header's meta_size (which a ring may make huge), and
+	 * at most IBVB_DESCRIPTORS_MAX_BYTES. */
+	size_t cap = 4096;
+	uint8_t *buf = malloc(cap);
 	if (!buf)
 		return -ENOMEM;
 	long len = -EAGAIN;
 	uint64_t seq = 0;
 	for (int attempt = 0; attempt < 1000 && len == -EAGAIN; attempt++) {
 		uint64_t s0 = meta_seq(r);
-		len = ibvb_read_meta(r, buf, cap, NULL);
+		size_t need = 0;
+		len = ibvb_read_meta(r, buf, cap, &need);
+		if (len == -ENOBUFS) {
+			if (need > IBVB_DESCRIPTORS_MAX_BYTES) {
+				free(buf);
+				return ibvb__fail(-EMSGSIZE,
+						  "ring %s: %zu bytes of item descriptors exceed the %u this client reads "
+						  "(IBVB_DESCRIPTORS_MAX_BYTES)",
+						  r->name, need, (unsigned)IBVB_DESCRIPTORS_MAX_BYTES);
+			}
+			uint8_t *nb = realloc(buf, need);
+			if (!nb) {
+				free(buf);
+				return -ENOMEM;
+			}
+			buf = nb;
+			cap = need;
+			len = -EAGAIN; /* read again into the larger buffer */
+			continue;
+		}
 		if (len >= 0 && meta_seq(r) != s0)
 			len = -EAGAIN; /* rewritten between the two reads: the seq would not name what we hold */
 		seq = s0;

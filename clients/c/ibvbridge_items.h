@@ -37,6 +37,9 @@ struct ibvb_format_field {
 	uint32_t bits;
 };
 
+/* ibvb_descriptors_read refuses stream metadata longer than this (-EMSGSIZE, one line): the copy is sized
+ * by what the producer wrote, never by the header's meta_size alone. */
+#define IBVB_DESCRIPTORS_MAX_BYTES (64u << 20)
 #define IBVB_FORMAT_MAX 16  /* fields kept per descriptor (a longer format is -EBADMSG) */
 #define IBVB_NDIM_MAX 32    /* dimensions kept per descriptor */
 #define IBVB_NDIM_UNKNOWN (-1)

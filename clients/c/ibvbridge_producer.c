@@ -44,9 +44,34 @@
 #define MAX_OBSERVERS IBVB_PRODUCER_MAX_OBSERVERS
 #define NGROUPS_MAX_PEER 65536 /* the kernel's NGROUPS_MAX */
 
+#ifdef IBVB_TEST_HOOKS
+/* Test builds only (make EXTRA_CFLAGS=-DIBVB_TEST_HOOKS: the conformance suite, interop/conformance).
+ * IBVBRIDGE_TEST_MUTANT lists guards to break, to prove the suite catches each: row-late (a detached
+ * consumer's row is not written before its slots are reused), no-wake (interrupt does not wake a producer
+ * asleep on a release futex), no-unmap (a detached consumer's region is left to the next commit or
+ * heartbeat); IBVBRIDGE_TEST_WAIT_SLICE_MS replaces the 250 ms slice of a blocked producer. */
+static int test_mutant(const char *name)
+{
+	const char *e = getenv("IBVBRIDGE_TEST_MUTANT");
+	return e && strstr(e, name) != NULL;
+}
+static int64_t test_wait_slice_ns(void)
+{
+	const char *e = getenv("IBVBRIDGE_TEST_WAIT_SLICE_MS");
+	return e && atoll(e) > 0 ? atoll(e) * 1000000LL : WAIT_SLICE_NS;
+}
+static int64_t test_beat_ns(void) /* IBVBRIDGE_TEST_BEAT_MS: the heartbeat, whose sweep hides no-unmap */
+{
+	const char *e = getenv("IBVBRIDGE_TEST_BEAT_MS");
+	return e && atoll(e) > 0 ? atoll(e) * 1000000LL : BEAT_NS;
+}
+#else
+#define test_mutant(name) 0
+#define test_wait_slice_ns() WAIT_SLICE_NS
+#define test_beat_ns() BEAT_NS
+#endif
+
 /* ---- small helpers ---------------------------------------------------------------------------- */
-
-
 
 uint64_t ibvb__realtime_ns(void)
 {
@@ -67,11 +92,15 @@ struct pmember {
 	int fd;                     /* its connection (-1 until its welcome is sent) */
 	struct ibvb_region *region; /* our mapping of its region (never trusted) */
 	uint64_t released;          /* last valid tail */
-	/* consumer groups (spec §14): group is the hello's group_id (0: independent); outstanding counts the
-	 * positions assigned to it and not yet seen released, last_pick orders ties (round robin), assigned is
-	 * its row's, swept is its released as of the last sweep (positions before it no longer need it) */
-	uint32_t group;
-	uint64_t outstanding, last_pick, assigned, swept;
+	/* consumer groups (spec §14): group is the hello's group_id (0: independent), v22 a member whose hello
+	 * said minor >= 2 (it publishes read and handed); rd its read as accepted (a 2.1 member's: its tail),
+	 * queued the positions assigned to it in [rd, head), uq a position at or before its oldest queued one,
+	 * swept its released as of the last sweep (positions before it no longer need it), last_pick orders
+	 * ties (round robin), assigned is its row's, rel_assigned the assigned positions it released, handed
+	 * its region's as last read, own_end 1 + the last position assigned to it in the commit being made */
+	uint32_t group, minor;
+	int v22;
+	uint64_t rd, queued, uq, swept, last_pick, assigned, rel_assigned, handed, own_end;
 };
 
 struct pgrave {
@@ -79,8 +108,18 @@ struct pgrave {
 	uint64_t gen; /* set generation at its detach: unmapped once the hot path has adopted it */
 };
 
+/* A grant (spec §14.1), the producer's own copy. */
+struct pgrant {
+	uint32_t id;
+	char name[IBVB_NAME_MAX + 1];
+	uint32_t *uids, *gids;
+	size_t nuids, ngids;
+};
+
 struct ibvb__pstate {
 	pthread_mutex_t mu; /* the consumer set, rows, reclaim, grave */
+	struct pgrant *grants; /* constant after create */
+	size_t ngrants;
 	pthread_t thr;
 	int thr_on;
 	int stop_pipe[2];
@@ -100,6 +139,7 @@ struct ibvb__pstate {
 	 * left and positions below scan may have become free. picks: assignments made (for last_pick). */
 	uint64_t *pos_need;
 	uint64_t scan, window_end, picks;
+	uint64_t skipped_gone; /* group_skipped of departed members */
 	int rescan;
 	uint64_t set_gen; /* under mu; mirrored to p->set_gen */
 	int nmembers;
@@ -393,10 +433,9 @@ static int new_shm(const char *what, uint64_t size, int *fd_out, void **map)
 	return 0;
 }
 
-/* ---- consumers (spec §2.2, §7.1-§7.3) --------------------------------------------------------- */
+/* ---- consumers (spec §2.2, §7.1-§7.3, §14) ---------------------------------------------------- */
 
-/* The attached consumer that has released least, -1 with none: the furthest behind head (every cursor is
- * within slot_count of it; a group member's may be below reclaim, spec §14). mu held. */
+/* The attached consumer that has released least, -1 with none: the furthest behind head. mu held. */
 static int slowest_locked(struct ibvb_producer *p, uint64_t head)
 {
 	struct ibvb__pstate *st = p->st;
@@ -421,29 +460,72 @@ static void free_pos(struct ibvb_producer *p, uint64_t q)
 	}
 }
 
-/* A group member left (spec §14): its bits leave every published position — what it had released is
- * released, what it had been assigned at or after its final tail is lost for its group (group_lost) — so
- * the next consumer of its row inherits nothing. Positions below scan that nobody needs now are freed by
- * the hot path's next reclaim (rescan: the pool is the hot path's). Any thread, mu held. */
+/* Clip [*from, to) to the positions whose bookkeeping (pos_need, indexed like the descriptors) is still
+ * theirs: none before head - slot_count (spec §14.7: every loop over positions covers at most slot_count
+ * positions, compared by subtraction). 1 if the clipped range is not empty. to must not be after head. */
+static int clip_range(const struct ibvb_producer *p, uint64_t head, uint64_t *from, uint64_t to)
+{
+	uint64_t df = head - *from, dt = head - to;
+	if (df > p->slot_count) {
+		df = p->slot_count;
+		*from = head - df;
+	}
+	return df > dt;
+}
+
+/* A member's skipped (spec §14.7): assigned positions it released minus the heaps it says it handed out. */
+static uint64_t skipped_of(const struct pmember *m)
+{
+	return m->v22 && m->rel_assigned > m->handed ? m->rel_assigned - m->handed : 0;
+}
+
+/* group_skipped (stats 18): the departed members' skipped plus the attached ones'. mu held. */
+static void store_skipped_locked(struct ibvb_producer *p)
+{
+	struct ibvb__pstate *st = p->st;
+	uint64_t sum = st->skipped_gone;
+	for (uint32_t i = 0; i < st->max_consumers; i++)
+		if (st->m[i].on && st->m[i].v22)
+			sum += skipped_of(&st->m[i]);
+	atomic_store_explicit(&p->ctl->stats[IBVB_CTR_GROUP_SKIPPED], sum, memory_order_relaxed);
+}
+
+/* A group member left (spec §14.7), settled at the detach: its bit leaves every position that carries it —
+ * what it released before its final tail counts as released, what it had been assigned at or after it is
+ * lost for its group (group_lost) — so the next consumer of its row inherits nothing. Positions below scan
+ * that nobody needs now are freed by the hot path's next reclaim (rescan: the pool is the hot path's). Any
+ * thread, mu held, its region still mapped. */
 static void settle_departed_locked(struct ibvb_producer *p, uint32_t i)
 {
 	struct ibvb__pstate *st = p->st;
 	struct pmember *m = &st->m[i];
 	uint64_t bit = 1ull << i, lost = 0;
 	/* head is stored under mu whenever positions are assigned: every position carrying bit is below it */
-	uint64_t end = atomic_load_explicit(&p->ctl->head, memory_order_acquire);
-	for (uint64_t q = m->swept; q != end; q++) {
-		uint64_t *need = &st->pos_need[q & p->mask];
-		if (!(*need & bit))
-			continue;
-		*need &= ~bit;
-		if (q - m->released < end - m->released) /* at or after its final tail: never released */
-			lost++;
-	}
+	uint64_t end = atomic_load_explicit(&p->ctl->head, memory_order_acquire), q = m->swept;
+	if (clip_range(p, end, &q, end))
+		for (; q != end; q++) {
+			uint64_t *need = &st->pos_need[q & p->mask];
+			if (!(*need & bit))
+				continue;
+			*need &= ~bit;
+			if (q - m->released < end - m->released) /* at or after its final tail: never released */
+				lost++;
+			else
+				m->rel_assigned++;
+		}
 	if (lost)
 		atomic_fetch_add_explicit(&p->ctl->stats[IBVB_CTR_GROUP_LOST], lost, memory_order_relaxed);
+	if (m->v22) {
+		m->handed = atomic_load_explicit(&m->region->handed, memory_order_acquire);
+		st->skipped_gone += skipped_of(m);
+		atomic_store_explicit(&p->rows[i].skipped, skipped_of(m), memory_order_relaxed);
+	}
 	m->swept = end;
+	m->queued = 0;
+	m->group = 0;
+	m->v22 = 0;
 	st->rescan = 1;
+	store_skipped_locked(p);
 	atomic_fetch_sub_explicit(&p->group_members, 1, memory_order_relaxed);
 }
 
@@ -486,8 +568,10 @@ static void detach_locked(struct ibvb_producer *p, uint32_t i, uint32_t state, u
 	if (!m->on)
 		return;
 	struct ibvb_row *row = &p->rows[i];
-	atomic_store_explicit(&row->lost_heaps, lost, memory_order_relaxed);
-	atomic_store_explicit(&row->state, state, memory_order_release);
+	if (!test_mutant("row-late")) {
+		atomic_store_explicit(&row->lost_heaps, lost, memory_order_relaxed);
+		atomic_store_explicit(&row->state, state, memory_order_release);
+	}
 	/* 2.1 §A: the row says detached before any slot it held is reused (a consumer checks it after reading) */
 	atomic_thread_fence(memory_order_seq_cst);
 	if (state == IBVB_CONSUMER_OVERRUN)
@@ -503,7 +587,7 @@ static void detach_locked(struct ibvb_producer *p, uint32_t i, uint32_t state, u
 	m->on = 0;
 	st->nmembers--;
 	bump_set_locked(p);
-	if (hot_idle(p)) { /* spec 2.1 §C: unmapped at detach, not at the next publish */
+	if (hot_idle(p) && !test_mutant("no-unmap")) { /* spec 2.1 §C: unmapped at detach, not at the next publish */
 		munmap(m->region, IBVB_REGION_SIZE);
 		m->region = NULL;
 		return;
@@ -524,10 +608,43 @@ static void detach_locked(struct ibvb_producer *p, uint32_t i, uint32_t state, u
 	m->region = NULL;
 }
 
+/* Member i's read as the producer accepts it (spec §14.2): a 2.2 member's region read, taken as its tail
+ * when outside [tail, head]; a 2.1 member's tail. Its queued count follows: the positions assigned to it
+ * that read passed (or, moved back, uncovered). Any thread, mu held. */
+static void accept_read_locked(struct ibvb_producer *p, uint32_t i, uint64_t head)
+{
+	struct ibvb__pstate *st = p->st;
+	struct pmember *m = &st->m[i];
+	uint64_t bit = 1ull << i, r = m->released;
+	if (m->v22) {
+		r = atomic_load_explicit(&m->region->read, memory_order_acquire);
+		if (r - m->released > head - m->released)
+			r = m->released; /* only harms its own share: not a detach */
+		m->handed = atomic_load_explicit(&m->region->handed, memory_order_acquire);
+	}
+	if (r == m->rd)
+		return;
+	int fwd = r - m->rd <= head - m->rd;
+	uint64_t from = fwd ? m->rd : r, to = fwd ? r : m->rd, q = from;
+	if (clip_range(p, head, &q, to))
+		for (; q != to; q++)
+			if (st->pos_need[q & p->mask] & bit) {
+				if (fwd && m->queued)
+					m->queued--;
+				else if (!fwd)
+					m->queued++;
+			}
+	if (!fwd)
+		m->uq = r;
+	m->rd = r;
+	atomic_store_explicit(&p->rows[i].read, r, memory_order_relaxed);
+	atomic_store_explicit(&p->rows[i].queued, m->queued, memory_order_relaxed);
+}
+
 /* Read every attached consumer's cursor (spec §7.2): valid ones become its released position (and its row's),
- * an invalid one detaches it (state 3). hot: called by the hot path, whose committed head bounds the range;
- * else the published head is loaded after each tail (a consumer may have seen a newer head than an earlier
- * load). Frees no slot. mu held. */
+ * an invalid one detaches it (state 3); a group member's read follows (§14.2). hot: called by the hot path,
+ * whose committed head bounds the range; else the published head is loaded after each tail (a consumer may
+ * have seen a newer head than an earlier load). Frees no slot. mu held. */
 static void read_cursors_locked(struct ibvb_producer *p, int hot)
 {
 	struct ibvb__pstate *st = p->st;
@@ -545,6 +662,8 @@ static void read_cursors_locked(struct ibvb_producer *p, int hot)
 			m->released = t;
 			atomic_store_explicit(&p->rows[i].released, t, memory_order_relaxed);
 		}
+		if (m->group)
+			accept_read_locked(p, i, head);
 	}
 }
 
@@ -555,42 +674,83 @@ static void sweep_locked(struct ibvb_producer *p, uint32_t i)
 {
 	struct ibvb__pstate *st = p->st;
 	struct pmember *m = &st->m[i];
-	uint64_t bit = 1ull << i;
-	for (uint64_t q = m->swept; q != m->released; q++) {
-		uint64_t *need = &st->pos_need[q & p->mask];
-		if (!(*need & bit))
-			continue;
-		*need &= ~bit;
-		m->outstanding--;
-		if (*need == 0 && q - st->reclaim < st->scan - st->reclaim)
-			free_pos(p, q);
-	}
+	uint64_t bit = 1ull << i, q = m->swept;
+	if (clip_range(p, p->committed, &q, m->released))
+		for (; q != m->released; q++) {
+			uint64_t *need = &st->pos_need[q & p->mask];
+			if (!(*need & bit))
+				continue;
+			*need &= ~bit;
+			m->rel_assigned++;
+			if (*need == 0 && q - st->reclaim < st->scan - st->reclaim)
+				free_pos(p, q);
+		}
 	m->swept = m->released;
+	if (m->v22)
+		atomic_store_explicit(&p->rows[i].skipped, skipped_of(m), memory_order_relaxed);
 }
 
-/* A slot may be taken now: the pool has one and its position is within the window (spec §14). */
+/* A slot may be taken now: the pool has one and its position is within the window (spec §14.5). */
 static int slot_ready(const struct ibvb_producer *p)
 {
 	return p->free_r != p->free_w && (int64_t)(p->take_end - p->free_r) > 0;
 }
 
-/* Bound the positions the hot path may take slots for (spec §14): every attached consumer stays within
- * slot_count positions of head, and so does the oldest position still holding a slot. Without groups the
- * pool alone keeps both (take_end then moves with free_w). Hot path, mu held. */
+/* The position the next slot taken would get (acquired slots not yet staged included). */
+static uint64_t next_pos(const struct ibvb_producer *p)
+{
+	return p->free_r - p->take_end + p->st->window_end;
+}
+
+/* A 2.2 member's oldest queued position (spec §14.5), committed if none. Every queued position lies within
+ * slot_count of head (the window keeps it so), so the search is bounded. Hot path, mu held. */
+static uint64_t oldest_queued(struct ibvb_producer *p, struct pmember *m, uint32_t i)
+{
+	uint64_t head = p->committed, bit = 1ull << i;
+	uint64_t q = m->uq - m->rd <= head - m->rd ? m->uq : m->rd;
+	if (!m->queued || !clip_range(p, head, &q, head))
+		return head;
+	while (q != head && !(p->st->pos_need[q & p->mask] & bit))
+		q++;
+	m->uq = q;
+	return q;
+}
+
+/* The oldest position still holding a slot, and whether there is one. mu held. */
+static int oldest_held(const struct ibvb_producer *p, uint64_t *o)
+{
+	*o = p->st->reclaim;
+	return p->st->reclaim != p->committed;
+}
+
+/* Bound the positions the hot path may take slots for (spec §14.5): within slot_count of the oldest
+ * position holding a slot, of every independent consumer's and 2.1 member's tail and of every 2.2 member's
+ * oldest queued position. Without groups the pool alone keeps these (take_end then moves with free_w).
+ * Hot path, mu held. */
 static void set_window_locked(struct ibvb_producer *p)
 {
 	struct ibvb__pstate *st = p->st;
 	uint64_t low = st->reclaim;
-	for (uint32_t i = 0; i < st->max_consumers; i++)
-		if (st->m[i].on && st->m[i].released - low > p->pos - low) /* below reclaim: a group member */
-			low = st->m[i].released;
+	for (uint32_t i = 0; i < st->max_consumers; i++) {
+		struct pmember *m = &st->m[i];
+		if (!m->on)
+			continue;
+		uint64_t x = m->released;
+		if (m->v22) {
+			if (!m->queued)
+				continue; /* holds nothing unread: does not bound the window, however long it sleeps */
+			x = oldest_queued(p, m, i);
+		}
+		if (x - low > p->pos - low) /* before low */
+			low = x;
+	}
 	uint64_t end = low + p->slot_count;
 	p->take_end += end - st->window_end;
 	st->window_end = end;
 }
 
 /* Return to the pool the slots of positions every attached consumer has released (spec §7.1) — for a group
- * member, only the positions assigned to it (§14). With none attached, drop reclaims the oldest held
+ * member, only the positions assigned to it (§14.5). With none attached, drop reclaims the oldest held
  * position when no slot can be taken (the ring keeps the newest heaps for a later consumer); block keeps
  * everything. Hot path, mu held. */
 static void reclaim_locked(struct ibvb_producer *p)
@@ -620,15 +780,19 @@ static void reclaim_locked(struct ibvb_producer *p)
 		read_cursors_locked(p, 1);
 		/* The independent consumers' frontier: below it a position is free unless a member needs it. */
 		uint64_t to = p->committed;
+		int members = 0;
 		for (uint32_t i = 0; i < st->max_consumers; i++) {
 			struct pmember *m = &st->m[i];
 			if (!m->on)
 				continue;
-			if (m->group)
+			if (m->group) {
 				sweep_locked(p, i);
-			else if (m->released - st->reclaim < to - st->reclaim)
+				members = 1;
+			} else if (m->released - st->reclaim < to - st->reclaim)
 				to = m->released;
 		}
+		if (members)
+			store_skipped_locked(p);
 		int in_order = st->reclaim == st->scan;
 		if (to - st->reclaim >= st->scan - st->reclaim)
 			for (; st->scan != to; st->scan++) {
@@ -647,39 +811,63 @@ static void reclaim_locked(struct ibvb_producer *p)
 	set_window_locked(p);
 }
 
-/* Drop policy, no slot to take after reclaiming (spec §7.3): if some consumer is ahead of the slowest ones,
- * detach those as overrun and reclaim again. 1 if a slot can be taken now. Hot path, mu held. */
+/* The attached consumers holding the ring back (spec §14.6), as a mask of rows: for a slot (q the next
+ * position) those a bound of §14.5 fails for at q, and in any case those that still need the oldest held
+ * position o (an independent whose tail has not passed it, the member whose bit it carries). *at: the
+ * position the first of them (lowest row) keeps. Hot path, mu held. */
+static uint64_t holders_locked(struct ibvb_producer *p, int for_slot, uint64_t *at)
+{
+	struct ibvb__pstate *st = p->st;
+	uint64_t o, q = next_pos(p), mask = 0;
+	int held = oldest_held(p, &o);
+	uint64_t need = held ? st->pos_need[o & p->mask] : 0;
+	*at = o;
+	for (uint32_t i = 0; i < st->max_consumers; i++) {
+		struct pmember *m = &st->m[i];
+		if (!m->on)
+			continue;
+		uint64_t bit = 1ull << i, x = m->released;
+		int h = m->group ? (need & bit) != 0 : held && (int64_t)(o - m->released) >= 0;
+		if (for_slot && !h) {
+			if (m->v22)
+				x = oldest_queued(p, m, i);
+			if ((!m->v22 || m->queued) && q - x >= p->slot_count && q - x < (1ull << 63)) {
+				h = 1;
+				if (!mask)
+					*at = x;
+			}
+		}
+		if (h)
+			mask |= bit;
+	}
+	return mask;
+}
+
+/* Drop policy, no slot to take after reclaiming (spec §14.6): if some attached consumer does not hold the
+ * ring back, detach every one that does as overrun and reclaim again. 1 if a slot can be taken now. Hot
+ * path, mu held. */
 static int overrun_locked(struct ibvb_producer *p)
 {
 	struct ibvb__pstate *st = p->st;
-	int slow = slowest_locked(p, p->committed);
-	if (slow < 0)
-		return 0;
-	uint64_t low = st->m[slow].released;
-	int ahead = 0;
+	uint64_t at, hold = holders_locked(p, 1, &at), attached = 0;
 	for (uint32_t i = 0; i < st->max_consumers; i++)
-		if (st->m[i].on && st->m[i].released != low)
-			ahead = 1;
-	if (!ahead)
+		if (st->m[i].on)
+			attached |= 1ull << i;
+	if (!hold || hold == attached)
 		return 0;
 	for (uint32_t i = 0; i < st->max_consumers; i++)
-		if (st->m[i].on && st->m[i].released == low)
-			detach_locked(p, i, IBVB_CONSUMER_OVERRUN, p->committed - low);
+		if (hold & (1ull << i))
+			detach_locked(p, i, IBVB_CONSUMER_OVERRUN, p->committed - st->m[i].released);
 	reclaim_locked(p);
 	return slot_ready(p);
 }
 
-/* The consumer whose release a waiting producer needs (spec §7.4): the slowest one, or, when the oldest
- * position still holding a slot is a group member's own (the others have released it, §14), that member.
- * -1 with none attached. Hot path, mu held. */
-static int blocker_locked(struct ibvb_producer *p)
+/* The consumer a waiting producer waits for (spec §14.6): the first (lowest row) of those holding the ring
+ * back; -1 with none. *at: the position it keeps. Hot path, mu held. */
+static int blocker_locked(struct ibvb_producer *p, int for_slot, uint64_t *at)
 {
-	struct ibvb__pstate *st = p->st;
-	uint64_t need = st->reclaim != st->scan ? st->pos_need[st->reclaim & p->mask] : 0;
-	for (uint32_t i = 0; need && i < st->max_consumers; i++)
-		if ((need & (1ull << i)) && st->m[i].on)
-			return (int)i;
-	return slowest_locked(p, p->committed);
+	uint64_t hold = holders_locked(p, for_slot, at);
+	return hold ? __builtin_ctzll(hold) : -1;
 }
 
 enum wait_cond { WAIT_SLOT, WAIT_DRAINED };
@@ -698,38 +886,79 @@ static int check_locked(struct ibvb_producer *p, enum wait_cond c)
 	return p->st->reclaim == p->committed;
 }
 
-/* Wait until c holds (spec §7.4): spin a little, then sleep on the slowest consumer's release_futex (or, with
- * none attached, for an attach) in ≤ 250 ms slices. deadline_ns 0: none. Hot path. */
+/* Wait until c holds (spec §7.4): spin a little, then sleep on the release_futex of the consumer holding the
+ * ring back (or, with none attached, for an attach) in ≤ 250 ms slices. deadline_ns 0: none. Hot path. */
 static int wait_for_busy(struct ibvb_producer *p, enum wait_cond c, int64_t deadline_ns);
 
-/* wait_for holds the slowest consumer's region outside the mutex: hot_busy keeps it mapped meanwhile. */
+/* wait_for holds the blocker's region outside the mutex: hot_busy keeps it mapped meanwhile. blocked_on and
+ * blocked_since_ns (spec §14.6) say whom it waits for, and are cleared when it returns. */
 static int wait_for(struct ibvb_producer *p, enum wait_cond c, int64_t deadline_ns)
 {
 	atomic_store_explicit(&p->hot_busy, 1, memory_order_relaxed);
 	atomic_thread_fence(memory_order_seq_cst);
 	int rc = wait_for_busy(p, c, deadline_ns);
+	atomic_store_explicit(&p->ctl->blocked_on, 0, memory_order_relaxed);
+	atomic_store_explicit(&p->ctl->blocked_since_ns, 0, memory_order_relaxed);
 	atomic_store_explicit(&p->hot_busy, 0, memory_order_release);
 	return rc;
+}
+
+#define BLOCK_LOG_AFTER_NS 500000000LL   /* a wait this long is named in the log (spec §14.6: within 1 s) */
+#define BLOCK_LOG_EVERY_NS 10000000000LL /* and again this often while it lasts */
+
+/* Name whom a waiting producer waits for (spec §14.6): once a wait has lasted BLOCK_LOG_AFTER_NS, when
+ * the consumer changes (at most once a second) and every BLOCK_LOG_EVERY_NS. mu held. */
+static void log_blocked_locked(struct ibvb_producer *p, int row, uint64_t at, int64_t began, int64_t now,
+			       int *logged_row, int64_t *logged_at)
+{
+	struct ibvb__pstate *st = p->st;
+	if (row < 0 || now - began < BLOCK_LOG_AFTER_NS)
+		return;
+	if (*logged_row == row && now - *logged_at < BLOCK_LOG_EVERY_NS)
+		return;
+	if (*logged_row != row && *logged_row >= 0 && now - *logged_at < 1000000000LL)
+		return;
+	const struct pmember *m = &st->m[row];
+	char grp[32] = "independent";
+	if (m->group)
+		snprintf(grp, sizeof grp, "group %#x", m->group);
+	ibvb__warn("ring %s: waiting %.1f s for consumer row %d (pid %llu, %s) to release position %llu", st->name,
+		   (double)(now - began) / 1e9, row,
+		   (unsigned long long)atomic_load_explicit(&p->rows[row].pid, memory_order_relaxed), grp,
+		   (unsigned long long)at);
+	*logged_row = row;
+	*logged_at = now;
 }
 
 static int wait_for_busy(struct ibvb_producer *p, enum wait_cond c, int64_t deadline_ns)
 {
 	struct ibvb__pstate *st = p->st;
-	int64_t spin_until = mono_ns() + SPIN_NS;
+	int64_t began = mono_ns(), spin_until = began + SPIN_NS, logged_at = 0;
+	int logged_row = -1, since_set = 0;
 	for (;;) {
 		if (atomic_load(&st->interrupted))
 			return fail(-ECANCELED, "ring %s: interrupted", st->name);
 		uint32_t aseq = atomic_load(&st->attach_seq);
+		uint64_t at = 0;
 		pthread_mutex_lock(&st->mu);
 		int ok = check_locked(p, c);
-		int slow = blocker_locked(p);
+		int slow = ok == 0 ? blocker_locked(p, c == WAIT_SLOT, &at) : -1;
 		struct ibvb_region *g = slow >= 0 ? st->m[slow].region : NULL;
+		int64_t now = mono_ns();
+		if (ok == 0 && now >= spin_until) {
+			atomic_store_explicit(&p->ctl->blocked_on, (uint32_t)(slow + 1), memory_order_relaxed);
+			if (!since_set) {
+				atomic_store_explicit(&p->ctl->blocked_since_ns,
+						      ibvb__realtime_ns() - (uint64_t)(now - began), memory_order_relaxed);
+				since_set = 1;
+			}
+			log_blocked_locked(p, slow, at, began, now, &logged_row, &logged_at);
+		}
 		pthread_mutex_unlock(&st->mu);
 		if (ok == -ENOTCONN)
 			return fail(-ENOTCONN, "ring %s: no consumer is attached", st->name);
 		if (ok)
 			return 0;
-		int64_t now = mono_ns();
 		if (deadline_ns && now >= deadline_ns)
 			return fail(-ETIMEDOUT, "ring %s: timed out waiting for the consumers", st->name);
 		if (now < spin_until) {
@@ -737,7 +966,9 @@ static int wait_for_busy(struct ibvb_producer *p, enum wait_cond c, int64_t dead
 				ibvb__cpu_relax();
 			continue;
 		}
-		int64_t slice = WAIT_SLICE_NS;
+		int64_t slice = test_wait_slice_ns();
+		if (now - began < BLOCK_LOG_AFTER_NS && BLOCK_LOG_AFTER_NS - (now - began) < slice)
+			slice = BLOCK_LOG_AFTER_NS - (now - began) + 1000000; /* wake to name the blocker in time */
 		if (deadline_ns && deadline_ns - now < slice)
 			slice = deadline_ns - now > 1000000 ? deadline_ns - now : 1000000;
 		if (!g) {
@@ -780,26 +1011,11 @@ int ibvb__producer_refill(struct ibvb_producer *p)
 	return wait_for(p, WAIT_SLOT, 0);
 }
 
-/* Group member m lags q by half the ring or more and waits for a heap — or, under block, whether it says it
- * waits or not (it may still be spinning), its window (slot_count positions from its tail: nothing is
- * published past it) has no more room left than the positions it may still need, up to a quarter of the
- * ring plus one (quota) less those assigned to it and not released. It gets q first, else the ring could
- * fill up to it with other members' heaps and stall for good under block; a member busy with a queue of its
- * fair share is favoured for its window's last position or two at most (spec §14, as the Go producer).
- * mu held (its region is mapped). */
-static int starved(const struct ibvb_producer *p, const struct pmember *m, uint64_t q)
-{
-	uint64_t lag = q - m->swept, n = p->slot_count, quota = n / 4 + 1;
-	if (lag >= n / 2 && atomic_load_explicit(&m->region->consumer_waiting, memory_order_relaxed) != 0)
-		return 1;
-	return p->policy == IBVB_POLICY_BLOCK && m->outstanding < quota &&
-	       (lag >= n || n - lag <= quota - m->outstanding);
-}
-
-/* Give each staged position to one member of every group (spec §14): a starved member, else the one with
- * the fewest positions assigned and not yet seen released, ties to the one picked least recently (round
- * robin). The mask goes into the descriptor's assign (before head is stored) and into pos_need. The
- * END_OF_STREAM marker is for everyone and assigned to nobody. No allocation. Hot path, mu held. */
+/* Give each staged position to one member of every group (spec §14.3), from what the members published: a
+ * member with nothing queued first, else the one with the fewest positions queued; ties (and among idle
+ * members) to the one picked least recently (round robin). The mask goes into the descriptor's assign
+ * (before head is stored) and into pos_need. The END_OF_STREAM marker is for everyone and assigned to
+ * nobody. No allocation. Hot path, mu held. */
 static void assign_locked(struct ibvb_producer *p)
 {
 	struct ibvb__pstate *st = p->st;
@@ -820,47 +1036,82 @@ static void assign_locked(struct ibvb_producer *p)
 			while (b < n && st->m[idx[b]].group == st->m[idx[a]].group)
 				b++;
 			uint32_t best = idx[a];
-			int best_starved = starved(p, &st->m[best], q);
 			for (uint32_t k = a + 1; k < b; k++) {
 				const struct pmember *m = &st->m[idx[k]], *bm = &st->m[best];
-				int sv = starved(p, m, q);
-				if (sv != best_starved) {
-					if (sv) {
-						best = idx[k];
-						best_starved = 1;
-					}
-					continue;
-				}
-				if (m->outstanding < bm->outstanding ||
-				    (m->outstanding == bm->outstanding && m->last_pick < bm->last_pick))
+				int better;
+				if ((m->queued == 0) != (bm->queued == 0))
+					better = m->queued == 0;
+				else if (m->queued != bm->queued)
+					better = m->queued < bm->queued;
+				else
+					better = m->last_pick < bm->last_pick;
+				if (better)
 					best = idx[k];
 			}
 			struct pmember *bm = &st->m[best];
 			bm->last_pick = ++st->picks;
-			bm->outstanding++;
+			bm->queued++;
 			bm->assigned++;
+			bm->own_end = q + 1;
 			mask |= 1ull << best;
 			a = b;
 		}
 		d->reserved = mask; /* assign (0x38) */
 		st->pos_need[q & p->mask] = mask;
 	}
-	for (uint32_t k = 0; k < n; k++)
+	for (uint32_t k = 0; k < n; k++) {
 		atomic_store_explicit(&p->rows[idx[k]].assigned, st->m[idx[k]].assigned, memory_order_relaxed);
+		atomic_store_explicit(&p->rows[idx[k]].queued, st->m[idx[k]].queued, memory_order_relaxed);
+	}
 }
 
-/* commit with consumer groups attached: fresh cursors (a member stores its tail at each release of its own
- * heap), then the assignment, then head — all under mu, so a member that leaves meanwhile has its bits
- * cleared from every published position before its row can go to a new consumer, who starts at this head
- * (spec §14: it inherits nothing). Hot path. */
+/* Wake consumer i if it sleeps (spec §7.5): exchange consumer_waiting with 0, bump consumer_futex, wake. */
+static void wake_region(struct ibvb_region *g, struct ibvb_row *row)
+{
+	if (atomic_exchange(&g->consumer_waiting, 0) != 0) {
+		atomic_fetch_add(&g->consumer_futex, 1);
+		ibvb__futex_wake_all(&g->consumer_futex);
+		_Atomic uint64_t *w = &row->wakes;
+		atomic_store_explicit(w, atomic_load_explicit(w, memory_order_relaxed) + 1, memory_order_relaxed);
+	}
+}
+
+/* commit with consumer groups attached: fresh cursors, the assignment, head, then the wakes — all under mu,
+ * so a member that leaves meanwhile has its bits cleared from every published position before its row can
+ * go to a new consumer, who starts at this head (spec §14.7: it inherits nothing). A 2.2 member is woken
+ * only for a position assigned to it whose publication reaches its wake_at (§14.4); everyone else as §7.5
+ * says. Hot path. */
 void ibvb__producer_commit_groups(struct ibvb_producer *p)
 {
-	pthread_mutex_lock(&p->st->mu);
+	struct ibvb__pstate *st = p->st;
+	pthread_mutex_lock(&st->mu);
 	reclaim_locked(p);
 	assign_locked(p);
 	p->committed = p->pos;
 	atomic_store_explicit(&p->ctl->head, p->pos, memory_order_release);
-	pthread_mutex_unlock(&p->st->mu);
+	atomic_thread_fence(memory_order_seq_cst);
+	for (uint32_t i = 0; i < st->max_consumers; i++) {
+		struct pmember *m = &st->m[i];
+		if (!m->on)
+			continue;
+		uint64_t end = m->v22 ? m->own_end : p->pos;
+		m->own_end = 0;
+		if (atomic_load_explicit(&m->region->consumer_waiting, memory_order_relaxed) != 0 && end &&
+		    (int64_t)(end - atomic_load_explicit(&m->region->wake_at, memory_order_relaxed)) >= 0)
+			wake_region(m->region, &p->rows[i]);
+	}
+	pthread_mutex_unlock(&st->mu);
+}
+
+/* Wake every sleeping consumer whatever its wake_at (the END_OF_STREAM marker, spec §7.5). Hot path. */
+static void wake_all(struct ibvb_producer *p)
+{
+	struct ibvb__pstate *st = p->st;
+	pthread_mutex_lock(&st->mu);
+	for (uint32_t i = 0; i < st->max_consumers; i++)
+		if (st->m[i].on)
+			wake_region(st->m[i].region, &p->rows[i]);
+	pthread_mutex_unlock(&st->mu);
 }
 
 void ibvb__producer_adopt(struct ibvb_producer *p)
@@ -888,16 +1139,7 @@ void ibvb__producer_adopt(struct ibvb_producer *p)
 	pthread_mutex_unlock(&st->mu);
 }
 
-void ibvb__producer_wake(struct ibvb_producer *p, uint32_t i)
-{
-	struct ibvb_region *g = p->hot[i].region;
-	if (atomic_exchange(&g->consumer_waiting, 0) != 0) {
-		atomic_fetch_add(&g->consumer_futex, 1);
-		ibvb__futex_wake_all(&g->consumer_futex);
-		_Atomic uint64_t *w = &p->hot[i].row->wakes;
-		atomic_store_explicit(w, atomic_load_explicit(w, memory_order_relaxed) + 1, memory_order_relaxed);
-	}
-}
+void ibvb__producer_wake(struct ibvb_producer *p, uint32_t i) { wake_region(p->hot[i].region, p->hot[i].row); }
 
 /* ---- the handshake (spec §1.2) ---------------------------------------------------------------- */
 
@@ -941,6 +1183,22 @@ static int send_fds(int fd, const void *rec, size_t len, const int *fds, int nfd
 #define SO_PEERGROUPS 59
 #endif
 
+/* The peer's primary gid (SO_PEERCRED) is gid, or one of its real supplementary groups (SO_PEERGROUPS, spec
+ * 2.1 §1.2 — not /etc/group). */
+static int peer_has_gid(int fd, const struct ucred *cr, gid_t gid)
+{
+	if (cr->gid == gid)
+		return 1;
+	gid_t groups[NGROUPS_MAX_PEER];
+	socklen_t len = sizeof groups;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0)
+		return 0; /* ERANGE: more groups than we take; refused rather than guessed */
+	for (size_t i = 0; i < len / sizeof(gid_t); i++)
+		if (groups[i] == gid)
+			return 1;
+	return 0;
+}
+
 /* The SO_PEERCRED gate: this euid, root, or a member of --group: the peer's primary gid or one of its real
  * supplementary groups (SO_PEERGROUPS, spec 2.1 §1.2 — not /etc/group). */
 static int permitted(const struct ibvb__pstate *st, int fd, const struct ucred *cr)
@@ -949,15 +1207,31 @@ static int permitted(const struct ibvb__pstate *st, int fd, const struct ucred *
 		return 1;
 	if (st->gid < 0)
 		return 0;
-	if ((int)cr->gid == st->gid)
+	return peer_has_gid(fd, cr, (gid_t)st->gid);
+}
+
+/* May this peer join the group of this hello's group_id (spec §14.1)? 1 yes; 0 no, with msg set. Every group
+ * is open without grants; with them, only a granted group, for its uids and gids (root always). */
+static int grant_permits(const struct ibvb__pstate *st, int fd, const struct ucred *cr, uint32_t group, char *msg,
+			 size_t cap)
+{
+	if (!st->ngrants || !group || cr->uid == 0)
 		return 1;
-	gid_t groups[NGROUPS_MAX_PEER];
-	socklen_t len = sizeof groups;
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0)
-		return 0; /* ERANGE: more groups than we take; refused rather than guessed */
-	for (size_t i = 0; i < len / sizeof(gid_t); i++)
-		if ((int)groups[i] == st->gid)
+	const struct pgrant *g = NULL;
+	for (size_t i = 0; i < st->ngrants && !g; i++)
+		if (st->grants[i].id == group)
+			g = &st->grants[i];
+	if (!g) {
+		snprintf(msg, cap, "ring %s: not permitted to join group %#x (no grant names it)", st->name, group);
+		return 0;
+	}
+	for (size_t i = 0; i < g->nuids; i++)
+		if (g->uids[i] == cr->uid)
 			return 1;
+	for (size_t i = 0; i < g->ngids; i++)
+		if (peer_has_gid(fd, cr, (gid_t)g->gids[i]))
+			return 1;
+	snprintf(msg, cap, "ring %s: not permitted to join group %s (uid %u)", st->name, g->name, (unsigned)cr->uid);
 	return 0;
 }
 
@@ -975,7 +1249,7 @@ static void refuse(struct ibvb__pstate *st, int fd, const struct ucred *cr, uint
 
 /* Give a consumer a row and a region whose tail is its start position, under the lock reclaiming takes
  * (spec §7.1). Returns the row index, or -1 with *status and msg set. */
-static int admit(struct ibvb_producer *p, const struct ucred *cr, uint32_t start, uint32_t group,
+static int admit(struct ibvb_producer *p, const struct ucred *cr, uint32_t start, uint32_t group, uint32_t minor,
 		 struct ibvb_region *g, uint32_t *status, char *msg, size_t cap, uint32_t *gen_out)
 {
 	struct ibvb__pstate *st = p->st;
@@ -1009,6 +1283,7 @@ static int admit(struct ibvb_producer *p, const struct ucred *cr, uint32_t start
 		if (pos - st->reclaim < st->scan - st->reclaim) /* below scan a member may hold some, not all */
 			pos = st->scan;
 	}
+	atomic_store_explicit(&g->read, pos, memory_order_relaxed);
 	atomic_store_explicit(&g->tail, pos, memory_order_release);
 	struct ibvb_row *row = &p->rows[idx];
 	atomic_store(&row->pid, (uint64_t)cr->pid);
@@ -1019,6 +1294,10 @@ static int admit(struct ibvb_producer *p, const struct ucred *cr, uint32_t start
 	atomic_store(&row->lost_heaps, 0);
 	atomic_store(&row->assigned, 0);
 	atomic_store(&row->group_id, group);
+	atomic_store(&row->client_minor, minor);
+	atomic_store(&row->read, pos);
+	atomic_store(&row->queued, 0);
+	atomic_store(&row->skipped, 0);
 	uint32_t gen = atomic_load(&row->generation) + 1;
 	atomic_store(&row->generation, gen);
 	atomic_store_explicit(&row->state, IBVB_CONSUMER_ATTACHED, memory_order_release); /* last */
@@ -1026,9 +1305,12 @@ static int admit(struct ibvb_producer *p, const struct ucred *cr, uint32_t start
 	st->m[idx].released = pos;
 	st->m[idx].on = 1;
 	st->m[idx].fd = -1; /* set by the caller once the welcome is sent (not polled until then) */
-	st->m[idx].group = group;
-	st->m[idx].outstanding = st->m[idx].last_pick = st->m[idx].assigned = 0;
-	st->m[idx].swept = pos;
+	struct pmember *m = &st->m[idx];
+	m->group = group;
+	m->minor = minor;
+	m->v22 = group && minor >= 2;
+	m->queued = m->last_pick = m->assigned = m->rel_assigned = m->handed = m->own_end = 0;
+	m->swept = m->rd = m->uq = pos;
 	if (group)
 		atomic_fetch_add_explicit(&p->group_members, 1, memory_order_relaxed);
 	st->nmembers++;
@@ -1097,6 +1379,10 @@ static int check_hello(struct ibvb_producer *p, int fd, int fd_short, struct ucr
 		refuse(st, fd, cr, IBVB_STATUS_PROTOCOL, msg);
 		return -1;
 	}
+	if (!grant_permits(st, fd, cr, h->reserved[0], msg, sizeof msg)) {
+		refuse(st, fd, cr, IBVB_STATUS_NOT_PERMITTED, msg);
+		return -1;
+	}
 	return 0;
 }
 
@@ -1129,7 +1415,7 @@ static int welcome_observer(struct ibvb_producer *p, int fd, const struct ucred 
 /* A consumer: a fresh sealed region, a row (admit), the welcome with the three descriptors. 1 kept, 0
  * refused or failed (closed). */
 static int welcome_consumer(struct ibvb_producer *p, int fd, const struct ucred *cr, uint32_t start,
-			    uint32_t group, struct ibvb_welcome *w)
+			    uint32_t group, uint32_t minor, struct ibvb_welcome *w)
 {
 	struct ibvb__pstate *st = p->st;
 	char msg[IBVB_ERROR_RECORD_MAX - 16];
@@ -1150,7 +1436,7 @@ static int welcome_consumer(struct ibvb_producer *p, int fd, const struct ucred 
 		return 0;
 	}
 	uint32_t status = 0, gen = 0;
-	int idx = admit(p, cr, start, group, rm, &status, msg, sizeof msg, &gen);
+	int idx = admit(p, cr, start, group, minor, rm, &status, msg, sizeof msg, &gen);
 	if (idx < 0) {
 		munmap(rm, IBVB_REGION_SIZE);
 		close(rfd);
@@ -1194,7 +1480,7 @@ static int answer_hello(struct ibvb_producer *p, int fd, int fd_short)
 	w.ctl_size = p->st->ctl_size;
 	if (h.role == IBVB_ROLE_OBSERVER)
 		return welcome_observer(p, fd, &cr, &w);
-	return welcome_consumer(p, fd, &cr, h.start, h.reserved[0], &w);
+	return welcome_consumer(p, fd, &cr, h.start, h.reserved[0], h.minor, &w);
 }
 
 /* ---- the service thread ----------------------------------------------------------------------- */
@@ -1321,7 +1607,7 @@ static void *service(void *arg)
 {
 	struct ibvb_producer *p = arg;
 	struct ibvb__pstate *st = p->st;
-	int64_t next_beat = mono_ns() + BEAT_NS;
+	int64_t next_beat = mono_ns() + test_beat_ns();
 	struct pollfd pf[POLL_MAX];
 	int kind[POLL_MAX], which[POLL_MAX];
 	for (;;) {
@@ -1341,7 +1627,7 @@ static void *service(void *arg)
 			atomic_store_explicit(&p->ctl->heartbeat_ns, ibvb__realtime_ns(), memory_order_relaxed);
 			read_cursors_locked(p, 0); /* keep the table's released columns current for `stat` */
 			sweep_grave_locked(p);
-			next_beat = now + BEAT_NS;
+			next_beat = now + test_beat_ns();
 		}
 		pthread_mutex_unlock(&st->mu);
 		serve_others(p, pf, kind, which, n, now);
@@ -1415,6 +1701,11 @@ static void destroy(struct ibvb_producer *p, int unlink_files)
 			if (fds[i] >= 0)
 				close(fds[i]);
 		pthread_mutex_destroy(&st->mu);
+		for (size_t i = 0; i < st->ngrants; i++) {
+			free(st->grants[i].uids);
+			free(st->grants[i].gids);
+		}
+		free(st->grants);
 		free(st->pos_need);
 		free(st);
 	}
@@ -1504,6 +1795,44 @@ static struct ibvb_producer *new_producer(const char *name, const struct ibvb_pr
 		default_dir(st->dir, sizeof st->dir);
 	snprintf(st->sock_path, sizeof st->sock_path, "%s/%s%s", st->dir, name, IBVB_SOCK_SUFFIX);
 	return p;
+}
+
+/* Step 2b: the grants (spec §14.1), copied: names 1-64 bytes, bounded lists. */
+static int copy_grants(struct ibvb_producer *p, const struct ibvb_producer_opts *o)
+{
+	struct ibvb__pstate *st = p->st;
+	if (!o->ngroups)
+		return 0;
+	if (!o->groups || o->ngroups > IBVB_PRODUCER_MAX_GRANTS)
+		return fail(-EINVAL, "create ring %s: %zu group grants (at most %d)", st->name, o->ngroups,
+			    IBVB_PRODUCER_MAX_GRANTS);
+	st->grants = calloc(o->ngroups, sizeof *st->grants);
+	if (!st->grants)
+		return fail(-ENOMEM, "create ring %s: out of memory", st->name);
+	st->ngrants = o->ngroups;
+	for (size_t i = 0; i < o->ngroups; i++) {
+		const struct ibvb_group_grant *g = &o->groups[i];
+		struct pgrant *d = &st->grants[i];
+		size_t nl = g->name ? strlen(g->name) : 0;
+		if (nl < 1 || nl > IBVB_NAME_MAX)
+			return fail(-EINVAL, "create ring %s: group grant %zu: the name must be 1-64 bytes", st->name, i);
+		if (g->nuids + g->ngids > IBVB_PRODUCER_MAX_GRANT_IDS || (g->nuids && !g->uids) || (g->ngids && !g->gids))
+			return fail(-EINVAL, "create ring %s: group %s: at most %d uids and gids", st->name, g->name,
+				    IBVB_PRODUCER_MAX_GRANT_IDS);
+		memcpy(d->name, g->name, nl + 1);
+		d->id = ibvb_group_id(g->name);
+		d->uids = malloc((g->nuids ? g->nuids : 1) * sizeof *d->uids);
+		d->gids = malloc((g->ngids ? g->ngids : 1) * sizeof *d->gids);
+		if (!d->uids || !d->gids)
+			return fail(-ENOMEM, "create ring %s: out of memory", st->name);
+		if (g->nuids)
+			memcpy(d->uids, g->uids, g->nuids * sizeof *d->uids);
+		if (g->ngids)
+			memcpy(d->gids, g->gids, g->ngids * sizeof *d->gids);
+		d->nuids = g->nuids;
+		d->ngids = g->ngids;
+	}
+	return 0;
 }
 
 /* Step 3: the socket path fits, --group exists, the directory (made safely) and the lock. */
@@ -1668,7 +1997,7 @@ int ibvb_producer_create(struct ibvb_producer **out, const char *name, const str
 	if (!p)
 		return fail(-ENOMEM, "create ring %s: out of memory", name);
 	struct geometry g;
-	if ((rc = claim_name(p, &o)) < 0 || (rc = make_memory(p, &o, &g)) < 0 || (rc = write_header(p, &o, &g)) < 0 ||
+	if ((rc = copy_grants(p, &o)) < 0 || (rc = claim_name(p, &o)) < 0 || (rc = make_memory(p, &o, &g)) < 0 || (rc = write_header(p, &o, &g)) < 0 ||
 	    (rc = listen_socket(p, o.group)) < 0 || (rc = start_service(p)) < 0) {
 		destroy(p, p->st->lockfd >= 0);
 		return rc;
@@ -1696,7 +2025,7 @@ void ibvb_producer_interrupt(struct ibvb_producer *p)
 	atomic_fetch_add(&st->attach_seq, 1);
 	ibvb__futex_wake_all(&st->attach_seq);
 	_Atomic uint32_t *w = atomic_load(&st->wait_word);
-	if (w)
+	if (w && !test_mutant("no-wake"))
 		ibvb__futex_wake_all(w); /* at worst a word just unmapped: EFAULT, harmless */
 }
 
@@ -1750,9 +2079,9 @@ int ibvb_producer_end_of_stream(struct ibvb_producer *p, uint64_t stop_heap_cnt,
 	h.flags = IBVB_FLAG_END_OF_STREAM;
 	h.timestamp_ns = ibvb__realtime_ns();
 	ibvb_producer_publish(p, &s, &h);
-	/* The end of the stream wakes consumers whose wakes are coalesced too (wake_at not reached). */
-	for (uint32_t i = 0; i < p->hot_n; i++)
-		ibvb__producer_wake(p, i);
+	/* The end of the stream wakes consumers whose wakes are coalesced too (wake_at not reached), and group
+	 * members for whom the marker is not an assigned position. */
+	wake_all(p);
 	return 0;
 }
 

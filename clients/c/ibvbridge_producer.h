@@ -63,6 +63,19 @@ extern "C" {
 #define IBVB_PRODUCER_DEFAULT_MAX_ITEMS 64
 #define IBVB_PRODUCER_DEFAULT_META_SIZE (64u << 10)
 
+/* A grant (spec §14.1): the uids and gids allowed to join consumer group `name` (a member's hello carries
+ * ibvb_group_id(name)). A peer is allowed when its uid (SO_PEERCRED) is listed, or its primary gid or one of
+ * its real supplementary groups (SO_PEERGROUPS) is; uid 0 always is. */
+struct ibvb_group_grant {
+	const char *name;      /* 1-64 bytes of UTF-8 */
+	const uint32_t *uids;
+	size_t nuids;
+	const uint32_t *gids;
+	size_t ngids;
+};
+#define IBVB_PRODUCER_MAX_GRANTS 64          /* grants per producer */
+#define IBVB_PRODUCER_MAX_GRANT_IDS 1024     /* uids + gids per grant */
+
 /* Creation options; all-zero (or a NULL pointer) gives the defaults. */
 struct ibvb_producer_opts {
 	const char *dir;        /* ring directory; NULL: $IBVBRIDGE_RING_DIR, else /run/ibvbridge as root, else
@@ -79,6 +92,12 @@ struct ibvb_producer_opts {
 	uint64_t packet_size;   /* packet area for a frame-level transport (default 0) */
 	uint64_t features;      /* header features, e.g. IBVB_FEATURE_REPLAY_TIMESTAMPS */
 	uint32_t max_observers; /* observer connections (`stat`, `ls`) at once, 1..16 (default 4); more: busy */
+	/* Grants (spec §14.1), copied at create: with ngroups > 0 a hello whose group_id no grant names, or whose
+	 * peer the grant does not list, is refused with status 2 ("not permitted to join group NAME");
+	 * independent consumers are admitted as before. NULL / 0: every group is open to every consumer the
+	 * ring admits. At most IBVB_PRODUCER_MAX_GRANTS, each with at most IBVB_PRODUCER_MAX_GRANT_IDS ids. */
+	const struct ibvb_group_grant *groups;
+	size_t ngroups;
 };
 #define IBVB_PRODUCER_DEFAULT_MAX_OBSERVERS 4
 #define IBVB_PRODUCER_MAX_OBSERVERS 16
@@ -344,8 +363,10 @@ static inline void ibvb_producer_commit(struct ibvb_producer *p)
 		ibvb_producer_add(p, IBVB_CTR_HEAPS, p->pending_heaps);
 		p->pending_heaps = 0;
 	}
-	if (__builtin_expect(ibvb__load(&p->group_members, relaxed) != 0, 0))
-		ibvb__producer_commit_groups(p); /* assigns, stores committed and head */
+	if (__builtin_expect(ibvb__load(&p->group_members, relaxed) != 0, 0)) {
+		ibvb__producer_commit_groups(p); /* assigns, stores committed and head, wakes (spec §14) */
+		return;
+	}
 	p->committed = p->pos;
 	ibvb__store(&p->hot_busy, 1, relaxed); /* the fence below orders it before the set_gen load */
 	ibvb__store(&p->ctl->head, p->pos, release);

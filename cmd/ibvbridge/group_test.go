@@ -2,6 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -82,4 +85,43 @@ func TestConsumeGroupNameSharesStreamMemberKilled(t *testing.T) {
 	if lost == 0 || heaps+lost > total || heaps < total/2 {
 		t.Fatalf("survivors read %d heaps, group_lost %d, of %d: want the killed member's held heap counted lost and the rest read", heaps, lost, total)
 	}
+}
+
+// TestStatShowsMembersQueuedAndBlockedOn (spec §14.6, §14.8): stat shows a member's read, queued and
+// skipped, and the row a block producer waits for.
+func TestStatShowsMembersQueuedAndBlockedOn(t *testing.T) {
+	binary(t) // built before anything waits on it
+	dir := t.TempDir()
+	p, err := ring.Create("statgrp", ring.Config{Dir: dir, HugePages: ring.HugePagesOff, SlotCount: 8, SlotSize: 4096, Policy: ring.PolicyBlock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	m, err := ring.Attach("statgrp", ring.AttachOptions{Dir: dir, Group: "work"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	pb := pattern.Publisher{P: p, Size: 64, Fill: true}
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		for cnt := uint64(1); cnt <= 9 && err == nil; cnt++ { // the 9th waits for the member
+			_, err = pb.Publish(cnt, 0)
+		}
+		done <- err
+	}()
+	var out string
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		out, _, _ = runCmd(t, 10*time.Second, "stat", "--dir", dir, "statgrp")
+		if strings.Contains(out, "blocked on") || time.Now().After(deadline) {
+			break
+		}
+	}
+	want := fmt.Sprintf("row %d (pid %d, group %#08x)", m.Index(), os.Getpid(), ring.GroupID("work"))
+	if !strings.Contains(out, want) || !strings.Contains(out, "queued 8, skipped 0") {
+		t.Fatalf("stat output lacks %q and the member's 8 queued heaps:\n%s", want, out)
+	}
+	p.Interrupt()
+	<-done
 }

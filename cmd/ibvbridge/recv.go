@@ -17,9 +17,9 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/ibvbridge/ibvbridge/bench"
 	"github.com/ibvbridge/ibvbridge/bridge"
 	"github.com/ibvbridge/ibvbridge/internal/chunkplace"
+	"github.com/ibvbridge/ibvbridge/internal/proccpu"
 	"github.com/ibvbridge/ibvbridge/metrics"
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/spead"
@@ -63,6 +63,18 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	hugepages := fs.String("hugepages", "auto", "ring data on hugepages: auto, require or off")
 	ringDir := fs.String("dir", "", "ring directory for the socket and lock (default: $IBVBRIDGE_RING_DIR, else /run/ibvbridge for root, else /dev/shm/ibvbridge-UID)")
 	group := fs.String("group", "", "let members of this group attach as consumers (default: only this user and root)")
+	grants := map[string]ring.GroupGrant{}
+	fs.Func("consumer-group", "NAME=UID|@GID[,...]: only these consumer groups may be joined, each by these users and groups (and root); repeatable (default: every group open)", func(v string) error {
+		name, g, err := ring.ParseGroupGrant(v)
+		if err != nil {
+			return err
+		}
+		if _, dup := grants[name]; dup {
+			return fmt.Errorf("consumer group %s given twice", name)
+		}
+		grants[name] = g
+		return nil
+	})
 	maxConsumers := fs.Int("max-consumers", ring.DefaultMaxConsumer, "consumers that may attach at once")
 	maxObservers := fs.Int("max-observers", ring.DefaultMaxObservers, "observers (stat, ls) that may be connected at once")
 	transportName := fs.String("transport", "", "udp, pcap, xdp or ibv (default udp, or pcap with --pcap)")
@@ -193,11 +205,14 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
+	// A log pipe whose reader went away (`recv ... 2>&1 | head`) must not kill the receiver and leave its
+	// ring behind: writes to it fail with EPIPE instead, and the stream goes on until it is stopped.
+	signal.Ignore(syscall.SIGPIPE)
 
 	cfg := bridge.Config{Ring: *name,
 		RingCfg: ring.Config{SlotCount: *slots, SlotSize: ringSlotSize, MaxItems: *maxItems, Policy: pol, HugePages: hp,
 			Dir: *ringDir, Group: *group, MaxConsumers: *maxConsumers, MaxObservers: *maxObservers, ReplayTimestamps: tr == "pcap",
-			Chunks: chunks},
+			Chunks: chunks, Groups: grants},
 		Assembler:    asmCfg,
 		WaitConsumer: *waitConsumer, StatsInterval: *statsEvery, Log: &log}
 	switch tr {
@@ -276,7 +291,7 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	// The stream's CPU ends here: closing a large ring frees its pages, seconds of it for gigabytes.
-	cpu := bench.ProcessCPU()
+	cpu := proccpu.Used()
 	res.Transport = tr
 	if err := rcv.Close(); err != nil {
 		log.Warn().Err(err).Msg("closing the ring")
@@ -299,6 +314,9 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 		ev := log.Info().Str("result", string(res.Outcome)).Float64("seconds", res.Seconds)
 		for _, c := range ring.Counters() {
 			ev = ev.Uint64(c.String(), res.RingCounters[c.String()])
+		}
+		if chunks.Enabled() {
+			ev = ev.Uint64("chunk_rebases", res.ChunkRebases)
 		}
 		ev.Interface("transport", res.TransportCounters).Msg("stopped")
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -302,6 +303,9 @@ func TestRecvBadInput(t *testing.T) {
 		{[]string{"--ring", name, "--log-format", "xml", port}, "--log-format"},
 		{[]string{"--ring", "bad/name", port}, "--ring"},
 		{[]string{"--ring", name, "--chunk-by", "0x1600", port}, "--chunk-by goes with --chunk-heaps"},
+		{[]string{"--ring", name, "--consumer-group", "work", port}, "want NAME=UID|@GID"},
+		{[]string{"--ring", name, "--consumer-group", "work=@nosuchgroup-xyz", port}, "nosuchgroup-xyz"},
+		{[]string{"--ring", name, "--consumer-group", "work=0", "--consumer-group", "work=1", port}, "given twice"},
 		{[]string{"--ring", name, "--chunk-heaps", "8", "--chunk-heap-size", "8K", port}, "needs --chunk-by"},
 		{[]string{"--ring", name, "--chunk-heaps", "8", "--chunk-by", "0x1600", port}, "needs --chunk-heap-size"},
 		{[]string{"--ring", name, "--chunk-heaps", "8", "--chunk-by", "0x1600:0", "--chunk-heap-size", "8K", port}, "positive integer"},
@@ -531,5 +535,48 @@ func TestSendRecvDefaultsFit(t *testing.T) {
 	}
 	if cr.Heaps != 60 || cr.Bytes != 60<<20 || cr.Result != "eos" {
 		t.Errorf("consumer %+v", cr)
+	}
+}
+
+// TestRecvSurvivesItsLogPipeClosing: `recv ... 2>&1 | head` — the reader of recv's log goes away. recv
+// neither dies of SIGPIPE nor stops receiving; a SIGTERM later still stops it cleanly, removing its socket
+// and lock file (before, SIGPIPE killed it and left both behind).
+func TestRecvSurvivesItsLogPipeClosing(t *testing.T) {
+	dir := t.TempDir()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary(t), "recv", "--ring", "piped", "--dir", dir, "--slots", "4", "--slot-size", "4K",
+		"--hugepages", "off", "--stats-interval", "20ms", freePort(t))
+	cmd.Stderr = w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	sock := filepath.Join(dir, ring.SocketName("piped"))
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatal("recv did not create its ring")
+		}
+	}
+	r.Close()                          // what head does after its lines
+	time.Sleep(200 * time.Millisecond) // ten stats lines written into the closed pipe
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ProcessState.Sys().(syscall.WaitStatus).Signaled() {
+		t.Fatalf("recv died of %v once its log pipe closed", ee.ProcessState.Sys().(syscall.WaitStatus).Signal())
+	}
+	for _, f := range []string{sock, filepath.Join(dir, "piped.v2.lock")} {
+		if _, err := os.Stat(f); err == nil {
+			t.Errorf("%s left behind", f)
+		}
 	}
 }

@@ -176,9 +176,25 @@ func printInfo(stdout io.Writer, info ring.Info, r *ringRates) error {
 			fmt.Fprintf(w, ", lost %d heaps", c.LostHeaps)
 		}
 		if c.GroupID != 0 {
-			fmt.Fprintf(w, ", group %#08x: assigned %d (%.1f %% of the group's)", c.GroupID, c.Assigned, groupShare(info.Consumers, c))
+			fmt.Fprintf(w, ", group %#08x: assigned %d (%.1f %% of the group's), read %d, queued %d, skipped %d, minor %d",
+				c.GroupID, c.Assigned, groupShare(info.Consumers, c), c.Read, c.Queued, c.Skipped, c.ClientMinor)
 		}
 		fmt.Fprintln(w)
+	}
+	if info.BlockedOn > 0 {
+		// spec §14.6: the row a block producer waits for, and since when
+		since := time.Duration(time.Now().UnixNano() - int64(info.BlockedSinceNs)).Round(time.Millisecond)
+		who := fmt.Sprintf("row %d", info.BlockedOn-1)
+		for _, c := range info.Consumers {
+			if c.Index == info.BlockedOn-1 {
+				who += fmt.Sprintf(" (pid %d", c.PID)
+				if c.GroupID != 0 {
+					who += fmt.Sprintf(", group %#08x", c.GroupID)
+				}
+				who += ")"
+			}
+		}
+		fmt.Fprintf(w, "blocked on\t%s for %s\n", who, since)
 	}
 	for _, c := range ring.Counters() {
 		fmt.Fprintf(w, "%s\t%d\n", c, info.Counters[c.String()])

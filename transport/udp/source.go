@@ -351,7 +351,8 @@ func (sk *socket) allocBatch(n, size int) {
 // kernel silently caps SO_RCVBUF, so read it back and say so: a small buffer is the commonest cause of loss.
 func (s *Source) setBuffer(fd int, ep transport.Endpoint) {
 	want := s.cfg.BufferSize
-	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, want) != nil {
+	forced := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, want) == nil
+	if !forced {
 		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, want)
 	}
 	got, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF)
@@ -360,10 +361,22 @@ func (s *Source) setBuffer(fd int, ep transport.Endpoint) {
 	}
 	got /= 2 // the kernel doubles the request for its bookkeeping and reports the doubled value
 	s.bufSize = got
-	if got < want && s.cfg.Log != nil {
-		s.cfg.Log.Warn().Str("endpoint", ep.String()).Int("requested", want).Int("granted", got).
-			Msg("socket receive buffer capped by net.core.rmem_max; raise it (sysctl -w net.core.rmem_max=N) or run as root")
+	if msg := bufferShortfall(want, got, forced); msg != "" && s.cfg.Log != nil {
+		s.cfg.Log.Warn().Str("endpoint", ep.String()).Int("requested", want).Int("granted", got).Msg(msg)
 	}
+}
+
+// bufferShortfall says why a socket got a smaller receive buffer than asked, or "" when the difference
+// does not matter: with SO_RCVBUFFORCE (root, CAP_NET_ADMIN) only the kernel's own ceiling (INT_MAX/2, so
+// "1G" gets one byte less) limits it, and a shortfall under 1 % is no cause for advice.
+func bufferShortfall(want, got int, forced bool) string {
+	if got >= want || want-got < want/100 {
+		return ""
+	}
+	if forced {
+		return "socket receive buffer capped by the kernel's largest socket buffer"
+	}
+	return "socket receive buffer capped by net.core.rmem_max; raise it (sysctl -w net.core.rmem_max=N) or give recv CAP_NET_ADMIN"
 }
 
 // LocalEndpoints are the bound endpoints (with the ports the kernel chose for port 0).

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/netip"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -256,5 +257,27 @@ func TestParseDrops(t *testing.T) {
 		"  2: 0100007F:1BED 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4243 2 0000000000000000 5\n"
 	if got := parseDrops([]byte(text), []uint64{4242, 9999}); got != 17 {
 		t.Errorf("drops %d, want 17", got)
+	}
+}
+
+func TestBufferShortfallAdvisesOnlyWhatHelps(t *testing.T) {
+	for _, c := range []struct {
+		want, got int
+		forced    bool
+		say       string
+	}{
+		{1 << 30, 1<<30 - 1, true, ""},                 // root asked for 1G: the kernel's ceiling, one byte short
+		{8 << 20, 8 << 20, false, ""},                  // granted
+		{8 << 20, 212992, false, "net.core.rmem_max"},  // capped, not root: raise the sysctl
+		{4 << 30, 1<<30 - 1, true, "kernel's largest"}, // root beyond the kernel's ceiling: no advice to be root
+		{8 << 20, 212992, true, "kernel's largest"},    // forced yet small: never "run as root"
+	} {
+		msg := bufferShortfall(c.want, c.got, c.forced)
+		if c.say == "" && msg != "" || c.say != "" && !strings.Contains(msg, c.say) {
+			t.Errorf("want %d, got %d, forced %v: %q, want it to say %q", c.want, c.got, c.forced, msg, c.say)
+		}
+		if c.forced && strings.Contains(msg, "root") {
+			t.Errorf("forced: %q advises root to the root", msg)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,9 +70,9 @@ func TestMultiBufferJumboFrames(t *testing.T) {
 }
 
 // fakeXSK is an xsk whose rx and fill rings live in Go memory, for take's chain handling.
-func fakeXSK(n uint32) (*xsk, *[4]uint32) {
-	var idx [4]uint32 // rx prod, rx cons, fill prod, fill cons
-	var flags uint32
+func fakeXSK(n uint32) (*xsk, *[4]atomic.Uint32) {
+	var idx [4]atomic.Uint32 // rx prod, rx cons, fill prod, fill cons
+	var flags atomic.Uint32
 	x := &xsk{frameSize: 4096, nframes: n,
 		rx:   &xskRing{prod: &idx[0], cons: &idx[1], flags: &flags, descs: make([]unix.XDPDesc, n), mask: n - 1},
 		fill: &xskRing{prod: &idx[2], cons: &idx[3], flags: &flags, addrs: make([]uint64, n), mask: n - 1}}
@@ -80,14 +81,14 @@ func fakeXSK(n uint32) (*xsk, *[4]uint32) {
 
 // produce puts a frame of k descriptors on x's rx ring, as the kernel does (frame f's pieces at frames
 // f*32+j).
-func produce(x *xsk, idx *[4]uint32, f, k int) {
+func produce(x *xsk, idx *[4]atomic.Uint32, f, k int) {
 	for j := range k {
 		d := unix.XDPDesc{Addr: uint64(f*32+j)*4096 + 256, Len: 100}
 		if j < k-1 {
 			d.Options = unix.XDP_PKT_CONTD
 		}
-		x.rx.descs[idx[0]&x.rx.mask] = d
-		idx[0]++
+		x.rx.descs[idx[0].Load()&x.rx.mask] = d
+		idx[0].Add(1)
 	}
 }
 
@@ -101,8 +102,8 @@ func TestTakeWholeChains(t *testing.T) {
 	produce(x, idx, 2, 1)
 	out := make([]unix.XDPDesc, 5)
 	n, dropped := x.take(out, len(out))
-	if n != 3 || dropped != 0 || idx[1] != 3 {
-		t.Fatalf("first take: %d descriptors (%d dropped), consumer at %d; want one whole 3-piece frame", n, dropped, idx[1])
+	if n != 3 || dropped != 0 || idx[1].Load() != 3 {
+		t.Fatalf("first take: %d descriptors (%d dropped), consumer at %d; want one whole 3-piece frame", n, dropped, idx[1].Load())
 	}
 	n, _ = x.take(out, len(out))
 	if n != 4 || out[2].Options != 0 || out[3].Addr != 2*32*4096+256 {
@@ -111,18 +112,18 @@ func TestTakeWholeChains(t *testing.T) {
 	// A 7-piece chain with a batch of 5: dropped, its frames back in the fill ring, then a 2-piece frame.
 	produce(x, idx, 3, 7)
 	produce(x, idx, 4, 2)
-	fillBefore := idx[2]
+	fillBefore := idx[2].Load()
 	n, dropped = x.take(out, len(out))
-	if dropped != 1 || n != 2 || out[0].Addr != 4*32*4096+256 || idx[2]-fillBefore != 7 {
-		t.Fatalf("take over a long chain: %d descriptors, %d dropped, %d frames refilled; want 2, 1, 7", n, dropped, idx[2]-fillBefore)
+	if dropped != 1 || n != 2 || out[0].Addr != 4*32*4096+256 || idx[2].Load()-fillBefore != 7 {
+		t.Fatalf("take over a long chain: %d descriptors, %d dropped, %d frames refilled; want 2, 1, 7", n, dropped, idx[2].Load()-fillBefore)
 	}
 	if got := x.fill.addrs[fillBefore&x.fill.mask]; got != 3*32*4096 {
 		t.Fatalf("refilled frame address %#x, want the chain's first frame %#x", got, 3*32*4096)
 	}
 	// A chain whose end the kernel has not published yet is left alone.
-	x.rx.descs[idx[0]&x.rx.mask] = unix.XDPDesc{Addr: 5 * 32 * 4096, Len: 100, Options: unix.XDP_PKT_CONTD}
-	idx[0]++
-	if n, _ = x.take(out, len(out)); n != 0 || idx[1] != idx[0]-1 {
+	x.rx.descs[idx[0].Load()&x.rx.mask] = unix.XDPDesc{Addr: 5 * 32 * 4096, Len: 100, Options: unix.XDP_PKT_CONTD}
+	idx[0].Add(1)
+	if n, _ = x.take(out, len(out)); n != 0 || idx[1].Load() != idx[0].Load()-1 {
 		t.Fatalf("took %d descriptors of an unfinished chain", n)
 	}
 }

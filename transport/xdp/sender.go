@@ -345,7 +345,7 @@ func (s *Sender) publish() error {
 	if s.queued == 0 {
 		return nil
 	}
-	atomic.StoreUint32(s.tx.prod, s.tx.local)
+	s.tx.prod.Store(s.tx.local)
 	s.sent.Add(uint64(s.queued))
 	s.bytes.Add(s.queuedBytes)
 	s.queued, s.queuedBytes = 0, 0
@@ -356,11 +356,11 @@ func (s *Sender) publish() error {
 // mode always does; a zero-copy driver that is already polling does not). The kernel's copy-mode
 // transmit takes a bounded number of frames per call, so it is called again while the ring drains.
 func (s *Sender) kick() error {
-	for i := 0; atomic.LoadUint32(s.tx.cons) != s.tx.local && i < 1024; i++ {
+	for i := 0; s.tx.cons.Load() != s.tx.local && i < 1024; i++ {
 		if s.wakeup && !s.tx.needWakeup() {
 			return nil
 		}
-		before := atomic.LoadUint32(s.tx.cons)
+		before := s.tx.cons.Load()
 		_, _, e := unix.Syscall6(unix.SYS_SENDTO, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
 		s.kicks.Add(1)
 		switch e {
@@ -371,7 +371,7 @@ func (s *Sender) kick() error {
 			return fmt.Errorf("xdp send: kick: %w", os.NewSyscallError("sendto", e))
 		}
 		s.reap()
-		if atomic.LoadUint32(s.tx.cons) == before && e != 0 {
+		if s.tx.cons.Load() == before && e != 0 {
 			return nil // no progress: the caller waits for completions
 		}
 	}
@@ -382,7 +382,7 @@ func (s *Sender) kick() error {
 // kernel completes a chain's descriptors together, after it has copied or sent the whole frame).
 func (s *Sender) reap() {
 	r := s.cmp
-	prod := atomic.LoadUint32(r.prod)
+	prod := r.prod.Load()
 	if prod == r.local {
 		return
 	}
@@ -392,7 +392,7 @@ func (s *Sender) reap() {
 			s.inFlight--
 		}
 	}
-	atomic.StoreUint32(r.cons, r.local)
+	r.cons.Store(r.local)
 }
 
 // Flush sends what is queued and waits until every frame has completed, or ctx is done.

@@ -16,9 +16,11 @@ import (
 // producer and consumer indices are free-running u32s shared with the kernel; we own one of them and keep
 // a private copy of it (local).
 type xskRing struct {
-	mem        []byte
-	prod, cons *uint32
-	flags      *uint32
+	mem []byte
+	// The kernel's words: every access goes through Load/Store (acquire/release on every architecture Go
+	// supports), so a plain, possibly reordered access does not compile.
+	prod, cons *atomic.Uint32
+	flags      *atomic.Uint32
 	addrs      []uint64       // fill and completion rings
 	descs      []unix.XDPDesc // rx ring
 	mask       uint32
@@ -34,9 +36,9 @@ func mapRing(fd int, pgoff int64, off unix.XDPRingOffset, n uint32, descSize uin
 	}
 	r := &xskRing{
 		mem:   mem,
-		prod:  (*uint32)(unsafe.Pointer(&mem[off.Producer])),
-		cons:  (*uint32)(unsafe.Pointer(&mem[off.Consumer])),
-		flags: (*uint32)(unsafe.Pointer(&mem[off.Flags])),
+		prod:  (*atomic.Uint32)(unsafe.Pointer(&mem[off.Producer])),
+		cons:  (*atomic.Uint32)(unsafe.Pointer(&mem[off.Consumer])),
+		flags: (*atomic.Uint32)(unsafe.Pointer(&mem[off.Flags])),
 		mask:  n - 1,
 	}
 	if descSize == 8 {
@@ -54,7 +56,7 @@ func (r *xskRing) unmap() {
 	}
 }
 
-func (r *xskRing) needWakeup() bool { return atomic.LoadUint32(r.flags)&unix.XDP_RING_NEED_WAKEUP != 0 }
+func (r *xskRing) needWakeup() bool { return r.flags.Load()&unix.XDP_RING_NEED_WAKEUP != 0 }
 
 // xsk is one AF_XDP socket bound to one receive queue, with its own UMEM (a part of the Source's).
 type xsk struct {
@@ -148,7 +150,7 @@ func newXSK(o socketOptions, umem []byte) (x *xsk, err error) {
 		x.fill.addrs[i&x.fill.mask] = uint64(i) * x.frameSize
 	}
 	x.fill.local = n
-	atomic.StoreUint32(x.fill.prod, n)
+	x.fill.prod.Store(n)
 
 	if err := x.setBusyPoll(o.busy); err != nil {
 		return x, err
@@ -206,7 +208,7 @@ const maxChain = 18
 // out stays in the ring for the next call.
 func (x *xsk) take(out []unix.XDPDesc, limit int) (n int, dropped uint64) {
 	r := x.rx
-	start, prod := r.local, atomic.LoadUint32(r.prod)
+	start, prod := r.local, r.prod.Load()
 	limit = min(limit, maxChain)
 	done, chain, refilled := 0, 0, false // out[:done] are whole frames; out[chain:n] the frame being read
 	for cons := r.local; cons != prod; {
@@ -237,11 +239,11 @@ func (x *xsk) take(out []unix.XDPDesc, limit int) (n int, dropped uint64) {
 		}
 	}
 	if r.local != start {
-		atomic.StoreUint32(r.cons, r.local)
+		r.cons.Store(r.local)
 		x.frames.Add(uint64(r.local - start))
 	}
 	if refilled {
-		atomic.StoreUint32(x.fill.prod, x.fill.local)
+		x.fill.prod.Store(x.fill.local)
 	}
 	return done, dropped
 }
@@ -256,13 +258,13 @@ func (x *xsk) refill(addr uint64) {
 // kernel had taken every frame we had given it: it may have had none for a moment.
 func (x *xsk) give(addrs []uint64) (starved bool) {
 	r := x.fill
-	starved = atomic.LoadUint32(r.cons) == r.local
+	starved = r.cons.Load() == r.local
 	mask := ^(x.frameSize - 1)
 	for i, a := range addrs {
 		r.addrs[(r.local+uint32(i))&r.mask] = a & mask
 	}
 	r.local += uint32(len(addrs))
-	atomic.StoreUint32(r.prod, r.local)
+	r.prod.Store(r.local)
 	return starved
 }
 

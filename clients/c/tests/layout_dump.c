@@ -86,6 +86,8 @@ int main(void)
 	C(producer_waiting);
 	C(heartbeat_ns);
 	C(oldest);
+	C(blocked_on);
+	C(blocked_since_ns);
 	C(stats);
 	P("consumer_table", sizeof(struct ibvb_ctl));
 
@@ -100,12 +102,18 @@ int main(void)
 	ROW(lost_heaps);
 	ROW(assigned);
 	ROW(group_id);
+	ROW(client_minor);
+	ROW(read);
+	ROW(queued);
+	ROW(skipped);
 
 	/* consumer region (§3) */
 	REG(tail);
 	REG(consumer_waiting);
 	REG(consumer_futex);
 	REG(wake_at);
+	REG(read);
+	REG(handed);
 	REG(release_futex);
 	REG(spin_budget_ns);
 

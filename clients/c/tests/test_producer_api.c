@@ -999,7 +999,7 @@ static void test_group_members_share_every_heap_once_beside_a_monitor(void)
 	CHECK_EQ(mon.heaps, n);
 	CHECK_EQ(mon.cnt_sum, n * (n + 1) / 2);
 	CHECK_EQ(ibvb_producer_counter(p, IBVB_CTR_GROUP_LOST), 0);
-	CHECK_EQ(p->ctl->stats_count, 18);
+	CHECK_EQ(p->ctl->stats_count, 19);
 	uint64_t assigned = 0;
 	int rows = 0;
 	for (uint32_t i = 0; i < 8; i++)
@@ -1530,6 +1530,534 @@ static void test_group_member_is_admitted_by_its_real_groups(void)
 	ibvb_producer_close(p);
 }
 
+/* ---- layout 2.2 consumer groups (spec §14) ------------------------------------------------------- */
+
+static int member(struct ibvb_ring **r, const char *name, const char *group)
+{
+	struct ibvb_attach_opts ao = {.dir = g_dir, .group = group};
+	return ibvb_attach_opts(r, name, 5000, &ao);
+}
+
+/* Spec §14.3: a member that stopped reading keeps what it was given and gets nothing more while another
+ * member waits with nothing queued: the idle one is handed every new position (round robin among the idle),
+ * and the rows show what each published and what the producer accepted (client_minor 2, read, queued). */
+static void test_group22_idle_member_first_stopped_member_gets_nothing_more(void)
+{
+	struct ibvb_producer_opts o = opts(16, 256, IBVB_POLICY_DROP);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "g22idle", &o), 0);
+	struct ibvb_ring *a, *b;
+	CHECK_EQ(member(&a, "g22idle", "g"), 0);
+	CHECK_EQ(member(&b, "g22idle", "g"), 0);
+	uint32_t ia = ibvb_consumer_index(a), ib = ibvb_consumer_index(b);
+	CHECK_EQ(pub(p, 1, 200), 0); /* both idle: the first row */
+	CHECK_EQ(pub(p, 2, 200), 0); /* a has 1 queued, b none: b */
+	uint64_t sum = 0, min = UINT64_MAX, bad = 0, got_b = 0;
+	for (uint64_t cnt = 3; cnt <= 12; cnt++) {
+		got_b += drain(b, 200, &sum, &min, &bad); /* b reads what it has: idle again */
+		CHECK_EQ(pub(p, cnt, 200), 0);
+	}
+	got_b += drain(b, 200, &sum, &min, &bad);
+	CHECK_EQ(atomic_load(&p->rows[ia].assigned), 1); /* a, stopped, got nothing after heap 1 */
+	CHECK_EQ(got_b, 11);
+	CHECK_EQ(sum, 12 * 13 / 2 - 1);
+	CHECK_EQ(bad, 0);
+	CHECK_EQ(atomic_load(&p->rows[ia].client_minor), 2);
+	CHECK_EQ(atomic_load(&p->rows[ib].client_minor), 2);
+	CHECK_EQ(pub(p, 13, 200), 0); /* b's read (12) is accepted at this commit; 13 goes to b */
+	CHECK_EQ(atomic_load(&p->rows[ia].queued), 1);
+	CHECK_EQ(atomic_load(&p->rows[ia].read), 0);
+	CHECK_EQ(atomic_load(&p->rows[ib].read), 12);
+	CHECK_EQ(atomic_load(&p->rows[ib].queued), 1);
+	struct ibvb_heap h;
+	CHECK_EQ(ibvb_peek(a, &h), 0); /* a wakes up: its heap 1 waited for it */
+	CHECK_EQ(h.heap_cnt, 1);
+	CHECK(pattern_ok(h.payload, 1, 200));
+	CHECK_EQ(ibvb_heap_valid(a, &h), 1);
+	CHECK_EQ(ibvb_release(a, &h), 0);
+	CHECK_EQ(ibvb_heap_valid(a, &h), 0); /* released: not held any more */
+	CHECK_EQ(ibvb_peek(a, &h), -EAGAIN);
+	CHECK_EQ(pub(p, 14, 200), 0); /* a read everything: both idle, a picked least recently */
+	CHECK_EQ(atomic_load(&p->rows[ia].assigned), 2);
+	CHECK_EQ(ibvb_producer_counter(p, IBVB_CTR_GROUP_SKIPPED), 0);
+	ibvb_detach(a);
+	ibvb_detach(b);
+	ibvb_producer_close(p);
+}
+
+/* Spec §14.2-§14.3: a member working on a heap it holds has nothing queued — what it published as read
+ * passed it — so it is handed the next position in turn, while a 2.1 rule (its held heap counted as queued)
+ * would give every position to the other member. */
+static void test_group22_member_holding_a_heap_it_read_is_idle(void)
+{
+	struct ibvb_producer_opts o = opts(8, 256, IBVB_POLICY_DROP);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "g22hold", &o), 0);
+	struct ibvb_ring *a, *b;
+	CHECK_EQ(member(&a, "g22hold", "g"), 0);
+	CHECK_EQ(member(&b, "g22hold", "g"), 0);
+	uint32_t ia = ibvb_consumer_index(a);
+	CHECK_EQ(pub(p, 1, 200), 0);
+	CHECK_EQ(pub(p, 2, 200), 0);
+	struct ibvb_heap h1, h3;
+	CHECK_EQ(ibvb_peek(a, &h1), 0); /* a holds heap 1: read 1 published, tail 0 */
+	CHECK_EQ(h1.heap_cnt, 1);
+	uint64_t sum = 0, min = UINT64_MAX, bad = 0;
+	CHECK_EQ(drain(b, 200, &sum, &min, &bad), 1);
+	CHECK_EQ(pub(p, 3, 200), 0); /* both idle: a, picked least recently */
+	CHECK_EQ(atomic_load(&p->rows[ia].assigned), 2);
+	CHECK_EQ(atomic_load(&p->rows[ia].read), 1);
+	CHECK_EQ(atomic_load(&p->rows[ia].released), 0);
+	CHECK_EQ(ibvb_peek(a, &h3), 0);
+	CHECK_EQ(h3.heap_cnt, 3);
+	CHECK_EQ(ibvb_heap_valid(a, &h1), 1);
+	CHECK(pattern_ok(h1.payload, 1, 200) && pattern_ok(h3.payload, 3, 200));
+	CHECK_EQ(ibvb_release(a, &h3), 0);
+	ibvb_detach(a);
+	ibvb_detach(b);
+	ibvb_producer_close(p);
+}
+
+/* Spec §14.4: a sleeping 2.2 member is woken only for its own positions: while it sleeps, a position the
+ * producer gives the other member leaves it asleep (its row's wakes unchanged, consumer_waiting still set),
+ * and the next one, its own, wakes it. */
+struct sleeper {
+	struct ibvb_ring *r;
+	uint64_t got[8];
+	int n, rc;
+	pthread_t thr;
+};
+
+static void *sleeper_fn(void *arg)
+{
+	struct sleeper *s = arg;
+	ibvb_set_spin_budget(s->r, 0);
+	while (s->n < 2) {
+		struct ibvb_heap h;
+		int rc = ibvb_wait(s->r, &h, 10000);
+		if (rc == -EINTR)
+			continue;
+		if (rc < 0) {
+			s->rc = rc;
+			return NULL;
+		}
+		s->got[s->n] = h.heap_cnt;
+		__atomic_store_n(&s->n, s->n + 1, __ATOMIC_RELEASE);
+		ibvb_release(s->r, &h);
+	}
+	return NULL;
+}
+
+static int wait_asleep(struct ibvb_region *g)
+{
+	for (int i = 0; i < 5000; i++) {
+		if (atomic_load(&g->consumer_waiting))
+			return 1;
+		msleep(1);
+	}
+	return 0;
+}
+
+static void test_group22_sleeping_member_is_woken_only_for_its_own(void)
+{
+	struct ibvb_producer_opts o = opts(16, 256, IBVB_POLICY_DROP);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "g22wake", &o), 0);
+	struct sleeper s;
+	memset(&s, 0, sizeof s);
+	struct ibvb_ring *b;
+	CHECK_EQ(member(&s.r, "g22wake", "g"), 0);
+	CHECK_EQ(member(&b, "g22wake", "g"), 0);
+	uint32_t ia = ibvb_consumer_index(s.r);
+	pthread_create(&s.thr, NULL, sleeper_fn, &s);
+	CHECK(wait_asleep(s.r->region));
+	CHECK_EQ(pub(p, 1, 200), 0); /* both idle, a first: its own, it wakes */
+	for (int i = 0; i < 5000 && __atomic_load_n(&s.n, __ATOMIC_ACQUIRE) < 1; i++)
+		msleep(1);
+	CHECK_EQ(__atomic_load_n(&s.n, __ATOMIC_ACQUIRE), 1);
+	CHECK(wait_asleep(s.r->region));
+	uint64_t wakes = atomic_load(&p->rows[ia].wakes);
+	CHECK_EQ(wakes, 1);
+	CHECK_EQ(pub(p, 2, 200), 0); /* both idle, b picked least recently: not a's, a sleeps on */
+	msleep(50);
+	CHECK_EQ(atomic_load(&p->rows[ia].wakes), 1);
+	CHECK_EQ(atomic_load(&s.r->region->consumer_waiting), 1);
+	CHECK_EQ(__atomic_load_n(&s.n, __ATOMIC_ACQUIRE), 1);
+	CHECK_EQ(pub(p, 3, 200), 0); /* b has 2 queued: a's */
+	pthread_join(s.thr, NULL);
+	CHECK_EQ(s.rc, 0);
+	CHECK_EQ(s.got[0], 1);
+	CHECK_EQ(s.got[1], 3);
+	CHECK_EQ(atomic_load(&p->rows[ia].wakes), 2);
+	ibvb_detach(s.r);
+	ibvb_detach(b);
+	ibvb_producer_close(p);
+}
+
+/* Spec §14.4 and §14.7: eight members of one group on a 4-slot ring, each idle member handed one position in
+ * eight — so every member's read falls more than a ring behind head between its own positions: it finds its
+ * descriptors lapped, skips what was not its own, and still gets every heap the producer gave it. Every heap
+ * reaches exactly one member; then the members leave with their tails far behind head, which settles in
+ * bounded loops and loses nothing (group_lost 0), and a whole ring more is published without a drop. */
+static void test_group22_lapped_members_skip_and_settle_bounded(void)
+{
+	struct ibvb_producer_opts o = opts(4, 256, IBVB_POLICY_DROP);
+	o.max_consumers = 8;
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "g22lap", &o), 0);
+	struct ibvb_ring *m[8];
+	for (int i = 0; i < 8; i++)
+		CHECK_EQ(member(&m[i], "g22lap", "g"), 0);
+	uint64_t sum = 0, min = UINT64_MAX, bad = 0, got[8] = {0}, n = 0;
+	for (uint64_t cnt = 1; cnt <= 200; cnt++) {
+		CHECK_EQ(pub(p, cnt, 200), 0);
+		int k = (int)((cnt - 1) % 8); /* the member that was given it: round robin among the idle */
+		got[k] += drain(m[k], 200, &sum, &min, &bad);
+	}
+	for (int i = 0; i < 8; i++) {
+		got[i] += drain(m[i], 200, &sum, &min, &bad);
+		n += got[i];
+		CHECK_EQ(got[i], 25);
+	}
+	CHECK_EQ(n, 200);
+	CHECK_EQ(sum, 200 * 201 / 2);
+	CHECK_EQ(bad, 0);
+	CHECK_EQ(ibvb_producer_counter(p, IBVB_CTR_DROPPED_HEAPS), 0);
+	CHECK_EQ(ibvb_producer_counter(p, IBVB_CTR_CONSUMER_OVERRUNS), 0);
+	for (int i = 0; i < 7; i++)
+		ibvb_detach(m[i]);
+	for (int i = 0; i < 5000 && ibvb_producer_consumers(p) != 1; i++)
+		msleep(1);
+	CHECK_EQ(ibvb_producer_consumers(p), 1);
+	CHECK_EQ(ibvb_producer_counter(p, IBVB_CTR_GROUP_LOST), 0);
+	uint64_t got7 = 0;
+	for (uint64_t cnt = 201; cnt <= 208; cnt++) {
+		CHECK_EQ(pub(p, cnt, 200), 0);
+		got7 += drain(m[7], 200, &sum, &min, &bad);
+	}
+	CHECK_EQ(got7, 8);
+	CHECK_EQ(ibvb_producer_counter(p, IBVB_CTR_DROPPED_HEAPS), 0);
+	CHECK_EQ(bad, 0);
+	ibvb_detach(m[7]);
+	ibvb_producer_close(p);
+}
+
+/* Spec §14.6 under drop: a member that stopped with a position queued holds the ring back a whole ring
+ * later; the other member and an independent monitor keep up, so exactly the stopped member is detached
+ * (overrun), its queued position lost for the group, nothing dropped, and the others read on. */
+static void test_group22_drop_detaches_exactly_the_member_holding_back(void)
+{
+	struct ibvb_producer_opts o = opts(8, 256, IBVB_POLICY_DROP);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "g22drop", &o), 0);
+	struct ibvb_ring *a, *b, *mon;
+	CHECK_EQ(member(&a, "g22drop", "g"), 0);
+	CHECK_EQ(member(&b, "g22drop", "g"), 0);
+	CHECK_EQ(attach(&mon, "g22drop", IBVB_START_HEAD), 0);
+	uint64_t sum = 0, min = UINT64_MAX, bad = 0, got_b = 0, msum = 0, mmin = UINT64_MAX, got_mon = 0;
+	for (uint64_t cnt = 1; cnt <= 40; cnt++) {
+		CHECK_EQ(pub(p, cnt, 200), 0);
+		got_b += drain(b, 200, &sum, &min, &bad);
+		got_mon += drain(mon, 200, &msum, &mmin, &bad);
+	}
+	CHECK_EQ(got_mon, 40);
+	CHECK_EQ(ibvb_producer_counter(p, IBVB_CTR_CONSUMER_OVERRUNS), 1);
+	CHECK_EQ(ibvb_producer_counter(p, IBVB_CTR_DROPPED_HEAPS), 0);
+	CHECK_EQ(atomic_load(&p->rows[ibvb_consumer_index(a)].state), IBVB_CONSUMER_OVERRUN);
+	CHECK_EQ(ibvb_producer_counter(p, IBVB_CTR_GROUP_LOST), 1);
+	CHECK_EQ(got_b, 39);
+	CHECK_EQ(bad, 0);
+	struct ibvb_heap h;
+	CHECK_EQ(ibvb_peek(a, &h), -EOVERFLOW);
+	ibvb_detach(a);
+	ibvb_detach(b);
+	ibvb_detach(mon);
+	ibvb_producer_close(p);
+}
+
+/* Spec §14.6 under block: the producer waits for the member that stopped with a position queued — by name:
+ * ctl blocked_on is its row + 1, blocked_since_ns when the wait began, and a log line within a second names
+ * its row and pid; when it leaves, its position is lost for the group and the producer goes on. */
+static char g_logged[1024];
+static pthread_mutex_t g_log_mu = PTHREAD_MUTEX_INITIALIZER;
+static void capture_warn(const char *msg, void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&g_log_mu);
+	if (!g_logged[0])
+		snprintf(g_logged, sizeof g_logged, "%s", msg);
+	pthread_mutex_unlock(&g_log_mu);
+}
+
+struct blocked_pub {
+	struct ibvb_producer *p;
+	uint64_t from, to;
+	int rc;
+	pthread_t thr;
+};
+
+static void *blocked_pub_fn(void *arg)
+{
+	struct blocked_pub *bp = arg;
+	for (uint64_t c = bp->from; c <= bp->to && bp->rc == 0; c++)
+		bp->rc = pub(bp->p, c, 200);
+	return NULL;
+}
+
+static void test_group22_block_waits_for_the_member_by_name(void)
+{
+	struct ibvb_producer_opts o = opts(8, 256, IBVB_POLICY_BLOCK);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "g22block", &o), 0);
+	ibvb_set_warn_handler(capture_warn, NULL);
+	struct ibvb_ring *a, *b;
+	CHECK_EQ(member(&a, "g22block", "g"), 0);
+	CHECK_EQ(member(&b, "g22block", "g"), 0);
+	uint32_t ia = ibvb_consumer_index(a);
+	uint64_t sum = 0, min = UINT64_MAX, bad = 0, got_b = 0;
+	for (uint64_t cnt = 1; cnt <= 8; cnt++) { /* a is given heap 1 and stops; b takes the rest */
+		CHECK_EQ(pub(p, cnt, 200), 0);
+		got_b += drain(b, 200, &sum, &min, &bad);
+	}
+	CHECK_EQ(got_b, 7);
+	CHECK_EQ(atomic_load(&p->ctl->blocked_on), 0);
+	int64_t t0 = now_ms();
+	uint64_t real0 = ibvb_producer_now_ns();
+	struct blocked_pub bp = {p, 9, 12, 0, 0};
+	pthread_create(&bp.thr, NULL, blocked_pub_fn, &bp);
+	while (atomic_load(&p->ctl->blocked_on) == 0 && now_ms() - t0 < 5000)
+		msleep(1);
+	CHECK_EQ(atomic_load(&p->ctl->blocked_on), ia + 1);
+	uint64_t since = atomic_load(&p->ctl->blocked_since_ns);
+	CHECK(since >= real0 - 1000000 && since <= ibvb_producer_now_ns());
+	int logged = 0;
+	while (!logged && now_ms() - t0 < 1500) {
+		msleep(10);
+		pthread_mutex_lock(&g_log_mu);
+		logged = g_logged[0] != 0;
+		pthread_mutex_unlock(&g_log_mu);
+	}
+	CHECK(logged);
+	char want[64];
+	snprintf(want, sizeof want, "consumer row %u (pid %d, group", ia, (int)getpid());
+	CHECK(strstr(g_logged, want) != NULL);
+	CHECK(strstr(g_logged, "position 0") != NULL);
+	ibvb_detach(a); /* its queued heap 1 is lost for the group; the producer goes on */
+	pthread_join(bp.thr, NULL);
+	CHECK_EQ(bp.rc, 0);
+	CHECK_EQ(atomic_load(&p->ctl->blocked_on), 0);
+	got_b += drain(b, 200, &sum, &min, &bad);
+	CHECK_EQ(got_b, 11);
+	CHECK_EQ(ibvb_producer_counter(p, IBVB_CTR_GROUP_LOST), 1);
+	CHECK_EQ(bad, 0);
+	ibvb_set_warn_handler(NULL, NULL);
+	ibvb_detach(b);
+	ibvb_producer_close(p);
+}
+
+/* Spec §14.7: a member that releases its share without handing it out (it writes its region's tail and read
+ * past its positions, handed 0) shows in its row's skipped and in group_skipped; a member that reads its
+ * heaps shows 0. */
+static void test_group22_released_unread_counts_skipped(void)
+{
+	struct ibvb_producer_opts o = opts(16, 256, IBVB_POLICY_DROP);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "g22skip", &o), 0);
+	struct ibvb_ring *a, *b;
+	CHECK_EQ(member(&a, "g22skip", "g"), 0);
+	CHECK_EQ(member(&b, "g22skip", "g"), 0);
+	for (uint64_t cnt = 1; cnt <= 6; cnt++)
+		CHECK_EQ(pub(p, cnt, 200), 0);
+	uint32_t ia = ibvb_consumer_index(a), ib = ibvb_consumer_index(b);
+	CHECK_EQ(atomic_load(&p->rows[ia].assigned), 3);
+	uint64_t sum = 0, min = UINT64_MAX, bad = 0;
+	CHECK_EQ(drain(b, 200, &sum, &min, &bad), 3);
+	atomic_store(&a->region->read, 6); /* the thief: everything looked at, nothing handed out */
+	atomic_store(&a->region->tail, 6);
+	CHECK_EQ(pub(p, 7, 200), 0); /* its commit sweeps the releases */
+	CHECK_EQ(atomic_load(&p->rows[ia].skipped), 3);
+	CHECK_EQ(atomic_load(&p->rows[ib].skipped), 0);
+	CHECK_EQ(ibvb_producer_counter(p, IBVB_CTR_GROUP_SKIPPED), 3);
+	ibvb_detach(b);
+	for (int i = 0; i < 5000 && ibvb_producer_consumers(p) != 1; i++)
+		msleep(1);
+	CHECK_EQ(ibvb_producer_counter(p, IBVB_CTR_GROUP_SKIPPED), 3); /* kept when members leave */
+	ibvb_detach(a);
+	ibvb_producer_close(p);
+}
+
+/* Spec §14.1 grants: with grants, a member may join only a granted group and only as a listed uid or gid
+ * (status 2, "not permitted to join group NAME"); independent consumers are admitted as before; root
+ * always. And ibvb-produce --consumer-group refuses a malformed grant in one line. */
+static int join_as(const char *sock, uid_t uid, gid_t gid, const char *group, char *msg, size_t cap)
+{
+	int pfd[2];
+	if (pipe(pfd) < 0)
+		return 128;
+	pid_t c = fork();
+	if (c == 0) {
+		close(pfd[0]);
+		gid_t groups[1] = {gid};
+		if (uid != 0 && (setgroups(1, groups) || setgid(gid) || setuid(uid)))
+			_exit(9);
+		struct ibvb_ring *r;
+		struct ibvb_attach_opts ao = {.group = group};
+		int rc = ibvb_attach_opts(&r, sock, 2000, &ao);
+		const char *e = ibvb_last_error();
+		if (write(pfd[1], e, strlen(e)) < 0)
+			_exit(8);
+		_exit(rc == 0 ? 0 : rc == -EACCES ? 2 : 1);
+	}
+	close(pfd[1]);
+	ssize_t n = read(pfd[0], msg, cap - 1);
+	msg[n > 0 ? n : 0] = 0;
+	close(pfd[0]);
+	int st;
+	waitpid(c, &st, 0);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static void test_group22_grants_admit_only_listed_members(void)
+{
+	if (geteuid() != 0) {
+		fprintf(stderr, "    (skipped: needs root to run processes as other uids)\n");
+		return;
+	}
+	struct group *gr = getgrnam("nogroup");
+	CHECK(gr != NULL);
+	struct ibvb_producer_opts o = opts(4, 64, IBVB_POLICY_DROP);
+	o.group = "nogroup";
+	uint32_t uids[1] = {65533}, gids[1] = {65532};
+	struct ibvb_group_grant g[2] = {{"work", uids, 1, NULL, 0}, {"gwork", NULL, 0, gids, 1}};
+	o.groups = g;
+	o.ngroups = 2;
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "g22grant", &o), 0);
+	const char *sock = ibvb_producer_socket_path(p);
+	chmod(sock, 0666);
+	char msg[300];
+	gid_t ng = gr->gr_gid;
+	CHECK_EQ(join_as(sock, 65533, ng, "work", msg, sizeof msg), 0);
+	CHECK_EQ(join_as(sock, 65531, ng, "work", msg, sizeof msg), 2);
+	CHECK(strstr(msg, "not permitted to join group work") != NULL);
+	CHECK_EQ(join_as(sock, 65533, ng, "other", msg, sizeof msg), 2); /* not granted at all */
+	CHECK(strstr(msg, "not permitted to join group") != NULL);
+	CHECK_EQ(join_as(sock, 65531, ng, NULL, msg, sizeof msg), 0);    /* independent: as before */
+	CHECK_EQ(join_as(sock, 0, 0, "other", msg, sizeof msg), 0);      /* root always */
+	/* a gid grant: the peer's primary gid (65532 here would not pass the ring's own --group gate, so the
+	 * ring's gate is nogroup and the grant's gid a supplementary group) */
+	pid_t c = fork();
+	if (c == 0) {
+		gid_t groups[2] = {ng, 65532};
+		if (setgroups(2, groups) || setgid(ng) || setuid(65531))
+			_exit(9);
+		struct ibvb_ring *r;
+		struct ibvb_attach_opts ao = {.group = "gwork"};
+		_exit(ibvb_attach_opts(&r, sock, 2000, &ao) == 0 ? 0 : 1);
+	}
+	int st;
+	waitpid(c, &st, 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CHECK_EQ(join_as(sock, 65531, ng, "gwork", msg, sizeof msg), 2);
+	ibvb_producer_close(p);
+	char cmd[600];
+	snprintf(cmd, sizeof cmd, "%s --ring g22bad --dir %s --consumer-group nogrant 2>&1", g_produce, g_dir);
+	FILE *f = popen(cmd, "r");
+	CHECK(f != NULL);
+	char line[300] = "";
+	if (!fgets(line, sizeof line, f))
+		line[0] = 0;
+	CHECK(WEXITSTATUS(pclose(f)) == 1);
+	CHECK(strstr(line, "want NAME=UID|@GID") != NULL);
+}
+
+/* Spec §6 readers keep the last record of a repeated id. The C client did it by rescanning the rest of the
+ * buffer for every record (quadratic: 4 MiB took 25 s); now it sorts the ids once. 8 MiB of metadata —
+ * 180 000 records, distinct ids but for the last 1000, which describe ids 0..999 again — is iterated well
+ * inside the test's alarm (the quadratic walk needs minutes), each repeated id yielding only its last
+ * record; a snapshot of the first 1000 ids' records parses too. */
+static void test_meta_large_repeated_ids_read_linearly(void)
+{
+	const size_t nrec = 180000, nid = 1000;
+	struct ibvb_producer_opts o = opts(4, 256, IBVB_POLICY_DROP);
+	o.meta_size = 12u << 20;
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "metabig", &o), 0);
+	size_t one = ibvb_meta_encode(NULL, 0, 0x1000, 0, NULL, "item-000000", "", "", 0, "<u1");
+	uint8_t *recs = malloc(nrec * one);
+	CHECK(recs != NULL);
+	size_t len = 0;
+	for (size_t i = 0; i < nrec; i++) {
+		char name[16];
+		snprintf(name, sizeof name, "item-%06zu", i);
+		uint64_t id = i < nrec - nid ? 0x1000 + i : 0x1000 + (i - (nrec - nid));
+		len += ibvb_meta_encode(recs + len, one, id, 0, NULL, name, "", "", 0, "<u1");
+	}
+	CHECK(len > (8u << 20));
+	CHECK_EQ(ibvb_producer_set_descriptors(p, recs, len), 0);
+	struct ibvb_ring *r;
+	CHECK_EQ(attach(&r, "metabig", IBVB_START_OLDEST), 0);
+	int64_t t0 = now_ms();
+	long got = ibvb_read_meta(r, recs, len, NULL);
+	CHECK_EQ(got, (long)len);
+	size_t off = 0, n = 0;
+	struct ibvb_meta_record m;
+	int rc;
+	while ((rc = ibvb_meta_next(recs, len, &off, &m)) == 1) {
+		size_t k = (size_t)(m.id - 0x1000);
+		char want[32];
+		snprintf(want, sizeof want, "item-%06zu", k < nid ? nrec - nid + k : k);
+		CHECK(m.name_len == strlen(want) && memcmp(m.name, want, m.name_len) == 0); /* the last one */
+		n++;
+	}
+	CHECK_EQ(rc, 0);
+	CHECK_EQ(n, nrec - nid);
+	int64_t el = now_ms() - t0;
+	fprintf(stderr, "    8 MiB of metadata (%zu records) read and iterated in %lld ms\n", nrec, (long long)el);
+	CHECK(el < 20000);
+	CHECK_EQ(ibvb_producer_set_descriptors(p, recs, (size_t)nid * one), 0);
+	struct ibvb_descriptors *ds = NULL;
+	CHECK_EQ(ibvb_descriptors_read(r, &ds), 0);
+	CHECK_EQ(ibvb_descriptor_count(ds), nid);
+	ibvb_descriptors_free(ds);
+	free(recs);
+	ibvb_detach(r);
+	ibvb_producer_close(p);
+}
+
+/* The C client's descriptor snapshot is sized by the length the producer wrote, capped at
+ * IBVB_DESCRIPTORS_MAX_BYTES: metadata beyond it is refused in one line (-EMSGSIZE), never a malloc of
+ * whatever the header says. */
+static void test_meta_beyond_the_cap_is_refused_in_one_line(void)
+{
+	struct ibvb_producer_opts o = opts(4, 256, IBVB_POLICY_DROP);
+	o.meta_size = (uint64_t)IBVB_DESCRIPTORS_MAX_BYTES + (1u << 20);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "metacap", &o), 0);
+	size_t len = (size_t)IBVB_DESCRIPTORS_MAX_BYTES + 4096, one = 4096;
+	uint8_t *recs = calloc(1, len);
+	CHECK(recs != NULL);
+	char desc[4000];
+	memset(desc, 'd', sizeof desc - 1);
+	desc[sizeof desc - 1] = 0;
+	size_t off = 0;
+	for (uint64_t id = 0x1000; off + one <= len; id++) {
+		size_t k = ibvb_meta_encode(recs + off, one, id, 0, NULL, "x", desc, "", 0, "<u1");
+		CHECK(k > 0 && k <= one);
+		off += k;
+	}
+	CHECK_EQ(ibvb_producer_set_descriptors(p, recs, off), 0);
+	free(recs);
+	struct ibvb_ring *r;
+	CHECK_EQ(attach(&r, "metacap", IBVB_START_OLDEST), 0);
+	struct ibvb_descriptors *ds = NULL;
+	CHECK_EQ(ibvb_descriptors_read(r, &ds), -EMSGSIZE);
+	CHECK(strstr(ibvb_last_error(), "IBVB_DESCRIPTORS_MAX_BYTES") != NULL);
+	CHECK(ds == NULL);
+	ibvb_detach(r);
+	ibvb_producer_close(p);
+}
+
 static const struct test tests[] = {
 	{"producer_bytes_block", test_bytes_block},
 	{"producer_bytes_drop", test_bytes_drop},
@@ -1565,6 +2093,18 @@ static const struct test tests[] = {
 	{"meta_repeated_id_keeps_last_and_busy_gives_up", test_meta_repeated_id_keeps_last_and_busy_gives_up},
 	{"nothing_published_after_end_of_stream", test_nothing_published_after_end_of_stream},
 	{"producer_hugepages", test_hugepages},
+	{"group22_idle_member_first_stopped_member_gets_nothing_more",
+	 test_group22_idle_member_first_stopped_member_gets_nothing_more},
+	{"group22_member_holding_a_heap_it_read_is_idle", test_group22_member_holding_a_heap_it_read_is_idle},
+	{"group22_sleeping_member_is_woken_only_for_its_own", test_group22_sleeping_member_is_woken_only_for_its_own},
+	{"group22_lapped_members_skip_and_settle_bounded", test_group22_lapped_members_skip_and_settle_bounded},
+	{"group22_drop_detaches_exactly_the_member_holding_back",
+	 test_group22_drop_detaches_exactly_the_member_holding_back},
+	{"group22_block_waits_for_the_member_by_name", test_group22_block_waits_for_the_member_by_name},
+	{"group22_released_unread_counts_skipped", test_group22_released_unread_counts_skipped},
+	{"group22_grants_admit_only_listed_members", test_group22_grants_admit_only_listed_members},
+	{"meta_large_repeated_ids_read_linearly", test_meta_large_repeated_ids_read_linearly},
+	{"meta_beyond_the_cap_is_refused_in_one_line", test_meta_beyond_the_cap_is_refused_in_one_line},
 };
 
 

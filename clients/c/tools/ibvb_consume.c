@@ -1,7 +1,7 @@
 /* ibvb-consume — read heaps from an ibvbridge ring (layout 2.x) until end of stream; print one JSON summary.
  *
  * ibvb-consume --ring NAME_OR_SOCKET [--dir DIR] [--start oldest|head] [--verify] [--max-heaps N]
- *              [--timeout-ms T] [--hold N] [--sleep-us U]
+ *              [--timeout-ms T] [--hold N] [--sleep-us U] [--stop-first]
  *              [--max-latency-us L]   (ibvb_set_max_latency: 0 wakes per heap) [--no-touch]
  *              [--group-name NAME]   (a consumer-group member, spec §14: only the heaps assigned to it)
  *
@@ -22,6 +22,7 @@
 #include "tool.h"
 
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +39,7 @@ static void usage(int code)
 	fprintf(code ? stderr : stdout,
 		"usage: ibvb-consume --ring NAME_OR_SOCKET [--dir DIR] [--start oldest|head] [--verify] [--wait]\n"
 		"                    [--max-heaps N] [--timeout-ms T] [--max-latency-us L] [--hold N] [--sleep-us U] [--no-touch]\n"
-		"                    [--group-name NAME]\n"
+		"                    [--group-name NAME] [--stop-first]\n"
 		"  --ring R           ring name (looked up as R.v2.sock) or the path of its socket (ends in .v2.sock)\n"
 		"  --dir DIR          ring directory to look the name up in (default: $IBVBRIDGE_RING_DIR, else\n"
 		"                     /run/ibvbridge as root, else $XDG_RUNTIME_DIR/ibvbridge or /dev/shm/ibvbridge-EUID,\n"
@@ -53,6 +54,8 @@ static void usage(int code)
 		"  --max-latency-us L let heaps of a moving stream wait up to L us for coalesced wakes (0: a wake per heap)\n"
 		"  --hold N           keep the N newest heaps held\n"
 		"  --sleep-us U       sleep U us per heap, holding it, before reading it (a slow consumer)\n"
+		"  --stop-first       after taking the first heap, stop (SIGSTOP to itself) before reading it, until\n"
+		"                     SIGCONT (a consumer stalled mid-read, for tests)\n"
 		"  --group-name NAME  join consumer group NAME (spec 14; starts at head): read only the heaps assigned to it\n"
 		"Prints one JSON object. Exit: 0 eos/max, 1 error, 2 producer_gone, 3 timeout, 4 overrun, 5 detached.\n");
 	exit(code);
@@ -130,13 +133,17 @@ int main(int argc, char **argv)
 {
 	const char *ring = NULL;
 	struct ibvb_attach_opts aopts = {.dir = NULL, .start = IBVB_START_OLDEST, .flags = 0};
-	int verify = 0, touch = 1;
+	int verify = 0, touch = 1, stop_first = 0;
 	uint64_t max_heaps = 0, hold = 0, sleep_us = 0, timeout_ms = 10000;
 	int64_t max_latency_us = -1; /* -1: the library's default */
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (!strcmp(a, "--verify")) {
 			verify = 1;
+			continue;
+		}
+		if (!strcmp(a, "--stop-first")) {
+			stop_first = 1;
 			continue;
 		}
 		if (!strcmp(a, "--no-touch")) { /* what spead2_recv's main thread does with its heaps */
@@ -259,6 +266,10 @@ int main(int argc, char **argv)
 			heap_cnt_sum += h.heap_cnt;
 			if (sleep_us) /* a slow reader: the heap is held meanwhile (and may be overrun under drop) */
 				usleep((useconds_t)sleep_us);
+			if (stop_first) { /* stalled mid-read: the heap is taken (and was valid), its bytes not read yet */
+				stop_first = 0;
+				kill(getpid(), SIGSTOP);
+			}
 			bytes += h.received;
 			if (h.flags & IBVB_FLAG_INCOMPLETE)
 				incomplete++;

@@ -3,6 +3,7 @@
  *
  * ibvb-produce --ring NAME [--dir DIR] [--heaps N] [--heap-size BYTES] [--slots N] [--policy drop|block]
  *              [--hugepages auto|require|off] [--wait-consumers N] [--pattern] [--batch N] [--max-observers N]
+ *              [--consumer-group NAME=UID|@GID[,...]]...
  *
  * Heap cnt runs 1..N; each heap has an address item 0x1000 (value 0, length heap_size: the payload) and an
  * immediate item 0x1001 (value = heap cnt, length 5). With --pattern byte i of heap cnt's payload is
@@ -16,7 +17,9 @@
 #include "ibvbridge.h"
 #include "tool.h"
 
+#include <grp.h>
 #include <inttypes.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +50,7 @@ static void usage(int code)
 		"usage: ibvb-produce --ring NAME [--dir DIR] [--heaps N] [--heap-size BYTES] [--slots N]\n"
 		"                    [--policy drop|block] [--hugepages auto|require|off] [--wait-consumers N]\n"
 		"                    [--pattern] [--batch N] [--max-observers N]\n"
+		"                    [--consumer-group NAME=UID|@GID[,...]]...\n"
 		"  --ring NAME          ring to create (socket NAME.v2.sock in the ring directory)\n"
 		"  --dir DIR            ring directory (default: $IBVBRIDGE_RING_DIR, else /run/ibvbridge as root,\n"
 		"                       else $XDG_RUNTIME_DIR/ibvbridge, else /dev/shm/ibvbridge-EUID)\n"
@@ -59,6 +63,9 @@ static void usage(int code)
 		"  --pattern            payload byte i = (cnt*31 + i) mod 256 (ibvb-consume --verify)\n"
 		"  --batch N            heaps per head store (default: 1 for heaps >= 64 KiB, else min(32, slots/8))\n"
 		"  --max-observers N    observer connections (stat, ls) at once, 1..16 (default 4)\n"
+		"  --consumer-group G   grant (repeatable): only the users UID (or names) and groups @GID (or @name)\n"
+		"                       listed may join consumer group NAME; with any grant, ungranted groups are\n"
+		"                       refused (root always may); independent consumers are unaffected\n"
 		"Prints one JSON object: heaps, bytes, checksum, dropped, seconds, heaps_per_s. Exit 0 ok, 1 error.\n");
 	exit(code);
 }
@@ -74,6 +81,68 @@ static void pattern(uint8_t *buf, uint64_t cnt, uint64_t len)
 {
 	for (uint64_t i = 0; i < len; i++)
 		buf[i] = pattern_byte(cnt, i);
+}
+
+/* --consumer-group NAME=UID|@GID[,...] (spec §14.1): appended to grants; 0, or -1 with one line said. */
+static struct ibvb_group_grant g_grants[IBVB_PRODUCER_MAX_GRANTS];
+static uint32_t g_grant_ids[IBVB_PRODUCER_MAX_GRANTS][2][IBVB_PRODUCER_MAX_GRANT_IDS];
+
+static int parse_id(const char *tok, int group, uint32_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long v = strtoul(tok, &end, 10);
+	if (*tok && !*end && !errno && tok[0] != '-' && v <= UINT32_MAX) {
+		*out = (uint32_t)v;
+		return 0;
+	}
+	if (group) {
+		struct group *g = getgrnam(tok);
+		if (g)
+			*out = (uint32_t)g->gr_gid;
+		return g ? 0 : -1;
+	}
+	struct passwd *pw = getpwnam(tok);
+	if (pw)
+		*out = (uint32_t)pw->pw_uid;
+	return pw ? 0 : -1;
+}
+
+static int add_grant(const char *spec, size_t *n)
+{
+	const char *eq = strchr(spec, '=');
+	if (!eq || eq == spec || !eq[1] || eq - spec > IBVB_NAME_MAX) {
+		fprintf(stderr, "ibvb-produce: --consumer-group %s: want NAME=UID|@GID[,...]\n", spec);
+		return -1;
+	}
+	if (*n >= IBVB_PRODUCER_MAX_GRANTS) {
+		fprintf(stderr, "ibvb-produce: more than %d --consumer-group grants\n", IBVB_PRODUCER_MAX_GRANTS);
+		return -1;
+	}
+	struct ibvb_group_grant *g = &g_grants[*n];
+	char *name = strndup(spec, (size_t)(eq - spec)), *list = strdup(eq + 1), *save = NULL;
+	if (!name || !list) {
+		fprintf(stderr, "ibvb-produce: out of memory\n");
+		return -1;
+	}
+	g->name = name;
+	g->uids = g_grant_ids[*n][0];
+	g->gids = g_grant_ids[*n][1];
+	for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		int grp = tok[0] == '@';
+		size_t *cnt = grp ? &g->ngids : &g->nuids;
+		uint32_t *ids = g_grant_ids[*n][grp];
+		if (g->nuids + g->ngids >= IBVB_PRODUCER_MAX_GRANT_IDS || parse_id(tok + grp, grp, &ids[*cnt]) < 0) {
+			fprintf(stderr, "ibvb-produce: --consumer-group %s: bad or unknown %s %s\n", spec,
+				grp ? "group" : "user", tok + grp);
+			free(list);
+			return -1;
+		}
+		(*cnt)++;
+	}
+	free(list);
+	(*n)++;
+	return 0;
 }
 
 static int die(const char *what)
@@ -117,6 +186,11 @@ int main(int argc, char **argv)
 			o.max_observers = (uint32_t)(parse_u64(a, v) > UINT32_MAX ? UINT32_MAX : parse_u64(a, v));
 		else if (!strcmp(a, "--batch"))
 			batch = parse_u64(a, v);
+		else if (!strcmp(a, "--consumer-group")) {
+			if (add_grant(v, &o.ngroups) < 0)
+				return 1;
+			o.groups = g_grants;
+		}
 		else if (!strcmp(a, "--policy")) {
 			if (!strcmp(v, "drop"))
 				o.policy = IBVB_POLICY_DROP;

@@ -83,8 +83,8 @@ def main():
                 now = time.monotonic()
                 if now - tlast >= 1.0:
                     dt = now - tlast
-                    print(f"{n} heaps: {(n - last_n) / dt:,.0f} heaps/s, {(nbytes - last_b) / dt / 1e6:,.1f} MB/s",
-                          flush=True)
+                    print(f"... {n} heaps so far; the last second {(n - last_n) / dt:,.0f} heaps/s, "
+                          f"{(nbytes - last_b) / dt / 1e6:,.1f} MB/s", flush=True)
                     tlast, last_n, last_b = now, n, nbytes
             st = ring.stats()
     except ibvbridge.ProducerGone as e:

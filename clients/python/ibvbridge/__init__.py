@@ -17,7 +17,7 @@ from .errors import (CorruptRing, Detached, EndOfStream, HugePageWarning, Interr
 
 __version__ = "0.2.0"
 
-_LAZY = {"Ring", "Heap", "Item", "Batch", "ItemDescriptor", "Geometry", "socket_path_for", "lookup_dirs",
+_LAZY = {"Ring", "RingStats", "Heap", "Item", "Batch", "ItemDescriptor", "Geometry", "socket_path_for", "lookup_dirs",
          "default_dir", "uid_trusted", "validate_geometry"}
 _ERRORS = ["RingError", "RingNotFound", "PermissionDenied", "RingBusy", "RingClosing", "VersionMismatch",
            "ProtocolError", "CorruptRing", "Detached", "Overrun", "ProducerGone", "EndOfStream", "MetadataBusy",

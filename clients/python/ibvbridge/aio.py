@@ -44,6 +44,8 @@ def _announce(ring: "Ring") -> Optional[int]:
     consumer_waiting, fence, re-read head). Returns the futex value to wait on, or None when a heap was
     published meanwhile (then nothing is announced)."""
     r32, r64 = ring._r32, ring._r64
+    if ring._group_bit:
+        ring._publish_progress()  # a member's read and handed before consumer_waiting = 1 (spec §14.2)
     f = r32[L.REG_CONSUMER_FUTEX >> 2]
     r64[L.REG_WAKE_AT >> 3] = (ring._read + 1) & _M64
     r32[L.REG_CONSUMER_WAITING >> 2] = 1

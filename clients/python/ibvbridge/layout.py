@@ -1,4 +1,4 @@
-"""The ring layout of docs/ring-layout.md, version 2.1, as Python constants.
+"""The ring layout of docs/ring-layout.md, version 2.2, as Python constants.
 
 This module is the one place the Python client knows where anything lies.  ring/layout.go (Go) and
 clients/c/ibvbridge.h (C) carry the same numbers; ``python -m ibvbridge.layout`` prints them as
@@ -17,7 +17,7 @@ from typing import Any
 
 MAGIC = 0x474E495242564249  # b"IBVBRING" little-endian
 MAJOR_VERSION = 2
-MINOR_VERSION = 1  # 2.1: held heaps validated (§A), trusted lookup (§B); any minor of major 2 interoperates
+MINOR_VERSION = 2  # 2.2: group members publish read and handed (§14); any minor of major 2 interoperates
 
 STATS_SLOTS = 32
 REGION_ALIGN = 4096
@@ -79,6 +79,8 @@ OFF_HEAD = 0x200
 OFF_PRODUCER_WAITING = 0x280
 OFF_HEARTBEAT_NS = 0x300
 OFF_OLDEST = 0x308
+OFF_BLOCKED_ON = 0x310  # 2.2 (§14.6): u32, row + 1 of the consumer a block producer waits for, 0 none
+OFF_BLOCKED_SINCE_NS = 0x318  # 2.2: CLOCK_REALTIME when that wait began
 OFF_STATS = 0x500
 OFF_CONSUMER_TABLE = 0x1000
 
@@ -93,12 +95,18 @@ ROW_WAKES = 0x28
 ROW_LOST_HEAPS = 0x30
 ROW_ASSIGNED = 0x38  # §14: positions assigned to this group member since it attached
 ROW_GROUP_ID = 0x40  # §14: u32, its hello's group_id, 0 for an independent consumer
+ROW_CLIENT_MINOR = 0x44  # 2.2: u32, the minor of the consumer's hello
+ROW_READ = 0x48  # 2.2 (§14.2): a member's read position as the producer last accepted it
+ROW_QUEUED = 0x50  # 2.2: positions assigned to a member, published, not yet read by it
+ROW_SKIPPED = 0x58  # 2.2 (§14.7): assigned positions a 2.2 member released without handing them out
 
 # --- consumer region (§3) ----------------------------------------------------------------------------
 REG_TAIL = 0x000
 REG_CONSUMER_WAITING = 0x080
 REG_CONSUMER_FUTEX = 0x084
 REG_WAKE_AT = 0x088
+REG_READ = 0x090  # 2.2 (§14.2), group members: every position below it has been looked at
+REG_HANDED = 0x098  # 2.2, group members: own heaps handed to the caller since attach
 REG_RELEASE_FUTEX = 0x100
 REG_SPIN_BUDGET_NS = 0x180
 
@@ -197,7 +205,7 @@ COUNTER_NAMES = (
     "duplicate_packets", "truncated_heaps", "discarded_incomplete_heaps", "end_of_stream",
     "consumers_attached", "consumer_overruns", "consumer_errors",
     "chunks", "incomplete_chunks", "too_old_heaps", "rejected_heaps",
-    "group_lost",
+    "group_lost", "group_skipped",
 )
 STATS_COUNT = len(COUNTER_NAMES)
 
@@ -270,10 +278,12 @@ ROW_STRUCT, ROW_FIELDS = _fields_struct((
     ("state", ROW_STATE, "I"), ("generation", ROW_GENERATION, "I"), ("pid", ROW_PID, "Q"),
     ("uid", ROW_UID, "Q"), ("attach_ns", ROW_ATTACH_NS, "Q"), ("released", ROW_RELEASED, "Q"),
     ("wakes", ROW_WAKES, "Q"), ("lost_heaps", ROW_LOST_HEAPS, "Q"), ("assigned", ROW_ASSIGNED, "Q"),
-    ("group_id", ROW_GROUP_ID, "I"),
+    ("group_id", ROW_GROUP_ID, "I"), ("client_minor", ROW_CLIENT_MINOR, "I"), ("read", ROW_READ, "Q"),
+    ("queued", ROW_QUEUED, "Q"), ("skipped", ROW_SKIPPED, "Q"),
 ), ROW_SIZE)
 
-REGION_FIELDS = ("tail", "consumer_waiting", "consumer_futex", "wake_at", "release_futex", "spin_budget_ns")
+REGION_FIELDS = ("tail", "consumer_waiting", "consumer_futex", "wake_at", "read", "handed", "release_futex",
+                 "spin_budget_ns")
 
 HELLO_STRUCT, HELLO_FIELDS = _fields_struct((
     ("magic", MSG_MAGIC, "Q"), ("major", MSG_MAJOR, "H"), ("minor", MSG_MINOR, "H"), ("role", HELLO_ROLE, "I"),
@@ -426,7 +436,7 @@ def dump() -> dict[str, int]:
         d[key] = g["OFF_" + name.upper()]
     for name in CHUNK_FIELDS:
         d[name] = g["OFF_" + name.upper()]
-    for name in ("head", "producer_waiting", "heartbeat_ns", "oldest", "stats"):
+    for name in ("head", "producer_waiting", "heartbeat_ns", "oldest", "blocked_on", "blocked_since_ns", "stats"):
         d[name] = g["OFF_" + name.upper()]
     d["consumer_table"] = OFF_CONSUMER_TABLE
     for name in ROW_FIELDS:

@@ -3,13 +3,17 @@
     python3 -m ibvbridge.produce --ring NAME [--dir DIR] [--heaps N] [--heap-size BYTES] [--slots N]
                                  [--policy drop|block] [--hugepages auto|require|off]
                                  [--wait-consumers N] [--pattern] [--batch N]
+                                 [--consumer-group NAME=UID|@GID[,...]]...
 
 Heaps have heap_cnt 1..N and two items: address item 0x1000 (offset 0, length heap_size) and immediate
 item 0x1001 (value heap_cnt, 5 bytes). --pattern: payload byte i of heap cnt is (cnt*31 + i) mod 256 (what
 ``python3 -m ibvbridge.consume --verify`` checks); without it each slot is filled once (byte i = i mod 256)
 and heaps are published without touching the payload. --batch N publishes N heaps per publish_batch call
 (vectorised: the way to millions of small heaps per second); without it, acquire/publish per heap.
---wait-consumers N waits up to 30 s for N consumers before publishing. After the last heap: the
+--wait-consumers N waits up to 30 s for N consumers before publishing. --consumer-group NAME=WHO[,WHO...]
+(repeatable) grants consumer group NAME to the uids (a number or a user name) and gids (@ and a number or a
+group name) listed (spec §14.1): with any grant, only they (and root) may join that group, other groups
+are closed, and a refused member gets status 2, "not permitted to join group NAME". After the last heap: the
 END_OF_STREAM marker, then (block) wait until every consumer has released everything, then close.
 
 Prints one JSON line: {"heaps", "bytes", "checksum", "dropped", "seconds", "heaps_per_s"}: heaps and
@@ -43,11 +47,26 @@ def _word_sums(rows):
     return np.ascontiguousarray(rows).view("<u8").sum(axis=1, dtype=np.uint64)
 
 
+def parse_consumer_groups(specs):
+    """--consumer-group NAME=WHO[,WHO...] options as Producer(groups=) wants them ({NAME: [uid | "@gid" |
+    user name]}), or None when there are none; ValueError naming a malformed one."""
+    if not specs:
+        return None
+    groups = {}
+    for spec in specs:
+        name, eq, who = spec.partition("=")
+        entries = [w.strip() for w in who.split(",")] if eq else []
+        if not name or not entries or not all(entries):
+            raise ValueError(f"--consumer-group {spec!r}: use NAME=UID|@GID[,UID|@GID...]")
+        groups.setdefault(name, []).extend(int(w) if w.isdigit() else w for w in entries)
+    return groups
+
+
 def run(a):
     hs = a.heap_size
     slot_size = max(64, (hs + 63) // 64 * 64)
     p = Producer.create(a.ring, slot_count=a.slots, slot_size=slot_size, max_items=2, policy=a.policy,
-                        hugepages=a.hugepages, directory=a.dir)
+                        hugepages=a.hugepages, directory=a.dir, groups=parse_consumer_groups(a.consumer_group))
     try:
         if a.wait_consumers:
             p.wait_consumers(a.wait_consumers, timeout=30)
@@ -124,6 +143,8 @@ def main(argv=None):
     ap.add_argument("--wait-consumers", type=int, default=0, help="wait up to 30 s for N consumers")
     ap.add_argument("--pattern", action="store_true", help="payload byte i of heap cnt = (cnt*31 + i) & 0xff")
     ap.add_argument("--batch", type=int, default=0, help="publish_batch N heaps per call")
+    ap.add_argument("--consumer-group", action="append", default=[], metavar="NAME=UID|@GID[,...]",
+                    help="grant consumer group NAME to these uids and gids (repeatable; spec §14.1)")
     a = ap.parse_args(argv)
     try:
         if a.heaps < 0 or a.heap_size < 0 or a.batch < 0:

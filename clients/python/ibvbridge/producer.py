@@ -1,4 +1,4 @@
-"""Producer side of the ibvbridge shared-memory heap ring (docs/ring-layout.md, layout 2.1).
+"""Producer side of the ibvbridge shared-memory heap ring (docs/ring-layout.md, layout 2.2).
 
     import numpy as np, ibvbridge
     with ibvbridge.Producer.create("myring", slot_count=1024, slot_size=4096, policy="block") as p:
@@ -31,6 +31,13 @@ What it does, as the Go producer (ring/producer.go) does:
   ``consumer_errors``); under ``drop`` a full ring detaches the slowest consumers as overrun when another
   is ahead, else the new heap is dropped (``RingFull``); under ``block`` the producer waits on the
   slowest consumer's ``release_futex`` (spec §7.4). No slot any attached consumer holds is ever reused.
+* Consumer groups (spec §14, 2.2): each published position is assigned to one member of every group from
+  what the members publish (``read``, ``handed``): nothing queued first, round robin, else fewest queued —
+  a whole ``publish_batch`` at once, with numpy (``_round_robin``). A 2.2 member bounds the window by its
+  oldest queued position, is woken only for its own positions, and when the ring is full the consumers
+  holding it back are detached (drop) or waited for and named (block: ctl ``blocked_on``). A member that
+  leaves is settled at the detach; every loop over positions covers at most ``slot_count`` of them.
+  ``groups=`` grants who may join which group.
 
 Memory ordering (spec §11): stores through memoryview / numpy / struct into the mappings are plain aligned
 moves. On x86-64 its TSO makes them release stores, in program order, and a full fence is an uncontended
@@ -67,13 +74,14 @@ import struct
 import threading
 import time
 import warnings
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from . import layout as L
 from . import shared as _shared
-from .shared import (C_ATTACHED, C_BYTES, C_EOS, C_ERRORS, C_HEAPS, C_OVERRUNS, C_PACKETS, COUNTER, I_CONSUMER_FUTEX,
-                     I_CONSUMER_WAITING, I_PRODUCER_WAITING, I_RELEASE_FUTEX, I_STATE, M64, POLL_GONE, Q_HEAD,
-                     Q_HEARTBEAT_NS, Q_OLDEST, Q_STATS, Q_TAIL, Q_WAKE_AT, ROW_U32, row_word)
+from .shared import (C_ATTACHED, C_BYTES, C_EOS, C_ERRORS, C_GROUP_LOST, C_GROUP_SKIPPED, C_HEAPS, C_OVERRUNS,
+                     C_PACKETS, COUNTER, I_BLOCKED_ON, I_CONSUMER_FUTEX, I_CONSUMER_WAITING, I_PRODUCER_WAITING,
+                     I_RELEASE_FUTEX, I_STATE, M64, POLL_GONE, Q_BLOCKED_SINCE_NS, Q_HANDED, Q_HEAD, Q_HEARTBEAT_NS,
+                     Q_OLDEST, Q_READ, Q_STATS, Q_TAIL, Q_WAKE_AT, ROW_U32, row_word)
 from ._sys import (ORDERED, acquire_fence, add_seals, full_fence, futex_wait, futex_wake, peer_cred, release_fence,
                    require_supported)
 from .errors import (HugePageWarning, Interrupted, NoConsumer, NoHugePages, NoSpace, RingError, RingFull,
@@ -102,8 +110,13 @@ POLICIES = {"drop": L.POLICY_DROP, "block": L.POLICY_BLOCK, L.POLICY_DROP: L.POL
             L.POLICY_BLOCK: L.POLICY_BLOCK}
 
 BEAT_SECONDS = 0.1  # heartbeat and row refresh (spec: every <= 250 ms)
+# Test hooks (the conformance suite, interop/conformance): IBVBRIDGE_TEST_MUTANT lists guards to break, to prove
+# the suite catches each: row-late (a detached consumer's row is not written before its slots are reused),
+# no-wake (interrupt does not wake a producer asleep on a release futex); IBVBRIDGE_TEST_WAIT_SLICE_MS
+# replaces the 250 ms slice of a blocked producer. Unset, as outside the suite: no effect.
+_TEST_MUTANTS = frozenset(os.environ.get("IBVBRIDGE_TEST_MUTANT", "").split(","))
+_TEST_WAIT_SLICE = int(os.environ.get("IBVBRIDGE_TEST_WAIT_SLICE_MS", "0") or 0) / 1000 or L.MAX_WAIT_SLICE
 HELLO_RESERVED = L.HELLO_GROUP_ID + 4  # the hello's reserved bytes run from here to its end (spec §1.2, §14)
-C_GROUP_LOST = _shared.COUNTER["group_lost"]
 NO_SLOT = 0xFFFFFFFF  # _pos_slot of a position whose slot is back in the pool (group reclaim, spec §14)
 HELLO_TIMEOUT = 2.0  # a connection that sends no hello within this is closed and counted (layout 2.1 §C)
 MAX_PENDING = 64  # connections waiting for their hello at once; more are refused busy
@@ -133,6 +146,61 @@ def _fds_left():
         return 1 << 30
     return soft - len(os.listdir("/proc/self/fd"))
 SPIN_SECONDS = 50e-6
+BLOCKED_LOG_SECONDS = 0.5  # a block producer logs whom it waits for after this (spec §14.6: within 1 s)
+
+
+def _signed(d):
+    """A difference of positions as a signed number (positions wrap modulo 2^64): -2^63 ... 2^63 - 1."""
+    return ((d + (1 << 63)) & M64) - (1 << 63)
+
+
+def _index_array(idx):
+    """An index array for idx, a slice or an index array (Producer._ring_idx's answer)."""
+    if isinstance(idx, slice):
+        return np.arange(idx.start, idx.stop, dtype=np.int64)
+    return idx
+
+
+def _round_robin(queued, last, k):
+    """Assign k positions in turn among members with queued positions queued[i] and last picks last[i]
+    (spec §14.3: each position to the member with the fewest queued, ties to the one picked least recently;
+    each pick adds one to its queued and makes it the most recent). Returns (choice: member index per
+    position, counts per member, index in choice of each member's last pick or -1).
+
+    The picks go level by level: every member at q positions queued is picked before any at q + 1, and the
+    members picked at level L are, in order, those that start at L (least recent first) and then those
+    that reached L by being picked, in the order they were picked at L - 1. So level L is the suffix of one
+    fixed order O (queued descending, then least recent first) holding the members whose queued is <= L,
+    and from the highest queued on every level is all of O: the sequence is built with numpy, without a
+    Python step per position."""
+    n = len(queued)
+    order = sorted(range(n), key=lambda i: (-queued[i], last[i]))
+    o = np.array(order, np.int64)
+    qasc = np.array(sorted(queued), np.int64)
+    qmin, qmax = int(qasc[0]), int(qasc[-1])
+    parts = []
+    done = 0
+    if qmax > qmin:
+        levels = np.arange(qmin, min(qmax, qmin + k), dtype=np.int64)
+        c = np.searchsorted(qasc, levels, side="right").astype(np.int64)  # members at each level
+        cum = np.cumsum(c)
+        nlev = int(np.searchsorted(cum, k, side="left")) + 1  # levels needed (the last may be cut)
+        c, cum = c[:nlev], cum[:nlev]
+        total = int(cum[-1])
+        pos = np.arange(total, dtype=np.int64) - np.repeat(cum - c, c) + np.repeat(n - c, c)
+        parts.append(o[pos][:k])
+        done = min(total, k)
+    if done < k:
+        rest = k - done
+        parts.append(np.tile(o, rest // n + 1)[:rest])
+    choice = np.concatenate(parts) if len(parts) > 1 else parts[0]
+    counts = np.bincount(choice, minlength=n).tolist()
+    rev = choice[::-1]
+    lastidx = [-1] * n
+    for i in range(n):
+        if counts[i]:
+            lastidx[i] = k - 1 - int(np.argmax(rev == i))
+    return choice, counts, lastidx
 
 
 # ---------------------------------------------------------------- directory, lock, socket (spec §1.1)
@@ -142,7 +210,8 @@ _valid_name = _shared.valid_name
 def producer_dir(directory: str | os.PathLike[str] | None = None) -> str:
     """The producer's ring directory (spec §1.1): ``directory`` if given, else $IBVBRIDGE_RING_DIR if set
     and non-empty, else /run/ibvbridge for euid 0, else $XDG_RUNTIME_DIR/ibvbridge when XDG_RUNTIME_DIR is
-    set and absolute, else /dev/shm/ibvbridge-UID."""
+    set and absolute, else /dev/shm/ibvbridge-UID (the first default: a producer skips it for
+    /tmp/ibvbridge-UID when a stranger made it first)."""
     return _shared.default_dir(directory)
 
 
@@ -219,6 +288,60 @@ def _resolve_gid(group):
         return grp.getgrnam(group).gr_gid
     except KeyError:
         raise RingError(f"group {group!r} does not exist") from None
+
+
+class Grant:
+    """Who may join one consumer group (spec §14.1): its name and the uids and gids granted."""
+
+    __slots__ = ("name", "uids", "gids")
+
+    def __init__(self, name, uids, gids):
+        self.name, self.uids, self.gids = name, frozenset(uids), frozenset(gids)
+
+    def permits(self, uid: int, gid: int, groups: Iterable[int]) -> bool:
+        """Whether a peer (SO_PEERCRED uid and primary gid, SO_PEERGROUPS) may join: root always."""
+        return uid == 0 or uid in self.uids or gid in self.gids or not self.gids.isdisjoint(groups)
+
+
+check_group_name = _shared.check_group_name
+
+
+def parse_grants(groups: Mapping[str, Iterable[int | str]] | None) -> dict[int, Grant] | None:
+    """Producer(groups=...) as {group_id: Grant}; None for no grants (every group open). Each entry: a uid
+    (an int, its decimal text or a user name) or "@" and a gid (decimal, or a group name). ValueError for a
+    bad name, an unknown user or group, or two names with the same group_id."""
+    if groups is None:
+        return None
+    out = {}
+    for name, who in groups.items():
+        check_group_name(name)
+        gid_ = L.group_id(name)
+        if gid_ in out and out[gid_].name != name:
+            raise ValueError(f"consumer groups {out[gid_].name!r} and {name!r} have the same group_id "
+                             f"{gid_:#010x}: rename one")
+        uids, gids = set(), set()
+        for w in ([who] if isinstance(who, (int, str)) else who):
+            if isinstance(w, int) and not isinstance(w, bool) and w >= 0:
+                uids.add(w)
+            elif isinstance(w, str) and w.startswith("@") and len(w) > 1:
+                g = _resolve_gid(w[1:])
+                gids.add(g)
+            elif isinstance(w, str) and w.isdigit():
+                uids.add(int(w))
+            elif isinstance(w, str) and w:
+                import pwd
+                try:
+                    uids.add(pwd.getpwnam(w).pw_uid)
+                except KeyError:
+                    raise ValueError(f"consumer group {name!r}: user {w!r} does not exist") from None
+            else:
+                raise ValueError(f"consumer group {name!r}: {w!r} is not a uid, a user name or @gid")
+        prev = out.get(gid_)
+        if prev is not None:
+            uids |= prev.uids
+            gids |= prev.gids
+        out[gid_] = Grant(name, uids, gids)
+    return out
 
 
 # ---------------------------------------------------------------- memory (spec §1, §4)
@@ -389,12 +512,21 @@ class Member:
         self.released = released
         self.pid, self.uid = pid, uid
         self.detached = False
-        # consumer groups (spec §14): group is the hello's group_id (0: independent); outstanding counts the
-        # positions assigned to it not yet seen released, last_pick orders ties (round robin), assigned is
-        # its row's, swept its released as of the last sweep (positions before it no longer need it)
+        # consumer groups (spec §14): group is the hello's group_id (0: independent), v22 whether it is a
+        # member that publishes read and handed (its hello's minor >= 2, §14.1); read is its read as last
+        # accepted (a 2.1 member's is its tail), queued the positions assigned to it at or after read, oq
+        # the oldest of them (None: not known yet), last_pick orders ties (round robin), assigned is its
+        # row's, swept its released as of the last sweep (positions before it no longer need it),
+        # rel_assigned the assigned positions it released, handed its region's, skipped its row's;
+        # commit_end is one past the last position assigned to it in the commit under way (its wake).
         self.group = 0
-        self.outstanding = self.last_pick = self.assigned = 0
+        self.v22 = False
+        self.read = released
+        self.queued = self.last_pick = self.assigned = 0
+        self.oq = None
         self.swept = released
+        self.rel_assigned = self.handed = self.skipped = 0
+        self.commit_end = None
 
     @property
     def tail(self):
@@ -482,7 +614,8 @@ class Producer:
     def create(cls, name: str, slot_count: int = 256, slot_size: int = 1 << 20, max_items: int = 64,
                meta_size: int = 64 << 10, policy: str | int = "drop", hugepages: str = "auto",
                directory: str | os.PathLike[str] | None = None, max_consumers: int = L.DEFAULT_MAX_CONSUMERS,
-               group: str | int | None = None) -> Producer:
+               group: str | int | None = None,
+               groups: Mapping[str, Iterable[int | str]] | None = None) -> Producer:
         """Create ring ``name``: check/create the ring directory, take the name's lock, reserve and seal the
         memory, bind the socket and start serving consumers.
 
@@ -492,19 +625,25 @@ class Producer:
         hugepages: "auto" (hugetlb data memory if available, else shmem with a HugePageWarning),
         "require" (NoHugePages otherwise) or "off"; directory: the ring directory (default spec §1.1);
         max_consumers: rows of the consumer table (1..64); group: a group name or gid whose members may
-        attach too (the socket becomes 0660 with that group).
+        attach too (the socket becomes 0660 with that group); groups: grants for consumer groups (spec
+        §14.1), {GROUP NAME: [uid, "@gid", ...]} (a uid as an int, its decimal text or a user name; a gid
+        as "@" and its number or a group name): with grants, only those peers (and root) may join a group,
+        a hello for a group not listed or by anyone else is refused with status 2 ("not permitted to join
+        group NAME"); consumers without a group are admitted as before. None (the default): every group is
+        open to every consumer the ring admits.
 
         Raises UnsafeDirectory, RingInUse ("in use by a live producer"), NoSpace / NoHugePages, RingError.
         """
         require_supported()
         return cls(name, slot_count=slot_count, slot_size=slot_size, max_items=max_items, meta_size=meta_size,
                    policy=policy, hugepages=hugepages, directory=directory, max_consumers=max_consumers,
-                   group=group)
+                   group=group, groups=groups)
 
     def __init__(self, name, *, slot_count=256, slot_size=1 << 20, max_items=64, meta_size=64 << 10,
                  policy="drop", hugepages="auto", directory=None, max_consumers=L.DEFAULT_MAX_CONSUMERS,
-                 group=None, packet_size=0, start_position=0, serve=True):
+                 group=None, groups=None, packet_size=0, start_position=0, serve=True):
         _check_params(name, slot_count, slot_size, max_items, meta_size, max_consumers)
+        self.grants = parse_grants(groups)
         if policy not in POLICIES:
             raise ValueError(f"policy {policy!r}: use 'drop' or 'block'")
         if hugepages not in ("auto", "require", "off"):
@@ -522,7 +661,8 @@ class Producer:
         self._listener = None
         self._thread = None
         self._stop_r = self._stop_w = None
-        self.directory = producer_dir(directory)
+        self._candidates = _shared.producer_dirs(directory)
+        self.directory = self._candidates[0]
         try:
             self._setup(hugepages, start_position, serve)
         except BaseException:
@@ -530,8 +670,22 @@ class Producer:
             raise
 
     # ..................................................................... setup
+    def _open_dir(self):
+        """Open the ring directory (spec §1.1): the given one, or the first default one that is missing
+        (then made) or passes the check; a default one that exists and fails it — a stranger made it
+        first — is skipped with one warning naming it and why, and the next default is used."""
+        last = len(self._candidates) - 1
+        for i, d in enumerate(self._candidates):
+            self.directory = d
+            try:
+                return open_ring_dir(d)
+            except UnsafeDirectory as e:
+                if i == last:
+                    raise
+                log.warning("ibvbridge: skipping %s: %s; using %s", d, e, self._candidates[i + 1])
+
     def _setup(self, hugepages, start_position, serve):
-        self._dirfd = open_ring_dir(self.directory)
+        self._dirfd = self._open_dir()
         self._lockfd = _lock_ring(self._dirfd, self.directory, self.name)
         self.socket_path = os.path.join(self.directory, self.name + L.SOCKET_SUFFIX)
         self._create_memory(hugepages)
@@ -566,6 +720,8 @@ class Producer:
         self._rescan = False
         self._group_members = 0
         self._picks = 0
+        self._skipped_departed = 0  # what departed 2.2 members released unread (group_skipped, §14.7)
+        self._blocked = None  # (row, since_ns, logged) of the consumer a block producer waits for (§14.6)
         self._taken = set()  # slots acquired and not yet published (single-heap API)
         self.c64[Q_HEAD] = self._pos
         self.c64[Q_OLDEST] = self._reclaim
@@ -911,6 +1067,12 @@ class Producer:
         group = int.from_bytes(msg[L.HELLO_GROUP_ID:L.HELLO_GROUP_ID + 4], "little")
         if group and h["role"] == L.ROLE_OBSERVER:
             return self._refuse(conn, L.STATUS_PROTOCOL, f"ring {self.name}: an observer in group {group:#x}")
+        if group and self.grants is not None:  # spec §14.1: with grants, only the granted may join a group
+            g = self.grants.get(group)
+            if g is None or not g.permits(uid, gid, peer_groups(conn) if uid and gid not in g.gids else ()):
+                what = g.name if g is not None else f"{group:#010x} (not granted)"
+                return self._refuse(conn, L.STATUS_NOT_PERMITTED, f"ring {self.name}: uid {uid} is not permitted "
+                                    f"to join group {what}")
         if self._closed or self.c32[I_STATE] == L.STATE_CLOSED:
             return self._refuse(conn, L.STATUS_CLOSING, f"ring {self.name} is closing: the stream has ended")
         if h["role"] == L.ROLE_OBSERVER:
@@ -936,11 +1098,15 @@ class Producer:
                 rmm[0:8] = start.to_bytes(8, "little")
                 gen = (self.row_get(idx, "generation") + 1) & 0xFFFFFFFF
                 self.row_set(idx, generation=gen, pid=pid, uid=uid, attach_ns=time.time_ns(), released=start,
-                             wakes=0, lost_heaps=0, assigned=0, group_id=group)
+                             wakes=0, lost_heaps=0, assigned=0, group_id=group, client_minor=h["minor"],
+                             read=start if group else 0, queued=0, skipped=0)  # read, queued: members' (§2.2)
                 full_fence()
                 self.row_set(idx, state=L.CONSUMER_ATTACHED)  # last: the row is complete
                 m = Member(conn, idx, gen, rmm, start, pid, uid)
                 m.group = group
+                m.v22 = bool(group) and h["minor"] >= 2  # a 2.2 member publishes read and handed (§14.1)
+                if m.v22:
+                    rmm[L.REG_READ:L.REG_READ + 8] = start.to_bytes(8, "little")
                 self._group_members += bool(group)
                 self.conns[idx] = m
                 self._snap = tuple(self.conns.values())
@@ -988,9 +1154,11 @@ class Producer:
         self._snap = tuple(self.conns.values())
         m.detached = True
         self._settle_departed_locked(m)
-        self.row_set(m.index, lost_heaps=lost_heaps, released=m.released)
-        full_fence()
-        self.row_set(m.index, state=state)
+        self.row_set(m.index, released=m.released)
+        if "row-late" not in _TEST_MUTANTS:
+            self.row_set(m.index, lost_heaps=lost_heaps)
+            full_fence()
+            self.row_set(m.index, state=state)
         # Layout 2.1 §A: the consumer checks its row after copying a heap; a slot it held may be reused only
         # once the detached state is visible to it, i.e. after this fence.
         full_fence()
@@ -1032,44 +1200,92 @@ class Producer:
 
     # ..................................................................... reclaiming (spec §7.1-7.3)
     def _read_cursors_locked(self, head):
-        """Read every attached consumer's tail (spec §7.2): a valid one (in [released, head]) becomes its
-        released position and its row's; an invalid one detaches it (state 3, consumer_errors)."""
+        """Read every attached consumer's tail (spec §7.2), then a group member's read and handed (§14.2, in
+        that order: acquire loads): a valid tail (in [released, head]) becomes its released position and
+        its row's; an invalid one detaches it (state 3, consumer_errors). A 2.2 member's read outside
+        [tail, head] is taken as its tail (it harms only its own share); a 2.1 member's read is its tail.
+        The read a member moves past is what is no longer queued for it (§14.3)."""
         for m in list(self.conns.values()):
             t = m.r64[Q_TAIL]
             r = m.released
             if (t - r) & M64 > (head - r) & M64:
                 self._detach_locked(m, L.CONSUMER_BAD_CURSOR, 0)
-            elif t != r:
+                continue
+            if t != r:
                 m.released = t
                 self.row_set(m.index, released=t)
+            if m.group:
+                if m.v22:
+                    rd = m.r64[Q_READ]
+                    m.handed = m.r64[Q_HANDED]
+                    if (rd - t) & M64 > (head - t) & M64:
+                        rd = t
+                else:
+                    rd = t
+                self._advance_read_locked(m, rd, head)
         if ORDERED:
             acquire_fence()  # the tails are acquire loads: no slot they free is written before them
 
-    def _slowest_locked(self):
-        """The attached consumer furthest behind head (a group member's cursor may be below _reclaim)."""
-        head = self.c64[Q_HEAD]
-        slow = None
-        for m in self.conns.values():
-            if slow is None or (head - m.released) & M64 > (head - slow.released) & M64:
-                slow = m
-        return slow
+    def _advance_read_locked(self, m, rd, head):
+        """Member m's read moves to rd (or to its tail, whichever is further) if that is ahead of the read
+        accepted before: the positions assigned to it in between are no longer queued (spec §14.2, §14.3).
+        Reads never move back (a member that stores a lower read only keeps its own share queued longer)."""
+        old = m.read
+        span = (head - old) & M64
+        best = 0
+        for x in (rd, m.released):
+            d = (x - old) & M64
+            if best < d <= span:
+                best = d
+        if not best:
+            return
+        new = (old + best) & M64
+        if m.queued:
+            m.queued -= self._count_bit_locked(m.index, old, new, head)
+            m.oq = None  # its oldest queued position is at or after the new read
+        m.read = new
+        self.row_set(m.index, read=new, queued=m.queued)
 
-    def _blocker_locked(self):
-        """The consumer whose release a waiting producer needs (spec §7.4): the slowest one, or, when the
-        oldest position still holding a slot is a group member's own (the others released it, §14), that
-        member."""
-        if self._reclaim != self._scan:
-            need = int(self._pos_need[self._reclaim & self.mask])
-            for m in self.conns.values():
-                if need >> m.index & 1:
-                    return m
-        return self._slowest_locked()
+    def _ring_idx(self, start, end, head):
+        """Descriptor indices of positions [start, end), clipped to the last slot_count positions before
+        head (checked by subtraction, spec §14.7): positions older than that hold nothing any member needs
+        (a position a member must still release holds its slot; one queued for it bounds the window)."""
+        sc = self.slot_count
+        if (head - start) & M64 > sc:
+            start = (head - sc) & M64
+        n = (end - start) & M64
+        if n == 0 or n > sc:
+            return None, start
+        i0 = start & self.mask
+        if i0 + n <= sc:
+            return slice(i0, i0 + n), start
+        return (np.arange(n, dtype=np.int64) + i0) & self.mask, start
+
+    def _count_bit_locked(self, index, start, end, head):
+        """How many positions in [start, end) still carry row index's bit (bounded, vectorised)."""
+        idx, _ = self._ring_idx(start, end, head)
+        if idx is None:
+            return 0
+        return int(np.count_nonzero(self._pos_need[idx] & np.uint64(1 << index)))
+
+    def _oldest_queued_locked(self, m, head):
+        """The oldest position queued for 2.2 member m (assigned to it, at or after its read), or None."""
+        if not m.queued:
+            return None
+        if m.oq is None:
+            idx, start = self._ring_idx(m.read, head, head)
+            if idx is None:
+                return None
+            hit = (self._pos_need[idx] & np.uint64(1 << m.index)) != 0
+            k = int(hit.argmax())
+            m.oq = (start + k) & M64 if hit[k] else None
+        return m.oq
 
     def _nfree(self):
         return self._free_w - self._free_r
 
     def _room(self):
-        """Slots that may be taken now: free ones, within the window (spec §14; without groups the window
+        """Slots that may be taken now: free ones, within the window (spec §14.5; without groups the window
         holds exactly the free slots)."""
         w = (self._window_end - self._pos - len(self._taken)) & M64
         return min(self._free_w - self._free_r, 0 if w >= 1 << 63 else w)
@@ -1077,6 +1293,8 @@ class Producer:
     def _push_slots(self, slots):
         """Return slots (an array) to the pool's tail."""
         n = len(slots)
+        if not n:
+            return
         sc = self.slot_count
         w = self._free_w % sc
         k = min(n, sc - w)
@@ -1097,42 +1315,49 @@ class Producer:
             self._scan = self._reclaim
         self.c64[Q_OLDEST] = self._scan
 
-    def _free_pos(self, q, freed):
-        """Take position q's slot, if it still holds one, for the pool (group reclaim: out of order): it is
-        appended to freed, which the caller pushes at once (_push_slots)."""
-        i = q & self.mask
-        s = int(self._pos_slot[i])
-        if s != NO_SLOT:
-            freed.append(s)
-            self._pos_slot[i] = NO_SLOT
+    def _free_idx(self, idx):
+        """Give the slots of the positions at descriptor indices idx (an index array) that still
+        hold one back to the pool (group reclaim: out of order)."""
+        s = self._pos_slot[idx]
+        held = s != NO_SLOT
+        if held.any():
+            self._push_slots(s[held])
+            self._pos_slot[idx[held]] = NO_SLOT
 
     def _advance_reclaim(self):
-        while self._reclaim != self._scan and int(self._pos_slot[self._reclaim & self.mask]) == NO_SLOT:
-            self._reclaim = (self._reclaim + 1) & M64
+        """Move _reclaim over the positions below _scan whose slots are back (vectorised, bounded)."""
+        n = (self._scan - self._reclaim) & M64
+        if not n:
+            return
+        idx, start = self._ring_idx(self._reclaim, self._scan, self._scan)
+        if idx is None:
+            return
+        held = self._pos_slot[idx] != NO_SLOT
+        k = int(held.argmax())
+        self._reclaim = (start + k) & M64 if held[k] else self._scan
 
     def _set_window_locked(self):
-        """No slot for a position slot_count past the oldest held one or any consumer's cursor (spec §14)."""
+        """No slot for a position slot_count past the oldest position holding a slot, the tail of any
+        independent consumer or 2.1 member, or the oldest position queued for a 2.2 member (spec §14.5)."""
+        ref = self._pos
         low = self._reclaim
         for m in self.conns.values():
-            if (m.released - low) & M64 > (self._pos - low) & M64:  # below _reclaim: a group member
-                low = m.released
+            x = self._oldest_queued_locked(m, self.c64[Q_HEAD]) if m.v22 else m.released
+            if x is not None and (ref - x) & M64 > (ref - low) & M64:
+                low = x
         self._window_end = (low + self.slot_count) & M64
 
     def _reclaim_locked(self, want=1):
         """Give back the slots every attached consumer has released (up to the slowest one's cursor) — for
-        a group member, only the positions assigned to it (spec §14). With nobody attached, drop frees the
+        a group member, only the positions assigned to it (spec §14.5). With nobody attached, drop frees the
         oldest positions as it needs slots (the ring keeps the newest heaps for a consumer that attaches
         later); block keeps everything."""
-        freed = []  # slots freed out of order, pushed to the pool together
         if self._rescan:  # a member left: what only it held below _scan is free
             self._rescan = False
-            q = self._reclaim
-            while q != self._scan:
-                if not self._pos_need[q & self.mask]:
-                    self._free_pos(q, freed)
-                q = (q + 1) & M64
-            self._push_slots(np.array(freed, np.uint32))
-            freed.clear()
+            idx, _ = self._ring_idx(self._reclaim, self._scan, self._scan)
+            if idx is not None:
+                sel = _index_array(idx)
+                self._free_idx(sel[self._pos_need[sel] == 0])
             self._advance_reclaim()
         if not self.conns:
             if self.policy == L.POLICY_DROP:
@@ -1142,8 +1367,10 @@ class Producer:
                     held = (self._pos - self._reclaim) & M64
                     self._free_positions((self._reclaim + min(need, held)) & M64)
             self._set_window_locked()
+            self._skipped_stat()
             return
-        self._read_cursors_locked(self.c64[Q_HEAD])
+        head = self.c64[Q_HEAD]
+        self._read_cursors_locked(head)
         if not self._group_members and self._reclaim == self._scan:  # no groups: in order, as ever
             slow = self._slowest_locked()
             if slow is not None:
@@ -1151,90 +1378,103 @@ class Producer:
             self._set_window_locked()
             return
         rec = self._reclaim
-        to = self.c64[Q_HEAD]  # the independent consumers' frontier
+        to = head  # the independent consumers' frontier
         for m in self.conns.values():
             if m.group:
-                self._sweep_locked(m, freed)
+                self._sweep_locked(m, head)
             elif (m.released - rec) & M64 < (to - rec) & M64:
                 to = m.released
         in_order = self._reclaim == self._scan
-        if (to - rec) & M64 >= (self._scan - rec) & M64:
-            while self._scan != to:
-                if self._pos_need[self._scan & self.mask]:
+        if (to - rec) & M64 >= (self._scan - rec) & M64 and to != self._scan:
+            idx, start = self._ring_idx(self._scan, to, head)
+            if idx is not None:
+                need = self._pos_need[idx]
+                free = need == 0
+                if not free.all():
                     in_order = False
-                else:
-                    self._free_pos(self._scan, freed)
-                self._scan = (self._scan + 1) & M64
-        self._push_slots(np.array(freed, np.uint32))
+                self._free_idx(_index_array(idx)[free])
+            self._scan = to
         if in_order:
             self._reclaim = self._scan
         else:
             self._advance_reclaim()
         self.c64[Q_OLDEST] = self._scan
         self._set_window_locked()
+        self._skipped_stat()
 
-    def _sweep_locked(self, m, freed):
-        """Group member m's releases since its last sweep (spec §14): each position it passed that was
-        assigned to it no longer needs it, and is free (its slot appended to freed) if reclaim has looked at
-        it and nobody else needs it."""
-        bit = np.uint64(1 << m.index)
-        rec, scan = self._reclaim, self._scan
-        q = m.swept
-        while q != m.released:
-            i = q & self.mask
-            need = self._pos_need[i]
-            if need & bit:
-                need &= ~bit
-                self._pos_need[i] = need
-                m.outstanding -= 1
-                if not need and (q - rec) & M64 < (scan - rec) & M64:
-                    self._free_pos(q, freed)
-            q = (q + 1) & M64
+    def _sweep_locked(self, m, head):
+        """Group member m's releases since its last sweep (spec §14.5): each position it passed that was
+        assigned to it no longer needs it (counted as released assigned, for skipped: §14.7), and is free
+        if reclaim has looked at it and nobody else needs it. Vectorised over at most slot_count positions."""
+        if m.swept == m.released:
+            return
+        idx, start = self._ring_idx(m.swept, m.released, head)
         m.swept = m.released
+        if idx is None:
+            return
+        bit = np.uint64(1 << m.index)
+        need = self._pos_need[idx]
+        hit = (need & bit) != 0
+        n = int(np.count_nonzero(hit))
+        if not n:
+            return
+        need = np.where(hit, need & ~bit, need)
+        self._pos_need[idx] = need
+        m.rel_assigned += n
+        if m.v22:
+            sk = max(0, m.rel_assigned - m.handed)
+            if sk != m.skipped:
+                m.skipped = sk
+                self.row_set(m.index, skipped=sk)
+        # free what nobody needs now and reclaim has already looked at: in [_reclaim, _scan)
+        off = np.arange(len(need), dtype=np.int64) + _signed(start - self._reclaim)
+        free = hit & (need == 0) & (off >= 0) & (off < ((self._scan - self._reclaim) & M64))
+        if free.any():
+            self._free_idx(_index_array(idx)[free])
+
+    def _skipped_stat(self):
+        """group_skipped (stats 18): what departed members and attached 2.2 members released unread."""
+        if self._group_members or self._skipped_departed:
+            self._stats[C_GROUP_SKIPPED] = (self._skipped_departed +
+                                            sum(m.skipped for m in self.conns.values())) & M64
 
     def _settle_departed_locked(self, m):
-        """A group member left (spec §14): its bits leave every published position — what it had released
-        is released, what it had been assigned at or after its final tail is lost for its group
-        (group_lost) — so the next consumer of its row inherits nothing; the slots nobody needs now return
-        at the hot path's next reclaim (the pool is the hot path's). lock held."""
+        """A group member left (spec §14.7), settled here, at the detach, under the lock: its bit leaves
+        every published position that carries it (at most slot_count, vectorised) — what it had released is
+        released, what was assigned to it at or after its final tail is lost for its group (group_lost) — so
+        the next consumer of its row inherits nothing; the slots nobody needs now return at the hot path's
+        next reclaim (the pool is the hot path's). lock held."""
         if not m.group:
             return
         self._group_members -= 1
-        bit = np.uint64(1 << m.index)
         end = self.c64[Q_HEAD]  # positions are assigned and head stored under the lock: every bit is below it
-        lost = 0
-        q = m.swept
-        while q != end:
-            i = q & self.mask
-            if self._pos_need[i] & bit:
-                self._pos_need[i] &= ~bit
-                lost += (q - m.released) & M64 < (end - m.released) & M64  # at or after its final tail
-            q = (q + 1) & M64
+        idx, start = self._ring_idx(m.swept, end, end)
         m.swept = end
+        if idx is not None:
+            bit = np.uint64(1 << m.index)
+            need = self._pos_need[idx]
+            hit = (need & bit) != 0
+            if hit.any():
+                self._pos_need[idx] = np.where(hit, need & ~bit, need)
+                # at or after its final tail: lost; before it: released
+                after = np.arange(len(need), dtype=np.int64) >= _signed(m.released - start)
+                lost = int(np.count_nonzero(hit & after))
+                m.rel_assigned += int(np.count_nonzero(hit)) - lost
+                if lost:
+                    self._stats[C_GROUP_LOST] += lost
+        if m.v22:
+            m.handed = m.r64[Q_HANDED]
+            self._skipped_departed += max(0, m.rel_assigned - m.handed)
+            m.skipped = 0
         self._rescan = True
-        if lost:
-            self._stats[C_GROUP_LOST] += lost
-
-    def _starved(self, m, q):
-        """Member m lags q by half the ring and waits for a heap — or, under block, whether it says it waits
-        or not (it may be spinning), its window (slot_count positions from its tail) has no more room left
-        than the positions it may still need, up to a quarter of the ring plus one (quota) less those
-        assigned to it and not released (spec §14, as the Go producer). It gets q first, else the ring could
-        fill up to it with other members' heaps and stall for good under block."""
-        lag, n = (q - m.swept) & M64, self.slot_count
-        if lag >= n // 2 and m.r32[I_CONSUMER_WAITING] != 0:
-            return True
-        quota = n // 4 + 1
-        return (self.policy == L.POLICY_BLOCK and m.outstanding < quota
-                and (lag >= n or n - lag <= quota - m.outstanding))
+        self._skipped_stat()
 
     def _assign_locked(self):
-        """Give each position staged since head to one member of every group (spec §14): a starved member,
-        else the one with the fewest positions assigned and not yet seen released, ties to the one picked
-        least recently (round robin). The mask goes into the descriptor's assign (0x38) before head is
-        stored, and into _pos_need; the END_OF_STREAM marker is for everyone and assigned to nobody. A group
-        none of whose members can be starved in the range (all lag by less than half the ring) is assigned
-        with one min() over packed (outstanding, last_pick) keys per position."""
+        """Give each position staged since head to one member of every group (spec §14.3), from what the
+        members published: a member with nothing queued first, the one picked least recently among several,
+        else the one with the fewest queued, ties to the one picked least recently. The mask goes into the
+        descriptor's assign (0x38) before head is stored, and into _pos_need; the END_OF_STREAM marker is for
+        everyone and assigned to nobody. Vectorised: the whole run is assigned at once (_round_robin)."""
         q0, end = self.c64[Q_HEAD], self._pos
         k = (end - q0) & M64
         if not k:
@@ -1244,52 +1484,34 @@ class Producer:
         for m in sorted(self.conns.values(), key=lambda m: m.index):
             if m.group:
                 groups.setdefault(m.group, []).append(m)
-        live = np.flatnonzero((self.desc["flags"][idx] & L.FLAG_END_OF_STREAM) == 0)
+        flags = self.desc["flags"][idx]
+        live = np.flatnonzero((flags & L.FLAG_END_OF_STREAM) == 0)
         masks = np.zeros(k, np.uint64)
-        half = self.slot_count // 2
-        for g in groups.values():
-            choice = []
-            if max((end - 1 - m.swept) & M64 for m in g) < half:  # nobody can be starved in this range
-                key = [m.outstanding << 64 | m.last_pick for m in g]
+        n_live = len(live)
+        if n_live:
+            for g in groups.values():
+                choice, counts, lastidx = _round_robin([m.queued for m in g], [m.last_pick for m in g], n_live)
                 picks = self._picks
-                for _ in range(len(live)):
-                    b = key.index(min(key))
-                    picks += 1
-                    key[b] = ((key[b] >> 64) + 1) << 64 | picks
-                    choice.append(b)
-                self._picks = picks
-                for m, kv in zip(g, key):
-                    m.outstanding, m.last_pick = kv >> 64, kv & M64
-            else:
-                for j in live.tolist():
-                    q = (q0 + j) & M64
-                    best, best_starved = 0, self._starved(g[0], q)
-                    for i in range(1, len(g)):
-                        m, bm = g[i], g[best]
-                        st = self._starved(m, q)
-                        if st != best_starved:
-                            if st:
-                                best, best_starved = i, st
-                            continue
-                        if m.outstanding < bm.outstanding or (m.outstanding == bm.outstanding and
-                                                              m.last_pick < bm.last_pick):
-                            best = i
-                    self._picks += 1
-                    g[best].last_pick = self._picks
-                    g[best].outstanding += 1
-                    choice.append(best)
-            ch = np.array(choice, np.intp)
-            for m, c in zip(g, np.bincount(ch, minlength=len(g)).tolist()):
-                m.assigned += c
-                self.row_set(m.index, assigned=m.assigned)
-            masks[live] |= np.array([1 << m.index for m in g], np.uint64)[ch]
+                for i, m in enumerate(g):
+                    c = counts[i]
+                    if not c:
+                        continue
+                    if not m.queued:
+                        m.oq = (q0 + int(live[int(np.argmax(choice == i))])) & M64
+                    m.queued += c
+                    m.assigned += c
+                    m.last_pick = picks + lastidx[i] + 1
+                    m.commit_end = (q0 + int(live[lastidx[i]]) + 1) & M64
+                    self.row_set(m.index, assigned=m.assigned, queued=m.queued)
+                self._picks = picks + n_live
+                masks[live] |= np.array([1 << m.index for m in g], np.uint64)[choice]
         self.desc["reserved"][idx] = masks
         self._pos_need[idx] = masks
 
     def _publish_staged(self):
         """Make the positions staged since head visible: with group members attached, fresh cursors, the
         assignment and the head store under the lock (a member that leaves meanwhile has its bits cleared
-        before its row can go to a new consumer, who starts at this head: spec §14); else just _commit."""
+        before its row can go to a new consumer, who starts at this head: spec §14.7); else just _commit."""
         if self._group_members:
             with self.lock:
                 self._reclaim_locked()
@@ -1298,19 +1520,56 @@ class Producer:
         else:
             self._commit()
 
+    def _slowest_locked(self):
+        """The attached consumer furthest behind head by its released position."""
+        head = self.c64[Q_HEAD]
+        slow = None
+        for m in self.conns.values():
+            if slow is None or (head - m.released) & M64 > (head - slow.released) & M64:
+                slow = m
+        return slow
+
+    def _holders_locked(self):
+        """The attached consumers holding the ring back at the next position q (spec §14.6), lowest row first:
+        each for which a bound of §14.5 fails at q (an independent or 2.1 member with q - tail >= slot_count,
+        a 2.2 member with q - oldest queued >= slot_count), and each that still needs the oldest position
+        holding a slot (an independent with tail <= it, the member whose bit it carries with tail <= it)."""
+        sc, head, ref = self.slot_count, self.c64[Q_HEAD], self._pos
+        q = (self._pos + len(self._taken)) & M64
+        o = self._reclaim
+        held = o != self._pos
+        need = int(self._pos_need[o & self.mask]) if held else 0
+        out = []
+        for m in sorted(self.conns.values(), key=lambda m: m.index):
+            x = self._oldest_queued_locked(m, head) if m.v22 else m.released
+            if x is not None and (q - x) & M64 >= sc:
+                out.append(m)
+                continue
+            if held and not (0 < (m.released - o) & M64 <= (ref - o) & M64):  # tail <= o
+                if not m.group or need >> m.index & 1:
+                    out.append(m)
+        return out
+
+    def _blocker_locked(self):
+        """The consumer a waiting producer waits for (spec §14.6): the first (lowest row) of those holding the
+        ring back, else (waiting to drain) the slowest."""
+        h = self._holders_locked()
+        return h[0] if h else self._slowest_locked()
+
     def _overrun_locked(self):
-        """drop, no slot to take: when some attached consumer has released more than the slowest, detach
-        the slowest ones as overrun and reclaim again; True if a slot may be taken now (spec §7.3)."""
-        slow = self._slowest_locked()
-        if slow is None:
-            return False
-        low = slow.released
-        if not any(m.released != low for m in self.conns.values()):
-            return False
-        for m in [m for m in self.conns.values() if m.released == low]:
-            self._detach_locked(m, L.CONSUMER_OVERRUN, (self.c64[Q_HEAD] - low) & M64)
-        self._reclaim_locked()
-        return self._room() > 0
+        """drop, no slot to take (spec §14.6): when some attached consumer does not hold the ring back,
+        detach every one that does as overrun, reclaim and try again; True if a slot may be taken now,
+        False when every attached consumer holds it back (the new heap is dropped)."""
+        while True:
+            holders = self._holders_locked()
+            if not holders or len(holders) == len(self.conns):
+                return False
+            head = self.c64[Q_HEAD]
+            for m in holders:
+                self._detach_locked(m, L.CONSUMER_OVERRUN, (head - m.released) & M64)
+            self._reclaim_locked()
+            if self._room() > 0:
+                return True
 
     def _refill(self, want, timeout):
         """Make at least one slot free (up to want): reclaim; then drop: overrun or RingFull; block: wait."""
@@ -1329,9 +1588,37 @@ class Producer:
         self._wait_for(done, timeout)
 
     def _wait_for(self, done, timeout):
-        """Sleep until done() (called with the lock held) is true: on the slowest consumer's release_futex
-        (spec §7.4), or for an attach when none is attached, in <= 250 ms slices. Timeout when timeout
-        (seconds) passes; Interrupted after interrupt()."""
+        """Sleep until done() (called with the lock held) is true: on the release_futex of the first consumer
+        holding the ring back (spec §7.4, §14.6; ctl blocked_on and blocked_since_ns name it meanwhile, and
+        the log within a second), or for an attach when none is attached, in <= 250 ms slices. Timeout when
+        timeout (seconds) passes; Interrupted after interrupt()."""
+        try:
+            self._wait_loop(done, timeout)
+        finally:
+            if self._blocked is not None:
+                self._blocked = None
+                self.c32[I_BLOCKED_ON] = 0
+                self.c64[Q_BLOCKED_SINCE_NS] = 0
+
+    def _note_blocked(self, m):
+        """A block producer is about to wait for consumer m (spec §14.6): ctl blocked_on (row + 1) and
+        blocked_since_ns name it; once the wait has lasted BLOCKED_LOG_SECONDS, one log line says whom."""
+        b = self._blocked
+        now = time.monotonic()
+        if b is None or b[0] is not m:
+            self._blocked = b = [m, now, False]
+            self.c64[Q_BLOCKED_SINCE_NS] = time.time_ns()
+            self.c32[I_BLOCKED_ON] = m.index + 1
+        if not b[2] and now - b[1] >= BLOCKED_LOG_SECONDS:
+            b[2] = True
+            g = ""
+            if m.group:
+                gr = self.grants.get(m.group) if self.grants else None
+                g = f", group {gr.name if gr else f'{m.group:#010x}'}"
+            log.warning("ring %s: waiting for consumer row %d (pid %d%s) to release position %d (head %d) for "
+                        "%.1f s", self.name, m.index, m.pid, g, m.released, self.c64[Q_HEAD], now - b[1])
+
+    def _wait_loop(self, done, timeout):
         deadline = None if timeout is None else time.monotonic() + timeout
         spin_until = time.monotonic() + SPIN_SECONDS
         c32 = self.c32
@@ -1350,7 +1637,7 @@ class Producer:
                 raise Timeout(f"ring {self.name}: nothing released within {timeout} s")
             if now < spin_until:
                 continue
-            slice_ = L.MAX_WAIT_SLICE if deadline is None else max(0.001, min(L.MAX_WAIT_SLICE, deadline - now))
+            slice_ = _TEST_WAIT_SLICE if deadline is None else max(0.001, min(_TEST_WAIT_SLICE, deadline - now))
             if slow is None:
                 self._attached.clear()
                 with self.lock:
@@ -1358,6 +1645,7 @@ class Producer:
                 if none and not self._interrupted:
                     self._attached.wait(slice_)
                 continue
+            self._note_blocked(slow)
             f = slow.r32[I_RELEASE_FUTEX]
             c32[I_PRODUCER_WAITING] = 1
             full_fence()
@@ -1378,7 +1666,7 @@ class Producer:
         self._interrupted = True
         self._attached.set()
         a = self._wait_addr
-        if a:
+        if a and "no-wake" not in _TEST_MUTANTS:
             futex_wake(a)
 
     # ..................................................................... the hot path
@@ -1444,8 +1732,9 @@ class Producer:
 
     def _commit(self, force=False):
         """Release-store head, full fence, then wake every consumer that announced it sleeps and whose
-        wake_at head has reached, or every sleeping one with force (spec §7.5; see the module docstring
-        for the plain-store exchange)."""
+        wake_at head has reached — a 2.2 group member only when a position assigned to it in this commit
+        has (spec §14.4) — or every sleeping one with force (spec §7.5; see the module docstring for the
+        plain-store exchange)."""
         pos = self._pos
         if ORDERED:
             release_fence()  # descriptors and item tables before head: a release store (spec §7.3)
@@ -1453,14 +1742,20 @@ class Producer:
         full_fence()
         for m in self._snap:
             r32 = m.r32
-            if r32[I_CONSUMER_WAITING] and (force or (pos - m.r64[Q_WAKE_AT]) & M64 < 1 << 63):
-                r32[I_CONSUMER_WAITING] = 0
-                full_fence()
-                r32[I_CONSUMER_FUTEX] = (r32[I_CONSUMER_FUTEX] + 1) & 0xFFFFFFFF
-                futex_wake(m.cf_addr)
-                if not m.detached:  # (a detached member's row may belong to someone else by now)
-                    o = row_word(m.index, "wakes")
-                    self.c64[o] = (self.c64[o] + 1) & M64
+            if m.v22:  # a 2.2 member only for a position assigned to it at or after its wake_at (§14.4)
+                end, m.commit_end = m.commit_end, None
+                if not r32[I_CONSUMER_WAITING] or not (force or end is not None and
+                                                       (end - m.r64[Q_WAKE_AT]) & M64 < 1 << 63):
+                    continue
+            elif not (r32[I_CONSUMER_WAITING] and (force or (pos - m.r64[Q_WAKE_AT]) & M64 < 1 << 63)):
+                continue
+            r32[I_CONSUMER_WAITING] = 0
+            full_fence()
+            r32[I_CONSUMER_FUTEX] = (r32[I_CONSUMER_FUTEX] + 1) & 0xFFFFFFFF
+            futex_wake(m.cf_addr)
+            if not m.detached:  # (a detached member's row may belong to someone else by now)
+                o = row_word(m.index, "wakes")
+                self.c64[o] = (self.c64[o] + 1) & M64
 
     def _items_block(self, items, n):
         """Normalise publish_batch's items: (template (k,) ITEM_DTYPE, per-heap (n, k) array or None,

@@ -36,7 +36,8 @@ from typing import Any, AsyncIterator, Iterator, Mapping, Sequence, Union
 from . import layout as L
 from . import shared as _shared
 from .shared import (I_CONSUMER_FUTEX, I_CONSUMER_WAITING, I_PRODUCER_WAITING, I_RELEASE_FUTEX, I_STATE, M64,
-                     POLL_GONE, Q_HEAD, Q_HEARTBEAT_NS, Q_OLDEST, Q_SPIN_BUDGET_NS, Q_STATS, Q_TAIL, Q_WAKE_AT,
+                     POLL_GONE, Q_HANDED, Q_HEAD, Q_HEARTBEAT_NS, Q_OLDEST, Q_READ, Q_SPIN_BUDGET_NS, Q_STATS, Q_TAIL,
+                     Q_WAKE_AT,
                      row_word)
 from ._sys import (ORDERED, FutexWaiter, acquire_fence, full_fence, futex_wake, get_seals, map_fd, peer_cred,
                    release_fence, require_supported)
@@ -62,6 +63,7 @@ _unpack_desc = L.DESC_STRUCT.unpack_from
 _iter_items = L.ITEM_STRUCT.iter_unpack
 log = logging.getLogger("ibvbridge.ring")
 WELCOME_TIMEOUT = 5.0  # seconds for the handshake when the attach has no timeout (spec §B)
+LAPPED_WAIT = 0.01  # a group member waits this long for the head store of a lapping descriptor (spec §14.4)
 
 
 def _need_numpy():
@@ -618,6 +620,32 @@ class Batch:
         return f"Batch(position={self.position}, n={len(self.descs)})"
 
 
+class RingStats(dict):
+    """A snapshot of a ring's counters (spec §2.3): a dict by our counter names, also readable as
+    attributes, and under spead2's names (``spead2.recv.StreamStats``) where a counter means the same:
+    ``SPEAD2_NAMES`` maps each spead2 name to ours. spead2 names with no counter here (``batches``,
+    ``worker_blocked``, ``max_batch``, ``search_dist``: the receive loop's own, which ``recv`` logs and exports
+    as metrics) raise AttributeError rather than read as 0."""
+
+    SPEAD2_NAMES = {
+        "heaps": "heaps",
+        "packets": "packets",
+        "incomplete_heaps_evicted": "incomplete_heaps",
+        "too_old_heaps": "too_old_heaps",
+        "rejected_heaps": "rejected_heaps",
+    }
+
+    def __getattr__(self, name: str) -> int:
+        key = self.SPEAD2_NAMES.get(name, name)
+        try:
+            return self[key]
+        except KeyError:
+            raise AttributeError(f"no counter {name!r} (counters: {', '.join(sorted(self))})") from None
+
+    def __call__(self) -> RingStats:
+        return self  # ring.stats(), as the method it once was
+
+
 class Ring:
     """A consumer attached to one ring. Use ``Ring.attach(name)``."""
 
@@ -677,6 +705,8 @@ class Ring:
         require_supported()
         if start not in _STARTS:
             raise ValueError(f"start must be 'oldest' or 'head', not {start!r}")
+        if group:
+            _shared.check_group_name(group)  # UTF-8, 1 ... 64 bytes (spec §14.1): ValueError otherwise
         self = cls()
         self.group_id = L.group_id(group or "")
         if self.group_id:
@@ -866,6 +896,12 @@ class Ring:
         # heap makes a block-policy producer sleep and wake once per heap.
         self._stored = self._released_to = self._read
         self._release_batch = min(max(self._geo.slot_count // 8, 1), 64)
+        # A 2.2 group member publishes read and handed (spec §14.2): handed counts its own heaps handed out,
+        # _pub_read / _pub_handed what the region says now.
+        self._handed = 0
+        self._pub_read, self._pub_handed = self._read, 0
+        if self._group_bit:
+            self._publish_progress()
         self._eos = False
         self._meta_seq = None
         self._meta = {}
@@ -1022,15 +1058,20 @@ class Ring:
         off = L.OFF_CONSUMER_TABLE + L.ROW_SIZE * self.consumer_index
         return dict(zip(L.ROW_FIELDS, L.ROW_STRUCT.unpack_from(self._ctl_mm, off)))
 
-    def stats(self) -> dict[str, int]:
-        """The producer's counters by name (spec §2.3). Counters a newer minor adds are 'counter_<i>'."""
+    @property
+    def stats(self) -> RingStats:
+        """The producer's counters (spec §2.3), read now: a mapping by our names (``ring.stats["heaps"]``),
+        with attribute access (``ring.stats.heaps``) and spead2's names where a counter means the same
+        (``ring.stats.incomplete_heaps_evicted``; see ``RingStats.SPEAD2_NAMES``), as spead2's
+        ``stream.stats`` reads. Counters a newer minor adds are 'counter_<i>'. ``ring.stats()`` (the
+        older call form) returns the same."""
         self._check_mapped()
         n = min(self.header["stats_count"], L.STATS_SLOTS)
         c = self._c64
         out = {name: (c[Q_STATS + i] if i < n else 0) for i, name in enumerate(L.COUNTER_NAMES)}
         for i in range(len(L.COUNTER_NAMES), n):
             out[f"counter_{i}"] = c[Q_STATS + i]
-        return out
+        return RingStats(out)
 
     def producer_alive(self) -> bool:
         """Liveness (spec §7.6): False once the producer's end of the socket hung up (one poll, no wait)."""
@@ -1180,6 +1221,8 @@ class Ring:
             if avail == 0:
                 self._flush_release()  # caught up: hand the released slots back now
             elif avail > self._geo.slot_count:
+                if self._group_bit and self._lapped(self._read):  # a 2.2 member skips it (spec §14.4)
+                    return (self._cached_head - self._read) & M64
                 raise CorruptRing(f"head {h} is {avail} positions past read {self._read} "
                                   f"(slot_count {self._geo.slot_count})")
             self._cached_head = h
@@ -1210,14 +1253,66 @@ class Ring:
         end = self._read = (pos + 1) & M64
         if self._pending:
             self._pending.append([end, True])
+            if ((end - self._pub_read) & M64) >= self._release_batch:
+                self._publish_progress()  # read lags by at most the deferral of spec §7.4 (§14.2)
         else:
             self._released_to = end
             if ((end - self._stored) & M64) >= self._release_batch:
                 self._flush_release()
 
+    def _lapped(self, pos, seq=None):
+        """A 2.2 member met a lapped descriptor (spec §14.4): read more than slot_count behind head, or seq a
+        non-zero multiple of slot_count ahead of position pos. Its row first (detached wins); still attached,
+        the positions it missed were not its own (the producer never overwrites the descriptor of a position
+        assigned to a member before it read it): it moves read to head - slot_count (head loaded afresh),
+        passing over them, and goes on. Not to head - slot_count + 1: the window (§14.5, q - u <
+        slot_count) lets the member's oldest queued position u be head - slot_count itself, whose descriptor
+        is intact (the producer cannot publish head while u is queued); were it another member's, the
+        producer may overwrite it as we read it, which its seq then shows. A seq lapped by a position whose
+        head store has not come yet (the producer writes descriptors, then head) is waited for, at most
+        LAPPED_WAIT seconds. False when this is not a lapped descriptor."""
+        sc = self._geo.slot_count
+        if seq is not None:
+            d = (seq - ((pos + 1) & M64)) & M64
+            if not d or d % sc or d >= 1 << 63:
+                return False
+        self._check_row()
+        c64 = self._c64
+        until = None
+        while True:
+            h = c64[Q_HEAD]
+            if ORDERED:
+                acquire_fence()
+            new = (h - sc) & M64
+            if 0 < ((new - self._read) & M64) <= ((h - self._read) & M64):
+                break
+            if seq is None:
+                return False
+            now = time.monotonic()  # seq says position seq - 1 is being published: its head store follows
+            if until is None:
+                until = now + LAPPED_WAIT
+            elif now >= until:
+                return False
+        self._pass_over((new - 1) & M64)
+        self._cached_head = h
+        return True
+
+    def _publish_progress(self):
+        """A member's read and handed (spec §14.2), release-stored — handed, then read, both before the tail
+        the caller may store next, so a producer that loads tail, then read, then handed sees them at least
+        as new as that tail."""
+        if ORDERED:
+            release_fence()
+        r64 = self._r64
+        r64[Q_HANDED] = self._pub_handed = self._handed
+        r64[Q_READ] = self._pub_read = self._read
+
     def _flush_release(self):
-        """Store the released position to the region's tail and wake a waiting producer (spec §7.4)."""
+        """Store the released position to the region's tail (a member's read and handed first) and wake a
+        waiting producer (spec §7.4, §14.2)."""
         tail = self._released_to
+        if self._group_bit and (self._pub_read != self._read or self._pub_handed != self._handed):
+            self._publish_progress()
         if tail == self._stored:
             return
         self._stored = tail
@@ -1252,11 +1347,15 @@ class Ring:
             pos = self._read
             (seq, heap_cnt, heap_size, received, ts, slot, flags, icount, packets,
              assign) = _unpack_desc(self._data_mm, self._desc_base + (pos & self._mask) * 64)
-            if not self._group_bit or assign & self._group_bit or flags & L.FLAG_END_OF_STREAM:
+            if not self._group_bit:
                 break
-            if seq != (pos + 1) & M64:  # another member's position: only its seq is checked (spec §14)
+            if seq != (pos + 1) & M64:
+                if self._lapped(pos, seq):  # lapped under positions that were not its own (spec §14.4)
+                    continue
                 raise self._corrupt_desc(pos, f"seq {seq}, want {(pos + 1) & M64}")
-            self._pass_over(pos)
+            if assign & self._group_bit or flags & L.FLAG_END_OF_STREAM:
+                break
+            self._pass_over(pos)  # another member's position: only its seq is checked (spec §14.4)
         g = self._geo
         if seq != (pos + 1) & M64:
             raise self._corrupt_desc(pos, f"seq {seq}, want {(pos + 1) & M64}")
@@ -1286,6 +1385,8 @@ class Ring:
             raise EndOfStream("end of stream")
         h = self._heap(cls, ent, pos, heap_cnt, heap_size, received, ts, slot, flags, icount, packets)
         h._raw = raw
+        if self._group_bit:
+            self._handed += 1  # one of its own heaps handed to the caller (spec §14.2)
         return h
 
     def _heap(self, cls, entry, pos, heap_cnt, heap_size, received, ts, slot, flags, icount, packets):
@@ -1544,6 +1645,8 @@ class Ring:
         try:
             while True:
                 coalesce = lat and self._active
+                if self._group_bit and self._pub_read != self._read:
+                    self._publish_progress()  # before consumer_waiting = 1 (spec §14.2)
                 f = r32[I_CONSUMER_FUTEX]
                 r64[Q_WAKE_AT] = (read + self._coalesce_heaps) & M64 if coalesce else wake_next
                 r32[I_CONSUMER_WAITING] = 1
@@ -1606,6 +1709,8 @@ class Ring:
         self._check_row()
         avail = (h - self._read) & M64
         if avail > self._geo.slot_count:
+            if self._group_bit and self._lapped(self._read):  # a 2.2 member skips it (spec §14.4)
+                return
             raise CorruptRing(f"head {h} is {avail} positions past read {self._read}")
         self._cached_head = h
 

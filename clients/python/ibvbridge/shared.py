@@ -26,6 +26,8 @@ M64 = (1 << 64) - 1  # positions and counters wrap modulo 2^64
 Q_HEAD = L.OFF_HEAD >> 3
 Q_HEARTBEAT_NS = L.OFF_HEARTBEAT_NS >> 3
 Q_OLDEST = L.OFF_OLDEST >> 3
+I_BLOCKED_ON = L.OFF_BLOCKED_ON >> 2
+Q_BLOCKED_SINCE_NS = L.OFF_BLOCKED_SINCE_NS >> 3
 Q_STATS = L.OFF_STATS >> 3
 I_STATE = L.OFF_STATE >> 2
 I_PRODUCER_WAITING = L.OFF_PRODUCER_WAITING >> 2
@@ -35,18 +37,20 @@ Q_SPIN_BUDGET_NS = L.REG_SPIN_BUDGET_NS >> 3
 I_CONSUMER_WAITING = L.REG_CONSUMER_WAITING >> 2
 I_CONSUMER_FUTEX = L.REG_CONSUMER_FUTEX >> 2
 Q_WAKE_AT = L.REG_WAKE_AT >> 3
+Q_READ = L.REG_READ >> 3
+Q_HANDED = L.REG_HANDED >> 3
 I_RELEASE_FUTEX = L.REG_RELEASE_FUTEX >> 2
 
 
 def row_word(index: int, field: str) -> int:
     """The control memory's word index of consumer-table row ``index``'s ``field`` (spec §2.2): a cast("I")
     index for the 32-bit state and generation (two separate loads, never one 64-bit one), a cast("Q")
-    index for the others (group_id is 32-bit too)."""
+    index for the others (group_id and client_minor are 32-bit too)."""
     off = L.OFF_CONSUMER_TABLE + L.ROW_SIZE * index + getattr(L, "ROW_" + field.upper())
     return off >> 2 if field in ROW_U32 else off >> 3
 
 
-ROW_U32 = ("state", "generation", "group_id")  # the 32-bit fields of a consumer-table row (spec §2.2)
+ROW_U32 = ("state", "generation", "group_id", "client_minor")  # the 32-bit fields of a consumer-table row (spec §2.2)
 
 
 # --- counters (spec §2.3): index by name, and the ones the producer's hot path bumps -----------------------
@@ -59,52 +63,88 @@ C_EOS = COUNTER["end_of_stream"]
 C_ATTACHED = COUNTER["consumers_attached"]
 C_OVERRUNS = COUNTER["consumer_overruns"]
 C_ERRORS = COUNTER["consumer_errors"]
+C_GROUP_LOST = COUNTER["group_lost"]
+C_GROUP_SKIPPED = COUNTER["group_skipped"]
 
 # poll(2) events that mean the other end of a ring socket is gone
 POLL_GONE = select.POLLHUP | select.POLLRDHUP | select.POLLERR | select.POLLNVAL
 
-NAME_RE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$")
+NAME_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}")
 XDG_SUBDIR = "ibvbridge"
 _PATH_FLAGS = getattr(os, "O_PATH", 0o10000000) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def valid_name(name: str) -> bool:
-    """A ring name (spec §1.1): 1-64 characters of [A-Za-z0-9_.-], not starting with '.'."""
-    return NAME_RE.match(name) is not None
+    """A ring name (spec §1.1): 1-64 characters of [A-Za-z0-9_.-] (ASCII), not starting with '.' — the whole
+    string (fullmatch: re's $ would also match before a final newline)."""
+    return NAME_RE.fullmatch(name) is not None
 
 
-def own_default_dir(euid: int | None = None, env: Mapping[str, str] | None = None) -> str:
-    """This process's own ring directory when none is given (spec §1.1, 2.1): /run/ibvbridge for euid 0,
-    else $XDG_RUNTIME_DIR/ibvbridge when XDG_RUNTIME_DIR is set and absolute, else /dev/shm/ibvbridge-UID."""
+def check_group_name(name: str) -> bytes:
+    """A consumer group's name as the bytes its group_id hashes (spec §14.1, §15: UTF-8, 1 ... 64 bytes, no
+    NUL); ValueError naming what is wrong."""
+    if not isinstance(name, str):
+        raise ValueError(f"consumer group name {name!r} is not text")
+    try:
+        b = name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"consumer group name {name!r} is not valid Unicode text") from None
+    if not 1 <= len(b) <= 64 or b"\0" in b:
+        raise ValueError(f"consumer group name {name!r}: 1 to 64 bytes of UTF-8 without NUL")
+    return b
+
+
+# Where a user's default ring directory may lie when XDG_RUNTIME_DIR is not set (spec §1.1): the first of
+# BASE/ibvbridge-UID for each base that does not exist or passes the producer's check. A module variable so
+# tests can point it at temporary directories they own.
+SHARED_BASES = ("/dev/shm", "/tmp")
+
+
+def own_default_dirs(euid: int | None = None, env: Mapping[str, str] | None = None) -> list[str]:
+    """This process's own default ring directories, in order (spec §1.1): /run/ibvbridge for euid 0, else
+    $XDG_RUNTIME_DIR/ibvbridge when XDG_RUNTIME_DIR is set and absolute, else /dev/shm/ibvbridge-UID and,
+    should a stranger have made that one first, /tmp/ibvbridge-UID."""
     euid = os.geteuid() if euid is None else euid
     env = os.environ if env is None else env
     if euid == 0:
-        return L.RUN_DIR
+        return [L.RUN_DIR]
     xdg = env.get("XDG_RUNTIME_DIR", "")
     if xdg.startswith("/"):
-        return os.path.join(xdg, XDG_SUBDIR)
-    return f"/dev/shm/ibvbridge-{euid}"
+        return [os.path.join(xdg, XDG_SUBDIR)]
+    return [os.path.join(b, f"ibvbridge-{euid}") for b in SHARED_BASES]
+
+
+def own_default_dir(euid: int | None = None, env: Mapping[str, str] | None = None) -> str:
+    """The first of own_default_dirs(): where a producer makes its ring unless a stranger made it first."""
+    return own_default_dirs(euid, env)[0]
+
+
+def producer_dirs(directory: str | os.PathLike[str] | None = None) -> list[str]:
+    """The ring directories a producer tries, in order (spec §1.1): ``directory`` if given, else
+    $IBVBRIDGE_RING_DIR if set and non-empty (each alone), else own_default_dirs()."""
+    if directory:
+        return [os.fspath(directory)]
+    env = os.environ.get(L.ENV_DIR)
+    return [env] if env else own_default_dirs()
 
 
 def default_dir(directory: str | os.PathLike[str] | None = None) -> str:
-    """The ring directory a producer creates its ring in: ``directory`` if given, else $IBVBRIDGE_RING_DIR
-    if set and non-empty, else own_default_dir()."""
-    if directory:
-        return os.fspath(directory)
-    return os.environ.get(L.ENV_DIR) or own_default_dir()
+    """The ring directory a producer creates its ring in when nothing is in the way: the first of
+    producer_dirs()."""
+    return producer_dirs(directory)[0]
 
 
 def lookup_dirs(directory: str | os.PathLike[str] | None = None) -> list[str]:
     """Where a consumer looks a ring name up, in order (spec §1.1): ``directory`` if given, else
-    $IBVBRIDGE_RING_DIR if set and non-empty (only that one); else its own default directory, then
+    $IBVBRIDGE_RING_DIR if set and non-empty (only that one); else its own default directories, then
     /run/ibvbridge."""
     if directory:
         return [os.fspath(directory)]
     env = os.environ.get(L.ENV_DIR)
     if env:
         return [env]
-    own = own_default_dir()
-    return [own] if own == L.RUN_DIR else [own, L.RUN_DIR]
+    own = own_default_dirs()
+    return own if own == [L.RUN_DIR] else own + [L.RUN_DIR]
 
 
 class Untrusted(Exception):

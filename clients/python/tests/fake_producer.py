@@ -53,6 +53,15 @@ def addr(item_id, offset, length):
     return (item_id, offset, length, 0)
 
 
+def until(cond, timeout=5.0):
+    """Wait until cond() is true (polling every 5 ms); AssertionError after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.005)
+
+
 def pattern(heap_cnt, n):
     """The --verify payload: byte i = (heap_cnt*31 + i) & 0xff."""
     return ((np.arange(n, dtype=np.uint64) + np.uint64((heap_cnt * 31) & 0xFF)) & np.uint64(0xFF)).astype(
@@ -175,8 +184,9 @@ class FakeProducer(Producer):
                 lost_heaps = (self.c64[L.OFF_HEAD >> 3] - m.released) & M64
             self._detach_locked(m, state, lost_heaps)
 
-    def wait_consumers(self, n, timeout=5.0):
-        """Wait until exactly n consumers are attached (the serve thread notices hang-ups asynchronously)."""
+    def wait_consumers(self, n, timeout=60.0):
+        """Wait until exactly n consumers are attached (the serve thread notices hang-ups asynchronously). The
+        bound is generous: a consumer process that imports numpy on a loaded machine takes seconds to attach."""
         deadline = time.monotonic() + timeout
         while len(self.conns) != n:
             if time.monotonic() > deadline:

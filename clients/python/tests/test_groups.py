@@ -3,7 +3,7 @@ the test write each descriptor's assign mask."""
 import pytest
 
 from ibvbridge import layout as L
-from ibvbridge import EndOfStream, Ring, RingError
+from ibvbridge import CorruptRing, EndOfStream, Ring, RingError
 from fake_producer import pattern
 
 
@@ -76,3 +76,57 @@ def test_python_producer_admits_a_member_at_head_with_its_group_in_the_row(make_
     with Ring.attach(p.socket_path, timeout=2.0, group="workers") as ring:
         assert ring.position == 1
         assert p.row(ring.consumer_index)["group_id"] == L.group_id("workers")
+
+
+def write_desc(p, pos, cnt, mask):
+    """The descriptor of position pos as a producer lapping a member would write it (no head store)."""
+    p.desc[pos & p.mask] = ((pos + 1) & ((1 << 64) - 1), cnt, 16, 16, 0, pos & p.mask, L.FLAG_COMPLETE, 0, 1, mask)
+
+
+def store_head(p, head):
+    p._pos = head
+    p.c64[L.OFF_HEAD >> 3] = head
+
+
+def test_member_skips_descriptors_lapped_under_other_members_positions(make_producer):
+    """Spec §14.4 (2.2): a member more than slot_count behind head, its missed positions all other
+    members', moves read to head - slot_count and reads on: its own heap after the lap is handed out, and
+    its read and tail tell the producer it passed over what it skipped."""
+    p = make_producer(slot_count=8)
+    with member(p) as ring:
+        mine, other = 1 << ring.consumer_index, 1 << (ring.consumer_index + 1)
+        # 12 positions through 8 descriptors: 0..3 (others') were overwritten by 8..11. Its own position 4 is
+        # head - slot_count, which §14.5's window (q - u < slot_count) allows: not head - slot_count + 1.
+        for pos in range(12):
+            write_desc(p, pos, 100 + pos, mine if pos in (4, 11) else other)
+        store_head(p, 12)
+        got = []
+        for _ in range(2):
+            with ring.next(timeout=1) as h:
+                got.append((h.position, h.heap_cnt))
+        assert got == [(4, 104), (11, 111)]
+        assert ring._r64[L.REG_READ >> 3] == 12 and ring.tail == 12
+        assert ring._r64[L.REG_HANDED >> 3] == 2
+
+
+def test_member_skips_a_descriptor_whose_seq_is_a_lap_ahead_and_waits_for_its_head(make_producer):
+    """Spec §14.4: with a head cached before the lap, the descriptor at read has seq a multiple of
+    slot_count ahead: the member checks its row, loads head afresh and skips to head - slot_count. Until
+    the producer's head store for that seq comes, it cannot know where head is: it waits for it (at most
+    LAPPED_WAIT), then reports the ring corrupt without consuming anything; once head is stored it reads on."""
+    p = make_producer(slot_count=8)
+    with member(p) as ring:
+        mine, other = 1 << ring.consumer_index, 1 << (ring.consumer_index + 1)
+        for pos in range(4):
+            write_desc(p, pos, 100 + pos, mine if pos == 0 else other)
+        store_head(p, 4)
+        with ring.next(timeout=1) as h:
+            assert h.position == 0  # its cached head is 4 now
+        for pos in range(4, 13):
+            write_desc(p, pos, 100 + pos, mine if pos == 12 else other)
+        with pytest.raises(CorruptRing, match="position 1: seq 10"):  # head not stored yet
+            ring.next(timeout=0)
+        store_head(p, 13)
+        with ring.next(timeout=1) as h:
+            assert (h.position, h.heap_cnt) == (12, 112)
+        assert ring.tail == 13

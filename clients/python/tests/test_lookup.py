@@ -73,7 +73,7 @@ def test_untrusted_default_directory_is_skipped_with_a_warning(tmp_path, monkeyp
     os.chown(squat.parent, NOBODY, NOBODY)  # squat/'s parent is not root's: squat/ is not root-made
     os.chown(squat, NOBODY, NOBODY)
     monkeypatch.delenv(L.ENV_DIR, raising=False)
-    monkeypatch.setattr(shared, "own_default_dir", lambda: str(squat))
+    monkeypatch.setattr(shared, "own_default_dirs", lambda: [str(squat)])
     monkeypatch.setattr(L, "RUN_DIR", str(run))
     p = FakeProducer(str(run), "r")
     try:
@@ -160,3 +160,148 @@ def test_attack_squatted_per_user_directory_never_reached_by_name(squatter):
                 os.rmdir(run_dir)
             except OSError:
                 pass
+
+
+SQUAT_NEXT = r"""
+import logging, os, sys
+sys.path.insert(0, sys.argv[1])
+from ibvbridge import shared
+shared.SHARED_BASES = (sys.argv[2], sys.argv[3])  # the test's own stand-ins for /dev/shm and /tmp
+import ibvbridge
+logging.basicConfig(level=logging.WARNING, format="%(message)s")
+with ibvbridge.Producer.create("nextdefault", slot_count=8, slot_size=256, hugepages="off") as p:
+    print(p.directory, flush=True)
+    with ibvbridge.Ring.attach("nextdefault", timeout=5) as r:  # by name, as any consumer of this user
+        print(r.socket_path, flush=True)
+"""
+
+
+def test_producer_skips_a_default_directory_a_stranger_made_and_uses_the_next():
+    """Spec §1.1: with XDG_RUNTIME_DIR unset, a stranger who made /dev/shm/ibvbridge-UID first does not stop a
+    producer of UID from starting: it skips that directory with one warning naming it and why, and makes its
+    ring in the next default, /tmp/ibvbridge-UID, where its consumers find it by name. Run as a child of
+    another uid, with both bases replaced by world-writable (sticky) temporary directories of this test."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run the stranger as nobody and the producer as another uid")
+    import tempfile
+    uid = 20000 + os.getpid() % 20000
+    bases = [tempfile.mkdtemp(prefix="ibvb-base-", dir="/tmp") for _ in range(2)]
+    try:
+        for b in bases:
+            os.chmod(b, 0o1777)
+        squat = os.path.join(bases[0], f"ibvbridge-{uid}")
+        env = {k: v for k, v in os.environ.items() if k not in (L.ENV_DIR, "XDG_RUNTIME_DIR")}
+        subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "mkdir", "-m",
+                        "0755", squat], check=True, env=env, cwd="/")
+        assert os.stat(squat).st_uid == NOBODY
+        r = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", PY, "-c", SQUAT_NEXT,
+                            PKG, *bases], capture_output=True, text=True, env=env, cwd="/", timeout=60)
+        assert r.returncode == 0, r.stderr
+        nxt = os.path.join(bases[1], f"ibvbridge-{uid}")
+        assert r.stdout.splitlines() == [nxt, os.path.join(nxt, "nextdefault.v2.sock")]
+        lines = r.stderr.splitlines()
+        assert lines[0].startswith(f"ibvbridge: skipping {squat}: ") and lines[0].endswith(f"; using {nxt}")
+        assert f"owned by uid {NOBODY}, not {uid}" in lines[0]
+        assert lines[1:] == [f"ibvbridge: skipping {squat}: owned by uid {NOBODY}, not {uid} or root"]
+        assert os.listdir(squat) == [] and os.listdir(nxt) == []  # the producer removed its socket and lock
+    finally:
+        for b in bases:
+            shutil.rmtree(b, ignore_errors=True)
+
+
+def test_client_connects_through_the_directory_it_checked(tmp_path, monkeypatch):
+    """Spec §1.1 (check, then connect through what was checked): the client connects to
+    /proc/self/fd/N/NAME.v2.sock, N the descriptor of the directory it checked, so a directory swapped in
+    at the same path after the check (here another producer's) is never the one connected to."""
+    checked, impostor = tmp_path / "ring", tmp_path / "other"
+    checked.mkdir(mode=0o755)
+    impostor.mkdir(mode=0o755)
+    real = FakeProducer(str(checked), "r")
+    fake = FakeProducer(str(impostor), "r")
+    real_open = shared.open_trusted_dir
+    swapped = []
+
+    def open_then_swap(d, *a):
+        fd, owner = real_open(d, *a)
+        if d == str(checked) and not swapped:  # between the check and the connect: swap the directories
+            os.rename(checked, tmp_path / "moved")
+            os.rename(impostor, checked)
+            swapped.append(True)
+        return fd, owner
+    monkeypatch.setattr(shared, "open_trusted_dir", open_then_swap)
+    try:
+        with Ring.attach("r", directory=str(checked), timeout=2) as ring:
+            assert swapped and ring.session_id == real.session_id != fake.session_id
+    finally:
+        real.close()
+        fake.close()
+
+
+SHARED_PRODUCER = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import ibvbridge
+ps = [ibvbridge.Producer.create("shared", slot_count=8, slot_size=256, hugepages="off", directory=d,
+                                group=int(sys.argv[2])) for d in sys.argv[3:]]
+print(" ".join(str(p.session_id) for p in ps), flush=True)
+sys.stdin.read()
+for p in ps:
+    p.close()
+"""
+
+SHARED_CONSUMER = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import ibvbridge
+for d in sys.argv[2:]:
+    try:
+        with ibvbridge.Ring.attach("shared", directory=d, timeout=5) as r:
+            print("ok", r.session_id, flush=True)
+    except ibvbridge.PermissionDenied as e:
+        print("refused", str(e).replace(chr(10), " "), flush=True)
+"""
+
+
+def test_a_ring_is_shared_with_a_group_and_root_from_a_directory_only_root_could_have_made():
+    """Spec §1.3, setup 2: root makes a directory (root, 0755) and one per producing user inside it; a
+    producer of uid A with --group G makes its ring there, and a member of G (uid B) and root attach to it
+    (trusted: the parent is root's and not writable by others; the producer is the directory's owner). The
+    same directory of A's inside a directory everyone may write (as /dev/shm) is refused by B and by root
+    alike: root is not exempt from the check."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run the producer and the group member as two other uids")
+    import tempfile
+    a = 20000 + os.getpid() % 20000
+    b, g = a + 1, a + 2
+    roots = tempfile.mkdtemp(prefix="ibvb-run-", dir="/tmp")  # stands in for /run/ibvbridge (root, 0755)
+    shm = tempfile.mkdtemp(prefix="ibvb-shm-", dir="/tmp")  # stands in for /dev/shm (root, 1777)
+    prod = None
+    try:
+        os.chmod(roots, 0o755)
+        os.chmod(shm, 0o1777)
+        good, bad = os.path.join(roots, "alice"), os.path.join(shm, "alice")
+        for d in (good, bad):
+            os.mkdir(d, 0o755)
+            os.chown(d, a, a)
+        env = {k: v for k, v in os.environ.items() if k not in (L.ENV_DIR, "XDG_RUNTIME_DIR")}
+        prod = subprocess.Popen(["setpriv", f"--reuid={a}", f"--regid={a}", f"--groups={g}", PY, "-c",
+                                 SHARED_PRODUCER, PKG, str(g), good, bad], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True, env=env, cwd="/")
+        sessions = prod.stdout.readline().split()
+        assert len(sessions) == 2, "the producer did not start"
+        r = subprocess.run(["setpriv", f"--reuid={b}", f"--regid={b}", f"--groups={g}", PY, "-c", SHARED_CONSUMER,
+                            PKG, good, bad], capture_output=True, text=True, env=env, cwd="/", timeout=60)
+        member = r.stdout.splitlines()
+        assert member[0] == f"ok {sessions[0]}", r.stderr
+        assert member[1].startswith("refused") and f"ring directory {bad} is not trusted: owned by uid {a}" in member[1]
+        with Ring.attach("shared", directory=good, timeout=5) as ring:  # root
+            assert ring.session_id == int(sessions[0]) and ring.producer_uid == a
+        with pytest.raises(PermissionDenied, match=f"ring directory {bad} is not trusted"):
+            Ring.attach("shared", directory=bad, timeout=5)
+    finally:
+        if prod is not None:
+            prod.stdin.close()
+            prod.wait(10)
+            prod.stdout.close()
+        shutil.rmtree(roots, ignore_errors=True)
+        shutil.rmtree(shm, ignore_errors=True)

@@ -21,7 +21,7 @@ from ibvbridge import (Detached, Interrupted, NoConsumer, NoHugePages, NoSpace, 
 from ibvbridge._sys import get_seals
 from ibvbridge.producer import IMMEDIATE, SEALS_SHARED
 
-from fake_producer import pattern
+from fake_producer import pattern, until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PKG = os.path.dirname(HERE)
@@ -56,14 +56,6 @@ def reader(ring, out, n=None):
     t = threading.Thread(target=run, daemon=True)
     t.start()
     return t
-
-
-def until(cond, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.005)
 
 
 # ---------------------------------------------------------------- basics
@@ -273,27 +265,31 @@ def test_consumer_killed_drop_reclaims(make):
         proc.stderr.close()
 
 
-def test_interrupt_a_blocked_acquire(make):
+def test_interrupt_wakes_an_acquire_asleep_on_a_consumer_at_once(make):
+    """interrupt() wakes a producer asleep in FUTEX_WAIT on a consumer's release_futex: it raises
+    Interrupted well within the 250 ms sleep slice (without the wake it would sleep the slice out), each of
+    three times, interrupted only once it is asleep (its wait address is set)."""
     p = make(policy="block", slot_count=4)
     with Ring.attach(p.socket_path, timeout=2):
         for cnt in range(1, 5):
             put(p, cnt, pattern(cnt, 64))
-        got = []
+        for _ in range(3):
+            got = []
 
-        def run():
-            t0 = time.monotonic()
-            try:
-                p.acquire()
-            except Interrupted as e:
-                got.append((e, time.monotonic() - t0))
-        t = threading.Thread(target=run)
-        t.start()
-        time.sleep(0.3)
-        t1 = time.monotonic()
-        p.interrupt()
-        t.join(2)
-        assert got and isinstance(got[0][0], Interrupted)
-        assert time.monotonic() - t1 < 0.3
+            def run():
+                try:
+                    p.acquire()
+                except Interrupted as e:
+                    got.append((e, time.monotonic()))
+            t = threading.Thread(target=run)
+            t.start()
+            until(lambda: p._wait_addr != 0)  # asleep in futex_wait on the consumer's release_futex
+            time.sleep(0.01)
+            t1 = time.monotonic()
+            p.interrupt()
+            t.join(2)
+            assert got and isinstance(got[0][0], Interrupted)
+            assert got[0][1] - t1 < 0.1  # the slice is 0.25 s
         with pytest.raises(Timeout):  # the interrupt was consumed: the next wait waits again
             p.acquire(timeout=0.1)
 

@@ -43,8 +43,11 @@ def test_layout_constants():
     assert d["region.tail"] == 0 and d["region.consumer_futex"] == 0x84 and d["region.wake_at"] == 0x88
     assert d["region.release_futex"] == 0x100
     assert d["desc.seq"] == 0 and d["desc.slot"] == 0x28 and d["item.value"] == 8
-    assert d["desc_size"] == 64 and d["item_size"] == 32 and d["stats_count"] == 18 and d["counter.group_lost"] == 17
+    assert d["desc_size"] == 64 and d["item_size"] == 32 and d["stats_count"] == 19 and d["counter.group_lost"] == 17
     assert d["row.assigned"] == 0x38 and d["row.group_id"] == 0x40  # §14
+    assert (d["row.client_minor"], d["row.read"], d["row.queued"], d["row.skipped"]) == (0x44, 0x48, 0x50, 0x58)  # 2.2
+    assert (d["region.read"], d["region.handed"], d["blocked_on"], d["blocked_since_ns"]) == (0x90, 0x98, 0x310, 0x318)
+    assert d["counter.group_skipped"] == 18 and d["minor_value"] == 2
     assert d["header.stats_count"] == 0x98 and d["header.max_consumers"] == 0x9C and d["data_size"] == 0x50
     assert d["magic_value"] == L.MAGIC and d["major_value"] == 2 and d["max_items_limit"] == 65536
     assert d["hello_size"] == 32 and d["welcome_size"] == 64 and d["welcome.message"] == 0x10
@@ -52,7 +55,8 @@ def test_layout_constants():
     assert "ctl_size" not in d and "data_path" not in d and "tail" not in d  # 1.0 names are gone
     assert d["chunk_heaps"] == 0xA0 and d["chunk_heap_size"] == 0xA8 and d["chunk_axis_item"] == 0xC0
     assert d["feature.chunks"] == 2 and d["flag.chunk"] == 0x100 and d["counter.rejected_heaps"] == 16
-    assert len(d) == 167  # 2.0's 152, then §13's six header fields, feature, flag and four counters; §14's two row fields and counter
+    assert len(d) == 176  # 2.0's 152, then §13's six header fields, feature, flag and four counters; §14's two row
+    # fields and counter; 2.2's four row fields, two region fields, two producer-info fields and a counter
     assert L.DESC_DTYPE.itemsize == 64 and L.ITEM_DTYPE.itemsize == 32
     assert L.DESC_DTYPE.fields["packets"][1] == 0x34
     assert L.HEADER_STRUCT.size == 0xA0 and L.ROW_STRUCT.size == 128
@@ -69,7 +73,7 @@ def test_structs_follow_offsets():
     assert int.from_bytes(raw[L.OFF_DATA_SIZE:L.OFF_DATA_SIZE + 8], "little") == hdr["data_size"]
     assert int.from_bytes(raw[L.OFF_MAX_CONSUMERS:L.OFF_MAX_CONSUMERS + 4], "little") == hdr["max_consumers"]
     h = L.pack_hello(L.ROLE_CONSUMER, L.START_HEAD)
-    assert len(h) == 32 and L.unpack_hello(h) == dict(magic=L.MAGIC, major=2, minor=1, role=1, start=1)
+    assert len(h) == 32 and L.unpack_hello(h) == dict(magic=L.MAGIC, major=2, minor=2, role=1, start=1)
     assert h[L.HELLO_START] == 1 and h[0x14:] == bytes(12)
     w = L.pack_welcome(3, 9, 0x1234, 8192, 65536)
     d = L.unpack_record(w)
@@ -249,7 +253,7 @@ def test_major_mismatch_names_both(make_producer):
     p = make_producer(header_overrides={"major": 3})  # the header of a producer that welcomed us as 2.0
     with pytest.raises(VersionMismatch) as e:
         attach(p)
-    assert "3.1" in str(e.value) and "2.1" in str(e.value)
+    assert "3.2" in str(e.value) and "2.2" in str(e.value)
     assert e.value.found == 3 and e.value.supported == 2
 
 
@@ -340,15 +344,24 @@ def test_missing_ring_fails_at_once_and_wait_true_waits_for_a_late_producer(tmp_
     assert time.monotonic() - t < 5
     with pytest.raises(RingNotFound, match="not found"):
         Ring.attach("late", directory=str(tmp_path), timeout=0.05, wait=True)
-    made = []
-    t = threading.Timer(0.3, lambda: made.append(FakeProducer(str(tmp_path), "late")))
-    t.start()
+    # The producer starts only once the client has looked and found nothing (its first lookup opens the
+    # directory; the second is after a 10 ms retry): deterministic, whatever the machine's load.
+    made, opens = [], []
+    real_open = ibvbridge.shared.open_trusted_dir
+
+    def open_dir(d, *a):
+        opens.append(d)
+        if len(opens) == 2:
+            made.append(FakeProducer(str(tmp_path), "late"))
+        return real_open(d, *a)
+    ibvbridge.shared.open_trusted_dir = open_dir
     try:
         with Ring.attach(path, timeout=5, wait=True) as ring:
-            assert ring.session_id == made[0].session_id
+            assert len(opens) == 2 and ring.session_id == made[0].session_id
     finally:
-        t.join()
-        made[0].close()
+        ibvbridge.shared.open_trusted_dir = real_open
+        for p in made:
+            p.close()
 
 
 def test_stale_socket_is_retried_then_named_stale(tmp_path):
@@ -366,23 +379,25 @@ def test_name_resolution(tmp_path, monkeypatch):
     monkeypatch.delenv("IBVBRIDGE_RING_DIR", raising=False)
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     assert ibvbridge.default_dir() == ("/run/ibvbridge" if os.geteuid() == 0 else f"/dev/shm/ibvbridge-{os.geteuid()}")
-    assert ibvbridge.lookup_dirs() == ([L.RUN_DIR] if os.geteuid() == 0 else [ibvbridge.default_dir(), L.RUN_DIR])
+    assert ibvbridge.lookup_dirs() == ([L.RUN_DIR] if os.geteuid() == 0 else
+                                       [ibvbridge.default_dir(), f"/tmp/ibvbridge-{os.geteuid()}", L.RUN_DIR])
     assert ibvbridge.socket_path_for("abc", "/x") == "/x/abc.v2.sock"
     assert ibvbridge.socket_path_for("/some/where/abc.v2.sock") == "/some/where/abc.v2.sock"
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    assert ibvbridge.lookup_dirs() == ["/dev/shm/ibvbridge-1000", "/run/ibvbridge"]
+    # spec §1.1: should a stranger have made /dev/shm/ibvbridge-1000 first, the producer uses the next one
+    assert ibvbridge.lookup_dirs() == ["/dev/shm/ibvbridge-1000", "/tmp/ibvbridge-1000", "/run/ibvbridge"]
     monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/1000")  # layout 2.1: the per-user default moves there
     assert ibvbridge.lookup_dirs() == ["/run/user/1000/ibvbridge", "/run/ibvbridge"]
     assert ibvbridge.default_dir() == "/run/user/1000/ibvbridge"
     monkeypatch.setenv("XDG_RUNTIME_DIR", "relative/dir")  # only an absolute XDG_RUNTIME_DIR counts
-    assert ibvbridge.lookup_dirs() == ["/dev/shm/ibvbridge-1000", "/run/ibvbridge"]
+    assert ibvbridge.lookup_dirs() == ["/dev/shm/ibvbridge-1000", "/tmp/ibvbridge-1000", "/run/ibvbridge"]
     monkeypatch.delenv("XDG_RUNTIME_DIR")
     monkeypatch.setenv("IBVBRIDGE_RING_DIR", str(tmp_path))
     assert ibvbridge.lookup_dirs() == [str(tmp_path)] and ibvbridge.default_dir() == str(tmp_path)
     assert ibvbridge.lookup_dirs("/given") == ["/given"]
     monkeypatch.setenv("IBVBRIDGE_RING_DIR", "")
     assert ibvbridge.lookup_dirs()[0] == "/dev/shm/ibvbridge-1000"
-    for bad in (".hidden", "x" * 65, "sp ace", "a/b.txt", "/dir/r.v1.sock"):
+    for bad in (".hidden", "x" * 65, "sp ace", "a/b.txt", "/dir/r.v1.sock", "r\n", "r\u00e9"):  # ASCII only, all of it
         with pytest.raises(RingError):
             ibvbridge.socket_path_for(bad)
 
@@ -392,7 +407,7 @@ def test_lookup_first_directory_holding_the_socket_wins(tmp_path, monkeypatch):
     own.mkdir()
     run.mkdir()
     monkeypatch.delenv("IBVBRIDGE_RING_DIR", raising=False)
-    monkeypatch.setattr(ibvbridge.shared, "own_default_dir", lambda: str(own))
+    monkeypatch.setattr(ibvbridge.shared, "own_default_dirs", lambda: [str(own)])
     monkeypatch.setattr(L, "RUN_DIR", str(run))
     assert ibvbridge.lookup_dirs() == [str(own), str(run)]
     p = FakeProducer(str(run), "r")
@@ -569,7 +584,7 @@ def test_hello_is_what_the_spec_says(make_producer):
         attach(p, start="head")
     t.join()
     assert got[0] == L.pack_hello(L.ROLE_CONSUMER, L.START_HEAD) and len(got[0]) == 32
-    assert L.unpack_hello(got[0])["minor"] == 1  # layout 2.1
+    assert L.unpack_hello(got[0])["minor"] == 2  # layout 2.2
 
 
 def test_untrusted_producer_uid(tmp_path):
@@ -1477,3 +1492,16 @@ def test_zero_size_region_needs_only_offset_within_data(make_producer, where, ok
     else:
         with pytest.raises(CorruptRing, match="packet area"):
             attach(p)
+
+
+def test_stats_reads_as_spead2s_stream_stats(make_producer):
+    p = make_producer()
+    for i in range(3):
+        p.publish(i, b"a")
+    with attach(p) as ring:
+        st = ring.stats
+        assert st["heaps"] == st.heaps == 3  # by our name, as a mapping and as an attribute
+        assert st.incomplete_heaps_evicted == st["incomplete_heaps"]  # spead2's name for the same counter
+        assert ring.stats() == st  # the older call form
+        with pytest.raises(AttributeError, match="no counter 'worker_blocked'"):
+            st.worker_blocked  # a spead2 counter with no counterpart here is not silently 0

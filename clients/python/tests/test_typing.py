@@ -19,7 +19,7 @@ PUBLIC_FUNCTIONS = [ring.socket_path_for, ring.lookup_dirs, ring.default_dir, ri
                     ring.validate_geometry, producer.producer_dir, producer.layout_for, producer.meta_record,
                     layout.pack_hello, layout.unpack_hello, layout.pack_welcome, layout.pack_error,
                     layout.unpack_record, layout.ctl_size_for] + [
-    getattr(shared, n) for n in ("valid_name", "own_default_dir", "default_dir", "lookup_dirs", "open_trusted_dir",
+    getattr(shared, n) for n in ("valid_name", "own_default_dir", "own_default_dirs", "producer_dirs", "default_dir", "lookup_dirs", "open_trusted_dir",
                                  "peer_trusted", "make_dir_nofollow", "row_word")]
 
 
