@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the Debian binary packages of ibvbridge with dpkg-deb (make deb): ibvbridge (recv/send, the C
-# tools, the systemd unit, docs, the demo), libibvbridge5 (the shared library), libibvbridge-dev (headers,
+# tools, the systemd unit, docs, the demo), libibvbridgeN (the shared library, N its soname), libibvbridge-dev (headers,
 # static library, .so link, ibvbridge.pc) and python3-ibvbridge (the Python client in dist-packages).
 # Control data: deploy/debian. Output: OUT (default build/deb), one .deb per package.
 #
@@ -25,15 +25,17 @@ commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 VERSION=${DEB_VERSION:-$base+git$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y%m%d).$commit}
 ARCH=$(dpkg-architecture -qDEB_HOST_ARCH)
 MA=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
-SONAME=$(sed -n 's/^SONAME *:= *//p' clients/c/Makefile)          # libibvbridge.so.5
+SONAME=$(sed -n 's/^SONAME *:= *//p' clients/c/Makefile)          # libibvbridge.so.N
 SOVER=${SONAME##*.so.}
-[[ $SOVER == 5 ]] || { echo "build-deb: soname is now $SONAME: rename libibvbridge5 in deploy/debian/control" >&2; exit 1; }
+LIB=libibvbridge$SOVER                                             # the library's package: named after its soname
+PACKAGES=(ibvbridge "$LIB" libibvbridge-dev python3-ibvbridge)
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 st=$work/stage
-mkdir -p "$st"/{ibvbridge,libibvbridge5,libibvbridge-dev,python3-ibvbridge} "$OUT"
-rm -f "$OUT"/{ibvbridge,libibvbridge5,libibvbridge-dev,python3-ibvbridge}_*.deb # an earlier commit's
+for p in "${PACKAGES[@]}"; do mkdir -p "$st/$p"; done
+mkdir -p "$OUT"
+rm -f "$OUT"/{ibvbridge,libibvbridge[0-9]*,libibvbridge-dev,python3-ibvbridge}_*.deb # an earlier build's
 
 # Hardening and reproducibility flags as Debian builds its own packages.
 # Go's -trimpath does what their file-prefix map does, and the cgo flags go into the binary's build
@@ -51,12 +53,12 @@ rm -rf "$work/c/build"
 (cd "$work/c" && eval "$(dpkg-buildflags --export=sh)" &&
   make -s install DESTDIR="$st/libibvbridge-dev" PREFIX=/usr LIBDIR="/usr/lib/$MA" >/dev/null)
 dev=$st/libibvbridge-dev
-mkdir -p "$st/libibvbridge5/usr/lib/$MA" "$st/ibvbridge/usr/bin"
-mv "$dev/usr/lib/$MA/$SONAME".* "$dev/usr/lib/$MA/$SONAME" "$st/libibvbridge5/usr/lib/$MA/"
+mkdir -p "$st/$LIB/usr/lib/$MA" "$st/ibvbridge/usr/bin"
+mv "$dev/usr/lib/$MA/$SONAME".* "$dev/usr/lib/$MA/$SONAME" "$st/$LIB/usr/lib/$MA/"
 mv "$dev/usr/bin/ibvb-consume" "$dev/usr/bin/ibvb-produce" "$st/ibvbridge/usr/bin/"
 rmdir "$dev/usr/bin"
-strip --strip-unneeded --remove-section=.comment --remove-section=.note "$st/libibvbridge5/usr/lib/$MA/$SONAME".*
-chmod 0644 "$st/libibvbridge5/usr/lib/$MA/$SONAME".*
+strip --strip-unneeded --remove-section=.comment --remove-section=.note "$st/$LIB/usr/lib/$MA/$SONAME".*
+chmod 0644 "$st/$LIB/usr/lib/$MA/$SONAME".*
 strip --remove-section=.comment --remove-section=.note "$st/ibvbridge/usr/bin/ibvb-consume" "$st/ibvbridge/usr/bin/ibvb-produce"
 strip --strip-debug --enable-deterministic-archives "$dev/usr/lib/$MA/libibvbridge.a"
 
@@ -104,7 +106,7 @@ while IFS= read -r f; do install -D -m 0644 "$f" "$ib/usr/share/doc/ibvbridge/$f
 install -D -m 0644 clients/c/README.md "$dev/usr/share/doc/libibvbridge-dev/README.md"
 install -D -m 0644 clients/python/README.md "$pyst/usr/share/doc/python3-ibvbridge/README.md"
 date_rfc=$(date -u -R -d "@$SOURCE_DATE_EPOCH")
-for p in ibvbridge libibvbridge5 libibvbridge-dev python3-ibvbridge; do
+for p in "${PACKAGES[@]}"; do
   d=$st/$p/usr/share/doc/$p
   install -D -m 0644 deploy/debian/copyright "$d/copyright"
   printf '%s (%s) unstable; urgency=medium\n\n  * Built from commit %s; the product'"'"'s history is in\n    /usr/share/doc/ibvbridge/CHANGELOG.md.gz.\n\n -- ibvbridge maintainers <maintainers@ibvbridge.org>  %s\n' \
@@ -119,14 +121,14 @@ log "control data"
 # What each package's ELF files link (dpkg-shlibdeps against the installed system and our own library).
 mkdir -p "$work/sh/debian"
 printf 'Source: ibvbridge\n\nPackage: ibvbridge\nArchitecture: any\n' >"$work/sh/debian/control"
-printf 'libibvbridge %s libibvbridge5 (>= %s)\n' "$SOVER" "$VERSION" >"$work/shlibs"
+printf 'libibvbridge %s %s (>= %s)\n' "$SOVER" "$LIB" "$VERSION" >"$work/shlibs"
 shlibs_of() { # files...
   local out
-  out=$(cd "$work/sh" && dpkg-shlibdeps -O -L"$work/shlibs" -l"$st/libibvbridge5/usr/lib/$MA" "$@" 2>"$work/shlibdeps.err") ||
+  out=$(cd "$work/sh" && dpkg-shlibdeps -O -L"$work/shlibs" -l"$st/$LIB/usr/lib/$MA" "$@" 2>"$work/shlibdeps.err") ||
     { cat "$work/shlibdeps.err" >&2; echo "build-deb: dpkg-shlibdeps $*" >&2; return 1; }
   sed -n 's/^shlibs:Depends=//p' <<<"$out"
 }
-for p in ibvbridge libibvbridge5 libibvbridge-dev python3-ibvbridge; do
+for p in "${PACKAGES[@]}"; do
   d=$st/$p
   mkdir -p "$d/DEBIAN"
   elves=()
@@ -134,13 +136,15 @@ for p in ibvbridge libibvbridge5 libibvbridge-dev python3-ibvbridge; do
   shl=''
   if ((${#elves[@]})); then shl=$(shlibs_of "${elves[@]}"); fi
   size=$(du -s --apparent-size -k --exclude=DEBIAN "$d" | cut -f1)
-  awk -v p="$p" 'BEGIN{RS=""; ORS="\n"} /^#/{sub(/^(#[^\n]*\n)+/,"")} $0 ~ "^Package: " p "\n"' deploy/debian/control |
+  sed "s/@SOVER@/$SOVER/g" deploy/debian/control | awk -v p="$p" 'BEGIN{RS=""; ORS="\n"} /^#/{sub(/^(#[^\n]*\n)+/,"")} $0 ~ "^Package: " p "\n"' |
     sed -e "s/@VERSION@/$VERSION/g" -e "s/@ARCH@/$ARCH/g" -e "s/@SIZE@/$size/" -e "s/@SHLIBS@/$shl/" \
       -e 's/^Depends: , /Depends: /' -e '/^Depends: $/d' >"$d/DEBIAN/control"
   for s in postinst prerm postrm triggers; do
-    [[ -f deploy/debian/$p.$s ]] && install -m "$([[ $s == triggers ]] && echo 0644 || echo 0755)" "deploy/debian/$p.$s" "$d/DEBIAN/$s"
+    src=deploy/debian/$p.$s
+    [[ $p == "$LIB" ]] && src=deploy/debian/libibvbridge.$s
+    if [[ -f $src ]]; then install -m "$([[ $s == triggers ]] && echo 0644 || echo 0755)" "$src" "$d/DEBIAN/$s"; fi
   done
-  [[ $p == libibvbridge5 ]] && install -m 0644 "$work/shlibs" "$d/DEBIAN/shlibs"
+  if [[ $p == "$LIB" ]]; then install -m 0644 "$work/shlibs" "$d/DEBIAN/shlibs"; fi
   (cd "$d" && find . -path ./DEBIAN -prune -o -type f -printf '%P\0' | LC_ALL=C sort -z | xargs -0r md5sum) >"$d/DEBIAN/md5sums"
   chmod 0644 "$d/DEBIAN/md5sums" "$d/DEBIAN/control"
   find "$d" -type d -exec chmod 0755 {} +

@@ -9,7 +9,7 @@
 #   ibvbridge-recv      /usr/bin/ibvbridge, glibc, rdma-core's libibverbs1 and providers (the ibverbs
 #                       transport loads them at run time), nothing else: no shell, no package manager.
 #   ibvbridge-python    python3.11 with its standard library, numpy (reference BLAS/LAPACK), the ibvbridge
-#                       Python package and libibvbridge5: the base of a Python consumer.
+#                       Python package and libibvbridgeN: the base of a Python consumer.
 #
 # Both run as 65532:65532 (ibvbridge) by default; /run/ibvbridge is theirs, for the ring directory volume.
 # OUT (default build/images) gets recv/ and python/ (OCI layouts) and digests.json.
@@ -147,7 +147,8 @@ build() { # NAME TAG ENTRYPOINT CMD DEBIAN-PKGS... -- OWN-PKGS...
 
 mkdir -p "$OUT"
 build recv ibvbridge-recv /usr/bin/ibvbridge "" "${RECV_DEBIAN[@]}" -- ibvbridge
-build python ibvbridge-python /usr/bin/python3 "" "${PYTHON_DEBIAN[@]}" -- python3-ibvbridge libibvbridge5
+LIB=libibvbridge$(sed -n 's/^SONAME *:= *libibvbridge.so.//p' clients/c/Makefile)
+build python ibvbridge-python /usr/bin/python3 "" "${PYTHON_DEBIAN[@]}" -- python3-ibvbridge "$LIB"
 (
   IFS=,
   printf '{%s}\n' "${manifest[*]}"

@@ -8,7 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEBS=${DEBS:-build/deb}
-PKGS=(ibvbridge libibvbridge5 libibvbridge-dev python3-ibvbridge)
+SONAME=$(sed -n 's/^SONAME *:= *//p' clients/c/Makefile) # libibvbridge.so.N: the library's package is libibvbridgeN
+LIB=libibvbridge${SONAME##*.so.}
+PKGS=(ibvbridge "$LIB" libibvbridge-dev python3-ibvbridge)
 say() { printf 'test-deb: %s\n' "$*"; }
 fail() { say "FAIL: $*" >&2; exit 1; }
 
@@ -62,12 +64,12 @@ done
 ok "dpkg -i: ${PKGS[*]} installed ($(wc -l <"$work/files") paths)"
 
 MA=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)
-so=$(readlink "/usr/lib/$MA/libibvbridge.so.5") || fail "no /usr/lib/$MA/libibvbridge.so.5 link"
-[[ -f /usr/lib/$MA/$so ]] || fail "libibvbridge.so.5 points at a missing $so"
-[[ $(readlink "/usr/lib/$MA/libibvbridge.so") == libibvbridge.so.5 ]] || fail "the dev link libibvbridge.so does not point at the soname"
-ldconfig -p | grep -Eq "libibvbridge.so.5 .*=> (/usr)?/lib/$MA/libibvbridge.so.5$" || fail "ldconfig does not know libibvbridge.so.5"
-[[ $(objdump -p "/usr/lib/$MA/libibvbridge.so.5" | awk '/SONAME/{print $2}') == libibvbridge.so.5 ]] || fail "SONAME"
-ok "libibvbridge5: /usr/lib/$MA/libibvbridge.so.5 -> $so, in ldconfig's cache; libibvbridge-dev's link"
+so=$(readlink "/usr/lib/$MA/$SONAME") || fail "no /usr/lib/$MA/$SONAME link"
+[[ -f /usr/lib/$MA/$so ]] || fail "$SONAME points at a missing $so"
+[[ $(readlink "/usr/lib/$MA/libibvbridge.so") == "$SONAME" ]] || fail "the dev link libibvbridge.so does not point at the soname"
+ldconfig -p | grep -Eq "$SONAME .*=> (/usr)?/lib/$MA/$SONAME\$" || fail "ldconfig does not know $SONAME"
+[[ $(objdump -p "/usr/lib/$MA/$SONAME" | awk '/SONAME/{print $2}') == "$SONAME" ]] || fail "SONAME"
+ok "$LIB: /usr/lib/$MA/$SONAME -> $so, in ldconfig's cache; libibvbridge-dev's link"
 
 [[ $(pkg-config --variable=libdir ibvbridge) == /usr/lib/$MA ]] || fail "ibvbridge.pc's libdir is $(pkg-config --variable=libdir ibvbridge)"
 cat >"$work/use.c" <<'C'
@@ -77,9 +79,9 @@ int main(void) { struct ibvb_ring *r; return ibvb_attach(&r, "test-deb-no-such-r
 C
 # shellcheck disable=SC2046 # pkg-config's words
 cc -std=c11 "$work/use.c" -o "$work/use" $(pkg-config --cflags --libs ibvbridge) || fail "building against the installed headers and .pc"
-objdump -p "$work/use" | grep -q 'NEEDED *libibvbridge.so.5' || fail "the program does not link libibvbridge.so.5 dynamically"
+objdump -p "$work/use" | grep -q "NEEDED *$SONAME" || fail "the program does not link $SONAME dynamically"
 IBVBRIDGE_RING_DIR=$work/none "$work/use" || fail "the program linked against the installed library did not run"
-ok "pkg-config ibvbridge: a C program builds against /usr/include and links libibvbridge.so.5; it runs"
+ok "pkg-config ibvbridge: a C program builds against /usr/include and links $SONAME; it runs"
 
 py=$(cd "$work" && env -i PATH=/usr/bin:/bin /usr/bin/python3 -c 'import ibvbridge, ibvbridge.ring, numpy; print(ibvbridge.__file__)')
 [[ $py == /usr/lib/python3/dist-packages/ibvbridge/__init__.py ]] || fail "python3 imports ibvbridge from $py"
