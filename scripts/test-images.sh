@@ -99,7 +99,6 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 mkdir -p "$work/storage" "$work/runroot" "$work/tmp"
 pod=(podman --root "$work/storage" --runroot "$work/runroot" --tmpdir "$work/tmp" --storage-driver vfs)
-ver=$(dpkg-deb -f "$(ls -t build/deb/ibvbridge_*.deb | head -n 1)" Version)
 for name in recv python; do
   "${pod[@]}" pull -q "oci:$work/a/$name" >"$work/$name.id" 2>"$work/pull.err" || { cat "$work/pull.err" >&2; fail "podman pull oci:$name"; }
   id=$(cat "$work/$name.id")
