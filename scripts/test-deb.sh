@@ -109,11 +109,13 @@ if ! (cd "$work/run" && env -i PATH=/usr/bin:/bin HOME="$work/run" IBVBRIDGE_RIN
   cat "$work/demo.out" >&2
   fail "the installed demo"
 fi
-grep -q 'result ok' "$work/demo.out" || { cat "$work/demo.out" >&2; fail "the installed demo's recv did not end with result ok"; }
+grep -q 'result stream_stop, packets [0-9]*, heaps 2000, incomplete_heaps 0, dropped_heaps 0' "$work/demo.out" ||
+  { cat "$work/demo.out" >&2; fail "the installed demo's recv did not take all 2000 heaps to the stream's stop"; }
+grep -q '^end of stream: 2000 heaps' "$work/demo.out" || { cat "$work/demo.out" >&2; fail "the installed demo's Python consumer did not read 2000 heaps"; }
 grep -Eq '(^|[^A-Z])FAILED' "$work/demo.out" && { cat "$work/demo.out" >&2; fail "a pipeline stage FAILED"; }
 grep -q -- '/work\|clients/python\|bin/ibvbridge ' "$work/demo.out" && say "note: the demo's output names a path: $(grep -m1 -- '/work\|clients/python' "$work/demo.out")"
 ok "the installed demo: recv → Python consumer, and the pipeline with the C stage built through pkg-config"
-sed 's/^/  demo: /' "$work/demo.out" | grep -E 'recv.s final|result|OK|pipeline' | head -n 12 || true
+grep -E '^end of stream|result stream_stop|^  OK' "$work/demo.out" | sed 's/^ */  demo: /' || true
 
 dpkg --purge "${PKGS[@]}" >"$work/purge.log" 2>&1 || { cat "$work/purge.log" >&2; fail "dpkg --purge"; }
 installed=0
