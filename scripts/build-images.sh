@@ -28,6 +28,7 @@ PYTHON_DEBIAN=(libc6 libgcc-s1 python3-minimal python3.11-minimal libpython3.11-
   libffi8 zlib1g libexpat1 libbz2-1.0 liblzma5 python3-numpy libblas3 liblapack3 libgfortran5 libquadmath0)
 
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
+REVISION=${REVISION:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 own_deb() { # package name → newest matching .deb of make deb
   local f
   f=$(ls -t "$DEBS/$1"_*.deb 2>/dev/null | head -n 1)
@@ -137,7 +138,7 @@ build() { # NAME TAG ENTRYPOINT CMD DEBIAN-PKGS... -- OWN-PKGS...
     -env PATH=/usr/local/bin:/usr/bin:/bin -env IBVBRIDGE_RING_DIR=/run/ibvbridge/rings \
     -label "org.opencontainers.image.title=$tag" -label "org.opencontainers.image.version=$VERSION" \
     -label "org.opencontainers.image.source=https://github.com/ibvbridge/ibvbridge" \
-    -label "org.opencontainers.image.revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)" \
+    -label "org.opencontainers.image.revision=$REVISION" \
     -label "io.ibvbridge.capabilities=$caps" \
     -label "io.ibvbridge.debian-packages=$(for d in "${debian[@]}" "${own[@]}"; do basename "$d" .deb; done | tr '\n' ' ' | sed 's/ $//')" \
     >"$work/$name.json"

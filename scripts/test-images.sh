@@ -27,6 +27,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Both builds from the same commit's date and name, whatever is committed while they run.
+export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct)} REVISION=${REVISION:-$(git rev-parse HEAD)}
 t0=$SECONDS
 OUT=$work/a scripts/build-images.sh >"$work/build-a.log" 2>&1 || { cat "$work/build-a.log" >&2; fail "make images"; }
 sed 's/^/  /' "$work/build-a.log"
