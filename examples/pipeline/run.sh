@@ -17,7 +17,8 @@ if [[ -d $here/../../clients/c ]]; then # the source tree
   export PYTHONPATH=clients/python
   C_LIB=(-I clients/c clients/c/build/libibvbridge.a -lpthread)
   DEFAULT_BIN=bin/ibvbridge
-else # installed
+else # installed: nothing written next to the installed files (no __pycache__ for dpkg to trip on)
+  export PYTHONDONTWRITEBYTECODE=1
   read -ra C_LIB <<<"$(pkg-config --cflags --libs ibvbridge)"
   DEFAULT_BIN=/usr/bin/ibvbridge
 fi
