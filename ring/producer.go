@@ -64,6 +64,9 @@ type Config struct {
 	// every group is open.
 	Groups map[string]GroupGrant
 	Log    *zerolog.Logger // warnings (hugepage fallback, stale ring replaced); nil: silent
+	// NoHeartbeat, for tests that must be deterministic (internal/ringsim), runs no heartbeat: heartbeat_ns
+	// stays at creation's and the table's released columns move only when the producer reads cursors.
+	NoHeartbeat bool
 }
 
 func (c *Config) setDefaults() error {
@@ -330,8 +333,10 @@ func Create(name string, cfg Config) (p *Producer, err error) {
 		return p, fmt.Errorf("create ring %s: %w", name, err)
 	}
 	p.stopBeat = make(chan struct{})
-	p.beatDone.Add(1)
-	go p.heartbeat()
+	if !cfg.NoHeartbeat {
+		p.beatDone.Add(1)
+		go p.heartbeat()
+	}
 	p.serveDone.Add(1)
 	go p.serve()
 	return p, nil
@@ -521,6 +526,12 @@ func (p *Producer) freeSlot(s uint32) { p.free = append(p.free, s) }
 // newest heaps for a later consumer); block keeps everything. Hot path, mu held.
 func (p *Producer) reclaimLocked() {
 	defer p.setWindowLocked()
+	if p.rescan && len(p.members) == 0 { // a departure's settled slots are free, block or drop (§7.1)
+		p.rescanLocked()
+		for p.reclaim != p.scan && p.posSlot[p.reclaim&p.mask] == noSlot {
+			p.reclaim++
+		}
+	}
 	if len(p.members) == 0 {
 		if p.cfg.Policy != PolicyDrop || p.slotReady() {
 			return
@@ -545,13 +556,8 @@ func (p *Producer) reclaimLocked() {
 	if len(p.members) == 0 { // every member was detached just now
 		return
 	}
-	if p.rescan { // bits cleared off the hot path: free what nobody needs any more (at most slot_count)
-		p.rescan = false
-		for q := p.reclaim; q != p.scan; q++ {
-			if p.posNeed[q&p.mask] == 0 {
-				p.freePos(q)
-			}
-		}
+	if p.rescan {
+		p.rescanLocked()
 	}
 	// The independent consumers' frontier: positions below it are free unless a group member holds them.
 	// Staged positions (from committed on) are not assigned yet: never past them.
@@ -570,6 +576,19 @@ func (p *Producer) reclaimLocked() {
 		p.reclaim++
 	}
 	p.oldest.Store(p.scan)
+}
+
+// rescanLocked frees the slots of positions below scan that nobody needs any more: bits cleared off the hot
+// path (a departure settled at its detach, a release seen by another goroutine). At most slot_count
+// positions. Hot path, mu held.
+func (p *Producer) rescanLocked() {
+	p.rescan = false
+	start, ok := p.span(p.reclaim, p.scan)
+	for q := start; ok && q != p.scan; q++ {
+		if p.posNeed[q&p.mask] == 0 {
+			p.freePos(q)
+		}
+	}
 }
 
 // freePos returns position q's slot to the pool, if it still holds one.
