@@ -132,7 +132,7 @@ build() { # NAME TAG ENTRYPOINT CMD DEBIAN-PKGS... -- OWN-PKGS...
     log "recv: /usr/bin/ibvbridge devices, as 65532 inside the image (libibverbs loaded): ${out:0:120}"
   fi
   local caps="udp: none (IPC_LOCK lets it lock ring memory); xdp: NET_ADMIN NET_RAW BPF IPC_LOCK; ibv: NET_RAW NET_ADMIN IPC_LOCK"
-  "$work/mkimage" -out "$OUT/$name" -tag "$tag:$VERSION" -entrypoint "$entry" -cmd "$cmd" -user 65532:65532 \
+  "$work/mkimage" -out "$OUT/$name" -tag "$tag:${VERSION//+/-}" -entrypoint "$entry" -cmd "$cmd" -user 65532:65532 \
     -layer "debian=$r/debian" -layer "ibvbridge=$r/own" -layer "etc=$r/etc" \
     -owner run/ibvbridge=65532:65532 -owner home/ibvbridge=65532:65532 \
     -env PATH=/usr/local/bin:/usr/bin:/bin -env IBVBRIDGE_RING_DIR=/run/ibvbridge/rings \
@@ -143,7 +143,7 @@ build() { # NAME TAG ENTRYPOINT CMD DEBIAN-PKGS... -- OWN-PKGS...
     -label "io.ibvbridge.debian-packages=$(for d in "${debian[@]}" "${own[@]}"; do basename "$d" .deb; done | tr '\n' ' ' | sed 's/ $//')" \
     >"$work/$name.json"
   manifest+=("\"$name\": $(cat "$work/$name.json")")
-  log "$name: $tag:$VERSION $(sed 's/.*"digest":"\([^"]*\)".*/\1/' "$work/$name.json") ($(du -sk "$OUT/$name" | cut -f1) KiB)"
+  log "$name: $tag:${VERSION//+/-} $(sed 's/.*"digest":"\([^"]*\)".*/\1/' "$work/$name.json") ($(du -sk "$OUT/$name" | cut -f1) KiB)"
 }
 
 mkdir -p "$OUT"

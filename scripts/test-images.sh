@@ -22,6 +22,7 @@ cleanup() {
     "${pod[@]}" rmi -af >/dev/null 2>&1 || true
     umount -R "$work/storage" 2>/dev/null || true
   fi
+  rm -rf "/tmp/ibvbridge-oci-$$"
   rm -rf "$work" 2>/dev/null || { sleep 1; rm -rf "$work"; }
   exit $rc
 }
@@ -101,8 +102,12 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 mkdir -p "$work/storage" "$work/runroot" "$work/tmp"
 pod=(podman --root "$work/storage" --runroot "$work/runroot" --tmpdir "$work/tmp" --storage-driver vfs)
+# podman names an image pulled from a layout after its path, which must be lowercase: a path of our own.
+oci=/tmp/ibvbridge-oci-$$
+mkdir -m 0700 "$oci"
 for name in recv python; do
-  "${pod[@]}" pull -q "oci:$work/a/$name" >"$work/$name.id" 2>"$work/pull.err" || { cat "$work/pull.err" >&2; fail "podman pull oci:$name"; }
+  ln -s "$work/a/$name" "$oci/$name"
+  "${pod[@]}" pull -q "oci:$oci/$name" >"$work/$name.id" 2>"$work/pull.err" || { cat "$work/pull.err" >&2; fail "podman pull oci:$name"; }
   id=$(cat "$work/$name.id")
   "${pod[@]}" tag "$id" "localhost/ibvbridge-$name:test"
   user=$("${pod[@]}" image inspect --format '{{.Config.User}}' "$id")
