@@ -126,11 +126,12 @@ grep -i 'warning' "$work/purge.log" && fail "dpkg --purge warned (a directory no
 left=()
 while IFS= read -r f; do
   [[ -e $f || -L $f ]] || continue
-  [[ -d $f && ! -L $f ]] && dpkg -S "$f" >/dev/null 2>&1 && continue # a directory other packages share
+  [[ -d $f ]] && continue # a directory other packages share (/., /lib, /usr/bin …); ours are checked below
   left+=("$f")
 done <"$work/files"
 ((${#left[@]} == 0)) || fail "left behind after purge: ${left[*]}"
-for f in /usr/lib/python3/dist-packages/ibvbridge /etc/ibvbridge /run/ibvbridge /usr/share/ibvbridge /usr/share/doc/ibvbridge; do
+for f in /usr/lib/python3/dist-packages/ibvbridge /usr/lib/python3/dist-packages/ibvbridge-*.dist-info /etc/ibvbridge /run/ibvbridge \
+  /usr/share/ibvbridge /usr/share/doc/{ibvbridge,"$LIB",libibvbridge-dev,python3-ibvbridge}; do
   [[ -e $f ]] && fail "$f left behind after purge"
 done
 [[ $(sha256sum /etc/passwd /etc/group) == "$passwd0" ]] || fail "/etc/passwd or /etc/group differ after purge"
