@@ -6,7 +6,7 @@ export PYENV_VERSION := system
 PYTHON := /usr/bin/python3
 GO ?= go
 
-.PHONY: all setup build test test-go test-c test-python test-interop test-docs docs bench-report fuzz soak demo bench clean install install-systemd
+.PHONY: all setup build test test-go test-c test-python test-interop test-docs docs bench-report fuzz soak demo bench clean install install-systemd sim
 
 all: build
 
@@ -43,6 +43,14 @@ test-docs: build
 	$(PYTHON) scripts/docs/check_c_types.py
 	@echo "== docs recipes, as pasted (python3 on PATH without numpy)"
 	$(PYTHON) scripts/docs/run_recipes.py
+
+# The ring simulation (internal/ringsim) for SIM_SECONDS: seeded scenarios against the model on every core,
+# then against the producers SIM_TARGETS names (go, py; default go) for half as long; a failing seed prints
+# its one-line reproduction. make test runs the short budget (TestSim 20 s, the producers 10 s).
+SIM_SECONDS ?= 300
+SIM_TARGETS ?= go
+sim:
+	SIM_STRICT=1 SIM_SECONDS=$(SIM_SECONDS) SIM_TARGETS=$(SIM_TARGETS) $(GO) test -count=1 -timeout 0 -v -run '^(TestSim|TestSimProducers)$$' ./internal/ringsim/
 
 # A fuzzing session on every parser and the assembler, and on both sides of the ring's trust boundary
 # (hello records and consumer regions as the producer reads them; header, descriptors, item tables and

@@ -169,10 +169,13 @@ func (h *Heap) ItemBytes(it Item) []byte {
 	return full[it.Value : it.Value+it.Length : it.Value+it.Length]
 }
 
+// helloMinor is the minor a consumer's hello states (tests play a 2.1 member with it).
+var helloMinor = MinorVersion
+
 // Attach connects to ring nameOrPath (a name, or a socket path containing '/') as one of its consumers
 // (spec §9).
 func Attach(nameOrPath string, opt AttachOptions) (c *Consumer, err error) {
-	role := hello{Major: MajorVersion, Minor: MinorVersion, Role: RoleConsumer, Start: StartOldest, Group: GroupID(opt.Group)}
+	role := hello{Major: MajorVersion, Minor: helloMinor, Role: RoleConsumer, Start: StartOldest, Group: GroupID(opt.Group)}
 	if opt.FromHead || role.Group != 0 {
 		role.Start = StartHead
 	}

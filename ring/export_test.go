@@ -47,3 +47,13 @@ func ReleaseUnreadForTest(c *Consumer, pos uint64) {
 	c.readW.Store(pos)
 	c.tail.Store(pos)
 }
+
+// SetHelloMinorForTest makes later Attach calls state minor m in their hello (a 2.1 client is minor 1),
+// until the test ends.
+func SetHelloMinorForTest(t interface{ Cleanup(func()) }, m uint16) {
+	helloMinor = m
+	t.Cleanup(func() { helloMinor = MinorVersion })
+}
+
+// StoreReadForTest writes a member's read word as a buggy or hostile member would.
+func StoreReadForTest(c *Consumer, v uint64) { c.readW.Store(v) }

@@ -42,34 +42,39 @@ func ParseGroupGrant(s string) (string, GroupGrant, error) {
 		return "", g, err
 	}
 	for _, e := range strings.Split(list, ",") {
-		gid, isGroup := strings.CutPrefix(e, "@")
+		who, isGroup := strings.CutPrefix(e, "@")
+		kind, look := "user", lookupUser
 		if isGroup {
-			id, err := lookupID(gid, func(n string) (string, error) {
-				gr, err := user.LookupGroup(n)
-				if err != nil {
-					return "", err
-				}
-				return gr.Gid, nil
-			})
-			if err != nil {
-				return "", g, fmt.Errorf("%w: consumer group %s: group %q: %v", ErrBadConfig, name, gid, err)
-			}
-			g.GIDs = append(g.GIDs, id)
-			continue
+			kind, look = "group", lookupGroup
 		}
-		id, err := lookupID(e, func(n string) (string, error) {
-			u, err := user.Lookup(n)
-			if err != nil {
-				return "", err
-			}
-			return u.Uid, nil
-		})
+		id, err := lookupID(who, look)
 		if err != nil {
-			return "", g, fmt.Errorf("%w: consumer group %s: user %q: %v", ErrBadConfig, name, e, err)
+			return "", g, fmt.Errorf("%w: consumer group %s: %s %q: %v", ErrBadConfig, name, kind, who, err)
 		}
-		g.UIDs = append(g.UIDs, id)
+		if isGroup {
+			g.GIDs = append(g.GIDs, id)
+		} else {
+			g.UIDs = append(g.UIDs, id)
+		}
 	}
 	return name, g, nil
+}
+
+// lookupUser and lookupGroup are a user's and a group's id by name.
+func lookupUser(n string) (string, error) {
+	u, err := user.Lookup(n)
+	if err != nil {
+		return "", err
+	}
+	return u.Uid, nil
+}
+
+func lookupGroup(n string) (string, error) {
+	g, err := user.LookupGroup(n)
+	if err != nil {
+		return "", err
+	}
+	return g.Gid, nil
 }
 
 // lookupID reads a decimal id, or looks a name up with look.
@@ -163,8 +168,10 @@ func (p *Producer) readCursorsLocked(hot bool) {
 	for i := 0; i < len(p.members); {
 		m := p.members[i]
 		t := m.tail.Load()
-		head := p.committed
-		if !hot {
+		var head uint64
+		if hot {
+			head = p.committed // the hot path's own
+		} else {
 			head = p.head.Load()
 		}
 		// A consumer can write anything into its cursor: one outside [released, head] detaches it.

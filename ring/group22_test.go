@@ -351,9 +351,10 @@ func TestGroupMemberWokenOnlyForItsOwnPositions(t *testing.T) {
 		h, err := a.Next(5 * time.Second)
 		if err != nil {
 			t.Error(err)
+		} else {
+			a.Release(h) // before the test goes on: a consumer is not safe for concurrent use
 		}
 		got <- h.HeapCnt
-		a.Release(h)
 	}()
 	waitFor(t, func() bool { return ring.WaitingForTest(a) })
 	wakes := a.Wakes()
@@ -373,5 +374,68 @@ func TestGroupMemberWokenOnlyForItsOwnPositions(t *testing.T) {
 		}
 	case <-time.After(2 * time.Second):
 		t.Fatal("a was not woken for its own heap")
+	}
+}
+
+// TestGroup21MemberTreatedBy21Rules (spec §14.1, §14.9): a member whose hello says minor 1 is held to 2.1's
+// rules: whatever its region's read word says, the producer takes its tail as its read, so the heap it
+// holds counts as queued and the next positions go to the 2.2 member that has nothing queued.
+func TestGroup21MemberTreatedBy21Rules(t *testing.T) {
+	p := ringtest.New(t, "v21", testConfig(t))
+	ring.SetHelloMinorForTest(t, 1)
+	old := member(t, p, "g")
+	ring.SetHelloMinorForTest(t, ring.MinorVersion)
+	cur := member(t, p, "g")
+	publish(t, p, 1, 64) // both idle: the 2.1 member, attached first
+	_, held := readAll(t, old, true)
+	if len(held) != 1 {
+		t.Fatalf("the 2.1 member was handed %d heaps, want heap 1", len(held))
+	}
+	for cnt := uint64(2); cnt <= 4; cnt++ {
+		publish(t, p, cnt, 64)
+		readAll(t, cur, false)
+	}
+	if m, r, rel := rowField(p, old.Index(), 0x44, 4), rowField(p, old.Index(), 0x48, 8), rowField(p, old.Index(), 0x20, 8); m != 1 || r != rel {
+		t.Fatalf("2.1 member's row: minor %d, read %d, released %d: want minor 1, read = released", m, r, rel)
+	}
+	if got, _ := readAll(t, old, true); len(got) != 0 {
+		t.Fatalf("the 2.1 member holding a heap was handed %v, want nothing (its held heap counts as queued)", got)
+	}
+}
+
+// TestGroupMemberHostileReadHarmsOnlyItself (spec §14.2): a member's read word past head or before its tail
+// is taken as its tail, one that moves back is counted afresh: no detach, no stall, and the other member
+// and the ring go on.
+func TestGroupMemberHostileReadHarmsOnlyItself(t *testing.T) {
+	p := ringtest.New(t, "hostileread", testConfig(t))
+	bad, good := twoMembers(t, p)
+	total := 0
+	for cnt := uint64(1); cnt <= 40; cnt++ {
+		switch cnt % 4 {
+		case 0:
+			ring.StoreReadForTest(bad, bad.HeadForTest()+1000) // past head
+		case 1:
+			ring.StoreReadForTest(bad, 0) // before its tail (wraps)
+		case 2:
+			ring.StoreReadForTest(bad, bad.HeadForTest()-1) // back, within [tail, head]
+		}
+		if !tryPublish(t, p, cnt, 64) {
+			t.Fatalf("heap %d dropped", cnt)
+		}
+		got, _ := readAll(t, good, false)
+		total += len(got)
+		if h, ok, err := bad.TryNext(); err != nil {
+			t.Fatalf("the member writing nonsense into read: %v", err)
+		} else if ok {
+			bad.Release(h)
+		}
+	}
+	ring.StoreReadForTest(bad, bad.HeadForTest()+1000)
+	p.Unread() // a cursor read
+	if r, rel := rowField(p, bad.Index(), 0x48, 8), rowField(p, bad.Index(), 0x20, 8); r != rel {
+		t.Fatalf("a read past head was accepted as %d (tail %d), want taken as the tail", r, rel)
+	}
+	if total == 0 || p.Consumers() != 2 {
+		t.Fatalf("the good member read %d heaps, %d consumers attached: want some, both", total, p.Consumers())
 	}
 }

@@ -64,6 +64,9 @@ type Config struct {
 	// every group is open.
 	Groups map[string]GroupGrant
 	Log    *zerolog.Logger // warnings (hugepage fallback, stale ring replaced); nil: silent
+	// NoHeartbeat, for tests that must be deterministic (internal/ringsim), runs no heartbeat: heartbeat_ns
+	// stays at creation's and the table's released columns move only when the producer reads cursors.
+	NoHeartbeat bool
 }
 
 func (c *Config) setDefaults() error {
@@ -330,8 +333,10 @@ func Create(name string, cfg Config) (p *Producer, err error) {
 		return p, fmt.Errorf("create ring %s: %w", name, err)
 	}
 	p.stopBeat = make(chan struct{})
-	p.beatDone.Add(1)
-	go p.heartbeat()
+	if !cfg.NoHeartbeat {
+		p.beatDone.Add(1)
+		go p.heartbeat()
+	}
 	p.serveDone.Add(1)
 	go p.serve()
 	return p, nil
@@ -547,7 +552,8 @@ func (p *Producer) reclaimLocked() {
 	}
 	if p.rescan { // bits cleared off the hot path: free what nobody needs any more (at most slot_count)
 		p.rescan = false
-		for q := p.reclaim; q != p.scan; q++ {
+		start, ok := p.span(p.reclaim, p.scan)
+		for q := start; ok && q != p.scan; q++ {
 			if p.posNeed[q&p.mask] == 0 {
 				p.freePos(q)
 			}

@@ -47,7 +47,7 @@ uint32_t ibvb_consumer_index(const struct ibvb_ring *r) { return r->consumer_ind
 /* ---- names and the socket (spec §1.1) -------------------------------------------------------------- */
 
 
-#define MAX_DIRS 2
+#define MAX_DIRS 3
 #define PATH_CAP sizeof(((struct sockaddr_un *)0)->sun_path)
 #define DEFAULT_WELCOME_MS 5000 /* spec 2.1 §1.2: the welcome's timeout when the attach has none */
 
@@ -113,6 +113,8 @@ static int resolve(const char *arg, const char *dir, struct target *t)
 	if (ibvb__own_default_dir(own, sizeof own) < 0)
 		return fail(-ENAMETOOLONG, "ring %s: the default directory ($XDG_RUNTIME_DIR) is too long", t->name);
 	int rc = add_dir(t, own);
+	if (rc == 0 && ibvb__next_default_dir(own, sizeof own) == 0)
+		rc = add_dir(t, own); /* 2.2: where a producer goes when a stranger made the first */
 	return rc < 0 ? rc : add_dir(t, IBVB_RUN_DIR);
 }
 
@@ -822,8 +824,7 @@ void ibvb__member_flush(struct ibvb_ring *r)
 /* Spec §14.4: a 2.2 member found position pos lapped (head more than slot_count ahead of it, or its
  * descriptor rewritten by a later lap). Detached wins; still attached, the positions it missed were not
  * its own (the producer keeps every position assigned to it until it has read it): read moves to
- * head - slot_count, the oldest descriptor that can still be one of its own (or, when head has not moved
- * that far yet, past pos) and goes on. A member holding
+ * head - slot_count, the oldest descriptor that can still be one of its own, and goes on. A member holding
  * a heap cannot be lapped by a producer that keeps the rules: corrupt. */
 int ibvb__member_lapped(struct ibvb_ring *r, uint64_t pos)
 {
@@ -832,12 +833,21 @@ int ibvb__member_lapped(struct ibvb_ring *r, uint64_t pos)
 		if (rc < 0)
 			return rc;
 	}
-	uint64_t head = atomic_load_explicit(&r->ctl->head, memory_order_acquire);
-	if (r->released != r->read || head - pos > (1ull << 62))
-		return ibvb__corrupt_desc(r, pos, "lapped while holding", r->read - r->released, head - pos);
-	uint64_t to = head - r->slot_count;
-	if (to - pos > head - pos || to == pos)
-		to = pos + 1; /* head - slot_count is not after pos: move past pos alone */
+	if (r->released != r->read)
+		return ibvb__corrupt_desc(r, pos, "lapped while holding", r->read - r->released, 0);
+	/* A descriptor a lap ahead of the head loaded is being written for a position not yet published: load
+	 * head again until that store lands (10 ms at most, as the Python client). */
+	int64_t t0 = ibvb__mono_ns();
+	uint64_t head, to;
+	for (;;) {
+		head = atomic_load_explicit(&r->ctl->head, memory_order_acquire);
+		to = head - r->slot_count;
+		if (head - pos <= (1ull << 62) && to - pos <= head - pos && to != pos)
+			break; /* head - slot_count is after pos */
+		if (ibvb__mono_ns() - t0 > 10000000)
+			return ibvb__corrupt_desc(r, pos, "lapped descriptor ahead of head", head, pos);
+		ibvb__cpu_relax();
+	}
 	r->read = r->released = to;
 	r->cached_head = head;
 	ibvb_flush_release(r);

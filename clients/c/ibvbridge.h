@@ -79,6 +79,7 @@ extern "C" {
 #define IBVB_LOCK_SUFFIX ".v2.lock"
 #define IBVB_RUN_DIR "/run/ibvbridge"          /* ring directory of a root producer */
 #define IBVB_SHM_DIR_PREFIX "/dev/shm/ibvbridge-" /* + decimal euid: everyone else's */
+#define IBVB_TMP_DIR_PREFIX "/tmp/ibvbridge-"     /* + decimal euid: the next default when the first is a stranger's (2.2) */
 #define IBVB_DIR_ENV "IBVBRIDGE_RING_DIR"
 
 /* Handshake (spec §1.2). */
@@ -647,7 +648,7 @@ struct ibvb_info {
 struct ibvb_attach_opts {
 	const char *dir; /* ring directory to look in (only that one); NULL: the §1.1 rules: $IBVBRIDGE_RING_DIR
 			  * (only that), else the own default (/run/ibvbridge as root, else $XDG_RUNTIME_DIR/ibvbridge,
-			  * else /dev/shm/ibvbridge-EUID), then /run/ibvbridge */
+			  * else /dev/shm/ibvbridge-EUID then /tmp/ibvbridge-EUID), then /run/ibvbridge */
 	int start;       /* IBVB_START_OLDEST (0, default): from the oldest heap the ring still holds;
 			  * IBVB_START_HEAD (1): only heaps published after the attach */
 	unsigned flags;  /* IBVB_ATTACH_WAIT: wait (up to the timeout) for a ring that does not exist yet */

@@ -60,6 +60,16 @@ int ibvb__own_default_dir(char *buf, size_t cap)
 	return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
 }
 
+int ibvb__next_default_dir(char *buf, size_t cap)
+{
+	uid_t euid = geteuid();
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	if (euid == 0 || (xdg && xdg[0] == '/'))
+		return -ENOENT;
+	int n = snprintf(buf, cap, "%s%u", IBVB_TMP_DIR_PREFIX, (unsigned)euid);
+	return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+}
+
 /* Only root could have made a directory whose parent is root's and not writable by group or others. */
 static int parent_is_roots(int fd)
 {

@@ -48,6 +48,9 @@ __attribute__((format(printf, 1, 2))) void ibvb__warn(const char *fmt, ...);
  * $XDG_RUNTIME_DIR/ibvbridge when XDG_RUNTIME_DIR is set and absolute, else /dev/shm/ibvbridge-EUID.
  * 0, or -ENAMETOOLONG. */
 int ibvb__own_default_dir(char *buf, size_t cap);
+/* The next default (spec 2.2 §1.1): /tmp/ibvbridge-EUID when the own default is /dev/shm/ibvbridge-EUID
+ * (not root, no XDG_RUNTIME_DIR); -ENOENT when there is none; -ENAMETOOLONG. */
+int ibvb__next_default_dir(char *buf, size_t cap);
 
 /* Opens dir (O_PATH|O_DIRECTORY|O_NOFOLLOW) and decides whether a consumer may connect to sockets in it
  * (spec 2.1 §B): a directory, not writable by group or others, owned by euid or root — or its parent is

@@ -1,4 +1,4 @@
-/* ibvbridge_producer.c — the producer side of docs/ring-layout.md 2.0, see ibvbridge_producer.h.
+/* ibvbridge_producer.c — the producer side of docs/ring-layout.md 2.2, see ibvbridge_producer.h.
  * Only libc and pthreads. */
 #define _GNU_SOURCE
 #include "ibvbridge.h"
@@ -156,25 +156,57 @@ struct ibvb__pstate {
 	_Atomic uint32_t attach_seq;           /* bumped at each attach (block waits on it with none attached) */
 	char name[IBVB_NAME_MAX + 1];
 	char dir[PATH_MAX];
+	char skipped[PATH_MAX + 160]; /* an untrusted default directory skipped for dir */
 	char sock_path[PATH_MAX + IBVB_NAME_MAX + 16];
 };
 
 /* ---- the ring directory and the lock (spec §1.1) --------------------------------------------- */
 
-/* Spec 2.1 §B: $IBVBRIDGE_RING_DIR, else the caller's own default (/run/ibvbridge for root, else
- * $XDG_RUNTIME_DIR/ibvbridge, else /dev/shm/ibvbridge-EUID). */
-static void default_dir(char *buf, size_t cap)
+/* Why a producer may not use dir as its ring directory (one line in why), or 0 when it may or dir does not
+ * exist yet: a symbolic link, not a directory, owned by another uid, writable by group or others. */
+static int dir_unusable(const char *dir, uid_t euid, char *why, size_t cap)
+{
+	struct stat sb;
+	if (lstat(dir, &sb) < 0)
+		return 0;
+	if (S_ISLNK(sb.st_mode))
+		snprintf(why, cap, "a symbolic link");
+	else if (!S_ISDIR(sb.st_mode))
+		snprintf(why, cap, "not a directory");
+	else if (sb.st_uid != euid)
+		snprintf(why, cap, "owned by uid %u, not %u", (unsigned)sb.st_uid, (unsigned)euid);
+	else if (sb.st_mode & 022)
+		snprintf(why, cap, "writable by group or others (mode %#o)", (unsigned)(sb.st_mode & 07777));
+	else
+		return 0;
+	return 1;
+}
+
+/* Spec 2.2 §1.1: $IBVBRIDGE_RING_DIR, else the caller's own default (/run/ibvbridge for root, else
+ * $XDG_RUNTIME_DIR/ibvbridge, else /dev/shm/ibvbridge-EUID). /dev/shm/ibvbridge-EUID that exists but that
+ * the producer cannot trust (a stranger may make it first) is skipped with one warning for the next
+ * default, /tmp/ibvbridge-EUID, where clients look too: a stranger may not deny the ring by squatting one
+ * name. skipped: the warning's reason, for the error should the next one fail too. */
+static void default_dir(char *buf, size_t cap, uid_t euid, char *skipped, size_t scap)
 {
 	const char *e = getenv(IBVB_DIR_ENV);
+	char why[160], next[PATH_MAX];
+	skipped[0] = 0;
 	if (e && *e)
 		snprintf(buf, cap, "%s", e);
 	else if (ibvb__own_default_dir(buf, cap) < 0)
 		buf[0] = 0; /* refused by open_ring_dir */
+	else if (ibvb__next_default_dir(next, sizeof next) == 0 && dir_unusable(buf, euid, why, sizeof why)) {
+		ibvb__warn("skipping %s: %s; using %s", buf, why, next);
+		if (snprintf(skipped, scap, "%s: %s", buf, why) >= (int)scap)
+			skipped[scap - 1] = 0;
+		snprintf(buf, cap, "%s", next);
+	}
 }
 
 /* The ring directory, made component by component without following a symlink (spec 2.1 §B); the final one
  * must be ours and not writable by group or others. */
-static int open_ring_dir(struct ibvb__pstate *st)
+static int open_ring_dir_checked(struct ibvb__pstate *st)
 {
 	const char *path = st->dir;
 	if (!path[0])
@@ -198,6 +230,18 @@ static int open_ring_dir(struct ibvb__pstate *st)
 	}
 	st->dirfd = fd;
 	return 0;
+}
+
+/* The second default failed too (spec 2.2 §1.1): its line, and which first one was skipped. */
+static int open_ring_dir(struct ibvb__pstate *st)
+{
+	int rc = open_ring_dir_checked(st);
+	if (rc < 0 && st->skipped[0]) {
+		char msg[IBVB__ERRBUF_SIZE];
+		snprintf(msg, sizeof msg, "%s", ibvb_last_error());
+		return fail(rc, "%s (skipped %s; give --dir, or set XDG_RUNTIME_DIR)", msg, st->skipped);
+	}
+	return rc;
 }
 
 static int take_lock(struct ibvb__pstate *st)
@@ -1792,7 +1836,7 @@ static struct ibvb_producer *new_producer(const char *name, const struct ibvb_pr
 	if (o->dir && *o->dir)
 		snprintf(st->dir, sizeof st->dir, "%s", o->dir);
 	else
-		default_dir(st->dir, sizeof st->dir);
+		default_dir(st->dir, sizeof st->dir, st->euid, st->skipped, sizeof st->skipped);
 	snprintf(st->sock_path, sizeof st->sock_path, "%s/%s%s", st->dir, name, IBVB_SOCK_SUFFIX);
 	return p;
 }

@@ -1,13 +1,15 @@
 /* ibvbridge_producer.h — C producer for ibvbridge shared-memory SPEAD heap rings (layout 2.x).
  *
  * Included by ibvbridge.h; implemented in ibvbridge_producer.c (libibvbridge). Implements the producer side
- * of docs/ring-layout.md 2.0: the ring directory, lock and socket (§1.1), the handshake with its SO_PEERCRED
+ * of docs/ring-layout.md 2.2: the ring directory, lock and socket (§1.1), the handshake with its SO_PEERCRED
  * gate (§1.2), sealed control and data memfds (§1, §2, §4), one sealed region per consumer (§3), the slot
  * pool and reclaim from the slowest attached consumer (§7.1-§7.3), cursor validation (§7.2), waiting for a
- * release (§7.4), wakes (§7.5), the clean stop (§7.6) and consumer groups (§14: a member's hello brings
- * its group; commit assigns each position to one member of every group, a slot is free once every
- * independent consumer and its assigned members released it, a leaving member's positions count in
- * group_lost — nothing to configure, and no extra work per heap while no member is attached).
+ * release (§7.4), wakes (§7.5), the clean stop (§7.6) and consumer groups (layout 2.2 §14: a member's
+ * hello brings its group; commit assigns each position to one member of every group from what members
+ * publish — read and handed — idle members first; a slot is free once every independent consumer and its
+ * assigned member released it; drop detaches exactly the consumers holding the ring back, block waits for
+ * the first of them by name (ctl blocked_on); a leaving member is settled at its detach (group_lost);
+ * grants limit who may join a group; no extra work per heap while no member is attached).
  *
  * Shape (liburing style): functions return 0 (or a count) and -errno on failure, ibvb_last_error() gives a
  * message for the last failure in the calling thread. The hot path (acquire, add_item, stage, commit,
@@ -79,7 +81,8 @@ struct ibvb_group_grant {
 /* Creation options; all-zero (or a NULL pointer) gives the defaults. */
 struct ibvb_producer_opts {
 	const char *dir;        /* ring directory; NULL: $IBVBRIDGE_RING_DIR, else /run/ibvbridge as root, else
-				 * $XDG_RUNTIME_DIR/ibvbridge, else /dev/shm/ibvbridge-EUID (spec §1.1); made
+				 * $XDG_RUNTIME_DIR/ibvbridge, else /dev/shm/ibvbridge-EUID — or, when a stranger
+				 * made that one, /tmp/ibvbridge-EUID with a warning (spec 2.2 §1.1); made
 				 * component by component, never through a symlink */
 	uint64_t slot_count;    /* payload slots, a power of two in 1..2^24 (default 256) */
 	uint64_t slot_size;     /* payload bytes per slot, rounded up to 64 (default 1 MiB) */

@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -2058,6 +2060,239 @@ static void test_meta_beyond_the_cap_is_refused_in_one_line(void)
 	ibvb_producer_close(p);
 }
 
+/* Spec 2.2 §1.1 / §0: a stranger may not deny the ring. With XDG_RUNTIME_DIR unset, a user's default ring
+ * directory is /dev/shm/ibvbridge-UID, which any local user can make first. The producer skips it, with one
+ * warning naming it and why, for the next default, /tmp/ibvbridge-UID, and the user's consumer finds the
+ * ring there by name (skipping the stranger's directory too). A stranger who squats both gets one clear
+ * line naming both. Run in a private mount namespace with its own /dev/shm and /tmp (tmpfs): nothing outside
+ * it is touched, and nothing is left when it ends. */
+static char g_warned[512];
+static void keep_warning(const char *msg, void *arg)
+{
+	(void)arg;
+	if (!g_warned[0])
+		snprintf(g_warned, sizeof g_warned, "%s", msg);
+}
+
+static int as_uid(uid_t uid, int (*fn)(void))
+{
+	pid_t c = fork();
+	if (c == 0) {
+		gid_t g[1] = {65534};
+		if (setgroups(1, g) || setgid(65534) || setuid(uid))
+			_exit(90);
+		_exit(fn());
+	}
+	int st;
+	waitpid(c, &st, 0);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static int squat(void)
+{
+	return mkdir("/dev/shm/ibvbridge-65533", 0755) == 0 && mkdir("/tmp/ibvbridge-65533", 0755) == 0 ? 0 : 1;
+}
+static int unsquat_tmp(void) { return rmdir("/tmp/ibvbridge-65533") == 0 ? 0 : 1; }
+
+static int victim(void)
+{
+	unsetenv("XDG_RUNTIME_DIR");
+	unsetenv("IBVBRIDGE_RING_DIR");
+	ibvb_set_warn_handler(keep_warning, NULL);
+	struct ibvb_producer_opts o = opts(4, 64, IBVB_POLICY_DROP);
+	o.dir = NULL;
+	struct ibvb_producer *p;
+	if (ibvb_producer_create(&p, "squatted", &o) < 0) {
+		fprintf(stderr, "    victim: create: %s\n", ibvb_last_error());
+		return 1;
+	}
+	int rc = 0;
+	if (strcmp(ibvb_producer_socket_path(p), "/tmp/ibvbridge-65533/squatted.v2.sock") != 0)
+		rc = 2;
+	if (!strstr(g_warned, "skipping /dev/shm/ibvbridge-65533: owned by uid 65534, not 65533; using "
+			      "/tmp/ibvbridge-65533"))
+		rc = 3;
+	struct ibvb_ring *r;
+	if (pub(p, 7, 32) != 0 || ibvb_attach(&r, "squatted", 2000) < 0)
+		rc = 4;
+	else {
+		struct ibvb_heap h;
+		if (ibvb_peek(r, &h) != 0 || h.heap_cnt != 7)
+			rc = 5;
+		ibvb_detach(r);
+	}
+	ibvb_producer_close(p);
+	if (rc)
+		fprintf(stderr, "    victim: rc %d, socket %s, warning \"%s\"\n", rc, ibvb_producer_socket_path(p) ? "" : "",
+			g_warned);
+	return rc;
+}
+
+static int victim_without_fallback(void)
+{
+	unsetenv("XDG_RUNTIME_DIR");
+	unsetenv("IBVBRIDGE_RING_DIR");
+	ibvb_set_warn_handler(keep_warning, NULL);
+	struct ibvb_producer_opts o = opts(4, 64, IBVB_POLICY_DROP);
+	o.dir = NULL;
+	struct ibvb_producer *p;
+	int rc = ibvb_producer_create(&p, "squatted", &o);
+	if (rc == 0) {
+		ibvb_producer_close(p);
+		return 1;
+	}
+	return strstr(ibvb_last_error(), "/tmp/ibvbridge-65533 is owned by uid 65534") &&
+			       strstr(ibvb_last_error(), "skipped /dev/shm/ibvbridge-65533: owned by uid 65534")
+		       ? 0
+		       : 2;
+}
+
+static void test_squatted_default_dir_does_not_deny_the_producer(void)
+{
+	if (geteuid() != 0) {
+		fprintf(stderr, "    (skipped: needs root for a private mount namespace and other uids)\n");
+		return;
+	}
+	pid_t c = fork();
+	if (c == 0) {
+		if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
+			fprintf(stderr, "    (skipped: no private mount namespace: %s)\n", strerror(errno));
+			_exit(77);
+		}
+		if (mount("tmpfs", "/dev/shm", "tmpfs", 0, "mode=1777") < 0 ||
+		    mount("tmpfs", "/tmp", "tmpfs", 0, "mode=1777") < 0)
+			_exit(70);
+		if (as_uid(65534, squat) != 0)
+			_exit(71);
+		if (as_uid(65533, victim_without_fallback) != 0) /* both squatted: one clear line */
+			_exit(72);
+		if (as_uid(65534, unsquat_tmp) != 0)
+			_exit(73);
+		_exit(as_uid(65533, victim));
+	}
+	int st;
+	waitpid(c, &st, 0);
+	CHECK(WIFEXITED(st));
+	if (WEXITSTATUS(st) == 77)
+		return;
+	CHECK_EQ(WEXITSTATUS(st), 0);
+}
+
+/* ibvb_producer_interrupt wakes a producer blocked on a consumer's release futex at once — not at the end of
+ * its 250 ms sleep slice. Five rounds (interrupt is sticky: a ring each): the producer blocks on a full
+ * block-policy ring whose consumer reads nothing, sleeps (producer_waiting set, then 20 ms more), and is
+ * interrupted; the five returns together take well under one slice (each waits ~230 ms without the wake). */
+struct interrupted_pub {
+	struct ibvb_producer *p;
+	int rc;
+	int64_t returned_ms;
+	pthread_t thr;
+};
+
+static void *interrupted_pub_fn(void *arg)
+{
+	struct interrupted_pub *ip = arg;
+	ip->rc = pub(ip->p, 99, 32);
+	__atomic_store_n(&ip->returned_ms, now_ms(), __ATOMIC_RELEASE);
+	return NULL;
+}
+
+static void test_interrupt_wakes_a_blocked_producer_at_once(void)
+{
+	int64_t total = 0;
+	for (int round = 0; round < 5; round++) {
+		struct ibvb_producer_opts o = opts(4, 64, IBVB_POLICY_BLOCK);
+		struct ibvb_producer *p;
+		char name[32];
+		snprintf(name, sizeof name, "intr%d", round);
+		CHECK_EQ(ibvb_producer_create(&p, name, &o), 0);
+		struct ibvb_ring *r;
+		CHECK_EQ(attach(&r, name, IBVB_START_OLDEST), 0);
+		for (uint64_t c = 1; c <= 4; c++)
+			CHECK_EQ(pub(p, c, 32), 0);
+		struct interrupted_pub ip = {p, 1, 0, 0};
+		pthread_create(&ip.thr, NULL, interrupted_pub_fn, &ip);
+		int64_t t0 = now_ms();
+		while (atomic_load(&p->ctl->producer_waiting) == 0 && now_ms() - t0 < 5000)
+			usleep(200);
+		CHECK_EQ(atomic_load(&p->ctl->producer_waiting), 1);
+		msleep(20); /* asleep on the consumer's release futex by now */
+		int64_t t1 = now_ms();
+		ibvb_producer_interrupt(p);
+		pthread_join(ip.thr, NULL);
+		CHECK_EQ(ip.rc, -ECANCELED);
+		total += ip.returned_ms - t1;
+		ibvb_detach(r);
+		ibvb_producer_close(p);
+	}
+	fprintf(stderr, "    5 interrupted waits returned in %lld ms together\n", (long long)total);
+	CHECK(total < 500);
+}
+
+/* Spec §7.7: ibvb_heap_valid proves the bytes of a heap this consumer holds; a heap it has released (or
+ * never read) is not held, so it is not valid, whatever the row says. */
+static void test_heap_valid_is_zero_for_a_heap_not_held(void)
+{
+	struct ibvb_producer_opts o = opts(8, 256, IBVB_POLICY_DROP);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "hvalid", &o), 0);
+	struct ibvb_ring *r;
+	CHECK_EQ(attach(&r, "hvalid", IBVB_START_OLDEST), 0);
+	CHECK_EQ(pub(p, 1, 200), 0);
+	CHECK_EQ(pub(p, 2, 200), 0);
+	struct ibvb_heap h1, h2, later;
+	CHECK_EQ(ibvb_peek(r, &h1), 0);
+	CHECK_EQ(ibvb_peek(r, &h2), 0);
+	CHECK_EQ(ibvb_heap_valid(r, &h1), 1);
+	CHECK_EQ(ibvb_heap_valid(r, &h2), 1);
+	later = h2;
+	later.position = h2.position + 1; /* not read yet */
+	CHECK_EQ(ibvb_heap_valid(r, &later), 0);
+	CHECK_EQ(ibvb_release(r, &h1), 0);
+	CHECK_EQ(ibvb_heap_valid(r, &h1), 0);
+	CHECK_EQ(ibvb_heap_valid(r, &h2), 1);
+	CHECK_EQ(ibvb_release(r, &h2), 0);
+	CHECK_EQ(ibvb_heap_valid(r, &h2), 0);
+	ibvb_detach(r);
+	ibvb_producer_close(p);
+}
+
+/* Spec §14.7: settling a departed member walks at most slot_count positions back from head. Eight members
+ * on a 4-slot ring: member 0 releases its first heap, is handed position 8 a ring and more later, reads it
+ * (passing over the lapped positions between: its tail moves from 1 to 8 with no commit meanwhile) and
+ * leaves holding it. Position 8 is lost for the group — exactly once: a walk from its last swept position
+ * (1) would meet position 8's bookkeeping at position 4 first, before its final tail, and count it released. */
+static void test_group22_settle_walks_at_most_a_ring(void)
+{
+	struct ibvb_producer_opts o = opts(4, 256, IBVB_POLICY_DROP);
+	o.max_consumers = 8;
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "g22settle", &o), 0);
+	struct ibvb_ring *m[8];
+	for (int i = 0; i < 8; i++)
+		CHECK_EQ(member(&m[i], "g22settle", "g"), 0);
+	CHECK_EQ(ibvb_consumer_index(m[0]), 0);
+	uint64_t sum = 0, min = UINT64_MAX, bad = 0;
+	for (uint64_t cnt = 1; cnt <= 8; cnt++) {
+		CHECK_EQ(pub(p, cnt, 200), 0);
+		CHECK_EQ(drain(m[cnt - 1], 200, &sum, &min, &bad), 1);
+	}
+	CHECK_EQ(pub(p, 9, 200), 0); /* position 8: member 0's again */
+	struct ibvb_heap h;
+	CHECK_EQ(ibvb_peek(m[0], &h), 0);
+	CHECK_EQ(h.heap_cnt, 9);
+	ibvb_detach(m[0]); /* holding it */
+	CHECK_EQ(wait_counter(p, IBVB_CTR_GROUP_LOST, 1), 1);
+	for (int i = 0; i < 5000 && ibvb_producer_consumers(p) != 7; i++)
+		msleep(1);
+	CHECK_EQ(ibvb_producer_consumers(p), 7);
+	CHECK_EQ(ibvb_producer_counter(p, IBVB_CTR_GROUP_LOST), 1);
+	CHECK_EQ(bad, 0);
+	for (int i = 1; i < 8; i++)
+		ibvb_detach(m[i]);
+	ibvb_producer_close(p);
+}
+
 static const struct test tests[] = {
 	{"producer_bytes_block", test_bytes_block},
 	{"producer_bytes_drop", test_bytes_drop},
@@ -2105,6 +2340,10 @@ static const struct test tests[] = {
 	{"group22_grants_admit_only_listed_members", test_group22_grants_admit_only_listed_members},
 	{"meta_large_repeated_ids_read_linearly", test_meta_large_repeated_ids_read_linearly},
 	{"meta_beyond_the_cap_is_refused_in_one_line", test_meta_beyond_the_cap_is_refused_in_one_line},
+	{"squatted_default_dir_does_not_deny_the_producer", test_squatted_default_dir_does_not_deny_the_producer},
+	{"interrupt_wakes_a_blocked_producer_at_once", test_interrupt_wakes_a_blocked_producer_at_once},
+	{"heap_valid_is_zero_for_a_heap_not_held", test_heap_valid_is_zero_for_a_heap_not_held},
+	{"group22_settle_walks_at_most_a_ring", test_group22_settle_walks_at_most_a_ring},
 };
 
 
