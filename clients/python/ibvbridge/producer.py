@@ -112,9 +112,11 @@ POLICIES = {"drop": L.POLICY_DROP, "block": L.POLICY_BLOCK, L.POLICY_DROP: L.POL
 BEAT_SECONDS = 0.1  # heartbeat and row refresh (spec: every <= 250 ms)
 # Test hooks (the conformance suite, interop/conformance): IBVBRIDGE_TEST_MUTANT lists guards to break, to prove
 # the suite catches each: row-late (a detached consumer's row is not written before its slots are reused),
-# no-wake (interrupt does not wake a producer asleep on a release futex); IBVBRIDGE_TEST_WAIT_SLICE_MS
+# no-wake (interrupt does not wake a producer asleep on a release futex), no-unmap (a detached consumer's
+# region is not unmapped at the detach); IBVBRIDGE_TEST_WAIT_SLICE_MS
 # replaces the 250 ms slice of a blocked producer. Unset, as outside the suite: no effect.
 _TEST_MUTANTS = frozenset(os.environ.get("IBVBRIDGE_TEST_MUTANT", "").split(","))
+_TEST_LEFT_MAPPED = []  # no-unmap: the regions left mapped
 _TEST_WAIT_SLICE = int(os.environ.get("IBVBRIDGE_TEST_WAIT_SLICE_MS", "0") or 0) / 1000 or L.MAX_WAIT_SLICE
 HELLO_RESERVED = L.HELLO_GROUP_ID + 4  # the hello's reserved bytes run from here to its end (spec §1.2, §14)
 NO_SLOT = 0xFFFFFFFF  # _pos_slot of a position whose slot is back in the pool (group reclaim, spec §14)
@@ -531,6 +533,25 @@ class Member:
     @property
     def tail(self):
         return self.r64[Q_TAIL]
+
+    def unmap(self):
+        """Unmap the region at the detach (spec §7.6, 2.1 §C: nothing a connection created outlives it),
+        not whenever the last reference to this record goes. A hot path still holding this record from an
+        older snapshot then finds its views released (ValueError) and skips it; cf_addr and rf_addr stay
+        plain numbers (a futex call on them fails or wakes spuriously, harmlessly). lock held."""
+        if self.region_mm is None:
+            return
+        if "no-unmap" in _TEST_MUTANTS:
+            _TEST_LEFT_MAPPED.append(self.region_mm)  # left mapped for the producer's life
+            return
+        self._cf = self._rf = None  # their exports pin the mapping
+        self.r64.release()
+        self.r32.release()
+        try:
+            self.region_mm.close()
+        except BufferError:
+            return  # a view someone still holds: unmapped when it goes
+        self.region_mm = None
 
 
 class Slot:
@@ -1142,6 +1163,8 @@ class Producer:
                     full_fence()
                     self.row_set(m.index, state=L.CONSUMER_GONE)
                 self._stats[C_ATTACHED] = len(self.conns)
+                m.detached = True
+                m.unmap()
             m.detached = True
         m.sock.close()
 
@@ -1167,6 +1190,7 @@ class Producer:
         elif state == L.CONSUMER_BAD_CURSOR:
             self._stats[C_ERRORS] += 1
         self._stats[C_ATTACHED] = len(self.conns)
+        m.unmap()
         try:
             m.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -1630,6 +1654,7 @@ class Producer:
             with self.lock:
                 ok = done()
                 slow = self._blocker_locked()
+                f = None if slow is None else slow.r32[I_RELEASE_FUTEX]  # attached: mapped
             if ok:
                 return
             now = time.monotonic()
@@ -1646,7 +1671,6 @@ class Producer:
                     self._attached.wait(slice_)
                 continue
             self._note_blocked(slow)
-            f = slow.r32[I_RELEASE_FUTEX]
             c32[I_PRODUCER_WAITING] = 1
             full_fence()
             with self.lock:
@@ -1741,17 +1765,20 @@ class Producer:
         self.c64[Q_HEAD] = pos
         full_fence()
         for m in self._snap:
-            r32 = m.r32
-            if m.v22:  # a 2.2 member only for a position assigned to it at or after its wake_at (§14.4)
-                end, m.commit_end = m.commit_end, None
-                if not r32[I_CONSUMER_WAITING] or not (force or end is not None and
-                                                       (end - m.r64[Q_WAKE_AT]) & M64 < 1 << 63):
+            try:
+                r32 = m.r32
+                if m.v22:  # a 2.2 member only for a position assigned to it at or after its wake_at (§14.4)
+                    end, m.commit_end = m.commit_end, None
+                    if not r32[I_CONSUMER_WAITING] or not (force or end is not None and
+                                                           (end - m.r64[Q_WAKE_AT]) & M64 < 1 << 63):
+                        continue
+                elif not (r32[I_CONSUMER_WAITING] and (force or (pos - m.r64[Q_WAKE_AT]) & M64 < 1 << 63)):
                     continue
-            elif not (r32[I_CONSUMER_WAITING] and (force or (pos - m.r64[Q_WAKE_AT]) & M64 < 1 << 63)):
+                r32[I_CONSUMER_WAITING] = 0
+                full_fence()
+                r32[I_CONSUMER_FUTEX] = (r32[I_CONSUMER_FUTEX] + 1) & 0xFFFFFFFF
+            except ValueError:  # detached since this snapshot was taken: its region is unmapped (Member.unmap)
                 continue
-            r32[I_CONSUMER_WAITING] = 0
-            full_fence()
-            r32[I_CONSUMER_FUTEX] = (r32[I_CONSUMER_FUTEX] + 1) & 0xFFFFFFFF
             futex_wake(m.cf_addr)
             if not m.detached:  # (a detached member's row may belong to someone else by now)
                 o = row_word(m.index, "wakes")
