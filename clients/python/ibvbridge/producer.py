@@ -1233,7 +1233,7 @@ class Producer:
             t = m.r64[Q_TAIL]
             r = m.released
             if (t - r) & M64 > (head - r) & M64:
-                self._detach_locked(m, L.CONSUMER_BAD_CURSOR, 0)
+                self._detach_locked(m, L.CONSUMER_BAD_CURSOR, (head - r) & M64)  # §2.2: from the final valid tail
                 continue
             if t != r:
                 m.released = t
@@ -1251,24 +1251,21 @@ class Producer:
             acquire_fence()  # the tails are acquire loads: no slot they free is written before them
 
     def _advance_read_locked(self, m, rd, head):
-        """Member m's read moves to rd (or to its tail, whichever is further) if that is ahead of the read
-        accepted before: the positions assigned to it in between are no longer queued (spec §14.2, §14.3).
-        Reads never move back (a member that stores a lower read only keeps its own share queued longer)."""
+        """Member m's read becomes rd, which the caller has checked lies in [tail, head] (spec §14.2): the
+        positions assigned to it between the read accepted before and rd are no longer queued when rd is
+        ahead (§14.3), and queued again when it is behind (a member that stores a lower read keeps its own
+        share queued longer). Bounded: at most slot_count positions are counted."""
         old = m.read
-        span = (head - old) & M64
-        best = 0
-        for x in (rd, m.released):
-            d = (x - old) & M64
-            if best < d <= span:
-                best = d
-        if not best:
+        if rd == old:
             return
-        new = (old + best) & M64
-        if m.queued:
-            m.queued -= self._count_bit_locked(m.index, old, new, head)
-            m.oq = None  # its oldest queued position is at or after the new read
-        m.read = new
-        self.row_set(m.index, read=new, queued=m.queued)
+        if (rd - old) & M64 <= (head - old) & M64:  # ahead
+            if m.queued:
+                m.queued -= self._count_bit_locked(m.index, old, rd, head)
+        else:
+            m.queued += self._count_bit_locked(m.index, rd, old, head)
+        m.oq = None  # found again from the new read when needed
+        m.read = rd
+        self.row_set(m.index, read=rd, queued=m.queued)
 
     def _ring_idx(self, start, end, head):
         """Descriptor indices of positions [start, end), clipped to the last slot_count positions before
@@ -1664,6 +1661,10 @@ class Producer:
                 continue
             slice_ = _TEST_WAIT_SLICE if deadline is None else max(0.001, min(_TEST_WAIT_SLICE, deadline - now))
             if slow is None:
+                if self._blocked is not None:  # waiting for nobody: blocked_on 0 (spec §2), not a departed row
+                    self._blocked = None
+                    self.c32[I_BLOCKED_ON] = 0
+                    self.c64[Q_BLOCKED_SINCE_NS] = 0
                 self._attached.clear()
                 with self.lock:
                     none = not self.conns
