@@ -1701,15 +1701,23 @@ static void test_group22_sleeping_member_is_woken_only_for_its_own(void)
  * descriptors lapped, skips what was not its own, and still gets every heap the producer gave it. Every heap
  * reaches exactly one member; then the members leave with their tails far behind head, which settles in
  * bounded loops and loses nothing (group_lost 0), and a whole ring more is published without a drop. */
-static void test_group22_lapped_members_skip_and_settle_bounded(void)
+/* A 4-slot drop ring NAME with eight members of group "g" in rows 0..7. 0, or a negative errno. */
+static int eight_members(struct ibvb_producer **p, const char *name, struct ibvb_ring **m)
 {
 	struct ibvb_producer_opts o = opts(4, 256, IBVB_POLICY_DROP);
 	o.max_consumers = 8;
+	int rc = ibvb_producer_create(p, name, &o);
+	for (int i = 0; i < 8 && rc == 0; i++)
+		if ((rc = member(&m[i], name, "g")) == 0 && ibvb_consumer_index(m[i]) != (uint32_t)i)
+			rc = -EPROTO;
+	return rc;
+}
+
+static void test_group22_lapped_members_skip_and_settle_bounded(void)
+{
 	struct ibvb_producer *p;
-	CHECK_EQ(ibvb_producer_create(&p, "g22lap", &o), 0);
 	struct ibvb_ring *m[8];
-	for (int i = 0; i < 8; i++)
-		CHECK_EQ(member(&m[i], "g22lap", "g"), 0);
+	CHECK_EQ(eight_members(&p, "g22lap", m), 0);
 	uint64_t sum = 0, min = UINT64_MAX, bad = 0, got[8] = {0}, n = 0;
 	for (uint64_t cnt = 1; cnt <= 200; cnt++) {
 		CHECK_EQ(pub(p, cnt, 200), 0);
@@ -1791,10 +1799,13 @@ static void capture_warn(const char *msg, void *arg)
 	pthread_mutex_unlock(&g_log_mu);
 }
 
+/* Publishes heaps from..to (200 bytes) in a thread, which a full block ring makes wait; rc the first
+ * failure, returned_ms when it returned. */
 struct blocked_pub {
 	struct ibvb_producer *p;
 	uint64_t from, to;
 	int rc;
+	int64_t returned_ms;
 	pthread_t thr;
 };
 
@@ -1803,6 +1814,7 @@ static void *blocked_pub_fn(void *arg)
 	struct blocked_pub *bp = arg;
 	for (uint64_t c = bp->from; c <= bp->to && bp->rc == 0; c++)
 		bp->rc = pub(bp->p, c, 200);
+	__atomic_store_n(&bp->returned_ms, now_ms(), __ATOMIC_RELEASE);
 	return NULL;
 }
 
@@ -1825,7 +1837,7 @@ static void test_group22_block_waits_for_the_member_by_name(void)
 	CHECK_EQ(atomic_load(&p->ctl->blocked_on), 0);
 	int64_t t0 = now_ms();
 	uint64_t real0 = ibvb_producer_now_ns();
-	struct blocked_pub bp = {p, 9, 12, 0, 0};
+	struct blocked_pub bp = {p, 9, 12, 0, 0, 0};
 	pthread_create(&bp.thr, NULL, blocked_pub_fn, &bp);
 	while (atomic_load(&p->ctl->blocked_on) == 0 && now_ms() - t0 < 5000)
 		msleep(1);
@@ -2182,21 +2194,6 @@ static void test_squatted_default_dir_does_not_deny_the_producer(void)
  * its 250 ms sleep slice. Five rounds (interrupt is sticky: a ring each): the producer blocks on a full
  * block-policy ring whose consumer reads nothing, sleeps (producer_waiting set, then 20 ms more), and is
  * interrupted; the five returns together take well under one slice (each waits ~230 ms without the wake). */
-struct interrupted_pub {
-	struct ibvb_producer *p;
-	int rc;
-	int64_t returned_ms;
-	pthread_t thr;
-};
-
-static void *interrupted_pub_fn(void *arg)
-{
-	struct interrupted_pub *ip = arg;
-	ip->rc = pub(ip->p, 99, 32);
-	__atomic_store_n(&ip->returned_ms, now_ms(), __ATOMIC_RELEASE);
-	return NULL;
-}
-
 static void test_interrupt_wakes_a_blocked_producer_at_once(void)
 {
 	int64_t total = 0;
@@ -2210,8 +2207,8 @@ static void test_interrupt_wakes_a_blocked_producer_at_once(void)
 		CHECK_EQ(attach(&r, name, IBVB_START_OLDEST), 0);
 		for (uint64_t c = 1; c <= 4; c++)
 			CHECK_EQ(pub(p, c, 32), 0);
-		struct interrupted_pub ip = {p, 1, 0, 0};
-		pthread_create(&ip.thr, NULL, interrupted_pub_fn, &ip);
+		struct blocked_pub ip = {p, 99, 99, 0, 0, 0};
+		pthread_create(&ip.thr, NULL, blocked_pub_fn, &ip);
 		int64_t t0 = now_ms();
 		while (atomic_load(&p->ctl->producer_waiting) == 0 && now_ms() - t0 < 5000)
 			usleep(200);
@@ -2264,14 +2261,9 @@ static void test_heap_valid_is_zero_for_a_heap_not_held(void)
  * (1) would meet position 8's bookkeeping at position 4 first, before its final tail, and count it released. */
 static void test_group22_settle_walks_at_most_a_ring(void)
 {
-	struct ibvb_producer_opts o = opts(4, 256, IBVB_POLICY_DROP);
-	o.max_consumers = 8;
 	struct ibvb_producer *p;
-	CHECK_EQ(ibvb_producer_create(&p, "g22settle", &o), 0);
 	struct ibvb_ring *m[8];
-	for (int i = 0; i < 8; i++)
-		CHECK_EQ(member(&m[i], "g22settle", "g"), 0);
-	CHECK_EQ(ibvb_consumer_index(m[0]), 0);
+	CHECK_EQ(eight_members(&p, "g22settle", m), 0);
 	uint64_t sum = 0, min = UINT64_MAX, bad = 0;
 	for (uint64_t cnt = 1; cnt <= 8; cnt++) {
 		CHECK_EQ(pub(p, cnt, 200), 0);
