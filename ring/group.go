@@ -423,7 +423,13 @@ func (p *Producer) blockerLocked() *member {
 // held, cursors just read. No allocation.
 func (p *Producer) assignLocked(groups [][]*member) {
 	p.commits++
-	for q := p.committed; q != p.pos; q++ {
+	// Staged positions hold slots, so there are at most slot_count of them (spec §14.7: every loop over
+	// positions is bounded; compared by subtraction, so cursors near 2^64 wrap safely).
+	start := p.committed
+	if n := uint64(len(p.slots)); p.pos-start > n {
+		start = p.pos - n
+	}
+	for q := start; q != p.pos; q++ {
 		d := &p.descs[q&p.mask]
 		if d.Flags&FlagEndOfStream != 0 {
 			continue
@@ -439,7 +445,8 @@ func (p *Producer) assignLocked(groups [][]*member) {
 						best = m
 					}
 				case idle || m.queued == best.queued:
-					if m.lastPick < best.lastPick {
+					// among members never picked (lastPick 0), the lowest row (§14.3)
+					if m.lastPick < best.lastPick || m.lastPick == best.lastPick && m.index < best.index {
 						best = m
 					}
 				case m.queued < best.queued:

@@ -480,6 +480,7 @@ func (p *Producer) bindShared() {
 	// deeper working set costs the kernel's copy into the slots, and small heaps pay it once per 64.
 	p.reclaimEvery = max(1, min(64, (256<<10)/int(max(1, g.SlotSize))))
 	p.pos, p.reclaim, p.readMark = p.cfg.InitialPosition, p.cfg.InitialPosition, p.cfg.InitialPosition
+	p.committed = p.cfg.InitialPosition // head as stored above: nothing staged
 	p.scan, p.windowEnd = p.cfg.InitialPosition, p.cfg.InitialPosition+g.SlotCount
 	p.hotDone.Store(p.cfg.InitialPosition)
 	p.snap.Store(&memberSet{})
