@@ -309,6 +309,17 @@ func (p *Producer) settleLocked(m *member, head uint64) {
 	}
 	m.swept, m.queued, m.outstanding = head, 0, 0
 	p.rescan = true
+	// What an attached independent consumer has not released stays held; the rest is free once nobody
+	// needs it, whether or not anybody stays attached (reclaimLocked).
+	front := head
+	for _, o := range p.members {
+		if o != m && o.group == 0 && before(o.released, front) {
+			front = o.released
+		}
+	}
+	if !p.settleFrontSet || before(p.settleFront, front) {
+		p.settleFront, p.settleFrontSet = front, true
+	}
 	if lost > 0 {
 		p.stats[CounterGroupLost].Store(p.stats[CounterGroupLost].Load() + lost)
 	}

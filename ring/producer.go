@@ -252,6 +252,11 @@ type Producer struct {
 	// frees what became free (spec §14.7). holders is holdersLocked's reused list.
 	rescan  bool
 	holders []*member
+	// settleFront (while settleFrontSet): a departed member's settled positions before it that no attached
+	// independent consumer needed at its detach are free (spec §14.7); with nobody attached the hot path's
+	// reclaim advances scan to it (with somebody attached, reclaim finds them itself). An attach clears it.
+	settleFront    uint64
+	settleFrontSet bool
 	grants  map[uint32]grant // Config.Groups by group id; nil: every group is open
 	// blockedOn is the row + 1 the hot path waits for (ctl blocked_on), blockedSince when that began, and
 	// blockLogged when the log last said so (hot path only).
@@ -528,6 +533,18 @@ func (p *Producer) freeSlot(s uint32) { p.free = append(p.free, s) }
 func (p *Producer) reclaimLocked() {
 	defer p.setWindowLocked()
 	if len(p.members) == 0 {
+		// A departed member's settled positions are free now, under block too (spec §14.7): a slot free and
+		// within the window is taken without waiting for an attach.
+		if p.settleFrontSet {
+			p.settleFrontSet = false
+			for ; before(p.scan, p.settleFront); p.scan++ { // at most slot_count: settleFront ≤ committed
+				if p.posNeed[p.scan&p.mask] == 0 {
+					p.freePos(p.scan)
+				}
+			}
+			p.oldest.Store(p.scan)
+		}
+		p.rescanLocked()
 		if p.cfg.Policy != PolicyDrop || p.slotReady() {
 			return
 		}
@@ -551,15 +568,7 @@ func (p *Producer) reclaimLocked() {
 	if len(p.members) == 0 { // every member was detached just now
 		return
 	}
-	if p.rescan { // bits cleared off the hot path: free what nobody needs any more (at most slot_count)
-		p.rescan = false
-		start, ok := p.span(p.reclaim, p.scan)
-		for q := start; ok && q != p.scan; q++ {
-			if p.posNeed[q&p.mask] == 0 {
-				p.freePos(q)
-			}
-		}
-	}
+	p.rescanLocked()
 	// The independent consumers' frontier: positions below it are free unless a group member holds them.
 	// Staged positions (from committed on) are not assigned yet: never past them.
 	to := p.committed
@@ -577,6 +586,25 @@ func (p *Producer) reclaimLocked() {
 		p.reclaim++
 	}
 	p.oldest.Store(p.scan)
+}
+
+// rescanLocked frees, after bits were cleared off the hot path (a settle, a sweep), the positions below scan
+// that nobody needs any more (at most slot_count), and moves reclaim past those that hold no slot. Hot path,
+// mu held.
+func (p *Producer) rescanLocked() {
+	if !p.rescan {
+		return
+	}
+	p.rescan = false
+	start, ok := p.span(p.reclaim, p.scan)
+	for q := start; ok && q != p.scan; q++ {
+		if p.posNeed[q&p.mask] == 0 {
+			p.freePos(q)
+		}
+	}
+	for p.reclaim != p.scan && p.posSlot[p.reclaim&p.mask] == noSlot {
+		p.reclaim++
+	}
 }
 
 // freePos returns position q's slot to the pool, if it still holds one.

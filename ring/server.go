@@ -386,6 +386,7 @@ func (p *Producer) admit(c *net.UnixConn, cred *unix.Ucred, h hello) (*member, u
 	gen.Store(gen.Load() + 1)
 	u32at(row, rowState).Store(uint32(ConsumerAttached)) // last: the row is complete
 	p.members = append(p.members, m)
+	p.settleFrontSet = false // reclaim now finds the frontier from the attached consumers
 	p.publishSetLocked()
 	select {
 	case p.attachC <- struct{}{}:
