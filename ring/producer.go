@@ -257,7 +257,7 @@ type Producer struct {
 	// reclaim advances scan to it (with somebody attached, reclaim finds them itself). An attach clears it.
 	settleFront    uint64
 	settleFrontSet bool
-	grants  map[uint32]grant // Config.Groups by group id; nil: every group is open
+	grants         map[uint32]grant // Config.Groups by group id; nil: every group is open
 	// blockedOn is the row + 1 the hot path waits for (ctl blocked_on), blockedSince when that began, and
 	// blockLogged when the log last said so (hot path only).
 	blockedOn                 uint32
@@ -267,6 +267,9 @@ type Producer struct {
 	// regions. A region detached meanwhile waits in grave; otherwise it is unmapped at detach.
 	hotBusy atomic.Bool
 	hotDone atomic.Uint64
+	// inCommit: the hot path is inside a commit that may store head without mu; groupAttach: a group
+	// member's attach is under way (commits take mu meanwhile). See commitWake.
+	inCommit, groupAttach atomic.Bool
 
 	helloTimeouts atomic.Uint64 // connections closed for sending no hello within helloTimeout
 	closing       bool
@@ -960,7 +963,12 @@ func (p *Producer) commitWake(force bool) {
 	if p.committed == p.pos {
 		return
 	}
-	if p.snap.Load().groups != nil {
+	// inCommit brackets a commit that may store head without mu (Dekker with the first group member's
+	// attach: it stores groupAttach, then waits for inCommit 0 before it loads head as the member's start,
+	// so no position published unassigned comes after that start).
+	p.inCommit.Store(true)
+	if p.snap.Load().groups != nil || p.groupAttach.Load() {
+		p.inCommit.Store(false)
 		// Groups: positions are assigned, and head stored, under mu (spec §14.7), from cursors read just
 		// now (§14.3), so a detach settles exactly the positions published before it.
 		p.mu.Lock()
@@ -972,6 +980,7 @@ func (p *Producer) commitWake(force bool) {
 	} else {
 		p.committed = p.pos
 		p.head.Store(p.pos) // sequentially consistent: the release plus the fence of §7.5
+		p.inCommit.Store(false)
 	}
 	// The head store above marks the wakes' start and hotDone their end (both sequentially consistent, the
 	// set loaded between them): a detach that publishes its new set, then finds hotDone == head, knows the
