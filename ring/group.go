@@ -442,8 +442,8 @@ func (p *Producer) assignLocked(groups [][]*member) {
 	}
 	for q := start; q != p.pos; q++ {
 		d := &p.descs[q&p.mask]
-		if d.Flags&FlagEndOfStream != 0 {
-			continue
+		if d.Flags&(FlagEndOfStream|FlagStreamEnd) != 0 {
+			continue // markers are everyone's
 		}
 		var mask uint64
 		for _, g := range groups {
@@ -456,7 +456,7 @@ func (p *Producer) assignLocked(groups [][]*member) {
 						best = m
 					}
 				case idle || m.queued == best.queued:
-					// among members never picked (lastPick 0), the lowest row (§14.3)
+					// least recently picked; never picked (0) before all, and among those the lowest row
 					if m.lastPick < best.lastPick || m.lastPick == best.lastPick && m.index < best.index {
 						best = m
 					}

@@ -63,7 +63,10 @@ type Config struct {
 	// the uids and gids it lists (and root); independent consumers are admitted as before. Without it
 	// every group is open.
 	Groups map[string]GroupGrant
-	Log    *zerolog.Logger // warnings (hugepage fallback, stale ring replaced); nil: silent
+	// Version is the producing program's name and version, written to the header's producer_version
+	// (2.2, spec §2; cut to ProducerVersionMax bytes) so stat and consumers can say what serves the ring.
+	Version string
+	Log     *zerolog.Logger // warnings (hugepage fallback, stale ring replaced); nil: silent
 	// NoHeartbeat, for tests that must be deterministic (internal/ringsim), runs no heartbeat: heartbeat_ns
 	// stays at creation's and the table's released columns move only when the producer reads cursors.
 	NoHeartbeat bool
@@ -448,6 +451,7 @@ func (p *Producer) createCtl() error {
 	le.PutUint32(c[offStatsCount:], uint32(numCounters))
 	le.PutUint32(c[offMaxConsumers:], uint32(p.cfg.MaxConsumers))
 	le.PutUint64(c[offHeartbeat:], realtimeNanos())
+	copy(c[offProducerVersion:offProducerVersion+ProducerVersionMax], p.cfg.Version)
 	p.bindShared()
 	p.head.Store(p.cfg.InitialPosition)
 	p.oldest.Store(p.cfg.InitialPosition)
@@ -548,6 +552,9 @@ func (p *Producer) reclaimLocked() {
 			p.oldest.Store(p.scan)
 		}
 		p.rescanLocked()
+		for p.reclaim != p.scan && p.posSlot[p.reclaim&p.mask] == noSlot {
+			p.reclaim++
+		}
 		if p.cfg.Policy != PolicyDrop || p.slotReady() {
 			return
 		}
@@ -657,6 +664,12 @@ func (p *Producer) TryAcquire() *Slot {
 		return nil
 	}
 	return p.takeFree()
+}
+
+// ConsumerRows reads the consumer table's non-free rows as stat shows them (pid, row, lag behind head),
+// for naming a slow consumer in a log line. Safe from any goroutine.
+func (p *Producer) ConsumerRows() []ConsumerInfo {
+	return consumerRows(p.ctl, p.cfg.MaxConsumers, p.head.Load())
 }
 
 // FreeSlots is how many slots the pool holds now, without reclaiming. Hot path only.
@@ -1037,6 +1050,29 @@ func (p *Producer) PublishEndOfStream(stopCnt uint64, timeout time.Duration) err
 	p.writeDesc(s.Index, 0, false, HeapInfo{HeapCnt: stopCnt, Flags: FlagEndOfStream, TimestampNs: realtimeNanos()})
 	p.ended = true
 	p.commitWake(true) // even inside a batch, and for consumers whose wakes are coalesced
+	return nil
+}
+
+// PublishStreamEnd publishes a STREAM_END marker (2.2, spec §4.1) for the stream-stop heap stopCnt: one
+// stream ended and the ring goes on, so a consumer learns where the stream ended and the next begins, in
+// order with the heaps. Like the end-of-stream marker it takes a slot (waiting up to timeout for one) and
+// wakes every sleeping consumer; unlike it, it is not final. It counts streams_ended.
+func (p *Producer) PublishStreamEnd(stopCnt uint64, timeout time.Duration) error {
+	if p.ended {
+		return p.endedError("publish a stream-end marker")
+	}
+	s, err := p.Acquire()
+	if errors.Is(err, ErrFull) && timeout > 0 {
+		if err = p.waitFor(p.slotFreeLocked, nil, timeout); err == nil {
+			s, err = p.Acquire()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("publish stream end on %s: %w", p.name, err)
+	}
+	p.Add(CounterStreamsEnded, 1)
+	p.writeDesc(s.Index, 0, false, HeapInfo{HeapCnt: stopCnt, Flags: FlagStreamEnd, TimestampNs: realtimeNanos()})
+	p.commitWake(true)
 	return nil
 }
 

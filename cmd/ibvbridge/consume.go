@@ -24,6 +24,7 @@ func runConsume(args []string, stdout, stderr io.Writer) error {
 	workPasses := fs.Int("work-passes", 0, "checksum each heap this many more times: CPU-bound work per heap (benchmarks)")
 	groupName := fs.String("group-name", "", "attach as a member of this consumer group: the group's members share the stream, each heap read by one of them (starts at head)")
 	maxLatencyUs := fs.Int("max-latency-us", 0, "let heaps of a moving stream wait up to this long for coalesced wakes (0: a wake per heap)")
+	streams := fs.Bool("streams", false, "read on across stream ends (STREAM_END markers of recv --keep-going) until the ring ends, tallying each stream in \"streams\" (default: the first stream end ends the read)")
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
@@ -46,7 +47,7 @@ func runConsume(args []string, stdout, stderr io.Writer) error {
 	res := bench.Consume(*name, bench.ConsumeOptions{Verify: *verify, MaxHeaps: *maxHeaps,
 		Timeout: time.Duration(*timeoutMs) * time.Millisecond, Hold: *hold, Sleep: time.Duration(*sleepUs) * time.Microsecond,
 		MaxLatency: time.Duration(*maxLatencyUs) * time.Microsecond, Dir: *dir, FromHead: *start == "head",
-		StopFirst: *stopFirst, Wait: *wait, Group: *groupName, WorkPasses: *workPasses})
+		StopFirst: *stopFirst, Wait: *wait, Group: *groupName, WorkPasses: *workPasses, Streams: *streams})
 	if err := json.NewEncoder(stdout).Encode(res); err != nil {
 		return err
 	}

@@ -14,12 +14,15 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/ibvbridge/ibvbridge/bridge"
 	"github.com/ibvbridge/ibvbridge/internal/chunkplace"
 	"github.com/ibvbridge/ibvbridge/internal/proccpu"
+	"github.com/ibvbridge/ibvbridge/internal/sdnotify"
+	"github.com/ibvbridge/ibvbridge/internal/version"
 	"github.com/ibvbridge/ibvbridge/metrics"
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/spead"
@@ -58,7 +61,8 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	maxPacket := sizeFlag(fs, "max-packet", udp.DefaultMaxPacketSize, "largest datagram; bigger ones are counted as truncated")
 	threads := fs.Int("threads", 1, "udp: receive threads (spead2_recv's flag); each owns a share of the endpoints, all feed one ring")
 	cpus := fs.String("cpus", "", "udp: pin receive thread k to the k-th CPU of this comma-separated list")
-	coalesce := fs.Duration("coalesce", udp.DefaultCoalesce, "udp: after a read that empties the socket, sleep up to this long (at most 1ms) so the next read finds many bursts (interrupt moderation; delays a busy stream's datagrams by at most this; each sleep shortened to what the socket buffer and the ring's free slots hold); 0: read each burst as it comes")
+	coalesce := udp.DefaultCoalescing
+	fs.Var(&coalesce, "coalesce", "udp: after a read that empties the socket, sleep so the next read finds many bursts (interrupt moderation in software). heap (default): each sleep ends before the heap in assembly is expected to be complete and none is taken between heaps, so no heap completes later for it (up to 1ms). A duration (at most 1ms): sleep up to that long, fewer wakes for up to that much latency per heap. 0: read each burst as it comes. Each sleep is shortened to what the socket buffer and the ring's free slots hold")
 	gro := fs.Bool("gro", true, "udp: let the kernel hand over runs of datagrams as one message (UDP GRO); --gro=false: one datagram per message")
 	hugepages := fs.String("hugepages", "auto", "ring data on hugepages: auto, require or off")
 	ringDir := fs.String("dir", "", "ring directory for the socket and lock (default: $IBVBRIDGE_RING_DIR, else /run/ibvbridge for root, else /dev/shm/ibvbridge-UID)")
@@ -92,6 +96,8 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	chunkHeapSize := sizeFlag(fs, "chunk-heap-size", 0, "chunk mode: bytes per heap position (larger heaps are rejected); the slot size follows")
 	chunkPlace := fs.String("chunk-place", "", "chunk mode: LIB.so:FUNCTION, a C function that places each heap instead of --chunk-by (clients/c/ibvbridge_chunk_place.h); trusted code, loaded into recv")
 	chunkPlaceItems := fs.String("chunk-place-items", "", "with --chunk-place: ID,ID,... the immediate items whose values the function gets, in order")
+	keepGoing := fs.Bool("keep-going", false, "a stream stop ends that stream, not recv: consumers see a STREAM_END marker and read on; the ring's END_OF_STREAM comes when recv stops (the systemd unit's default; spead2's stop_on_stop_item=False)")
+	lossSummary := fs.Duration("loss-summary", bridge.DefaultLossSummary, "least time between two summary lines of losses that go on (the first loss of each kind is logged within 200ms)")
 	chunkPlaceArg := fs.String("chunk-place-arg", "", "with --chunk-place: a string the function gets (its user_data)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -176,7 +182,7 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 		}
 		eps = append(eps, ep)
 	}
-	asmCfg := spead.AssemblerConfig{MaxHeaps: *maxHeaps, Incomplete: *incomplete, ChunkWindow: *chunkWindow}
+	asmCfg := spead.AssemblerConfig{MaxHeaps: *maxHeaps, Incomplete: *incomplete, ChunkWindow: *chunkWindow, KeepGoing: *keepGoing}
 	if *chunkPlace != "" { // loaded before anything is opened: a bad library leaves nothing behind
 		plug, err := loadChunkPlace(*chunkPlace, *chunkPlaceArg, fs, placeItems, chunks)
 		if err != nil {
@@ -202,6 +208,11 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 
 	// Signals are ours from before the ring exists: a SIGINT that arrives while it is being created must
 	// still end in a clean stop, not the default exit that would leave the ring behind.
+	notify, err := sdnotify.FromEnv() // $NOTIFY_SOCKET: under systemd (Type=notify) or a supervisor like it
+	if err != nil {
+		return err
+	}
+	defer notify.Close()
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
@@ -212,9 +223,19 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	cfg := bridge.Config{Ring: *name,
 		RingCfg: ring.Config{SlotCount: *slots, SlotSize: ringSlotSize, MaxItems: *maxItems, Policy: pol, HugePages: hp,
 			Dir: *ringDir, Group: *group, MaxConsumers: *maxConsumers, MaxObservers: *maxObservers, ReplayTimestamps: tr == "pcap",
-			Chunks: chunks, Groups: grants},
+			Chunks: chunks, Groups: grants, Version: version.Producer("ibvbridge recv")},
 		Assembler:    asmCfg,
-		WaitConsumer: *waitConsumer, StatsInterval: *statsEvery, Log: &log}
+		WaitConsumer: *waitConsumer, StatsInterval: *statsEvery, LossSummary: *lossSummary, Log: &log,
+		Ready: func() {
+			if err := notify.Send("READY=1\nSTATUS=receiving into ring " + *name); err != nil {
+				log.Warn().Err(err).Msg("sd_notify READY")
+			}
+		},
+		Tick: func(now time.Time) {
+			if err := notify.Ping(now); err != nil {
+				log.Warn().Err(err).Msg("sd_notify WATCHDOG")
+			}
+		}}
 	switch tr {
 	case "udp":
 		if *pcapFile != "" {
@@ -231,7 +252,7 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 			return usageError("--threads %d: want 1..%d (a thread owns whole endpoints; give more endpoints for more threads)", *threads, len(eps))
 		}
 		cfg.Source, err = udp.Open(udp.Config{Endpoints: eps, Interface: ifAddr, BufferSize: *buffer,
-			MaxPacketSize: *maxPacket, GRO: *gro, Threads: *threads, CPUs: cpuList, Coalesce: *coalesce, Log: &log})
+			MaxPacketSize: *maxPacket, GRO: *gro, Threads: *threads, CPUs: cpuList, Coalesce: coalesce.Max, CoalesceHeaps: coalesce.Heaps, Log: &log})
 	case "pcap":
 		if *pcapFile == "" {
 			return usageError("--transport pcap needs --pcap FILE")
@@ -281,12 +302,16 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	if *chunkHeaps > 0 {
 		ev = ev.Uint("chunk_heaps", *chunkHeaps)
 	}
-	ev.Int("slots", *slots).Int("slot_size", p.SlotSize()).Bool("hugepages", p.Huge()).
+	if *keepGoing {
+		ev = ev.Bool("keep_going", true)
+	}
+	ev.Str("version", version.Version).Int("slots", *slots).Int("slot_size", p.SlotSize()).Bool("hugepages", p.Huge()).
 		Str("policy", pol.String()).Msg("receiving")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go stopOnSignals(sigs, cancel, rcv, &log)
 	res, err := rcv.Run(ctx)
+	_ = notify.Send("STOPPING=1")
 	if err != nil {
 		return err
 	}
