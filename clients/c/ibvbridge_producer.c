@@ -699,7 +699,8 @@ static void read_cursors_locked(struct ibvb_producer *p, int hot)
 		uint64_t t = atomic_load_explicit(&m->region->tail, memory_order_acquire);
 		uint64_t head = hot ? p->committed : atomic_load_explicit(&p->ctl->head, memory_order_acquire);
 		if (t - m->released > head - m->released) {
-			detach_locked(p, i, IBVB_CONSUMER_BAD_CURSOR, 0);
+			/* spec §2.2: lost_heaps counts from the final valid tail (states 2 and 3 alike) */
+			detach_locked(p, i, IBVB_CONSUMER_BAD_CURSOR, head - m->released);
 			continue;
 		}
 		if (t != m->released) {
@@ -2096,7 +2097,6 @@ int ibvb_producer_end_of_stream(struct ibvb_producer *p, uint64_t stop_heap_cnt,
 		ibvb__producer_ended(p, "publish a second end-of-stream marker");
 		return -EPIPE;
 	}
-	ibvb_producer_set(p, IBVB_CTR_END_OF_STREAM, 1); /* before the marker: a consumer that sees it reads the counter set */
 	if (p->free_r == p->free_w || p->free_r == p->take_end) {
 		ibvb_producer_commit(p);
 		pthread_mutex_lock(&st->mu);
@@ -2117,6 +2117,9 @@ int ibvb_producer_end_of_stream(struct ibvb_producer *p, uint64_t stop_heap_cnt,
 	int rc = ibvb_producer_acquire(p, &s); /* a slot is free: no wait */
 	if (rc < 0)
 		return fail(rc, "ring %s: no free slot for the end-of-stream marker", st->name);
+	/* spec §2.3: 1 once the marker is published, so not before a slot for it is taken; before the publish,
+	 * so a consumer that sees the marker reads the counter set */
+	ibvb_producer_set(p, IBVB_CTR_END_OF_STREAM, 1);
 	struct ibvb_publish_info h;
 	memset(&h, 0, sizeof h);
 	h.heap_cnt = stop_heap_cnt;
