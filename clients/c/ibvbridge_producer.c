@@ -141,12 +141,6 @@ struct ibvb__pstate {
 	uint64_t scan, window_end, picks;
 	uint64_t skipped_gone; /* group_skipped of departed members */
 	int rescan;
-	/* settle_front (while settle_front_set): a departed member's settled positions before it that no
-	 * attached independent consumer needed at its detach are free (spec §14.7); with nobody attached the
-	 * hot path's reclaim moves scan up to it (with somebody attached reclaim finds them itself). An attach
-	 * clears it. */
-	uint64_t settle_front;
-	int settle_front_set;
 	uint64_t set_gen; /* under mu; mirrored to p->set_gen */
 	int nmembers;
 	struct pmember m[IBVB_MAX_CONSUMERS_LIMIT];
@@ -575,16 +569,6 @@ static void settle_departed_locked(struct ibvb_producer *p, uint32_t i)
 	m->group = 0;
 	m->v22 = 0;
 	st->rescan = 1;
-	/* what an attached independent has not released stays held; the rest is free once nobody needs it,
-	 * whether or not anybody stays attached (reclaim_locked) */
-	uint64_t front = end;
-	for (uint32_t j = 0; j < st->max_consumers; j++)
-		if (j != i && st->m[j].on && !st->m[j].group && (int64_t)(st->m[j].released - front) < 0)
-			front = st->m[j].released;
-	if (!st->settle_front_set || (int64_t)(st->settle_front - front) < 0) {
-		st->settle_front = front;
-		st->settle_front_set = 1;
-	}
 	store_skipped_locked(p);
 	atomic_fetch_sub_explicit(&p->group_members, 1, memory_order_relaxed);
 }
@@ -817,8 +801,6 @@ static void set_window_locked(struct ibvb_producer *p)
 static void reclaim_locked(struct ibvb_producer *p)
 {
 	struct ibvb__pstate *st = p->st;
-	if (st->nmembers != 0)
-		read_cursors_locked(p, 1); /* may detach every one: then nobody's tail frees anything (below) */
 	if (st->rescan) { /* a member left: what only it held below scan is free */
 		for (uint64_t q = st->reclaim; q != st->scan; q++)
 			if (st->pos_need[q & p->mask] == 0)
@@ -828,14 +810,6 @@ static void reclaim_locked(struct ibvb_producer *p)
 		st->rescan = 0;
 	}
 	if (st->nmembers == 0) {
-		if (st->settle_front_set) { /* under block too: a slot free in the window is used, no attach awaited */
-			st->settle_front_set = 0;
-			for (; (int64_t)(st->scan - st->settle_front) < 0; st->scan++) /* ≤ slot_count: front ≤ committed */
-				if (st->pos_need[st->scan & p->mask] == 0)
-					free_pos(p, st->scan);
-			while (st->reclaim != st->scan && p->pos_slot[st->reclaim & p->mask] == IBVB__NO_SLOT)
-				st->reclaim++;
-		}
 		if (p->policy == IBVB_POLICY_DROP && !slot_ready(p)) {
 			uint64_t to = st->reclaim;
 			while (to != p->committed && p->pos_slot[to & p->mask] == IBVB__NO_SLOT)
@@ -848,6 +822,7 @@ static void reclaim_locked(struct ibvb_producer *p)
 				st->scan = st->reclaim;
 		}
 	} else {
+		read_cursors_locked(p, 1);
 		/* The independent consumers' frontier: below it a position is free unless a member needs it. */
 		uint64_t to = p->committed;
 		int members = 0;
@@ -1384,7 +1359,6 @@ static int admit(struct ibvb_producer *p, const struct ucred *cr, uint32_t start
 	if (group)
 		atomic_fetch_add_explicit(&p->group_members, 1, memory_order_relaxed);
 	st->nmembers++;
-	st->settle_front_set = 0; /* reclaim now finds the frontier from the attached consumers */
 	bump_set_locked(p);
 	pthread_mutex_unlock(&st->mu);
 	*gen_out = gen;
