@@ -41,8 +41,10 @@ type Config struct {
 	PacketArea int    // bytes for a frame-level transport's packet buffers (default 0)
 	Policy     Policy // full-ring policy (default drop)
 	HugePages  HugePages
-	// Dir is the ring directory for the socket and the lock file (default DefaultDir(): spec §1.1).
-	Dir string
+	// Dir is the ring directory for the socket and the lock file (default DefaultDir(): spec §1.1; should a
+	// stranger have made that shared-memory default first, the next default under /tmp).
+	Dir          string
+	dirDefaulted bool // Dir was not given: the next default may replace an unsafe one
 	// MaxConsumers is how many consumers may attach at once (default 8, at most 64).
 	MaxConsumers int
 	// MaxObservers is how many observers (stat, ls) may be connected at once (default 4): each holds a
@@ -89,7 +91,7 @@ func (c *Config) setDefaults() error {
 		c.MetaSize = 64 << 10
 	}
 	if c.Dir == "" {
-		c.Dir = DefaultDir()
+		c.Dir, c.dirDefaulted = DefaultDir(), true
 	}
 	if c.MaxConsumers == 0 {
 		c.MaxConsumers = DefaultMaxConsumer
@@ -324,7 +326,7 @@ func Create(name string, cfg Config) (p *Producer, err error) {
 	if err = p.setGrants(); err != nil {
 		return p, fmt.Errorf("create ring %s: %w", name, err)
 	}
-	if p.dir, err = openRingDir(cfg.Dir); err != nil {
+	if p.dir, err = p.openDefaultDir(); err != nil {
 		return p, fmt.Errorf("create ring %s: %w", name, err)
 	}
 	var held bool
@@ -351,6 +353,32 @@ func Create(name string, cfg Config) (p *Producer, err error) {
 	p.serveDone.Add(1)
 	go p.serve()
 	return p, nil
+}
+
+// openDefaultDir opens the ring directory: the one configured, or, when none was, the first default that
+// passes openRingDir's checks (spec §1.1): a stranger who made /dev/shm/ibvbridge-UID first is skipped with
+// one warning, not obeyed, and the ring is made in the next default. A configured directory that fails
+// is refused, never skipped.
+func (p *Producer) openDefaultDir() (*ringDir, error) {
+	if !p.cfg.dirDefaulted {
+		return openRingDir(p.cfg.Dir)
+	}
+	dirs := defaultDirs()
+	var err error
+	for i, d := range dirs {
+		var rd *ringDir
+		if rd, err = openRingDir(d); err == nil {
+			p.cfg.Dir = d
+			return rd, nil
+		}
+		if !errors.Is(err, ErrUnsafeDir) || i == len(dirs)-1 {
+			return nil, err
+		}
+		if p.cfg.Log != nil {
+			p.cfg.Log.Warn().Err(err).Str("next", dirs[i+1]).Msgf("skipping %s; using %s", d, dirs[i+1])
+		}
+	}
+	return nil, err
 }
 
 // createData makes the data memory: a hugetlb memfd when asked and possible, else shmem (spec §1).

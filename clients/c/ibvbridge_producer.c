@@ -1101,7 +1101,7 @@ static void assign_locked(struct ibvb_producer *p)
 			mask |= 1ull << best;
 			a = b;
 		}
-		d->reserved = mask; /* assign (0x38) */
+		d->assign = mask;
 		st->pos_need[q & p->mask] = mask;
 	}
 	for (uint32_t k = 0; k < n; k++) {
@@ -1414,17 +1414,17 @@ static int check_hello(struct ibvb_producer *p, int fd, int fd_short, struct ucr
 		return -1;
 	}
 	/* 2.1: 0x14..0x17 is group_id (spec §14), 0x18..0x1F stay reserved and must be zero */
-	if (h->reserved[1] | h->reserved[2]) {
+	if (h->reserved[0] | h->reserved[1]) {
 		snprintf(msg, sizeof msg, "ring %s: the hello's reserved bytes are not zero", st->name);
 		refuse(st, fd, cr, IBVB_STATUS_PROTOCOL, msg);
 		return -1;
 	}
-	if (h->role == IBVB_ROLE_OBSERVER && h->reserved[0]) {
-		snprintf(msg, sizeof msg, "ring %s: an observer in group %#x", st->name, h->reserved[0]);
+	if (h->role == IBVB_ROLE_OBSERVER && h->group_id) {
+		snprintf(msg, sizeof msg, "ring %s: an observer in group %#x", st->name, h->group_id);
 		refuse(st, fd, cr, IBVB_STATUS_PROTOCOL, msg);
 		return -1;
 	}
-	if (!grant_permits(st, fd, cr, h->reserved[0], msg, sizeof msg)) {
+	if (!grant_permits(st, fd, cr, h->group_id, msg, sizeof msg)) {
 		refuse(st, fd, cr, IBVB_STATUS_NOT_PERMITTED, msg);
 		return -1;
 	}
@@ -1525,7 +1525,7 @@ static int answer_hello(struct ibvb_producer *p, int fd, int fd_short)
 	w.ctl_size = p->st->ctl_size;
 	if (h.role == IBVB_ROLE_OBSERVER)
 		return welcome_observer(p, fd, &cr, &w);
-	return welcome_consumer(p, fd, &cr, h.start, h.reserved[0], h.minor, &w);
+	return welcome_consumer(p, fd, &cr, h.start, h.group_id, h.minor, &w);
 }
 
 /* ---- the service thread ----------------------------------------------------------------------- */

@@ -88,7 +88,7 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	statsEvery := fs.Duration("stats-interval", 0, "log the counters this often (0: off)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	waitConsumer := fs.Duration("wait-consumer", 0, "wait up to this long for a consumer to attach before receiving (file replay into a reader)")
-	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. :9100 or 127.0.0.1:9100)")
+	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics, and the probes /healthz and /readyz (e.g. :9100 or 127.0.0.1:9100)")
 	chunkHeaps := fs.Uint("chunk-heaps", 0, "chunk mode: heaps per chunk along the time axis (0: off; docs/ring-layout.md §13)")
 	chunkBy := fs.String("chunk-by", "", "chunk mode: ITEM[:STEP], the immediate item whose value / STEP is a heap's time index (e.g. 0x1600:4096)")
 	chunkAxis := fs.String("chunk-axis", "", "chunk mode: ITEM:COUNT, an immediate item giving a second index below COUNT (e.g. 0x4101:64)")

@@ -1562,7 +1562,7 @@ class Producer:
                     self.row_set(m.index, assigned=m.assigned, queued=m.queued)
                 self._picks = picks + n_live
                 masks[live] |= np.array([1 << m.index for m in g], np.uint64)[choice]
-        self.desc["reserved"][idx] = masks
+        self.desc["assign"][idx] = masks
         self._pos_need[idx] = masks
 
     def _publish_staged(self):
