@@ -18,6 +18,16 @@ import (
 	"github.com/ibvbridge/ibvbridge/verbs"
 )
 
+var xdpTransport = transportKind{name: "xdp", send: sendXDP}
+
+// sendXDP is send's AF_XDP path: frames built straight into AF_XDP UMEM frames.
+func sendXDP(o *sendOptions, e transport.Endpoint, enc *spead.Encoder) (transport.HeapSender, error) {
+	if len(o.eps) > 1 {
+		return nil, usageError("--transport xdp sends to one destination (one AF_XDP socket per TX queue)")
+	}
+	return openXDPHeapSender(o.iface, e, o.ttl, o.rate, o.batch, enc)
+}
+
 // xdpOptions are recv's AF_XDP flags.
 type xdpOptions struct {
 	queues   string
