@@ -85,3 +85,59 @@ func TestSendRingDefaultsRateToTheRingsPace(t *testing.T) {
 		}
 	}
 }
+
+func TestRecvOptionsValidateGivesOneUsageLine(t *testing.T) {
+	r := []string{"--ring", "r"}
+	with := func(a ...string) []string { return append(append([]string{}, r...), a...) }
+	checkOptions(t, []optionCase{
+		{with("9000"), ""},
+		{with("--pcap", "x.pcap"), ""},
+		{with("--chunk-heaps", "8", "--chunk-by", "0x1600", "--chunk-heap-size", "8K", "9000"), ""},
+		{with("--transport", "xdp", "--interface", "lo", "9000"), ""},
+		{[]string{"9000"}, "--ring is required"},
+		{[]string{"--ring", "bad/name", "9000"}, `--ring "bad/name"`},
+		{with("--slots", "3", "9000"), "--slots 3: want a power of two"},
+		{with("--slot-size", "512", "9000"), "--slot-size 512: want at least"},
+		{with("--max-items", "0", "9000"), "--max-items 0"},
+		{with("--max-observers", "0", "9000"), "--max-observers 0"},
+		{with("--max-consumers", "0", "9000"), "--max-consumers 0"},
+		{with("--max-heaps", "0", "9000"), "--max-heaps 0"},
+		{with("--max-packet", "10", "9000"), "--max-packet 10: want 64..65535"},
+		{with("--log-format", "xml", "9000"), `--log-format "xml": want console or json`},
+		{with("--hugepages", "maybe", "9000"), `--hugepages "maybe"`},
+		{with("--policy", "sometimes", "9000"), `--policy "sometimes": want drop or block`},
+		{with("--interface", "eth0", "9000"), `--interface "eth0"`},
+		{with("--transport", "tcp", "9000"), `--transport "tcp": want udp, pcap, xdp or ibv`},
+		{with("--ibv", "--transport", "udp", "9000"), "--ibv means --transport ibv"},
+		{r, "no endpoints: give host:port or port (or --pcap FILE)"},
+		{with("--transport", "udp", "--pcap", "x.pcap", "9000"), "--pcap replays a file: it does not go with --transport udp"},
+		{with("--threads", "2", "9000"), "--threads 2: want 1..1"},
+		{with("--cpus", "a", "9000"), `--cpus "a"`},
+		{with("--transport", "pcap", "9000"), "--transport pcap needs --pcap FILE"},
+		{with("--transport", "xdp", "9000"), "--transport xdp needs --interface"},
+		{with("--transport", "xdp", "--interface", "lo", "--zero-copy", "--copy", "9000"), "exclude each other"},
+		{with("--transport", "ibv", "9000"), "receives multicast only"},
+		{with("--transport", "ibv", "--pcap", "x.pcap", "239.1.2.3:9000"), "it does not go with --transport ibv"},
+		{with("--chunk-by", "0x1600", "9000"), "--chunk-by goes with --chunk-heaps"},
+		{with("--chunk-place-items", "1", "9000"), "--chunk-place-items goes with --chunk-place"},
+		{with("--chunk-heaps", "8", "--chunk-heap-size", "8K", "9000"), "needs --chunk-by"},
+		{with("--chunk-heaps", "8", "--chunk-by", "0x1600", "9000"), "needs --chunk-heap-size"},
+		{with("--chunk-heaps", "8", "--chunk-by", "0x1600", "--chunk-heap-size", "8K", "--slot-size", "1M", "9000"), "--slot-size does not go"},
+		{with("--consumer-group", "work=0", "--consumer-group", "work=1", "9000"), "given twice"},
+		{with("nohost:port"), "nohost:port"},
+	}, func(fs *flag.FlagSet, args []string) error { return parseRecv(fs, recvFlags(fs), args) })
+}
+
+// TestRecvPolicyDefaultsToBlockForReplay: a replay blocks on a full ring unless --policy says otherwise.
+func TestRecvPolicyDefaultsToBlockForReplay(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{{[]string{"--ring", "r", "9000"}, "drop"}, {[]string{"--ring", "r", "--pcap", "f"}, "block"}, {[]string{"--ring", "r", "--pcap", "f", "--policy", "drop"}, "drop"}} {
+		fs := newFlagSet("recv", io.Discard)
+		o := recvFlags(fs)
+		if err := parseRecv(fs, o, c.args); err != nil || o.pol.String() != c.want || o.ringConfig().Policy != o.pol {
+			t.Errorf("%q: policy %v (%v), want %s", c.args, o.pol, err, c.want)
+		}
+	}
+}

@@ -21,19 +21,19 @@ const sendUsage = "usage: ibvbridge send HOST:PORT [HOST:PORT...] [flags]   (hea
 
 // sendOptions are send's flags and positionals; validate checks them and fills in the derived fields.
 type sendOptions struct {
-	heapSize, packetSize                   int
-	heaps, tsStep                          uint64
-	rate                                   float64
-	flavourName, iface, transport, tsItem  string
-	axis, ring, waitRing, waitDir          string
-	items, ttl, batch, threads             int
-	waitConsumers                          int
-	waitTimeout                            time.Duration
-	descriptors, pattern, timestamp, gso   bool
-	noStop, json, incomplete               bool
-	ibv                                    *ibvFlags
-	set                                    map[string]bool // flags given on the command line
-	dests                                  []string        // the positional HOST:PORTs
+	heapSize, packetSize                  int
+	heaps, tsStep                         uint64
+	rate                                  float64
+	flavourName, iface, transport, tsItem string
+	axis, ring, waitRing, waitDir         string
+	items, ttl, batch, threads            int
+	waitConsumers                         int
+	waitTimeout                           time.Duration
+	descriptors, pattern, timestamp, gso  bool
+	noStop, json, incomplete              bool
+	ibv                                   *ibvFlags
+	set                                   map[string]bool // flags given on the command line
+	dests                                 []string        // the positional HOST:PORTs
 
 	// Derived by validate.
 	eps        []transport.Endpoint

@@ -10,13 +10,28 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/ibvbridge/ibvbridge/bridge"
 	"github.com/ibvbridge/ibvbridge/spead"
 	"github.com/ibvbridge/ibvbridge/transport"
 	"github.com/ibvbridge/ibvbridge/transport/ibv"
 	"github.com/ibvbridge/ibvbridge/verbs"
 )
 
-var ibvTransport = transportKind{name: "ibv", send: sendIBV}
+var ibvTransport = transportKind{name: "ibv", send: sendIBV, recvCheck: checkIBVRecv, recv: openIBVRecv}
+
+func checkIBVRecv(o *recvOptions) error {
+	if o.pcapFile != "" {
+		return usageError("--pcap replays a file: it does not go with --transport ibv")
+	}
+	_, err := o.ibv.recvConfig(o.endpoints, o.eps, o.iface)
+	return err
+}
+
+// openIBVRecv checks that libibverbs loads and has the device (newIBVSource) and sets the source.
+func openIBVRecv(o *recvOptions, cfg *bridge.Config) (err error) {
+	cfg.AreaSource, err = newIBVSource(o.ibv, o.endpoints, o.eps, o.iface, o.pcapFile)
+	return err
+}
 
 // sendIBV is send's ibverbs path: frames built straight into the NIC's registered buffers.
 func sendIBV(o *sendOptions, e transport.Endpoint, enc *spead.Encoder) (transport.HeapSender, error) {

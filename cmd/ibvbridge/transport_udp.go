@@ -5,12 +5,38 @@ package main
 import (
 	"net/netip"
 
+	"github.com/ibvbridge/ibvbridge/bridge"
 	"github.com/ibvbridge/ibvbridge/spead"
 	"github.com/ibvbridge/ibvbridge/transport"
 	"github.com/ibvbridge/ibvbridge/transport/udp"
 )
 
-var udpTransport = transportKind{name: "udp", send: openUDPHeapSender}
+var udpTransport = transportKind{name: "udp", send: openUDPHeapSender, recvCheck: checkUDPRecv, recv: openUDPRecv}
+
+// checkUDPRecv checks recv's socket options: endpoints, --threads and --cpus.
+func checkUDPRecv(o *recvOptions) error {
+	if o.pcapFile != "" {
+		return usageError("--pcap replays a file: it does not go with --transport udp")
+	}
+	if len(o.eps) == 0 {
+		return usageError("no endpoints: give host:port or port (or --pcap FILE)")
+	}
+	var err error
+	if o.cpuList, err = parseCPUs(o.cpus); err != nil {
+		return err
+	}
+	if o.threads < 1 || o.threads > len(o.eps) {
+		return usageError("--threads %d: want 1..%d (a thread owns whole endpoints; give more endpoints for more threads)", o.threads, len(o.eps))
+	}
+	return nil
+}
+
+// openUDPRecv opens recv's sockets.
+func openUDPRecv(o *recvOptions, cfg *bridge.Config) (err error) {
+	cfg.Source, err = udp.Open(udp.Config{Endpoints: o.eps, Interface: o.ifAddr, BufferSize: o.buffer,
+		MaxPacketSize: o.maxPacket, GRO: o.gro, Threads: o.threads, CPUs: o.cpuList, Coalesce: o.coalesce, Log: cfg.Log})
+	return err
+}
 
 // openUDPHeapSender opens send's socket sender to e, paced at its share of --rate.
 func openUDPHeapSender(o *sendOptions, e transport.Endpoint, enc *spead.Encoder) (transport.HeapSender, error) {

@@ -12,13 +12,28 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/ibvbridge/ibvbridge/bridge"
 	"github.com/ibvbridge/ibvbridge/spead"
 	"github.com/ibvbridge/ibvbridge/transport"
 	"github.com/ibvbridge/ibvbridge/transport/xdp"
 	"github.com/ibvbridge/ibvbridge/verbs"
 )
 
-var xdpTransport = transportKind{name: "xdp", send: sendXDP}
+var xdpTransport = transportKind{name: "xdp", send: sendXDP, recvCheck: checkXDPRecv, recv: openXDPRecv}
+
+func checkXDPRecv(o *recvOptions) error {
+	_, err := o.xdp.config(o.iface, o.eps, nil)
+	return err
+}
+
+// openXDPRecv sets recv's AF_XDP source, which receives into the ring's packet area.
+func openXDPRecv(o *recvOptions, cfg *bridge.Config) error {
+	xc, err := o.xdp.config(o.iface, o.eps, cfg.Log)
+	if err == nil {
+		cfg.AreaSource = xdp.AreaSource{Config: xc}
+	}
+	return err
+}
 
 // sendXDP is send's AF_XDP path: frames built straight into AF_XDP UMEM frames.
 func sendXDP(o *sendOptions, e transport.Endpoint, enc *spead.Encoder) (transport.HeapSender, error) {

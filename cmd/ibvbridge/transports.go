@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 
+	"github.com/ibvbridge/ibvbridge/bridge"
 	"github.com/ibvbridge/ibvbridge/spead"
 	"github.com/ibvbridge/ibvbridge/transport"
 )
@@ -13,10 +14,15 @@ type transportKind struct {
 	name string
 	// send opens the sender to destination e (nil: recv only); o is validated, enc is this sender's own.
 	send func(o *sendOptions, e transport.Endpoint, enc *spead.Encoder) (transport.HeapSender, error)
+	// recvCheck checks recv's options for this transport, opening nothing (nil: send only).
+	recvCheck func(o *recvOptions) error
+	// recv sets cfg.Source, or cfg.AreaSource for a transport that receives into the ring's packet area
+	// (the pipeline opens it once the ring exists); o has passed recvCheck.
+	recv func(o *recvOptions, cfg *bridge.Config) error
 }
 
 // transports are recv's and send's transports, in the order their usage errors list them.
-var transports = []transportKind{udpTransport, xdpTransport, ibvTransport}
+var transports = []transportKind{udpTransport, pcapTransport, xdpTransport, ibvTransport}
 
 // lookupTransport returns the transport named name (def if name is empty) among those ok accepts; any
 // other name is a usage error listing them.
