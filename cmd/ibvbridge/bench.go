@@ -148,4 +148,3 @@ func parseNoArgs(fs *flag.FlagSet, args []string) error {
 	}
 	return nil
 }
-
