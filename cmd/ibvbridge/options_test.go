@@ -141,3 +141,13 @@ func TestRecvPolicyDefaultsToBlockForReplay(t *testing.T) {
 		}
 	}
 }
+
+func TestStatOptionsValidateGivesOneUsageLine(t *testing.T) {
+	checkOptions(t, []optionCase{
+		{[]string{"r"}, ""},
+		{[]string{"r", "--watch", "--interval", "10ms", "--json"}, ""},
+		{nil, "usage: ibvbridge stat [--json] [--watch] RING"},
+		{[]string{"a", "b"}, "usage: ibvbridge stat"},
+		{[]string{"r", "--interval", "0s"}, "--interval 0s: want a positive duration"},
+	}, func(fs *flag.FlagSet, args []string) error { return parseStat(fs, statFlags(fs), args) })
+}
