@@ -151,3 +151,18 @@ func TestStatOptionsValidateGivesOneUsageLine(t *testing.T) {
 		{[]string{"r", "--interval", "0s"}, "--interval 0s: want a positive duration"},
 	}, func(fs *flag.FlagSet, args []string) error { return parseStat(fs, statFlags(fs), args) })
 }
+
+func TestConsumeOptionsValidateGivesOneUsageLine(t *testing.T) {
+	checkOptions(t, []optionCase{
+		{[]string{"--ring", "r"}, ""},
+		{[]string{"--ring", "r", "--start", "head", "--hold", "2"}, ""},
+		{nil, "--ring is required"},
+		{[]string{"--ring", "r", "extra"}, `unexpected argument "extra"`},
+		{[]string{"--ring", "r", "--timeout-ms", "-1"}, "--timeout-ms -1"},
+		{[]string{"--ring", "r", "--hold", "-1"}, "--hold -1"},
+		{[]string{"--ring", "r", "--sleep-us", "-1"}, "--sleep-us -1"},
+		{[]string{"--ring", "r", "--work-passes", "-1"}, "--work-passes -1"},
+		{[]string{"--ring", "r", "--max-latency-us", "-1"}, "--max-latency-us -1"},
+		{[]string{"--ring", "r", "--start", "middle"}, `--start "middle": want oldest or head`},
+	}, func(fs *flag.FlagSet, args []string) error { return parseConsume(fs, consumeFlags(fs), args) })
+}
