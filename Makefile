@@ -6,7 +6,7 @@ export PYENV_VERSION := system
 PYTHON := /usr/bin/python3
 GO ?= go
 
-.PHONY: all setup build test test-go test-c test-python test-interop test-docs docs bench-report fuzz soak demo bench clean install install-systemd sim
+.PHONY: all setup build test test-go test-c test-python test-interop test-docs docs bench-report fuzz soak soak-service demo bench clean install install-systemd sim
 
 all: build
 
@@ -22,11 +22,15 @@ test: setup build
 	$(GO) vet ./...
 	@echo "== C client tests"
 	$(MAKE) -s -C clients/c test
+	@echo "== Python client type check (mypy; strictness in clients/python/pyproject.toml)"
+	cd clients/python && $(PYTHON) -m mypy --cache-dir=/dev/null  # writes no cache into the tree
 	@echo "== Python client tests"
 	@# pytest keeps its last three tmp_path trees under /tmp/pytest-of-USER: give it one of ours and remove it
 	t=$$(mktemp -d) && cd clients/python && { $(PYTHON) -m pytest -q -p no:cacheprovider --basetemp=$$t/pytest tests; rc=$$?; rm -rf $$t; exit $$rc; }
 	@echo "== systemd unit"
 	scripts/check-unit.sh
+	@echo "== Prometheus alerting rules (Prometheus's own rule parser; a module of its own)"
+	cd deploy/prometheus/rulecheck && $(GO) test -count=1 ./
 	@$(MAKE) -s test-docs
 	@echo "== Go tests (race detector), cross-language tests and fuzz seed corpora"
 	IBVBRIDGE_REQUIRE_CLIENTS=1 $(GO) test -race -count=1 ./...
@@ -74,6 +78,15 @@ fuzz:
 # every heap accounted for, recv's memory flat (scripts/soak.sh). Not part of make test.
 soak: build
 	scripts/soak.sh
+
+# recv as a service: `recv --keep-going` under a notify socket with a 1 s watchdog through SOAK_STREAMS (200)
+# streams paced over SOAK_SECONDS (600) — senders stopping, restarting without a stop, killed mid-stream —
+# read across the boundaries by Go, C and Python consumers; every heap of every stream accounted, recv's
+# RSS and descriptors flat, the watchdog never missed (interop TestServiceSoak; make test runs it short).
+SOAK_STREAMS ?= 200
+soak-service: build
+	IBVBRIDGE_REQUIRE_CLIENTS=1 IBVBRIDGE_SOAK_STREAMS=$(SOAK_STREAMS) IBVBRIDGE_SOAK_SECONDS=$(or $(SOAK_SECONDS),600) \
+	  $(GO) test -count=1 -timeout 30m -run '^TestServiceSoak$$' -v ./interop/
 
 demo: setup build
 	@scripts/demo.sh

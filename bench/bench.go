@@ -195,6 +195,27 @@ func startReceiver(cmd *exec.Cmd) (*receiver, error) {
 	return r, nil
 }
 
+// startReady starts cmd with its output collected, then waits up to d for ready; on timeout it kills
+// it and returns an error with its stderr. The caller defers kill, so the process is gone on every return.
+func startReady(cmd *exec.Cmd, stdout io.Writer, stderr *LockedBuffer, d time.Duration, ready func() bool) (*receiver, error) {
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	r, err := startReceiver(cmd)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitFor(d, ready); err != nil {
+		r.kill()
+		return nil, fmt.Errorf("%s did not start: %s", filepath.Base(cmd.Path), strings.TrimSpace(stderr.String()))
+	}
+	return r, nil
+}
+
+// recvReceiving reports whether recv logged (JSON) that its transport is open: a kernel-bypass one opens
+// after the ring exists.
+func recvReceiving(stderr *LockedBuffer) func() bool {
+	return func() bool { return strings.Contains(stderr.String(), `"message":"receiving"`) }
+}
+
 // finish waits for the receiver to end at the end of its stream; a lossy run may have lost the stop heap
 // itself, so after grace it is interrupted (it then prints what it has). Its exit error.
 func (r *receiver) finish(grace time.Duration) error {

@@ -42,7 +42,19 @@ type ConsumeResult struct {
 	// the positions read (chunks) and HeapsPresent the heap positions their presence maps mark present.
 	Chunks       uint64 `json:"chunks,omitempty"`
 	HeapsPresent uint64 `json:"heaps_present,omitempty"`
-	exitCode     int
+	// Streams, with ConsumeOptions.Streams (reading on across STREAM_END markers, recv --keep-going): one
+	// entry per stream, in order, each closed by its marker (Ended) or by the end of the ring.
+	Streams  []StreamTally `json:"streams,omitempty"`
+	exitCode int
+}
+
+// StreamTally is one stream as a consumer tool read it: its heaps, the sum of their cnts, and, when a
+// STREAM_END marker closed it, the stop heap's cnt.
+type StreamTally struct {
+	Heaps       uint64 `json:"heaps"`
+	HeapCntSum  uint64 `json:"heap_cnt_sum"`
+	Ended       bool   `json:"ended"`
+	StopHeapCnt uint64 `json:"stop_heap_cnt"`
 }
 
 // ExitCode is the consumer tools' exit status for this result: 0 end of stream (or --max-heaps reached),
@@ -69,6 +81,9 @@ type ConsumeOptions struct {
 	Group string
 	// WorkPasses checksums each heap's payload this many more times: CPU-bound work per heap (benchmarks).
 	WorkPasses int
+	// Streams reads on across STREAM_END markers (recv --keep-going), tallying each stream (Result.Streams);
+	// without it the first marker ends the read ("eos").
+	Streams bool
 }
 
 // workSink receives ConsumeOptions.WorkPasses' results.
@@ -95,8 +110,20 @@ func Consume(name string, o ConsumeOptions) *ConsumeResult {
 	held := make([]ring.Heap, hold+1) // a circular queue of the heaps held: nothing allocated per heap
 	first, nHeld := 0, 0
 	stopFirst := o.StopFirst
+	var cur StreamTally
+	defer func() {
+		if o.Streams && (cur.Heaps > 0 || len(res.Streams) == 0) {
+			res.Streams = append(res.Streams, cur) // the last stream, ended by the ring's end
+		}
+	}()
 	for maxHeaps == 0 || res.Heaps < maxHeaps {
 		h, err := c.Next(timeout)
+		if o.Streams && errors.Is(err, ring.ErrStreamEnd) {
+			cur.Ended, cur.StopHeapCnt = true, h.HeapCnt
+			res.Streams = append(res.Streams, cur)
+			cur = StreamTally{}
+			continue
+		}
 		if err != nil {
 			switch {
 			case errors.Is(err, ring.ErrEndOfStream):
@@ -118,7 +145,7 @@ func Consume(name string, o ConsumeOptions) *ConsumeResult {
 		if res.Heaps == 0 {
 			start = time.Now()
 			res.FirstHeapCnt = h.HeapCnt
-		} else if h.HeapCnt <= res.LastHeapCnt {
+		} else if h.HeapCnt <= res.LastHeapCnt && cur.Heaps > 0 { // a new stream may count from 1 again
 			res.OutOfOrder++
 		}
 		if stopFirst {
@@ -139,6 +166,8 @@ func Consume(name string, o ConsumeOptions) *ConsumeResult {
 		res.Heaps++
 		res.LastHeapCnt = h.HeapCnt
 		res.HeapCntSum += h.HeapCnt
+		cur.Heaps++
+		cur.HeapCntSum += h.HeapCnt
 		res.Bytes += h.Received
 		res.Checksum += sum
 		if h.Flags&ring.FlagIncomplete != 0 {

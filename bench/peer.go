@@ -12,8 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/ibvbridge/ibvbridge/internal/testnet"
 )
 
 // PeerShape is one stream of `bench udp --peer`: heaps of one size at a fixed rate.
@@ -206,25 +204,21 @@ func peerRun(ctx context.Context, env Env, o PeerOptions, sender Sender, sh Peer
 func processRun(ctx context.Context, env Env, sender Sender, sh PeerShape, receiver func(context.Context, string) *exec.Cmd,
 	lossless func(stdout []byte, sh PeerShape, sent SendResult) (bool, string)) (PeerRun, error) {
 	var run PeerRun
-	port, err := testnet.FreeUDPPort()
+	port, endpoint, err := loopbackEndpoint()
 	if err != nil {
 		return run, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	endpoint := "127.0.0.1:" + strconv.Itoa(port)
 	var out, sendOut bytes.Buffer
 	var errOut LockedBuffer
 	cmd := receiver(ctx, endpoint)
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	rp, err := startReceiver(cmd)
+	rp, err := startReady(cmd, &out, &errOut, 10*time.Second, func() bool { return udpPortBound(port) })
 	if err != nil {
-		return run, err
+		return run, fmt.Errorf("binding %s: %w", endpoint, err)
 	}
 	defer rp.kill()
-	if err := waitFor(10*time.Second, func() bool { return udpPortBound(port) }); err != nil {
-		return run, fmt.Errorf("%s did not bind %s: %s", cmd.Path, endpoint, errOut.String())
-	}
+
 	waitSettled(10*time.Second, cmd.Process.Pid) // its start-up (a memory pool filled) is not the stream's, as for recv
 	send, err := sender.Command(ctx, nil, endpoint, sh.Heaps, sh.HeapSize, sh.PacketSize, sh.RateGbps)
 	if err != nil {

@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ibvbridge/ibvbridge/internal/testnet"
@@ -476,17 +475,12 @@ func udpRun(ctx context.Context, env Env, path Path, o UDPOptions, heapSize int,
 	}
 	recv := wrapped(ctx, path.RecvWrap, recvBin, append(append(append([]string{"recv", "--ring", name}, ringArgs...),
 		append([]string{"--max-heaps", "8", "--log-format", "json"}, path.RecvArgs...)...), endpoint)...)
-	recv.Stdout, recv.Stderr = &recvOut, &recvErr
-	rp, err := startReceiver(recv)
+	rp, err := startReady(recv, &recvOut, &recvErr, 10*time.Second, recvReceiving(&recvErr))
 	if err != nil {
-		return run, err
+		return run, fmt.Errorf("ring %s: %w", name, err)
 	}
 	// On every return: recv killed and reaped before its ring is removed (a live recv holds the ring's lock).
 	defer rp.kill()
-	// "receiving" is logged once the transport is open (a kernel-bypass one opens after the ring exists).
-	if err := waitFor(10*time.Second, func() bool { return strings.Contains(recvErr.String(), `"message":"receiving"`) }); err != nil {
-		return run, fmt.Errorf("recv did not start receiving on ring %s: %s", name, recvErr.String())
-	}
 	consEnv := env
 	if path.RecvBinary != "" {
 		// A baseline build may speak another ring layout: its own Go consumer reads its rings.

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -48,7 +49,15 @@ type Config struct {
 	WaitConsumer time.Duration
 	// StatsInterval, if positive, logs the ring's and the transport's counters this often.
 	StatsInterval time.Duration
-	Log           *zerolog.Logger // nil: silent
+	// LossSummary is the least time between two summary lines of losses that go on (default
+	// DefaultLossSummary); the first loss of each kind is logged within 200 ms whatever it is.
+	LossSummary time.Duration
+	// Ready, if set, is called once the source runs (the service is up: sd_notify READY=1).
+	Ready func()
+	// Tick, if set, is called from the run's loop every 200 ms while it runs (a watchdog ping: it stops
+	// when the loop does).
+	Tick func(now time.Time)
+	Log  *zerolog.Logger // nil: silent
 }
 
 // ErrNoConsumer is returned by Run when Config.WaitConsumer passed with no consumer attached.
@@ -61,6 +70,9 @@ type Receiver struct {
 	asm *spead.Assembler
 	src transport.Source
 	log *zerolog.Logger
+	// losses watches the loss counters (losses.go); streams counts the streams that ended (KeepGoing).
+	losses  *lossWatch
+	streams atomic.Uint64
 }
 
 // Open creates the ring, opens a kernel-bypass source on its packet area and builds the assembler. On
@@ -108,6 +120,24 @@ func Open(cfg Config) (_ *Receiver, err error) {
 	if ac.Log == nil {
 		ac.Log = cfg.Log
 	}
+	r.losses = newLossWatch(r.p, r.TransportCounters, r.log, cfg.LossSummary)
+	onTrunc := ac.OnTruncated
+	ac.OnTruncated = func(need uint64) {
+		r.losses.noteTruncated(need)
+		if onTrunc != nil {
+			onTrunc(need)
+		}
+	}
+	onEnd := ac.OnStreamEnd
+	ac.OnStreamEnd = func(stopCnt uint64, err error) {
+		n := r.streams.Add(1)
+		if err == nil {
+			r.log.Info().Uint64("stream", n).Uint64("stop_heap_cnt", stopCnt).Msg("stream ended; receiving the next")
+		}
+		if onEnd != nil {
+			onEnd(stopCnt, err)
+		}
+	}
 	if r.asm, err = spead.NewAssembler(r.p, ac); err != nil {
 		return nil, err
 	}
@@ -143,6 +173,7 @@ type Result struct {
 	PacketsAfterStop  uint64            `json:"packets_after_stop"`
 	// ChunkRebases: chunk mode's window re-based to a time index that jumped back (spec §13.4).
 	ChunkRebases uint64            `json:"chunk_rebases"`
+	Streams      uint64            `json:"streams"` // streams that ended with a stop while the ring went on (KeepGoing)
 	RingCounters map[string]uint64 `json:"-"`
 	// Err is why the run ended in OutcomeError; nil otherwise.
 	Err error `json:"-"`
@@ -170,6 +201,7 @@ func (r *Receiver) Run(ctx context.Context) (Result, error) {
 	}
 	res.PacketsAfterStop = r.asm.PacketsAfterStop()
 	res.ChunkRebases = r.asm.ChunkRebases()
+	res.Streams = r.streams.Load()
 	res.RingCounters = r.p.Stats().Map()
 	res.TransportCounters = r.TransportCounters()
 	return res, nil
@@ -201,6 +233,12 @@ func (r *Receiver) receive(ctx context.Context, res *Result) {
 	srcDone := make(chan error, 1)
 	start := time.Now()
 	go func() { srcDone <- r.src.Run(runCtx, r.asm) }()
+	lossTick := time.NewTicker(lossPoll)
+	defer lossTick.Stop()
+	defer func() { r.losses.poll(time.Now()) }() // losses of the last moments still speak up
+	if r.cfg.Ready != nil {
+		r.cfg.Ready()
+	}
 	var tick <-chan time.Time
 	if r.cfg.StatsInterval > 0 {
 		t := time.NewTicker(r.cfg.StatsInterval)
@@ -237,6 +275,11 @@ wait:
 			break wait
 		case <-tick:
 			r.logStats()
+		case now := <-lossTick.C:
+			r.losses.poll(now)
+			if r.cfg.Tick != nil {
+				r.cfg.Tick(now)
+			}
 		}
 	}
 	res.Seconds = time.Since(start).Seconds()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ibvbridge/ibvbridge/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,7 +46,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build ibvbridge: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := testenv.Main(m) // a ring directory of its own: nothing lands in /run/ibvbridge
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
+	"github.com/ibvbridge/ibvbridge/internal/version"
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/spead"
 )
@@ -102,6 +103,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.gauge(ch, "ibvbridge_ring_unread_heaps", "heaps published and still holding slots: what the slowest consumer has not released (the ring's fill)",
 		ringLabel, float64(prod.Backlog()), c.ring)
 	c.gauge(ch, "ibvbridge_start_time_seconds", "when this recv started (Unix time)", ringLabel, float64(c.start.UnixNano())/1e9, c.ring)
+	c.gauge(ch, "ibvbridge_build_info", "1, labelled with the version recv runs", []string{"ring", "version"}, 1, c.ring, version.Version)
+	for _, r := range prod.ConsumerRows() {
+		if r.Attached() {
+			c.gauge(ch, "ibvbridge_consumer_lag_heaps", "heaps an attached consumer has still to release (head - its position)",
+				[]string{"ring", "row", "pid"}, float64(r.Lag), c.ring, strconv.Itoa(r.Index), strconv.FormatUint(r.PID, 10))
+		}
+	}
 	if threads := p.ThreadCounters(); len(threads) > 1 {
 		for k, m := range threads {
 			for name, v := range m {

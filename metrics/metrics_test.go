@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ibvbridge/ibvbridge/internal/version"
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/ring/ringtest"
 	"github.com/ibvbridge/ibvbridge/spead/pattern"
@@ -75,6 +76,7 @@ func TestScrape(t *testing.T) {
 		fmt.Sprintf(`ibvbridge_transport_thread_packets_total{ring=%q,thread="1",transport="udp"} 11`, name),
 		fmt.Sprintf(`ibvbridge_ring_unread_heaps{ring=%q} 0`, name),
 		fmt.Sprintf(`ibvbridge_end_of_stream{ring=%q} 0`, name),
+		fmt.Sprintf(`ibvbridge_build_info{ring=%q,version=%q} 1`, name, version.Version),
 		"# TYPE ibvbridge_dropped_heaps_total counter",
 		"# TYPE ibvbridge_consumers_attached gauge",
 		"# TYPE ibvbridge_consumer_overruns_total counter",
@@ -112,6 +114,26 @@ func TestListenBusyPort(t *testing.T) {
 	}
 }
 
+// scrapeUDPWithConsumer is one scrape of a UDP receiver's metrics with a consumer attached (the lag series
+// exist only for attached consumers).
+func scrapeUDPWithConsumer(t *testing.T) string {
+	t.Helper()
+	name, p := testProducer(t)
+	cons, err := ring.Attach(p.SocketPath(), ring.AttachOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	c := NewCollector(name, "udp")
+	c.Attach(fakePipeline{p: p, transport: map[string]uint64{"packets": 0, "kernel_drops": 0}})
+	s, err := Listen("127.0.0.1:0", c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	return scrape(t, s)
+}
+
 // TestDashboardQueriesExportedMetrics: every metric the Grafana dashboard in deploy/ queries is one this
 // package exports (for a UDP receiver), so the dashboard cannot silently show empty panels.
 func TestDashboardQueriesExportedMetrics(t *testing.T) {
@@ -128,15 +150,7 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 	if err := json.Unmarshal(b, &dash); err != nil {
 		t.Fatalf("dashboard JSON: %v", err)
 	}
-	name, p := testProducer(t)
-	c := NewCollector(name, "udp")
-	c.Attach(fakePipeline{p: p, transport: map[string]uint64{"packets": 0, "kernel_drops": 0}})
-	s, err := Listen("127.0.0.1:0", c, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	body := scrape(t, s)
+	body := scrapeUDPWithConsumer(t)
 	metricName := regexp.MustCompile(`ibvbridge_[a-z_]+`)
 	queried := 0
 	for _, pn := range dash.Panels {
@@ -151,6 +165,35 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 	}
 	if queried == 0 {
 		t.Fatal("the dashboard queries no ibvbridge metric")
+	}
+}
+
+// TestAlertRulesQueryExportedMetrics: every metric the Prometheus alerting rules in deploy/ query is one
+// this package exports (for a UDP receiver with a consumer attached), so no alert silently never fires.
+// (deploy/prometheus/rulecheck parses the rules as Prometheus does.)
+func TestAlertRulesQueryExportedMetrics(t *testing.T) {
+	b, err := os.ReadFile("../deploy/prometheus/ibvbridge-alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := scrapeUDPWithConsumer(t)
+	var alerts, queried int
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, "- alert: ") {
+			alerts++
+		}
+		if strings.HasPrefix(strings.TrimSpace(line), "#") || strings.Contains(line, "summary:") || strings.Contains(line, "description:") {
+			continue
+		}
+		for _, m := range regexp.MustCompile(`ibvbridge_[a-z_]+`).FindAllString(line, -1) {
+			queried++
+			if !strings.Contains(body, "\n"+m+"{") {
+				t.Errorf("an alert queries %s, which is not exported", m)
+			}
+		}
+	}
+	if alerts < 5 || queried == 0 {
+		t.Fatalf("%d alerts querying %d metrics: want the losses, kernel drops, stalled ring, no traffic and consumers gone", alerts, queried)
 	}
 }
 

@@ -738,7 +738,12 @@ func TestAttackParentSymlinkDirRefused(t *testing.T) {
 // (/dev/shm/ibvbridge-UID, 0755) and serves a ring of spoofed heaps there under the real ring's name. The
 // victim, attaching by name, skips that directory with a warning naming it and reads the real ring's heaps
 // from /run/ibvbridge — never the spoofed ones.
+// It runs in a private mount namespace whose /run and /dev/shm are fresh: the machine's stay untouched.
 func TestAttackSquattedLookupDirSkipped(t *testing.T) {
+	if os.Getenv(privateDirsEnv) == "" {
+		inPrivateMachineDirs(t, "TestAttackSquattedLookupDirSkipped")
+		return
+	}
 	const victim = 65533
 	exe := publicCopy(t)
 	name := fmtS("squat-%d", os.Getpid())
@@ -760,6 +765,38 @@ func TestAttackSquattedLookupDirSkipped(t *testing.T) {
 	if !strings.Contains(string(got), "read heap 1") || strings.Contains(string(got), "666") ||
 		!strings.Contains(string(got), "skipping "+squatDir+": ") || !strings.Contains(string(got), "owned by uid 65534") {
 		t.Fatalf("victim: %s; want the real heap 1 and a warning that %s was skipped", got, squatDir)
+	}
+}
+
+// privateDirsEnv marks the child inPrivateMachineDirs starts.
+const privateDirsEnv = "RING_TEST_PRIVATE_DIRS"
+
+// inPrivateMachineDirs runs test again in a child process whose /run and /dev/shm are fresh tmpfs mounts
+// of a mount namespace of its own: a test of the machine-wide ring directories (/run/ibvbridge,
+// /dev/shm/ibvbridge-UID) then creates nothing in the machine's. The child's users (setpriv) share it.
+func inPrivateMachineDirs(t *testing.T, test string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("a private mount namespace needs root")
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip("no unshare(1) for a private mount namespace")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := `mount -t tmpfs -o mode=0755 ibvb-run /run && mount -t tmpfs -o mode=1777 ibvb-shm /dev/shm && exec "$0" "$@"`
+	cmd := exec.Command(unshare, "--mount", "--propagation", "private", "sh", "-c", script, exe,
+		"-test.run=^"+test+"$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), privateDirsEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if strings.Contains(string(out), "--- SKIP: "+test) {
+		t.Skipf("in a private mount namespace: %s", out)
+	}
+	if err != nil || !strings.Contains(string(out), "--- PASS: "+test) {
+		t.Fatalf("%s in a private mount namespace: %v\n%s", test, err, out)
 	}
 }
 
@@ -811,7 +848,7 @@ func TestAttachStaleSocketSaysSo(t *testing.T) {
 	}
 	unix.Close(fd) // bound, never listening: connect is refused, as after kill -9
 	_, err = ring.Attach("gone", ring.AttachOptions{Dir: dir, Timeout: 100 * time.Millisecond})
-	want := "ring gone: stale socket " + path + " (no producer; `ibvbridge rm --stale` removes it)"
+	want := "ring gone: stale socket " + path + " (no producer; `ibvbridge rm --stale --dir " + dir + "` removes it)"
 	if !errors.Is(err, ring.ErrNotFound) || err.Error() != want {
 		t.Fatalf("stale socket: %v; want %q", err, want)
 	}

@@ -149,6 +149,13 @@ type Heap struct {
 	Items       []Item
 }
 
+// StreamEnd reports whether h is a STREAM_END marker (returned with ErrStreamEnd), not a heap.
+func (h *Heap) StreamEnd() bool { return h.Flags&FlagStreamEnd != 0 }
+
+// Complete reports whether every byte of the heap is in Payload: COMPLETE and not TRUNCATED (a producer
+// never sets both, spec §4.1; a 2.1 producer did, so both are checked).
+func (h *Heap) Complete() bool { return h.Flags&FlagComplete != 0 && h.Flags&FlagTruncated == 0 }
+
 // Item returns the first item with id.
 func (h *Heap) Item(id uint64) (Item, bool) {
 	for _, it := range h.Items {
@@ -159,8 +166,22 @@ func (h *Heap) Item(id uint64) (Item, bool) {
 	return Item{}, false
 }
 
-// ItemBytes returns an address item's bytes within the payload, or nil for an immediate item. The
-// consumer validated offset and length against the slot when it read the heap.
+// ItemData returns an address item's bytes within the payload, refusing a cut one: ErrItemCut when the
+// item ran past the slot of a TRUNCATED heap (ItemBytes hands out its first bytes), ErrImmediate for an
+// immediate item.
+func (h *Heap) ItemData(it Item) ([]byte, error) {
+	switch {
+	case it.Immediate():
+		return nil, fmt.Errorf("item %#x: %w", it.ID, ErrImmediate)
+	case it.Cut():
+		return nil, fmt.Errorf("item %#x of heap %d (%d bytes in a %d-byte slot): %w", it.ID, h.HeapCnt, h.HeapSize, cap(h.Payload), ErrItemCut)
+	}
+	return h.ItemBytes(it), nil
+}
+
+// ItemBytes returns an address item's bytes within the payload, or nil for an immediate item: for a cut
+// item (it.Cut()) the first bytes only, as kept — ItemData refuses those. The consumer validated offset and
+// length against the slot when it read the heap.
 func (h *Heap) ItemBytes(it Item) []byte {
 	if it.Immediate() {
 		return nil
@@ -487,7 +508,7 @@ func (c *Consumer) tryRead() (h Heap, ok, passed bool, err error) {
 			c.lap(c.head.Load())
 			return Heap{}, false, true, nil
 		}
-		if d.Assign&c.bit == 0 && d.Flags&FlagEndOfStream == 0 {
+		if d.Assign&c.bit == 0 && d.Flags&(FlagEndOfStream|FlagStreamEnd) == 0 {
 			// Another member's position: only its seq is checked (its slot and items are not read).
 			if d.Seq != c.read+1 {
 				if derr := c.detached(); derr != nil {
@@ -509,8 +530,11 @@ func (c *Consumer) tryRead() (h Heap, ok, passed bool, err error) {
 		return Heap{}, false, false, err
 	}
 	if c.group != 0 {
-		if h.Flags&FlagEndOfStream != 0 { // for everyone: passed over, released with what is before it
+		if h.Flags&(FlagEndOfStream|FlagStreamEnd) != 0 { // for everyone: passed over, released with what is before it
 			c.passOver(c.read + 1)
+			if h.Flags&FlagStreamEnd != 0 {
+				return Heap{Position: h.Position, HeapCnt: h.HeapCnt, TimestampNs: h.TimestampNs, Flags: h.Flags}, false, false, ErrStreamEnd
+			}
 			return Heap{}, false, false, ErrEndOfStream
 		}
 		c.read++
@@ -519,12 +543,16 @@ func (c *Consumer) tryRead() (h Heap, ok, passed bool, err error) {
 		return h, true, false, nil
 	}
 	c.read++
-	if h.Flags&FlagEndOfStream != 0 {
+	if h.Flags&(FlagEndOfStream|FlagStreamEnd) != 0 {
 		// The marker goes back with the heaps before it: releasing it now would also release heaps the
-		// consumer still holds.
+		// consumer still holds. (A later marker replaces a pending one: the earlier goes back with the
+		// release of any heap after it.)
 		c.eosPending, c.eosPos = true, h.Position
 		if c.released == h.Position {
 			_ = c.Release(h) // attachment checked just above
+		}
+		if h.Flags&FlagStreamEnd != 0 {
+			return Heap{Position: h.Position, HeapCnt: h.HeapCnt, TimestampNs: h.TimestampNs, Flags: h.Flags}, false, false, ErrStreamEnd
 		}
 		return Heap{}, false, false, ErrEndOfStream
 	}

@@ -22,8 +22,19 @@ var (
 	ErrCorrupt      = errors.New("corrupt ring")
 	ErrProducerGone = errors.New("producer gone")
 	ErrEndOfStream  = errors.New("end of stream")
+	// ErrStreamEnd: a STREAM_END marker (2.2, spec §4.1) — one stream ended and the ring goes on; the next
+	// Next reads the next stream's first heap. It matches ErrEndOfStream too, so a loop written for one
+	// stream ends at the end of its stream; a loop that reads on checks ErrStreamEnd first. The Heap
+	// returned with it is the marker (StreamEnd true): its HeapCnt is the stop heap's, TimestampNs when
+	// the stream ended.
+	ErrStreamEnd = fmt.Errorf("%w: the stream ended, the ring goes on with the next", ErrEndOfStream)
 	// ErrStreamEnded: the producer already published END_OF_STREAM, which is final (spec §4.1).
 	ErrStreamEnded = errors.New("the stream has ended: nothing may follow the end-of-stream marker")
+	// ErrItemCut: an item of a TRUNCATED heap ran past its slot; only its first bytes are in the ring
+	// (raise recv --slot-size; Heap.ItemBytes hands out the partial bytes).
+	ErrItemCut = errors.New("item cut: the heap was longer than its slot")
+	// ErrImmediate: an immediate item has no bytes in the payload (its Value is the item).
+	ErrImmediate   = errors.New("immediate item: its value is the item")
 	ErrFull        = errors.New("ring full")
 	ErrNoConsumer  = errors.New("no consumer attached")
 	ErrClosed      = errors.New("ring closed")

@@ -425,8 +425,8 @@ func (p *Producer) assignLocked(groups [][]*member) {
 	p.commits++
 	for q := p.committed; q != p.pos; q++ {
 		d := &p.descs[q&p.mask]
-		if d.Flags&FlagEndOfStream != 0 {
-			continue
+		if d.Flags&(FlagEndOfStream|FlagStreamEnd) != 0 {
+			continue // markers are everyone's
 		}
 		var mask uint64
 		for _, g := range groups {
@@ -439,7 +439,8 @@ func (p *Producer) assignLocked(groups [][]*member) {
 						best = m
 					}
 				case idle || m.queued == best.queued:
-					if m.lastPick < best.lastPick {
+					// least recently picked; never picked (0) before all, and among those the lowest row
+					if m.lastPick < best.lastPick || m.lastPick == best.lastPick && m.index < best.index {
 						best = m
 					}
 				case m.queued < best.queued:

@@ -1,8 +1,10 @@
 package ring
 
 import (
+	"bytes"
 	"fmt"
 	"os"
+	"strings"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -11,19 +13,21 @@ import (
 // Info is a read-only look at a ring, as `ibvbridge stat` shows it: taken as an observer (spec §1.2), it
 // neither attaches as a consumer nor disturbs the producer.
 type Info struct {
-	Name           string   `json:"name"`
-	Socket         string   `json:"socket"`
-	Major          uint16   `json:"major"`
-	Minor          uint16   `json:"minor"`
-	State          string   `json:"state"`
-	Policy         string   `json:"policy"`
-	SessionID      uint64   `json:"session_id"`
-	ProducerPID    uint64   `json:"producer_pid"`
-	ProducerAlive  bool     `json:"producer_alive"`
-	HeartbeatAgeNs int64    `json:"heartbeat_age_ns"`
-	Features       uint64   `json:"features"`
-	MaxConsumers   uint32   `json:"max_consumers"`
-	Geometry       Geometry `json:"geometry"`
+	Name           string `json:"name"`
+	Socket         string `json:"socket"`
+	Major          uint16 `json:"major"`
+	Minor          uint16 `json:"minor"`
+	State          string `json:"state"`
+	Policy         string `json:"policy"`
+	SessionID      uint64 `json:"session_id"`
+	ProducerPID    uint64 `json:"producer_pid"`
+	ProducerAlive  bool   `json:"producer_alive"`
+	HeartbeatAgeNs int64  `json:"heartbeat_age_ns"`
+	Features       uint64 `json:"features"`
+	// ProducerVersion is what the producer says it runs (2.2 header producer_version; "" if it does not).
+	ProducerVersion string   `json:"producer_version"`
+	MaxConsumers    uint32   `json:"max_consumers"`
+	Geometry        Geometry `json:"geometry"`
 	// Chunks is the chunk geometry of a chunk-mode ring (spec §13), nil otherwise.
 	Chunks *ChunkGeometry `json:"chunks,omitempty"`
 	Head   uint64         `json:"head"`
@@ -137,25 +141,45 @@ func Inspect(nameOrPath, dir string) (Info, error) {
 	if h.Chunks.Enabled() {
 		info.Chunks = &h.Chunks
 	}
-	for i := range int(h.MaxConsumers) {
+	info.ProducerVersion = producerVersion(ctl)
+	info.Consumers = consumerRows(ctl, int(h.MaxConsumers), head)
+	for _, c := range info.Consumers {
+		if c.Attached() && c.Lag <= h.SlotCount+1 { // a row being reused mid-read is skipped
+			info.Unread = max(info.Unread, c.Lag)
+		}
+	}
+	return info, nil
+}
+
+// consumerRows reads the consumer table's non-free rows (spec §2.2) of control memory ctl.
+func consumerRows(ctl []byte, maxConsumers int, head uint64) []ConsumerInfo {
+	rows := []ConsumerInfo{}
+	for i := range maxConsumers {
 		row := ctl[offTable+TableRowSize*i:]
 		st := ConsumerState(u32at(row, rowState).Load())
 		if st == ConsumerFree {
 			continue
 		}
 		pos := u64at(row, rowReleased).Load()
-		info.Consumers = append(info.Consumers, ConsumerInfo{Index: i, State: st.String(),
+		rows = append(rows, ConsumerInfo{Index: i, State: st.String(),
 			PID: u64at(row, rowPID).Load(), UID: u64at(row, rowUID).Load(),
 			AttachNs: u64at(row, rowAttachNs).Load(), Position: pos, Lag: head - pos,
 			Wakes: u64at(row, rowWakes).Load(), LostHeaps: u64at(row, rowLostHeaps).Load(),
 			GroupID: u32at(row, rowGroupID).Load(), Assigned: u64at(row, rowAssigned).Load(),
 			ClientMinor: u32at(row, rowClientMinor).Load(), Read: u64at(row, rowRead).Load(),
 			Queued: u64at(row, rowQueued).Load(), Skipped: u64at(row, rowSkipped).Load()})
-		if st == ConsumerAttached && head-pos <= h.SlotCount+1 { // a row being reused mid-read is skipped
-			info.Unread = max(info.Unread, head-pos)
-		}
 	}
-	return info, nil
+	return rows
+}
+
+// producerVersion reads the header's producer_version (2.2, spec §2): up to the first NUL, as UTF-8 with
+// bad bytes replaced ("" from a producer that does not write it).
+func producerVersion(ctl []byte) string {
+	b := ctl[offProducerVersion : offProducerVersion+ProducerVersionMax]
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return strings.ToValidUTF8(string(b), "\uFFFD")
 }
 
 // Attached counts the consumers attached now (rows of detached ones are history).

@@ -53,15 +53,19 @@ const (
 	offChunkStep     = 0xB0
 	offChunkTimeItem = 0xB8
 	offChunkAxisItem = 0xC0
-	offHead          = 0x200
-	offProdWaiting   = 0x280
-	offHeartbeat     = 0x300
-	offOldest        = 0x308
-	offBlockedOn     = 0x310 // §14.6: u32, row + 1 of the consumer a block producer waits for, 0 none
-	offBlockedSince  = 0x318 // §14.6: u64, CLOCK_REALTIME when that wait began
-	offStats         = 0x500
-	offTable         = 0x1000
-	StatsSlots       = 32
+	// producer_version (2.2, §2): the producing program's name and version, NUL-padded UTF-8, in the
+	// block after the header that was reserved; constant once handed out.
+	offProducerVersion = 0x100
+	ProducerVersionMax = 64
+	offHead            = 0x200
+	offProdWaiting     = 0x280
+	offHeartbeat       = 0x300
+	offOldest          = 0x308
+	offBlockedOn       = 0x310 // §14.6: u32, row + 1 of the consumer a block producer waits for, 0 none
+	offBlockedSince    = 0x318 // §14.6: u64, CLOCK_REALTIME when that wait began
+	offStats           = 0x500
+	offTable           = 0x1000
+	StatsSlots         = 32
 
 	// Consumer table row (spec §2.2), at offTable + TableRowSize*index.
 	TableRowSize   = 128
@@ -221,10 +225,17 @@ const (
 	FlagItemsCut       uint32 = 0x80
 	// FlagChunk marks a chunk's descriptor (§13): heap_cnt is the chunk id, heap_size chunk_bytes.
 	FlagChunk uint32 = 0x100
+	// FlagStreamEnd marks a stream boundary (2.2, §4.1): one sender's stream stopped and the ring goes on
+	// (recv --keep-going). A marker, not a heap: heap_cnt is the stop heap's cnt, no payload, no items.
+	FlagStreamEnd uint32 = 0x200
 )
 
 // ItemImmediate marks an item entry whose value is the item itself rather than a payload offset.
 const ItemImmediate uint32 = 0x1
+
+// ItemCut (2.2, §5) marks an address item of a TRUNCATED heap that runs past the slot: its length was
+// clipped to the slot, so only its first bytes are in the payload.
+const ItemCut uint32 = 0x2
 
 // Counter indexes the stats block.
 type Counter int
@@ -250,6 +261,7 @@ const (
 	CounterRejectedHeaps    // heaps no chunk position could take (time item missing, axis out of range, too large)
 	CounterGroupLost        // positions a group member had been assigned and had not released when it left (§14)
 	CounterGroupSkipped     // positions members released without handing them out (§14.7)
+	CounterStreamsEnded     // 2.2: STREAM_END markers published (streams that ended while the ring went on)
 	numCounters             // stats_count of this minor version
 )
 
@@ -258,7 +270,7 @@ var counterNames = [numCounters]string{
 	"duplicate_packets", "truncated_heaps", "discarded_incomplete_heaps", "end_of_stream",
 	"consumers_attached", "consumer_overruns", "consumer_errors",
 	"chunks", "incomplete_chunks", "too_old_heaps", "rejected_heaps",
-	"group_lost", "group_skipped",
+	"group_lost", "group_skipped", "streams_ended",
 }
 
 // String returns the counter's name as the spec and the JSON output spell it.
@@ -303,6 +315,9 @@ type Item struct {
 	Flags  uint32
 	_      uint32
 }
+
+// Cut reports whether the item ran past the slot of a TRUNCATED heap: only its first Length bytes are kept.
+func (it Item) Cut() bool { return it.Flags&ItemCut != 0 }
 
 // Immediate reports whether the item's value is carried in the item pointer itself.
 func (it Item) Immediate() bool { return it.Flags&ItemImmediate != 0 }
@@ -379,8 +394,9 @@ func LayoutTable() map[string]uint64 {
 		"flag.truncated": uint64(FlagTruncated), "flag.end_of_stream": uint64(FlagEndOfStream),
 		"flag.has_descriptors": uint64(FlagHasDescriptors), "flag.items_overflow": uint64(FlagItemsOverflow),
 		"flag.no_heap_size": uint64(FlagNoHeapSize), "flag.items_cut": uint64(FlagItemsCut),
-		"flag.chunk": uint64(FlagChunk), "feature.chunks": FeatureChunks,
-		"item_flag.immediate":       uint64(ItemImmediate),
+		"flag.chunk": uint64(FlagChunk), "flag.stream_end": uint64(FlagStreamEnd),
+		"producer_version": offProducerVersion, "producer_version_max": ProducerVersionMax, "feature.chunks": FeatureChunks,
+		"item_flag.immediate": uint64(ItemImmediate), "item_flag.cut": uint64(ItemCut),
 		"feature.replay_timestamps": FeatureReplayTimestamps,
 	}
 	for _, c := range Counters() {

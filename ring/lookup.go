@@ -184,7 +184,9 @@ func dial(nameOrPath string, o dialOptions, h hello) (*attachment, error) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if stale != "" {
-		return nil, &notFoundError{fmt.Sprintf("ring %s: stale socket %s (no producer; `ibvbridge rm --stale` removes it)", f.name, stale)}
+		// The advice names the socket's directory: pasted as printed it removes this socket, whatever
+		// --dir or $IBVBRIDGE_RING_DIR found it.
+		return nil, &notFoundError{fmt.Sprintf("ring %s: stale socket %s (no producer; `ibvbridge rm --stale --dir %s` removes it)", f.name, stale, filepath.Dir(stale))}
 	}
 	return nil, &notFoundError{fmt.Sprintf("ring %s not found (looked in %s)", f.name, strings.Join(f.looked, ", "))}
 }

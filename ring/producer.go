@@ -63,7 +63,10 @@ type Config struct {
 	// the uids and gids it lists (and root); independent consumers are admitted as before. Without it
 	// every group is open.
 	Groups map[string]GroupGrant
-	Log    *zerolog.Logger // warnings (hugepage fallback, stale ring replaced); nil: silent
+	// Version is the producing program's name and version, written to the header's producer_version
+	// (2.2, spec §2; cut to ProducerVersionMax bytes) so stat and consumers can say what serves the ring.
+	Version string
+	Log     *zerolog.Logger // warnings (hugepage fallback, stale ring replaced); nil: silent
 	// NoHeartbeat, for tests that must be deterministic (internal/ringsim), runs no heartbeat: heartbeat_ns
 	// stays at creation's and the table's released columns move only when the producer reads cursors.
 	NoHeartbeat bool
@@ -440,6 +443,7 @@ func (p *Producer) createCtl() error {
 	le.PutUint32(c[offStatsCount:], uint32(numCounters))
 	le.PutUint32(c[offMaxConsumers:], uint32(p.cfg.MaxConsumers))
 	le.PutUint64(c[offHeartbeat:], realtimeNanos())
+	copy(c[offProducerVersion:offProducerVersion+ProducerVersionMax], p.cfg.Version)
 	p.bindShared()
 	p.head.Store(p.cfg.InitialPosition)
 	p.oldest.Store(p.cfg.InitialPosition)
@@ -526,6 +530,12 @@ func (p *Producer) freeSlot(s uint32) { p.free = append(p.free, s) }
 // newest heaps for a later consumer); block keeps everything. Hot path, mu held.
 func (p *Producer) reclaimLocked() {
 	defer p.setWindowLocked()
+	if p.rescan && len(p.members) == 0 { // a departure's settled slots are free, block or drop (§7.1)
+		p.rescanLocked()
+		for p.reclaim != p.scan && p.posSlot[p.reclaim&p.mask] == noSlot {
+			p.reclaim++
+		}
+	}
 	if len(p.members) == 0 {
 		if p.cfg.Policy != PolicyDrop || p.slotReady() {
 			return
@@ -550,14 +560,8 @@ func (p *Producer) reclaimLocked() {
 	if len(p.members) == 0 { // every member was detached just now
 		return
 	}
-	if p.rescan { // bits cleared off the hot path: free what nobody needs any more (at most slot_count)
-		p.rescan = false
-		start, ok := p.span(p.reclaim, p.scan)
-		for q := start; ok && q != p.scan; q++ {
-			if p.posNeed[q&p.mask] == 0 {
-				p.freePos(q)
-			}
-		}
+	if p.rescan {
+		p.rescanLocked()
 	}
 	// The independent consumers' frontier: positions below it are free unless a group member holds them.
 	// Staged positions (from committed on) are not assigned yet: never past them.
@@ -576,6 +580,19 @@ func (p *Producer) reclaimLocked() {
 		p.reclaim++
 	}
 	p.oldest.Store(p.scan)
+}
+
+// rescanLocked frees the slots of positions below scan that nobody needs any more: bits cleared off the hot
+// path (a departure settled at its detach, a release seen by another goroutine). At most slot_count
+// positions. Hot path, mu held.
+func (p *Producer) rescanLocked() {
+	p.rescan = false
+	start, ok := p.span(p.reclaim, p.scan)
+	for q := start; ok && q != p.scan; q++ {
+		if p.posNeed[q&p.mask] == 0 {
+			p.freePos(q)
+		}
+	}
 }
 
 // freePos returns position q's slot to the pool, if it still holds one.
@@ -625,6 +642,12 @@ func (p *Producer) TryAcquire() *Slot {
 		return nil
 	}
 	return p.takeFree()
+}
+
+// ConsumerRows reads the consumer table's non-free rows as stat shows them (pid, row, lag behind head),
+// for naming a slow consumer in a log line. Safe from any goroutine.
+func (p *Producer) ConsumerRows() []ConsumerInfo {
+	return consumerRows(p.ctl, p.cfg.MaxConsumers, p.head.Load())
 }
 
 // FreeSlots is how many slots the pool holds now, without reclaiming. Hot path only.
@@ -999,6 +1022,29 @@ func (p *Producer) PublishEndOfStream(stopCnt uint64, timeout time.Duration) err
 	p.writeDesc(s.Index, 0, false, HeapInfo{HeapCnt: stopCnt, Flags: FlagEndOfStream, TimestampNs: realtimeNanos()})
 	p.ended = true
 	p.commitWake(true) // even inside a batch, and for consumers whose wakes are coalesced
+	return nil
+}
+
+// PublishStreamEnd publishes a STREAM_END marker (2.2, spec §4.1) for the stream-stop heap stopCnt: one
+// stream ended and the ring goes on, so a consumer learns where the stream ended and the next begins, in
+// order with the heaps. Like the end-of-stream marker it takes a slot (waiting up to timeout for one) and
+// wakes every sleeping consumer; unlike it, it is not final. It counts streams_ended.
+func (p *Producer) PublishStreamEnd(stopCnt uint64, timeout time.Duration) error {
+	if p.ended {
+		return p.endedError("publish a stream-end marker")
+	}
+	s, err := p.Acquire()
+	if errors.Is(err, ErrFull) && timeout > 0 {
+		if err = p.waitFor(p.slotFreeLocked, nil, timeout); err == nil {
+			s, err = p.Acquire()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("publish stream end on %s: %w", p.name, err)
+	}
+	p.Add(CounterStreamsEnded, 1)
+	p.writeDesc(s.Index, 0, false, HeapInfo{HeapCnt: stopCnt, Flags: FlagStreamEnd, TimestampNs: realtimeNanos()})
+	p.commitWake(true)
 	return nil
 }
 

@@ -3,6 +3,7 @@ package ring_test
 import (
 	"encoding/binary"
 	"errors"
+	"github.com/ibvbridge/ibvbridge/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,7 +32,7 @@ func TestMain(m *testing.M) {
 		childProducer(dir, os.Getenv("RING_TEST_CHILD_NAME"))
 		return
 	}
-	code := m.Run()
+	code := testenv.Main(m) // a ring directory of its own: nothing lands in /run/ibvbridge
 	if publicExe != "" {
 		os.RemoveAll(filepath.Dir(publicExe)) // the copy another user could run: nothing left in /tmp
 	}

@@ -5,7 +5,7 @@ set -euo pipefail
 
 log() { printf 'setup: %s\n' "$*"; }
 
-APT_PACKAGES=(gcc make pkg-config libc6-dev python3 python3-numpy python3-pytest python3-pip python3-setuptools
+APT_PACKAGES=(gcc make pkg-config libc6-dev python3 python3-numpy python3-pytest mypy python3-pip python3-setuptools
   python3-wheel libibverbs-dev iproute2 systemd)
 
 missing=()

@@ -29,6 +29,17 @@ type AssemblerConfig struct {
 	// ChunkPlaceItems are the immediate items whose values it gets (at most MaxChunkPlaceItems).
 	ChunkPlace      ChunkPlaceFunc
 	ChunkPlaceItems []uint64
+	// KeepGoing makes a stream stop end that stream, not the ring (spead2's stop_on_stop_item=False):
+	// the live heaps are flushed, a STREAM_END marker is published (spec §4.1) and the next packets begin
+	// the next stream; Done closes only when the ring's input ends. Heap cnts are a stream's own: after
+	// a stop the next stream may reuse any of them.
+	KeepGoing bool
+	// OnStreamEnd, if set, is called after each STREAM_END marker with the stop heap's cnt and the
+	// marker's error (nil: published). It runs on the source's goroutine: keep it short.
+	OnStreamEnd func(stopCnt uint64, err error)
+	// OnTruncated, if set, is called for each heap published TRUNCATED with the slot size that would
+	// have held it whole (its length, or furthest extent). It runs on the source's goroutine.
+	OnTruncated func(need uint64)
 	// Log receives warnings that are not per-packet (item descriptors that do not fit the metadata
 	// area, an end-of-stream marker that found no slot); nil: silent.
 	Log *zerolog.Logger
@@ -147,6 +158,11 @@ type liveHeap struct {
 	pointers     []uint64    // raw item pointers except ids 0x1–0x4, wire order, deduplicated across packets
 	seen         pointerSet  // the same pointers, for an O(1) duplicate test whatever the heap's item count
 	pointersLost bool
+	// Item descriptors of a heap longer than its slot: the bytes from the first descriptor's address on
+	// (at most maxDescTail) are kept here too, so descriptors after the slot's end still reach the stream's
+	// descriptor table (the metadata area) when the payload is cut. descAt is that address (^0: none).
+	descAt   uint64
+	descTail []byte // allocated at the first heap that needs it, then reused
 	// Chunk mode: the heap's position in an open chunk, view its bytes there; dup: a heap for a position
 	// already filled, whose packets count as duplicates.
 	chunk    *openChunk
@@ -268,7 +284,7 @@ func (a *Assembler) Packet(payload []byte, recvNanos int64) {
 	}
 	h := a.find(pkt.HeapCnt)
 	if h == nil {
-		if a.recent.contains(pkt.HeapCnt) {
+		if a.recent.contains(pkt.HeapCnt, recvNanos) {
 			// A late copy of a heap already published whole: every byte of it arrived, so this packet
 			// can only repeat some. Starting a heap for it would publish a phantom incomplete copy.
 			a.p.Add(ring.CounterDuplicatePackets, 1)
@@ -295,6 +311,37 @@ func (a *Assembler) EndBatch() { a.p.EndBatch() }
 // the ring's free slots and the rate heaps (or chunks) are published (ring.Producer.Absorbs).
 func (a *Assembler) Absorbs(max time.Duration) time.Duration { return a.p.Absorbs(max) }
 
+// Awaits implements transport.Awaiter: how long until what a consumer sees next as one unit, the heap the
+// latest packet joined (in chunk mode, that heap's chunk), is complete, at the rate its bytes arrived so
+// far (from its first packet's receive time to now). ok is false when nothing is in assembly (the latest
+// packet completed its heap) or its size is unknown (no heap length yet). The estimate can only err
+// short while the bytes come at a steady rate: receive times are read times, which trail arrival. Hot
+// path only: it reads the window, nothing else.
+func (a *Assembler) Awaits(nowNanos int64) (left time.Duration, ok bool) {
+	h := &a.window[a.lastHit]
+	if a.stopped || h.state != heapAssembling {
+		return 0, false
+	}
+	total, have, first := h.heapLength, h.received, h.firstNanos // heapLength 0 (unknown): no estimate
+	if cp, isChunk := a.pl.(*chunkPlacer); isChunk {
+		if total, have, first, ok = cp.awaits(h); !ok {
+			return 0, false
+		}
+	}
+	return timeLeft(total, have, nowNanos-first)
+}
+
+// timeLeft is how long the rest of total bytes takes at the rate have bytes took in elapsed nanoseconds.
+func timeLeft(total, have uint64, elapsed int64) (time.Duration, bool) {
+	if have == 0 || have >= total {
+		return 0, false
+	}
+	if elapsed <= 0 {
+		return 0, true
+	}
+	return time.Duration(float64(elapsed) * float64(total-have) / float64(have)), true
+}
+
 // Place implements transport.Placer: it fills dst with the regions where the placer expects the next
 // datagrams' payloads (regions that hold nothing received yet, so a wrong guess overwrites nothing) and
 // returns the header length the guess assumes and how many regions it filled (0: no guess).
@@ -318,7 +365,7 @@ func (a *Assembler) Fits(hdr, region []byte, payloadLen int) bool {
 	switch {
 	case live != nil:
 		slot = live.slot
-	case slot == nil || a.find(pkt.HeapCnt) != nil || a.recent.contains(pkt.HeapCnt):
+	case slot == nil || a.find(pkt.HeapCnt) != nil || a.recent.contains(pkt.HeapCnt, a.recent.newest()):
 		return false // only the first packets of a heap not begun go to the slot taken ahead for it
 	}
 	if pkt.PayloadOffset >= uint64(len(slot.Payload)) { // a chunk position is shorter than the ring's slot
@@ -341,7 +388,7 @@ func (a *Assembler) Placed(hdr, region []byte, payloadLen int, recvNanos int64) 
 		return false
 	}
 	pkt := &a.pkt
-	_ = DecodeSplit(hdr, region[:payloadLen], pkt) // Fits decoded it already
+	*pkt = a.fitsPkt // Fits decoded exactly this datagram: no second decode
 	h := a.find(pkt.HeapCnt)
 	if h == nil {
 		h = a.begin(pkt, recvNanos) // the placer hands it the slot Fits found
@@ -420,7 +467,46 @@ func (a *Assembler) begin(pkt *Packet, recvNanos int64) *liveHeap {
 	h.pointers = h.pointers[:0]
 	h.seen.reset()
 	h.pointersLost = false
+	h.descAt = noDescriptor
 	return h
+}
+
+// noDescriptor is liveHeap.descAt for a heap with no descriptor item seen.
+const noDescriptor = ^uint64(0)
+
+// maxDescTail bounds the descriptor bytes kept beside a heap longer than its slot: a heap's descriptors
+// are a few hundred bytes each, and SPEAD senders put them together.
+const maxDescTail = 64 << 10
+
+// keepDescBytes copies what of the packet's bytes [start, end) lies in h's descriptor window
+// [descAt, descAt+maxDescTail) into descTail, for a heap whose length already runs past its slot.
+func (h *liveHeap) keepDescBytes(start, end uint64, payload []byte, slotLen uint64) {
+	if h.descAt == noDescriptor || max(h.extent, h.heapLength) <= slotLen {
+		return
+	}
+	lo, hi := max(start, h.descAt), min(end, h.descAt+maxDescTail)
+	if lo >= hi {
+		return
+	}
+	if h.descTail == nil {
+		h.descTail = make([]byte, maxDescTail) // rare: a cut heap that carries descriptors
+	}
+	copy(h.descTail[lo-h.descAt:hi-h.descAt], payload[lo-start:hi-start])
+}
+
+// descBytes returns the bytes [start, end) of h's payload for a descriptor item: from the slot when they
+// lie in it, else from descTail; nil when they were not all received or not kept.
+func (h *liveHeap) descBytes(start, end, slotLen uint64) []byte {
+	if end < start || !h.covered(start, end) {
+		return nil
+	}
+	if end <= slotLen {
+		return h.slot.Payload[start:end]
+	}
+	if h.descTail == nil || start < h.descAt || end-h.descAt > maxDescTail {
+		return nil
+	}
+	return h.descTail[start-h.descAt : end-h.descAt]
 }
 
 // add adds an accepted packet of heap h (spead2's live_heap::add_packet) and publishes the heap if it is
@@ -447,6 +533,9 @@ func (a *Assembler) add(h *liveHeap, pkt *Packet, inPlace bool) {
 	}
 	h.extent = max(h.extent, end)
 	a.addPointers(h, pkt)
+	if end > a.slotSize && h.chunk == nil {
+		h.keepDescBytes(start, end, pkt.Payload, a.slotSize)
+	}
 	if limit := uint64(len(h.slot.Payload)); start < limit { // the slot, or the heap's position in a chunk
 		if inPlace {
 			h.stored += min(uint64(len(pkt.Payload)), limit-start)
@@ -516,6 +605,9 @@ func (a *Assembler) addPointers(h *liveHeap, pkt *Packet) {
 		}
 		if !ip.Immediate {
 			h.extent = max(h.extent, ip.Value)
+			if ip.ID == DescriptorID {
+				h.descAt = min(h.descAt, ip.Value)
+			}
 		}
 		h.pointers = append(h.pointers, raw)
 	}
@@ -617,7 +709,7 @@ func (a *Assembler) finish(h *liveHeap) {
 		complete := h.complete()
 		if a.pl.ended(h, complete) {
 			if complete {
-				a.recent.add(h.cnt)
+				a.recent.add(h.cnt, h.firstNanos)
 			}
 			a.release(h)
 			return
@@ -655,7 +747,7 @@ func (a *Assembler) evictChunk(c *openChunk) {
 func (a *Assembler) publish(h *liveHeap, complete bool) {
 	if a.pl.ended(h, complete) {
 		if complete {
-			a.recent.add(h.cnt)
+			a.recent.add(h.cnt, h.firstNanos)
 		}
 		a.release(h)
 		return
@@ -671,15 +763,22 @@ func (a *Assembler) publish(h *liveHeap, complete bool) {
 	if !h.hasLength {
 		itemsEnd = h.extent
 	}
-	if complete {
-		flags |= ring.FlagComplete
-	} else {
+	// COMPLETE says every byte is in the slot: never with TRUNCATED (spec §4.1). A cut heap whose bytes
+	// all arrived is TRUNCATED alone; one with holes too is INCOMPLETE|TRUNCATED.
+	truncated := itemsEnd > a.slotSize
+	switch {
+	case !complete:
 		flags |= ring.FlagIncomplete
 		a.p.Add(ring.CounterIncompleteHeaps, 1)
+	case !truncated:
+		flags |= ring.FlagComplete
 	}
-	if itemsEnd > a.slotSize {
+	if truncated {
 		flags |= ring.FlagTruncated
 		a.p.Add(ring.CounterTruncatedHeaps, 1)
+		if a.cfg.OnTruncated != nil {
+			a.cfg.OnTruncated(itemsEnd)
+		}
 	}
 	flags |= a.fillItems(h, itemsEnd)
 	if h.pointersLost {
@@ -695,7 +794,7 @@ func (a *Assembler) publish(h *liveHeap, complete bool) {
 	})
 	a.p.Add(ring.CounterHeaps, 1)
 	if complete {
-		a.recent.add(h.cnt)
+		a.recent.add(h.cnt, h.firstNanos)
 	}
 	a.release(h)
 }
@@ -719,14 +818,17 @@ func (a *Assembler) fillItems(h *liveHeap, itemsEnd uint64) (flags uint32) {
 			if length == 0 {
 				continue // empty: spead2 skips it
 			}
+			if ip.ID == DescriptorID {
+				hasDescriptors = true // read from the slot or, past it, from descTail
+			}
 			if ip.Value >= a.slotSize {
 				flags |= ring.FlagItemsCut // wholly past the slot of a truncated heap: left out, said so
 				continue
 			}
 			it.Length = min(length, a.slotSize-ip.Value)
-		}
-		if ip.ID == DescriptorID {
-			hasDescriptors = true
+			if it.Length < length {
+				it.Flags |= ring.ItemCut // runs past the slot: its first bytes only
+			}
 		}
 		h.slot.AddItem(it)
 	}
@@ -775,15 +877,16 @@ func (a *Assembler) addressLengths(h *liveHeap, itemsEnd uint64) {
 // stream's descriptor table in the ring. Descriptors are rare, so this path may allocate.
 func (a *Assembler) readDescriptors(h *liveHeap) {
 	changed := false
-	for _, it := range h.slot.Items() {
-		if it.ID != DescriptorID || it.Immediate() {
+	for i, raw := range h.pointers { // not the slot's table: a cut heap's descriptors may lie past the slot
+		ip := h.flavour.splitPointer(raw)
+		if ip.ID != DescriptorID || ip.Immediate || a.lengths[i] == 0 {
 			continue
 		}
-		end := it.Value + it.Length
-		if !h.covered(it.Value, end) {
+		b := h.descBytes(ip.Value, ip.Value+a.lengths[i], a.slotSize)
+		if b == nil {
 			continue
 		}
-		d, err := ParseDescriptor(h.slot.Payload[it.Value:end])
+		d, err := ParseDescriptor(b)
 		if err != nil {
 			a.badDescriptors.Add(1)
 			continue
@@ -854,6 +957,10 @@ func (a *Assembler) flushWindow() {
 // heaps are flushed (published, or counted and discarded), the end-of-stream marker published and Done
 // closed.
 func (a *Assembler) stop(pkt *Packet) {
+	if a.cfg.KeepGoing {
+		a.endStream(pkt)
+		return
+	}
 	a.stopped = true
 	// A live heap with the stop's cnt (data packets of the stop heap, or a data heap whose cnt the stop
 	// reuses) cannot be complete — a complete heap has left the window — so flushWindow below counts it as
@@ -866,4 +973,22 @@ func (a *Assembler) stop(pkt *Packet) {
 		a.cfg.Log.Warn().Err(err).Msg("spead: stream stopped but the end-of-stream marker found no slot")
 	}
 	close(a.done)
+}
+
+// endStream handles a stream-stop packet under KeepGoing: as stop, but the marker is STREAM_END and the
+// assembler goes on. The recently-published cnts are forgotten: the next stream may reuse them, and a
+// packet of such a heap is a new heap, not a late copy.
+func (a *Assembler) endStream(pkt *Packet) {
+	a.p.Add(ring.CounterPackets, 1)
+	a.p.Add(ring.CounterBytes, uint64(len(pkt.Payload)))
+	a.flushWindow()
+	a.pl.release()
+	a.recent.reset()
+	err := a.p.PublishStreamEnd(pkt.HeapCnt, a.cfg.EOSTimeout)
+	if err != nil && a.cfg.Log != nil {
+		a.cfg.Log.Warn().Err(err).Uint64("stop_heap_cnt", pkt.HeapCnt).Msg("spead: stream stopped but the stream-end marker found no slot")
+	}
+	if a.cfg.OnStreamEnd != nil {
+		a.cfg.OnStreamEnd(pkt.HeapCnt, err)
+	}
 }

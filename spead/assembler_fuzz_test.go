@@ -274,15 +274,17 @@ func validateFuzzHeap(h ring.Heap, slotSize uint64) error {
 	complete, incomplete := h.Flags&ring.FlagComplete != 0, h.Flags&ring.FlagIncomplete != 0
 	truncated := h.Flags&ring.FlagTruncated != 0
 	switch {
-	case complete == incomplete:
-		return fmt.Errorf("flags %#x: not exactly one of COMPLETE and INCOMPLETE", h.Flags)
+	case complete && (incomplete || truncated):
+		return fmt.Errorf("flags %#x: COMPLETE with INCOMPLETE or TRUNCATED (spec §4.1)", h.Flags)
+	case !complete && !incomplete && !truncated:
+		return fmt.Errorf("flags %#x: none of COMPLETE, INCOMPLETE, TRUNCATED", h.Flags)
 	case h.Flags&ring.FlagEndOfStream != 0:
 		return fmt.Errorf("flags %#x on a data heap", h.Flags)
 	case h.Packets == 0:
 		return errors.New("no packets")
 	case h.Received > h.HeapSize:
 		return fmt.Errorf("received %d of %d", h.Received, h.HeapSize)
-	case complete && !truncated && h.Received != h.HeapSize:
+	case complete && h.Received != h.HeapSize:
 		return fmt.Errorf("complete with %d of %d bytes", h.Received, h.HeapSize)
 	case !truncated && h.HeapSize > slotSize:
 		return fmt.Errorf("heap size %d in a %d-byte slot without TRUNCATED", h.HeapSize, slotSize)

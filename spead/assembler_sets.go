@@ -1,5 +1,7 @@
 package spead
 
+import "time"
+
 // Fixed-size sets the assembler keeps per heap and per stream. Both are allocated once and cleared in
 // O(1), so the per-packet cost does not grow with a heap's item count or the stream's length.
 
@@ -53,24 +55,34 @@ func (s *pointerSet) add(raw uint64) {
 	s.count++
 }
 
-// recentHeaps remembers the cnts of the last n heaps published complete, so that a late duplicate of one
-// is recognised. Streams usually count upwards, so the common test is one comparison with the largest cnt
-// remembered; only an older cnt scans the ring.
+// recentHeaps remembers the cnts of the last n heaps published complete, and when each heap's first
+// packet arrived, so that a late duplicate of one is recognised: a packet of such a heap within
+// recentHorizon of its first packet is a copy. Later, the cnt begins a new heap: a sender that restarts
+// without a stream stop and counts from 1 again is received, not taken for copies (spead2 has no such
+// memory at all). Streams usually count upwards, so the common test is one comparison with the largest
+// cnt remembered; only an older cnt scans the ring.
 type recentHeaps struct {
 	cnts   []uint64
+	at     []int64
 	next   int
 	filled int
 	max    uint64
 }
 
+// recentHorizon is how long after a heap's first packet a packet of the same cnt is taken for a late
+// copy of it: far beyond any reordering a network makes, far below the time a sender takes to restart.
+const recentHorizon = int64(100 * time.Millisecond)
+
 // recentHeapsFor sizes the memory: several live-heap windows' worth, at least 64, which covers duplicates
 // and reordering far beyond the window.
 func recentHeapsFor(maxHeaps int) int { return max(64, 8*maxHeaps) }
 
-func newRecentHeaps(n int) recentHeaps { return recentHeaps{cnts: make([]uint64, n)} }
+func newRecentHeaps(n int) recentHeaps {
+	return recentHeaps{cnts: make([]uint64, n), at: make([]int64, n)}
+}
 
-func (r *recentHeaps) add(cnt uint64) {
-	r.cnts[r.next] = cnt
+func (r *recentHeaps) add(cnt uint64, at int64) {
+	r.cnts[r.next], r.at[r.next] = cnt, at
 	r.next = (r.next + 1) % len(r.cnts)
 	r.filled = min(r.filled+1, len(r.cnts))
 	if r.filled == 1 || cnt > r.max {
@@ -78,14 +90,27 @@ func (r *recentHeaps) add(cnt uint64) {
 	}
 }
 
-func (r *recentHeaps) contains(cnt uint64) bool {
+// contains reports whether cnt was published complete within recentHorizon before now.
+func (r *recentHeaps) contains(cnt uint64, now int64) bool {
 	if r.filled == 0 || cnt > r.max {
 		return false
 	}
-	for _, c := range r.cnts[:r.filled] {
-		if c == cnt {
+	for i, c := range r.cnts[:r.filled] {
+		if c == cnt && now-r.at[i] < recentHorizon {
 			return true
 		}
 	}
 	return false
 }
+
+// newest is the latest first-packet time remembered (for a test without a clock, as Fits makes: it
+// only refuses a zero-copy guess, the packet then takes the ordinary path with its own time).
+func (r *recentHeaps) newest() int64 {
+	if r.filled == 0 {
+		return 0
+	}
+	return r.at[(r.next+len(r.at)-1)%len(r.at)]
+}
+
+// reset forgets every cnt: a new stream begins.
+func (r *recentHeaps) reset() { r.next, r.filled, r.max = 0, 0, 0 }

@@ -2,9 +2,12 @@ package spead_test
 
 import (
 	"bytes"
+	"errors"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/spead"
@@ -273,6 +276,9 @@ func TestAssemblerNoHeapLength(t *testing.T) {
 	}
 }
 
+// TestAssemblerTruncated: a heap longer than its slot whose bytes all arrived is TRUNCATED, never COMPLETE
+// (spec §4.1: COMPLETE says every byte is in the slot); the item running past the slot is clipped and
+// flagged CUT, the one starting past it left out (ITEMS_CUT).
 func TestAssemblerTruncated(t *testing.T) {
 	const slotSize = 1024
 	heap := spead.Heap{Cnt: 4, Items: []spead.Item{
@@ -286,11 +292,11 @@ func TestAssemblerTruncated(t *testing.T) {
 		t.Fatalf("%d heaps", len(heaps))
 	}
 	h := heaps[0]
-	if h.flags != ring.FlagComplete|ring.FlagTruncated|ring.FlagItemsCut || h.heapSize != 3000 || h.received != slotSize {
+	if h.flags != ring.FlagTruncated|ring.FlagItemsCut || h.heapSize != 3000 || h.received != slotSize {
 		t.Fatalf("heap: flags %#x size %d received %d", h.flags, h.heapSize, h.received)
 	}
 	// 0x1000 is clipped to the slot, 0x1001 starts past it and is left out (ITEMS_CUT says so).
-	wantItems := []ring.Item{{ID: 0x1000, Value: 0, Length: slotSize}, {ID: 0x1002, Value: 99, Length: 5, Flags: ring.ItemImmediate}}
+	wantItems := []ring.Item{{ID: 0x1000, Value: 0, Length: slotSize, Flags: ring.ItemCut}, {ID: 0x1002, Value: 99, Length: 5, Flags: ring.ItemImmediate}}
 	if !slices.Equal(h.items, wantItems) {
 		t.Fatalf("items %+v", h.items)
 	}
@@ -544,4 +550,125 @@ func TestAssemblerRangeOverflow(t *testing.T) {
 		t.Fatalf("heaps %+v", heaps)
 	}
 	expectCounters(t, stats, map[ring.Counter]uint64{ring.CounterPackets: ranges + 1})
+}
+
+// TestAssemblerTruncatedKeepsDescriptors: a 1 MiB heap cut to a 64 KiB slot, its item descriptors after
+// the data (as send --descriptors and spead2 lay them out) and so past the slot, still gives the stream's
+// descriptors to the ring's metadata area; the heap is TRUNCATED (not COMPLETE), HAS_DESCRIPTORS, its
+// data item flagged CUT. Without the bytes kept beside the slot the metadata area stays empty.
+func TestAssemblerTruncatedKeepsDescriptors(t *testing.T) {
+	const slotSize = 64 << 10
+	data := bytes.Repeat([]byte{0x5A}, 1<<20)
+	dh, err := spead.DescriptorHeap(1, spead.Flavour64_48,
+		spead.Descriptor{ID: 0x1000, Name: "samples", Description: "1 MiB of them", Flavour: spead.Flavour64_48,
+			DType: "{'descr': '|u1', 'fortran_order': False, 'shape': (1048576,)}"},
+		spead.Descriptor{ID: 0x1600, Name: "timestamp", Flavour: spead.Flavour64_48,
+			Format: []spead.FormatField{{Code: 'u', Bits: 48}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	heap := spead.Heap{Cnt: 1, Items: append([]spead.Item{{ID: 0x1000, Data: data}, {ID: 0x1600, Immediate: true, Value: 7}}, dh.Items...)}
+	packets := encodeHeaps(t, spead.Flavour64_48, 8972, heap)[0]
+	p, c := testRing(t, ring.Config{SlotSize: slotSize, SlotCount: 8})
+	a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, b := range packets {
+		a.Packet(b, int64(1000+i))
+	}
+	h, err := c.Next(time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Flags&ring.FlagComplete != 0 || h.Flags&ring.FlagTruncated == 0 || h.Flags&ring.FlagHasDescriptors == 0 || h.Complete() {
+		t.Errorf("flags %#x: want TRUNCATED|HAS_DESCRIPTORS, never COMPLETE", h.Flags)
+	}
+	it, ok := h.Item(0x1000)
+	if !ok || !it.Cut() || it.Length != slotSize {
+		t.Errorf("item 0x1000 %+v: want cut to the slot", it)
+	}
+	if _, err := h.ItemData(it); !errors.Is(err, ring.ErrItemCut) {
+		t.Errorf("ItemData of a cut item: %v, want ErrItemCut", err)
+	}
+	ds, err := c.Descriptors()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[uint64]string{}
+	for _, d := range ds {
+		names[d.ID] = d.Name
+	}
+	if names[0x1000] != "samples" || names[0x1600] != "timestamp" {
+		t.Fatalf("descriptors in the metadata area: %v; want samples and timestamp", names)
+	}
+}
+
+// TestAssemblerKeepGoingStreams: with KeepGoing a stream stop ends the stream, not the ring: its live heaps
+// are published, then a STREAM_END marker carrying the stop heap's cnt, and the next stream may reuse every
+// heap cnt (heap 1 again, right after it was published whole). Done stays open. A sender that restarts
+// without a stop and repeats cnts is the same stream: a packet of a heap published whole within 100 ms is
+// a late copy (duplicate_packets), later the cnt begins a new heap.
+func TestAssemblerKeepGoingStreams(t *testing.T) {
+	p, c := testRing(t, ring.Config{SlotSize: 4096, SlotCount: 64})
+	ends := 0
+	a, err := spead.NewAssembler(p, spead.AssemblerConfig{KeepGoing: true, OnStreamEnd: func(cnt uint64, err error) {
+		if err == nil && cnt == 3 {
+			ends++
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := int64(1_000_000_000)
+	feed := func(hs ...spead.Heap) {
+		for _, ps := range encodeHeaps(t, spead.Flavour64_40, testPacketSize, hs...) {
+			for _, b := range ps {
+				a.Packet(b, now)
+			}
+		}
+	}
+	stream := []spead.Heap{patternHeap(1, 1000), patternHeap(2, 1000), spead.StreamStopHeap(3)}
+	feed(stream...)
+	feed(stream...) // the same cnts: a new stream's own
+	feed(patternHeap(1, 1000))
+	now += int64(50 * time.Millisecond)
+	feed(patternHeap(1, 1000)) // 50 ms later, no stop between: a late copy
+	now += int64(200 * time.Millisecond)
+	feed(patternHeap(1, 1000)) // a restarted sender's heap 1
+	select {
+	case <-a.Done():
+		t.Fatal("Done closed by a stream stop under KeepGoing")
+	default:
+	}
+	var got []string
+	for {
+		h, err := c.Next(100 * time.Millisecond)
+		if errors.Is(err, ring.ErrStreamEnd) {
+			if !h.StreamEnd() || !errors.Is(err, ring.ErrEndOfStream) {
+				t.Errorf("marker %+v (%v): want StreamEnd, matching ErrEndOfStream", h, err)
+			}
+			got = append(got, "end:"+strconv.FormatUint(h.HeapCnt, 10))
+			continue
+		}
+		if errors.Is(err, ring.ErrTimeout) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !h.Complete() {
+			t.Errorf("heap %d flags %#x", h.HeapCnt, h.Flags)
+		}
+		got = append(got, strconv.FormatUint(h.HeapCnt, 10))
+		c.Release(h)
+	}
+	want := []string{"1", "2", "end:3", "1", "2", "end:3", "1", "1"}
+	if !slices.Equal(got, want) || ends != 2 {
+		t.Fatalf("read %v (%d stream ends logged), want %v", got, ends, want)
+	}
+	st := c.Stats()
+	if st.Get(ring.CounterStreamsEnded) != 2 || st.Get(ring.CounterEndOfStream) != 0 || st.Get(ring.CounterDuplicatePackets) == 0 {
+		t.Errorf("counters %v: want 2 streams ended, no end of stream, the late copy's packets duplicates", st.Map())
+	}
 }

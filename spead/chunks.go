@@ -295,6 +295,21 @@ func (cp *chunkPlacer) retire(c *openChunk) {
 	c.slot, c.noSlot = nil, false
 }
 
+// awaits is what Assembler.Awaits measures in chunk mode: the chunk of live heap h, its size, the bytes
+// it holds (those of its heaps that ended, and h's; its other live heaps are not counted, so the answer
+// can only overstate what is left) and its first receive time.
+func (cp *chunkPlacer) awaits(h *liveHeap) (total, have uint64, firstNanos int64, ok bool) {
+	c := h.chunk
+	if c == nil || c.slot == nil {
+		return 0, 0, 0, false
+	}
+	firstNanos = h.firstNanos
+	if c.firstNs != 0 && int64(c.firstNs) < firstNanos {
+		firstNanos = int64(c.firstNs)
+	}
+	return cp.g.Bytes(), c.received + h.stored, firstNanos, true
+}
+
 // ended records a heap leaving the window in its chunk: present if it is complete, fits its position and
 // has a payload, else its position is free again (rejected if too long or empty). Full chunks at the window's start are published.
 func (cp *chunkPlacer) ended(h *liveHeap, complete bool) bool {

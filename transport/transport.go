@@ -70,6 +70,15 @@ type Absorber interface {
 	Absorbs(max time.Duration) time.Duration
 }
 
+// Awaiter is a Sink that can tell how long until what it assembles is complete: the heap in assembly
+// (the heap assembler: the heap the latest packet joined, or its chunk), at the rate its bytes arrived so
+// far; ok false when nothing is in assembly or its size is unknown. A source that coalesces reads sleeps
+// no longer than that (udp.Config.CoalesceHeaps), so a sleep never postpones a heap's completion.
+type Awaiter interface {
+	Sink
+	Awaits(nowNanos int64) (left time.Duration, ok bool)
+}
+
 // ThreadCounted is a Source that receives on several threads and counts each one's share (metrics label
 // them by thread). Safe from any goroutine.
 type ThreadCounted interface {

@@ -995,8 +995,22 @@ static const char *const counter_names[IBVB_CTR_COUNT] = {
     "duplicate_packets", "truncated_heaps", "discarded_incomplete_heaps",
     "end_of_stream",     "consumers_attached", "consumer_overruns",
     "consumer_errors",   "chunks",          "incomplete_chunks",
-    "too_old_heaps",     "rejected_heaps",  "group_lost",      "group_skipped",
+    "too_old_heaps",     "rejected_heaps",  "group_lost",
+    "group_skipped",     "streams_ended",
 };
+
+size_t ibvb_producer_version(const struct ibvb_ring *r, char *buf, size_t len)
+{
+	size_t n = 0;
+	while (n < IBVB_PRODUCER_VERSION_MAX && r->ctl->producer_version[n] != 0)
+		n++;
+	if (len == 0)
+		return n;
+	size_t c = n < len - 1 ? n : len - 1;
+	memcpy(buf, r->ctl->producer_version, c);
+	buf[c] = 0;
+	return n;
+}
 
 const char *ibvb_counter_name(unsigned idx) { return idx < IBVB_CTR_COUNT ? counter_names[idx] : NULL; }
 

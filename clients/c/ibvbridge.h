@@ -50,8 +50,11 @@ extern "C" {
 #define IBVB__STATIC_ASSERT(c, m) _Static_assert(c, m)
 #endif
 
-#define IBVB_VERSION_MAJOR_LIB 2 /* library version */
-#define IBVB_VERSION_MINOR_LIB 2
+/* The library's version: ibvbridge's one version (Go internal/version, pkg-config's Version, the Python
+ * package's), checked equal by TestOneVersionEverywhere. The ABI is the soname (libibvbridge.so.N), which
+ * moves on its own; the ring layout this library speaks is IBVB_MAJOR.IBVB_MINOR. */
+#define IBVB_VERSION_MAJOR_LIB 0
+#define IBVB_VERSION_MINOR_LIB 3
 
 /* ---- layout constants (spec §1, §2, §3) ------------------------------------------------------ */
 
@@ -68,11 +71,12 @@ extern "C" {
 #define IBVB_DESC_SIZE 64
 #define IBVB_ITEM_SIZE 32
 #define IBVB_STATS_SLOTS 32
-#define IBVB_STATS_COUNT 19 /* counters defined by 2.2 (13 by 2.0, the chunk counters, group_lost, group_skipped) */
+#define IBVB_STATS_COUNT 20 /* counters defined by 2.2 (13 by 2.0, the chunk counters, group_lost, group_skipped, streams_ended) */
 #define IBVB_REGION_ALIGN 4096
 #define IBVB_MAX_SLOT_COUNT (1u << 24)
 #define IBVB_MAX_ITEMS 65536u
 #define IBVB_META_HEADER_SIZE 16
+#define IBVB_PRODUCER_VERSION_MAX 64 /* 2.2: bytes of the ctl producer_version field (spec §2) */
 #define IBVB_META_RECORD_HEADER_SIZE 32
 #define IBVB_NAME_MAX 64
 #define IBVB_SOCK_SUFFIX ".v2.sock"
@@ -132,7 +136,7 @@ extern "C" {
 #define IBVB_OFF_CHUNK_TIME_ITEM 0xB8
 #define IBVB_OFF_CHUNK_AXIS_ITEM 0xC0
 #define IBVB_OFF_HEADER_RESERVED 0xC8
-#define IBVB_OFF_RESERVED_100 0x100
+#define IBVB_OFF_PRODUCER_VERSION 0x100 /* 2.2 */
 #define IBVB_OFF_HEAD 0x200
 #define IBVB_OFF_PRODUCER_WAITING 0x280
 #define IBVB_OFF_HEARTBEAT_NS 0x300
@@ -198,8 +202,15 @@ extern "C" {
 #define IBVB_FLAG_NO_HEAP_SIZE 0x40u
 #define IBVB_FLAG_ITEMS_CUT 0x80u
 #define IBVB_FLAG_CHUNK 0x100u
+/* 2.2: a stream boundary, not a heap (recv --keep-going): one stream stopped, the ring goes on. ibvb_peek and
+ * ibvb_wait return IBVB_STREAM_END for it, with *h's position, heap_cnt (the stop heap's), timestamp_ns, flags. */
+#define IBVB_FLAG_STREAM_END 0x200u
+/* What ibvb_peek / ibvb_wait return for a STREAM_END marker (a negative errno, like every other non-heap). */
+#define IBVB_STREAM_END (-ENOMSG)
 /* Item flags (spec §5). */
 #define IBVB_ITEM_IMMEDIATE 0x1u
+/* 2.2: an address item of a TRUNCATED heap that runs past the slot: its length was clipped to the slot. */
+#define IBVB_ITEM_CUT 0x2u
 
 /* Stats indices (spec §2.3). */
 enum ibvb_counter {
@@ -222,7 +233,8 @@ enum ibvb_counter {
 	IBVB_CTR_REJECTED_HEAPS = 16,
 	IBVB_CTR_GROUP_LOST = 17, /* positions lost for a consumer group when a member left holding them (§14) */
 	IBVB_CTR_GROUP_SKIPPED = 18, /* 2.2: positions members released without handing them out (§14.7) */
-	IBVB_CTR_COUNT = 19
+	IBVB_CTR_STREAMS_ENDED = 19, /* 2.2: STREAM_END markers published */
+	IBVB_CTR_COUNT = 20
 };
 
 /* ---- shared structures ----------------------------------------------------------------------- */
@@ -264,8 +276,10 @@ struct ibvb_ctl {
 	uint64_t chunk_time_item;
 	uint64_t chunk_axis_item;
 	uint8_t header_reserved[0x100 - 0xC8];
-	/* 0x100 */
-	uint8_t reserved_100[0x100];
+	/* 0x100: 2.2 producer_version, the producing program's name and version, NUL-padded UTF-8 (not
+	 * necessarily terminated: read at most IBVB_PRODUCER_VERSION_MAX bytes) */
+	char producer_version[IBVB_PRODUCER_VERSION_MAX];
+	uint8_t reserved_140[0x100 - IBVB_PRODUCER_VERSION_MAX];
 	/* 0x200 producer cursor */
 	IBVB_ATOMIC(uint64_t) head;
 	uint8_t pad_head[120];
@@ -432,7 +446,7 @@ IBVB__CHECK(struct ibvb_ctl, chunk_step, IBVB_OFF_CHUNK_STEP);
 IBVB__CHECK(struct ibvb_ctl, chunk_time_item, IBVB_OFF_CHUNK_TIME_ITEM);
 IBVB__CHECK(struct ibvb_ctl, chunk_axis_item, IBVB_OFF_CHUNK_AXIS_ITEM);
 IBVB__CHECK(struct ibvb_ctl, header_reserved, IBVB_OFF_HEADER_RESERVED);
-IBVB__CHECK(struct ibvb_ctl, reserved_100, IBVB_OFF_RESERVED_100);
+IBVB__CHECK(struct ibvb_ctl, producer_version, IBVB_OFF_PRODUCER_VERSION);
 IBVB__CHECK(struct ibvb_ctl, head, IBVB_OFF_HEAD);
 IBVB__CHECK(struct ibvb_ctl, producer_waiting, IBVB_OFF_PRODUCER_WAITING);
 IBVB__CHECK(struct ibvb_ctl, heartbeat_ns, IBVB_OFF_HEARTBEAT_NS);
@@ -720,6 +734,9 @@ int ibvb_stats(const struct ibvb_ring *r, struct ibvb_stats *s);
 uint64_t ibvb_counter(const struct ibvb_ring *r, unsigned idx);
 const char *ibvb_counter_name(unsigned idx);
 int ibvb_info(const struct ibvb_ring *r, struct ibvb_info *info);
+/* 2.2: what the producer says it runs (header producer_version, e.g. "ibvbridge recv 0.3.0"), copied into buf
+ * NUL-terminated (cut to len - 1 bytes). Returns its length, 0 when the producer wrote none. */
+size_t ibvb_producer_version(const struct ibvb_ring *r, char *buf, size_t len);
 
 /* Stream metadata (spec §6): copy the record bytes into buf (seqlock read; the length is validated only
  * once the sequence proved the copy stable). Returns the record byte length (0: nothing announced yet),
@@ -882,11 +899,12 @@ static inline int ibvb_release_all(struct ibvb_ring *r)
  * passed over; else 0, and pos is noted as its own (unless END_OF_STREAM, which is everyone's). */
 static inline int ibvb__member_passes(struct ibvb_ring *r, uint64_t pos, const struct ibvb_desc *d)
 {
-	if (!(d->reserved & r->group_bit) && !(d->flags & IBVB_FLAG_END_OF_STREAM)) {
+	uint32_t marker = d->flags & (IBVB_FLAG_END_OF_STREAM | IBVB_FLAG_STREAM_END); /* markers are everyone's */
+	if (!(d->reserved & r->group_bit) && !marker) {
 		ibvb__pass_over(r, pos);
 		return 1;
 	}
-	r->mine[pos & r->mask] = !(d->flags & IBVB_FLAG_END_OF_STREAM);
+	r->mine[pos & r->mask] = !marker;
 	return 0;
 }
 
@@ -965,8 +983,9 @@ again:;
 			return rc;
 	}
 	r->read = pos + 1;
-	if (__builtin_expect(d.flags & IBVB_FLAG_END_OF_STREAM, 0)) {
-		/* Release the marker now unless earlier heaps are still held: releasing it would release them. */
+	if (__builtin_expect(d.flags & (IBVB_FLAG_END_OF_STREAM | IBVB_FLAG_STREAM_END), 0)) {
+		/* Release the marker now unless earlier heaps are still held: releasing it would release them.
+		 * (A later marker replaces a pending one; the earlier goes back with any release after it.) */
 		if (r->released == pos) {
 			struct ibvb_heap m;
 			m.position = pos;
@@ -975,7 +994,19 @@ again:;
 			r->eos_pending = 1;
 			r->eos_pos = pos;
 		}
-		return -ENODATA;
+		if (!(d.flags & IBVB_FLAG_STREAM_END))
+			return -ENODATA;
+		/* STREAM_END (2.2): one stream ended, the ring goes on; *h says which marker */
+		h->position = pos;
+		h->heap_cnt = d.heap_cnt;
+		h->heap_size = h->received = 0;
+		h->timestamp_ns = d.timestamp_ns;
+		h->flags = d.flags;
+		h->item_count = h->packets = 0;
+		h->slot = d.slot;
+		h->payload = NULL;
+		h->items = NULL;
+		return IBVB_STREAM_END;
 	}
 	h->position = pos;
 	h->heap_cnt = d.heap_cnt;
@@ -1066,6 +1097,16 @@ static inline int ibvb_chunk_present(const struct ibvb_chunk *c, uint32_t t, uin
 /* 1 if the item's value is the value itself (an immediate), 0 if it is an offset into the payload. */
 static inline int ibvb_item_is_immediate(const struct ibvb_item *it) { return (it->flags & IBVB_ITEM_IMMEDIATE) != 0; }
 
+/* 1 if every byte of the heap is in its slot: COMPLETE and not TRUNCATED (a 2.2 producer never sets both,
+ * spec §4.1; a 2.1 producer set COMPLETE|TRUNCATED on a cut heap whose bytes all arrived). */
+static inline int ibvb_heap_complete(const struct ibvb_heap *h)
+{
+	return (h->flags & IBVB_FLAG_COMPLETE) && !(h->flags & IBVB_FLAG_TRUNCATED);
+}
+
+/* 1 if the item runs past the slot of a TRUNCATED heap: only its first it->length bytes are there. */
+static inline int ibvb_item_is_cut(const struct ibvb_item *it) { return (it->flags & IBVB_ITEM_CUT) != 0; }
+
 /* First item with this id in h's table, or NULL. */
 static inline const struct ibvb_item *ibvb_find_item(const struct ibvb_heap *h, uint64_t id)
 {
@@ -1081,6 +1122,26 @@ static inline const struct ibvb_item *ibvb_find_item(const struct ibvb_heap *h, 
 static inline const void *ibvb_item_ptr(const struct ibvb_heap *h, const struct ibvb_item *it)
 {
 	return ibvb_item_is_immediate(it) ? NULL : (const void *)(h->payload + it->value);
+}
+
+/* IBVB_PARTIAL: ibvb_item_data hands out the first bytes of a cut item too. */
+#define IBVB_PARTIAL 0x1
+/* An address item's bytes, refusing a cut one: NULL with errno EMSGSIZE when the item ran past the slot of
+ * a TRUNCATED heap (unless flags has IBVB_PARTIAL: then its first it->length bytes), EINVAL for an
+ * immediate item. *len (if not NULL) gets the byte count handed out. */
+static inline const void *ibvb_item_data(const struct ibvb_heap *h, const struct ibvb_item *it, int flags, size_t *len)
+{
+	if (ibvb_item_is_immediate(it)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (ibvb_item_is_cut(it) && !(flags & IBVB_PARTIAL)) {
+		errno = EMSGSIZE;
+		return NULL;
+	}
+	if (len)
+		*len = it->length;
+	return h->payload + it->value;
 }
 
 #define ibvb_for_each_item(h, it) for ((it) = (h)->items; (it) < (h)->items + (h)->item_count; (it)++)

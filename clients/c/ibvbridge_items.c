@@ -267,8 +267,8 @@ int ibvb_item_decode(const struct ibvb_heap *h, const struct ibvb_item *it, cons
 			return -ERANGE;
 		x = nbytes == 8 ? it->value : it->value & ((UINT64_C(1) << (8 * nbytes)) - 1); /* padded at the head */
 	} else {
-		if (it->length < nbytes)
-			return -ERANGE;
+		if (it->length < nbytes || ibvb_item_is_cut(it))
+			return -ERANGE; /* a cut item's value is not all there */
 		const uint8_t *p = ibvb_item_ptr(h, it); /* padded at the tail: the first nbytes, big-endian */
 		for (uint32_t k = 0; k < nbytes; k++)
 			x = x << 8 | p[k];

@@ -16,7 +16,7 @@ import (
 )
 
 // benchKinds are the benchmarks runBench dispatches; the top-level help and the usage line list them.
-var benchKinds = []string{"ring", "udp", "xdp", "group", "floor"}
+var benchKinds = []string{"ring", "udp", "xdp", "group", "floor", "python"}
 
 var benchUsage = "usage: ibvbridge bench " + strings.Join(benchKinds, "|") + " [flags]  (ibvbridge bench KIND -h for its flags)"
 
@@ -40,6 +40,8 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		err = runBenchGroup(ctx, env, args[1:], stdout, stderr)
 	case "floor":
 		err = runBenchFloor(args[1:], stdout, stderr)
+	case "python":
+		err = runBenchPython(ctx, env, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprintln(stderr, benchUsage)
 		return flag.ErrHelp

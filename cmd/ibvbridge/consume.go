@@ -13,7 +13,7 @@ import (
 // consumeOptions are consume's flags.
 type consumeOptions struct {
 	name, dir, start, groupName                        string
-	verify, wait, stopFirst                            bool
+	verify, wait, stopFirst, streams                   bool
 	maxHeaps                                           uint64
 	timeoutMs, hold, sleepUs, workPasses, maxLatencyUs int
 }
@@ -33,6 +33,7 @@ func consumeFlags(fs *flag.FlagSet) *consumeOptions {
 	fs.IntVar(&o.workPasses, "work-passes", 0, "checksum each heap this many more times: CPU-bound work per heap (benchmarks)")
 	fs.StringVar(&o.groupName, "group-name", "", "attach as a member of this consumer group: the group's members share the stream, each heap read by one of them (starts at head)")
 	fs.IntVar(&o.maxLatencyUs, "max-latency-us", 0, "let heaps of a moving stream wait up to this long for coalesced wakes (0: a wake per heap)")
+	fs.BoolVar(&o.streams, "streams", false, "read on across stream ends (STREAM_END markers of recv --keep-going) until the ring ends, tallying each stream in \"streams\" (default: the first stream end ends the read)")
 	return o
 }
 
@@ -73,7 +74,7 @@ func runConsume(args []string, stdout, stderr io.Writer) error {
 	res := bench.Consume(o.name, bench.ConsumeOptions{Verify: o.verify, MaxHeaps: o.maxHeaps,
 		Timeout: time.Duration(o.timeoutMs) * time.Millisecond, Hold: o.hold, Sleep: time.Duration(o.sleepUs) * time.Microsecond,
 		MaxLatency: time.Duration(o.maxLatencyUs) * time.Microsecond, Dir: o.dir, FromHead: o.start == "head",
-		StopFirst: o.stopFirst, Wait: o.wait, Group: o.groupName, WorkPasses: o.workPasses})
+		StopFirst: o.stopFirst, Wait: o.wait, Group: o.groupName, WorkPasses: o.workPasses, Streams: o.streams})
 	if err := json.NewEncoder(stdout).Encode(res); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"github.com/ibvbridge/ibvbridge/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +15,7 @@ var builtBinary string
 
 // TestMain removes the binary built for the tests (a directory in $TMPDIR): tests leave nothing behind.
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := testenv.Main(m) // a ring directory of its own: nothing lands in /run/ibvbridge
 	if builtBinary != "" {
 		os.RemoveAll(filepath.Dir(builtBinary))
 	}

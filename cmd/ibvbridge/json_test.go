@@ -86,8 +86,8 @@ func TestStatJSONKeysSnakeCase(t *testing.T) {
 }
 
 // TestStatNamesRmStaleForALeftoverRing: stat on a ring whose producer is gone but whose files remain says
-// `rm --stale` (with the --dir it was given); on a ring that does not exist it does not; neither doubles
-// its "stat:" prefix.
+// `rm --stale` once, with the --dir it was given (advice that pastes and runs); on a ring that does not
+// exist it does not; neither doubles its "stat:" prefix.
 func TestStatNamesRmStaleForALeftoverRing(t *testing.T) {
 	dir := t.TempDir()
 	l, err := net.Listen("unix", filepath.Join(dir, ring.SocketName("left")))
@@ -109,6 +109,9 @@ func TestStatNamesRmStaleForALeftoverRing(t *testing.T) {
 		msg := errb.String()
 		if strings.Count(msg, "\n") != 1 || strings.Contains(msg, "stat: stat") || !strings.HasPrefix(msg, "ibvbridge stat: ") {
 			t.Errorf("stat %s: %q: want one line, prefixed once", tc.name, msg)
+		}
+		if n := strings.Count(msg, "rm --stale"); tc.stale && n != 1 {
+			t.Errorf("stat %s: %q: advises rm --stale %d times, want once (with --dir)", tc.name, msg, n)
 		}
 		if has := strings.Contains(msg, "`ibvbridge rm --stale --dir "+dir+"`"); has != tc.stale {
 			t.Errorf("stat %s: %q: mentions rm --stale %v, want %v", tc.name, msg, has, tc.stale)

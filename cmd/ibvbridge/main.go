@@ -13,6 +13,9 @@ import (
 
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
+
+	"github.com/ibvbridge/ibvbridge/internal/version"
+	"github.com/ibvbridge/ibvbridge/ring"
 )
 
 // exitError carries a process exit status through the command functions.
@@ -53,7 +56,7 @@ func usage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nrun 'ibvbridge COMMAND -h' for a command's flags")
+	fmt.Fprintln(w, "\nrun 'ibvbridge COMMAND -h' for a command's flags; 'ibvbridge --version' for the version")
 }
 
 func main() {
@@ -66,6 +69,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if len(args) == 0 {
 			return 2
 		}
+		return 0
+	}
+	if args[0] == "--version" || args[0] == "version" {
+		fmt.Fprintf(stdout, "ibvbridge %s (ring layout %d.%d)\n", version.Version, ring.MajorVersion, ring.MinorVersion)
 		return 0
 	}
 	for _, c := range commands() {

@@ -10,11 +10,14 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/ibvbridge/ibvbridge/bridge"
 	"github.com/ibvbridge/ibvbridge/internal/proccpu"
+	"github.com/ibvbridge/ibvbridge/internal/sdnotify"
+	"github.com/ibvbridge/ibvbridge/internal/version"
 	"github.com/ibvbridge/ibvbridge/metrics"
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/spead"
@@ -33,8 +36,8 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	}
 	log, _ := newLogger(o.logFormat, stderr) // validated
 	cfg := bridge.Config{Ring: o.name, RingCfg: o.ringConfig(),
-		Assembler:    spead.AssemblerConfig{MaxHeaps: o.maxHeaps, Incomplete: o.incomplete, ChunkWindow: o.chunkWindow},
-		WaitConsumer: o.waitConsumer, StatsInterval: o.statsEvery, Log: &log}
+		Assembler:    spead.AssemblerConfig{MaxHeaps: o.maxHeaps, Incomplete: o.incomplete, ChunkWindow: o.chunkWindow, KeepGoing: o.keepGoing},
+		WaitConsumer: o.waitConsumer, StatsInterval: o.statsEvery, LossSummary: o.lossSummary, Log: &log}
 	if o.chunkPlace != "" { // loaded before anything is opened: a bad library leaves nothing behind
 		plug, err := loadChunkPlace(o.chunkPlace, o.chunkPlaceArg, o.set, o.placeItems, o.chunks)
 		if err != nil {
@@ -50,6 +53,12 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 		}
 		defer stop()
 	}
+	notify, err := sdnotify.FromEnv() // $NOTIFY_SOCKET: under systemd (Type=notify) or a supervisor like it
+	if err != nil {
+		return err
+	}
+	defer notify.Close()
+	notifyHooks(&cfg, notify, o.name, &log)
 	// Signals are ours from before the ring exists: a SIGINT that arrives while it is being created must
 	// still end in a clean stop, not the default exit that would leave the ring behind.
 	sigs := make(chan os.Signal, 2)
@@ -80,11 +89,25 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	if collector != nil {
 		collector.Attach(rcv)
 	}
-	return receive(o, rcv, sigs, &log, stdout)
+	return receive(o, rcv, sigs, notify, &log, stdout)
+}
+
+// notifyHooks tells the service manager (sd_notify) that recv is ready and, at each tick, alive.
+func notifyHooks(cfg *bridge.Config, notify *sdnotify.Notifier, name string, log *zerolog.Logger) {
+	cfg.Ready = func() {
+		if err := notify.Send("READY=1\nSTATUS=receiving into ring " + name); err != nil {
+			log.Warn().Err(err).Msg("sd_notify READY")
+		}
+	}
+	cfg.Tick = func(now time.Time) {
+		if err := notify.Ping(now); err != nil {
+			log.Warn().Err(err).Msg("sd_notify WATCHDOG")
+		}
+	}
 }
 
 // receive runs the opened receiver until the stream ends or a signal stops it, then reports.
-func receive(o *recvOptions, rcv *bridge.Receiver, sigs <-chan os.Signal, log *zerolog.Logger, stdout io.Writer) error {
+func receive(o *recvOptions, rcv *bridge.Receiver, sigs <-chan os.Signal, notify *sdnotify.Notifier, log *zerolog.Logger, stdout io.Writer) error {
 	p := rcv.Producer()
 	ev := log.Info().Str("ring", o.name).Str("transport", o.transport)
 	if len(o.endpoints) > 0 {
@@ -96,12 +119,16 @@ func receive(o *recvOptions, rcv *bridge.Receiver, sigs <-chan os.Signal, log *z
 	if o.chunkHeaps > 0 {
 		ev = ev.Uint("chunk_heaps", o.chunkHeaps)
 	}
-	ev.Int("slots", o.slots).Int("slot_size", p.SlotSize()).Bool("hugepages", p.Huge()).
+	if o.keepGoing {
+		ev = ev.Bool("keep_going", true)
+	}
+	ev.Str("version", version.Version).Int("slots", o.slots).Int("slot_size", p.SlotSize()).Bool("hugepages", p.Huge()).
 		Str("policy", o.pol.String()).Msg("receiving")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go stopOnSignals(sigs, cancel, rcv, log)
 	res, err := rcv.Run(ctx)
+	_ = notify.Send("STOPPING=1")
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/ibvbridge/ibvbridge/bridge"
+	"github.com/ibvbridge/ibvbridge/internal/version"
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/transport"
 	"github.com/ibvbridge/ibvbridge/transport/udp"
@@ -30,8 +32,9 @@ type recvOptions struct {
 	slots, slotSize, maxItems, maxHeaps, buffer, maxPacket         int
 	threads, maxConsumers, maxObservers, chunkWindow, chunkHeapSz  int
 	chunkHeaps                                                     uint
-	incomplete, paced, gro                                         bool
-	coalesce, statsEvery, waitConsumer                             time.Duration
+	incomplete, paced, gro, keepGoing                              bool
+	statsEvery, waitConsumer, lossSummary                          time.Duration
+	coalesce                                                       udp.Coalescing
 	grants                                                         map[string]ring.GroupGrant
 	xdp                                                            *xdpOptions
 	ibv                                                            *ibvFlags
@@ -50,7 +53,7 @@ type recvOptions struct {
 
 // recvFlags registers recv's flags on fs, into a new recvOptions.
 func recvFlags(fs *flag.FlagSet) *recvOptions {
-	o := &recvOptions{slotSize: defaultSlotSize, buffer: udp.DefaultBufferSize, maxPacket: udp.DefaultMaxPacketSize, grants: map[string]ring.GroupGrant{}}
+	o := &recvOptions{slotSize: defaultSlotSize, buffer: udp.DefaultBufferSize, maxPacket: udp.DefaultMaxPacketSize, grants: map[string]ring.GroupGrant{}, coalesce: udp.DefaultCoalescing}
 	fs.StringVar(&o.name, "ring", "", "ring name (required)")
 	fs.IntVar(&o.slots, "slots", defaultSlots, "ring slots, a power of two")
 	fs.Var((*byteSize)(&o.slotSize), "slot-size", "payload bytes per slot (the largest heap kept whole; suffixes K, M, G)")
@@ -65,7 +68,7 @@ func recvFlags(fs *flag.FlagSet) *recvOptions {
 	fs.Var((*byteSize)(&o.maxPacket), "max-packet", "largest datagram; bigger ones are counted as truncated")
 	fs.IntVar(&o.threads, "threads", 1, "udp: receive threads (spead2_recv's flag); each owns a share of the endpoints, all feed one ring")
 	fs.StringVar(&o.cpus, "cpus", "", "udp: pin receive thread k to the k-th CPU of this comma-separated list")
-	fs.DurationVar(&o.coalesce, "coalesce", udp.DefaultCoalesce, "udp: after a read that empties the socket, sleep up to this long (at most 1ms) so the next read finds many bursts (interrupt moderation; delays a busy stream's datagrams by at most this; each sleep shortened to what the socket buffer and the ring's free slots hold); 0: read each burst as it comes")
+	fs.Var(&o.coalesce, "coalesce", "udp: after a read that empties the socket, sleep so the next read finds many bursts (interrupt moderation in software). heap (default): each sleep ends before the heap in assembly is expected to be complete and none is taken between heaps, so no heap completes later for it (up to 1ms). A duration (at most 1ms): sleep up to that long, fewer wakes for up to that much latency per heap. 0: read each burst as it comes. Each sleep is shortened to what the socket buffer and the ring's free slots hold")
 	fs.BoolVar(&o.gro, "gro", true, "udp: let the kernel hand over runs of datagrams as one message (UDP GRO); --gro=false: one datagram per message")
 	fs.StringVar(&o.hugepages, "hugepages", "auto", "ring data on hugepages: auto, require or off")
 	fs.StringVar(&o.ringDir, "dir", "", "ring directory for the socket and lock (default: $IBVBRIDGE_RING_DIR, else /run/ibvbridge for root, else /dev/shm/ibvbridge-UID)")
@@ -88,6 +91,8 @@ func recvFlags(fs *flag.FlagSet) *recvOptions {
 	fs.Var((*byteSize)(&o.chunkHeapSz), "chunk-heap-size", "chunk mode: bytes per heap position (larger heaps are rejected); the slot size follows")
 	fs.StringVar(&o.chunkPlace, "chunk-place", "", "chunk mode: LIB.so:FUNCTION, a C function that places each heap instead of --chunk-by (clients/c/ibvbridge_chunk_place.h); trusted code, loaded into recv")
 	fs.StringVar(&o.chunkPlaceItems, "chunk-place-items", "", "with --chunk-place: ID,ID,... the immediate items whose values the function gets, in order")
+	fs.BoolVar(&o.keepGoing, "keep-going", false, "a stream stop ends that stream, not recv: consumers see a STREAM_END marker and read on; the ring's END_OF_STREAM comes when recv stops (the systemd unit's default; spead2's stop_on_stop_item=False)")
+	fs.DurationVar(&o.lossSummary, "loss-summary", bridge.DefaultLossSummary, "least time between two summary lines of losses that go on (the first loss of each kind is logged within 200ms)")
 	fs.StringVar(&o.chunkPlaceArg, "chunk-place-arg", "", "with --chunk-place: a string the function gets (its user_data)")
 	return o
 }
@@ -205,5 +210,5 @@ func (o *recvOptions) ringConfig() ring.Config {
 	}
 	return ring.Config{SlotCount: o.slots, SlotSize: slotSize, MaxItems: o.maxItems, Policy: o.pol, HugePages: o.hugePages,
 		Dir: o.ringDir, Group: o.group, MaxConsumers: o.maxConsumers, MaxObservers: o.maxObservers, ReplayTimestamps: o.transport == "pcap",
-		Chunks: o.chunks, Groups: o.grants}
+		Chunks: o.chunks, Groups: o.grants, Version: version.Producer("ibvbridge recv")}
 }

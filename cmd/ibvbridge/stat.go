@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -152,7 +153,7 @@ func (e *statErr) Unwrap() error { return e.err }
 
 func statError(name, dir string, err error) error {
 	msg := err.Error()
-	if errors.Is(err, ring.ErrNotFound) {
+	if errors.Is(err, ring.ErrNotFound) && !strings.Contains(msg, "rm --stale") {
 		if rings, lerr := ring.List(dir); lerr == nil {
 			for _, l := range rings {
 				if l.Name == name || l.Path() == name {
@@ -176,6 +177,9 @@ func printInfo(stdout io.Writer, info ring.Info, r *ringRates) error {
 	fmt.Fprintf(w, "state\t%s\n", info.State)
 	fmt.Fprintf(w, "producer\tpid %d, alive %v, session %#x, heartbeat %s ago\n", info.ProducerPID, info.ProducerAlive,
 		info.SessionID, time.Duration(info.HeartbeatAgeNs).Round(time.Millisecond))
+	if info.ProducerVersion != "" {
+		fmt.Fprintf(w, "runs\t%s\n", info.ProducerVersion)
+	}
 	fmt.Fprintf(w, "socket\t%s\n", info.Socket)
 	fmt.Fprintf(w, "policy\t%s\n", info.Policy)
 	fmt.Fprintf(w, "slots\t%d x %d bytes, %d items each\n", info.Geometry.SlotCount, info.Geometry.SlotSize, info.Geometry.MaxItems)

@@ -34,7 +34,7 @@ func checkUDPRecv(o *recvOptions) error {
 // openUDPRecv opens recv's sockets.
 func openUDPRecv(o *recvOptions, cfg *bridge.Config) (err error) {
 	cfg.Source, err = udp.Open(udp.Config{Endpoints: o.eps, Interface: o.ifAddr, BufferSize: o.buffer,
-		MaxPacketSize: o.maxPacket, GRO: o.gro, Threads: o.threads, CPUs: o.cpuList, Coalesce: o.coalesce, Log: cfg.Log})
+		MaxPacketSize: o.maxPacket, GRO: o.gro, Threads: o.threads, CPUs: o.cpuList, Coalesce: o.coalesce.Max, CoalesceHeaps: o.coalesce.Heaps, Log: cfg.Log})
 	return err
 }
 

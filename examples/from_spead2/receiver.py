@@ -19,7 +19,9 @@ def parse_args():
 
 
 async def receive(args):
-    stream = ibvbridge.attach(args.ring)  # recv --max-heaps 4 --buffer 8M holds the stream
+    # wait=True: the recipe starts recv with &, so its ring may not exist yet (without it a missing ring is an
+    # error at once, so a typo in the name says so rather than waiting)
+    stream = ibvbridge.attach(args.ring, wait=True)  # recv --max-heaps 4 --buffer 8M holds the stream
     ig = ibvbridge.ItemGroup()
     n = 0
     async for heap in stream:

@@ -88,9 +88,17 @@ func NewVethPair(cfg VethConfig) (*VethPair, error) {
 			}
 		}
 	}
+	// Fixed MAC addresses and permanent neighbour entries both ways: the first datagram never waits for
+	// (or loses to) an ARP exchange, so a test's set-up is deterministic ("no neighbour entry" cannot
+	// happen), not retried.
+	recvMAC, sendMAC := macFor(p.RecvAddr), macFor(p.SendAddr)
 	steps = [][]string{
+		{"-n", p.RecvNS, "link", "set", p.RecvIf, "address", recvMAC},
+		{"-n", p.SendNS, "link", "set", p.SendIf, "address", sendMAC},
 		{"-n", p.RecvNS, "addr", "add", p.RecvAddr.String() + "/24", "dev", p.RecvIf},
 		{"-n", p.SendNS, "addr", "add", p.SendAddr.String() + "/24", "dev", p.SendIf},
+		{"-n", p.SendNS, "neigh", "replace", p.RecvAddr.String(), "lladdr", recvMAC, "dev", p.SendIf, "nud", "permanent"},
+		{"-n", p.RecvNS, "neigh", "replace", p.SendAddr.String(), "lladdr", sendMAC, "dev", p.RecvIf, "nud", "permanent"},
 		{"-n", p.RecvNS, "link", "set", p.RecvIf, "up"},
 		{"-n", p.SendNS, "link", "set", p.SendIf, "up"},
 		{"-n", p.RecvNS, "link", "set", "lo", "up"},
@@ -104,6 +112,13 @@ func NewVethPair(cfg VethConfig) (*VethPair, error) {
 		}
 	}
 	return p, nil
+}
+
+// macFor is a locally administered unicast MAC address made from an IPv4 address (02:00:a:b:c:d), so
+// each end of each pair has its own.
+func macFor(a netip.Addr) string {
+	b := a.As4()
+	return fmt.Sprintf("02:00:%02x:%02x:%02x:%02x", b[0], b[1], b[2], b[3])
 }
 
 func ip(args ...string) error {

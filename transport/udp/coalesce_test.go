@@ -19,7 +19,7 @@ func (noRoom) Packet([]byte, int64) {}
 // A coalesced sleep never outlasts the configured time, nor what a quarter of the socket buffer holds at
 // the stream's byte rate; it is skipped while the rate is unknown (the first drain, after an idle spell).
 func TestCoalescerBoundedBySocketBufferAndSkippedWhileRateUnknown(t *testing.T) {
-	c := newCoalescer(time.Millisecond, 8<<20, noRoom{}) // 2 MiB of payload may wait
+	c := newCoalescer(time.Millisecond, 8<<20, noRoom{}, false) // 2 MiB of payload may wait
 	t0 := time.Now()
 	if d := c.next(t0, 0); d != 0 {
 		t.Fatalf("first drain: %v, want 0 (rate unknown)", d)
@@ -52,10 +52,68 @@ func TestCoalescerBoundedBySinkRoom(t *testing.T) {
 		{time.Hour, time.Millisecond},
 		{minCoalesce - 1, 0},
 	} {
-		c := newCoalescer(time.Millisecond, 8<<20, absorbAt{tc.limit})
+		c := newCoalescer(time.Millisecond, 8<<20, absorbAt{tc.limit}, false)
 		c.next(t0, 0)
 		if d := c.next(t0.Add(time.Millisecond), 100_000); d != tc.want {
 			t.Errorf("sink allows %v: sleep %v, want %v", tc.limit, d, tc.want)
+		}
+	}
+}
+
+// awaitAt is a transport.Awaiter whose heap in assembly completes in left (ok false: none in assembly).
+type awaitAt struct {
+	left time.Duration
+	ok   bool
+}
+
+func (awaitAt) Packet([]byte, int64)                  {}
+func (a *awaitAt) Awaits(int64) (time.Duration, bool) { return a.left, a.ok }
+
+// Bounded by heaps, a sleep ends at awaitShare of the time the heap in assembly needs, so it never
+// outlasts the heap's last datagram; none is taken while no heap is in assembly, nor when the rest of
+// the heap is due within minCoalesce, nor when the sink cannot tell. Unbounded, the heap is not asked.
+func TestCoalescerBoundedByHeapInAssembly(t *testing.T) {
+	t0 := time.Now()
+	for _, tc := range []struct {
+		name  string
+		sink  *awaitAt
+		heaps bool
+		want  time.Duration
+	}{
+		{"heap due in 400µs", &awaitAt{400 * time.Microsecond, true}, true, 300 * time.Microsecond},
+		{"heap due in 4ms", &awaitAt{4 * time.Millisecond, true}, true, time.Millisecond},
+		{"heap due within minCoalesce", &awaitAt{minCoalesce, true}, true, 0},
+		{"no heap in assembly", &awaitAt{time.Second, false}, true, 0},
+		{"fixed: heap not asked", &awaitAt{100 * time.Microsecond, true}, false, time.Millisecond},
+	} {
+		c := newCoalescer(time.Millisecond, 8<<20, tc.sink, tc.heaps)
+		c.next(t0, 0)
+		if d := c.next(t0.Add(time.Millisecond), 100_000); d != tc.want {
+			t.Errorf("%s: sleep %v, want %v", tc.name, d, tc.want)
+		}
+	}
+	c := newCoalescer(time.Millisecond, 8<<20, noRoom{}, true)
+	c.next(t0, 0)
+	if d := c.next(t0.Add(time.Millisecond), 100_000); d != 0 {
+		t.Errorf("bounded by heaps, a sink that cannot tell: sleep %v, want 0", d)
+	}
+}
+
+// --coalesce takes heap (the default), a duration up to 1ms, or 0.
+func TestCoalescingFlag(t *testing.T) {
+	c := DefaultCoalescing
+	if c.String() != "heap" || !c.Heaps || c.Max != DefaultCoalesce {
+		t.Fatalf("default %+v (%s), want heap-bounded up to %v", c, c.String(), DefaultCoalesce)
+	}
+	if err := c.Set("500us"); err != nil || c.Heaps || c.Max != 500*time.Microsecond {
+		t.Fatalf("500us: %+v, %v", c, err)
+	}
+	if err := c.Set("heap"); err != nil || c != DefaultCoalescing {
+		t.Fatalf("heap: %+v, %v", c, err)
+	}
+	for _, bad := range []string{"2ms", "-1us", "heaps please"} {
+		if err := c.Set(bad); err == nil {
+			t.Errorf("%q accepted", bad)
 		}
 	}
 }

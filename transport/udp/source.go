@@ -73,6 +73,13 @@ type Config struct {
 	// and skipped while the stream's rate is unknown (after an idle spell). 0: read each burst as it
 	// comes; at most busyWait. Several endpoints or threads wait in epoll, without it.
 	Coalesce time.Duration
+	// CoalesceHeaps bounds each coalesced sleep by the heap in assembly too (transport.Awaiter): it ends
+	// before the heap is expected to be complete, at the rate its bytes have come so far, and none is
+	// taken while no heap is in assembly (the last read completed its heap: the next datagram may begin
+	// and end one). Heaps then complete when their last datagram arrives, as without coalescing, while
+	// the bursts in between are read a few at a time. recv's default. Without it a sleep may outlast a
+	// heap's last datagram by up to Coalesce: fewer wakes, for that much latency.
+	CoalesceHeaps bool
 	Log      *zerolog.Logger
 }
 
@@ -497,7 +504,7 @@ func (s *Source) runWorker(ctx context.Context, k int, sink *workerSink) error {
 	if len(s.socks) == 1 && len(s.epfds) == 1 {
 		only = s.socks[0]
 		if s.cfg.Coalesce > 0 {
-			co = newCoalescer(s.cfg.Coalesce, s.bufSize, sink.sink)
+			co = newCoalescer(s.cfg.Coalesce, s.bufSize, sink.sink, s.cfg.CoalesceHeaps)
 		}
 	}
 	for {

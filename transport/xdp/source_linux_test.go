@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/ibvbridge/ibvbridge/internal/testenv"
 	"net"
 	"net/netip"
 	"os"
@@ -349,7 +350,7 @@ func TestMain(m *testing.M) {
 	case os.Getenv("IBVB_XDP_UNPRIV") != "":
 		helperUnprivileged()
 	}
-	os.Exit(m.Run())
+	os.Exit(testenv.Main(m)) // a ring directory of its own
 }
 
 // helperProcess is the child of TestKill9: it attaches, says READY and waits to be killed.

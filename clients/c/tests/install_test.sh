@@ -1,7 +1,8 @@
 #!/bin/bash
 # install_test.sh — `make install PREFIX=…` after an earlier build installs a .pc that names that prefix,
-# and a program built with `pkg-config --cflags --libs ibvbridge` against the installed copy compiles,
-# links and runs. Run from clients/c by `make test`; everything lands in a temporary directory, removed.
+# and a program built with nothing but `pkg-config --cflags --libs ibvbridge` against the installed copy
+# (shared library, no rpath of its own, no LD_LIBRARY_PATH) compiles, links and runs: the .pc carries the
+# rpath for a prefix outside the loader's directories. Its pkg-config version is ibvbridge's one version. Run from clients/c by `make test`; everything lands in a temporary directory, removed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d /tmp/ibvb-install.XXXXXX)
@@ -18,8 +19,12 @@ cat > "$tmp/use.c" <<'C'
 #include <stdio.h>
 int main(void) { struct ibvb_ring *r; return ibvb_attach(&r, "install-test-no-such-ring", 0) == -ENOENT ? 0 : 1; }
 C
-flags=$(PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig" pkg-config --cflags --libs --static ibvbridge)
+flags=$(PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig" pkg-config --cflags --libs ibvbridge)
 # shellcheck disable=SC2086 # the flags are words
-cc -std=c11 "$tmp/use.c" -o "$tmp/use" $flags -Wl,-rpath,"$tmp/prefix/lib" || fail "build against the installed library: $flags"
-"$tmp/use" || fail "the program built against the installed library did not run"
+env -u LD_LIBRARY_PATH cc -std=c11 "$tmp/use.c" -o "$tmp/use" $flags || fail "build against the installed library: $flags"
+readelf -d "$tmp/use" | grep -q "NEEDED.*libibvbridge.so" || fail "not linked against the shared library"
+env -u LD_LIBRARY_PATH "$tmp/use" || fail "the program built with pkg-config's flags alone did not run: $flags"
+want=$(sed -n 's/^const Version = "\(.*\)"/\1/p' ../../internal/version/version.go)
+got=$(PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig" pkg-config --modversion ibvbridge)
+[ "$got" = "$want" ] || fail "pkg-config version $got, ibvbridge is $want"
 echo "install_test: ok (.pc follows PREFIX after an earlier build; pkg-config build against it runs)"

@@ -82,6 +82,8 @@ int main(void)
 	C(chunk_step);
 	C(chunk_time_item);
 	C(chunk_axis_item);
+	C(producer_version);
+	P("producer_version_max", IBVB_PRODUCER_VERSION_MAX);
 	C(head);
 	C(producer_waiting);
 	C(heartbeat_ns);
@@ -197,7 +199,9 @@ int main(void)
 	P("flag.no_heap_size", IBVB_FLAG_NO_HEAP_SIZE);
 	P("flag.items_cut", IBVB_FLAG_ITEMS_CUT);
 	P("flag.chunk", IBVB_FLAG_CHUNK);
+	P("flag.stream_end", IBVB_FLAG_STREAM_END);
 	P("item_flag.immediate", IBVB_ITEM_IMMEDIATE);
+	P("item_flag.cut", IBVB_ITEM_CUT);
 	P("feature.replay_timestamps", IBVB_FEATURE_REPLAY_TIMESTAMPS);
 	P("feature.chunks", IBVB_FEATURE_CHUNKS);
 	for (unsigned i = 0; i < IBVB_CTR_COUNT; i++)

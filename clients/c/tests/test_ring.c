@@ -15,6 +15,8 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -996,6 +998,85 @@ static void t_end_of_stream_marker_ends_reading(void)
 	tp_close(&p);
 }
 
+/* 2.2: a STREAM_END marker (recv --keep-going) is returned in order as IBVB_STREAM_END with the stop heap's
+ * cnt, is released with the heaps before it, and reading goes on into the next stream, whose heap cnts
+ * start again; END_OF_STREAM still ends the ring. */
+static void t_stream_end_marker_is_seen_in_order_and_reading_goes_on(void)
+{
+	struct tp p;
+	char sock[512];
+	struct ibvb_ring *r;
+	CHECK_EQ(tp_create(&p, g_dir, "streams", NULL), 0);
+	sock_of(sock, sizeof sock, "streams");
+	CHECK_EQ(pub(&p, 1, 64), 0);
+	CHECK_EQ(tp_publish(&p, 3, NULL, 0, NULL, 0, IBVB_FLAG_STREAM_END), 0);
+	CHECK_EQ(pub(&p, 1, 64), 0);
+	CHECK_EQ(pub(&p, 2, 64), 0);
+	CHECK_EQ(tp_publish(&p, 9, NULL, 0, NULL, 0, IBVB_FLAG_STREAM_END), 0);
+	CHECK_EQ(tp_publish_eos(&p), 0);
+	CHECK_EQ(ibvb_attach(&r, sock, 0), 0);
+	struct ibvb_heap h, h2;
+	CHECK_EQ(ibvb_peek(r, &h), 0);
+	CHECK_EQ(h.heap_cnt, 1);
+	CHECK_EQ(ibvb_peek(r, &h2), IBVB_STREAM_END); /* held heap 1: the marker waits for it */
+	CHECK_EQ(h2.heap_cnt, 3);
+	CHECK_EQ(h2.position, 1);
+	CHECK(h2.flags & IBVB_FLAG_STREAM_END);
+	CHECK_EQ(TAIL(r), 0);
+	ibvb_release(r, &h);
+	CHECK_EQ(TAIL(r), 2); /* heap 1 and the marker after it */
+	CHECK_EQ(ibvb_wait(r, &h, 1000), 0);
+	CHECK_EQ(h.heap_cnt, 1); /* the next stream counts from 1 again */
+	ibvb_release(r, &h);
+	CHECK_EQ(ibvb_wait(r, &h, 1000), 0);
+	CHECK_EQ(h.heap_cnt, 2);
+	ibvb_release(r, &h);
+	CHECK_EQ(ibvb_wait(r, &h, 1000), IBVB_STREAM_END);
+	CHECK_EQ(h.heap_cnt, 9);
+	CHECK_EQ(TAIL(r), 5); /* nothing held: released at once */
+	CHECK_EQ(ibvb_wait(r, &h, 1000), -ENODATA); /* the ring's end */
+	ibvb_detach(r);
+	tp_close(&p);
+}
+
+/* 2.2: a TRUNCATED heap is never complete (ibvb_heap_complete), even if a 2.1 producer also set COMPLETE; a
+ * cut item is refused by ibvb_item_data (EMSGSIZE) and ibvb_item_decode unless IBVB_PARTIAL asks for its
+ * first bytes; an item that is not cut reads as usual. */
+static void t_truncated_heap_is_not_complete_and_cut_items_are_refused(void)
+{
+	struct tp p;
+	char sock[512];
+	struct ibvb_ring *r;
+	CHECK_EQ(tp_create(&p, g_dir, "trunc", NULL), 0);
+	sock_of(sock, sizeof sock, "trunc");
+	struct ibvb_item items[2] = {{.id = 0x1000, .value = 0, .length = 1024, .flags = 0},
+				     {.id = 0x1001, .value = 1024, .length = 4096 - 1024, .flags = IBVB_ITEM_CUT}};
+	CHECK_EQ(tp_publish(&p, 1, NULL, 4096, items, 2, IBVB_FLAG_TRUNCATED), 0);
+	CHECK_EQ(tp_publish(&p, 2, NULL, 4096, items, 2, IBVB_FLAG_TRUNCATED | IBVB_FLAG_COMPLETE), 0);
+	CHECK_EQ(pub(&p, 3, 64), 0);
+	CHECK_EQ(ibvb_attach(&r, sock, 0), 0);
+	struct ibvb_heap h;
+	for (int k = 0; k < 2; k++) {
+		CHECK_EQ(ibvb_wait(r, &h, 1000), 0);
+		CHECK(!ibvb_heap_complete(&h));
+		const struct ibvb_item *whole = ibvb_find_item(&h, 0x1000), *cut = ibvb_find_item(&h, 0x1001);
+		CHECK(whole && cut && ibvb_item_is_cut(cut) && !ibvb_item_is_cut(whole));
+		size_t n = 0;
+		errno = 0;
+		CHECK(ibvb_item_data(&h, cut, 0, &n) == NULL);
+		CHECK_EQ(errno, EMSGSIZE);
+		CHECK(ibvb_item_data(&h, cut, IBVB_PARTIAL, &n) == h.payload + 1024);
+		CHECK_EQ(n, 4096 - 1024);
+		CHECK(ibvb_item_data(&h, whole, 0, &n) == h.payload);
+		CHECK_EQ(n, 1024);
+		ibvb_release(r, &h);
+	}
+	CHECK_EQ(ibvb_wait(r, &h, 1000), 0);
+	CHECK(ibvb_heap_complete(&h));
+	ibvb_detach(r);
+	tp_close(&p);
+}
+
 /* The control and data mappings are read-only and cannot be made writable (sealed F_SEAL_FUTURE_WRITE);
  * the region is ours to write. */
 static void t_ring_mappings_cannot_be_written(void)
@@ -1187,7 +1268,8 @@ static void t_stats_counters_are_read_by_name_and_index(void)
 	CHECK(!strcmp(ibvb_counter_name(16), "rejected_heaps"));
 	CHECK(!strcmp(ibvb_counter_name(17), "group_lost"));
 	CHECK(!strcmp(ibvb_counter_name(18), "group_skipped"));
-	CHECK(ibvb_counter_name(19) == NULL);
+	CHECK(!strcmp(ibvb_counter_name(19), "streams_ended"));
+	CHECK(ibvb_counter_name(20) == NULL);
 	p.ctl->stats_count = 3;
 	CHECK_EQ(ibvb_counter(r, 2), 102);
 	CHECK_EQ(ibvb_counter(r, 3), 0);
@@ -1941,6 +2023,13 @@ static void t_attack_squatted_user_dir_is_skipped_by_name(void)
 			g_consume ? "" : ", and the ibvb-consume path");
 		return;
 	}
+	/* In a mount namespace of this test's own whose /run and /dev/shm are fresh: the machine's ring
+	 * directories stay untouched (the test runs in a child of the runner, so nothing else sees it). */
+	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	    mount("ibvb-run", "/run", "tmpfs", 0, "mode=0755") < 0 || mount("ibvb-shm", "/dev/shm", "tmpfs", 0, "mode=1777") < 0) {
+		fprintf(stderr, "    (skipped: no private mount namespace: %s)\n", strerror(errno));
+		return;
+	}
 	const unsigned victim = 65533, squatter = 65534;
 	char squat[64], name[64], ssock[160], out[4096], errs[2048];
 	struct stat st;
@@ -2046,6 +2135,8 @@ static const struct test tests[] = {
     {"abandoned_ring_gives_epipe_then_a_stale_socket", t_abandoned_ring_gives_epipe_then_a_stale_socket},
     {"closed_ring_is_drained_then_ends", t_closed_ring_is_drained_then_ends},
     {"end_of_stream_marker_ends_reading", t_end_of_stream_marker_ends_reading},
+    {"stream_end_marker_is_seen_in_order_and_reading_goes_on", t_stream_end_marker_is_seen_in_order_and_reading_goes_on},
+    {"truncated_heap_is_not_complete_and_cut_items_are_refused", t_truncated_heap_is_not_complete_and_cut_items_are_refused},
     {"ring_mappings_cannot_be_written", t_ring_mappings_cannot_be_written},
     {"unsealed_memory_is_refused", t_unsealed_memory_is_refused},
     {"cursors_wrap_around_2_64", t_cursors_wrap_around_2_64},

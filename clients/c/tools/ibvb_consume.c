@@ -37,7 +37,7 @@ const char *const tool_name = "ibvb-consume";
 static void usage(int code)
 {
 	fprintf(code ? stderr : stdout,
-		"usage: ibvb-consume --ring NAME_OR_SOCKET [--dir DIR] [--start oldest|head] [--verify] [--wait]\n"
+		"usage: ibvb-consume --ring NAME_OR_SOCKET [--dir DIR] [--start oldest|head] [--verify] [--wait] [--streams]\n"
 		"                    [--max-heaps N] [--timeout-ms T] [--max-latency-us L] [--hold N] [--sleep-us U] [--no-touch]\n"
 		"                    [--group-name NAME] [--stop-first]\n"
 		"  --ring R           ring name (looked up as R.v2.sock) or the path of its socket (ends in .v2.sock)\n"
@@ -45,6 +45,8 @@ static void usage(int code)
 		"                     /run/ibvbridge as root, else $XDG_RUNTIME_DIR/ibvbridge or /dev/shm/ibvbridge-EUID,\n"
 		"                     then /run/ibvbridge; directories not owned by you or root are skipped)\n"
 		"  --wait             wait up to --timeout-ms for a ring that does not exist yet (else: not found at once)\n"
+		"  --streams          read on across stream ends (STREAM_END, recv --keep-going) until the ring ends, each\n"
+		"                     stream tallied in \"streams\" (else the first stream end ends the read)\n"
 		"  --start S          oldest (default): from the oldest heap the ring holds; head: only new heaps\n"
 		"  --verify           check the test pattern and item 0x1001 == heap_cnt, then that the heap was not\n"
 		"                     overrun while read (counted in overrun_heaps, not verify_errors)\n"
@@ -129,11 +131,32 @@ static void json_str(const char *s)
 	putchar('"');
 }
 
+/* One stream as read (--streams): the Go tool's StreamTally. */
+struct stream_tally {
+	uint64_t heaps, heap_cnt_sum;
+	int ended;
+	uint64_t stop_heap_cnt;
+};
+
+static int push_stream(struct stream_tally **st, size_t *n, struct stream_tally t)
+{
+	if ((*n & (*n - 1)) == 0) { /* 0, 1, 2, 4 ...: grow to the next power of two */
+		struct stream_tally *g = realloc(*st, (*n ? 2 * *n : 1) * sizeof **st);
+		if (!g)
+			return -1;
+		*st = g;
+	}
+	(*st)[(*n)++] = t;
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *ring = NULL;
 	struct ibvb_attach_opts aopts = {.dir = NULL, .start = IBVB_START_OLDEST, .flags = 0};
-	int verify = 0, touch = 1, stop_first = 0;
+	int verify = 0, touch = 1, stop_first = 0, streams = 0;
+	struct stream_tally *st = NULL, cur = {0, 0, 0, 0};
+	size_t nst = 0;
 	uint64_t max_heaps = 0, hold = 0, sleep_us = 0, timeout_ms = 10000;
 	int64_t max_latency_us = -1; /* -1: the library's default */
 	for (int i = 1; i < argc; i++) {
@@ -152,6 +175,10 @@ int main(int argc, char **argv)
 		}
 		if (!strcmp(a, "--wait")) {
 			aopts.flags |= IBVB_ATTACH_WAIT;
+			continue;
+		}
+		if (!strcmp(a, "--streams")) {
+			streams = 1;
 			continue;
 		}
 		if (!strcmp(a, "-h") || !strcmp(a, "--help"))
@@ -228,8 +255,18 @@ int main(int argc, char **argv)
 					rc = ibvb_wait(r, &h, (int)timeout_ms);
 				while (rc == -EINTR);
 			}
+			if (rc == IBVB_STREAM_END && streams) { /* one stream ended, the ring goes on */
+				cur.ended = 1;
+				cur.stop_heap_cnt = h.heap_cnt;
+				if (push_stream(&st, &nst, cur) < 0) {
+					snprintf(errmsg, sizeof errmsg, "out of memory");
+					break;
+				}
+				cur = (struct stream_tally){0, 0, 0, 0};
+				continue;
+			}
 			if (rc < 0) {
-				if (rc == -ENODATA) {
+				if (rc == -ENODATA || rc == IBVB_STREAM_END) { /* without --streams a stream end ends the read */
 					result = "eos";
 					exit_code = 0;
 				} else if (rc == -EPIPE) {
@@ -258,12 +295,14 @@ int main(int argc, char **argv)
 			if (heaps == 0) {
 				t0 = now_s();
 				first = h.heap_cnt;
-			} else if (h.heap_cnt <= last) {
+			} else if (h.heap_cnt <= last && cur.heaps > 0) { /* a new stream may count from 1 again */
 				ooo++;
 			}
 			last = h.heap_cnt;
 			heaps++;
 			heap_cnt_sum += h.heap_cnt;
+			cur.heaps++;
+			cur.heap_cnt_sum += h.heap_cnt;
 			if (sleep_us) /* a slow reader: the heap is held meanwhile (and may be overrun under drop) */
 				usleep((useconds_t)sleep_us);
 			if (stop_first) { /* stalled mid-read: the heap is taken (and was valid), its bytes not read yet */
@@ -313,6 +352,8 @@ int main(int argc, char **argv)
 		cpu1 = cpu_s();
 		ibvb_release_all(r);
 	}
+	if (streams && (cur.heaps > 0 || nst == 0) && push_stream(&st, &nst, cur) < 0)
+		exit_code = 1;
 	if (exit_code != 0)
 		fprintf(stderr, "ibvb-consume: %s: %s\n", result, errmsg);
 
@@ -322,7 +363,16 @@ int main(int argc, char **argv)
 	       heaps, bytes, sum + ct.sum, verify_errors + ct.verify_errors, overrun_heaps + ct.overrun, incomplete, first, last, ooo, heaps ? t1 - t0 : 0.0, cpu1 - cpu0, result);
 	json_str(errmsg);
 	printf(",\"chunks\":%" PRIu64 ",\"heaps_present\":%" PRIu64 ",\"heap_cnt_sum\":%" PRIu64
-	       ",\"group_id\":%" PRIu32 ",\"counters\":{", ct.chunks, ct.heaps_present, heap_cnt_sum, ibvb_group_id(aopts.group));
+	       ",\"group_id\":%" PRIu32, ct.chunks, ct.heaps_present, heap_cnt_sum, ibvb_group_id(aopts.group));
+	if (streams) {
+		printf(",\"streams\":[");
+		for (size_t k = 0; k < nst; k++)
+			printf("%s{\"heaps\":%" PRIu64 ",\"heap_cnt_sum\":%" PRIu64 ",\"ended\":%s,\"stop_heap_cnt\":%" PRIu64 "}",
+			       k ? "," : "", st[k].heaps, st[k].heap_cnt_sum, st[k].ended ? "true" : "false", st[k].stop_heap_cnt);
+		printf("]");
+	}
+	free(st);
+	printf(",\"counters\":{");
 	for (unsigned i = 0; r && i < IBVB_CTR_COUNT; i++)
 		printf("%s\"%s\":%" PRIu64, i ? "," : "", ibvb_counter_name(i), ibvb_counter(r, i));
 	printf("},\"session_id\":%" PRIu64 "}\n", r ? ibvb_session_id(r) : 0);

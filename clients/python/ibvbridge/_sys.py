@@ -14,6 +14,7 @@ import ctypes.util
 import os
 import platform
 import threading
+from typing import Any, Callable
 
 from . import layout
 
@@ -102,6 +103,9 @@ def _no_fence():
     pass
 
 
+full_fence: Callable[[], Any]
+acquire_fence: Callable[[], Any]
+release_fence: Callable[[], Any]
 if _fence_lib is not None:
     full_fence = _fence_lib.ibvb_full_fence
     acquire_fence = _fence_lib.ibvb_acquire_fence
@@ -143,7 +147,7 @@ def add_seals(fd, seals):
 _MMAP_KW = {"trackfd": False} if _sys.version_info >= (3, 13) else {}
 
 
-def map_fd(fd, size, writable):
+def map_fd(fd: int, size: int, writable: bool) -> _mmap.mmap:
     """mmap(MAP_SHARED) size bytes of fd, PROT_READ (| PROT_WRITE when writable). Python < 3.13 keeps a
     private duplicate of fd inside the mmap object until it is closed; the caller may close fd at once."""
     prot = _mmap.PROT_READ | (_mmap.PROT_WRITE if writable else 0)

@@ -3,6 +3,7 @@
     python3 -m ibvbridge.consume --ring NAME_OR_SOCKET [--dir DIR] [--start oldest|head] [--verify]
                                  [--max-heaps N] [--timeout-ms T] [--hold N] [--sleep-us U] [--batch N]
                                  [--stop-first] [--wait] [--no-touch] [--group-name NAME] [--work N]
+                                 [--streams]
 
 The ring is a name (looked up in --dir, else $IBVBRIDGE_RING_DIR, else the default ring directories) or the
 path of its socket (NAME.v2.sock). A ring that does not exist is an error at once, unless --wait: then the
@@ -13,6 +14,9 @@ Prints exactly one JSON object on stdout:
     {"heaps", "bytes", "checksum", "verify_errors", "overrun_heaps", "incomplete", "first_heap_cnt",
      "last_heap_cnt", "heap_cnt_out_of_order", "seconds", "cpu_seconds", "result", "error", "counters",
      "session_id", "chunks", "heaps_present", "heap_cnt_sum", "group_id"}
+and, with --streams (read on across STREAM_END markers of recv --keep-going until the ring ends; without it
+the first stream end ends the read), "streams": one {"heaps", "heap_cnt_sum", "ended", "stop_heap_cnt"} per
+stream, in order.
 Exit status: 0 eos / max, 2 producer_gone, 3 timeout, 4 overrun (detached after falling a whole ring
 behind), 5 detached (any other reason), 1 anything else. Every result but eos / max also prints its error as
 one line on stderr.
@@ -56,16 +60,20 @@ import os
 import signal
 import sys
 import time
+from typing import TYPE_CHECKING, Any, Deque, Dict, Optional, Union
 
 from . import layout as L
-from .errors import Detached, EndOfStream, Overrun, ProducerGone, RingError, Timeout
-from .chunks import ChunkBatch
-from .ring import Ring
+from .errors import Detached, EndOfStream, Overrun, ProducerGone, RingError, StreamEnd, Timeout
+from .chunks import Chunk, ChunkBatch
+from .ring import Batch, Heap, Ring
 
-try:
+if TYPE_CHECKING:
     import numpy as np
-except ImportError:  # pragma: no cover
-    np = None
+else:
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover
+        np = None
 
 M64 = (1 << 64) - 1
 VERIFY_ITEM = 0x1001
@@ -133,8 +141,11 @@ class Stats:
         self.touch = touch
         self.heaps = self.bytes = self.checksum = self.verify_errors = self.incomplete = self.overrun_heaps = 0
         self.chunks = self.heaps_present = self.heap_cnt_sum = 0
-        self.first = self.last = None
+        self.first: Optional[int] = None
+        self.last: Optional[int] = None
         self.out_of_order = 0
+        self.streams = []  # closed streams (--streams)
+        self.cur_heaps = self.cur_sum = 0  # the stream being read
         # pattern[b] = bytes (b + i) & 0xff for i < slot_size (+255 so any start fits)
         self._pat = bytes((i & 0xFF) for i in range(slot_size + 256)) if verify else b""
 
@@ -181,11 +192,13 @@ class Stats:
         last = self.last
         if last is None:
             self.first = cnt
-        elif cnt <= last:
+        elif cnt <= last and self.cur_heaps:  # a new stream may count from 1 again
             self.out_of_order += 1
         self.last = cnt
         self.heaps += 1
         self.heap_cnt_sum += cnt  # wrapped to u64 when reported (heap_cnt_sum_u64)
+        self.cur_heaps += 1
+        self.cur_sum += cnt
         return True
 
     # ---------------------------------------------------------------- one chunk (spec §13)
@@ -315,7 +328,7 @@ class Stats:
         ooo = int(np.count_nonzero(hc[1:] <= hc[:-1]))
         if self.first is None:
             self.first = int(hc[0])
-        elif int(hc[0]) <= self.last:
+        elif self.last is not None and int(hc[0]) <= self.last:
             ooo += 1
         self.out_of_order += ooo
         self.last = int(hc[-1])
@@ -346,11 +359,14 @@ def main(argv=None):
                          "until SIGCONT (a consumer stalled mid-read, for tests)")
     ap.add_argument("--group-name", default="",
                     help="attach as a member of this consumer group (spec §14): read only the heaps assigned to it")
+    ap.add_argument("--streams", action="store_true",
+                    help="read on across stream ends (STREAM_END, recv --keep-going) until the ring ends, each "
+                         "stream tallied in \"streams\" (default: the first stream end ends the read)")
     ap.add_argument("--work", type=int, default=0,
                     help="chunk rings: compute each chunk's power per channel N times (CPU-bound work, benchmarks)")
     a = ap.parse_args(argv)
     timeout = a.timeout_ms / 1000.0
-    out = {"heaps": 0, "bytes": 0, "checksum": 0, "verify_errors": 0, "overrun_heaps": 0, "incomplete": 0,
+    out: Dict[str, Any] = {"heaps": 0, "bytes": 0, "checksum": 0, "verify_errors": 0, "overrun_heaps": 0, "incomplete": 0,
            "first_heap_cnt": 0,
            "last_heap_cnt": 0, "heap_cnt_out_of_order": 0, "seconds": 0.0, "cpu_seconds": 0.0, "result": "error",
            "error": "",
@@ -361,17 +377,18 @@ def main(argv=None):
     st = None
     t0 = time.perf_counter()
     cpu0 = None  # CPU seconds at attach: cpu_seconds is the stream's cost alone
-    held = collections.deque()
+    held: Deque[Any] = collections.deque()
     held_n = 0
     try:
         ring = Ring.attach(a.ring, timeout=timeout, directory=a.dir, start=a.start,
                            max_latency=a.max_latency_us / 1e6, wait=a.wait, group=a.group_name or None)
         out["session_id"], out["group_id"] = ring.session_id, ring.group_id
         st = Stats(a.verify, ring.slot_size, touch=not a.no_touch)
-        chunked = ring.chunk_geometry is not None
+        cg = ring.chunk_geometry
+        chunked = cg is not None
         if (a.batch or chunked) and np is None:
             raise RingError("--batch and chunk rings need numpy")
-        if a.work and not (chunked and ring.chunk_geometry.heap_size % 2 == 0):
+        if a.work and not (cg is not None and cg.heap_size % 2 == 0):
             raise RingError("--work needs a chunk-mode ring whose heaps hold int8 (re, im) pairs")
         t0 = time.perf_counter()
         cpu0 = time.process_time()
@@ -388,6 +405,7 @@ def main(argv=None):
                 result = "max"
                 break
             try:
+                item: Union[Heap, Batch, Chunk, ChunkBatch]
                 if chunked:
                     # A batch's numpy set-up costs several chunks' worth of the per-chunk path: batch only
                     # when enough chunks wait (after a coalesced wake, or behind), else take the next one.
@@ -423,8 +441,16 @@ def main(argv=None):
                     else:
                         ok = st.batch(item) if a.batch else st.heap(item)
                 if not ok:
-                    ring.release(getattr(item, "_batch", item))  # overrun while held: raises Overrun
+                    ring.release(item._batch if isinstance(item, ChunkBatch) else item)  # overrun while held: raises Overrun
                     raise RingError("heap invalid but the ring still counts this consumer")
+            except StreamEnd as e:
+                if not a.streams:
+                    result = "eos"
+                    break
+                st.streams.append({"heaps": st.cur_heaps, "heap_cnt_sum": st.cur_sum & M64, "ended": True,
+                                   "stop_heap_cnt": e.heap_cnt})
+                st.cur_heaps = st.cur_sum = 0
+                continue
             except EndOfStream:
                 result = "eos"
                 break
@@ -475,6 +501,11 @@ def main(argv=None):
                    incomplete=st.incomplete, first_heap_cnt=st.first or 0, last_heap_cnt=st.last or 0,
                    heap_cnt_out_of_order=st.out_of_order, chunks=st.chunks, heaps_present=st.heaps_present,
                    heap_cnt_sum=st.heap_cnt_sum & M64)
+        if a.streams:
+            if st.cur_heaps or not st.streams:
+                st.streams.append({"heaps": st.cur_heaps, "heap_cnt_sum": st.cur_sum & M64, "ended": False,
+                                   "stop_heap_cnt": 0})
+            out["streams"] = st.streams
     sys.stdout.write(json.dumps(out, separators=(",", ":")) + "\n")
     sys.stdout.flush()
     if out["result"] not in ("eos", "max"):

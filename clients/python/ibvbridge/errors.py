@@ -73,6 +73,24 @@ class EndOfStream(RingError):
     """The stream ended: an END_OF_STREAM marker, or a CLOSED ring with everything read."""
 
 
+class StreamEnd(EndOfStream):
+    """One stream ended and the ring goes on (2.2: a STREAM_END marker, recv --keep-going): the next read
+    gets the next stream's first heap. A subclass of EndOfStream, so a loop written for one stream ends at
+    the end of its stream; catch StreamEnd first to read on. ``heap_cnt`` is the stop heap's cnt,
+    ``position`` the marker's, ``timestamp_ns`` when the stream ended."""
+
+    def __init__(self, msg: str = "stream ended", heap_cnt: int = 0, position: int = 0, timestamp_ns: int = 0):
+        super().__init__(msg)
+        self.heap_cnt = heap_cnt
+        self.position = position
+        self.timestamp_ns = timestamp_ns
+
+
+class TruncatedItem(ValueError):
+    """An item of a TRUNCATED heap ran past its slot: only its first bytes are in the ring. Ask for them
+    with ``partial=True`` (``heap.array``) or ``item.partial_data``; raise ``--slot-size`` to get it whole."""
+
+
 class MetadataBusy(RingError):
     """The producer rewrote the stream-metadata area during every read for 1000 tries and 10 ms (spec §6)."""
 

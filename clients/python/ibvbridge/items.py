@@ -16,7 +16,8 @@ gives each Item of the heap its value:
   shape of ``()`` gives a scalar, as in spead2. With spead2's default ``new_order='='`` a non-native byte
   order is converted (a copy); ``new_order='|'`` keeps the view.
 * a format such as ``[('u', 48)]`` (immediates included): Python ints (two's complement for ``'i'``);
-  several fields give a tuple, a shape gives nested lists; ``[('c', 8)]`` of shape ``(n,)`` a str.
+  several fields give a tuple; with a shape, a numpy array of that shape (dtype object, or a record of
+  the fields for several), as spead2 gives; ``[('c', 8)]`` of shape ``(n,)`` a str.
 * a shape with one ``None`` (``-1`` in the ring's metadata) takes its length from the item's bytes.
 
 Differences from spead2, on purpose: values of numpy items are views of shared memory (spead2 copies the
@@ -28,20 +29,25 @@ descriptor heap still names its items. ``HeapGenerator`` fills a producer's slot
 from __future__ import annotations
 
 import numbers
-from typing import (Any, Dict, ItemsView, Iterator, KeysView, List, Optional, Sequence, Tuple,
+from typing import (Any, Dict, ItemsView, Iterator, KeysView, List, Literal, Optional, Sequence, Tuple,
                     Union, ValuesView)
 
 import numpy as np
 
 from . import layout as L
-from .errors import RingError
+from .errors import RingError, TruncatedItem
+from .metadata import _parse_metadata
 
 Shape = Tuple[Optional[int], ...]
 Format = List[Tuple[str, int]]
+Order = Literal["C", "F"]
 
 STREAM_CTRL_ID = 0x6  # ids up to this one are SPEAD's own (heap cnt ... stream control): not items
 _UNRESERVED_ID = 0x1000
 _IMMEDIATE_BYTES = 6  # HeapGenerator's immediates: SPEAD-64-48, spead2's default flavour
+
+_ITEM_IMMEDIATE = L.ITEM_IMMEDIATE
+_MAX_VIEWS = 1 << 16  # views an Item remembers (ItemGroup.update): one per slot it was seen in
 
 # How an item's value is decoded (spead2's fast paths).
 _NUMPY, _IMMEDIATE, _BITS = 0, 1, 2
@@ -103,7 +109,6 @@ def parse_descriptor_item(data: Any) -> Any:
     ItemDescriptor (what Ring.descriptors() gives). Item lengths as spead2 and the Go side take them: the
     addressed items sorted by address, each ending where the next begins. ValueError when malformed."""
     from .producer import meta_record  # one encoder and one parser of descriptors: the metadata record's
-    from .ring import _parse_metadata
     b = bytes(data)
     if len(b) < 8 or b[0] != 0x53 or b[1] != 4 or b[2] + b[3] != 8 or not 1 <= b[3] <= 7:
         raise ValueError("item descriptor: not a SPEAD-64 packet")
@@ -153,7 +158,7 @@ class Descriptor:
     dtype (numpy) or format (list of (code, bits)), order ('C' or 'F')."""
 
     __slots__ = ("id", "name", "description", "shape", "dtype", "order", "format", "_kind", "_dt", "_var",
-                 "_known", "_nbytes", "_top", "_string")
+                 "_known", "_nbytes", "_top", "_string", "_imm_width", "_view", "_views", "_views_buf", "_fmt", "_fixed")
 
     def __init__(self, id: int, name: str, description: str, shape: Sequence[Optional[int]],
                  dtype: Any = None, order: str = "C", format: Optional[Format] = None) -> None:
@@ -177,7 +182,11 @@ class Descriptor:
         self.id, self.name, self.description = int(id), name, description
         self.shape: Shape = shape
         self.dtype: Optional[np.dtype] = dtype
-        self.order, self.format = order, format
+        self.order: Order = "F" if order == "F" else "C"
+        self.format = format
+        self._fmt: Format = format or []  # the format, [] for a dtype item (a _NUMPY kind)
+        # the shape of a fixed-shape item (no variable dimension); () for one with a variable dimension
+        self._fixed: Tuple[int, ...] = () if None in shape else tuple(s for s in shape if s is not None)
         self._dt = internal
         self._var = None in shape
         known = 1
@@ -188,14 +197,23 @@ class Descriptor:
         if not internal.hasobject:
             self._kind = _NUMPY
             self._nbytes = known * internal.itemsize
-        elif not shape and dtype is None and len(format) == 1 and format[0][0] in "ui" and format[0][1] < 64:
+        elif not shape and len(self._fmt) == 1 and self._fmt[0][0] in "ui" and self._fmt[0][1] < 64:
             self._kind = _IMMEDIATE
-            self._nbytes = (format[0][1] + 7) // 8
+            self._nbytes = (self._fmt[0][1] + 7) // 8
         else:
             self._kind = _BITS
             self._nbytes = (known * self.itemsize_bits + 7) // 8
-        self._top = 1 << (format[0][1] - 1) if format and format[0][0] == "i" else 0
+        self._top = 1 << (self._fmt[0][1] - 1) if self._fmt and self._fmt[0][0] == "i" else 0
         self._string = len(shape) == 1 and format == [("c", 8)]
+        # ItemGroup.update's inlined fast paths, decided once: an immediate of exactly its format's width
+        # (bytes), -1 for none; a fixed-shape native numpy array (one frombuffer, a view).
+        self._imm_width = self._fmt[0][1] // 8 if self._kind == _IMMEDIATE and self._fmt[0][1] % 8 == 0 else -1
+        self._view = self._kind == _NUMPY and not self._var and internal.isnative and bool(shape) \
+            and not self._string
+        # Those views by offset in the buffer they view (a ring's slots repeat, so do the views): a heap
+        # then costs a dict look-up, not a new array. Bounded by _MAX_VIEWS; forgotten for another buffer.
+        self._views: Dict[int, np.ndarray] = {}
+        self._views_buf: Any = None
 
     @property
     def itemsize_bits(self) -> int:
@@ -208,7 +226,7 @@ class Descriptor:
     def dynamic_shape(self, max_elements: int) -> Tuple[int, ...]:
         """The shape with its variable dimension as large as max_elements elements allow."""
         if not self._var:
-            return self.shape  # type: ignore[return-value]
+            return self._fixed
         var = max_elements // self._known if self._known else 0
         return tuple(var if s is None else s for s in self.shape)
 
@@ -265,7 +283,7 @@ class Item(Descriptor):
                 for s in shape:
                     count *= s
             else:
-                shape, count = self.shape, self._known
+                shape, count = self._fixed, self._known
             if count * dt.itemsize > length:
                 raise ValueError(f"item {self.name!r}: {length} bytes are too few for {shape} of {dt}")
             a = np.frombuffer(buf, dt, count, offset)
@@ -275,9 +293,21 @@ class Item(Descriptor):
         else:
             self._from_bytes(bytes(memoryview(buf)[offset:offset + length]), False)
 
+    def _view_of(self, buf: Any, off: int) -> np.ndarray:
+        """The value of a fixed-shape native numpy item (_view) at offset off of buf: a read-only view,
+        remembered for the next heap in the same place."""
+        a = np.frombuffer(buf, self._dt, self._known, off)
+        if len(self._fixed) != 1:
+            a = a.reshape(self._fixed, order=self.order)
+        if self._views_buf is not buf:
+            self._views, self._views_buf = {}, buf
+        if len(self._views) < _MAX_VIEWS:
+            self._views[off] = a
+        return a
+
     def set_from_immediate(self, value: int, width: int) -> None:
         """Decode an immediate item: its value and its width in bytes (the ring's item table)."""
-        if self._kind == _IMMEDIATE and width * 8 == self.format[0][1]:  # type: ignore[index]
+        if self._kind == _IMMEDIATE and width * 8 == self._fmt[0][1]:
             top = self._top
             self._value = value - 2 * top if top and value >= top else value
             self.version += 1
@@ -311,14 +341,14 @@ class Item(Descriptor):
             raw = raw[len(raw) - (count * bits + 7) // 8:]
         acc = int.from_bytes(raw, "big")
         left = len(raw) * 8
-        fmt = self.format
+        fmt = self._fmt
 
         def field() -> Any:
             nonlocal left
             out = []
-            for code, nb in fmt:  # type: ignore[union-attr]
+            for code, nb in fmt:
                 left -= nb
-                v = (acc >> left) & ((1 << nb) - 1)
+                v: Any = (acc >> left) & ((1 << nb) - 1)  # the field's bits, then its value (int, bool, bytes, float)
                 if code == "i" and v >= 1 << (nb - 1):
                     v -= 1 << nb
                 elif code == "b":
@@ -336,6 +366,10 @@ class Item(Descriptor):
         value = load(tuple(shape))
         if self._string:
             value = b"".join(value).decode("ascii")
+        elif shape:
+            # As spead2: a shaped item numpy has no type for is an array of the format's dtype (object
+            # elements, or a record of them for several fields), not nested lists.
+            value = np.array(value, self._dt)
         self._value = value
         self.version += 1
 
@@ -349,13 +383,14 @@ class Item(Descriptor):
         v = self._value
         if v is None:
             raise ValueError(f"item {self.name!r} has no value")
-        if self._kind == _IMMEDIATE and self.format[0][1] <= 8 * immediate_bytes:  # type: ignore[index]
-            nb = self.format[0][1]  # type: ignore[index]
+        if self._kind == _IMMEDIATE and self._fmt[0][1] <= 8 * immediate_bytes:
+            nb = self._fmt[0][1]
             iv = int(v)
             lo, hi = (-(1 << (nb - 1)), 1 << (nb - 1)) if self._top else (0, 1 << nb)
             if not lo <= iv < hi:
                 raise ValueError(f"item {self.name!r}: {iv} does not fit {self.format}")
-            return b"", iv & ((1 << nb) - 1)
+            # The value's bits as spead2 packs them: from the top of its last (nb + 7) // 8 bytes.
+            return b"", (iv & ((1 << nb) - 1)) << (-nb % 8)
         if self._kind == _NUMPY:
             if self._string and isinstance(v, (str, bytes)):
                 v = [v[i:i + 1] for i in range(len(v))]
@@ -365,7 +400,7 @@ class Item(Descriptor):
                 raise ValueError(f"item {self.name!r}: value of shape {a.shape}, want {self.shape}")
             return (a.T if self.order == "F" else a), None
         # generic bit packing, as spead2 does
-        fmt = self.format
+        fmt = self._fmt
         acc, nbits = 0, 0
 
         def store(x: Any, dims: int) -> None:
@@ -374,10 +409,10 @@ class Item(Descriptor):
                 for y in x:
                     store(y, dims - 1)
                 return
-            fields = x if len(fmt) > 1 else (x,)  # type: ignore[arg-type]
-            for (code, nb), f in zip(fmt, fields):  # type: ignore[arg-type]
+            fields: Sequence[Any] = x if len(fmt) > 1 else (x,)
+            for (code, nb), f in zip(fmt, fields):
                 if code == "f":
-                    f = int((np.float32(f) if nb == 32 else np.float64(f)).view(np.uint32 if nb == 32 else np.uint64))
+                    f = int(np.float32(f).view(np.uint32)) if nb == 32 else int(np.float64(f).view(np.uint64))
                 elif code == "c":
                     f = f[0] if isinstance(f, (bytes, bytearray)) else ord(f)
                 f = int(f)
@@ -496,10 +531,11 @@ class ItemGroup:
                         continue  # spead2 drops a descriptor it cannot read, too
             self.add_descriptors(found)
 
-    def update(self, heap: Any, new_order: str = "=") -> Dict[str, Item]:
+    def update(self, heap: Any, new_order: str = "=", partial: bool = False) -> Dict[str, Item]:
         """Learn the descriptors the heap brought (HAS_DESCRIPTORS) or the ring knows, and decode the heap's
         items. Returns {name: Item} of the items this heap changed. Numpy values are views of the heap's
-        slot: valid until it is released."""
+        slot: valid until it is released. An item cut to the slot of a TRUNCATED heap raises TruncatedItem
+        (nothing of the heap is decoded); with ``partial=True`` it is left out and the rest decoded."""
         if heap._released:
             raise RingError(f"heap at position {heap.position} was released: its memory belongs to the producer")
         raw = heap._raw
@@ -507,28 +543,45 @@ class ItemGroup:
             raw = heap._raw_items
         if heap.flags & L.FLAG_HAS_DESCRIPTORS or self._meta is None:
             self._learn(heap)
-        by_id = self._by_id
+        get = self._by_id.get
         buf, base = heap._buf, heap._base
         updated = {}
         learnt = False
+        if heap.flags & L.FLAG_TRUNCATED and not partial:
+            for iid, _v, length, flags in raw:
+                if flags & L.ITEM_CUT:
+                    raise TruncatedItem(f"heap {heap.heap_cnt}: item {iid:#x} ran past its slot ({length} of its "
+                                        f"bytes kept; the heap is {heap.heap_size} bytes): raise recv --slot-size, "
+                                        "or update(heap, partial=True) to leave it out")
         for iid, value, length, flags in raw:
-            it = by_id.get(iid)
+            if flags & L.ITEM_CUT:
+                continue
+            it = get(iid)
             if it is None:
                 if iid <= STREAM_CTRL_ID or learnt:
                     continue
                 self._learn(heap)  # a descriptor written since we last looked (attached late, or no flag)
                 learnt = True
-                it = by_id.get(iid)
+                it = self._by_id.get(iid)
                 if it is None:
                     continue
-            if flags & L.ITEM_IMMEDIATE:
-                it.set_from_immediate(value, length)
-            elif it._kind == _NUMPY and not it._var and it._dt.isnative and it.shape and not it._string:
-                # the common case, inlined: a fixed-shape native numpy array is one frombuffer (a view)
+            # The common cases inlined (set_from_immediate / set_from_raw do the rest): an integer immediate
+            # of its format's width, and a fixed-shape native numpy array, one frombuffer (a view).
+            if flags & _ITEM_IMMEDIATE:
+                if length == it._imm_width:
+                    top = it._top
+                    it._value = value - 2 * top if top and value >= top else value
+                    it.version += 1
+                else:
+                    it.set_from_immediate(value, length)
+            elif it._view:
                 if it._nbytes > length:
                     raise ValueError(f"item {it.name!r}: {length} bytes are too few for {it.shape} of {it._dt}")
-                a = np.frombuffer(buf, it._dt, it._known, base + value)
-                it._value = a if len(it.shape) == 1 else a.reshape(it.shape, order=it.order)
+                off = base + value
+                a = it._views.get(off) if it._views_buf is buf else None
+                if a is None:
+                    a = it._view_of(buf, off)
+                it._value = a
                 it.version += 1
             else:
                 it.set_from_raw(buf, base + value, length, new_order)
@@ -553,6 +606,8 @@ def heap_item(heap: Any, key: Union[str, int]) -> Item:
     heap._check_live()
     for iid, value, length, flags in heap._raw_items:
         if iid == d.id:
+            if flags & L.ITEM_CUT:
+                raise TruncatedItem(f"heap {heap.heap_cnt}: item {key!r} ran past its slot: only {length} bytes kept")
             if flags & L.ITEM_IMMEDIATE:
                 item.set_from_immediate(value, length)
             else:
@@ -575,7 +630,7 @@ class HeapGenerator:
         self._described: Optional[List[Tuple[Any, ...]]] = None
 
     def _write_descriptors(self) -> None:
-        now = [(it.id, it.name, it.description, it.shape, it.dtype, it.order, it.format)
+        now: List[Tuple[Any, ...]] = [(it.id, it.name, it.description, it.shape, it.dtype, it.order, it.format)
                for it in self._ig._by_id.values()]
         if now == self._described:
             return
@@ -606,7 +661,7 @@ class HeapGenerator:
                 if imm is not None:
                     slot.add_item(it.id, value=imm, length=_IMMEDIATE_BYTES, immediate=True)
                     continue
-                raw = memoryview(np.ascontiguousarray(body)).cast("B") if isinstance(body, np.ndarray) \
+                raw = np.ascontiguousarray(body).data.cast("B") if isinstance(body, np.ndarray) \
                     else memoryview(body)
                 n = raw.nbytes
                 if off + n > len(payload):

@@ -75,6 +75,9 @@ OFF_CHUNK_TIME_ITEM = 0xB8
 OFF_CHUNK_AXIS_ITEM = 0xC0
 HEADER_SIZE = 0x100  # the header block; the rest of it is reserved
 # --- control memory: producer blocks, stats, consumer table (§2) -----------------------------------
+# 2.2: producer_version, the producing program's name and version, NUL-padded UTF-8 (§2)
+OFF_PRODUCER_VERSION = 0x100
+PRODUCER_VERSION_MAX = 64
 OFF_HEAD = 0x200
 OFF_PRODUCER_WAITING = 0x280
 OFF_HEARTBEAT_NS = 0x300
@@ -176,6 +179,7 @@ FLAG_ITEMS_OVERFLOW = 0x20
 FLAG_NO_HEAP_SIZE = 0x40
 FLAG_ITEMS_CUT = 0x80
 FLAG_CHUNK = 0x100
+FLAG_STREAM_END = 0x200  # 2.2: a stream boundary (recv --keep-going), not a heap
 
 # --- item entry (§5) -----------------------------------------------------------------------------------
 ITEM_SIZE = 32
@@ -185,6 +189,7 @@ ITEM_LENGTH = 0x10
 ITEM_FLAGS = 0x18
 ITEM_RESERVED = 0x1C
 ITEM_IMMEDIATE = 0x1
+ITEM_CUT = 0x2  # 2.2: an address item of a TRUNCATED heap clipped to the slot
 
 # --- stream metadata (§6) ------------------------------------------------------------------------------
 META_SEQ = 0x00
@@ -205,7 +210,7 @@ COUNTER_NAMES = (
     "duplicate_packets", "truncated_heaps", "discarded_incomplete_heaps", "end_of_stream",
     "consumers_attached", "consumer_overruns", "consumer_errors",
     "chunks", "incomplete_chunks", "too_old_heaps", "rejected_heaps",
-    "group_lost", "group_skipped",
+    "group_lost", "group_skipped", "streams_ended",
 )
 STATS_COUNT = len(COUNTER_NAMES)
 
@@ -319,6 +324,8 @@ _ITEM_SPEC = (
 )
 ITEM_STRUCT, ITEM_FIELDS = _fields_struct(_ITEM_SPEC, ITEM_SIZE)
 ITEM_FORMAT = ITEM_STRUCT.format
+# The four fields a reader uses (reserved skipped as padding): iter_unpack yields (id, value, length, flags).
+ITEM_RAW_STRUCT, _ = _fields_struct(_ITEM_SPEC[:4], ITEM_SIZE)
 
 META_HEADER_STRUCT, _ = _fields_struct((("seq", META_SEQ, "Q"), ("length", META_LENGTH, "Q")), META_RECORDS)
 META_RECORD_STRUCT, META_RECORD_FIELDS = _fields_struct((
@@ -388,11 +395,10 @@ def unpack_record(buf: bytes) -> dict[str, Any]:
 try:  # numpy structured dtypes for batch views (zero-copy over the data memory)
     import numpy as _np
 except ImportError:  # pragma: no cover - numpy is optional at import
-    _np = None
-    DESC_DTYPE = None
-    ITEM_DTYPE = None
+    DESC_DTYPE: Any = None
+    ITEM_DTYPE: Any = None
 else:
-    def _dtype(spec, size):
+    def _dtype(spec: Any, size: int) -> Any:
         """A numpy structured dtype from the same (name, offset, code) triples as the struct."""
         codes = {"Q": "<u8", "I": "<u4", "H": "<u2"}
         return _np.dtype({"names": [f[0] for f in spec], "formats": [codes[f[2]] for f in spec],
@@ -436,7 +442,9 @@ def dump() -> dict[str, int]:
         d[key] = g["OFF_" + name.upper()]
     for name in CHUNK_FIELDS:
         d[name] = g["OFF_" + name.upper()]
-    for name in ("head", "producer_waiting", "heartbeat_ns", "oldest", "blocked_on", "blocked_since_ns", "stats"):
+    d["producer_version_max"] = PRODUCER_VERSION_MAX
+    for name in ("producer_version", "head", "producer_waiting", "heartbeat_ns", "oldest", "blocked_on",
+                 "blocked_since_ns", "stats"):
         d[name] = g["OFF_" + name.upper()]
     d["consumer_table"] = OFF_CONSUMER_TABLE
     for name in ROW_FIELDS:
@@ -462,8 +470,8 @@ def dump() -> dict[str, int]:
              ("role", "ROLE_", ("consumer", "observer")), ("start", "START_", ("oldest", "head")),
              ("status", "STATUS_", ("ok", "version", "not_permitted", "busy", "closing", "protocol")),
              ("flag", "FLAG_", ("complete", "incomplete", "truncated", "end_of_stream", "has_descriptors",
-                                "items_overflow", "no_heap_size", "items_cut", "chunk")),
-             ("item_flag", "ITEM_", ("immediate",)), ("feature", "FEATURE_", ("replay_timestamps", "chunks")))
+                                "items_overflow", "no_heap_size", "items_cut", "chunk", "stream_end")),
+             ("item_flag", "ITEM_", ("immediate", "cut")), ("feature", "FEATURE_", ("replay_timestamps", "chunks")))
     for prefix, const, names in enums:
         for name in names:
             d[f"{prefix}.{name}"] = g[const + name.upper()]
@@ -472,7 +480,7 @@ def dump() -> dict[str, int]:
     return d
 
 
-def main():
+def main() -> None:
     for name, value in dump().items():
         print(name, value)
 

@@ -26,6 +26,7 @@ import argparse
 import json
 import sys
 import time
+from typing import Dict, List, Union
 
 import numpy as np
 
@@ -52,7 +53,7 @@ def parse_consumer_groups(specs):
     user name]}), or None when there are none; ValueError naming a malformed one."""
     if not specs:
         return None
-    groups = {}
+    groups: Dict[str, List[Union[int, str]]] = {}
     for spec in specs:
         name, eq, who = spec.partition("=")
         entries = [w.strip() for w in who.split(",")] if eq else []
@@ -107,13 +108,13 @@ def run(a):
                     dropped += 1
                     p.add("dropped_heaps", 1)
                     continue
-                b = (cnt * 31) & 0xFF
+                bi = (cnt * 31) & 0xFF
                 if a.pattern:
-                    s.payload[:hs] = pat2d[b]
+                    s.payload[:hs] = pat2d[bi]
                 s.add_item(ADDR_ITEM, 0, hs)
                 s.add_item(IMM_ITEM, cnt, 5, immediate=True)
                 p.publish(s, cnt, hs)
-                checksum = (checksum + int(row_sum[b if a.pattern else 0])) & M64
+                checksum = (checksum + int(row_sum[bi if a.pattern else 0])) & M64
                 heaps += 1
         try:
             p.end_of_stream(timeout=5.0)

@@ -74,7 +74,7 @@ import struct
 import threading
 import time
 import warnings
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Dict, Iterable, List, Literal, Mapping, Optional, Sequence, Tuple, Union
 
 from . import layout as L
 from . import shared as _shared
@@ -312,7 +312,7 @@ def parse_grants(groups: Mapping[str, Iterable[int | str]] | None) -> dict[int, 
     bad name, an unknown user or group, or two names with the same group_id."""
     if groups is None:
         return None
-    out = {}
+    out: dict[int, Grant] = {}
     for name, who in groups.items():
         check_group_name(name)
         gid_ = L.group_id(name)
@@ -501,7 +501,11 @@ def _record_of(d):
 class Member:
     """The producer's record of one attached consumer: its socket, table row and mapped region."""
 
-    def __init__(self, sock, index, generation, region_mm, released, pid, uid):
+    oq: Optional[int]
+    commit_end: Optional[int]
+
+    def __init__(self, sock: socket.socket, index: int, generation: int, region_mm: mmap.mmap, released: int,
+                 pid: int, uid: int) -> None:
         self.sock, self.index, self.generation = sock, index, generation
         self.region_mm = region_mm
         self.r64 = memoryview(region_mm).cast("Q")
@@ -558,10 +562,12 @@ class Slot:
         self.end = 0  # the end of the furthest address item
         self._live = True
 
-    def add_item(self, item_id: int, value: int = 0, length: int = 0, immediate: bool = False) -> bool:
+    def add_item(self, item_id: int, value: int = 0, length: int = 0, immediate: bool = False,
+                 cut: bool = False) -> bool:
         """Append an item pointer (spec §5). An address item's bytes are payload[value:value+length]
         (ValueError past the slot); an immediate item carries ``value`` and its width ``length`` in bytes.
-        Returns False (and the heap gets ITEMS_OVERFLOW) when the table already holds max_items."""
+        ``cut``: the item ran past the slot of a TRUNCATED heap and ``length`` is what the slot kept (2.2
+        ITEM_CUT). Returns False (and the heap gets ITEMS_OVERFLOW) when the table already holds max_items."""
         p = self._p
         if not immediate:
             ss = p.slot_size
@@ -573,7 +579,8 @@ class Slot:
             self.overflow = True
             return False
         L.ITEM_STRUCT.pack_into(p.data, p._items_off + (self.index * p.max_items + self.item_count) * 32,
-                                item_id & M64, value & M64, length & M64, L.ITEM_IMMEDIATE if immediate else 0, 0)
+                                item_id & M64, value & M64, length & M64,
+                                (L.ITEM_IMMEDIATE if immediate else 0) | (L.ITEM_CUT if cut and not immediate else 0), 0)
         self.item_count += 1
         return True
 
@@ -592,7 +599,7 @@ class Slot:
     def __enter__(self) -> Slot:
         return self
 
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> bool:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> Literal[False]:
         if self._live and not self._p._closed:
             self._p.discard(self)
         return False
@@ -638,6 +645,24 @@ class Producer:
         return cls(name, slot_count=slot_count, slot_size=slot_size, max_items=max_items, meta_size=meta_size,
                    policy=policy, hugepages=hugepages, directory=directory, max_consumers=max_consumers,
                    group=group, groups=groups)
+
+    # Made by __init__ (None until then: close() cleans up whatever a failed __init__ left).
+    _dirfd: Optional[int]
+    _lockfd: Optional[int]
+    ctl_fd: Optional[int]
+    data_fd: Optional[int]
+    ctl: Optional[mmap.mmap]
+    data: Optional[mmap.mmap]
+    _listener: Optional[socket.socket]
+    _thread: Optional[threading.Thread]
+    _stop_r: Optional[int]
+    _stop_w: Optional[int]
+    _spare_fd: Optional[int]
+    conns: Dict[int, Member]  # consumers by row, under lock
+    _snap: Tuple[Member, ...]
+    # The descriptor array (structured, layout.DESC_DTYPE): read and written by field name, which the
+    # numpy stubs of Debian's numpy do not type (ndarray.__getitem__ of a str), hence Any.
+    desc: Any
 
     def __init__(self, name, *, slot_count=256, slot_size=1 << 20, max_items=64, meta_size=64 << 10,
                  policy="drop", hugepages="auto", directory=None, max_consumers=L.DEFAULT_MAX_CONSUMERS,
@@ -689,18 +714,20 @@ class Producer:
         self._lockfd = _lock_ring(self._dirfd, self.directory, self.name)
         self.socket_path = os.path.join(self.directory, self.name + L.SOCKET_SUFFIX)
         self._create_memory(hugepages)
+        data, ctl = self.data, self.ctl
+        assert data is not None and ctl is not None  # _create_memory mapped both, or raised
         sc = self.slot_count
         g = self.g
         self.mask = sc - 1
         self._items_off = g["items_offset"]
-        self.desc = np.frombuffer(self.data, L.DESC_DTYPE, sc, g["desc_offset"])
-        self.items = np.frombuffer(self.data, L.ITEM_DTYPE, sc * self.max_items,
+        self.desc = np.frombuffer(data, L.DESC_DTYPE, sc, g["desc_offset"])
+        self.items = np.frombuffer(data, L.ITEM_DTYPE, sc * self.max_items,
                                    g["items_offset"]).reshape(sc, self.max_items)
-        self._payload2d = np.frombuffer(self.data, np.uint8, sc * self.slot_size,
+        self._payload2d = np.frombuffer(data, np.uint8, sc * self.slot_size,
                                         g["payload_offset"]).reshape(sc, self.slot_size)
         self.meta_off = g["meta_offset"]
-        self.c64 = memoryview(self.ctl).cast("Q")
-        self.c32 = memoryview(self.ctl).cast("I")
+        self.c64 = memoryview(ctl).cast("Q")
+        self.c32 = memoryview(ctl).cast("I")
         self._stats = self.c64[Q_STATS:Q_STATS + L.STATS_SLOTS]
         self._desc_off = g["desc_offset"]
         # private state of the hot path
@@ -773,6 +800,7 @@ class Producer:
                 self._no_huge(hugepages, f"hugetlb memfd: {e.strerror or e}")
         g = layout_for(self.slot_count, self.slot_size, self.max_items, self.meta_size, self.packet_size, page)
         if huge:
+            assert hfd is not None  # huge: the hugetlb memfd was made
             size = g["data_size"]
             try:
                 os.ftruncate(hfd, size)
@@ -808,6 +836,9 @@ class Producer:
                         packet_size=self.packet_size, features=0, stats_count=L.STATS_COUNT,
                         max_consumers=self.max_consumers)
         L.HEADER_STRUCT.pack_into(self.ctl, 0, *(self.hdr[f] for f in L.HEADER_FIELDS))
+        from . import __version__  # 2.2 producer_version: what stat and consumers say this ring runs
+        ver = f"ibvbridge.Producer {__version__}".encode()[:L.PRODUCER_VERSION_MAX]
+        self.ctl[L.OFF_PRODUCER_VERSION:L.OFF_PRODUCER_VERSION + len(ver)] = ver
         add_seals(self.ctl_fd, SEALS_SHARED)
         add_seals(self.data_fd, SEALS_SHARED)
 
@@ -861,11 +892,13 @@ class Producer:
         """The serving thread: accepts connections, answers hellos (each within HELLO_TIMEOUT, without ever
         blocking on one), notices consumers' hang-ups, beats. Everything a connection creates ends with it
         (layout 2.1 §C): a pending hello holds one descriptor, a consumer its socket and region."""
+        listener, stop_r = self._listener, self._stop_r
+        assert listener is not None and stop_r is not None  # made before the thread starts
         poller = select.poll()
-        poller.register(self._listener, select.POLLIN)
-        poller.register(self._stop_r, select.POLLIN)
-        watched = {}
-        pending = {}  # fd -> (connection, hello deadline)
+        poller.register(listener, select.POLLIN)
+        poller.register(stop_r, select.POLLIN)
+        watched: Dict[int, Member] = {}
+        pending: Dict[int, Tuple[socket.socket, float]] = {}  # fd -> (connection, hello deadline)
         next_beat = 0.0
         while True:
             with self.lock:
@@ -911,7 +944,7 @@ class Producer:
                     for conn, _ in pending.values():
                         conn.close()
                     return
-                if fd == self._listener.fileno():
+                if fd == listener.fileno():
                     conn = self._accept()
                     if conn is not None:
                         pending[conn.fileno()] = (conn, time.monotonic() + HELLO_TIMEOUT)
@@ -955,15 +988,17 @@ class Producer:
         are left, or MAX_PENDING hellos are outstanding, the connection is refused as busy with the reason;
         when accept itself finds no descriptor, the spare one is given up to refuse it likewise (else the
         listener would stay readable and the loop spin)."""
+        listener = self._listener
+        assert listener is not None  # made before the thread that accepts starts
         try:
-            conn, _ = self._listener.accept()
+            conn, _ = listener.accept()
         except OSError as e:
             if e.errno not in (errno.EMFILE, errno.ENFILE) or self._spare_fd is None:
                 return None
             os.close(self._spare_fd)
             self._spare_fd = None
             try:
-                conn, _ = self._listener.accept()
+                conn, _ = listener.accept()
                 self._refuse(conn, L.STATUS_BUSY, f"ring {self.name} busy: the producer is out of file "
                                                   "descriptors")
             except OSError:
@@ -1077,6 +1112,7 @@ class Producer:
             return self._refuse(conn, L.STATUS_CLOSING, f"ring {self.name} is closing: the stream has ended")
         if h["role"] == L.ROLE_OBSERVER:
             rec = L.pack_welcome(L.NO_CONSUMER_INDEX, 0, self.session_id, self.ctl_size, 0, 0)
+            assert self.ctl_fd is not None  # made with the ring, before the server starts
             socket.send_fds(conn, [rec], [self.ctl_fd])
             conn.close()
             return
@@ -1480,7 +1516,7 @@ class Producer:
         if not k:
             return
         idx = (np.arange(k, dtype=np.int64) + (q0 & self.mask)) & self.mask
-        groups = {}
+        groups: Dict[int, List[Member]] = {}
         for m in sorted(self.conns.values(), key=lambda m: m.index):
             if m.group:
                 groups.setdefault(m.group, []).append(m)
@@ -1819,6 +1855,8 @@ class Producer:
             return 0
         ss = self.slot_size
         lst = None
+        recv: Optional[np.ndarray]
+        hs: Optional[np.ndarray]
         if payloads is None:
             arr, width = None, 0
             if heap_sizes is None:
@@ -1902,7 +1940,7 @@ class Producer:
             d = np.zeros(k, L.DESC_DTYPE)
             d["seq"] = np.arange(1, k + 1, dtype=np.uint64) + np.uint64(pos)
             d["heap_cnt"] = cnts[sl]
-            r = recv[sl] if recv is not None else recv_scalar
+            r: Union[np.ndarray, int] = recv[sl] if recv is not None else recv_scalar
             d["received"] = r
             d["heap_size"] = hs[sl] if hs is not None else r
             d["timestamp_ns"] = ts if np.ndim(ts) == 0 else np.asarray(ts, np.uint64)[sl]
@@ -1921,7 +1959,7 @@ class Producer:
             self._pos = (pos + k) & M64
             st = self._stats
             st[C_HEAPS] += k
-            st[C_BYTES] += int(r.sum()) if recv is not None else k * recv_scalar
+            st[C_BYTES] += int(np.sum(r)) if recv is not None else k * recv_scalar
             st[C_PACKETS] += k * packets
             self._publish_staged()
             done_n += k
@@ -2028,7 +2066,9 @@ class Producer:
         if len(body) > self.meta_size - L.META_HEADER_SIZE:
             raise ValueError(f"descriptors take {len(body)} bytes; meta_size - 16 is "
                              f"{self.meta_size - L.META_HEADER_SIZE}")
-        mv = memoryview(self.data)
+        data = self.data
+        assert data is not None  # mapped in __init__, never dropped
+        mv = memoryview(data)
         words = mv.cast("Q")  # the sequence as one aligned 8-byte store (spec §11: a byte copy can tear)
         o = self.meta_off
         try:
@@ -2049,7 +2089,7 @@ class Producer:
         if self._closed:
             raise RingError(f"ring {self.name} is closed")
 
-    def _check_not_ended(self, what: str):
+    def _check_not_ended(self, what: str) -> None:
         if self._ended:
             raise StreamEnded(f"ring {self.name}: cannot {what}: the stream has ended (END_OF_STREAM is final)")
 

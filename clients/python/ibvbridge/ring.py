@@ -22,16 +22,16 @@ A Ring is not thread-safe: use it from one thread.
 
 from __future__ import annotations
 
-import ast
 import collections
 import ctypes
 import logging
+import mmap
 from errno import ETIMEDOUT
 import os
 import select
 import socket
 import time
-from typing import Any, AsyncIterator, Iterator, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Any, AsyncIterator, Iterator, Mapping, Sequence, Union
 
 from . import layout as L
 from . import shared as _shared
@@ -41,13 +41,20 @@ from .shared import (I_CONSUMER_FUTEX, I_CONSUMER_WAITING, I_PRODUCER_WAITING, I
                      row_word)
 from ._sys import (ORDERED, FutexWaiter, acquire_fence, full_fence, futex_wake, get_seals, map_fd, peer_cred,
                    release_fence, require_supported)
-from .errors import (CorruptRing, Detached, EndOfStream, MetadataBusy, Overrun, PermissionDenied, ProducerGone,
+from .errors import (CorruptRing, Detached, EndOfStream, StreamEnd, TruncatedItem, MetadataBusy, Overrun, PermissionDenied, ProducerGone,
                      ProtocolError, RingBusy, RingClosing, RingError, RingNotFound, Timeout, VersionMismatch)
 
-try:
+if TYPE_CHECKING:
     import numpy as np
-except ImportError:  # pragma: no cover - numpy is optional until a view is asked for
-    np = None
+else:
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy is optional until a view is asked for
+        np = None
+
+from . import chunks as _chunks
+from .metadata import ItemDescriptor, _parse_metadata
+from .views import Batch, Heap, Item, _need_numpy
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -60,15 +67,11 @@ _STARTS = {"oldest": L.START_OLDEST, "head": L.START_HEAD, L.START_OLDEST: L.STA
 
 
 _unpack_desc = L.DESC_STRUCT.unpack_from
-_iter_items = L.ITEM_STRUCT.iter_unpack
+_iter_items = L.ITEM_RAW_STRUCT.iter_unpack  # (id, value, length, flags) per entry
 log = logging.getLogger("ibvbridge.ring")
 WELCOME_TIMEOUT = 5.0  # seconds for the handshake when the attach has no timeout (spec §B)
+_UNMAPPED = memoryview(b"")  # a Ring's word views before attach and after close
 LAPPED_WAIT = 0.01  # a group member waits this long for the head store of a lapping descriptor (spec §14.4)
-
-
-def _need_numpy():
-    if np is None:
-        raise RingError("numpy is required for array views (apt install python3-numpy)")
 
 
 def default_dir() -> str:
@@ -195,431 +198,6 @@ def validate_geometry(hdr: Mapping[str, int]) -> Geometry:
                     hdr["meta_size"], hdr["payload_offset"], hdr["packet_offset"], hdr["packet_size"])
 
 
-class ItemDescriptor(collections.namedtuple("ItemDescriptor",
-                                            ("id", "name", "description", "shape", "dtype", "format",
-                                             "order", "dtype_header"))):
-    """A SPEAD item descriptor from the stream-metadata area (spec §6).
-
-    shape: tuple (-1 for a variable dimension) or None when unknown; dtype: numpy dtype parsed from the
-    numpy header text (None when the stream gave none, or numpy is missing); format: the raw SPEAD format
-    field (bytes); order: 'C' or 'F'; dtype_header: the raw numpy header text.
-    """
-
-
-def _parse_metadata(buf):
-    """Parse the records of the stream-metadata area into {id: ItemDescriptor}; CorruptRing if malformed."""
-    out = {}
-    off, n = 0, len(buf)
-    while off < n:
-        if n - off < L.META_RECORD_HEADER_SIZE:
-            raise CorruptRing(f"metadata record at {off} shorter than its header")
-        rsize, ndim, iid, nlen, dlen, flen, tlen = L.META_RECORD_STRUCT.unpack_from(buf, off)
-        if rsize < L.META_RECORD_HEADER_SIZE or rsize % 8 or off + rsize > n:
-            raise CorruptRing(f"metadata record at {off}: record_size {rsize} invalid or past length {n}")
-        nshape = 0 if ndim == L.NDIM_UNKNOWN else ndim
-        need = L.META_RECORD_HEADER_SIZE + 8 * nshape + nlen + dlen + flen + tlen
-        if need > rsize:
-            raise CorruptRing(f"metadata record at {off}: fields ({need} bytes) run past record_size {rsize}")
-        p = off + L.REC_SHAPE
-        shape = None if ndim == L.NDIM_UNKNOWN else tuple(
-            int.from_bytes(buf[p + 8 * k:p + 8 * k + 8], "little", signed=True) for k in range(ndim))
-        p += 8 * nshape
-        name = bytes(buf[p:p + nlen]).decode("utf-8", "replace"); p += nlen
-        desc = bytes(buf[p:p + dlen]).decode("utf-8", "replace"); p += dlen
-        fmt = bytes(buf[p:p + flen]); p += flen
-        header = bytes(buf[p:p + tlen]).decode("ascii", "replace")
-        dtype, order = None, "C"
-        if header:
-            try:
-                h = ast.literal_eval(header)
-                if not isinstance(h, dict):
-                    raise ValueError("not a dict")
-                if h.get("fortran_order"):
-                    order = "F"
-                if "shape" in h and h["shape"] is not None:
-                    shape = tuple(int(x) for x in h["shape"])
-                if np is not None:
-                    dtype = np.dtype(h["descr"])
-            except (ValueError, SyntaxError, TypeError, KeyError, MemoryError, RecursionError) as e:
-                raise CorruptRing(f"metadata record for item {iid:#x}: bad numpy header {header!r}: {e}")
-        out[iid] = ItemDescriptor(iid, name, desc, shape, dtype, fmt, order, header)
-        off += rsize
-    return out
-
-
-class Item:
-    """One item pointer of a heap (spec §5). For an immediate item ``value`` is the item; for an address
-    item ``value`` is the offset of its bytes in the payload, ``length`` their count and ``data`` a
-    read-only zero-copy memoryview of them."""
-
-    __slots__ = ("id", "value", "length", "flags", "_heap")
-    id: int
-    value: int
-    length: int
-    flags: int
-
-    def __init__(self, heap: Heap, iid: int, value: int, length: int, flags: int) -> None:
-        self._heap = heap
-        self.id = iid
-        self.value = value
-        self.length = length
-        self.flags = flags
-
-    @property
-    def immediate(self) -> bool:
-        return bool(self.flags & L.ITEM_IMMEDIATE)
-
-    @property
-    def data(self) -> memoryview | None:
-        if self.flags & L.ITEM_IMMEDIATE:
-            return None
-        h = self._heap
-        h._check_live()
-        start = h._base + self.value
-        return h._mv[start:start + self.length]
-
-    def __repr__(self):
-        if self.immediate:
-            return f"Item(id={self.id:#x}, immediate, value={self.value:#x})"
-        return f"Item(id={self.id:#x}, offset={self.value}, length={self.length})"
-
-
-class Heap:
-    """A heap read from the ring. Its payload and item views are valid until ``release()`` (or the end of a
-    ``with`` block, or the next step of ``for heap in ring``); ``copy()`` what must outlive it."""
-
-    __slots__ = ("_ring", "_entry", "_buf", "_mv", "_base", "_raw", "_items_off", "position", "heap_cnt",
-                 "heap_size", "received", "timestamp_ns", "slot", "flags", "item_count", "packets", "_released",
-                 "_descmap")
-    position: int  # the heap's position in the ring (0, 1, 2 ... modulo 2^64)
-    heap_cnt: int
-    heap_size: int
-    received: int  # payload bytes in the slot
-    timestamp_ns: int
-    slot: int
-    flags: int  # layout.FLAG_*
-    item_count: int
-    packets: int
-
-    @property
-    def _raw_items(self):
-        """The item table as (id, value, length, flags) tuples, parsed and checked on first use (spec §7.3:
-        an address item past the slot is a corrupt ring), so a loop that never looks at items pays
-        nothing for them."""
-        raw = self._raw
-        if raw is None:
-            self._check_live()
-            n = self.item_count
-            o = self._items_off
-            raw = [t[:4] for t in _iter_items(self._mv[o:o + n * L.ITEM_SIZE])] if n else []
-            ss = self._ring._geo.slot_size
-            for iid, value, length, iflags in raw:
-                if not iflags & L.ITEM_IMMEDIATE and (value > ss or length > ss - value):
-                    raise self._ring._corrupt_desc(self.position, f"item {iid:#x} [{value}, +{length}) past "
-                                                   f"slot_size {ss}")
-            self._ring._check_row()  # copied, then checked: the table was this heap's (spec §A)
-            self._raw = raw
-        return raw
-
-    @property
-    def cnt(self) -> int:
-        """The SPEAD heap counter, under spead2's name (``spead2.recv.Heap.cnt``); the same as ``heap_cnt``."""
-        return self.heap_cnt
-
-    # ----- flags
-    @property
-    def complete(self) -> bool:
-        return bool(self.flags & L.FLAG_COMPLETE)
-
-    @property
-    def incomplete(self) -> bool:
-        return bool(self.flags & L.FLAG_INCOMPLETE)
-
-    @property
-    def truncated(self) -> bool:
-        return bool(self.flags & L.FLAG_TRUNCATED)
-
-    @property
-    def end_of_stream(self) -> bool:
-        return bool(self.flags & L.FLAG_END_OF_STREAM)
-
-    @property
-    def has_descriptors(self) -> bool:
-        return bool(self.flags & L.FLAG_HAS_DESCRIPTORS)
-
-    @property
-    def items_overflow(self) -> bool:
-        return bool(self.flags & L.FLAG_ITEMS_OVERFLOW)
-
-    @property
-    def no_heap_size(self) -> bool:
-        return bool(self.flags & L.FLAG_NO_HEAP_SIZE)
-
-    @property
-    def items_cut(self) -> bool:
-        return bool(self.flags & L.FLAG_ITEMS_CUT)
-
-
-    def _check_live(self):
-        if self._released:
-            raise RingError(f"heap at position {self.position} was released: its memory belongs to the producer")
-        if self._ring is not None and self._ring._closed:
-            raise RingError("ring is closed")
-
-    @property
-    def released(self) -> bool:
-        return self._released
-
-    @property
-    def valid(self) -> bool:
-        """Whether every byte read from this heap so far was the heap's (spec §A): True while the ring still
-        counts this consumer, so the producer has not reused the heap's slot. Read the payload or items,
-        THEN check ``valid`` (or call ``ring.release(heap)``, which raises Overrun): False means the bytes
-        may belong to a later heap. False after release and after the ring is closed; a copy is always
-        valid."""
-        r = self._ring
-        if r is None:
-            return True
-        if self._released or r._closed:
-            return False
-        c32 = r._c32  # the common answer inline (as _check_row): a chunk consumer asks once per chunk
-        if c32[r._i_row_state] == L.CONSUMER_ATTACHED and c32[r._i_row_gen] == r._generation and not ORDERED:
-            return True
-        return r._row_error() is None
-
-    @property
-    def payload(self) -> memoryview:
-        """payload[0:received] as a read-only memoryview into the data mapping (no copy)."""
-        self._check_live()
-        return self._mv[self._base:self._base + self.received]
-
-    @property
-    def items(self) -> list[Item]:
-        return [Item(self, *t) for t in self._raw_items]
-
-    def find(self, item_id: int) -> Item | None:
-        """The first item with this id, or None."""
-        for t in self._raw_items:
-            if t[0] == item_id:
-                return Item(self, *t)
-        return None
-
-    def item(self, item_id: int) -> Item:
-        """The first item with this id; KeyError if the heap has none."""
-        it = self.find(item_id)
-        if it is None:
-            raise KeyError(f"heap {self.heap_cnt} has no item {item_id:#x}")
-        return it
-
-    def array(self, item_id: int, dtype: Any = None, shape: int | Sequence[int] | None = None) -> np.ndarray:
-        """An address item as a read-only numpy array VIEW into the data mapping (no copy).
-
-        dtype / shape default to the stream's item descriptor (spec §6) when known, else uint8 / 1-D.
-        A -1 in the shape is the variable dimension. ValueError when the item is too short for the shape.
-        """
-        _need_numpy()
-        self._check_live()
-        it = self.find(item_id)
-        if it is None:
-            raise KeyError(f"heap {self.heap_cnt} has no item {item_id:#x}")
-        if it.flags & L.ITEM_IMMEDIATE:
-            raise TypeError(f"item {item_id:#x} is immediate: use heap.item({item_id:#x}).value")
-        order = "C"
-        if dtype is None or shape is None:
-            d = (self._ring.descriptors() if self._ring is not None else self._descmap or {}).get(item_id)
-            if d is not None:
-                if dtype is None:
-                    dtype = d.dtype
-                if shape is None:
-                    shape = d.shape
-                order = d.order
-        dt = np.dtype(np.uint8 if dtype is None else dtype)
-        if dt.itemsize == 0:
-            raise ValueError(f"dtype {dt} has no size")
-        if shape is None:
-            count = it.length // dt.itemsize
-            shape = (count,)
-        else:
-            shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
-            known = 1
-            for s in shape:
-                if s != -1:
-                    known *= s
-            if -1 in shape:
-                if shape.count(-1) > 1:
-                    raise ValueError(f"shape {shape} has more than one variable dimension")
-                var = it.length // (known * dt.itemsize) if known else 0
-                shape = tuple(var if s == -1 else s for s in shape)
-            count = 1
-            for s in shape:
-                count *= s
-        if count * dt.itemsize > it.length:
-            raise ValueError(f"item {item_id:#x}: {it.length} bytes are too few for {shape} of {dt}")
-        a = np.frombuffer(self._buf, dtype=dt, count=count, offset=self._base + it.value)
-        return a.reshape(shape, order=order)
-
-    def copy(self) -> Heap:
-        """A detached copy (payload and items) that stays valid after release and close. The bytes are
-        copied, then checked (layout 2.1 §A): Overrun / Detached when the producer overran this consumer
-        while it held the heap, so a copy is never a torn heap."""
-        self._check_live()
-        h = Heap.__new__(Heap)
-        buf = bytes(self._mv[self._base:self._base + self.received])
-        # items may point past `received` (incomplete heaps): keep whole item ranges inside the copy
-        end = max([self.received] + [t[1] + t[2] for t in self._raw_items if not t[3] & L.ITEM_IMMEDIATE])
-        if end > self.received:
-            buf = bytes(self._mv[self._base:self._base + end])
-        h._ring, h._entry, h._buf, h._mv, h._base = None, None, buf, memoryview(buf), 0
-        h._raw = list(self._raw_items)
-        h._items_off = 0
-        for f in ("position", "heap_cnt", "heap_size", "received", "timestamp_ns", "slot", "flags",
-                  "item_count", "packets"):
-            setattr(h, f, getattr(self, f))
-        h._released = False
-        h._descmap = self._ring.descriptors() if self._ring is not None else self._descmap
-        if self._ring is not None:
-            self._ring._check_row()  # copied, then checked
-        return h
-
-    def release(self) -> None:
-        """Give the heap's slot back to the producer (in position order: a heap released before older held
-        heaps takes effect when they are released). Idempotent."""
-        if not self._released:
-            self._released = True
-            r = self._ring
-            if r is not None and not r._closed:
-                if self._entry is None:
-                    r._release_through(self.position)  # handed out by the iterator's fast path
-                else:
-                    r._release_entry(self._entry)
-
-    def __getitem__(self, key: str | int) -> Any:
-        """``heap['name']`` / ``heap[id]``: the item decoded by the ring's descriptor (ibvbridge.items)."""
-        from .items import heap_item
-        return heap_item(self, key)
-
-    def __enter__(self) -> Heap:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-    def __repr__(self) -> str:
-        return (f"Heap(position={self.position}, heap_cnt={self.heap_cnt}, heap_size={self.heap_size}, "
-                f"received={self.received}, flags={self.flags:#x}, items={len(self._raw_items)})")
-
-class Batch:
-    """Up to ``max_heaps`` consecutive published heaps, as numpy views over the descriptor array.
-
-    ``descs`` (structured, layout.DESC_DTYPE, read-only) and its fields ``seq``, ``heap_cnt``, ``heap_size``,
-    ``received``, ``timestamp_ns``, ``slot``, ``flags``, ``item_count``, ``packets`` are a private copy of the
-    descriptors, checked before the batch was handed out (spec §A: never re-read from shared memory).
-    ``payloads(nbytes)`` gives the payload bytes as an (n, nbytes) uint8 array (zero-copy when it can): read
-    them, THEN check ``valid`` (False: the producer overran this consumer and the bytes may be a later
-    heap's). ``release()`` (or leaving ``with``) gives all n slots back with one tail store.
-    """
-
-    def __init__(self, ring, descs, position, entry, items=None):
-        self._ring = ring
-        self._entry = entry
-        self._items = items  # the item tables as copied and checked by next_batch (None: no items)
-        self.descs = descs
-        self.position = position
-        self._released = False
-
-    def __len__(self):
-        return len(self.descs)
-
-    def __getattr__(self, name):
-        if name in L.DESC_FIELDS:
-            return self.descs[name]
-        raise AttributeError(name)
-
-    @property
-    def released(self) -> bool:
-        return self._released
-
-    @property
-    def valid(self) -> bool:
-        """As Heap.valid, for every heap of the batch: read, then check."""
-        r = self._ring
-        if self._released or r._closed:
-            return False
-        return r._row_error() is None
-
-    def _check_live(self):
-        if self._released:
-            raise RingError(f"batch at position {self.position} was released")
-        if self._ring._closed:
-            raise RingError("ring is closed")
-
-    @property
-    def consecutive(self) -> bool:
-        """True when the heaps' slots are consecutive, so payloads() is a zero-copy strided view."""
-        s = self.descs["slot"]
-        n = len(s)
-        if n == 0:
-            return True
-        s0 = int(s[0])
-        return s0 + n <= self._ring._geo.slot_count and bool((s == np.arange(s0, s0 + n, dtype=s.dtype)).all())
-
-    def payloads(self, nbytes: int | None = None) -> np.ndarray:
-        """The first nbytes (default slot_size) of each heap's slot as an (n, nbytes) uint8 array: a
-        zero-copy strided view into the data mapping when the slots are consecutive, else a gathered copy.
-        Bytes past a heap's ``received`` are whatever the slot holds (mask with ``received``)."""
-        self._check_live()
-        r = self._ring
-        if nbytes is None:
-            nbytes = r._geo.slot_size
-        if not 0 <= nbytes <= r._geo.slot_size:
-            raise ValueError(f"nbytes {nbytes} not in 0..slot_size {r._geo.slot_size}")
-        s = self.descs["slot"]
-        if self.consecutive:
-            s0 = int(s[0]) if len(s) else 0
-            return r._payload2d[s0:s0 + len(s), :nbytes]
-        return r._payload2d[s.astype(np.intp), :nbytes]
-
-    def item_table(self) -> tuple[np.ndarray, np.ndarray]:
-        """(items, valid): the heaps' item tables gathered as an (n, k) structured array (layout.ITEM_DTYPE,
-        a copy; k = max item_count) and the (n, k) mask of valid entries."""
-        self._check_live()
-        counts = self.descs["item_count"]
-        items = self._items
-        if items is None:
-            items = np.zeros((len(counts), 0), dtype=L.ITEM_DTYPE)
-        k = items.shape[1]
-        valid = np.arange(k, dtype=np.uint32)[None, :] < counts[:, None]
-        return items, valid
-
-    def find_item(self, item_id: int) -> tuple[np.ndarray, np.ndarray]:
-        """(found, items): for each heap, whether it has an item with this id, and the first such item
-        (structured ITEM_DTYPE array of length n; rows where found is False are meaningless)."""
-        items, valid = self.item_table()
-        n = len(self.descs)
-        if items.shape[1] == 0:
-            return np.zeros(n, dtype=bool), np.zeros(n, dtype=L.ITEM_DTYPE)
-        match = (items["id"] == np.uint64(item_id)) & valid
-        found = match.any(axis=1)
-        first = match.argmax(axis=1)
-        return found, items[np.arange(n), first]
-
-    def release(self) -> None:
-        """Give all the batch's slots back (one tail store). Idempotent."""
-        if not self._released:
-            self._released = True
-            if not self._ring._closed:
-                self._ring._release_entry(self._entry)
-
-    def __enter__(self) -> Batch:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-    def __repr__(self) -> str:
-        return f"Batch(position={self.position}, n={len(self.descs)})"
-
-
 class RingStats(dict):
     """A snapshot of a ring's counters (spec §2.3): a dict by our counter names, also readable as
     attributes, and under spead2's names (``spead2.recv.StreamStats``) where a counter means the same:
@@ -646,18 +224,83 @@ class RingStats(dict):
         return self  # ring.stats(), as the method it once was
 
 
+class Stream:
+    """One stream of a ring (``Ring.streams()``): iterate it for its heaps; ``end`` is then the StreamEnd
+    that closed it, or None when the ring's end of stream did."""
+
+    def __init__(self, ring: Ring, timeout: float | None) -> None:
+        self._ring = ring
+        self._timeout = timeout
+        self._it: Iterator[Heap] | None = None
+        self.end: StreamEnd | None = None
+
+    def __iter__(self) -> Iterator[Heap]:
+        return self
+
+    def __next__(self) -> Heap:
+        if self._it is None:
+            self._ring._last_stream_end = None
+            self._it = self._ring.heaps(self._timeout)
+        try:
+            return next(self._it)
+        except StopIteration:
+            self.end = self._ring._last_stream_end
+            raise
+
+
 class Ring:
     """A consumer attached to one ring. Use ``Ring.attach(name)``."""
 
-    def __init__(self):  # use Ring.attach
+    # What attach sets (declared for the type checker). The mappings' word views are _UNMAPPED until
+    # attach and after close (close drops them so the mappings can be unmapped).
+    name: str
+    socket_path: str | None
+    header: dict[str, int]
+    session_id: int
+    producer_pid: int
+    producer_uid: int
+    consumer_index: int
+    _generation: int
+    _geo: Geometry
+    _max_latency: float
+    _spin_budget: float
+    _wait_avg: float
+    _active: bool
+    _directory: PathLike | None
+    _wait_for_ring: bool
+    _sock: socket.socket | None
+    _fds: list[int]
+    _ctl_mm: mmap.mmap | None
+    _data_mm: mmap.mmap | None
+    _region_mm: mmap.mmap | None
+    _c64: memoryview  # the control mapping as u64 / u32 words
+    _c32: memoryview
+    _r64: memoryview  # this consumer's region as u64 / u32 words
+    _r32: memoryview
+    _dmv: memoryview  # the data mapping, and as u64 words
+    _d64: memoryview
+    _desc_arr: np.ndarray | None  # numpy views of the data mapping (None without numpy)
+    _desc_raw: np.ndarray | None
+    _items2d: np.ndarray | None
+    _payload2d: np.ndarray | None
+    _cfutex: ctypes.c_uint32 | None
+    _rfutex: ctypes.c_uint32 | None
+    _detached: RingError | None
+    _pending: collections.deque[list[Any]]
+    _last_stream_end: StreamEnd | None
+    _meta_seq: int | None
+    _meta: dict[int, ItemDescriptor]
+
+    def __init__(self) -> None:  # use Ring.attach
         self._closed = True
         self._sock = None
         self._fds = []
         self._ctl_mm = self._data_mm = self._region_mm = None
-        self._c64 = self._c32 = self._r64 = self._r32 = self._d64 = self._dmv = None
+        self._c64 = self._c32 = self._r64 = self._r32 = self._d64 = self._dmv = _UNMAPPED
         self._cfutex = self._rfutex = None
         self._desc_arr = self._desc_raw = self._items2d = self._payload2d = None
-        self._chunk_geo = self._chunk_data = self._chunk_present = self._chunk_all_present = None
+        self._chunk_geo: _chunks.ChunkGeometry | None = None
+        self._chunk_views: _chunks.ChunkViews | None = None
         self._detached = None
         self._gone = False
         self.group_id = 0  # consumer group (§14), 0 for an independent consumer
@@ -796,8 +439,8 @@ class Ring:
 
     def _attach(self, start, deadline, timeout):
         name = self.name
-        self._sock, owner = self._connect(deadline)
-        sock = self._sock
+        sock, owner = self._connect(deadline)
+        self._sock = sock
         path = self.socket_path
         pid, uid, _ = peer_cred(sock)  # 2. who serves this socket?
         if not _shared.peer_trusted(uid, owner):
@@ -838,43 +481,44 @@ class Ring:
             if st != size:
                 raise CorruptRing(f"ring {name}: {what} memory is {st} bytes, the welcome says {size}")
         # 5. control memory, read-only; validate before the data memory is mapped
-        self._ctl_mm = _map(ctl_fd, w["ctl_size"], False)
-        self._c64 = memoryview(self._ctl_mm).cast("Q")
-        self._c32 = memoryview(self._ctl_mm).cast("I")
+        self._ctl_mm = ctl_mm = _map(ctl_fd, w["ctl_size"], False)
+        self._c64 = memoryview(ctl_mm).cast("Q")
+        self._c32 = memoryview(ctl_mm).cast("I")
         self._closed = False
         hdr = self._check_header(w)
         self._geo = g = validate_geometry(hdr)
         # chunk geometry (§13.5), from a private copy of the header's bytes, before the data is mapped
-        self._chunk_geo = _chunks.chunk_geometry(hdr["features"], bytes(self._ctl_mm[L.OFF_CHUNK_HEAPS:0x100]),
+        self._chunk_geo = _chunks.chunk_geometry(hdr["features"], bytes(ctl_mm[L.OFF_CHUNK_HEAPS:0x100]),
                                                  g.slot_size)
         # 6. data read-only, region read-write; the descriptors are closed, the socket kept
-        self._data_mm = _map(data_fd, g.data_size, False)
-        self._region_mm = _map(region_fd, L.REGION_SIZE, True)
+        self._data_mm = data_mm = _map(data_fd, g.data_size, False)
+        self._region_mm = region_mm = _map(region_fd, L.REGION_SIZE, True)
         for fd in self._fds:
             os.close(fd)
         self._fds = []
-        self._dmv = memoryview(self._data_mm)
+        self._dmv = memoryview(data_mm)
         self._d64 = self._dmv.cast("Q")  # shared u64 words of the data memory (the metadata sequence)
-        self._r64 = memoryview(self._region_mm).cast("Q")
-        self._r32 = memoryview(self._region_mm).cast("I")
+        self._r64 = memoryview(region_mm).cast("Q")
+        self._r32 = memoryview(region_mm).cast("I")
         sock.setblocking(False)
         self._poller = select.poll()
         self._poller.register(sock, select.POLLIN | select.POLLRDHUP)
         # futex word addresses (ctypes objects pin an export of the region mapping until close)
-        self._cfutex = ctypes.c_uint32.from_buffer(self._region_mm, L.REG_CONSUMER_FUTEX)
-        self._rfutex = ctypes.c_uint32.from_buffer(self._region_mm, L.REG_RELEASE_FUTEX)
+        self._cfutex = ctypes.c_uint32.from_buffer(region_mm, L.REG_CONSUMER_FUTEX)
+        self._rfutex = ctypes.c_uint32.from_buffer(region_mm, L.REG_RELEASE_FUTEX)
         self._cfutex_addr = ctypes.addressof(self._cfutex)
         self._rfutex_addr = ctypes.addressof(self._rfutex)
         self._futex_wait = FutexWaiter(self._cfutex_addr)
         self._poll_due = 0.0  # a wait polls liveness before its first sleep from this monotonic time on (_wait)
         if np is not None:  # persistent zero-copy views for the batch API
-            self._desc_arr = np.frombuffer(self._data_mm, L.DESC_DTYPE, g.slot_count, g.desc_offset)
-            self._desc_raw = np.frombuffer(self._data_mm, np.uint8, g.slot_count * L.DESC_SIZE, g.desc_offset)
-            self._items2d = np.frombuffer(self._data_mm, L.ITEM_DTYPE, g.slot_count * g.max_items,
+            self._desc_arr = np.frombuffer(data_mm, L.DESC_DTYPE, g.slot_count, g.desc_offset)
+            self._desc_raw = np.frombuffer(data_mm, np.uint8, g.slot_count * L.DESC_SIZE, g.desc_offset)
+            self._items2d = np.frombuffer(data_mm, L.ITEM_DTYPE, g.slot_count * g.max_items,
                                           g.items_offset).reshape(g.slot_count, g.max_items)
-            self._payload2d = np.frombuffer(self._data_mm, np.uint8, g.slot_count * g.slot_size,
+            self._payload2d = np.frombuffer(data_mm, np.uint8, g.slot_count * g.slot_size,
                                             g.payload_offset).reshape(g.slot_count, g.slot_size)
-            _chunks.setup_views(self)
+            self._chunk_views = _chunks.make_views(self._chunk_geo, g.payload_offset, g.slot_count, g.slot_size,
+                                                   g.max_items, data_mm, self._payload2d)
         self._i_row_state = row_word(self.consumer_index, "state")
         self._i_row_gen = row_word(self.consumer_index, "generation")
         self._q_row_lost = row_word(self.consumer_index, "lost_heaps")
@@ -903,6 +547,7 @@ class Ring:
         if self._group_bit:
             self._publish_progress()
         self._eos = False
+        self._last_stream_end = None
         self._meta_seq = None
         self._meta = {}
         self._check_row()
@@ -1047,6 +692,16 @@ class Ring:
     def position(self) -> int:
         """The next position this consumer will read."""
         return self._read
+
+    @property
+    def producer_version(self) -> str:
+        """What the producer says it runs (2.2 header producer_version, e.g. "ibvbridge recv 0.3.0"; "" if
+        it wrote none)."""
+        mm = self._ctl_mm
+        if mm is None:
+            raise RingError("ring is closed")
+        raw = bytes(mm[L.OFF_PRODUCER_VERSION:L.OFF_PRODUCER_VERSION + L.PRODUCER_VERSION_MAX])
+        return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
 
     @property
     def heartbeat_ns(self) -> int:
@@ -1240,7 +895,7 @@ class Ring:
         pend = self._pending
         if pend[0] is not ent:
             return  # an older position is still held: released when it is
-        tail = None
+        tail: int = pend.popleft()[0]  # ent, released just now
         while pend and pend[0][1]:
             tail = pend.popleft()[0]
         self._released_to = tail
@@ -1353,7 +1008,7 @@ class Ring:
                 if self._lapped(pos, seq):  # lapped under positions that were not its own (spec §14.4)
                     continue
                 raise self._corrupt_desc(pos, f"seq {seq}, want {(pos + 1) & M64}")
-            if assign & self._group_bit or flags & L.FLAG_END_OF_STREAM:
+            if assign & self._group_bit or flags & (L.FLAG_END_OF_STREAM | L.FLAG_STREAM_END):
                 break
             self._pass_over(pos)  # another member's position: only its seq is checked (spec §14.4)
         g = self._geo
@@ -1367,17 +1022,20 @@ class Ring:
             raise self._corrupt_desc(pos, f"item_count {icount} > max_items {g.max_items}")
         if icount:
             o = self._items_base + slot * self._item_stride
-            raw = [t[:4] for t in _iter_items(self._dmv[o:o + icount * L.ITEM_SIZE])]
+            raw = list(_iter_items(self._dmv[o:o + icount * L.ITEM_SIZE]))
             ss = g.slot_size
             for iid, value, length, iflags in raw:
                 if not iflags & L.ITEM_IMMEDIATE and (value > ss or length > ss - value):
                     raise self._corrupt_desc(pos, f"item {iid:#x} [{value}, +{length}) past slot_size {ss}")
         else:
-            raw = ()
+            raw = []
         c32 = self._c32  # descriptor and items copied and checked: now prove they were this heap's (spec §A)
         if c32[self._i_row_state] != L.CONSUMER_ATTACHED or c32[self._i_row_gen] != self._generation or ORDERED:
             self._check_row()
         ent = self._take(1)
+        if flags & L.FLAG_STREAM_END:
+            self._release_entry(ent)  # goes back with any heap before it still held
+            raise StreamEnd(f"stream ended (stop heap {heap_cnt})", heap_cnt, pos, ts)
         if flags & L.FLAG_END_OF_STREAM:
             self._eos = True
             self._release_entry(ent)
@@ -1413,8 +1071,26 @@ class Ring:
         h._descmap = None
         return h
 
+    def streams(self, timeout: float | None = None) -> Iterator[Stream]:
+        """Iterate over the streams of a ring that goes on across them (recv --keep-going): each a
+        ``Stream``, itself an iterator over that stream's heaps; after its loop ends, ``stream.end`` is the
+        StreamEnd that closed it (None when the ring itself ended). Ends at the ring's end of stream.
+
+            for stream in ring.streams():
+                for heap in stream: ...
+                print("stream ended at heap", stream.end and stream.end.heap_cnt)
+        """
+        while not self._eos:
+            s = Stream(self, timeout)
+            yield s
+            for h in s:  # the caller left its loop early: the rest of that stream is skipped
+                pass
+            if s.end is None:
+                return
+
     def heaps(self, timeout: float | None = None) -> Iterator[Heap]:
-        """Iterate over heaps until end of stream, releasing each when the loop advances or is left.
+        """Iterate over heaps until the end of the stream (a STREAM_END or END_OF_STREAM marker: call again
+        to read the next stream, or use ``streams()``), releasing each when the loop advances or is left.
         ``timeout`` applies to each wait (Timeout is raised).
 
         While no other heap is held, this takes a fast path: one descriptor unpack and one Heap per
@@ -1430,7 +1106,7 @@ class Ring:
         mask, desc_base = self._mask, self._desc_base
         slot_size, slot_count, max_items = g.slot_size, g.slot_count, g.max_items
         mm, unpack, make = self._data_mm, _unpack_desc, self._heap
-        eos_flag = L.FLAG_END_OF_STREAM
+        eos_flag = L.FLAG_END_OF_STREAM | L.FLAG_STREAM_END
         c32, i_state, i_gen, gen = self._c32, self._i_row_state, self._i_row_gen, self._generation
         attached = L.CONSUMER_ATTACHED
         heap = None
@@ -1440,6 +1116,9 @@ class Ring:
                 if self._group_bit or self._pending or self._eos or self._cached_head == pos and self._available() == 0:
                     try:
                         heap = self._next(timeout, cls)
+                    except StreamEnd as e:
+                        self._last_stream_end = e
+                        return
                     except EndOfStream:
                         return
                     yield heap
@@ -1453,6 +1132,9 @@ class Ring:
                     # The slow path again, written out: folding the two into one test costs ~10 % here.
                     try:
                         heap = self._next(timeout, cls)  # next() reports the corruption, or takes the marker
+                    except StreamEnd as e:
+                        self._last_stream_end = e
+                        return
                     except EndOfStream:
                         return
                     yield heap
@@ -1502,7 +1184,9 @@ class Ring:
         pos, idx, n = self._batch_span(max_heaps, timeout, "next_batch")
         # checked and used from a private copy only (spec §A); copied as bytes: a structured-array copy
         # costs ~40x more (0.4 ms vs 10 us for 4096 descriptors)
-        return self._checked_batch(pos, n, self._desc_raw[idx * L.DESC_SIZE:(idx + n) * L.DESC_SIZE].copy())
+        descs = self._desc_raw
+        assert descs is not None  # mapped with numpy, which _batch_span checked
+        return self._checked_batch(pos, n, descs[idx * L.DESC_SIZE:(idx + n) * L.DESC_SIZE].copy())
 
     def _batch_span(self, max_heaps, timeout, what):
         """(pos, idx, n) of the next batch: n ≥ 1 published positions from pos (slot index idx), at most
@@ -1541,7 +1225,7 @@ class Ring:
             e = d[k]
             raise self._corrupt_desc((pos + k) & M64, f"seq {e['seq']} slot {e['slot']} received "
                                      f"{e['received']} item_count {e['item_count']}")
-        eos = (d["flags"] & L.FLAG_END_OF_STREAM) != 0
+        eos = (d["flags"] & (L.FLAG_END_OF_STREAM | L.FLAG_STREAM_END)) != 0
         if eos.any():
             n = int(eos.argmax())
             d = d[:n]
@@ -1549,7 +1233,9 @@ class Ring:
         items = None
         if n and counts.any():
             k = int(counts.max())
-            items = self._items2d[d["slot"].astype(np.intp), :k]  # fancy indexing: a private copy
+            items2d = self._items2d
+            assert items2d is not None  # mapped with numpy, which _batch_span checked
+            items = items2d[d["slot"].astype(np.intp), :k]  # fancy indexing: a private copy
             items.flags.writeable = False
             valid = np.arange(k, dtype=np.uint32)[None, :] < counts[:, None]
             addr = valid & ((items["flags"] & L.ITEM_IMMEDIATE) == 0)
@@ -1560,6 +1246,11 @@ class Ring:
                 r = int(over.any(axis=1).argmax())
                 raise self._corrupt_desc((pos + r) & M64, "address item past slot_size")
         self._check_row()  # descriptors and items copied and checked: they were these heaps' (spec §A)
+        if n == 0 and raw.view(L.DESC_DTYPE)[0]["flags"] & L.FLAG_STREAM_END:
+            m = raw.view(L.DESC_DTYPE)[0]
+            self._release_entry(self._take(1))
+            raise StreamEnd(f"stream ended (stop heap {int(m['heap_cnt'])})", int(m["heap_cnt"]), pos,
+                            int(m["timestamp_ns"]))
         if n == 0:
             self._eos = True
             self._release_entry(self._take(1))
@@ -1723,7 +1414,7 @@ class Ring:
         does not crash)."""
         if self._closed and self._sock is None and not self._fds:
             return
-        if not self._closed and self._r64 is not None:
+        if not self._closed and self._r64 is not _UNMAPPED:
             try:
                 self._flush_release()
             except (ValueError, TypeError):
@@ -1745,7 +1436,7 @@ class Ring:
                 pass
         self._fds = []
         self._desc_arr = self._desc_raw = self._items2d = self._payload2d = None
-        self._chunk_data = self._chunk_present = self._chunk_all_present = None
+        self._chunk_views = None
         self._cfutex = self._rfutex = None
         for mv in (self._c64, self._c32, self._r64, self._r32, self._d64, self._dmv):
             if mv is not None:
@@ -1753,7 +1444,7 @@ class Ring:
                     mv.release()
                 except BufferError:
                     pass
-        self._c64 = self._c32 = self._r64 = self._r32 = self._d64 = self._dmv = None
+        self._c64 = self._c32 = self._r64 = self._r32 = self._d64 = self._dmv = _UNMAPPED
         for mm in (self._data_mm, self._ctl_mm, self._region_mm):
             if mm is not None:
                 try:
@@ -1781,9 +1472,7 @@ class Ring:
                 f"slots={self.slot_count}x{self.slot_size}, read={self._read}, head={self.head})")
 
 
-def _map(fd, size, writable):
+def _map(fd: int, size: int, writable: bool) -> mmap.mmap:
     """Map a received descriptor (a module function so tests can watch what is mapped, and when)."""
     return map_fd(fd, size, writable)
 
-
-from . import chunks as _chunks  # noqa: E402 - last: chunks.Chunk is a Heap

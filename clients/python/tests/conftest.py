@@ -11,6 +11,21 @@ from fake_producer import FakeProducer  # noqa: E402
 from ibvbridge import Producer  # noqa: E402
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _own_ring_dir(tmp_path_factory):
+    """Every test (and every recv, C or Go tool it starts) looks up and creates rings in a directory of the
+    session's own: nothing lands in the machine-wide /run/ibvbridge or /dev/shm/ibvbridge-UID."""
+    d = tmp_path_factory.mktemp("rings")
+    os.chmod(d, 0o755)
+    old = os.environ.get("IBVBRIDGE_RING_DIR")
+    os.environ["IBVBRIDGE_RING_DIR"] = str(d)
+    yield
+    if old is None:
+        os.environ.pop("IBVBRIDGE_RING_DIR", None)
+    else:
+        os.environ["IBVBRIDGE_RING_DIR"] = old
+
+
 @pytest.fixture
 def make_producer(tmp_path):
     made = []

@@ -290,3 +290,57 @@ def test_a_malformed_heap_descriptor_is_dropped_not_fatal(make):
             assert ItemGroup().update(h) == {}
     with pytest.raises(ValueError, match="past its"):
         ibvbridge.items.parse_descriptor_item(b"\x53\x04\x02\x06\x00\x00\x00\x09" + b"\x00" * 8)
+
+
+def test_shaped_items_of_formats_numpy_lacks_decode_to_arrays_as_spead2_does(make):
+    """[('u', 12)] of shape (5,) is an object array of shape (5,) (spead2's np.array of the decoded
+    elements), not a list; two fields of shape (2, 2) a record array; a scalar stays a Python int."""
+    p = make()
+    with Ring.attach(p.socket_path, timeout=2) as ring:
+        sig = ItemGroup()
+        sig.add_item(0x1900, "twelve", "12-bit counts", (5,), format=[("u", 12)])
+        sig.add_item(0x1901, "pairs", "two fields", (2, 2), format=[("u", 4), ("i", 12)])
+        sig.add_item(0x1902, "one", "a scalar", (), format=[("u", 12)])
+        gen = ibvbridge.HeapGenerator(sig, p)
+        sig["twelve"].value = [1, 2, 4095, 0, 7]
+        sig["pairs"].value = [[(1, -1), (2, -2)], [(15, 2047), (0, -2048)]]
+        sig["one"].value = 4000
+        gen.publish(1)
+        ig = ItemGroup()
+        with ring.next(timeout=2) as heap:
+            ig.update(heap)
+            v = ig["twelve"].value
+            assert isinstance(v, np.ndarray) and v.dtype == object and v.shape == (5,)
+            assert v.tolist() == [1, 2, 4095, 0, 7]
+            pairs = ig["pairs"].value
+            assert isinstance(pairs, np.ndarray) and pairs.shape == (2, 2) and len(pairs.dtype) == 2
+            assert [tuple(x) for x in pairs.ravel()] == [(1, -1), (2, -2), (15, 2047), (0, -2048)]
+            assert ig["one"].value == 4000 and isinstance(ig["one"].value, int)
+        # what was decoded encodes again: the array goes back through HeapGenerator unchanged
+        sig["twelve"].value = v
+        gen.publish(2)
+        with ring.next(timeout=2) as heap:
+            assert ig.update(heap)["twelve"].value.tolist() == [1, 2, 4095, 0, 7]
+
+
+def test_update_views_follow_each_heaps_slot_as_slots_are_reused(make):
+    """ItemGroup.update reuses a numpy item's view per slot: across heaps in different slots, and again when
+    a slot comes round, each heap's value is that heap's bytes, never another slot's."""
+    p = make(slot_count=4)
+    with Ring.attach(p.socket_path, timeout=2) as ring:
+        sig = ItemGroup()
+        sig.add_item(0x1800, "spectrum", "", (4, 2), dtype=np.float32)
+        sig.add_item(0x1801, "flat", "", (3,), dtype=np.int16)
+        gen = ibvbridge.HeapGenerator(sig, p)
+        ig = ItemGroup()
+        slots = set()
+        for k in range(10):
+            sig["spectrum"].value = np.full((4, 2), k, np.float32)
+            sig["flat"].value = np.array([k, -k, 2 * k], np.int16)
+            gen.publish(k + 1, data="all")
+            with ring.next(timeout=2) as heap:
+                slots.add(heap.slot)
+                ig.update(heap)
+                assert np.array_equal(ig["spectrum"].value, np.full((4, 2), k, np.float32)), (k, heap.slot)
+                assert ig["flat"].value.tolist() == [k, -k, 2 * k]
+        assert len(slots) > 1  # the heaps went through several slots, each more than once

@@ -113,10 +113,24 @@ time.sleep(60)
 """
 
 
+PRIVATE_DIRS = "IBVB_TEST_PRIVATE_DIRS"
+
+
 @pytest.mark.parametrize("squatter", ["spoofing", "silent"])
-def test_attack_squatted_per_user_directory_never_reached_by_name(squatter):
-    if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("needs root and setpriv to run the squatter as nobody and the victim as another uid")
+def test_attack_squatted_per_user_directory_never_reached_by_name(squatter, tmp_path):
+    if os.geteuid() != 0 or shutil.which("setpriv") is None or shutil.which("unshare") is None:
+        pytest.skip("needs root, setpriv and unshare to run the squatter as nobody and the victim as another uid")
+    if not os.environ.get(PRIVATE_DIRS):
+        # The body runs again in a mount namespace of its own whose /run and /dev/shm are fresh: the
+        # machine's ring directories stay untouched.
+        script = ('mount -t tmpfs -o mode=0755 ibvb-run /run && mount -t tmpfs -o mode=1777 ibvb-shm /dev/shm '
+                  '&& exec "$0" "$@"')
+        r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, PY, "-m",
+                            "pytest", "-q", "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "inner"),
+                            f"{__file__}::test_attack_squatted_per_user_directory_never_reached_by_name[{squatter}]"],
+                           capture_output=True, text=True, env=dict(os.environ, **{PRIVATE_DIRS: "1"}), timeout=120)
+        assert r.returncode == 0 and " passed" in r.stdout, r.stdout + r.stderr
+        return
     victim = 20000 + os.getpid() % 20000
     squat = f"/dev/shm/ibvbridge-{victim}"
     if os.path.lexists(squat):

@@ -63,7 +63,7 @@ def test_members_share_every_heap_once_and_an_independent_consumer_reads_all(mak
     assert ra["group_id"] == rb["group_id"] == L.group_id("work") and rm["group_id"] == 0
     assert (ra["assigned"], rb["assigned"], rm["assigned"]) == (len(got_a), len(got_b), 0)
     assert p.stats()["group_lost"] == 0 and p.stats()["dropped_heaps"] == 0
-    assert int.from_bytes(p.ctl[L.OFF_STATS_COUNT:L.OFF_STATS_COUNT + 4], "little") == 19
+    assert int.from_bytes(p.ctl[L.OFF_STATS_COUNT:L.OFF_STATS_COUNT + 4], "little") == 20  # 2.2: through streams_ended
     p.end_of_stream()
     for r in (a, b, mon):
         with pytest.raises(Exception):  # EndOfStream (a member sees the marker too)

@@ -43,7 +43,7 @@ def test_layout_constants():
     assert d["region.tail"] == 0 and d["region.consumer_futex"] == 0x84 and d["region.wake_at"] == 0x88
     assert d["region.release_futex"] == 0x100
     assert d["desc.seq"] == 0 and d["desc.slot"] == 0x28 and d["item.value"] == 8
-    assert d["desc_size"] == 64 and d["item_size"] == 32 and d["stats_count"] == 19 and d["counter.group_lost"] == 17
+    assert d["desc_size"] == 64 and d["item_size"] == 32 and d["stats_count"] == 20 and d["counter.group_lost"] == 17
     assert d["row.assigned"] == 0x38 and d["row.group_id"] == 0x40  # §14
     assert (d["row.client_minor"], d["row.read"], d["row.queued"], d["row.skipped"]) == (0x44, 0x48, 0x50, 0x58)  # 2.2
     assert (d["region.read"], d["region.handed"], d["blocked_on"], d["blocked_since_ns"]) == (0x90, 0x98, 0x310, 0x318)
@@ -55,8 +55,11 @@ def test_layout_constants():
     assert "ctl_size" not in d and "data_path" not in d and "tail" not in d  # 1.0 names are gone
     assert d["chunk_heaps"] == 0xA0 and d["chunk_heap_size"] == 0xA8 and d["chunk_axis_item"] == 0xC0
     assert d["feature.chunks"] == 2 and d["flag.chunk"] == 0x100 and d["counter.rejected_heaps"] == 16
-    assert len(d) == 176  # 2.0's 152, then §13's six header fields, feature, flag and four counters; §14's two row
-    # fields and counter; 2.2's four row fields, two region fields, two producer-info fields and a counter
+    assert len(d) == 181  # 2.0's 152, then §13's six header fields, feature, flag and four counters; §14's two row
+    # fields and counter; 2.2's four row fields, two region fields, two producer-info fields and a counter, and
+    # the service's producer_version and its size, flag STREAM_END, item flag CUT and counter streams_ended
+    assert (d["producer_version"], d["producer_version_max"], d["flag.stream_end"], d["item_flag.cut"],
+            d["counter.streams_ended"]) == (0x100, 64, 0x200, 0x2, 19)
     assert L.DESC_DTYPE.itemsize == 64 and L.ITEM_DTYPE.itemsize == 32
     assert L.DESC_DTYPE.fields["packets"][1] == 0x34
     assert L.HEADER_STRUCT.size == 0xA0 and L.ROW_STRUCT.size == 128

@@ -1,0 +1,521 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ibvbridge/ibvbridge/internal/testnet"
+	"github.com/ibvbridge/ibvbridge/ring"
+	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/transport/udp"
+)
+
+// pyLoop is the receiving loop both Python receivers run (bench/pyloop.py).
+//
+//go:embed pyloop.py
+var pyLoop string
+
+// PyShape is one stream of `bench python`: heaps of one size at a fixed rate, in packets of PacketSize.
+type PyShape struct {
+	HeapSize   int     `json:"heap_size"`
+	PacketSize int     `json:"packet_size"`
+	RateGbps   float64 `json:"rate_gbps"`
+	Seconds    float64 `json:"seconds"`
+}
+
+// DefaultPyShapes are the streams the comparison with spead2's Python receiver is made on: 1 MiB heaps
+// at 6 Gb/s, 8 KiB heaps at 1 Gb/s (15 k heaps/s) and 1 KiB heaps at 0.2 Gb/s (24 k heaps/s), two
+// seconds each, in jumbo packets (a heap of 8 KiB or less is one packet).
+var DefaultPyShapes = []PyShape{
+	{HeapSize: 1 << 20, PacketSize: 8972, RateGbps: 6, Seconds: 2},
+	{HeapSize: 8 << 10, PacketSize: 8972, RateGbps: 1, Seconds: 2},
+	{HeapSize: 1 << 10, PacketSize: 8972, RateGbps: 0.2, Seconds: 2},
+}
+
+// PyOptions describe `bench python`.
+type PyOptions struct {
+	Shapes   []PyShape
+	Runs     int      // alternating runs per receiver and shape; figures are medians
+	Peer     string   // "spead2": also spead2's Python receiver; "": recv and the Python client alone
+	Spead2   string   // PYTHONPATH of spead2's Python package ("": the system's, else its usual build dir)
+	Python   string   // the interpreter (default /usr/bin/python3)
+	RecvArgs []string // more flags for recv (e.g. --coalesce 0), after the defaults
+	Buffer   int      // every receiver's socket buffer (default 32 MiB)
+	// Variants are more ibvbridge rows, run alternating with the others on the same traffic: other recv
+	// flags, another build (a baseline), or another Python client.
+	Variants []PyVariant
+}
+
+// PyVariant is one more ibvbridge row of `bench python`.
+type PyVariant struct {
+	Label    string   `json:"label"`
+	Binary   string   `json:"binary,omitempty"`    // "": env's
+	RecvArgs []string `json:"recv_args,omitempty"` // instead of PyOptions.RecvArgs
+	Client   string   `json:"client,omitempty"`    // the Python client's directory; "": this tree's
+}
+
+// PyRun is one run of one receiver on one shape.
+type PyRun struct {
+	Heaps      uint64  `json:"heaps"`            // stamped heaps the loop saw
+	Sent       uint64  `json:"sent"`             // stamped heaps sent
+	CPUSeconds float64 `json:"cpu_seconds"`      // every receiving process
+	LoopCPU    float64 `json:"loop_cpu_seconds"` // of which the Python process
+	MedianUs   float64 `json:"latency_median_us"`
+	P99Us      float64 `json:"latency_p99_us"`
+	SentGbps   float64 `json:"sent_gbps"`
+	Lossless   bool    `json:"lossless"`
+	Detail     string  `json:"detail,omitempty"`
+}
+
+// PyRow is one receiver on one shape: its runs and their medians, with the spread (min–max) of each.
+type PyRow struct {
+	Receiver    string     `json:"receiver"` // "ibvbridge" or "spead2"
+	Runs        []PyRun    `json:"runs"`
+	CPUPerHeap  float64    `json:"cpu_us_per_heap"`
+	LoopPerHeap float64    `json:"loop_cpu_us_per_heap"`
+	MedianUs    float64    `json:"latency_median_us"`
+	P99Us       float64    `json:"latency_p99_us"`
+	CPUSpread   [2]float64 `json:"cpu_us_per_heap_spread"`
+	P99Spread   [2]float64 `json:"latency_p99_us_spread"`
+	Lossless    bool       `json:"lossless"`
+	Ratios      *PyRatios  `json:"ratios_to_spead2,omitempty"`
+}
+
+// PyRatios are a row's medians over spead2's.
+type PyRatios struct {
+	CPU    float64 `json:"cpu"`
+	Median float64 `json:"latency_median"`
+	P99    float64 `json:"latency_p99"`
+}
+
+// PyResult is one shape: each receiver's row and, with a peer, ibvbridge's ratios to it.
+type PyResult struct {
+	Shape       PyShape `json:"shape"`
+	Rows        []PyRow `json:"rows"`
+	CPURatio    float64 `json:"cpu_ratio,omitempty"`    // ibvbridge / spead2, CPU per heap of all receiving processes
+	MedianRatio float64 `json:"median_ratio,omitempty"` // latency medians, ibvbridge / spead2
+	P99Ratio    float64 `json:"p99_ratio,omitempty"`
+}
+
+// Spead2PythonPath finds spead2's Python package: dir if set, else the system's, else the directory a
+// local build installs into ($HOME/.cache/spead2-*-py/site). "" with an error saying why when none works.
+func Spead2PythonPath(python, dir string) (string, error) {
+	try := func(path string) bool {
+		cmd := exec.Command(python, "-c", "import spead2.recv")
+		cmd.Env = append(os.Environ(), "PYTHONPATH="+path)
+		return cmd.Run() == nil
+	}
+	if dir != "" {
+		if try(dir) {
+			return dir, nil
+		}
+		return "", fmt.Errorf("spead2's Python package does not import from %s", dir)
+	}
+	if try("") {
+		return "", nil
+	}
+	home, _ := os.UserHomeDir()
+	cands, _ := filepath.Glob(filepath.Join(home, ".cache", "spead2-*-py", "site"))
+	slices.Sort(cands)
+	for i := len(cands) - 1; i >= 0; i-- {
+		if try(cands[i]) {
+			return cands[i], nil
+		}
+	}
+	return "", fmt.Errorf("spead2's Python package is not installed (%s cannot import spead2.recv; give --spead2-path DIR)", python)
+}
+
+// Python runs every shape through recv and the Python client's ItemGroup loop and, with Peer "spead2",
+// through spead2's Python receiver with the same loop, alternating run by run on the same sender.
+// progress, if set, gets each run.
+func Python(ctx context.Context, env Env, o PyOptions, progress func(shape PyShape, receiver string, run int, r PyRun)) ([]PyResult, error) {
+	if o.Python == "" {
+		o.Python = "/usr/bin/python3"
+	}
+	if o.Runs < 1 {
+		o.Runs = 5
+	}
+	if o.Buffer <= 0 {
+		o.Buffer = 32 << 20
+	}
+	if len(o.Shapes) == 0 {
+		o.Shapes = DefaultPyShapes
+	}
+	receivers := []string{"ibvbridge"}
+	variants := map[string]PyVariant{"ibvbridge": {Label: "ibvbridge", RecvArgs: o.RecvArgs}}
+	for _, v := range o.Variants {
+		if _, dup := variants[v.Label]; dup || v.Label == "spead2" || v.Label == "" {
+			return nil, fmt.Errorf("%w: variant label %q: want a new name", ErrBadOption, v.Label)
+		}
+		variants[v.Label] = v
+		receivers = append(receivers, v.Label)
+	}
+	spead2Path := ""
+	if o.Peer != "" {
+		if o.Peer != "spead2" {
+			return nil, fmt.Errorf("%w: --peer %q: want spead2", ErrBadOption, o.Peer)
+		}
+		p, err := Spead2PythonPath(o.Python, o.Spead2)
+		if err != nil {
+			return nil, err
+		}
+		spead2Path = p
+		receivers = append(receivers, "spead2")
+	}
+	script, err := os.CreateTemp("", "ibvbridge-pyloop-*.py")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(script.Name())
+	if _, err := io.WriteString(script, pyLoop); err != nil {
+		return nil, err
+	}
+	script.Close()
+	var out []PyResult
+	for _, sh := range o.Shapes {
+		if sh.PacketSize <= 0 {
+			sh.PacketSize = 8972
+		}
+		res := PyResult{Shape: sh}
+		rows := make([]PyRow, len(receivers))
+		for i, r := range receivers {
+			rows[i].Receiver = r
+		}
+		for run := range o.Runs {
+			for i := range receivers {
+				// Alternate which receiver goes first, so neither always follows the other's exit.
+				k := (i + run) % len(receivers)
+				var r PyRun
+				var err error
+				if receivers[k] == "spead2" {
+					r, err = pySpead2Run(ctx, env, o, sh, script.Name(), spead2Path)
+				} else {
+					r, err = pyIbvbridgeRun(ctx, env, o, variants[receivers[k]], sh, script.Name())
+				}
+				if err != nil {
+					return nil, fmt.Errorf("%s, %s heaps: %w", receivers[k], sizeName(sh.HeapSize), err)
+				}
+				if progress != nil {
+					progress(sh, receivers[k], run+1, r)
+				}
+				rows[k].Runs = append(rows[k].Runs, r)
+			}
+		}
+		for i := range rows {
+			rows[i].summarise()
+		}
+		res.Rows = rows
+		if last := rows[len(rows)-1]; last.Receiver == "spead2" && last.CPUPerHeap > 0 && last.MedianUs > 0 && last.P99Us > 0 {
+			res.CPURatio = rows[0].CPUPerHeap / last.CPUPerHeap
+			res.MedianRatio = rows[0].MedianUs / last.MedianUs
+			res.P99Ratio = rows[0].P99Us / last.P99Us
+			for i := range rows[:len(rows)-1] {
+				rows[i].Ratios = &PyRatios{CPU: rows[i].CPUPerHeap / last.CPUPerHeap, Median: rows[i].MedianUs / last.MedianUs,
+					P99: rows[i].P99Us / last.P99Us}
+			}
+		}
+		out = append(out, res)
+	}
+	return out, nil
+}
+
+func (r *PyRow) summarise() {
+	var cpu, loop, med, p99 []float64
+	r.Lossless = len(r.Runs) > 0
+	for _, x := range r.Runs {
+		n := float64(max(x.Heaps, 1))
+		cpu, loop = append(cpu, x.CPUSeconds/n*1e6), append(loop, x.LoopCPU/n*1e6)
+		med, p99 = append(med, x.MedianUs), append(p99, x.P99Us)
+		r.Lossless = r.Lossless && x.Lossless
+	}
+	r.CPUPerHeap, r.LoopPerHeap, r.MedianUs, r.P99Us = median(cpu), median(loop), median(med), median(p99)
+	r.CPUSpread = [2]float64{slices.Min(cpu), slices.Max(cpu)}
+	r.P99Spread = [2]float64{slices.Min(p99), slices.Max(p99)}
+}
+
+// pyLoopResult is the JSON line pyloop.py prints.
+type pyLoopResult struct {
+	Heaps      uint64  `json:"heaps"`
+	Stamped    uint64  `json:"stamped"`
+	CPUSeconds float64 `json:"cpu_seconds"`
+	MedianUs   float64 `json:"latency_median_us"`
+	P99Us      float64 `json:"latency_p99_us"`
+	Incomplete uint64  `json:"incomplete"`
+}
+
+// pyIbvbridgeRun is one run of recv (its defaults but a ring whose slots hold the heap, the block policy
+// as spead2's ring has, o.RecvArgs) and the Python client's ItemGroup loop.
+func pyIbvbridgeRun(ctx context.Context, env Env, o PyOptions, v PyVariant, sh PyShape, script string) (PyRun, error) {
+	var run PyRun
+	self, err := env.binary()
+	if err != nil {
+		return run, err
+	}
+	if v.Binary != "" {
+		self = v.Binary
+	}
+	port, endpoint, err := loopbackEndpoint()
+	if err != nil {
+		return run, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	name := fmt.Sprintf("benchpy-%d-%d", os.Getpid(), port)
+	defer ring.Remove("", name)
+	slotSize := max(64<<10, sh.HeapSize+4096)
+	args := append([]string{"recv", "--ring", name, "--slot-size", strconv.Itoa(slotSize), "--buffer", strconv.Itoa(o.Buffer),
+		"--log-format", "json"}, DefaultPeerRecvArgs...)
+	recv := exec.CommandContext(ctx, self, append(append(args, v.RecvArgs...), endpoint)...)
+	var recvOut bytes.Buffer
+	var recvErr LockedBuffer
+	rp, err := startReady(recv, &recvOut, &recvErr, 10*time.Second, recvReceiving(&recvErr))
+	if err != nil {
+		return run, fmt.Errorf("ring %s: %w", name, err)
+	}
+	defer rp.kill()
+	pkg := v.Client
+	if pkg == "" {
+		if pkg, err = FindTool("IBVBRIDGE_PYTHON_CLIENT", "clients/python"); err != nil {
+			return run, err
+		}
+	}
+	loop, err := startPyLoop(ctx, o, pkg, func() bool { return consumerAttached(name) }, script, "ibvbridge", name)
+	if err != nil {
+		return run, err
+	}
+	defer loop.r.kill()
+	waitSettled(10*time.Second, recv.Process.Pid, loop.cmd.Process.Pid)
+	recv0, _ := cpuTime(recv.Process.Pid)
+	loop0, _ := cpuTime(loop.cmd.Process.Pid)
+	sent, gbps, err := sendStamped(ctx, endpoint, sh)
+	if err != nil {
+		return run, err
+	}
+	run.Sent, run.SentGbps = sent, gbps
+	if err := rp.finish(5 * time.Second); err != nil {
+		return run, fmt.Errorf("recv: %w: %s", err, recvErr.String())
+	}
+	lr, loopCPU, err := loop.result(loop0)
+	if err != nil {
+		return run, err
+	}
+	recvCPU := recv.ProcessState.UserTime() + recv.ProcessState.SystemTime() - recv0
+	var rc map[string]any
+	if err := json.Unmarshal(LastLine(recvOut.Bytes()), &rc); err == nil {
+		if s, ok := rc["cpu_seconds"].(float64); ok {
+			recvCPU = time.Duration(s*1e9) - recv0 // recv's own account ends at the stream's end, not its exit
+		}
+	}
+	num := func(k string) uint64 { f, _ := rc[k].(float64); return uint64(f) }
+	run.Heaps, run.MedianUs, run.P99Us = lr.Stamped, lr.MedianUs, lr.P99Us
+	run.LoopCPU = loopCPU.Seconds()
+	run.CPUSeconds = (recvCPU + loopCPU).Seconds()
+	run.Lossless = lr.Stamped == sent && num("dropped_heaps") == 0 && num("incomplete_heaps") == 0
+	run.Detail = fmt.Sprintf("stamped heaps %d of %d, recv dropped %d, incomplete %d", lr.Stamped, sent,
+		num("dropped_heaps"), num("incomplete_heaps"))
+	return run, nil
+}
+
+// pySpead2Run is one run of spead2's Python receiver (spead2.recv.Stream with a memory pool and a ring
+// of RingHeaps heaps, its other settings default) with the same loop.
+func pySpead2Run(ctx context.Context, env Env, o PyOptions, sh PyShape, script, path string) (PyRun, error) {
+	var run PyRun
+	port, endpoint, err := loopbackEndpoint()
+	if err != nil {
+		return run, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var loop *pyLoopProc
+	loop, err = startPyLoop(ctx, o, path, nil, script, "spead2", strconv.Itoa(port), strconv.Itoa(o.Buffer),
+		strconv.Itoa(pySpead2RingHeaps), strconv.Itoa(sh.HeapSize+4096))
+	if err != nil {
+		return run, err
+	}
+	defer loop.r.kill()
+	waitSettled(10*time.Second, loop.cmd.Process.Pid)
+	cpu0, _ := cpuTime(loop.cmd.Process.Pid)
+	sent, gbps, err := sendStamped(ctx, endpoint, sh)
+	if err != nil {
+		return run, err
+	}
+	run.Sent, run.SentGbps = sent, gbps
+	lr, cpu, err := loop.result(cpu0)
+	if err != nil {
+		return run, err
+	}
+	run.Heaps, run.MedianUs, run.P99Us = lr.Stamped, lr.MedianUs, lr.P99Us
+	run.CPUSeconds, run.LoopCPU = cpu.Seconds(), cpu.Seconds()
+	run.Lossless = lr.Stamped == sent && lr.Incomplete == 0
+	run.Detail = fmt.Sprintf("stamped heaps %d of %d, incomplete %d", lr.Stamped, sent, lr.Incomplete)
+	return run, nil
+}
+
+// loopbackEndpoint is a free UDP port on 127.0.0.1 and its HOST:PORT.
+func loopbackEndpoint() (int, string, error) {
+	port, err := testnet.FreeUDPPort()
+	if err != nil {
+		return 0, "", err
+	}
+	return port, "127.0.0.1:" + strconv.Itoa(port), nil
+}
+
+// pyLoopProc is a running pyloop.py.
+type pyLoopProc struct {
+	cmd *exec.Cmd
+	r   *receiver
+	out bytes.Buffer
+	err LockedBuffer
+}
+
+// startPyLoop starts pyloop.py with args, the Python package at path on PYTHONPATH, and waits until it
+// is ready: attached (ready, for a ring) or, when ready is nil, until it says so (spead2's stream bound).
+func startPyLoop(ctx context.Context, o PyOptions, path string, ready func() bool, script string, args ...string) (*pyLoopProc, error) {
+	p := &pyLoopProc{cmd: exec.CommandContext(ctx, o.Python, append([]string{script}, args...)...)}
+	p.cmd.Env = append(os.Environ(), "PYTHONPATH="+path, "PYENV_VERSION=system")
+	if ready == nil {
+		ready = func() bool { return strings.Contains(p.err.String(), "ready") }
+	}
+	r, err := startReady(p.cmd, &p.out, &p.err, 20*time.Second, ready)
+	if err != nil {
+		return nil, fmt.Errorf("the Python loop (%s): %w", args[0], err)
+	}
+	p.r = r
+	return p, nil
+}
+
+// result waits for the loop's end (its stream's) and reads its JSON line; cpu is its CPU since cpu0, to
+// the end of its loop (not the interpreter's exit).
+func (p *pyLoopProc) result(cpu0 time.Duration) (lr pyLoopResult, cpu time.Duration, err error) {
+	if err := p.r.finish(10 * time.Second); err != nil {
+		return lr, 0, fmt.Errorf("the Python loop: %w: %s", err, p.err.String())
+	}
+	if err := json.Unmarshal(LastLine(p.out.Bytes()), &lr); err != nil {
+		return lr, 0, fmt.Errorf("the Python loop's output %q: %w: %s", p.out.String(), err, p.err.String())
+	}
+	st := p.cmd.ProcessState
+	cpu = min(st.UserTime()+st.SystemTime()-cpu0, time.Duration(lr.CPUSeconds*1e9)+10*time.Millisecond)
+	return lr, cpu, nil
+}
+
+// pySpead2RingHeaps is the ring of spead2's receiver: room for as many heaps as keep its reader from
+// waiting on a briefly descheduled Python loop, as recv's ring of 128 slots does.
+const pySpead2RingHeaps = 128
+
+// Items of the stamped stream: the send time, and the data.
+const (
+	pyStampID = 0x1800
+	pyDataID  = 0x1801
+)
+
+// sendStamped sends sh's heaps to endpoint: a descriptor heap, then heaps each carrying its send time
+// (CLOCK_REALTIME ns modulo 2^48, an immediate taken just before its packets leave) and sh.HeapSize
+// bytes of data, paced to sh.RateGbps heap by heap, then the stream stop. It returns the stamped heaps
+// sent and the rate achieved.
+func sendStamped(ctx context.Context, endpoint string, sh PyShape) (uint64, float64, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	dest, err := netip.ParseAddrPort(endpoint)
+	if err != nil {
+		return 0, 0, err
+	}
+	f := spead.Flavour64_48
+	enc, err := spead.NewEncoder(f, sh.PacketSize)
+	if err != nil {
+		return 0, 0, err
+	}
+	hs, err := udp.OpenHeapSender(udp.HeapSenderConfig{SenderConfig: udp.SenderConfig{Dest: dest, BufferSize: 32 << 20},
+		Encoder: enc, GSO: true})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer hs.Close()
+	desc, err := spead.DescriptorHeap(1, f,
+		spead.Descriptor{ID: pyStampID, Name: "send_ns", Description: "send time, ns mod 2^48",
+			Format: []spead.FormatField{{Code: 'u', Bits: 48}}, Flavour: f},
+		spead.Descriptor{ID: pyDataID, Name: "data", Description: "payload", Flavour: f,
+			DType: fmt.Sprintf("{'descr': '|u1', 'fortran_order': False, 'shape': (%d,), }", sh.HeapSize)})
+	if err != nil {
+		return 0, 0, err
+	}
+	send := func(h *spead.Heap) error {
+		if err := hs.SendHeap(ctx, h); err != nil {
+			return err
+		}
+		return hs.Flush(ctx)
+	}
+	if err := send(&desc); err != nil {
+		return 0, 0, err
+	}
+	time.Sleep(20 * time.Millisecond) // the descriptors reach both receivers before the first data heap
+	heaps := uint64(sh.RateGbps * 1e9 / 8 * sh.Seconds / float64(sh.HeapSize))
+	period := time.Duration(float64(sh.HeapSize) * 8 / (sh.RateGbps * 1e9) * float64(time.Second))
+	data := make([]byte, sh.HeapSize)
+	h := spead.Heap{Items: []spead.Item{{ID: pyStampID, Immediate: true}, {ID: pyDataID, Data: data}}}
+	start := time.Now()
+	for k := range heaps {
+		if d := time.Until(start.Add(time.Duration(k) * period)); d > 0 {
+			ts := unix.NsecToTimespec(d.Nanoseconds())
+			_ = unix.Nanosleep(&ts, nil)
+		}
+		h.Cnt = k + 2
+		h.Items[0].Value = uint64(time.Now().UnixNano()) & (1<<48 - 1)
+		if err := send(&h); err != nil {
+			return 0, 0, err
+		}
+	}
+	secs := time.Since(start).Seconds()
+	time.Sleep(20 * time.Millisecond)
+	stop := spead.StreamStopHeap(heaps + 2)
+	if err := send(&stop); err != nil {
+		return 0, 0, err
+	}
+	return heaps, float64(heaps) * float64(sh.HeapSize) * 8 / secs / 1e9, nil
+}
+
+// PrintPython writes `bench python`'s table: per shape and receiver the medians of CPU per heap (every
+// receiving process, and the Python loop's share), latency median and p99, with their spreads, whether
+// every run was lossless, and ibvbridge's ratios to spead2.
+func PrintPython(w io.Writer, results []PyResult, runs int) {
+	for _, res := range results {
+		sh := res.Shape
+		fmt.Fprintf(w, "%s heaps at %g Gb/s, %d runs each, medians:\n", sizeName(sh.HeapSize), sh.RateGbps, runs)
+		for _, r := range res.Rows {
+			fmt.Fprintf(w, "  %-9s CPU %7.2f µs/heap (%.2f–%.2f; Python loop %.2f)  latency median %7.0f µs  p99 %7.0f µs (%.0f–%.0f)  %s\n",
+				r.Receiver, r.CPUPerHeap, r.CPUSpread[0], r.CPUSpread[1], r.LoopPerHeap, r.MedianUs, r.P99Us,
+				r.P99Spread[0], r.P99Spread[1], losslessWord(r.Lossless))
+		}
+		for _, r := range res.Rows {
+			if r.Ratios != nil {
+				fmt.Fprintf(w, "  %s/spead2: CPU %.2f×, latency median %.2f×, p99 %.2f×\n", r.Receiver, r.Ratios.CPU, r.Ratios.Median, r.Ratios.P99)
+			}
+		}
+	}
+}
+
+func losslessWord(ok bool) string {
+	if ok {
+		return "lossless"
+	}
+	return "LOSSY"
+}
+
+// String names a shape as --shapes takes it.
+func (s PyShape) String() string {
+	return sizeName(s.HeapSize) + "@" + strconv.FormatFloat(s.RateGbps, 'g', -1, 64)
+}

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/ibvbridge/ibvbridge/bench"
+)
+
+// runBenchPython is bench python: recv and the Python client's ItemGroup loop, side by side with spead2's
+// Python receiver running the same loop (--peer spead2), on a sender that stamps each heap with its send
+// time: CPU per heap of every receiving process, latency median and p99, lossless or not, and ratios.
+func runBenchPython(ctx context.Context, env bench.Env, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("bench python", stderr)
+	var o bench.PyOptions
+	shapes := fs.String("shapes", "1M@6,8K@1,1K@0.2", "streams, comma-separated: HEAPSIZE@GBPS (jumbo packets)")
+	seconds := fs.Float64("seconds", 2, "seconds of stream per run")
+	fs.IntVar(&o.Runs, "runs", 5, "alternating runs per receiver and stream; the figures are medians")
+	fs.StringVar(&o.Peer, "peer", "", "spead2: also spead2's Python receiver (spead2.recv.Stream + spead2.ItemGroup) with the same loop")
+	fs.StringVar(&o.Spead2, "spead2-path", "", "with --peer: PYTHONPATH of spead2's Python package (default: the system's, else $HOME/.cache/spead2-*-py/site)")
+	recvArgs := fs.String("recv-args", "", "more flags for recv, space-separated (e.g. --coalesce 0)")
+	buffer := byteSize(32 << 20)
+	fs.Var(&buffer, "buffer", "every receiver's socket buffer")
+	fs.Func("variant", "one more ibvbridge row, alternating with the others: LABEL=RECV ARGS (e.g. c1ms=--coalesce 1ms); repeatable", func(s string) error {
+		label, args, ok := strings.Cut(s, "=")
+		if !ok || label == "" {
+			return fmt.Errorf("want LABEL=RECV ARGS, not %q", s)
+		}
+		o.Variants = append(o.Variants, bench.PyVariant{Label: label, RecvArgs: strings.Fields(args)})
+		return nil
+	})
+	baseline := fs.String("baseline", "", "one more ibvbridge row: this ibvbridge binary (e.g. main built from git) with --baseline-client's Python client")
+	baseClient := fs.String("baseline-client", "", "with --baseline: its Python client's directory (default: this tree's)")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	if err := parseNoArgs(fs, args); err != nil {
+		return err
+	}
+	o.Buffer, o.RecvArgs = int(buffer), strings.Fields(*recvArgs)
+	if *baseline != "" {
+		o.Variants = append(o.Variants, bench.PyVariant{Label: "baseline", Binary: *baseline, RecvArgs: o.RecvArgs, Client: *baseClient})
+	}
+	for _, s := range strings.Split(*shapes, ",") {
+		size, rate, ok := strings.Cut(s, "@")
+		n, err := parseByteSize(size)
+		g, gerr := strconv.ParseFloat(rate, 64)
+		if !ok || err != nil || gerr != nil || n < 1 || g <= 0 {
+			return usageError("--shapes: %q is not HEAPSIZE@GBPS", s)
+		}
+		o.Shapes = append(o.Shapes, bench.PyShape{HeapSize: n, PacketSize: 8972, RateGbps: g, Seconds: *seconds})
+	}
+	if o.Peer != "" {
+		if _, err := bench.Spead2PythonPath("/usr/bin/python3", o.Spead2); err != nil {
+			fmt.Fprintf(stderr, "bench python: %v: ibvbridge alone\n", err)
+			o.Peer = ""
+		}
+	}
+	progress := func(sh bench.PyShape, receiver string, run int, r bench.PyRun) {
+		if !*asJSON {
+			fmt.Fprintf(stderr, "%s run %d %s: %.2f µs/heap, latency median %.0f µs p99 %.0f µs, %s\n", sh.String(), run, receiver,
+				r.CPUSeconds/float64(max(r.Heaps, 1))*1e6, r.MedianUs, r.P99Us, r.Detail)
+		}
+	}
+	res, err := bench.Python(ctx, env, o, progress)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(map[string]any{"peer": o.Peer, "runs": o.Runs, "results": res})
+	}
+	bench.PrintPython(stdout, res, o.Runs)
+	return nil
+}

@@ -1,0 +1,131 @@
+package spead_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ibvbridge/ibvbridge/ring"
+	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/transport"
+)
+
+var _ transport.Awaiter = (*spead.Assembler)(nil)
+
+// payloadLen is the heap payload a packet carries.
+func payloadLen(t *testing.T, b []byte) uint64 {
+	t.Helper()
+	var pkt spead.Packet
+	if err := spead.Decode(b, &pkt); err != nil {
+		t.Fatal(err)
+	}
+	return uint64(len(pkt.Payload))
+}
+
+// wantLeft is the time the rest of total bytes takes at the rate have bytes took since first.
+func wantLeft(total, have uint64, elapsed int64) time.Duration {
+	return time.Duration(float64(elapsed) * float64(total-have) / float64(have))
+}
+
+// Awaits tells how long the heap the latest packet joined needs to complete, at the rate its bytes came
+// (from its first packet's receive time): nothing before the first packet, an estimate that shrinks as
+// the heap fills, and nothing once the last packet completed it.
+func TestAwaitsEstimatesTheHeapInAssemblyFromItsOwnRate(t *testing.T) {
+	p, _ := testRing(t, ring.Config{SlotCount: 8, SlotSize: 64 << 10})
+	a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := a.Awaits(0); ok {
+		t.Fatal("before any packet: a heap in assembly, want none")
+	}
+	const size = 3000
+	packets := encodeHeaps(t, spead.Flavour64_48, testPacketSize, patternHeap(7, size))[0]
+	if len(packets) < 4 {
+		t.Fatalf("%d packets: want a heap of several", len(packets))
+	}
+	const first, step = int64(1_000_000), int64(10_000) // a packet every 10 µs
+	var have uint64
+	var last time.Duration
+	for i, b := range packets[:len(packets)-1] {
+		a.Packet(b, first+int64(i)*step)
+		have += payloadLen(t, b)
+		now := first + int64(i+1)*step
+		left, ok := a.Awaits(now)
+		if !ok {
+			t.Fatalf("after packet %d of %d: no heap in assembly", i+1, len(packets))
+		}
+		if want := wantLeft(size, have, now-first); left != want {
+			t.Fatalf("after packet %d (%d of %d bytes, %d ns in): %v left, want %v", i+1, have, size, now-first, left, want)
+		}
+		if i > 0 && left >= last {
+			t.Fatalf("after packet %d: %v left, not less than the %v before", i+1, left, last)
+		}
+		last = left
+	}
+	a.Packet(packets[len(packets)-1], first+int64(len(packets))*step)
+	if left, ok := a.Awaits(first + int64(len(packets)+1)*step); ok {
+		t.Fatalf("after the last packet: %v left of a heap in assembly, want none (it was published)", left)
+	}
+}
+
+// A heap without a heap length cannot be estimated: Awaits says so rather than guess.
+func TestAwaitsNothingForAHeapOfUnknownLength(t *testing.T) {
+	p, _ := testRing(t, ring.Config{SlotCount: 8, SlotSize: 64 << 10})
+	a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	packets := encodeHeaps(t, spead.Flavour64_48, testPacketSize, patternHeap(7, 3000))[0]
+	var pkt spead.Packet
+	b := append([]byte(nil), packets[0]...)
+	if err := spead.Decode(b, &pkt); err != nil || !pkt.HasHeapLength {
+		t.Fatalf("first packet: %v, heap length %v", err, pkt.HasHeapLength)
+	}
+	// Rewrite the heap-length pointer (id 0x2) as a padding item (id 0): the heap's length is unknown.
+	f := spead.Flavour64_48
+	for i := range int(b[7]) {
+		off := 8 + 8*i
+		ptr := uint64(0)
+		for _, c := range b[off : off+8] {
+			ptr = ptr<<8 | uint64(c)
+		}
+		if bits := f.HeapAddressBits(); ptr>>63 == 1 && (ptr>>bits)&(1<<(63-bits)-1) == spead.HeapLengthID {
+			ptr = 1 << 63
+			for k := range 8 {
+				b[off+7-k] = byte(ptr >> (8 * k))
+			}
+		}
+	}
+	a.Packet(b, 1000)
+	if left, ok := a.Awaits(2000); ok {
+		t.Fatalf("a heap without a length: %v left, want no estimate", left)
+	}
+}
+
+// In chunk mode what a consumer sees next is the chunk: Awaits estimates the rest of the whole chunk, not
+// of the heap the latest packet joined.
+func TestAwaitsEstimatesTheChunkInChunkMode(t *testing.T) {
+	p, _ := chunkRing(t, 4)
+	a, err := spead.NewAssembler(p, spead.AssemblerConfig{ChunkWindow: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := uint64(ckHeaps * ckAxis * ckHeapSize)
+	heap0 := encodeAll(t, spead.Flavour64_40, 1500, ptr(ckHeap(1, 0, 0, ckHeapSize, 0)))
+	heap1 := encodeAll(t, spead.Flavour64_40, 1500, ptr(ckHeap(2, 0, 1, ckHeapSize, 0)))
+	now := int64(1_000_000)
+	for _, b := range heap0 {
+		a.Packet(b, now)
+		now += 10_000
+	}
+	a.Packet(heap1[0], now)
+	have := ckHeapSize + payloadLen(t, heap1[0])
+	left, ok := a.Awaits(now + 10_000)
+	if !ok {
+		t.Fatal("a chunk in assembly: no estimate")
+	}
+	if want := wantLeft(total, have, now+10_000-1_000_000); left != want {
+		t.Fatalf("%d of the chunk's %d bytes in %d ns: %v left, want %v (the chunk's rest, not the heap's)",
+			have, total, now+10_000-1_000_000, left, want)
+	}
+}
