@@ -61,11 +61,8 @@ func runBenchUDP(ctx context.Context, env bench.Env, args []string, stdout, stde
 		return runBenchPeer(ctx, env, fs, o, peerOptions{peer: *peer, bins: peerBins, peerArgs: *peerArgs, recvArgs: *recvArgs,
 			slots: *peerSlots, seconds: *peerSeconds, buffer: int(peerBuffer), asJSON: *asJSON}, stdout)
 	}
-	if o.ChunkHeaps < 0 || o.ChunkHeaps > 0 && *baseline != "" {
-		return usageError("--chunk-heaps %d: want a positive count, and not with --baseline", o.ChunkHeaps)
-	}
-	if o.ChunkAxis < 0 || o.ChunkAxis > 0 && o.ChunkHeaps == 0 {
-		return usageError("--chunk-axis %d: want a positive count, with --chunk-heaps", o.ChunkAxis)
+	if err := validateBenchUDP(o, *baseline); err != nil {
+		return err
 	}
 	if o.ChunkHeaps > 0 && o.Rate > 0 || *baseline != "" {
 		var cmp []bench.Comparison
@@ -95,6 +92,17 @@ func runBenchUDP(ctx context.Context, env bench.Env, args []string, stdout, stde
 		return nil
 	}
 	bench.PrintUDP(stdout, results)
+	return nil
+}
+
+// validateBenchUDP checks bench udp's chunk flags (without --peer) against each other and --baseline.
+func validateBenchUDP(o bench.UDPOptions, baseline string) error {
+	if o.ChunkHeaps < 0 || o.ChunkHeaps > 0 && baseline != "" {
+		return usageError("--chunk-heaps %d: want a positive count, and not with --baseline", o.ChunkHeaps)
+	}
+	if o.ChunkAxis < 0 || o.ChunkAxis > 0 && o.ChunkHeaps == 0 {
+		return usageError("--chunk-axis %d: want a positive count, with --chunk-heaps", o.ChunkAxis)
+	}
 	return nil
 }
 

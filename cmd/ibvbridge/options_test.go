@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/ibvbridge/ibvbridge/bench"
 )
 
 // optionCase is one command line and the one usage line its validation must give ("" : valid).
@@ -165,4 +167,27 @@ func TestConsumeOptionsValidateGivesOneUsageLine(t *testing.T) {
 		{[]string{"--ring", "r", "--max-latency-us", "-1"}, "--max-latency-us -1"},
 		{[]string{"--ring", "r", "--start", "middle"}, `--start "middle": want oldest or head`},
 	}, func(fs *flag.FlagSet, args []string) error { return parseConsume(fs, consumeFlags(fs), args) })
+}
+
+func TestBenchUDPValidateGivesOneUsageLine(t *testing.T) {
+	for _, c := range []struct {
+		o        bench.UDPOptions
+		baseline string
+		want     string
+	}{
+		{bench.UDPOptions{ChunkHeaps: 8, ChunkAxis: 4}, "", ""},
+		{bench.UDPOptions{}, "/usr/bin/ibvbridge", ""},
+		{bench.UDPOptions{ChunkHeaps: -1}, "", "--chunk-heaps -1: want a positive count"},
+		{bench.UDPOptions{ChunkHeaps: 8}, "/usr/bin/ibvbridge", "not with --baseline"},
+		{bench.UDPOptions{ChunkAxis: 4}, "", "--chunk-axis 4: want a positive count, with --chunk-heaps"},
+	} {
+		err := validateBenchUDP(c.o, c.baseline)
+		var ee *exitError
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%+v: %v, want valid", c.o, err)
+		case c.want != "" && (!errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%+v, baseline %q: %v, want a usage error with %q", c.o, c.baseline, err, c.want)
+		}
+	}
 }
