@@ -12,7 +12,7 @@ import (
 	"github.com/ibvbridge/ibvbridge/transport"
 )
 
-// Defaults of send that fit recv's (recv.go): 1 MiB heaps fit a default 2 MiB slot, and 1 Gb/s is a pace
+// Defaults of send that fit recv's (recv_options.go): 1 MiB heaps fit a default 2 MiB slot, and 1 Gb/s is a pace
 // a default recv (8 MiB socket buffer) takes on loopback without loss, where an unpaced send of 1000 heaps
 // lost 41 % of them (measured on a loaded 2-core machine; 2 Gb/s still lost none there).
 const defaultSendRate = 1.0
