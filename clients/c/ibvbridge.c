@@ -209,9 +209,12 @@ static int try_connect(struct target *t, int *sock, int *stale_dir)
 	return result;
 }
 
-/* Connect (spec 2.1 §9 step 1): not found fails at once unless wait; stale is retried until the deadline. */
+/* Connect (spec 2.1 §9 step 1): not found fails at once unless wait; stale is retried until the deadline.
+ * Once a stale socket was seen, its disappearance is retried too: a starting producer removes the stale
+ * socket before it binds its own, and a client between the two must not report the ring missing. */
 static int find_and_connect(struct target *t, int wait, int64_t deadline)
 {
+	int seen_stale = 0;
 	for (;;) {
 		int sock = -1, stale = 0;
 		int rc = try_connect(t, &sock, &stale);
@@ -219,8 +222,9 @@ static int find_and_connect(struct target *t, int wait, int64_t deadline)
 			return rc;
 		if (rc == FOUND)
 			return sock;
+		seen_stale |= rc == STALE;
 		int64_t now = mono_ns();
-		if (now >= deadline || (rc == NOT_FOUND && !wait)) {
+		if (now >= deadline || (rc == NOT_FOUND && !wait && !seen_stale)) {
 			if (rc == STALE)
 				return fail(-ECONNREFUSED,
 					    "ring %s: stale socket %s/%s (no producer; `ibvbridge rm --stale` removes it)",
