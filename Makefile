@@ -6,7 +6,8 @@ export PYENV_VERSION := system
 PYTHON := /usr/bin/python3
 GO ?= go
 
-.PHONY: all setup build test test-go test-c test-python test-interop test-docs docs bench-report fuzz soak soak-service demo bench clean install install-systemd sim
+.PHONY: all setup build test test-go test-c test-python test-interop test-docs docs bench-report fuzz soak soak-service demo bench clean install install-systemd sim \
+	deb images test-deploy test-deb test-images test-helm
 
 all: build
 
@@ -34,6 +35,8 @@ test: setup build
 	@$(MAKE) -s test-docs
 	@echo "== Go tests (race detector), cross-language tests and fuzz seed corpora"
 	IBVBRIDGE_REQUIRE_CLIENTS=1 $(GO) test -race -count=1 ./...
+	@echo "== Debian packages, container images, Helm chart (docs/deploy.md)"
+	$(MAKE) -s test-deploy
 
 # The docs site (MkDocs + Material, Debian packages) with the reference pages generated from the code:
 # build/docs/site. test-docs also opens every page in headless Chromium (links, anchors, empty pages,
@@ -117,6 +120,37 @@ install-systemd: install
 	[ -e $(DESTDIR)/etc/ibvbridge/example.conf ] || install -m 0644 deploy/etc/example.conf $(DESTDIR)/etc/ibvbridge/example.conf
 	[ -e $(DESTDIR)/etc/sysctl.d/60-ibvbridge.conf ] || install -D -m 0644 deploy/etc/sysctl.conf $(DESTDIR)/etc/sysctl.d/60-ibvbridge.conf
 	-systemctl daemon-reload
+
+# Deployment (docs/deploy.md): Debian packages in build/deb, OCI images in build/images, the Helm chart in
+# deploy/helm/ibvbridge. The deploy tooling are Go modules of their own (deploy/images, deploy/helm/chartcheck);
+# helm is built once from the Go module proxy into TOOLS, outside the tree.
+TOOLS ?= $(HOME)/.cache/ibvbridge-tools
+HELM_VERSION := v3.22.0
+HELM := $(TOOLS)/helm-$(HELM_VERSION)
+
+deb:
+	scripts/build-deb.sh
+
+images: deb
+	scripts/build-images.sh
+
+$(HELM):
+	@mkdir -p $(TOOLS)
+	@echo "== building helm $(HELM_VERSION) from the Go module proxy into $(TOOLS) (once)"
+	@t0=$$(date +%s); GOBIN=$(TOOLS)/.gobin GOFLAGS=-trimpath nice $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION) && \
+	  mv $(TOOLS)/.gobin/helm $@ && rmdir $(TOOLS)/.gobin && echo "helm built in $$(( $$(date +%s) - t0 )) s"
+
+test-deploy: test-deb test-images test-helm
+
+test-deb: deb
+	scripts/test-deb.sh
+
+test-images: deb
+	scripts/test-images.sh
+
+test-helm: $(HELM)
+	cd deploy/helm/chartcheck && $(GO) vet ./... && HELM=$(HELM) $(GO) test -count=1 ./...
+	cd deploy/images && $(GO) vet ./...
 
 clean:
 	rm -rf bin build

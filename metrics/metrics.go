@@ -1,5 +1,7 @@
 // Package metrics owns recv's Prometheus exposition: a collector that reads a receive pipeline's counters
-// when it is scraped — the packet path pays nothing for it — and the HTTP server for /metrics.
+// when it is scraped — the packet path pays nothing for it — and the HTTP server for /metrics and the
+// probes an orchestrator asks: /healthz (the process serves) and /readyz (the ring exists and its stream
+// has not ended).
 //
 // Names: every ring counter (spec §2.6) is ibvbridge_<counter>_total{ring}, malformed packets are split by
 // reason, every transport counter is ibvbridge_transport_<counter>_total{ring,transport}, and the ring's
@@ -58,6 +60,19 @@ func NewCollector(ringName, transportName string) *Collector {
 
 // Attach starts collecting pipeline p; safe while scrapes run.
 func (c *Collector) Attach(p Pipeline) { c.p.Store(&p) }
+
+// NotReady says why the pipeline cannot take consumers now ("" when it can): before Attach the ring does
+// not exist yet; after the stream's end it takes no more heaps. /readyz answers 503 with this line.
+func (c *Collector) NotReady() string {
+	pp := c.p.Load()
+	if pp == nil {
+		return "ring " + c.ring + " not created yet"
+	}
+	if (*pp).Producer().Stats().Get(ring.CounterEndOfStream) != 0 {
+		return "ring " + c.ring + ": end of stream"
+	}
+	return ""
+}
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(chan<- *prometheus.Desc) {}
@@ -167,6 +182,14 @@ func Listen(addr string, c *Collector, log *zerolog.Logger) (*Server, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if why := c.NotReady(); why != "" {
+			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
 	s := &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln: ln}
 	go func() {
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && log != nil {

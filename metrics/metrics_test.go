@@ -226,3 +226,48 @@ func TestScrapeWhilePublishing(t *testing.T) {
 		t.Errorf("a full 8-slot ring should show 8 unread heaps:\n%s", body)
 	}
 }
+
+func probe(t *testing.T, s *Server, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + s.Addr().String() + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, strings.TrimSpace(string(b))
+}
+
+// The probes a Kubernetes pod spec points at: /healthz answers while the process serves; /readyz only
+// while the ring exists and its stream has not ended, with the reason otherwise.
+func TestProbesHealthzAlwaysReadyzWhileRingLive(t *testing.T) {
+	name, p := testProducer(t)
+	c := NewCollector(name, "udp")
+	s, err := Listen("127.0.0.1:0", c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if code, body := probe(t, s, "/healthz"); code != http.StatusOK || body != "ok" {
+		t.Errorf("/healthz before attach: %d %q, want 200 ok", code, body)
+	}
+	if code, body := probe(t, s, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "not created") {
+		t.Errorf("/readyz before attach: %d %q, want 503 naming the missing ring", code, body)
+	}
+	c.Attach(fakePipeline{p: p})
+	if code, body := probe(t, s, "/readyz"); code != http.StatusOK || body != "ready" {
+		t.Errorf("/readyz with the ring live: %d %q, want 200 ready", code, body)
+	}
+	if err := p.PublishEndOfStream(0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := probe(t, s, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "end of stream") {
+		t.Errorf("/readyz after end of stream: %d %q, want 503 end of stream", code, body)
+	}
+	if code, _ := probe(t, s, "/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz after end of stream: %d, want 200", code)
+	}
+}

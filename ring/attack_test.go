@@ -79,6 +79,19 @@ func childMain(role string) {
 		os.Exit(code)
 	}
 	switch role {
+	case "squat-default": // a user without XDG_RUNTIME_DIR whose /dev/shm default a stranger made first
+		log := zerolog.New(os.Stderr)
+		p, err := ring.Create("squat", ring.Config{HugePages: ring.HugePagesOff, SlotCount: 8, SlotSize: 4096, Log: &log})
+		if err != nil {
+			say(1, "create: %v", err)
+		}
+		defer p.Close()
+		c, err := ring.Attach("squat", ring.AttachOptions{Timeout: 5 * time.Second})
+		if err != nil {
+			say(1, "attach by name: %v", err)
+		}
+		c.Close()
+		say(0, "made in %s and attached by name", p.Dir())
 	case "stranger": // attach, then try the files a 1.0 ring exposed
 		_, err := ring.Attach(sock, ring.AttachOptions{Timeout: -1})
 		if err == nil {
@@ -1218,5 +1231,54 @@ func TestAttackSilentConnectionTimesOut(t *testing.T) {
 	}
 	if got := p.HelloTimeouts(); got != 1 {
 		t.Fatalf("HelloTimeouts %d, want 1", got)
+	}
+}
+
+// TestProducerSkipsASquattedDefaultDir (spec §1.1, 2.2): a stranger who made /dev/shm/ibvbridge-UID first
+// does not stop that user's producer: it is skipped with a warning, the ring is made in the next default,
+// /tmp/ibvbridge-UID, and a consumer of the same user finds it there by name. Run in a mount namespace of its
+// own whose /run, /dev/shm and /tmp are fresh, so nothing of the machine's is touched.
+func TestProducerSkipsASquattedDefaultDir(t *testing.T) {
+	if os.Getenv(privateDirsEnv) == "" {
+		inPrivateMachineDirs(t, "TestProducerSkipsASquattedDefaultDir")
+		return
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe := "/run/squat.test" // /run is this namespace's own tmpfs; /tmp is about to be replaced
+	data, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(exe, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("ibvb-tmp", "/tmp", "tmpfs", 0, "mode=1777"); err != nil {
+		t.Skipf("a private /tmp: %v", err)
+	}
+	squat := ring.ShmDirPrefix + "65534"
+	if err := os.Mkdir(squat, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(squat, 1, 1); err != nil { // a stranger's (uid 1) directory where nobody's default lies
+		t.Fatal(err)
+	}
+	cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", exe)
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, ring.EnvDir+"=") && !strings.HasPrefix(e, "XDG_RUNTIME_DIR=") {
+			cmd.Env = append(cmd.Env, e)
+		}
+	}
+	cmd.Env = append(cmd.Env, "RING_TEST_ROLE=squat-default")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil || !strings.Contains(string(out), "made in "+ring.TmpDirPrefix+"65534 and attached by name") {
+		t.Fatalf("producer as nobody beside a squatted %s: %v\nstdout %s\nstderr %s", squat, err, out, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "skipping "+squat) {
+		t.Fatalf("no warning naming the skipped %s: %s", squat, stderr.String())
 	}
 }

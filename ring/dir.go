@@ -18,6 +18,14 @@ const RunDir = "/run/ibvbridge"
 // EnvDir names the environment variable that overrides the ring directory for producers and consumers.
 const EnvDir = "IBVBRIDGE_RING_DIR"
 
+// ShmDirPrefix + the decimal effective uid is the default ring directory of a non-root process without
+// XDG_RUNTIME_DIR (spec §1.1).
+const ShmDirPrefix = "/dev/shm/ibvbridge-"
+
+// TmpDirPrefix + the decimal effective uid is the next default (spec §1.1, 2.2): where such a process
+// makes its ring when a stranger made ShmDirPrefix+uid first (/dev/shm is writable by everyone).
+const TmpDirPrefix = "/tmp/ibvbridge-"
+
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$`)
 
 // ValidateName checks a ring name against the spec's rule, so the files it names stay inside their dir.
@@ -53,7 +61,18 @@ func DefaultDir() string {
 	if x := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(x) {
 		return filepath.Join(x, "ibvbridge")
 	}
-	return "/dev/shm/ibvbridge-" + strconv.Itoa(uid)
+	return ShmDirPrefix + strconv.Itoa(uid)
+}
+
+// defaultDirs are the ring directories a producer given none tries, in order (spec §1.1): DefaultDir(),
+// and, when that is the shared-memory default, the next default under /tmp. One directory when a
+// directory was configured ($IBVBRIDGE_RING_DIR) or the default is private (root's, XDG_RUNTIME_DIR's).
+func defaultDirs() []string {
+	d := DefaultDir()
+	if os.Getenv(EnvDir) == "" && strings.HasPrefix(d, ShmDirPrefix) {
+		return []string{d, TmpDirPrefix + strings.TrimPrefix(d, ShmDirPrefix)}
+	}
+	return []string{d}
 }
 
 // lookupDirs is where a consumer looks for a ring by name, in order (spec §1.1).
@@ -64,11 +83,11 @@ func lookupDirs(dir string) []string {
 	if d := os.Getenv(EnvDir); d != "" {
 		return []string{d}
 	}
-	own := DefaultDir()
-	if own == RunDir {
+	own := defaultDirs()
+	if own[0] == RunDir {
 		return []string{RunDir}
 	}
-	return []string{own, RunDir}
+	return append(own, RunDir)
 }
 
 // SocketPath resolves a ring name (or a socket path: anything containing '/') to the socket a consumer

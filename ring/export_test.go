@@ -1,6 +1,9 @@
 package ring
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // Test hooks: the producer's own writable mappings and descriptors, for tests that play a corrupt or
 // hostile producer (no client can reach these: its mappings are read-only and the memory is sealed).
@@ -57,3 +60,11 @@ func SetHelloMinorForTest(t interface{ Cleanup(func()) }, m uint16) {
 
 // StoreReadForTest writes a member's read word as a buggy or hostile member would.
 func StoreReadForTest(c *Consumer, v uint64) { c.readW.Store(v) }
+
+// AssignForTest is the assign mask the producer wrote into position q's descriptor (spec §14.3).
+func (p *Producer) AssignForTest(q uint64) uint64 {
+	return atomic.LoadUint64(&p.descs[q&p.mask].Assign)
+}
+
+// TailForTest is the consumer's cursor (right after Attach: its start).
+func (c *Consumer) TailForTest() uint64 { return c.tail.Load() }

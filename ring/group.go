@@ -309,6 +309,17 @@ func (p *Producer) settleLocked(m *member, head uint64) {
 	}
 	m.swept, m.queued, m.outstanding = head, 0, 0
 	p.rescan = true
+	// What an attached independent consumer has not released stays held; the rest is free once nobody
+	// needs it, whether or not anybody stays attached (reclaimLocked).
+	front := head
+	for _, o := range p.members {
+		if o != m && o.group == 0 && before(o.released, front) {
+			front = o.released
+		}
+	}
+	if !p.settleFrontSet || before(p.settleFront, front) {
+		p.settleFront, p.settleFrontSet = front, true
+	}
 	if lost > 0 {
 		p.stats[CounterGroupLost].Store(p.stats[CounterGroupLost].Load() + lost)
 	}
@@ -423,7 +434,13 @@ func (p *Producer) blockerLocked() *member {
 // held, cursors just read. No allocation.
 func (p *Producer) assignLocked(groups [][]*member) {
 	p.commits++
-	for q := p.committed; q != p.pos; q++ {
+	// Staged positions hold slots, so there are at most slot_count of them (spec §14.7: every loop over
+	// positions is bounded; compared by subtraction, so cursors near 2^64 wrap safely).
+	start := p.committed
+	if n := uint64(len(p.slots)); p.pos-start > n {
+		start = p.pos - n
+	}
+	for q := start; q != p.pos; q++ {
 		d := &p.descs[q&p.mask]
 		if d.Flags&(FlagEndOfStream|FlagStreamEnd) != 0 {
 			continue // markers are everyone's

@@ -439,3 +439,42 @@ func TestGroupMemberHostileReadHarmsOnlyItself(t *testing.T) {
 		t.Fatalf("the good member read %d heaps, %d consumers attached: want some, both", total, p.Consumers())
 	}
 }
+
+// TestGroupFirstMemberStartsAfterEveryUnassignedPosition (spec §14.1, §14.3): the first member of any group
+// attaches while the hot path commits without groups (no lock, no assignment). Every position from the
+// member's start on must carry its bit: one published by a commit that had not seen the member carries
+// none, and no member reads it nor counts it lost (the heap one short that group tests found).
+func TestGroupFirstMemberStartsAfterEveryUnassignedPosition(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.SlotCount = 64
+	cfg.Policy = ring.PolicyDrop
+	p := ringtest.New(t, "firstmember", cfg)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // the hot path: small heaps, one commit each, as fast as it can
+		defer close(done)
+		for cnt := uint64(1); ; cnt++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if !tryPublish(t, p, cnt, 64) {
+				time.Sleep(10 * time.Microsecond)
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	for i := 0; i < 2000; i++ {
+		c := ringtest.Attach(t, p.SocketPath(), ring.AttachOptions{Group: "g"})
+		start, bit := c.TailForTest(), uint64(1)<<c.Index()
+		waitFor(t, func() bool { return c.HeadForTest()-start >= 4 })
+		for q := start; q != start+4; q++ {
+			if a := p.AssignForTest(q); a&bit == 0 {
+				t.Fatalf("attach %d: position %d (the member's start %d) assigned %#x, not to the member (bit %#x)", i, q, start, a, bit)
+			}
+		}
+		c.Close()
+		waitFor(t, func() bool { return p.Consumers() == 0 })
+	}
+}

@@ -2,6 +2,8 @@ package ring
 
 import "fmt"
 
+//go:generate go run ./internal/gencontract -root ..
+
 // This file is the ring layout of docs/ring-layout.md, version 2.2, as Go constants. The C header and the
 // Python layout module carry the same numbers; TestGoldenLayout (interop) checks that all three agree.
 // Minor 1 adds rules and uses reserved space only: a consumer checks its row after reading a heap (validate
@@ -363,7 +365,7 @@ func LayoutTable() map[string]uint64 {
 		"region.release_futex": regReleaseFutex, "region.spin_budget_ns": regSpinBudget,
 
 		"hello.magic": msgMagic, "hello.major": msgMajor, "hello.minor": msgMinor, "hello.role": helloRole,
-		"hello.start":   helloStart,
+		"hello.start": helloStart, "hello.group_id": helloGroup,
 		"welcome.magic": msgMagic, "welcome.major": msgMajor, "welcome.minor": msgMinor,
 		"welcome.status": welcomeStatus, "welcome.consumer_index": welcomeIndex, "welcome.generation": welcomeGen,
 		"welcome.session_id": welcomeSession, "welcome.ctl_size": welcomeCtlSize,
@@ -373,8 +375,8 @@ func LayoutTable() map[string]uint64 {
 		"desc.seq": descSeq, "desc.heap_cnt": descHeapCnt, "desc.heap_size": descHeapSize,
 		"desc.received": descReceived, "desc.timestamp_ns": descTimestamp, "desc.slot": descSlot,
 		"desc.flags": descFlags, "desc.item_count": descItemCount, "desc.packets": descPackets,
-		"desc.reserved": descPackets + 4,
-		"item.id":       itemID, "item.value": itemValue, "item.length": itemLength, "item.flags": itemFlags,
+		"desc.assign": descAssign,
+		"item.id":     itemID, "item.value": itemValue, "item.length": itemLength, "item.flags": itemFlags,
 		"item.reserved": itemFlags + 4,
 		"meta.seq":      0, "meta.length": 8, "meta.records": metaHeaderSize,
 		"meta_record.record_size": 0, "meta_record.ndim": 4, "meta_record.id": 8, "meta_record.name_len": 0x10,
@@ -403,4 +405,13 @@ func LayoutTable() map[string]uint64 {
 		t["counter."+c.String()] = uint64(c)
 	}
 	return t
+}
+
+// LayoutStrings lists the contract's strings by name (spec §1.1): the ring directory defaults and the
+// socket and lock file suffixes. The generated C header and Python module carry them next to LayoutTable.
+func LayoutStrings() map[string]string {
+	return map[string]string{
+		"run_dir": RunDir, "env_dir": EnvDir, "shm_dir_prefix": ShmDirPrefix, "tmp_dir_prefix": TmpDirPrefix,
+		"socket_suffix": socketSuffix, "lock_suffix": lockSuffix,
+	}
 }

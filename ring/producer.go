@@ -41,8 +41,10 @@ type Config struct {
 	PacketArea int    // bytes for a frame-level transport's packet buffers (default 0)
 	Policy     Policy // full-ring policy (default drop)
 	HugePages  HugePages
-	// Dir is the ring directory for the socket and the lock file (default DefaultDir(): spec §1.1).
-	Dir string
+	// Dir is the ring directory for the socket and the lock file (default DefaultDir(): spec §1.1; should a
+	// stranger have made that shared-memory default first, the next default under /tmp).
+	Dir          string
+	dirDefaulted bool // Dir was not given: the next default may replace an unsafe one
 	// MaxConsumers is how many consumers may attach at once (default 8, at most 64).
 	MaxConsumers int
 	// MaxObservers is how many observers (stat, ls) may be connected at once (default 4): each holds a
@@ -89,7 +91,7 @@ func (c *Config) setDefaults() error {
 		c.MetaSize = 64 << 10
 	}
 	if c.Dir == "" {
-		c.Dir = DefaultDir()
+		c.Dir, c.dirDefaulted = DefaultDir(), true
 	}
 	if c.MaxConsumers == 0 {
 		c.MaxConsumers = DefaultMaxConsumer
@@ -255,7 +257,12 @@ type Producer struct {
 	// frees what became free (spec §14.7). holders is holdersLocked's reused list.
 	rescan  bool
 	holders []*member
-	grants  map[uint32]grant // Config.Groups by group id; nil: every group is open
+	// settleFront (while settleFrontSet): a departed member's settled positions before it that no attached
+	// independent consumer needed at its detach are free (spec §14.7); with nobody attached the hot path's
+	// reclaim advances scan to it (with somebody attached, reclaim finds them itself). An attach clears it.
+	settleFront    uint64
+	settleFrontSet bool
+	grants         map[uint32]grant // Config.Groups by group id; nil: every group is open
 	// blockedOn is the row + 1 the hot path waits for (ctl blocked_on), blockedSince when that began, and
 	// blockLogged when the log last said so (hot path only).
 	blockedOn                 uint32
@@ -265,6 +272,9 @@ type Producer struct {
 	// regions. A region detached meanwhile waits in grave; otherwise it is unmapped at detach.
 	hotBusy atomic.Bool
 	hotDone atomic.Uint64
+	// inCommit: the hot path is inside a commit that may store head without mu; groupAttach: a group
+	// member's attach is under way (commits take mu meanwhile). See commitWake.
+	inCommit, groupAttach atomic.Bool
 
 	helloTimeouts atomic.Uint64 // connections closed for sending no hello within helloTimeout
 	closing       bool
@@ -316,7 +326,7 @@ func Create(name string, cfg Config) (p *Producer, err error) {
 	if err = p.setGrants(); err != nil {
 		return p, fmt.Errorf("create ring %s: %w", name, err)
 	}
-	if p.dir, err = openRingDir(cfg.Dir); err != nil {
+	if p.dir, err = p.openDefaultDir(); err != nil {
 		return p, fmt.Errorf("create ring %s: %w", name, err)
 	}
 	var held bool
@@ -343,6 +353,32 @@ func Create(name string, cfg Config) (p *Producer, err error) {
 	p.serveDone.Add(1)
 	go p.serve()
 	return p, nil
+}
+
+// openDefaultDir opens the ring directory: the one configured, or, when none was, the first default that
+// passes openRingDir's checks (spec §1.1): a stranger who made /dev/shm/ibvbridge-UID first is skipped with
+// one warning, not obeyed, and the ring is made in the next default. A configured directory that fails
+// is refused, never skipped.
+func (p *Producer) openDefaultDir() (*ringDir, error) {
+	if !p.cfg.dirDefaulted {
+		return openRingDir(p.cfg.Dir)
+	}
+	dirs := defaultDirs()
+	var err error
+	for i, d := range dirs {
+		var rd *ringDir
+		if rd, err = openRingDir(d); err == nil {
+			p.cfg.Dir = d
+			return rd, nil
+		}
+		if !errors.Is(err, ErrUnsafeDir) || i == len(dirs)-1 {
+			return nil, err
+		}
+		if p.cfg.Log != nil {
+			p.cfg.Log.Warn().Err(err).Str("next", dirs[i+1]).Msgf("skipping %s; using %s", d, dirs[i+1])
+		}
+	}
+	return nil, err
 }
 
 // createData makes the data memory: a hugetlb memfd when asked and possible, else shmem (spec §1).
@@ -484,6 +520,7 @@ func (p *Producer) bindShared() {
 	// deeper working set costs the kernel's copy into the slots, and small heaps pay it once per 64.
 	p.reclaimEvery = max(1, min(64, (256<<10)/int(max(1, g.SlotSize))))
 	p.pos, p.reclaim, p.readMark = p.cfg.InitialPosition, p.cfg.InitialPosition, p.cfg.InitialPosition
+	p.committed = p.cfg.InitialPosition // head as stored above: nothing staged
 	p.scan, p.windowEnd = p.cfg.InitialPosition, p.cfg.InitialPosition+g.SlotCount
 	p.hotDone.Store(p.cfg.InitialPosition)
 	p.snap.Store(&memberSet{})
@@ -530,13 +567,22 @@ func (p *Producer) freeSlot(s uint32) { p.free = append(p.free, s) }
 // newest heaps for a later consumer); block keeps everything. Hot path, mu held.
 func (p *Producer) reclaimLocked() {
 	defer p.setWindowLocked()
-	if p.rescan && len(p.members) == 0 { // a departure's settled slots are free, block or drop (§7.1)
+	if len(p.members) == 0 {
+		// A departed member's settled positions are free now, under block too (spec §14.7): a slot free and
+		// within the window is taken without waiting for an attach.
+		if p.settleFrontSet {
+			p.settleFrontSet = false
+			for ; before(p.scan, p.settleFront); p.scan++ { // at most slot_count: settleFront ≤ committed
+				if p.posNeed[p.scan&p.mask] == 0 {
+					p.freePos(p.scan)
+				}
+			}
+			p.oldest.Store(p.scan)
+		}
 		p.rescanLocked()
 		for p.reclaim != p.scan && p.posSlot[p.reclaim&p.mask] == noSlot {
 			p.reclaim++
 		}
-	}
-	if len(p.members) == 0 {
 		if p.cfg.Policy != PolicyDrop || p.slotReady() {
 			return
 		}
@@ -560,9 +606,7 @@ func (p *Producer) reclaimLocked() {
 	if len(p.members) == 0 { // every member was detached just now
 		return
 	}
-	if p.rescan {
-		p.rescanLocked()
-	}
+	p.rescanLocked()
 	// The independent consumers' frontier: positions below it are free unless a group member holds them.
 	// Staged positions (from committed on) are not assigned yet: never past them.
 	to := p.committed
@@ -582,16 +626,22 @@ func (p *Producer) reclaimLocked() {
 	p.oldest.Store(p.scan)
 }
 
-// rescanLocked frees the slots of positions below scan that nobody needs any more: bits cleared off the hot
-// path (a departure settled at its detach, a release seen by another goroutine). At most slot_count
-// positions. Hot path, mu held.
+// rescanLocked frees, after bits were cleared off the hot path (a settle, a sweep), the positions below scan
+// that nobody needs any more (at most slot_count), and moves reclaim past those that hold no slot. Hot path,
+// mu held.
 func (p *Producer) rescanLocked() {
+	if !p.rescan {
+		return
+	}
 	p.rescan = false
 	start, ok := p.span(p.reclaim, p.scan)
 	for q := start; ok && q != p.scan; q++ {
 		if p.posNeed[q&p.mask] == 0 {
 			p.freePos(q)
 		}
+	}
+	for p.reclaim != p.scan && p.posSlot[p.reclaim&p.mask] == noSlot {
+		p.reclaim++
 	}
 }
 
@@ -954,7 +1004,12 @@ func (p *Producer) commitWake(force bool) {
 	if p.committed == p.pos {
 		return
 	}
-	if p.snap.Load().groups != nil {
+	// inCommit brackets a commit that may store head without mu (Dekker with the first group member's
+	// attach: it stores groupAttach, then waits for inCommit 0 before it loads head as the member's start,
+	// so no position published unassigned comes after that start).
+	p.inCommit.Store(true)
+	if p.snap.Load().groups != nil || p.groupAttach.Load() {
+		p.inCommit.Store(false)
 		// Groups: positions are assigned, and head stored, under mu (spec §14.7), from cursors read just
 		// now (§14.3), so a detach settles exactly the positions published before it.
 		p.mu.Lock()
@@ -966,6 +1021,7 @@ func (p *Producer) commitWake(force bool) {
 	} else {
 		p.committed = p.pos
 		p.head.Store(p.pos) // sequentially consistent: the release plus the fence of §7.5
+		p.inCommit.Store(false)
 	}
 	// The head store above marks the wakes' start and hotDone their end (both sequentially consistent, the
 	// set loaded between them): a detach that publishes its new set, then finds hotDone == head, knows the

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -363,7 +364,17 @@ func (p *Producer) admit(c *net.UnixConn, cred *unix.Ucred, h hello) (*member, u
 		relFutex: u32at(r, regReleaseFutex), wakeAt: u64at(r, regWakeAt), group: group, minor: h.Minor,
 		readW: u64at(r, regRead), handedW: u64at(r, regHanded)}
 	m.released = p.oldestHeldLocked()
-	if start == StartHead || group != 0 { // a group member starts at head (spec §14.1)
+	if group != 0 {
+		// A group member starts at head (spec §14.1), and every position from its start on is assigned: a
+		// commit that saw no group (it stores head without mu) must be over before head is loaded, and
+		// the later ones take mu until the member is in the set (commitWake).
+		p.groupAttach.Store(true)
+		defer p.groupAttach.Store(false) // after the set is published, before mu is released
+		for p.inCommit.Load() {
+			runtime.Gosched()
+		}
+	}
+	if start == StartHead || group != 0 {
 		m.released = p.head.Load()
 	}
 	m.read, m.swept = m.released, m.released
@@ -386,6 +397,7 @@ func (p *Producer) admit(c *net.UnixConn, cred *unix.Ucred, h hello) (*member, u
 	gen.Store(gen.Load() + 1)
 	u32at(row, rowState).Store(uint32(ConsumerAttached)) // last: the row is complete
 	p.members = append(p.members, m)
+	p.settleFrontSet = false // reclaim now finds the frontier from the attached consumers
 	p.publishSetLocked()
 	select {
 	case p.attachC <- struct{}{}:

@@ -1,16 +1,27 @@
 #!/usr/bin/env bash
 # The whole receive path on loopback, stopping by itself: `ibvbridge recv` receives a SPEAD stream on
 # 127.0.0.1 into ring "demo", the Python example consumer prints its heaps, `ibvbridge send` sends 2000
-# heaps of 64 KiB (4 items, descriptors first, then a stream stop). Run by `make demo` after setup and build.
+# heaps of 64 KiB (4 items, descriptors first, then a stream stop). Run by `make demo` after setup and build,
+# and installed by the Debian package as /usr/share/ibvbridge/demo/demo.sh, where it uses the installed
+# paths only (/usr/bin/ibvbridge, the system's ibvbridge Python package, libibvbridge-dev's pkg-config).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-
-BIN=bin/ibvbridge
+here=$(cd "$(dirname "$0")" && pwd)
+if [[ -d $here/../clients/python ]]; then # the source tree
+  cd "$here/.."
+  BIN=bin/ibvbridge
+  EXAMPLE=clients/python/examples/print_heaps.py
+  PIPELINE=examples/pipeline
+  export PYTHONPATH=clients/python
+else # installed
+  BIN=/usr/bin/ibvbridge
+  EXAMPLE=$here/print_heaps.py
+  PIPELINE=$here/pipeline
+fi
 RING=${DEMO_RING:-demo}
 PORT=${DEMO_PORT:-7149}
 PY=/usr/bin/python3
 TIMEOUT=${DEMO_TIMEOUT:-30}
-export PYTHONPATH=clients/python PYENV_VERSION=system
+export PYENV_VERSION=system
 
 [[ -x $BIN ]] || { echo "demo: $BIN missing: run make build" >&2; exit 1; }
 work=$(mktemp -d)
@@ -45,8 +56,8 @@ for _ in $(seq 100); do
   sleep 0.05
 done
 
-echo "== consumer: $PY clients/python/examples/print_heaps.py $RING"
-$PY clients/python/examples/print_heaps.py "$RING" --first 3 --timeout "$TIMEOUT" &
+echo "== consumer: $PY $EXAMPLE $RING"
+$PY "$EXAMPLE" "$RING" --first 3 --timeout "$TIMEOUT" &
 cons_pid=$!
 for _ in $(seq 200); do # the stream starts once the consumer is attached
   $BIN stat --json "$RING" 2>/dev/null | grep -q '"state":"attached"' && break
@@ -69,11 +80,11 @@ if command -v $PY >/dev/null && [[ -s $work/recv.json ]]; then
 else
   cat "$work/recv.json"
 fi
-echo "== a local pipeline (examples/pipeline/run.sh): recv → Python numpy stage → C stage, and send --ring → recv → C stage"
-if ! BIN=$BIN HEAPS=200 examples/pipeline/run.sh >"$work/pipeline.json" 2>"$work/pipeline.err"; then
+echo "== a local pipeline ($PIPELINE/run.sh): recv → Python numpy stage → C stage, and send --ring → recv → C stage"
+if ! BIN=$BIN HEAPS=200 "$PIPELINE/run.sh" >"$work/pipeline.json" 2>"$work/pipeline.err"; then
   cat "$work/pipeline.err" >&2
   echo "demo: the pipeline failed" >&2
   status=1
 fi
-$PY examples/pipeline/verdict.py "$work/pipeline.json" || status=1
+$PY "$PIPELINE/verdict.py" "$work/pipeline.json" || status=1
 exit $status

@@ -6,7 +6,8 @@ set -euo pipefail
 log() { printf 'setup: %s\n' "$*"; }
 
 APT_PACKAGES=(gcc make pkg-config libc6-dev python3 python3-numpy python3-pytest mypy python3-pip python3-setuptools
-  python3-wheel libibverbs-dev iproute2 systemd)
+  python3-wheel libibverbs-dev iproute2 systemd
+  dpkg-dev file binutils lintian podman runc)  # the last line: make deb, make images and their tests (docs/deploy.md)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

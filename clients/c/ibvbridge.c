@@ -260,7 +260,7 @@ static int send_hello(const struct target *t, int sock, int start)
 	hello.minor = IBVB_MINOR;
 	hello.role = IBVB_ROLE_CONSUMER;
 	hello.start = (uint32_t)start;
-	hello.reserved[0] = t->group_id; /* 0x14: group_id (spec §14) */
+	hello.group_id = t->group_id; /* spec §14 */
 	ssize_t k = send(sock, &hello, sizeof hello, MSG_NOSIGNAL);
 	if (k != (ssize_t)sizeof hello)
 		return fail(k < 0 ? -errno : -EPROTO, "ring %s: sending hello: %s", t->name,

@@ -31,6 +31,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ibvbridge_layout.h" /* the generated contract: every value below comes from it */
+
+/* IBVB__U(IBVB_L_X) is the generated literal with a u suffix (IBVB__ULL: ull), so a constant keeps the type
+ * this header always gave it, in #if too. */
+#define IBVB__U_(x) x##u
+#define IBVB__U(x) IBVB__U_(x)
+#define IBVB__ULL_(x) x##ull
+#define IBVB__ULL(x) IBVB__ULL_(x)
+
 #ifdef __cplusplus
 #include <atomic>
 #define IBVB_ATOMIC(T) std::atomic<T>
@@ -58,183 +67,184 @@ extern "C" {
 
 /* ---- layout constants (spec §1, §2, §3) ------------------------------------------------------ */
 
-#define IBVB_MAGIC 0x474E495242564249ULL /* "IBVBRING" little-endian */
-#define IBVB_MAJOR 2
-#define IBVB_MINOR 2 /* 2.2: group members publish read and handed (spec §14) */
-#define IBVB_CTL_FIXED_SIZE 0x1000 /* control memory before the consumer table */
-#define IBVB_ROW_SIZE 128          /* consumer-table row */
-#define IBVB_REGION_SIZE 4096      /* consumer region */
-#define IBVB_MAX_CONSUMERS_LIMIT 64
-#define IBVB_DEFAULT_MAX_CONSUMERS 8
+#define IBVB_MAGIC IBVB_L_MAGIC_VALUE /* "IBVBRING" little-endian */
+#define IBVB_MAJOR IBVB_L_MAJOR_VALUE
+#define IBVB_MINOR IBVB_L_MINOR_VALUE /* 2.2: group members publish read and handed (spec §14) */
+#define IBVB_CTL_FIXED_SIZE IBVB_L_CONSUMER_TABLE /* control memory before the consumer table */
+#define IBVB_ROW_SIZE IBVB_L_ROW_SIZE /* consumer-table row */
+#define IBVB_REGION_SIZE IBVB_L_REGION_SIZE /* consumer region */
+#define IBVB_MAX_CONSUMERS_LIMIT IBVB_L_MAX_CONSUMERS_LIMIT
+#define IBVB_DEFAULT_MAX_CONSUMERS IBVB_L_DEFAULT_MAX_CONSUMERS
 /* ctl_size for a table of n rows: 0x1000 + n * 128, rounded up to 4096 (spec §2). */
 #define IBVB_CTL_SIZE_FOR(n) ((((uint64_t)IBVB_CTL_FIXED_SIZE + (uint64_t)(n) * IBVB_ROW_SIZE) + 4095) & ~(uint64_t)4095)
-#define IBVB_DESC_SIZE 64
-#define IBVB_ITEM_SIZE 32
-#define IBVB_STATS_SLOTS 32
-#define IBVB_STATS_COUNT 20 /* counters defined by 2.2 (13 by 2.0, the chunk counters, group_lost, group_skipped, streams_ended) */
-#define IBVB_REGION_ALIGN 4096
-#define IBVB_MAX_SLOT_COUNT (1u << 24)
-#define IBVB_MAX_ITEMS 65536u
-#define IBVB_META_HEADER_SIZE 16
-#define IBVB_PRODUCER_VERSION_MAX 64 /* 2.2: bytes of the ctl producer_version field (spec §2) */
-#define IBVB_META_RECORD_HEADER_SIZE 32
+#define IBVB_DESC_SIZE IBVB_L_DESC_SIZE
+#define IBVB_ITEM_SIZE IBVB_L_ITEM_SIZE
+#define IBVB_STATS_SLOTS IBVB_L_STATS_SLOTS
+#define IBVB_STATS_COUNT IBVB_L_STATS_COUNT /* counters defined by 2.2 (13 by 2.0, the chunk counters, group_lost, group_skipped, streams_ended) */
+#define IBVB_REGION_ALIGN IBVB_L_REGION_ALIGN
+#define IBVB_MAX_SLOT_COUNT IBVB__U(IBVB_L_MAX_SLOT_COUNT)
+#define IBVB_MAX_ITEMS IBVB__U(IBVB_L_MAX_ITEMS_LIMIT)
+#define IBVB_META_HEADER_SIZE IBVB_L_META_HEADER_SIZE
+#define IBVB_PRODUCER_VERSION_MAX IBVB_L_PRODUCER_VERSION_MAX /* 2.2: bytes of the ctl producer_version field (spec §2) */
+#define IBVB_META_RECORD_HEADER_SIZE IBVB_L_META_RECORD_HEADER_SIZE
 #define IBVB_NAME_MAX 64
-#define IBVB_SOCK_SUFFIX ".v2.sock"
-#define IBVB_LOCK_SUFFIX ".v2.lock"
-#define IBVB_RUN_DIR "/run/ibvbridge"          /* ring directory of a root producer */
-#define IBVB_SHM_DIR_PREFIX "/dev/shm/ibvbridge-" /* + decimal euid: everyone else's */
+#define IBVB_SOCK_SUFFIX IBVB_L_SOCKET_SUFFIX
+#define IBVB_LOCK_SUFFIX IBVB_L_LOCK_SUFFIX
+#define IBVB_RUN_DIR IBVB_L_RUN_DIR /* ring directory of a root producer */
+#define IBVB_SHM_DIR_PREFIX IBVB_L_SHM_DIR_PREFIX /* + decimal euid: everyone else's */
 #define IBVB_TMP_DIR_PREFIX "/tmp/ibvbridge-"     /* + decimal euid: the next default when the first is a stranger's (2.2) */
-#define IBVB_DIR_ENV "IBVBRIDGE_RING_DIR"
+#define IBVB_DIR_ENV IBVB_L_ENV_DIR
 
 /* Handshake (spec §1.2). */
-#define IBVB_HELLO_SIZE 32
-#define IBVB_WELCOME_SIZE 64
-#define IBVB_ERROR_RECORD_MAX 256
-#define IBVB_ROLE_CONSUMER 1u
-#define IBVB_ROLE_OBSERVER 2u
-#define IBVB_START_OLDEST 0
-#define IBVB_START_HEAD 1
-#define IBVB_NO_CONSUMER_INDEX 0xFFFFFFFFu
-#define IBVB_STATUS_OK 0u
-#define IBVB_STATUS_VERSION 1u
-#define IBVB_STATUS_NOT_PERMITTED 2u
-#define IBVB_STATUS_BUSY 3u
-#define IBVB_STATUS_CLOSING 4u
-#define IBVB_STATUS_PROTOCOL 5u
+#define IBVB_HELLO_SIZE IBVB_L_HELLO_SIZE
+#define IBVB_WELCOME_SIZE IBVB_L_WELCOME_SIZE
+#define IBVB_ERROR_RECORD_MAX IBVB_L_ERROR_RECORD_MAX
+#define IBVB_ROLE_CONSUMER IBVB__U(IBVB_L_ROLE_CONSUMER)
+#define IBVB_ROLE_OBSERVER IBVB__U(IBVB_L_ROLE_OBSERVER)
+#define IBVB_START_OLDEST IBVB_L_START_OLDEST
+#define IBVB_START_HEAD IBVB_L_START_HEAD
+#define IBVB_NO_CONSUMER_INDEX IBVB_L_NO_CONSUMER_INDEX
+#define IBVB_STATUS_OK IBVB__U(IBVB_L_STATUS_OK)
+#define IBVB_STATUS_VERSION IBVB__U(IBVB_L_STATUS_VERSION)
+#define IBVB_STATUS_NOT_PERMITTED IBVB__U(IBVB_L_STATUS_NOT_PERMITTED)
+#define IBVB_STATUS_BUSY IBVB__U(IBVB_L_STATUS_BUSY)
+#define IBVB_STATUS_CLOSING IBVB__U(IBVB_L_STATUS_CLOSING)
+#define IBVB_STATUS_PROTOCOL IBVB__U(IBVB_L_STATUS_PROTOCOL)
 
 /* Control memory offsets (spec §2). */
-#define IBVB_OFF_MAGIC 0x00
-#define IBVB_OFF_MAJOR 0x08
-#define IBVB_OFF_MINOR 0x0A
-#define IBVB_OFF_CTL_SIZE 0x0C
-#define IBVB_OFF_STATE 0x10
-#define IBVB_OFF_POLICY 0x14
-#define IBVB_OFF_SESSION_ID 0x18
-#define IBVB_OFF_PRODUCER_PID 0x20
-#define IBVB_OFF_PRODUCER_START_NS 0x28
-#define IBVB_OFF_SLOT_COUNT 0x30
-#define IBVB_OFF_SLOT_SIZE 0x38
-#define IBVB_OFF_MAX_ITEMS 0x40
-#define IBVB_OFF_DESC_SIZE 0x44
-#define IBVB_OFF_ITEM_SIZE 0x48
-#define IBVB_OFF_PAGE_SIZE 0x4C
-#define IBVB_OFF_DATA_SIZE 0x50
-#define IBVB_OFF_DESC_OFFSET 0x58
-#define IBVB_OFF_ITEMS_OFFSET 0x60
-#define IBVB_OFF_META_OFFSET 0x68
-#define IBVB_OFF_META_SIZE 0x70
-#define IBVB_OFF_PAYLOAD_OFFSET 0x78
-#define IBVB_OFF_PACKET_OFFSET 0x80
-#define IBVB_OFF_PACKET_SIZE 0x88
-#define IBVB_OFF_FEATURES 0x90
-#define IBVB_OFF_STATS_COUNT 0x98
-#define IBVB_OFF_MAX_CONSUMERS 0x9C
-#define IBVB_OFF_CHUNK_HEAPS 0xA0 /* chunk geometry (spec §13): 0 unless features has CHUNKS */
-#define IBVB_OFF_CHUNK_AXIS 0xA4
-#define IBVB_OFF_CHUNK_HEAP_SIZE 0xA8
-#define IBVB_OFF_CHUNK_STEP 0xB0
-#define IBVB_OFF_CHUNK_TIME_ITEM 0xB8
-#define IBVB_OFF_CHUNK_AXIS_ITEM 0xC0
-#define IBVB_OFF_HEADER_RESERVED 0xC8
-#define IBVB_OFF_PRODUCER_VERSION 0x100 /* 2.2 */
-#define IBVB_OFF_HEAD 0x200
-#define IBVB_OFF_PRODUCER_WAITING 0x280
-#define IBVB_OFF_HEARTBEAT_NS 0x300
-#define IBVB_OFF_OLDEST 0x308
-#define IBVB_OFF_BLOCKED_ON 0x310
-#define IBVB_OFF_BLOCKED_SINCE_NS 0x318
+#define IBVB_OFF_MAGIC IBVB_L_MAGIC
+#define IBVB_OFF_MAJOR IBVB_L_MAJOR
+#define IBVB_OFF_MINOR IBVB_L_MINOR
+#define IBVB_OFF_CTL_SIZE IBVB_L_HEADER_CTL_SIZE
+#define IBVB_OFF_STATE IBVB_L_STATE
+#define IBVB_OFF_POLICY IBVB_L_POLICY
+#define IBVB_OFF_SESSION_ID IBVB_L_SESSION_ID
+#define IBVB_OFF_PRODUCER_PID IBVB_L_PRODUCER_PID
+#define IBVB_OFF_PRODUCER_START_NS IBVB_L_PRODUCER_START_NS
+#define IBVB_OFF_SLOT_COUNT IBVB_L_SLOT_COUNT
+#define IBVB_OFF_SLOT_SIZE IBVB_L_SLOT_SIZE
+#define IBVB_OFF_MAX_ITEMS IBVB_L_MAX_ITEMS
+#define IBVB_OFF_DESC_SIZE IBVB_L_HEADER_DESC_SIZE
+#define IBVB_OFF_ITEM_SIZE IBVB_L_HEADER_ITEM_SIZE
+#define IBVB_OFF_PAGE_SIZE IBVB_L_PAGE_SIZE
+#define IBVB_OFF_DATA_SIZE IBVB_L_DATA_SIZE
+#define IBVB_OFF_DESC_OFFSET IBVB_L_DESC_OFFSET
+#define IBVB_OFF_ITEMS_OFFSET IBVB_L_ITEMS_OFFSET
+#define IBVB_OFF_META_OFFSET IBVB_L_META_OFFSET
+#define IBVB_OFF_META_SIZE IBVB_L_META_SIZE
+#define IBVB_OFF_PAYLOAD_OFFSET IBVB_L_PAYLOAD_OFFSET
+#define IBVB_OFF_PACKET_OFFSET IBVB_L_PACKET_OFFSET
+#define IBVB_OFF_PACKET_SIZE IBVB_L_PACKET_SIZE
+#define IBVB_OFF_FEATURES IBVB_L_FEATURES
+#define IBVB_OFF_STATS_COUNT IBVB_L_HEADER_STATS_COUNT
+#define IBVB_OFF_MAX_CONSUMERS IBVB_L_HEADER_MAX_CONSUMERS
+#define IBVB_OFF_CHUNK_HEAPS IBVB_L_CHUNK_HEAPS /* chunk geometry (spec §13): 0 unless features has CHUNKS */
+#define IBVB_OFF_CHUNK_AXIS IBVB_L_CHUNK_AXIS
+#define IBVB_OFF_CHUNK_HEAP_SIZE IBVB_L_CHUNK_HEAP_SIZE
+#define IBVB_OFF_CHUNK_STEP IBVB_L_CHUNK_STEP
+#define IBVB_OFF_CHUNK_TIME_ITEM IBVB_L_CHUNK_TIME_ITEM
+#define IBVB_OFF_CHUNK_AXIS_ITEM IBVB_L_CHUNK_AXIS_ITEM
+#define IBVB_OFF_HEADER_RESERVED (IBVB_L_CHUNK_AXIS_ITEM + 8)
+#define IBVB_OFF_PRODUCER_VERSION IBVB_L_PRODUCER_VERSION /* 2.2 */
+#define IBVB_OFF_HEAD IBVB_L_HEAD
+#define IBVB_OFF_PRODUCER_WAITING IBVB_L_PRODUCER_WAITING
+#define IBVB_OFF_HEARTBEAT_NS IBVB_L_HEARTBEAT_NS
+#define IBVB_OFF_OLDEST IBVB_L_OLDEST
+#define IBVB_OFF_BLOCKED_ON IBVB_L_BLOCKED_ON
+#define IBVB_OFF_BLOCKED_SINCE_NS IBVB_L_BLOCKED_SINCE_NS
 #define IBVB_OFF_RESERVED_380 0x380
-#define IBVB_OFF_STATS 0x500
-#define IBVB_OFF_RESERVED_600 0x600
-#define IBVB_OFF_CONSUMER_TABLE 0x1000
+#define IBVB_OFF_STATS IBVB_L_STATS
+#define IBVB_OFF_RESERVED_600 (IBVB_L_STATS + 8 * IBVB_L_STATS_SLOTS)
+#define IBVB_OFF_CONSUMER_TABLE IBVB_L_CONSUMER_TABLE
 
 /* Consumer-table row offsets (spec §2.2). */
-#define IBVB_ROW_OFF_STATE 0x00
-#define IBVB_ROW_OFF_GENERATION 0x04
-#define IBVB_ROW_OFF_PID 0x08
-#define IBVB_ROW_OFF_UID 0x10
-#define IBVB_ROW_OFF_ATTACH_NS 0x18
-#define IBVB_ROW_OFF_RELEASED 0x20
-#define IBVB_ROW_OFF_WAKES 0x28
-#define IBVB_ROW_OFF_LOST_HEAPS 0x30
-#define IBVB_ROW_OFF_ASSIGNED 0x38
-#define IBVB_ROW_OFF_GROUP_ID 0x40
-#define IBVB_ROW_OFF_CLIENT_MINOR 0x44
-#define IBVB_ROW_OFF_READ 0x48
-#define IBVB_ROW_OFF_QUEUED 0x50
-#define IBVB_ROW_OFF_SKIPPED 0x58
-#define IBVB_ROW_OFF_RESERVED 0x60
+#define IBVB_ROW_OFF_STATE IBVB_L_ROW_STATE
+#define IBVB_ROW_OFF_GENERATION IBVB_L_ROW_GENERATION
+#define IBVB_ROW_OFF_PID IBVB_L_ROW_PID
+#define IBVB_ROW_OFF_UID IBVB_L_ROW_UID
+#define IBVB_ROW_OFF_ATTACH_NS IBVB_L_ROW_ATTACH_NS
+#define IBVB_ROW_OFF_RELEASED IBVB_L_ROW_RELEASED
+#define IBVB_ROW_OFF_WAKES IBVB_L_ROW_WAKES
+#define IBVB_ROW_OFF_LOST_HEAPS IBVB_L_ROW_LOST_HEAPS
+#define IBVB_ROW_OFF_ASSIGNED IBVB_L_ROW_ASSIGNED
+#define IBVB_ROW_OFF_GROUP_ID IBVB_L_ROW_GROUP_ID
+#define IBVB_ROW_OFF_CLIENT_MINOR IBVB_L_ROW_CLIENT_MINOR
+#define IBVB_ROW_OFF_READ IBVB_L_ROW_READ
+#define IBVB_ROW_OFF_QUEUED IBVB_L_ROW_QUEUED
+#define IBVB_ROW_OFF_SKIPPED IBVB_L_ROW_SKIPPED
+#define IBVB_ROW_OFF_RESERVED (IBVB_L_ROW_SKIPPED + 8)
 
 /* Consumer region offsets (spec §3). */
-#define IBVB_REG_OFF_TAIL 0x000
-#define IBVB_REG_OFF_CONSUMER_WAITING 0x080
-#define IBVB_REG_OFF_CONSUMER_FUTEX 0x084
-#define IBVB_REG_OFF_WAKE_AT 0x088
-#define IBVB_REG_OFF_READ 0x090
-#define IBVB_REG_OFF_HANDED 0x098
-#define IBVB_REG_OFF_RELEASE_FUTEX 0x100
-#define IBVB_REG_OFF_SPIN_BUDGET_NS 0x180
+#define IBVB_REG_OFF_TAIL IBVB_L_REGION_TAIL
+#define IBVB_REG_OFF_CONSUMER_WAITING IBVB_L_REGION_CONSUMER_WAITING
+#define IBVB_REG_OFF_CONSUMER_FUTEX IBVB_L_REGION_CONSUMER_FUTEX
+#define IBVB_REG_OFF_WAKE_AT IBVB_L_REGION_WAKE_AT
+#define IBVB_REG_OFF_READ IBVB_L_REGION_READ
+#define IBVB_REG_OFF_HANDED IBVB_L_REGION_HANDED
+#define IBVB_REG_OFF_RELEASE_FUTEX IBVB_L_REGION_RELEASE_FUTEX
+#define IBVB_REG_OFF_SPIN_BUDGET_NS IBVB_L_REGION_SPIN_BUDGET_NS
+#define IBVB_REG_OFF_RESERVED (IBVB_L_REGION_SPIN_BUDGET_NS + 8)
 
 /* ring state */
-#define IBVB_STATE_INIT 0u
-#define IBVB_STATE_READY 1u
-#define IBVB_STATE_CLOSED 2u
+#define IBVB_STATE_INIT IBVB__U(IBVB_L_STATE_INIT)
+#define IBVB_STATE_READY IBVB__U(IBVB_L_STATE_READY)
+#define IBVB_STATE_CLOSED IBVB__U(IBVB_L_STATE_CLOSED)
 /* policy */
-#define IBVB_POLICY_DROP 0u
-#define IBVB_POLICY_BLOCK 1u
+#define IBVB_POLICY_DROP IBVB__U(IBVB_L_POLICY_DROP)
+#define IBVB_POLICY_BLOCK IBVB__U(IBVB_L_POLICY_BLOCK)
 /* consumer-table row state (spec §2.2) */
-#define IBVB_CONSUMER_FREE 0u
-#define IBVB_CONSUMER_ATTACHED 1u
-#define IBVB_CONSUMER_OVERRUN 2u
-#define IBVB_CONSUMER_BAD_CURSOR 3u
-#define IBVB_CONSUMER_GONE 4u
+#define IBVB_CONSUMER_FREE IBVB__U(IBVB_L_CONSUMER_STATE_FREE)
+#define IBVB_CONSUMER_ATTACHED IBVB__U(IBVB_L_CONSUMER_STATE_ATTACHED)
+#define IBVB_CONSUMER_OVERRUN IBVB__U(IBVB_L_CONSUMER_STATE_OVERRUN)
+#define IBVB_CONSUMER_BAD_CURSOR IBVB__U(IBVB_L_CONSUMER_STATE_BAD_CURSOR)
+#define IBVB_CONSUMER_GONE IBVB__U(IBVB_L_CONSUMER_STATE_GONE)
 /* header features */
-#define IBVB_FEATURE_REPLAY_TIMESTAMPS 0x1ull
-#define IBVB_FEATURE_CHUNKS 0x2ull
+#define IBVB_FEATURE_REPLAY_TIMESTAMPS IBVB__ULL(IBVB_L_FEATURE_REPLAY_TIMESTAMPS)
+#define IBVB_FEATURE_CHUNKS IBVB__ULL(IBVB_L_FEATURE_CHUNKS)
 
 /* Descriptor flags (spec §4). */
-#define IBVB_FLAG_COMPLETE 0x01u
-#define IBVB_FLAG_INCOMPLETE 0x02u
-#define IBVB_FLAG_TRUNCATED 0x04u
-#define IBVB_FLAG_END_OF_STREAM 0x08u
-#define IBVB_FLAG_HAS_DESCRIPTORS 0x10u
-#define IBVB_FLAG_ITEMS_OVERFLOW 0x20u
-#define IBVB_FLAG_NO_HEAP_SIZE 0x40u
-#define IBVB_FLAG_ITEMS_CUT 0x80u
-#define IBVB_FLAG_CHUNK 0x100u
+#define IBVB_FLAG_COMPLETE IBVB__U(IBVB_L_FLAG_COMPLETE)
+#define IBVB_FLAG_INCOMPLETE IBVB__U(IBVB_L_FLAG_INCOMPLETE)
+#define IBVB_FLAG_TRUNCATED IBVB__U(IBVB_L_FLAG_TRUNCATED)
+#define IBVB_FLAG_END_OF_STREAM IBVB__U(IBVB_L_FLAG_END_OF_STREAM)
+#define IBVB_FLAG_HAS_DESCRIPTORS IBVB__U(IBVB_L_FLAG_HAS_DESCRIPTORS)
+#define IBVB_FLAG_ITEMS_OVERFLOW IBVB__U(IBVB_L_FLAG_ITEMS_OVERFLOW)
+#define IBVB_FLAG_NO_HEAP_SIZE IBVB__U(IBVB_L_FLAG_NO_HEAP_SIZE)
+#define IBVB_FLAG_ITEMS_CUT IBVB__U(IBVB_L_FLAG_ITEMS_CUT)
+#define IBVB_FLAG_CHUNK IBVB__U(IBVB_L_FLAG_CHUNK)
 /* 2.2: a stream boundary, not a heap (recv --keep-going): one stream stopped, the ring goes on. ibvb_peek and
  * ibvb_wait return IBVB_STREAM_END for it, with *h's position, heap_cnt (the stop heap's), timestamp_ns, flags. */
-#define IBVB_FLAG_STREAM_END 0x200u
+#define IBVB_FLAG_STREAM_END IBVB__U(IBVB_L_FLAG_STREAM_END)
 /* What ibvb_peek / ibvb_wait return for a STREAM_END marker (a negative errno, like every other non-heap). */
 #define IBVB_STREAM_END (-ENOMSG)
 /* Item flags (spec §5). */
-#define IBVB_ITEM_IMMEDIATE 0x1u
+#define IBVB_ITEM_IMMEDIATE IBVB__U(IBVB_L_ITEM_FLAG_IMMEDIATE)
 /* 2.2: an address item of a TRUNCATED heap that runs past the slot: its length was clipped to the slot. */
-#define IBVB_ITEM_CUT 0x2u
+#define IBVB_ITEM_CUT IBVB__U(IBVB_L_ITEM_FLAG_CUT)
 
 /* Stats indices (spec §2.3). */
 enum ibvb_counter {
-	IBVB_CTR_PACKETS = 0,
-	IBVB_CTR_BYTES = 1,
-	IBVB_CTR_HEAPS = 2,
-	IBVB_CTR_INCOMPLETE_HEAPS = 3,
-	IBVB_CTR_DROPPED_HEAPS = 4,
-	IBVB_CTR_MALFORMED_PACKETS = 5,
-	IBVB_CTR_DUPLICATE_PACKETS = 6,
-	IBVB_CTR_TRUNCATED_HEAPS = 7,
-	IBVB_CTR_DISCARDED_INCOMPLETE_HEAPS = 8,
-	IBVB_CTR_END_OF_STREAM = 9,
-	IBVB_CTR_CONSUMERS_ATTACHED = 10,
-	IBVB_CTR_CONSUMER_OVERRUNS = 11,
-	IBVB_CTR_CONSUMER_ERRORS = 12,
-	IBVB_CTR_CHUNKS = 13,
-	IBVB_CTR_INCOMPLETE_CHUNKS = 14,
-	IBVB_CTR_TOO_OLD_HEAPS = 15,
-	IBVB_CTR_REJECTED_HEAPS = 16,
-	IBVB_CTR_GROUP_LOST = 17, /* positions lost for a consumer group when a member left holding them (§14) */
-	IBVB_CTR_GROUP_SKIPPED = 18, /* 2.2: positions members released without handing them out (§14.7) */
-	IBVB_CTR_STREAMS_ENDED = 19, /* 2.2: STREAM_END markers published */
-	IBVB_CTR_COUNT = 20
+	IBVB_CTR_PACKETS = IBVB_L_COUNTER_PACKETS,
+	IBVB_CTR_BYTES = IBVB_L_COUNTER_BYTES,
+	IBVB_CTR_HEAPS = IBVB_L_COUNTER_HEAPS,
+	IBVB_CTR_INCOMPLETE_HEAPS = IBVB_L_COUNTER_INCOMPLETE_HEAPS,
+	IBVB_CTR_DROPPED_HEAPS = IBVB_L_COUNTER_DROPPED_HEAPS,
+	IBVB_CTR_MALFORMED_PACKETS = IBVB_L_COUNTER_MALFORMED_PACKETS,
+	IBVB_CTR_DUPLICATE_PACKETS = IBVB_L_COUNTER_DUPLICATE_PACKETS,
+	IBVB_CTR_TRUNCATED_HEAPS = IBVB_L_COUNTER_TRUNCATED_HEAPS,
+	IBVB_CTR_DISCARDED_INCOMPLETE_HEAPS = IBVB_L_COUNTER_DISCARDED_INCOMPLETE_HEAPS,
+	IBVB_CTR_END_OF_STREAM = IBVB_L_COUNTER_END_OF_STREAM,
+	IBVB_CTR_CONSUMERS_ATTACHED = IBVB_L_COUNTER_CONSUMERS_ATTACHED,
+	IBVB_CTR_CONSUMER_OVERRUNS = IBVB_L_COUNTER_CONSUMER_OVERRUNS,
+	IBVB_CTR_CONSUMER_ERRORS = IBVB_L_COUNTER_CONSUMER_ERRORS,
+	IBVB_CTR_CHUNKS = IBVB_L_COUNTER_CHUNKS,
+	IBVB_CTR_INCOMPLETE_CHUNKS = IBVB_L_COUNTER_INCOMPLETE_CHUNKS,
+	IBVB_CTR_TOO_OLD_HEAPS = IBVB_L_COUNTER_TOO_OLD_HEAPS,
+	IBVB_CTR_REJECTED_HEAPS = IBVB_L_COUNTER_REJECTED_HEAPS,
+	IBVB_CTR_GROUP_LOST = IBVB_L_COUNTER_GROUP_LOST, /* positions lost for a consumer group when a member left holding them (§14) */
+	IBVB_CTR_GROUP_SKIPPED = IBVB_L_COUNTER_GROUP_SKIPPED, /* 2.2: positions members released without handing them out (§14.7) */
+	IBVB_CTR_STREAMS_ENDED = IBVB_L_COUNTER_STREAMS_ENDED, /* 2.2: STREAM_END markers published */
+	IBVB_CTR_COUNT = IBVB_L_STATS_COUNT
 };
 
 /* ---- shared structures ----------------------------------------------------------------------- */
@@ -275,30 +285,30 @@ struct ibvb_ctl {
 	uint64_t chunk_step;
 	uint64_t chunk_time_item;
 	uint64_t chunk_axis_item;
-	uint8_t header_reserved[0x100 - 0xC8];
+	uint8_t header_reserved[IBVB_L_PRODUCER_VERSION - IBVB_OFF_HEADER_RESERVED];
 	/* 0x100: 2.2 producer_version, the producing program's name and version, NUL-padded UTF-8 (not
 	 * necessarily terminated: read at most IBVB_PRODUCER_VERSION_MAX bytes) */
 	char producer_version[IBVB_PRODUCER_VERSION_MAX];
-	uint8_t reserved_140[0x100 - IBVB_PRODUCER_VERSION_MAX];
+	uint8_t reserved_140[IBVB_L_HEAD - IBVB_L_PRODUCER_VERSION - IBVB_PRODUCER_VERSION_MAX];
 	/* 0x200 producer cursor */
 	IBVB_ATOMIC(uint64_t) head;
-	uint8_t pad_head[120];
+	uint8_t pad_head[IBVB_L_PRODUCER_WAITING - IBVB_L_HEAD - 8];
 	/* 0x280 producer wait */
 	IBVB_ATOMIC(uint32_t) producer_waiting;
-	uint8_t pad_pwait[124];
+	uint8_t pad_pwait[IBVB_L_HEARTBEAT_NS - IBVB_L_PRODUCER_WAITING - 4];
 	/* 0x300 producer info */
 	IBVB_ATOMIC(uint64_t) heartbeat_ns;
 	IBVB_ATOMIC(uint64_t) oldest;
 	IBVB_ATOMIC(uint32_t) blocked_on;       /* 2.2 §14.6: row + 1 a block producer waits for, 0 none */
 	uint32_t pad_blocked;
 	IBVB_ATOMIC(uint64_t) blocked_since_ns; /* 2.2 §14.6: CLOCK_REALTIME when that wait began */
-	uint8_t pad_pinfo[96];
+	uint8_t pad_pinfo[IBVB_OFF_RESERVED_380 - IBVB_L_BLOCKED_SINCE_NS - 8];
 	/* 0x380 */
-	uint8_t reserved_380[0x500 - 0x380];
+	uint8_t reserved_380[IBVB_L_STATS - IBVB_OFF_RESERVED_380];
 	/* 0x500 stats */
 	IBVB_ATOMIC(uint64_t) stats[IBVB_STATS_SLOTS];
 	/* 0x600 */
-	uint8_t reserved_600[IBVB_CTL_FIXED_SIZE - 0x600];
+	uint8_t reserved_600[IBVB_CTL_FIXED_SIZE - IBVB_OFF_RESERVED_600];
 	/* 0x1000: max_consumers × struct ibvb_row follow (ibvb_ctl_row) */
 };
 
@@ -318,24 +328,24 @@ struct ibvb_row {
 	IBVB_ATOMIC(uint64_t) read;     /* 2.2 §14.2: a member's read position as the producer accepted it */
 	IBVB_ATOMIC(uint64_t) queued;   /* 2.2 §14.2: assigned to the member, published, not yet read */
 	IBVB_ATOMIC(uint64_t) skipped;  /* 2.2 §14.7: assigned positions released without being handed out */
-	uint8_t reserved[IBVB_ROW_SIZE - 0x60];
+	uint8_t reserved[IBVB_ROW_SIZE - IBVB_ROW_OFF_RESERVED];
 };
 
 /* Consumer region (spec §3): one per attachment, mapped read-write; this consumer is its only writer
  * except consumer_waiting (the producer exchanges it with 0) and consumer_futex (the producer bumps it). */
 struct ibvb_region {
 	IBVB_ATOMIC(uint64_t) tail;
-	uint8_t pad_tail[0x80 - 8];
+	uint8_t pad_tail[IBVB_L_REGION_CONSUMER_WAITING - 8];
 	IBVB_ATOMIC(uint32_t) consumer_waiting;
 	IBVB_ATOMIC(uint32_t) consumer_futex;
 	IBVB_ATOMIC(uint64_t) wake_at; /* wake me once head reaches this (spec §7.5) */
 	IBVB_ATOMIC(uint64_t) read;    /* 2.2 member: every position below it has been looked at (spec §14.2) */
 	IBVB_ATOMIC(uint64_t) handed;  /* 2.2 member: own heaps handed to the caller since attach (spec §14.2) */
-	uint8_t pad_cwait[0x100 - 0xA0];
+	uint8_t pad_cwait[IBVB_L_REGION_RELEASE_FUTEX - IBVB_L_REGION_HANDED - 8];
 	IBVB_ATOMIC(uint32_t) release_futex;
-	uint8_t pad_release[0x180 - 0x104];
+	uint8_t pad_release[IBVB_L_REGION_SPIN_BUDGET_NS - IBVB_L_REGION_RELEASE_FUTEX - 4];
 	IBVB_ATOMIC(uint64_t) spin_budget_ns;
-	uint8_t reserved[IBVB_REGION_SIZE - 0x188];
+	uint8_t reserved[IBVB_REGION_SIZE - IBVB_REG_OFF_RESERVED];
 };
 
 /* Handshake records (spec §1.2), little-endian. */
@@ -345,7 +355,8 @@ struct ibvb_hello {
 	uint16_t minor;
 	uint32_t role;
 	uint32_t start;
-	uint32_t reserved[3];
+	uint32_t group_id; /* 2.1 §14: FNV-1a 32 of the group name, 0 = no group */
+	uint32_t reserved[2];
 };
 struct ibvb_welcome {
 	uint64_t magic;
@@ -366,7 +377,7 @@ struct ibvb_error_record {
 	uint16_t major;
 	uint16_t minor;
 	uint32_t status;
-	char message[IBVB_ERROR_RECORD_MAX - 16];
+	char message[IBVB_ERROR_RECORD_MAX - IBVB_L_WELCOME_MESSAGE];
 };
 
 /* Descriptor (spec §4), in the read-only data mapping. */
@@ -380,7 +391,7 @@ struct ibvb_desc {
 	uint32_t flags;
 	uint32_t item_count;
 	uint32_t packets;
-	uint64_t reserved; /* 0x38: assign, the consumer rows a group position is for (spec §14) */
+	uint64_t assign; /* 2.1 §14: bitmask over consumer rows, one group member's bit per group */
 };
 
 /* Item entry (spec §5). */
@@ -406,7 +417,7 @@ struct ibvb_meta_record_header {
 	uint32_t format_len;
 	uint32_t dtype_len;
 };
-#define IBVB_META_NDIM_UNKNOWN 0xFFFFFFFFu
+#define IBVB_META_NDIM_UNKNOWN IBVB_L_META_NDIM_UNKNOWN
 
 #define IBVB__CHECK(T, f, off) IBVB__STATIC_ASSERT(offsetof(T, f) == (off), #T "." #f " offset")
 IBVB__STATIC_ASSERT(sizeof(IBVB_ATOMIC(uint64_t)) == 8 && sizeof(IBVB_ATOMIC(uint32_t)) == 4, "atomic sizes");
@@ -483,64 +494,65 @@ IBVB__CHECK(struct ibvb_region, read, IBVB_REG_OFF_READ);
 IBVB__CHECK(struct ibvb_region, handed, IBVB_REG_OFF_HANDED);
 IBVB__CHECK(struct ibvb_region, release_futex, IBVB_REG_OFF_RELEASE_FUTEX);
 IBVB__CHECK(struct ibvb_region, spin_budget_ns, IBVB_REG_OFF_SPIN_BUDGET_NS);
-IBVB__CHECK(struct ibvb_region, reserved, 0x188);
+IBVB__CHECK(struct ibvb_region, reserved, IBVB_REG_OFF_RESERVED);
 
 IBVB__STATIC_ASSERT(sizeof(struct ibvb_hello) == IBVB_HELLO_SIZE, "hello size");
-IBVB__CHECK(struct ibvb_hello, magic, 0x00);
-IBVB__CHECK(struct ibvb_hello, major, 0x08);
-IBVB__CHECK(struct ibvb_hello, minor, 0x0A);
-IBVB__CHECK(struct ibvb_hello, role, 0x0C);
-IBVB__CHECK(struct ibvb_hello, start, 0x10);
-IBVB__CHECK(struct ibvb_hello, reserved, 0x14);
+IBVB__CHECK(struct ibvb_hello, magic, IBVB_L_HELLO_MAGIC);
+IBVB__CHECK(struct ibvb_hello, major, IBVB_L_HELLO_MAJOR);
+IBVB__CHECK(struct ibvb_hello, minor, IBVB_L_HELLO_MINOR);
+IBVB__CHECK(struct ibvb_hello, role, IBVB_L_HELLO_ROLE);
+IBVB__CHECK(struct ibvb_hello, start, IBVB_L_HELLO_START);
+IBVB__CHECK(struct ibvb_hello, group_id, IBVB_L_HELLO_GROUP_ID);
+IBVB__CHECK(struct ibvb_hello, reserved, IBVB_L_HELLO_GROUP_ID + 4);
 IBVB__STATIC_ASSERT(sizeof(struct ibvb_welcome) == IBVB_WELCOME_SIZE, "welcome size");
-IBVB__CHECK(struct ibvb_welcome, magic, 0x00);
-IBVB__CHECK(struct ibvb_welcome, major, 0x08);
-IBVB__CHECK(struct ibvb_welcome, minor, 0x0A);
-IBVB__CHECK(struct ibvb_welcome, status, 0x0C);
-IBVB__CHECK(struct ibvb_welcome, consumer_index, 0x10);
-IBVB__CHECK(struct ibvb_welcome, generation, 0x14);
-IBVB__CHECK(struct ibvb_welcome, session_id, 0x18);
-IBVB__CHECK(struct ibvb_welcome, ctl_size, 0x20);
-IBVB__CHECK(struct ibvb_welcome, data_size, 0x28);
-IBVB__CHECK(struct ibvb_welcome, region_size, 0x30);
-IBVB__CHECK(struct ibvb_welcome, reserved, 0x38);
+IBVB__CHECK(struct ibvb_welcome, magic, IBVB_L_WELCOME_MAGIC);
+IBVB__CHECK(struct ibvb_welcome, major, IBVB_L_WELCOME_MAJOR);
+IBVB__CHECK(struct ibvb_welcome, minor, IBVB_L_WELCOME_MINOR);
+IBVB__CHECK(struct ibvb_welcome, status, IBVB_L_WELCOME_STATUS);
+IBVB__CHECK(struct ibvb_welcome, consumer_index, IBVB_L_WELCOME_CONSUMER_INDEX);
+IBVB__CHECK(struct ibvb_welcome, generation, IBVB_L_WELCOME_GENERATION);
+IBVB__CHECK(struct ibvb_welcome, session_id, IBVB_L_WELCOME_SESSION_ID);
+IBVB__CHECK(struct ibvb_welcome, ctl_size, IBVB_L_WELCOME_CTL_SIZE);
+IBVB__CHECK(struct ibvb_welcome, data_size, IBVB_L_WELCOME_DATA_SIZE);
+IBVB__CHECK(struct ibvb_welcome, region_size, IBVB_L_WELCOME_REGION_SIZE);
+IBVB__CHECK(struct ibvb_welcome, reserved, IBVB_L_WELCOME_REGION_SIZE + 8);
 IBVB__STATIC_ASSERT(sizeof(struct ibvb_error_record) == IBVB_ERROR_RECORD_MAX, "error record size");
-IBVB__CHECK(struct ibvb_error_record, magic, 0x00);
-IBVB__CHECK(struct ibvb_error_record, major, 0x08);
-IBVB__CHECK(struct ibvb_error_record, minor, 0x0A);
-IBVB__CHECK(struct ibvb_error_record, status, 0x0C);
-IBVB__CHECK(struct ibvb_error_record, message, 0x10);
+IBVB__CHECK(struct ibvb_error_record, magic, IBVB_L_WELCOME_MAGIC);
+IBVB__CHECK(struct ibvb_error_record, major, IBVB_L_WELCOME_MAJOR);
+IBVB__CHECK(struct ibvb_error_record, minor, IBVB_L_WELCOME_MINOR);
+IBVB__CHECK(struct ibvb_error_record, status, IBVB_L_WELCOME_STATUS);
+IBVB__CHECK(struct ibvb_error_record, message, IBVB_L_WELCOME_MESSAGE);
 
 IBVB__STATIC_ASSERT(sizeof(struct ibvb_desc) == IBVB_DESC_SIZE, "descriptor size");
-IBVB__CHECK(struct ibvb_desc, seq, 0x00);
-IBVB__CHECK(struct ibvb_desc, heap_cnt, 0x08);
-IBVB__CHECK(struct ibvb_desc, heap_size, 0x10);
-IBVB__CHECK(struct ibvb_desc, received, 0x18);
-IBVB__CHECK(struct ibvb_desc, timestamp_ns, 0x20);
-IBVB__CHECK(struct ibvb_desc, slot, 0x28);
-IBVB__CHECK(struct ibvb_desc, flags, 0x2C);
-IBVB__CHECK(struct ibvb_desc, item_count, 0x30);
-IBVB__CHECK(struct ibvb_desc, packets, 0x34);
-IBVB__CHECK(struct ibvb_desc, reserved, 0x38);
+IBVB__CHECK(struct ibvb_desc, seq, IBVB_L_DESC_SEQ);
+IBVB__CHECK(struct ibvb_desc, heap_cnt, IBVB_L_DESC_HEAP_CNT);
+IBVB__CHECK(struct ibvb_desc, heap_size, IBVB_L_DESC_HEAP_SIZE);
+IBVB__CHECK(struct ibvb_desc, received, IBVB_L_DESC_RECEIVED);
+IBVB__CHECK(struct ibvb_desc, timestamp_ns, IBVB_L_DESC_TIMESTAMP_NS);
+IBVB__CHECK(struct ibvb_desc, slot, IBVB_L_DESC_SLOT);
+IBVB__CHECK(struct ibvb_desc, flags, IBVB_L_DESC_FLAGS);
+IBVB__CHECK(struct ibvb_desc, item_count, IBVB_L_DESC_ITEM_COUNT);
+IBVB__CHECK(struct ibvb_desc, packets, IBVB_L_DESC_PACKETS);
+IBVB__CHECK(struct ibvb_desc, assign, IBVB_L_DESC_ASSIGN);
 
 IBVB__STATIC_ASSERT(sizeof(struct ibvb_item) == IBVB_ITEM_SIZE, "item size");
-IBVB__CHECK(struct ibvb_item, id, 0x00);
-IBVB__CHECK(struct ibvb_item, value, 0x08);
-IBVB__CHECK(struct ibvb_item, length, 0x10);
-IBVB__CHECK(struct ibvb_item, flags, 0x18);
-IBVB__CHECK(struct ibvb_item, reserved, 0x1C);
+IBVB__CHECK(struct ibvb_item, id, IBVB_L_ITEM_ID);
+IBVB__CHECK(struct ibvb_item, value, IBVB_L_ITEM_VALUE);
+IBVB__CHECK(struct ibvb_item, length, IBVB_L_ITEM_LENGTH);
+IBVB__CHECK(struct ibvb_item, flags, IBVB_L_ITEM_FLAGS);
+IBVB__CHECK(struct ibvb_item, reserved, IBVB_L_ITEM_RESERVED);
 
 IBVB__STATIC_ASSERT(sizeof(struct ibvb_meta_header) == IBVB_META_HEADER_SIZE, "meta header size");
-IBVB__CHECK(struct ibvb_meta_header, seq, 0x00);
-IBVB__CHECK(struct ibvb_meta_header, length, 0x08);
+IBVB__CHECK(struct ibvb_meta_header, seq, IBVB_L_META_SEQ);
+IBVB__CHECK(struct ibvb_meta_header, length, IBVB_L_META_LENGTH);
 IBVB__STATIC_ASSERT(sizeof(struct ibvb_meta_record_header) == IBVB_META_RECORD_HEADER_SIZE, "meta record header size");
-IBVB__CHECK(struct ibvb_meta_record_header, record_size, 0x00);
-IBVB__CHECK(struct ibvb_meta_record_header, ndim, 0x04);
-IBVB__CHECK(struct ibvb_meta_record_header, id, 0x08);
-IBVB__CHECK(struct ibvb_meta_record_header, name_len, 0x10);
-IBVB__CHECK(struct ibvb_meta_record_header, description_len, 0x14);
-IBVB__CHECK(struct ibvb_meta_record_header, format_len, 0x18);
-IBVB__CHECK(struct ibvb_meta_record_header, dtype_len, 0x1C);
+IBVB__CHECK(struct ibvb_meta_record_header, record_size, IBVB_L_META_RECORD_RECORD_SIZE);
+IBVB__CHECK(struct ibvb_meta_record_header, ndim, IBVB_L_META_RECORD_NDIM);
+IBVB__CHECK(struct ibvb_meta_record_header, id, IBVB_L_META_RECORD_ID);
+IBVB__CHECK(struct ibvb_meta_record_header, name_len, IBVB_L_META_RECORD_NAME_LEN);
+IBVB__CHECK(struct ibvb_meta_record_header, description_len, IBVB_L_META_RECORD_DESCRIPTION_LEN);
+IBVB__CHECK(struct ibvb_meta_record_header, format_len, IBVB_L_META_RECORD_FORMAT_LEN);
+IBVB__CHECK(struct ibvb_meta_record_header, dtype_len, IBVB_L_META_RECORD_DTYPE_LEN);
 
 /* ---- chunk geometry (spec §13) ---------------------------------------------------------------- */
 
@@ -900,7 +912,7 @@ static inline int ibvb_release_all(struct ibvb_ring *r)
 static inline int ibvb__member_passes(struct ibvb_ring *r, uint64_t pos, const struct ibvb_desc *d)
 {
 	uint32_t marker = d->flags & (IBVB_FLAG_END_OF_STREAM | IBVB_FLAG_STREAM_END); /* markers are everyone's */
-	if (!(d->reserved & r->group_bit) && !marker) {
+	if (!(d->assign & r->group_bit) && !marker) {
 		ibvb__pass_over(r, pos);
 		return 1;
 	}

@@ -699,7 +699,8 @@ static void read_cursors_locked(struct ibvb_producer *p, int hot)
 		uint64_t t = atomic_load_explicit(&m->region->tail, memory_order_acquire);
 		uint64_t head = hot ? p->committed : atomic_load_explicit(&p->ctl->head, memory_order_acquire);
 		if (t - m->released > head - m->released) {
-			detach_locked(p, i, IBVB_CONSUMER_BAD_CURSOR, 0);
+			/* spec §2.2: lost_heaps counts from the final valid tail (states 2 and 3 alike) */
+			detach_locked(p, i, IBVB_CONSUMER_BAD_CURSOR, head - m->released);
 			continue;
 		}
 		if (t != m->released) {
@@ -1100,7 +1101,7 @@ static void assign_locked(struct ibvb_producer *p)
 			mask |= 1ull << best;
 			a = b;
 		}
-		d->reserved = mask; /* assign (0x38) */
+		d->assign = mask;
 		st->pos_need[q & p->mask] = mask;
 	}
 	for (uint32_t k = 0; k < n; k++) {
@@ -1413,17 +1414,17 @@ static int check_hello(struct ibvb_producer *p, int fd, int fd_short, struct ucr
 		return -1;
 	}
 	/* 2.1: 0x14..0x17 is group_id (spec §14), 0x18..0x1F stay reserved and must be zero */
-	if (h->reserved[1] | h->reserved[2]) {
+	if (h->reserved[0] | h->reserved[1]) {
 		snprintf(msg, sizeof msg, "ring %s: the hello's reserved bytes are not zero", st->name);
 		refuse(st, fd, cr, IBVB_STATUS_PROTOCOL, msg);
 		return -1;
 	}
-	if (h->role == IBVB_ROLE_OBSERVER && h->reserved[0]) {
-		snprintf(msg, sizeof msg, "ring %s: an observer in group %#x", st->name, h->reserved[0]);
+	if (h->role == IBVB_ROLE_OBSERVER && h->group_id) {
+		snprintf(msg, sizeof msg, "ring %s: an observer in group %#x", st->name, h->group_id);
 		refuse(st, fd, cr, IBVB_STATUS_PROTOCOL, msg);
 		return -1;
 	}
-	if (!grant_permits(st, fd, cr, h->reserved[0], msg, sizeof msg)) {
+	if (!grant_permits(st, fd, cr, h->group_id, msg, sizeof msg)) {
 		refuse(st, fd, cr, IBVB_STATUS_NOT_PERMITTED, msg);
 		return -1;
 	}
@@ -1524,7 +1525,7 @@ static int answer_hello(struct ibvb_producer *p, int fd, int fd_short)
 	w.ctl_size = p->st->ctl_size;
 	if (h.role == IBVB_ROLE_OBSERVER)
 		return welcome_observer(p, fd, &cr, &w);
-	return welcome_consumer(p, fd, &cr, h.start, h.reserved[0], h.minor, &w);
+	return welcome_consumer(p, fd, &cr, h.start, h.group_id, h.minor, &w);
 }
 
 /* ---- the service thread ----------------------------------------------------------------------- */
@@ -2096,7 +2097,6 @@ int ibvb_producer_end_of_stream(struct ibvb_producer *p, uint64_t stop_heap_cnt,
 		ibvb__producer_ended(p, "publish a second end-of-stream marker");
 		return -EPIPE;
 	}
-	ibvb_producer_set(p, IBVB_CTR_END_OF_STREAM, 1); /* before the marker: a consumer that sees it reads the counter set */
 	if (p->free_r == p->free_w || p->free_r == p->take_end) {
 		ibvb_producer_commit(p);
 		pthread_mutex_lock(&st->mu);
@@ -2117,6 +2117,9 @@ int ibvb_producer_end_of_stream(struct ibvb_producer *p, uint64_t stop_heap_cnt,
 	int rc = ibvb_producer_acquire(p, &s); /* a slot is free: no wait */
 	if (rc < 0)
 		return fail(rc, "ring %s: no free slot for the end-of-stream marker", st->name);
+	/* spec §2.3: 1 once the marker is published, so not before a slot for it is taken; before the publish,
+	 * so a consumer that sees the marker reads the counter set */
+	ibvb_producer_set(p, IBVB_CTR_END_OF_STREAM, 1);
 	struct ibvb_publish_info h;
 	memset(&h, 0, sizeof h);
 	h.heap_cnt = stop_heap_cnt;

@@ -345,7 +345,7 @@ static inline int ibvb_producer_stage(struct ibvb_producer *p, const struct ibvb
 	d->flags = h->flags | (s->overflow ? IBVB_FLAG_ITEMS_OVERFLOW : 0u);
 	d->item_count = s->item_count;
 	d->packets = h->packets;
-	d->reserved = 0;
+	d->assign = 0;
 	d->seq = pos + 1;
 	p->pos_slot[pos & p->mask] = s->index;
 	p->pos = pos + 1;

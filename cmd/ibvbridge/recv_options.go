@@ -83,7 +83,7 @@ func recvFlags(fs *flag.FlagSet) *recvOptions {
 	fs.DurationVar(&o.statsEvery, "stats-interval", 0, "log the counters this often (0: off)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	fs.DurationVar(&o.waitConsumer, "wait-consumer", 0, "wait up to this long for a consumer to attach before receiving (file replay into a reader)")
-	fs.StringVar(&o.metricsAddr, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. :9100 or 127.0.0.1:9100)")
+	fs.StringVar(&o.metricsAddr, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics, and the probes /healthz and /readyz (e.g. :9100 or 127.0.0.1:9100)")
 	fs.UintVar(&o.chunkHeaps, "chunk-heaps", 0, "chunk mode: heaps per chunk along the time axis (0: off; docs/ring-layout.md §13)")
 	fs.StringVar(&o.chunkBy, "chunk-by", "", "chunk mode: ITEM[:STEP], the immediate item whose value / STEP is a heap's time index (e.g. 0x1600:4096)")
 	fs.StringVar(&o.chunkAxis, "chunk-axis", "", "chunk mode: ITEM:COUNT, an immediate item giving a second index below COUNT (e.g. 0x4101:64)")

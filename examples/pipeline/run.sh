@@ -7,14 +7,27 @@
 # HEAPS (default 1000) heaps of SAMPLES (4096) 8-bit complex samples. Prints one JSON line per stage, then
 # {"pipeline": ...} with the sums a test checks: every spectrum reaches the C stage on ring B and, through
 # the network again (with its item descriptors), the one on ring C, byte for byte, each right by Parseval.
+#
+# From the source tree it builds the C stage against clients/c; installed (the Debian package's
+# /usr/share/ibvbridge/demo/pipeline) against libibvbridge-dev through pkg-config.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+here=$(cd "$(dirname "$0")" && pwd)
+if [[ -d $here/../../clients/c ]]; then # the source tree
+  cd "$here/../.."
+  export PYTHONPATH=clients/python
+  C_LIB=(-I clients/c clients/c/build/libibvbridge.a -lpthread)
+  DEFAULT_BIN=bin/ibvbridge
+else # installed: nothing written next to the installed files (no __pycache__ for dpkg to trip on)
+  export PYTHONDONTWRITEBYTECODE=1
+  read -ra C_LIB <<<"$(pkg-config --cflags --libs ibvbridge)"
+  DEFAULT_BIN=/usr/bin/ibvbridge
+fi
 HEAPS=${HEAPS:-1000}
 SAMPLES=${SAMPLES:-4096}
 RATE=${RATE:-0.1}
-BIN=${BIN:-bin/ibvbridge}
+BIN=${BIN:-$DEFAULT_BIN}
 PY=/usr/bin/python3
-export PYTHONPATH=clients/python PYENV_VERSION=system
+export PYENV_VERSION=system
 work=$(mktemp -d)
 dir=$work/rings
 mkdir -m 0700 "$dir"
@@ -28,11 +41,11 @@ cleanup() {
 trap cleanup EXIT
 free_port() { $PY -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 p1=$(free_port); p2=$(free_port)
-cc -O2 -I clients/c examples/pipeline/peak.c clients/c/build/libibvbridge.a -lpthread -lm -o "$work/peak"
+cc -O2 "$here/peak.c" "${C_LIB[@]}" -lm -o "$work/peak"
 
 "$BIN" recv --ring A --slots 256 --slot-size 64K --log-format json "127.0.0.1:$p1" >"$work/recvA.json" 2>"$work/recvA.log" & pids+=($!)
 while [[ ! -S $dir/A.v2.sock ]]; do sleep 0.01; done
-$PY examples/pipeline/spectrum.py --input A --output B --samples "$SAMPLES" --wait-consumers 2 >"$work/spectrum.json" 2>"$work/spectrum.log" & spectrum=$!; pids+=($spectrum)
+$PY "$here/spectrum.py" --input A --output B --samples "$SAMPLES" --wait-consumers 2 >"$work/spectrum.json" 2>"$work/spectrum.log" & spectrum=$!; pids+=($spectrum)
 while [[ ! -S $dir/B.v2.sock ]]; do sleep 0.01; done
 "$work/peak" --ring B --check-pattern >"$work/peak.json" 2>"$work/peak.log" & peak=$!
 "$BIN" recv --ring C --slots 256 --slot-size 64K --log-format json "127.0.0.1:$p2" >"$work/recvC.json" 2>"$work/recvC.log" & pids+=($!)
@@ -54,9 +67,9 @@ for f in recvA spectrum peak relay peakC; do printf '{"stage":"%s","result":%s}\
 if [[ $status != 0 ]]; then
   for f in recvA spectrum peak relay recvC peakC; do echo "== $f" >&2; tail -n 5 "$work/$f.log" >&2; done
 fi
-expected=$($PY - "$HEAPS" "$SAMPLES" <<'PYEOF'
+expected=$($PY - "$HEAPS" "$SAMPLES" "$here" <<'PYEOF'
 import sys, numpy as np
-sys.path.insert(0, "examples/pipeline")
+sys.path.insert(0, sys.argv[3])
 from spectrum import power_spectrum
 heaps, samples = int(sys.argv[1]), int(sys.argv[2])
 total = 0

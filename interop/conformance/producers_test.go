@@ -58,10 +58,32 @@ type producer struct {
 	kind, dir, name string
 	cmd             *exec.Cmd
 	stdin           io.WriteCloser // with interruptOnEOF: closing it interrupts the producer
-	out, errb       bytes.Buffer
+	out, errb       syncBuffer     // written by the running process, read by the test meanwhile
 	done            chan struct{}
 	err             error
 }
+
+// syncBuffer is a bytes.Buffer a running process writes into while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String is what was written so far.
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Bytes is a copy of what was written so far.
+func (s *syncBuffer) Bytes() []byte { return []byte(s.String()) }
 
 // sock is the ring's socket path.
 func (p *producer) sock() string { return filepath.Join(p.dir, ring.SocketName(p.name)) }

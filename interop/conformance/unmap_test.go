@@ -82,11 +82,11 @@ func TestDetachedRegionUnmappedAtOnce(t *testing.T) {
 	}
 }
 
-// TestUnmapCheckCatchesARegionLeftMapped: the check above fails for the Go and C producers built to leave
+// TestUnmapCheckCatchesARegionLeftMapped: the check above fails for the Go, C and Python producers built to leave
 // a detached consumer's region to the heartbeat's sweep (mutant no-unmap).
 func TestUnmapCheckCatchesARegionLeftMapped(t *testing.T) {
 	t.Parallel() // mostly waiting on processes: beside another test
-	for _, kind := range []string{"go", "c"} {
+	for _, kind := range []string{"go", "c", "python"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			if n := unmappedAtDetach(t, kind, mutantEnv+"=no-unmap"); n != unmapChecks {

@@ -125,6 +125,7 @@ int main(void)
 	HE(minor);
 	HE(role);
 	HE(start);
+	HE(group_id);
 	WE(magic);
 	WE(major);
 	WE(minor);
@@ -147,7 +148,7 @@ int main(void)
 	D(flags);
 	D(item_count);
 	D(packets);
-	D(reserved);
+	D(assign);
 
 	/* item (§5) */
 	I(id);

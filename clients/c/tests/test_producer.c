@@ -515,7 +515,7 @@ static int stage_locked(struct tp *p, uint64_t heap_cnt, const void *payload, ui
 	d->flags = flags;
 	d->item_count = nitems;
 	d->packets = flags & IBVB_FLAG_END_OF_STREAM ? 0 : 1;
-	d->reserved = 0;
+	d->assign = 0;
 	d->seq = pos + 1;
 	p->head = pos + 1;
 	if (pos_out)

@@ -1389,7 +1389,7 @@ static int raw_hello(const char *sock_path, uint32_t role, int *fd, char *msg, s
 	memset(&sa, 0, sizeof sa);
 	sa.sun_family = AF_UNIX;
 	snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock_path);
-	struct ibvb_hello h = {IBVB_MAGIC, IBVB_MAJOR, IBVB_MINOR, role, 0, {0, 0, 0}};
+	struct ibvb_hello h = {IBVB_MAGIC, IBVB_MAJOR, IBVB_MINOR, role, 0, 0, {0, 0}};
 	struct ibvb_error_record er;
 	memset(&er, 0, sizeof er);
 	ssize_t n = -1;

@@ -1,8 +1,9 @@
 """The ring layout of docs/ring-layout.md, version 2.2, as Python constants.
 
-This module is the one place the Python client knows where anything lies.  ring/layout.go (Go) and
-clients/c/ibvbridge.h (C) carry the same numbers; ``python -m ibvbridge.layout`` prints them as
-``NAME VALUE`` lines for the golden test that compares all three.
+This module is the one place the Python client knows where anything lies.  Its numbers come from
+``_contract.py``, generated from ring/layout.go (``go generate ./ring``), as clients/c/ibvbridge_layout.h is
+for C; ``python -m ibvbridge.layout`` prints them as ``NAME VALUE`` lines for the golden test that compares
+all three.
 
 The struct formats are derived from the offsets below (``_fields_struct``), never written by hand, so an
 offset and the struct that reads it cannot disagree.
@@ -15,204 +16,203 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-MAGIC = 0x474E495242564249  # b"IBVBRING" little-endian
-MAJOR_VERSION = 2
-MINOR_VERSION = 2  # 2.2: group members publish read and handed (§14); any minor of major 2 interoperates
+from . import _contract
 
-STATS_SLOTS = 32
-REGION_ALIGN = 4096
-MAX_SLOT_COUNT = 1 << 24
-MAX_ITEMS = 65536
-META_HEADER_SIZE = 16
-META_RECORD_HEADER_SIZE = 32
-NDIM_UNKNOWN = 0xFFFFFFFF
-ROW_SIZE = 128
-REGION_SIZE = 4096
-MAX_CONSUMERS_LIMIT = 64
-DEFAULT_MAX_CONSUMERS = 8
-HELLO_SIZE = 32
-WELCOME_SIZE = 64
-ERROR_RECORD_MAX = 256
-NO_CONSUMER_INDEX = 0xFFFFFFFF
-SOCKET_SUFFIX = f".v{MAJOR_VERSION}.sock"
-LOCK_SUFFIX = f".v{MAJOR_VERSION}.lock"
-RUN_DIR = "/run/ibvbridge"
-ENV_DIR = "IBVBRIDGE_RING_DIR"
+_T = _contract.TABLE  # the generated golden table (ring/layout.go): every value below is taken from it
+
+MAGIC = _T["magic_value"]  # b"IBVBRING" little-endian
+MAJOR_VERSION = _T["major_value"]
+MINOR_VERSION = _T["minor_value"]  # 2.2: group members publish read and handed (§14); any minor of major 2 interoperates
+
+STATS_SLOTS = _T["stats_slots"]
+REGION_ALIGN = _T["region_align"]
+MAX_SLOT_COUNT = _T["max_slot_count"]
+MAX_ITEMS = _T["max_items_limit"]
+META_HEADER_SIZE = _T["meta_header_size"]
+META_RECORD_HEADER_SIZE = _T["meta_record_header_size"]
+NDIM_UNKNOWN = _T["meta_ndim_unknown"]
+ROW_SIZE = _T["row_size"]
+REGION_SIZE = _T["region_size"]
+MAX_CONSUMERS_LIMIT = _T["max_consumers_limit"]
+DEFAULT_MAX_CONSUMERS = _T["default_max_consumers"]
+HELLO_SIZE = _T["hello_size"]
+WELCOME_SIZE = _T["welcome_size"]
+ERROR_RECORD_MAX = _T["error_record_max"]
+NO_CONSUMER_INDEX = _T["no_consumer_index"]
+SOCKET_SUFFIX = _contract.STRINGS["socket_suffix"]
+LOCK_SUFFIX = _contract.STRINGS["lock_suffix"]
+RUN_DIR = _contract.STRINGS["run_dir"]
+ENV_DIR = _contract.STRINGS["env_dir"]
 
 # --- control memory: header (§2.1) -----------------------------------------------------------------
-OFF_MAGIC = 0x00
-OFF_MAJOR = 0x08
-OFF_MINOR = 0x0A
-OFF_CTL_SIZE = 0x0C
-OFF_STATE = 0x10
-OFF_POLICY = 0x14
-OFF_SESSION_ID = 0x18
-OFF_PRODUCER_PID = 0x20
-OFF_PRODUCER_START_NS = 0x28
-OFF_SLOT_COUNT = 0x30
-OFF_SLOT_SIZE = 0x38
-OFF_MAX_ITEMS = 0x40
-OFF_DESC_SIZE = 0x44
-OFF_ITEM_SIZE = 0x48
-OFF_PAGE_SIZE = 0x4C
-OFF_DATA_SIZE = 0x50
-OFF_DESC_OFFSET = 0x58
-OFF_ITEMS_OFFSET = 0x60
-OFF_META_OFFSET = 0x68
-OFF_META_SIZE = 0x70
-OFF_PAYLOAD_OFFSET = 0x78
-OFF_PACKET_OFFSET = 0x80
-OFF_PACKET_SIZE = 0x88
-OFF_FEATURES = 0x90
-OFF_STATS_COUNT = 0x98
-OFF_MAX_CONSUMERS = 0x9C
+OFF_MAGIC = _T["magic"]
+OFF_MAJOR = _T["major"]
+OFF_MINOR = _T["minor"]
+OFF_CTL_SIZE = _T["header.ctl_size"]
+OFF_STATE = _T["state"]
+OFF_POLICY = _T["policy"]
+OFF_SESSION_ID = _T["session_id"]
+OFF_PRODUCER_PID = _T["producer_pid"]
+OFF_PRODUCER_START_NS = _T["producer_start_ns"]
+OFF_SLOT_COUNT = _T["slot_count"]
+OFF_SLOT_SIZE = _T["slot_size"]
+OFF_MAX_ITEMS = _T["max_items"]
+OFF_DESC_SIZE = _T["header.desc_size"]
+OFF_ITEM_SIZE = _T["header.item_size"]
+OFF_PAGE_SIZE = _T["page_size"]
+OFF_DATA_SIZE = _T["data_size"]
+OFF_DESC_OFFSET = _T["desc_offset"]
+OFF_ITEMS_OFFSET = _T["items_offset"]
+OFF_META_OFFSET = _T["meta_offset"]
+OFF_META_SIZE = _T["meta_size"]
+OFF_PAYLOAD_OFFSET = _T["payload_offset"]
+OFF_PACKET_OFFSET = _T["packet_offset"]
+OFF_PACKET_SIZE = _T["packet_size"]
+OFF_FEATURES = _T["features"]
+OFF_STATS_COUNT = _T["header.stats_count"]
+OFF_MAX_CONSUMERS = _T["header.max_consumers"]
 # chunk geometry (§13): 0 unless features has FEATURE_CHUNKS
-OFF_CHUNK_HEAPS = 0xA0
-OFF_CHUNK_AXIS = 0xA4
-OFF_CHUNK_HEAP_SIZE = 0xA8
-OFF_CHUNK_STEP = 0xB0
-OFF_CHUNK_TIME_ITEM = 0xB8
-OFF_CHUNK_AXIS_ITEM = 0xC0
-HEADER_SIZE = 0x100  # the header block; the rest of it is reserved
+OFF_CHUNK_HEAPS = _T["chunk_heaps"]
+OFF_CHUNK_AXIS = _T["chunk_axis"]
+OFF_CHUNK_HEAP_SIZE = _T["chunk_heap_size"]
+OFF_CHUNK_STEP = _T["chunk_step"]
+OFF_CHUNK_TIME_ITEM = _T["chunk_time_item"]
+OFF_CHUNK_AXIS_ITEM = _T["chunk_axis_item"]
+HEADER_SIZE = _T["producer_version"]  # the header block (producer_version follows it); the rest of it is reserved
 # --- control memory: producer blocks, stats, consumer table (§2) -----------------------------------
 # 2.2: producer_version, the producing program's name and version, NUL-padded UTF-8 (§2)
-OFF_PRODUCER_VERSION = 0x100
-PRODUCER_VERSION_MAX = 64
-OFF_HEAD = 0x200
-OFF_PRODUCER_WAITING = 0x280
-OFF_HEARTBEAT_NS = 0x300
-OFF_OLDEST = 0x308
-OFF_BLOCKED_ON = 0x310  # 2.2 (§14.6): u32, row + 1 of the consumer a block producer waits for, 0 none
-OFF_BLOCKED_SINCE_NS = 0x318  # 2.2: CLOCK_REALTIME when that wait began
-OFF_STATS = 0x500
-OFF_CONSUMER_TABLE = 0x1000
+OFF_PRODUCER_VERSION = _T["producer_version"]
+PRODUCER_VERSION_MAX = _T["producer_version_max"]
+OFF_HEAD = _T["head"]
+OFF_PRODUCER_WAITING = _T["producer_waiting"]
+OFF_HEARTBEAT_NS = _T["heartbeat_ns"]
+OFF_OLDEST = _T["oldest"]
+OFF_BLOCKED_ON = _T["blocked_on"]  # 2.2 (§14.6): u32, row + 1 of the consumer a block producer waits for, 0 none
+OFF_BLOCKED_SINCE_NS = _T["blocked_since_ns"]  # 2.2: CLOCK_REALTIME when that wait began
+OFF_STATS = _T["stats"]
+OFF_CONSUMER_TABLE = _T["consumer_table"]
 
 # --- consumer table row (§2.2), at OFF_CONSUMER_TABLE + ROW_SIZE * index -----------------------------
-ROW_STATE = 0x00
-ROW_GENERATION = 0x04
-ROW_PID = 0x08
-ROW_UID = 0x10
-ROW_ATTACH_NS = 0x18
-ROW_RELEASED = 0x20
-ROW_WAKES = 0x28
-ROW_LOST_HEAPS = 0x30
-ROW_ASSIGNED = 0x38  # §14: positions assigned to this group member since it attached
-ROW_GROUP_ID = 0x40  # §14: u32, its hello's group_id, 0 for an independent consumer
-ROW_CLIENT_MINOR = 0x44  # 2.2: u32, the minor of the consumer's hello
-ROW_READ = 0x48  # 2.2 (§14.2): a member's read position as the producer last accepted it
-ROW_QUEUED = 0x50  # 2.2: positions assigned to a member, published, not yet read by it
-ROW_SKIPPED = 0x58  # 2.2 (§14.7): assigned positions a 2.2 member released without handing them out
+ROW_STATE = _T["row.state"]
+ROW_GENERATION = _T["row.generation"]
+ROW_PID = _T["row.pid"]
+ROW_UID = _T["row.uid"]
+ROW_ATTACH_NS = _T["row.attach_ns"]
+ROW_RELEASED = _T["row.released"]
+ROW_WAKES = _T["row.wakes"]
+ROW_LOST_HEAPS = _T["row.lost_heaps"]
+ROW_ASSIGNED = _T["row.assigned"]  # §14: positions assigned to this group member since it attached
+ROW_GROUP_ID = _T["row.group_id"]  # §14: u32, its hello's group_id, 0 for an independent consumer
+ROW_CLIENT_MINOR = _T["row.client_minor"]  # 2.2: u32, the minor of the consumer's hello
+ROW_READ = _T["row.read"]  # 2.2 (§14.2): a member's read position as the producer last accepted it
+ROW_QUEUED = _T["row.queued"]  # 2.2: positions assigned to a member, published, not yet read by it
+ROW_SKIPPED = _T["row.skipped"]  # 2.2 (§14.7): assigned positions a 2.2 member released without handing them out
 
 # --- consumer region (§3) ----------------------------------------------------------------------------
-REG_TAIL = 0x000
-REG_CONSUMER_WAITING = 0x080
-REG_CONSUMER_FUTEX = 0x084
-REG_WAKE_AT = 0x088
-REG_READ = 0x090  # 2.2 (§14.2), group members: every position below it has been looked at
-REG_HANDED = 0x098  # 2.2, group members: own heaps handed to the caller since attach
-REG_RELEASE_FUTEX = 0x100
-REG_SPIN_BUDGET_NS = 0x180
+REG_TAIL = _T["region.tail"]
+REG_CONSUMER_WAITING = _T["region.consumer_waiting"]
+REG_CONSUMER_FUTEX = _T["region.consumer_futex"]
+REG_WAKE_AT = _T["region.wake_at"]
+REG_READ = _T["region.read"]  # 2.2 (§14.2), group members: every position below it has been looked at
+REG_HANDED = _T["region.handed"]  # 2.2, group members: own heaps handed to the caller since attach
+REG_RELEASE_FUTEX = _T["region.release_futex"]
+REG_SPIN_BUDGET_NS = _T["region.spin_budget_ns"]
 
 # --- handshake records (§1.2) ------------------------------------------------------------------------
-MSG_MAGIC = 0x00
-MSG_MAJOR = 0x08
-MSG_MINOR = 0x0A
-HELLO_ROLE = 0x0C
-HELLO_START = 0x10
-HELLO_GROUP_ID = 0x14  # consumer groups (§14): u32, 0 = no group; outside HELLO_STRUCT (reserved before 2.1)
-WELCOME_STATUS = 0x0C
-WELCOME_CONSUMER_INDEX = 0x10
-WELCOME_GENERATION = 0x14
-WELCOME_SESSION_ID = 0x18
-WELCOME_CTL_SIZE = 0x20
-WELCOME_DATA_SIZE = 0x28
-WELCOME_REGION_SIZE = 0x30
-WELCOME_MESSAGE = 0x10  # error records: the NUL-terminated UTF-8 message
+MSG_MAGIC = _T["hello.magic"]
+MSG_MAJOR = _T["hello.major"]
+MSG_MINOR = _T["hello.minor"]
+HELLO_ROLE = _T["hello.role"]
+HELLO_START = _T["hello.start"]
+HELLO_GROUP_ID = _T["hello.group_id"]  # consumer groups (§14): u32, 0 = no group (reserved before 2.1)
+WELCOME_STATUS = _T["welcome.status"]
+WELCOME_CONSUMER_INDEX = _T["welcome.consumer_index"]
+WELCOME_GENERATION = _T["welcome.generation"]
+WELCOME_SESSION_ID = _T["welcome.session_id"]
+WELCOME_CTL_SIZE = _T["welcome.ctl_size"]
+WELCOME_DATA_SIZE = _T["welcome.data_size"]
+WELCOME_REGION_SIZE = _T["welcome.region_size"]
+WELCOME_MESSAGE = _T["welcome.message"]  # error records: the NUL-terminated UTF-8 message
 
-ROLE_CONSUMER = 1
-ROLE_OBSERVER = 2
-START_OLDEST = 0
-START_HEAD = 1
-STATUS_OK = 0
-STATUS_VERSION = 1
-STATUS_NOT_PERMITTED = 2
-STATUS_BUSY = 3
-STATUS_CLOSING = 4
-STATUS_PROTOCOL = 5
+ROLE_CONSUMER = _T["role.consumer"]
+ROLE_OBSERVER = _T["role.observer"]
+START_OLDEST = _T["start.oldest"]
+START_HEAD = _T["start.head"]
+STATUS_OK = _T["status.ok"]
+STATUS_VERSION = _T["status.version"]
+STATUS_NOT_PERMITTED = _T["status.not_permitted"]
+STATUS_BUSY = _T["status.busy"]
+STATUS_CLOSING = _T["status.closing"]
+STATUS_PROTOCOL = _T["status.protocol"]
 
 # state
-STATE_INIT = 0
-STATE_READY = 1
-STATE_CLOSED = 2
+STATE_INIT = _T["state.init"]
+STATE_READY = _T["state.ready"]
+STATE_CLOSED = _T["state.closed"]
 # policy
-POLICY_DROP = 0
-POLICY_BLOCK = 1
+POLICY_DROP = _T["policy.drop"]
+POLICY_BLOCK = _T["policy.block"]
 # consumer-table row state
-CONSUMER_FREE = 0
-CONSUMER_ATTACHED = 1
-CONSUMER_OVERRUN = 2
-CONSUMER_BAD_CURSOR = 3
-CONSUMER_GONE = 4
+CONSUMER_FREE = _T["consumer_state.free"]
+CONSUMER_ATTACHED = _T["consumer_state.attached"]
+CONSUMER_OVERRUN = _T["consumer_state.overrun"]
+CONSUMER_BAD_CURSOR = _T["consumer_state.bad_cursor"]
+CONSUMER_GONE = _T["consumer_state.gone"]
 # header features
-FEATURE_REPLAY_TIMESTAMPS = 0x1
-FEATURE_CHUNKS = 0x2
+FEATURE_REPLAY_TIMESTAMPS = _T["feature.replay_timestamps"]
+FEATURE_CHUNKS = _T["feature.chunks"]
 
 # --- descriptor (§4.1) ---------------------------------------------------------------------------------
-DESC_SIZE = 64
-DESC_SEQ = 0x00
-DESC_HEAP_CNT = 0x08
-DESC_HEAP_SIZE = 0x10
-DESC_RECEIVED = 0x18
-DESC_TIMESTAMP_NS = 0x20
-DESC_SLOT = 0x28
-DESC_FLAGS = 0x2C
-DESC_ITEM_COUNT = 0x30
-DESC_PACKETS = 0x34
-DESC_RESERVED = 0x38
+DESC_SIZE = _T["desc_size"]
+DESC_SEQ = _T["desc.seq"]
+DESC_HEAP_CNT = _T["desc.heap_cnt"]
+DESC_HEAP_SIZE = _T["desc.heap_size"]
+DESC_RECEIVED = _T["desc.received"]
+DESC_TIMESTAMP_NS = _T["desc.timestamp_ns"]
+DESC_SLOT = _T["desc.slot"]
+DESC_FLAGS = _T["desc.flags"]
+DESC_ITEM_COUNT = _T["desc.item_count"]
+DESC_PACKETS = _T["desc.packets"]
+DESC_ASSIGN = _T["desc.assign"]  # §14: bitmask over consumer rows, one group member's bit per group
 
-FLAG_COMPLETE = 0x01
-FLAG_INCOMPLETE = 0x02
-FLAG_TRUNCATED = 0x04
-FLAG_END_OF_STREAM = 0x08
-FLAG_HAS_DESCRIPTORS = 0x10
-FLAG_ITEMS_OVERFLOW = 0x20
-FLAG_NO_HEAP_SIZE = 0x40
-FLAG_ITEMS_CUT = 0x80
-FLAG_CHUNK = 0x100
-FLAG_STREAM_END = 0x200  # 2.2: a stream boundary (recv --keep-going), not a heap
+FLAG_COMPLETE = _T["flag.complete"]
+FLAG_INCOMPLETE = _T["flag.incomplete"]
+FLAG_TRUNCATED = _T["flag.truncated"]
+FLAG_END_OF_STREAM = _T["flag.end_of_stream"]
+FLAG_HAS_DESCRIPTORS = _T["flag.has_descriptors"]
+FLAG_ITEMS_OVERFLOW = _T["flag.items_overflow"]
+FLAG_NO_HEAP_SIZE = _T["flag.no_heap_size"]
+FLAG_ITEMS_CUT = _T["flag.items_cut"]
+FLAG_CHUNK = _T["flag.chunk"]
+FLAG_STREAM_END = _T["flag.stream_end"]  # 2.2: a stream boundary (recv --keep-going), not a heap
 
 # --- item entry (§5) -----------------------------------------------------------------------------------
-ITEM_SIZE = 32
-ITEM_ID = 0x00
-ITEM_VALUE = 0x08
-ITEM_LENGTH = 0x10
-ITEM_FLAGS = 0x18
-ITEM_RESERVED = 0x1C
-ITEM_IMMEDIATE = 0x1
-ITEM_CUT = 0x2  # 2.2: an address item of a TRUNCATED heap clipped to the slot
+ITEM_SIZE = _T["item_size"]
+ITEM_ID = _T["item.id"]
+ITEM_VALUE = _T["item.value"]
+ITEM_LENGTH = _T["item.length"]
+ITEM_FLAGS = _T["item.flags"]
+ITEM_RESERVED = _T["item.reserved"]
+ITEM_IMMEDIATE = _T["item_flag.immediate"]
+ITEM_CUT = _T["item_flag.cut"]  # 2.2: an address item of a TRUNCATED heap clipped to the slot
 
 # --- stream metadata (§6) ------------------------------------------------------------------------------
-META_SEQ = 0x00
-META_LENGTH = 0x08
-META_RECORDS = 0x10
-REC_RECORD_SIZE = 0x00
-REC_NDIM = 0x04
-REC_ID = 0x08
-REC_NAME_LEN = 0x10
-REC_DESCRIPTION_LEN = 0x14
-REC_FORMAT_LEN = 0x18
-REC_DTYPE_LEN = 0x1C
-REC_SHAPE = 0x20
+META_SEQ = _T["meta.seq"]
+META_LENGTH = _T["meta.length"]
+META_RECORDS = _T["meta.records"]
+REC_RECORD_SIZE = _T["meta_record.record_size"]
+REC_NDIM = _T["meta_record.ndim"]
+REC_ID = _T["meta_record.id"]
+REC_NAME_LEN = _T["meta_record.name_len"]
+REC_DESCRIPTION_LEN = _T["meta_record.description_len"]
+REC_FORMAT_LEN = _T["meta_record.format_len"]
+REC_DTYPE_LEN = _T["meta_record.dtype_len"]
+REC_SHAPE = _T["meta_record.shape"]
 
 # --- stats (§2.3) --------------------------------------------------------------------------------------
-COUNTER_NAMES = (
-    "packets", "bytes", "heaps", "incomplete_heaps", "dropped_heaps", "malformed_packets",
-    "duplicate_packets", "truncated_heaps", "discarded_incomplete_heaps", "end_of_stream",
-    "consumers_attached", "consumer_overruns", "consumer_errors",
-    "chunks", "incomplete_chunks", "too_old_heaps", "rejected_heaps",
-    "group_lost", "group_skipped", "streams_ended",
-)
-STATS_COUNT = len(COUNTER_NAMES)
+COUNTER_NAMES = _contract.COUNTER_NAMES
+STATS_COUNT = _T["stats_count"]
+assert STATS_COUNT == len(COUNTER_NAMES)
 
 # Futex (linux/futex.h; shared futex: no FUTEX_PRIVATE_FLAG); x86-64 syscall number (_sys has each machine's).
 SYS_FUTEX = 202
@@ -292,7 +292,7 @@ REGION_FIELDS = ("tail", "consumer_waiting", "consumer_futex", "wake_at", "read"
 
 HELLO_STRUCT, HELLO_FIELDS = _fields_struct((
     ("magic", MSG_MAGIC, "Q"), ("major", MSG_MAJOR, "H"), ("minor", MSG_MINOR, "H"), ("role", HELLO_ROLE, "I"),
-    ("start", HELLO_START, "I"),
+    ("start", HELLO_START, "I"), ("group_id", HELLO_GROUP_ID, "I"),
 ), HELLO_SIZE)
 
 WELCOME_STRUCT, WELCOME_FIELDS = _fields_struct((
@@ -313,7 +313,7 @@ _DESC_SPEC = (
     ("seq", DESC_SEQ, "Q"), ("heap_cnt", DESC_HEAP_CNT, "Q"), ("heap_size", DESC_HEAP_SIZE, "Q"),
     ("received", DESC_RECEIVED, "Q"), ("timestamp_ns", DESC_TIMESTAMP_NS, "Q"), ("slot", DESC_SLOT, "I"),
     ("flags", DESC_FLAGS, "I"), ("item_count", DESC_ITEM_COUNT, "I"), ("packets", DESC_PACKETS, "I"),
-    ("reserved", DESC_RESERVED, "Q"),
+    ("assign", DESC_ASSIGN, "Q"),
 )
 DESC_STRUCT, DESC_FIELDS = _fields_struct(_DESC_SPEC, DESC_SIZE)
 DESC_FORMAT = DESC_STRUCT.format
@@ -339,9 +339,7 @@ META_RECORD_STRUCT, META_RECORD_FIELDS = _fields_struct((
 def pack_hello(role: int = ROLE_CONSUMER, start: int = START_OLDEST, major: int = MAJOR_VERSION,
                minor: int = MINOR_VERSION, magic: int = MAGIC, group_id: int = 0) -> bytes:
     """A 32-byte hello record; group_id (§14) goes at HELLO_GROUP_ID."""
-    b = bytearray(HELLO_STRUCT.pack(magic, major, minor, role, start))
-    struct.pack_into("<I", b, HELLO_GROUP_ID, group_id)
-    return bytes(b)
+    return HELLO_STRUCT.pack(magic, major, minor, role, start, group_id)
 
 
 def group_id(name: str) -> int:

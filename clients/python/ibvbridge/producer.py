@@ -112,9 +112,11 @@ POLICIES = {"drop": L.POLICY_DROP, "block": L.POLICY_BLOCK, L.POLICY_DROP: L.POL
 BEAT_SECONDS = 0.1  # heartbeat and row refresh (spec: every <= 250 ms)
 # Test hooks (the conformance suite, interop/conformance): IBVBRIDGE_TEST_MUTANT lists guards to break, to prove
 # the suite catches each: row-late (a detached consumer's row is not written before its slots are reused),
-# no-wake (interrupt does not wake a producer asleep on a release futex); IBVBRIDGE_TEST_WAIT_SLICE_MS
+# no-wake (interrupt does not wake a producer asleep on a release futex), no-unmap (a detached consumer's
+# region is not unmapped at the detach); IBVBRIDGE_TEST_WAIT_SLICE_MS
 # replaces the 250 ms slice of a blocked producer. Unset, as outside the suite: no effect.
 _TEST_MUTANTS = frozenset(os.environ.get("IBVBRIDGE_TEST_MUTANT", "").split(","))
+_TEST_LEFT_MAPPED = []  # no-unmap: the regions left mapped
 _TEST_WAIT_SLICE = int(os.environ.get("IBVBRIDGE_TEST_WAIT_SLICE_MS", "0") or 0) / 1000 or L.MAX_WAIT_SLICE
 HELLO_RESERVED = L.HELLO_GROUP_ID + 4  # the hello's reserved bytes run from here to its end (spec §1.2, §14)
 NO_SLOT = 0xFFFFFFFF  # _pos_slot of a position whose slot is back in the pool (group reclaim, spec §14)
@@ -535,6 +537,25 @@ class Member:
     @property
     def tail(self):
         return self.r64[Q_TAIL]
+
+    def unmap(self):
+        """Unmap the region at the detach (spec §7.6, 2.1 §C: nothing a connection created outlives it),
+        not whenever the last reference to this record goes. A hot path still holding this record from an
+        older snapshot then finds its views released (ValueError) and skips it; cf_addr and rf_addr stay
+        plain numbers (a futex call on them fails or wakes spuriously, harmlessly). lock held."""
+        if self.region_mm is None:
+            return
+        if "no-unmap" in _TEST_MUTANTS:
+            _TEST_LEFT_MAPPED.append(self.region_mm)  # left mapped for the producer's life
+            return
+        self._cf = self._rf = None  # their exports pin the mapping
+        self.r64.release()
+        self.r32.release()
+        try:
+            self.region_mm.close()
+        except BufferError:
+            return  # a view someone still holds: unmapped when it goes
+        self.region_mm = None
 
 
 class Slot:
@@ -1178,6 +1199,8 @@ class Producer:
                     full_fence()
                     self.row_set(m.index, state=L.CONSUMER_GONE)
                 self._stats[C_ATTACHED] = len(self.conns)
+                m.detached = True
+                m.unmap()
             m.detached = True
         m.sock.close()
 
@@ -1203,6 +1226,7 @@ class Producer:
         elif state == L.CONSUMER_BAD_CURSOR:
             self._stats[C_ERRORS] += 1
         self._stats[C_ATTACHED] = len(self.conns)
+        m.unmap()
         try:
             m.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -1245,7 +1269,7 @@ class Producer:
             t = m.r64[Q_TAIL]
             r = m.released
             if (t - r) & M64 > (head - r) & M64:
-                self._detach_locked(m, L.CONSUMER_BAD_CURSOR, 0)
+                self._detach_locked(m, L.CONSUMER_BAD_CURSOR, (head - r) & M64)  # §2.2: from the final valid tail
                 continue
             if t != r:
                 m.released = t
@@ -1263,24 +1287,21 @@ class Producer:
             acquire_fence()  # the tails are acquire loads: no slot they free is written before them
 
     def _advance_read_locked(self, m, rd, head):
-        """Member m's read moves to rd (or to its tail, whichever is further) if that is ahead of the read
-        accepted before: the positions assigned to it in between are no longer queued (spec §14.2, §14.3).
-        Reads never move back (a member that stores a lower read only keeps its own share queued longer)."""
+        """Member m's read becomes rd, which the caller has checked lies in [tail, head] (spec §14.2): the
+        positions assigned to it between the read accepted before and rd are no longer queued when rd is
+        ahead (§14.3), and queued again when it is behind (a member that stores a lower read keeps its own
+        share queued longer). Bounded: at most slot_count positions are counted."""
         old = m.read
-        span = (head - old) & M64
-        best = 0
-        for x in (rd, m.released):
-            d = (x - old) & M64
-            if best < d <= span:
-                best = d
-        if not best:
+        if rd == old:
             return
-        new = (old + best) & M64
-        if m.queued:
-            m.queued -= self._count_bit_locked(m.index, old, new, head)
-            m.oq = None  # its oldest queued position is at or after the new read
-        m.read = new
-        self.row_set(m.index, read=new, queued=m.queued)
+        if (rd - old) & M64 <= (head - old) & M64:  # ahead
+            if m.queued:
+                m.queued -= self._count_bit_locked(m.index, old, rd, head)
+        else:
+            m.queued += self._count_bit_locked(m.index, rd, old, head)
+        m.oq = None  # found again from the new read when needed
+        m.read = rd
+        self.row_set(m.index, read=rd, queued=m.queued)
 
     def _ring_idx(self, start, end, head):
         """Descriptor indices of positions [start, end), clipped to the last slot_count positions before
@@ -1541,7 +1562,7 @@ class Producer:
                     self.row_set(m.index, assigned=m.assigned, queued=m.queued)
                 self._picks = picks + n_live
                 masks[live] |= np.array([1 << m.index for m in g], np.uint64)[choice]
-        self.desc["reserved"][idx] = masks
+        self.desc["assign"][idx] = masks
         self._pos_need[idx] = masks
 
     def _publish_staged(self):
@@ -1666,6 +1687,7 @@ class Producer:
             with self.lock:
                 ok = done()
                 slow = self._blocker_locked()
+                f = None if slow is None else slow.r32[I_RELEASE_FUTEX]  # attached: mapped
             if ok:
                 return
             now = time.monotonic()
@@ -1675,6 +1697,10 @@ class Producer:
                 continue
             slice_ = _TEST_WAIT_SLICE if deadline is None else max(0.001, min(_TEST_WAIT_SLICE, deadline - now))
             if slow is None:
+                if self._blocked is not None:  # waiting for nobody: blocked_on 0 (spec §2), not a departed row
+                    self._blocked = None
+                    self.c32[I_BLOCKED_ON] = 0
+                    self.c64[Q_BLOCKED_SINCE_NS] = 0
                 self._attached.clear()
                 with self.lock:
                     none = not self.conns
@@ -1682,7 +1708,6 @@ class Producer:
                     self._attached.wait(slice_)
                 continue
             self._note_blocked(slow)
-            f = slow.r32[I_RELEASE_FUTEX]
             c32[I_PRODUCER_WAITING] = 1
             full_fence()
             with self.lock:
@@ -1777,17 +1802,20 @@ class Producer:
         self.c64[Q_HEAD] = pos
         full_fence()
         for m in self._snap:
-            r32 = m.r32
-            if m.v22:  # a 2.2 member only for a position assigned to it at or after its wake_at (§14.4)
-                end, m.commit_end = m.commit_end, None
-                if not r32[I_CONSUMER_WAITING] or not (force or end is not None and
-                                                       (end - m.r64[Q_WAKE_AT]) & M64 < 1 << 63):
+            try:
+                r32 = m.r32
+                if m.v22:  # a 2.2 member only for a position assigned to it at or after its wake_at (§14.4)
+                    end, m.commit_end = m.commit_end, None
+                    if not r32[I_CONSUMER_WAITING] or not (force or end is not None and
+                                                           (end - m.r64[Q_WAKE_AT]) & M64 < 1 << 63):
+                        continue
+                elif not (r32[I_CONSUMER_WAITING] and (force or (pos - m.r64[Q_WAKE_AT]) & M64 < 1 << 63)):
                     continue
-            elif not (r32[I_CONSUMER_WAITING] and (force or (pos - m.r64[Q_WAKE_AT]) & M64 < 1 << 63)):
+                r32[I_CONSUMER_WAITING] = 0
+                full_fence()
+                r32[I_CONSUMER_FUTEX] = (r32[I_CONSUMER_FUTEX] + 1) & 0xFFFFFFFF
+            except ValueError:  # detached since this snapshot was taken: its region is unmapped (Member.unmap)
                 continue
-            r32[I_CONSUMER_WAITING] = 0
-            full_fence()
-            r32[I_CONSUMER_FUTEX] = (r32[I_CONSUMER_FUTEX] + 1) & 0xFFFFFFFF
             futex_wake(m.cf_addr)
             if not m.detached:  # (a detached member's row may belong to someone else by now)
                 o = row_word(m.index, "wakes")

@@ -68,7 +68,7 @@ def fill(p, n, heaps, cb, first_id):
     d["flags"] = L.FLAG_CHUNK | L.FLAG_COMPLETE
     d["item_count"] = 0
     d["packets"] = heaps
-    d["reserved"] = 0
+    d["assign"] = 0
     p.payload[:n, cb:cb + heaps] = 1
     p.desc[n] = (n + 1, 0, 0, 0, 0, n, L.FLAG_END_OF_STREAM, 0, 0, 0)
     p.head = n + 1

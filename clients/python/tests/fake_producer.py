@@ -86,7 +86,7 @@ class FakeProducer(Producer):
         self.dropped = 0
         # accept_groups: take a hello's group_id (spec §14) instead of refusing it as the Python producer
         # does; the test then writes each descriptor's assign mask itself (publish(desc_overrides=
-        # {"reserved": mask})). hello_groups lists the group_ids received.
+        # {"assign": mask})). hello_groups lists the group_ids received.
         self.accept_groups = False
         self.hello_groups = []
         super().__init__(name, slot_count=slot_count, slot_size=slot_size, max_items=max_items,
@@ -240,7 +240,7 @@ class FakeProducer(Producer):
                  heap_size=len(payload) if heap_size is None else heap_size,
                  received=len(payload) if received is None else received,
                  timestamp_ns=time.time_ns() if timestamp_ns is None else timestamp_ns, slot=s, flags=flags,
-                 item_count=len(items), packets=packets, reserved=0)
+                 item_count=len(items), packets=packets, assign=0)
         d.update(desc_overrides or {})
         self.desc[pos & self.mask] = tuple(d[f] for f in L.DESC_FIELDS)
         self._pos_slot[pos & self.mask] = s

@@ -14,7 +14,7 @@ def member(p, name="workers"):
 
 def publish(p, cnts_masks):
     for cnt, mask in cnts_masks:
-        p.publish(cnt, pattern(cnt, 16), desc_overrides={"reserved": mask})
+        p.publish(cnt, pattern(cnt, 16), desc_overrides={"assign": mask})
 
 
 def test_group_id_is_fnv1a_32_with_zero_mapped_to_one():
