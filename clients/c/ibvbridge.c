@@ -840,7 +840,8 @@ int ibvb__member_lapped(struct ibvb_ring *r, uint64_t pos)
 	if (r->released != r->read)
 		return ibvb__corrupt_desc(r, pos, "lapped while holding", r->read - r->released, 0);
 	/* A descriptor a lap ahead of the head loaded is being written for a position not yet published: load
-	 * head again until that store lands (10 ms at most, as the Python client). */
+	 * head again until that store lands — spinning 10 ms, then a millisecond at a time for as long as the
+	 * producer lives (one descheduled between the descriptor and the head store, on a busy machine). */
 	int64_t t0 = ibvb__mono_ns();
 	uint64_t head, to;
 	for (;;) {
@@ -848,9 +849,13 @@ int ibvb__member_lapped(struct ibvb_ring *r, uint64_t pos)
 		to = head - r->slot_count;
 		if (head - pos <= (1ull << 62) && to - pos <= head - pos && to != pos)
 			break; /* head - slot_count is after pos */
-		if (ibvb__mono_ns() - t0 > 10000000)
+		if (ibvb__mono_ns() - t0 <= 10000000) {
+			ibvb__cpu_relax();
+			continue;
+		}
+		if (!ibvb_producer_alive(r))
 			return ibvb__corrupt_desc(r, pos, "lapped descriptor ahead of head", head, pos);
-		ibvb__cpu_relax();
+		ibvb__sleep_ns(1000000);
 	}
 	r->read = r->released = to;
 	r->cached_head = head;

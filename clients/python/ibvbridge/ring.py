@@ -71,7 +71,7 @@ _iter_items = L.ITEM_RAW_STRUCT.iter_unpack  # (id, value, length, flags) per en
 log = logging.getLogger("ibvbridge.ring")
 WELCOME_TIMEOUT = 5.0  # seconds for the handshake when the attach has no timeout (spec §B)
 _UNMAPPED = memoryview(b"")  # a Ring's word views before attach and after close
-LAPPED_WAIT = 0.01  # a group member waits this long for the head store of a lapping descriptor (spec §14.4)
+LAPPED_WAIT = 0.01  # a group member spins this long for the head store of a lapping descriptor, then sleeps (spec §14.4)
 
 
 def default_dir() -> str:
@@ -947,7 +947,11 @@ class Ring:
             if until is None:
                 until = now + LAPPED_WAIT
             elif now >= until:
-                return False
+                # A producer descheduled between the descriptor and the head store (a busy machine, a
+                # Python producer): wait on, a millisecond at a time, for as long as it lives.
+                if not self.producer_alive():
+                    return False
+                time.sleep(0.001)
         self._pass_over((new - 1) & M64)
         self._cached_head = h
         return True
