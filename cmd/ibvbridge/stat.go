@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -18,37 +19,63 @@ import (
 	"github.com/ibvbridge/ibvbridge/ring"
 )
 
-func runStat(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("stat", stderr)
-	asJSON := fs.Bool("json", false, "print one JSON object (with --watch: one per refresh)")
-	dir := fs.String("dir", "", "ring directory (default: $IBVBRIDGE_RING_DIR, /run/ibvbridge for root, /dev/shm/ibvbridge-UID)")
-	watch := fs.Bool("watch", false, "refresh until the ring closes or Ctrl-C: rates, fill, lag, drops, heartbeat")
-	interval := fs.Duration("interval", time.Second, "with --watch: refresh this often")
-	pos, err := parseInterspersed(fs, args) // `stat NAME --json` as well as `stat --json NAME`
+// statOptions are stat's flags and its one positional, the ring.
+type statOptions struct {
+	json, watch bool
+	dir, name   string
+	interval    time.Duration
+}
+
+func statFlags(fs *flag.FlagSet) *statOptions {
+	o := &statOptions{}
+	fs.BoolVar(&o.json, "json", false, "print one JSON object (with --watch: one per refresh)")
+	fs.StringVar(&o.dir, "dir", "", "ring directory (default: $IBVBRIDGE_RING_DIR, /run/ibvbridge for root, /dev/shm/ibvbridge-UID)")
+	fs.BoolVar(&o.watch, "watch", false, "refresh until the ring closes or Ctrl-C: rates, fill, lag, drops, heartbeat")
+	fs.DurationVar(&o.interval, "interval", time.Second, "with --watch: refresh this often")
+	return o
+}
+
+// parseStat parses `stat NAME --json` as well as `stat --json NAME` into validated options.
+func parseStat(fs *flag.FlagSet, o *statOptions, args []string) error {
+	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
 		return usageError("usage: ibvbridge stat [--json] [--watch] RING")
 	}
-	if *interval <= 0 {
-		return usageError("--interval %v: want a positive duration", *interval)
+	o.name = pos[0]
+	return o.validate()
+}
+
+func (o *statOptions) validate() error {
+	if o.interval <= 0 {
+		return usageError("--interval %v: want a positive duration", o.interval)
 	}
-	info, err := ring.Inspect(pos[0], *dir)
+	return nil
+}
+
+func runStat(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("stat", stderr)
+	o := statFlags(fs)
+	if err := parseStat(fs, o, args); err != nil {
+		return err
+	}
+	info, err := ring.Inspect(o.name, o.dir)
 	if err != nil {
-		return statError(pos[0], *dir, err)
+		return statError(o.name, o.dir, err)
 	}
-	if !*watch {
-		if *asJSON {
+	if !o.watch {
+		if o.json {
 			return json.NewEncoder(stdout).Encode(statJSON{Info: info, Geometry: snakeGeometry(info.Geometry)})
 		}
 		return printInfo(stdout, info, nil)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	clear := !*asJSON && isTerminal(stdout)
+	clear := !o.json && isTerminal(stdout)
 	prev, prevAt := info, time.Now()
-	t := time.NewTicker(*interval)
+	t := time.NewTicker(o.interval)
 	defer t.Stop()
 	for {
 		select {
@@ -56,18 +83,18 @@ func runStat(args []string, stdout, stderr io.Writer) error {
 			return nil
 		case <-t.C:
 		}
-		cur, err := ring.Inspect(pos[0], *dir)
+		cur, err := ring.Inspect(o.name, o.dir)
 		if errors.Is(err, ring.ErrNotFound) || errors.Is(err, ring.ErrProducerGone) || errors.Is(err, ring.ErrClosing) {
-			fmt.Fprintf(stderr, "ibvbridge stat: ring %s is gone: its producer stopped\n", pos[0])
+			fmt.Fprintf(stderr, "ibvbridge stat: ring %s is gone: its producer stopped\n", o.name)
 			return nil // a stopped recv removes its ring: the watch is over, not failed
 		}
 		if err != nil {
-			return statError(pos[0], *dir, err)
+			return statError(o.name, o.dir, err)
 		}
 		now := time.Now()
 		r := rates(prev, cur, now.Sub(prevAt))
 		prev, prevAt = cur, now
-		if *asJSON {
+		if o.json {
 			if err := json.NewEncoder(stdout).Encode(struct {
 				statJSON
 				Rates ringRates `json:"rates"`

@@ -1,7 +1,7 @@
 package main
 
-// The ibverbs transport of recv and send (--transport ibv). recv.go and send.go only call in here from their
-// transport switches; the command-line side (flags, environment, validation) is in this file, the transport
+// The ibverbs transport of recv and send (--transport ibv). recv.go and send.go only reach it through the
+// transport table (transports.go); the command-line side (flags, environment, validation) is in this file, the transport
 // itself in package transport/ibv.
 
 import (
@@ -10,11 +10,40 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/ibvbridge/ibvbridge/bridge"
 	"github.com/ibvbridge/ibvbridge/spead"
 	"github.com/ibvbridge/ibvbridge/transport"
 	"github.com/ibvbridge/ibvbridge/transport/ibv"
 	"github.com/ibvbridge/ibvbridge/verbs"
 )
+
+var ibvTransport = transportKind{name: "ibv", send: sendIBV, recvCheck: checkIBVRecv, recv: openIBVRecv}
+
+func checkIBVRecv(o *recvOptions) error {
+	if o.pcapFile != "" {
+		return usageError("--pcap replays a file: it does not go with --transport ibv")
+	}
+	_, err := o.ibv.recvConfig(o.endpoints, o.eps, o.iface)
+	return err
+}
+
+// openIBVRecv checks that libibverbs loads and has the device (newIBVSource) and sets the source.
+func openIBVRecv(o *recvOptions, cfg *bridge.Config) (err error) {
+	cfg.AreaSource, err = newIBVSource(o.ibv, o.endpoints, o.eps, o.iface, o.pcapFile)
+	return err
+}
+
+// sendIBV is send's ibverbs path: frames built straight into the NIC's registered buffers.
+func sendIBV(o *sendOptions, e transport.Endpoint, enc *spead.Encoder) (transport.HeapSender, error) {
+	if len(o.eps) > 1 {
+		return nil, usageError("--transport ibv sends to one destination")
+	}
+	cfg, err := o.ibv.sendConfig(o.dests[0], e, o.iface, o.ttl, o.packetSize, o.rate)
+	if err != nil {
+		return nil, err
+	}
+	return newIBVHeapSender(cfg, enc)
+}
 
 // intFlag is an int flag that may be given under several names (spead2's and ours).
 type intFlag struct{ v int }

@@ -12,11 +12,36 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/ibvbridge/ibvbridge/bridge"
 	"github.com/ibvbridge/ibvbridge/spead"
 	"github.com/ibvbridge/ibvbridge/transport"
 	"github.com/ibvbridge/ibvbridge/transport/xdp"
 	"github.com/ibvbridge/ibvbridge/verbs"
 )
+
+var xdpTransport = transportKind{name: "xdp", send: sendXDP, recvCheck: checkXDPRecv, recv: openXDPRecv}
+
+func checkXDPRecv(o *recvOptions) error {
+	_, err := o.xdp.config(o.iface, o.eps, nil)
+	return err
+}
+
+// openXDPRecv sets recv's AF_XDP source, which receives into the ring's packet area.
+func openXDPRecv(o *recvOptions, cfg *bridge.Config) error {
+	xc, err := o.xdp.config(o.iface, o.eps, cfg.Log)
+	if err == nil {
+		cfg.AreaSource = xdp.AreaSource{Config: xc}
+	}
+	return err
+}
+
+// sendXDP is send's AF_XDP path: frames built straight into AF_XDP UMEM frames.
+func sendXDP(o *sendOptions, e transport.Endpoint, enc *spead.Encoder) (transport.HeapSender, error) {
+	if len(o.eps) > 1 {
+		return nil, usageError("--transport xdp sends to one destination (one AF_XDP socket per TX queue)")
+	}
+	return openXDPHeapSender(o.iface, e, o.ttl, o.rate, o.batch, enc)
+}
 
 // xdpOptions are recv's AF_XDP flags.
 type xdpOptions struct {
