@@ -509,11 +509,11 @@ class Member:
     def __init__(self, sock: socket.socket, index: int, generation: int, region_mm: mmap.mmap, released: int,
                  pid: int, uid: int) -> None:
         self.sock, self.index, self.generation = sock, index, generation
-        self.region_mm = region_mm
+        self.region_mm: Optional[mmap.mmap] = region_mm  # None once unmapped at the detach
         self.r64 = memoryview(region_mm).cast("Q")
         self.r32 = memoryview(region_mm).cast("I")
-        self._cf = ctypes.c_uint32.from_buffer(region_mm, L.REG_CONSUMER_FUTEX)
-        self._rf = ctypes.c_uint32.from_buffer(region_mm, L.REG_RELEASE_FUTEX)
+        self._cf: Optional[ctypes.c_uint32] = ctypes.c_uint32.from_buffer(region_mm, L.REG_CONSUMER_FUTEX)
+        self._rf: Optional[ctypes.c_uint32] = ctypes.c_uint32.from_buffer(region_mm, L.REG_RELEASE_FUTEX)
         self.cf_addr, self.rf_addr = ctypes.addressof(self._cf), ctypes.addressof(self._rf)
         self.released = released
         self.pid, self.uid = pid, uid
