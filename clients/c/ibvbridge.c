@@ -840,7 +840,7 @@ int ibvb__member_lapped(struct ibvb_ring *r, uint64_t pos)
 	if (r->released != r->read)
 		return ibvb__corrupt_desc(r, pos, "lapped while holding", r->read - r->released, 0);
 	/* A descriptor a lap ahead of the head loaded is being written for a position not yet published: load
-	 * head again until that store lands — spinning 10 ms, then a millisecond at a time for as long as the
+	 * head again until that store lands — spinning 10 ms, then a millisecond at a time up to 1 s while the
 	 * producer lives (one descheduled between the descriptor and the head store, on a busy machine). */
 	int64_t t0 = ibvb__mono_ns();
 	uint64_t head, to;
@@ -853,7 +853,7 @@ int ibvb__member_lapped(struct ibvb_ring *r, uint64_t pos)
 			ibvb__cpu_relax();
 			continue;
 		}
-		if (!ibvb_producer_alive(r))
+		if (ibvb__mono_ns() - t0 > 1010000000 || !ibvb_producer_alive(r))
 			return ibvb__corrupt_desc(r, pos, "lapped descriptor ahead of head", head, pos);
 		ibvb__sleep_ns(1000000);
 	}

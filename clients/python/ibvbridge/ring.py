@@ -71,7 +71,8 @@ _iter_items = L.ITEM_RAW_STRUCT.iter_unpack  # (id, value, length, flags) per en
 log = logging.getLogger("ibvbridge.ring")
 WELCOME_TIMEOUT = 5.0  # seconds for the handshake when the attach has no timeout (spec §B)
 _UNMAPPED = memoryview(b"")  # a Ring's word views before attach and after close
-LAPPED_WAIT = 0.01  # a group member spins this long for the head store of a lapping descriptor, then sleeps (spec §14.4)
+LAPPED_WAIT = 0.01  # a group member spins this long for the head store of a lapping descriptor (spec §14.4),
+LAPPED_PATIENCE = 1.0  # then waits up to this much longer, a millisecond at a time, before it reports a corrupt ring
 
 
 def default_dir() -> str:
@@ -948,8 +949,8 @@ class Ring:
                 until = now + LAPPED_WAIT
             elif now >= until:
                 # A producer descheduled between the descriptor and the head store (a busy machine, a
-                # Python producer): wait on, a millisecond at a time, for as long as it lives.
-                if not self.producer_alive():
+                # Python producer): wait on, a millisecond at a time, up to LAPPED_PATIENCE while it lives.
+                if now >= until + LAPPED_PATIENCE or not self.producer_alive():
                     return False
                 time.sleep(0.001)
         self._pass_over((new - 1) & M64)
