@@ -1258,6 +1258,8 @@ func TestProducerSkipsASquattedDefaultDir(t *testing.T) {
 	if err := unix.Mount("ibvb-tmp", "/tmp", "tmpfs", 0, "mode=1777"); err != nil {
 		t.Skipf("a private /tmp: %v", err)
 	}
+	// Unmounted before the test binary's own temporary directory (made under the real /tmp) is removed.
+	t.Cleanup(func() { _ = unix.Unmount("/tmp", unix.MNT_DETACH) })
 	squat := ring.ShmDirPrefix + "65534"
 	if err := os.Mkdir(squat, 0o755); err != nil {
 		t.Fatal(err)

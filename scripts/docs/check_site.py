@@ -66,7 +66,8 @@ class Browser:
             [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
              "--remote-debugging-port=0", f"--user-data-dir={profile}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**os.environ, "TMPDIR": profile})  # its own temporary files go where the profile goes
         port_file = os.path.join(profile, "DevToolsActivePort")
         deadline = time.monotonic() + 120
         while not (os.path.exists(port_file) and open(port_file).read().count("\n") >= 1):
