@@ -22,7 +22,9 @@ type lossySource struct {
 	kernelDrops atomic.Uint64
 }
 
-func (s *lossySource) Run(ctx context.Context, sink transport.Sink) error { return s.replaySource.Run(ctx, sink) }
+func (s *lossySource) Run(ctx context.Context, sink transport.Sink) error {
+	return s.replaySource.Run(ctx, sink)
+}
 func (s *lossySource) Counters() map[string]uint64 {
 	return map[string]uint64{"packets": s.sent.Load(), "kernel_drops": s.kernelDrops.Load()}
 }

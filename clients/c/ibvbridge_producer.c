@@ -1547,7 +1547,7 @@ static void gone_locked(struct ibvb_producer *p, uint32_t i)
 enum poll_kind { K_STOP, K_LISTEN, K_PEND, K_MEMBER, K_OBS };
 #define POLL_MAX (2 + MAX_PENDING + IBVB_MAX_CONSUMERS_LIMIT + MAX_OBSERVERS)
 
-/* What the service thread polls this round: the stop pipe, the listener, pending connections (whose hello
+/* What the service thread polls on each pass: the stop pipe, the listener, pending connections (whose hello
  * deadline may come before *wake_at), members and observers. Returns the number of entries. */
 static int poll_set(struct ibvb__pstate *st, struct pollfd *pf, int *kind, int *which, int64_t *wake_at)
 {

@@ -80,7 +80,7 @@ type Config struct {
 	// the bursts in between are read a few at a time. recv's default. Without it a sleep may outlast a
 	// heap's last datagram by up to Coalesce: fewer wakes, for that much latency.
 	CoalesceHeaps bool
-	Log      *zerolog.Logger
+	Log           *zerolog.Logger
 }
 
 // Stats are the transport's counters. Kernel drops are the sockets' receive-queue overflows as the kernel
