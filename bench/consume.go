@@ -3,6 +3,7 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -86,6 +87,14 @@ type ConsumeOptions struct {
 	Streams bool
 }
 
+// stopSelf stops the process (SIGSTOP) before it returns. The signal goes to this thread: one sent to
+// the process may be taken by another, sleeping thread, and this one would read on until that thread ran.
+func stopSelf() {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	_ = unix.Tgkill(unix.Getpid(), unix.Gettid(), unix.SIGSTOP)
+}
+
 // workSink receives ConsumeOptions.WorkPasses' results.
 var workSink uint64
 
@@ -150,7 +159,7 @@ func Consume(name string, o ConsumeOptions) *ConsumeResult {
 		}
 		if stopFirst {
 			stopFirst = false
-			_ = unix.Kill(unix.Getpid(), unix.SIGSTOP)
+			stopSelf()
 		}
 		sum := pattern.Checksum(h.Payload)
 		for range o.WorkPasses {

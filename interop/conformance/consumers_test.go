@@ -22,7 +22,7 @@ var consumerKinds = []string{"go", "c", "python"}
 type consumer struct {
 	kind      string
 	cmd       *exec.Cmd
-	out, errb bytes.Buffer
+	out, errb syncBuffer // written by the running process, read by the test meanwhile
 	done      chan struct{}
 	err       error
 }

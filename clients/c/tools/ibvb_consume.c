@@ -307,7 +307,7 @@ int main(int argc, char **argv)
 				usleep((useconds_t)sleep_us);
 			if (stop_first) { /* stalled mid-read: the heap is taken (and was valid), its bytes not read yet */
 				stop_first = 0;
-				kill(getpid(), SIGSTOP);
+				raise(SIGSTOP); /* to this thread: it stops before raise returns */
 			}
 			bytes += h.received;
 			if (h.flags & IBVB_FLAG_INCOMPLETE)

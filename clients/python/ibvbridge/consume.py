@@ -59,6 +59,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from typing import TYPE_CHECKING, Any, Deque, Dict, Optional, Union
 
@@ -433,7 +434,9 @@ def main(argv=None):
                     ok = None
                 if stop_first:
                     stop_first = False
-                    os.kill(os.getpid(), signal.SIGSTOP)
+                    # to this thread: one sent to the process may be taken by another thread (numpy's),
+                    # and this one would read on until that thread ran
+                    signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
                     ok = None
                 if ok is None:  # not accounted yet: a heap or batch, or the first item of --stop-first
                     if chunked:
