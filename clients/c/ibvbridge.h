@@ -969,8 +969,22 @@ again:;
 			return rc;
 		goto again;
 	}
-	if (__builtin_expect(r->group_bit != 0, 0) && ibvb__member_passes(r, pos, &d))
-		goto again; /* another member's position: its seq checked, nothing else read (spec §14) */
+	if (__builtin_expect(r->group_bit != 0, 0)) {
+		/* seq again after the copy (spec §14.4): another member's descriptor may have been rewritten
+		 * meanwhile, and then the copy mixes two positions (the new assign with the old seq) */
+#ifdef IBVB_TEST_DESC_COPIED
+		IBVB_TEST_DESC_COPIED(r, pos, &d); /* tests only: a producer's rewrite between the copy and here */
+#endif
+		ibvb__fence_acquire();
+		if (*(volatile const uint64_t *)&r->desc[pos & r->mask].seq != d.seq) {
+			int rc = ibvb__member_lapped(r, pos);
+			if (rc < 0)
+				return rc;
+			goto again;
+		}
+		if (ibvb__member_passes(r, pos, &d))
+			goto again; /* another member's position: its seq checked, nothing else read (spec §14) */
+	}
 	if (__builtin_expect(d.slot >= r->slot_count, 0))
 		return ibvb__corrupt_desc(r, pos, "slot", d.slot, r->slot_count);
 	if (__builtin_expect(d.item_count > r->max_items, 0))

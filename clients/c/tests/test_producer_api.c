@@ -2,6 +2,13 @@
  * two tools. Each test runs in a forked child with a 60 s alarm.
  * usage: test_producer_api [path/to/ibvb-consume path/to/ibvb-produce]; IBVB_TEST=substring runs a subset. */
 #define _GNU_SOURCE
+#include <stdint.h>
+struct ibvb_ring;
+struct ibvb_desc;
+/* What a producer may do while a member copies a descriptor (ibvbridge.h calls it in test builds that
+ * define it): test_member_never_hands_out_a_descriptor_rewritten_while_it_copied_it. */
+static void torn_copy(struct ibvb_ring *r, uint64_t pos, struct ibvb_desc *copy);
+#define IBVB_TEST_DESC_COPIED(r, pos, d) torn_copy((r), (pos), (d))
 #include "ibvbridge.h"
 #include "harness.h"
 
@@ -1067,6 +1074,92 @@ static void test_group_member_leaving_loses_its_heaps_and_its_row_inherits_none(
 	CHECK_EQ(ibvb_producer_counter(p, IBVB_CTR_GROUP_LOST), assigned_a - 1);
 	ibvb_detach(b);
 	ibvb_detach(c);
+	ibvb_producer_close(p);
+}
+
+/* The rewrite torn_copy makes: while member ring copies position pos's descriptor, producer publishes
+ * heaps cnt from .. to (the last of them rewrites that descriptor), and the copy ends up with the new assign
+ * (the member's bit) beside the old seq — the mix a plain copy can get. */
+static struct {
+	struct ibvb_ring *ring;
+	struct ibvb_producer *producer;
+	uint64_t pos, from, to, bit;
+	int published;
+} g_torn;
+
+static void torn_copy(struct ibvb_ring *r, uint64_t pos, struct ibvb_desc *copy)
+{
+	if (r != g_torn.ring || pos != g_torn.pos)
+		return;
+	g_torn.ring = NULL; /* once */
+	for (uint64_t cnt = g_torn.from; cnt <= g_torn.to; cnt++)
+		g_torn.published += pub(g_torn.producer, cnt, 200) == 0;
+	copy->assign |= g_torn.bit;
+}
+
+/* Spec §14.4: a member loads seq again after copying a descriptor. Position 1 is the other member's; while
+ * member a copies it the producer publishes through position 9, whose descriptor replaces position 1's, and
+ * a's copy holds the new assign (a's bit) with the old seq. a must see the lap (the seq it loads again is
+ * 10), move on to its own position 2, and never hand out position 1; every heap goes to exactly one member. */
+static void test_member_never_hands_out_a_descriptor_rewritten_while_it_copied_it(void)
+{
+	struct ibvb_producer_opts o = opts(8, 256, IBVB_POLICY_DROP);
+	struct ibvb_producer *p;
+	CHECK_EQ(ibvb_producer_create(&p, "torncopy", &o), 0);
+	if (!p)
+		return;
+	struct ibvb_attach_opts ao = {.dir = g_dir, .group = "g"};
+	struct ibvb_ring *a, *b;
+	CHECK_EQ(ibvb_attach_opts(&a, "torncopy", 5000, &ao), 0);
+	CHECK_EQ(ibvb_attach_opts(&b, "torncopy", 5000, &ao), 0);
+	struct ibvb_info ia, ib;
+	CHECK_EQ(ibvb_info(a, &ia), 0);
+	CHECK_EQ(ibvb_info(b, &ib), 0);
+	uint64_t abit = 1ull << ia.consumer_index, bbit = 1ull << ib.consumer_index;
+	for (uint64_t cnt = 1; cnt <= 4; cnt++)
+		CHECK_EQ(pub(p, cnt, 200), 0);
+	/* round robin among idle members, lowest row first: a 0 and 2, b 1 and 3 */
+	CHECK_EQ(p->desc[0].assign, abit);
+	CHECK_EQ(p->desc[1].assign, bbit);
+	CHECK_EQ(p->desc[2].assign, abit);
+	uint64_t bad = 0, seen[11] = {0};
+	struct ibvb_heap h;
+	while (ibvb_peek(b, &h) == 0) {
+		seen[h.heap_cnt < 11 ? h.heap_cnt : 0]++;
+		ibvb_release(b, &h);
+	}
+	ibvb_flush_release(b);
+	CHECK_EQ(ibvb_peek(a, &h), 0);
+	CHECK_EQ(h.position, 0);
+	seen[h.heap_cnt < 11 ? h.heap_cnt : 0]++;
+	ibvb_release(a, &h);
+	ibvb_flush_release(a);
+	g_torn.ring = a, g_torn.producer = p, g_torn.pos = 1, g_torn.from = 5, g_torn.to = 10, g_torn.bit = abit;
+	CHECK_EQ(ibvb_peek(a, &h), 0);
+	CHECK_EQ(g_torn.published, 6); /* positions 4 … 9: position 9's descriptor is position 1's */
+	CHECK_EQ(p->desc[1].seq, 10);
+	CHECK_EQ(h.position, 2); /* its own, after the lap; never position 1 */
+	CHECK_EQ(h.heap_cnt, 3);
+	CHECK(pattern_ok(h.payload, h.heap_cnt, 200));
+	seen[h.heap_cnt < 11 ? h.heap_cnt : 0]++;
+	ibvb_release(a, &h);
+	while (ibvb_peek(a, &h) == 0) {
+		bad += !pattern_ok(h.payload, h.heap_cnt, 200);
+		seen[h.heap_cnt < 11 ? h.heap_cnt : 0]++;
+		ibvb_release(a, &h);
+	}
+	ibvb_flush_release(a);
+	while (ibvb_peek(b, &h) == 0) {
+		bad += !pattern_ok(h.payload, h.heap_cnt, 200);
+		seen[h.heap_cnt < 11 ? h.heap_cnt : 0]++;
+		ibvb_release(b, &h);
+	}
+	CHECK_EQ(bad, 0);
+	CHECK_EQ(seen[0], 0);
+	for (uint64_t cnt = 1; cnt <= 10; cnt++)
+		CHECK_EQ(seen[cnt], 1);
+	ibvb_detach(a);
+	ibvb_detach(b);
 	ibvb_producer_close(p);
 }
 
@@ -2312,6 +2405,8 @@ static const struct test tests[] = {
 	{"group_members_share_every_heap_once_beside_a_monitor", test_group_members_share_every_heap_once_beside_a_monitor},
 	{"group_member_leaving_loses_its_heaps_and_its_row_inherits_none",
 	 test_group_member_leaving_loses_its_heaps_and_its_row_inherits_none},
+	{"member_never_hands_out_a_descriptor_rewritten_while_it_copied_it",
+	 test_member_never_hands_out_a_descriptor_rewritten_while_it_copied_it},
 	{"group_member_a_ring_behind_is_overrun_not_overwritten", test_group_member_a_ring_behind_is_overrun_not_overwritten},
 	{"group_holes_are_not_read_by_a_new_consumer", test_group_holes_are_not_read_by_a_new_consumer},
 	{"group_member_holding_under_a_quarter_never_stalls_block",

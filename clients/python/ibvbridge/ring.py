@@ -1005,10 +1005,18 @@ class Ring:
             if self._cached_head == self._read and self._available() == 0:
                 self._wait(timeout)
             pos = self._read
+            off = self._desc_base + (pos & self._mask) * 64
             (seq, heap_cnt, heap_size, received, ts, slot, flags, icount, packets,
-             assign) = _unpack_desc(self._data_mm, self._desc_base + (pos & self._mask) * 64)
+             assign) = _unpack_desc(self._data_mm, off)
             if not self._group_bit:
                 break
+            if ORDERED:
+                acquire_fence()
+            again = self._d64[off >> 3]
+            if again != seq:
+                # seq again after the copy (spec §14.4): another member's descriptor rewritten meanwhile, and
+                # the copy may mix two positions (the new assign with the old seq): a lapped one
+                seq = again
             if seq != (pos + 1) & M64:
                 if self._lapped(pos, seq):  # lapped under positions that were not its own (spec §14.4)
                     continue

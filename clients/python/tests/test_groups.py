@@ -130,3 +130,37 @@ def test_member_skips_a_descriptor_whose_seq_is_a_lap_ahead_and_waits_for_its_he
         with ring.next(timeout=1) as h:
             assert (h.position, h.heap_cnt) == (12, 112)
         assert ring.tail == 13
+
+
+def test_member_never_hands_out_a_descriptor_rewritten_while_it_copied_it(make_producer, monkeypatch):
+    """Spec §14.4: a member loads seq again after copying a descriptor. Position 1 is another member's;
+    while the member copies it the producer publishes through position 9, whose descriptor replaces
+    position 1's, and the copy holds the new assign (this member's bit) beside the old seq. The member must
+    see the lap (the seq it loads again is 10), move on to its own position 2 and never hand out position 1."""
+    import ibvbridge.ring as ring_mod
+
+    p = make_producer(slot_count=8)
+    with member(p) as ring:
+        mine, other = 1 << ring.consumer_index, 1 << (ring.consumer_index + 1)
+        for pos in range(3):
+            write_desc(p, pos, 100 + pos, other if pos == 1 else mine)
+        store_head(p, 3)
+        with ring.next(timeout=1) as h:
+            assert h.position == 0
+        copy = ring_mod._unpack_desc
+        torn = []
+
+        def copy_torn(mm, off):
+            d = copy(mm, off)
+            if off == ring._desc_base + 1 * 64 and not torn:
+                for pos in range(3, 10):  # the producer, meanwhile: position 9 rewrites position 1's descriptor
+                    write_desc(p, pos, 100 + pos, other)
+                store_head(p, 10)
+                torn.append(d)
+                return d[:9] + (mine,)  # the old seq beside the new assign
+            return d
+
+        monkeypatch.setattr(ring_mod, "_unpack_desc", copy_torn)
+        with ring.next(timeout=1) as h:
+            assert torn and torn[0][0] == 2  # the copy was made with the old seq
+            assert (h.position, h.heap_cnt) == (2, 102)  # its own, after the lap; never position 1
