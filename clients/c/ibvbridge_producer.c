@@ -141,6 +141,10 @@ struct ibvb__pstate {
 	uint64_t scan, window_end, picks;
 	uint64_t skipped_gone; /* group_skipped of departed members */
 	int rescan;
+	/* settle_front: below it, a departed member's settled positions need no attached independent consumer
+	 * either: with nobody attached, reclaim frees them under block too (spec §7.1, §14.7) */
+	uint64_t settle_front;
+	int settle_front_set;
 	uint64_t set_gen; /* under mu; mirrored to p->set_gen */
 	int nmembers;
 	struct pmember m[IBVB_MAX_CONSUMERS_LIMIT];
@@ -479,20 +483,6 @@ static int new_shm(const char *what, uint64_t size, int *fd_out, void **map)
 
 /* ---- consumers (spec §2.2, §7.1-§7.3, §14) ---------------------------------------------------- */
 
-/* The attached consumer that has released least, -1 with none: the furthest behind head. mu held. */
-static int slowest_locked(struct ibvb_producer *p, uint64_t head)
-{
-	struct ibvb__pstate *st = p->st;
-	int slow = -1;
-	for (uint32_t i = 0; i < st->max_consumers; i++) {
-		if (!st->m[i].on)
-			continue;
-		if (slow < 0 || head - st->m[i].released > head - st->m[slow].released)
-			slow = (int)i;
-	}
-	return slow;
-}
-
 /* Return position q's slot to the pool, if it still holds one. Hot path, mu held. */
 static void free_pos(struct ibvb_producer *p, uint64_t q)
 {
@@ -566,9 +556,16 @@ static void settle_departed_locked(struct ibvb_producer *p, uint32_t i)
 	}
 	m->swept = end;
 	m->queued = 0;
+	atomic_store_explicit(&p->rows[i].queued, 0, memory_order_relaxed);
 	m->group = 0;
 	m->v22 = 0;
 	st->rescan = 1;
+	uint64_t front = end; /* what an attached independent consumer has not released stays held */
+	for (uint32_t k = 0; k < st->max_consumers; k++)
+		if (k != i && st->m[k].on && !st->m[k].group && (int64_t)(st->m[k].released - front) < 0)
+			front = st->m[k].released;
+	if (!st->settle_front_set || (int64_t)(st->settle_front - front) < 0)
+		st->settle_front = front, st->settle_front_set = 1;
 	store_skipped_locked(p);
 	atomic_fetch_sub_explicit(&p->group_members, 1, memory_order_relaxed);
 }
@@ -810,6 +807,18 @@ static void reclaim_locked(struct ibvb_producer *p)
 		st->rescan = 0;
 	}
 	if (st->nmembers == 0) {
+		if (st->settle_front_set) { /* the departed members' settled positions are free, under block too */
+			uint64_t q = st->scan;
+			if (clip_range(p, p->committed, &q, st->settle_front))
+				for (; q != st->settle_front; q++)
+					if (st->pos_need[q & p->mask] == 0)
+						free_pos(p, q);
+			if ((int64_t)(st->settle_front - st->scan) > 0)
+				st->scan = st->settle_front;
+			st->settle_front_set = 0;
+			while (st->reclaim != st->scan && p->pos_slot[st->reclaim & p->mask] == IBVB__NO_SLOT)
+				st->reclaim++;
+		}
 		if (p->policy == IBVB_POLICY_DROP && !slot_ready(p)) {
 			uint64_t to = st->reclaim;
 			while (to != p->committed && p->pos_slot[to & p->mask] == IBVB__NO_SLOT)
@@ -821,8 +830,7 @@ static void reclaim_locked(struct ibvb_producer *p)
 			if (st->reclaim - st->scan <= p->committed - st->scan) /* passed scan */
 				st->scan = st->reclaim;
 		}
-	} else {
-		read_cursors_locked(p, 1);
+	} else if (read_cursors_locked(p, 1), st->nmembers > 0) { /* else every one was detached just now */
 		/* The independent consumers' frontier: below it a position is free unless a member needs it. */
 		uint64_t to = p->committed;
 		int members = 0;
@@ -1322,11 +1330,16 @@ static int admit(struct ibvb_producer *p, const struct ucred *cr, uint32_t start
 	if (start == IBVB_START_HEAD || group) { /* a group member starts at head (spec §14) */
 		pos = head;
 	} else {
+		/* the lowest position an attached independent consumer has not released (at or past scan), else
+		 * scan: never below it, where a member may hold some positions' slots while others' were reused */
 		read_cursors_locked(p, 0);
-		int slow = slowest_locked(p, head);
-		pos = slow < 0 ? st->reclaim : st->m[slow].released;
-		if (pos - st->reclaim < st->scan - st->reclaim) /* below scan a member may hold some, not all */
-			pos = st->scan;
+		pos = st->scan;
+		int found = 0;
+		for (uint32_t i = 0; i < st->max_consumers; i++) {
+			const struct pmember *m = &st->m[i];
+			if (m->on && !m->group && (!found || m->released - st->scan < pos - st->scan))
+				pos = m->released, found = 1;
+		}
 	}
 	atomic_store_explicit(&g->read, pos, memory_order_relaxed);
 	atomic_store_explicit(&g->tail, pos, memory_order_release);
@@ -1359,6 +1372,7 @@ static int admit(struct ibvb_producer *p, const struct ucred *cr, uint32_t start
 	if (group)
 		atomic_fetch_add_explicit(&p->group_members, 1, memory_order_relaxed);
 	st->nmembers++;
+	st->settle_front_set = 0; /* reclaim now finds the frontier from the attached consumers */
 	bump_set_locked(p);
 	pthread_mutex_unlock(&st->mu);
 	*gen_out = gen;

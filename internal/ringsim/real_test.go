@@ -55,8 +55,6 @@ var known = []struct {
 	seed              uint64 // a strict reproduction (0: none safe to run: it hangs the producer)
 	steps             int
 }{
-	{"c", "block-none-attached-waits", "under block, when the last consumer leaves, the C producer may wait for a consumer to attach although the departed member's settled slots are free and within the window (§14.7, §14.5)",
-		"", false, false, false, true, 13, 179},
 }
 
 // applyKnown sets the comparisons to look past the known divergences of target, unless SIM_STRICT=1.
