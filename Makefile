@@ -34,7 +34,7 @@ test: setup build
 	cd deploy/prometheus/rulecheck && $(GO) test -count=1 ./
 	@$(MAKE) -s test-docs
 	@echo "== Go tests (race detector), cross-language tests and fuzz seed corpora"
-	IBVBRIDGE_REQUIRE_CLIENTS=1 $(GO) test -race -count=1 ./...
+	IBVBRIDGE_REQUIRE_CLIENTS=1 SIM_TARGETS=go,c,py $(GO) test -race -count=1 ./...
 	@echo "== Debian packages, container images, Helm chart (docs/deploy.md)"
 	$(MAKE) -s test-deploy
 
@@ -53,7 +53,7 @@ test-docs: build
 
 # The ring simulation (internal/ringsim) for SIM_SECONDS: seeded scenarios against the model on every core,
 # then against the producers SIM_TARGETS names (go, py; default go) for half as long; a failing seed prints
-# its one-line reproduction. make test runs the short budget (TestSim 20 s, the producers 10 s).
+# its one-line reproduction. make test runs the short budget (TestSim 20 s; Go, C and Python producers 10 s in all).
 SIM_SECONDS ?= 300
 SIM_TARGETS ?= go
 sim:

@@ -767,6 +767,9 @@ class Producer:
         self._window_end = (self._pos + sc) & M64
         self._rescan = False
         self._group_members = 0
+        # Below it, a departed member's settled positions need no attached independent consumer either: with
+        # nobody attached, reclaim frees them under block too (spec §7.1, §14.7). None: nothing to free.
+        self._settle_front: Optional[int] = None
         self._picks = 0
         self._skipped_departed = 0  # what departed 2.2 members released unread (group_skipped, §14.7)
         self._blocked = None  # (row, since_ns, logged) of the consumer a block producer waits for (§14.6)
@@ -1165,6 +1168,7 @@ class Producer:
                 if m.v22:
                     rmm[L.REG_READ:L.REG_READ + 8] = start.to_bytes(8, "little")
                 self._group_members += bool(group)
+                self._settle_front = None  # reclaim finds the frontier from the attached consumers now
                 self.conns[idx] = m
                 self._snap = tuple(self.conns.values())
                 self._stats[C_ATTACHED] = len(self.conns)
@@ -1417,6 +1421,16 @@ class Producer:
                 self._free_idx(sel[self._pos_need[sel] == 0])
             self._advance_reclaim()
         if not self.conns:
+            if self._settle_front is not None:  # the departed members' settled positions are free
+                front, self._settle_front = self._settle_front, None
+                if (front - self._scan) & M64 <= (self._pos - self._scan) & M64 and front != self._scan:
+                    idx, _ = self._ring_idx(self._scan, front, self.c64[Q_HEAD])
+                    if idx is not None:
+                        sel = _index_array(idx)
+                        self._free_idx(sel[self._pos_need[sel] == 0])
+                    self._scan = front
+                    self._advance_reclaim()
+                    self.c64[Q_OLDEST] = self._scan
             if self.policy == L.POLICY_DROP:
                 self._set_window_locked()
                 need = want - self._room()
@@ -1428,6 +1442,9 @@ class Producer:
             return
         head = self.c64[Q_HEAD]
         self._read_cursors_locked(head)
+        if not self.conns:  # every one was detached just now: nothing more is free
+            self._set_window_locked()
+            return
         if not self._group_members and self._reclaim == self._scan:  # no groups: in order, as ever
             slow = self._slowest_locked()
             if slow is not None:
@@ -1524,6 +1541,12 @@ class Producer:
             self._skipped_departed += max(0, m.rel_assigned - m.handed)
             m.skipped = 0
         self._rescan = True
+        front = end  # what an attached independent consumer has not released stays held
+        for o in self.conns.values():
+            if not o.group and (o.released - front) & M64 >= 1 << 63:
+                front = o.released
+        if self._settle_front is None or (self._settle_front - front) & M64 >= 1 << 63:
+            self._settle_front = front
         self._skipped_stat()
 
     def _assign_locked(self):
