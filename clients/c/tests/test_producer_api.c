@@ -1077,6 +1077,22 @@ static void test_group_member_leaving_loses_its_heaps_and_its_row_inherits_none(
 	ibvb_producer_close(p);
 }
 
+/* Spec §14.1: a group's name is 1 … 64 bytes; a longer one is refused at attach with one clear line,
+ * before any connection (it would hash like any other and join a group nobody named). */
+static void test_attach_refuses_a_group_name_over_64_bytes(void)
+{
+	char name[IBVB_GROUP_NAME_MAX + 2];
+	memset(name, 'g', sizeof name - 1);
+	name[sizeof name - 1] = 0;
+	struct ibvb_attach_opts ao = {.dir = g_dir, .group = name};
+	struct ibvb_ring *r = NULL;
+	CHECK_EQ(ibvb_attach_opts(&r, "nosuchring", 100, &ao), -EINVAL);
+	CHECK(r == NULL);
+	CHECK(strstr(ibvb_last_error(), "want 1 to 64 bytes") != NULL);
+	name[IBVB_GROUP_NAME_MAX] = 0; /* 64 bytes: allowed (no ring: not found, not refused for the name) */
+	CHECK(ibvb_attach_opts(&r, "nosuchring", 0, &ao) != -EINVAL);
+}
+
 /* The rewrite torn_copy makes: while member ring copies position pos's descriptor, producer publishes
  * heaps cnt from .. to (the last of them rewrites that descriptor), and the copy ends up with the new assign
  * (the member's bit) beside the old seq — the mix a plain copy can get. */
@@ -2405,6 +2421,7 @@ static const struct test tests[] = {
 	{"group_members_share_every_heap_once_beside_a_monitor", test_group_members_share_every_heap_once_beside_a_monitor},
 	{"group_member_leaving_loses_its_heaps_and_its_row_inherits_none",
 	 test_group_member_leaving_loses_its_heaps_and_its_row_inherits_none},
+	{"attach_refuses_a_group_name_over_64_bytes", test_attach_refuses_a_group_name_over_64_bytes},
 	{"member_never_hands_out_a_descriptor_rewritten_while_it_copied_it",
 	 test_member_never_hands_out_a_descriptor_rewritten_while_it_copied_it},
 	{"group_member_a_ring_behind_is_overrun_not_overwritten", test_group_member_a_ring_behind_is_overrun_not_overwritten},
