@@ -621,44 +621,27 @@ static void *delayed_fn(void *arg)
 	return NULL;
 }
 
-static void t_attach_retries_a_stale_socket_until_the_producer_comes(void)
+/* A stale socket for ring name (bound, then closed: connections are refused); sock and *sa get its path. */
+static void stale_socket(char *sock, size_t cap, const char *name, struct sockaddr_un *sa)
 {
-	struct tp q;
-	char sock[512];
-	struct ibvb_ring *r;
-	pthread_t th;
-	/* the socket appears later; first a stale one (connection refused) is there */
-	sock_of(sock, sizeof sock, "late");
+	sock_of(sock, cap, name);
 	int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
-	struct sockaddr_un sa = sun_of(sock);
-	CHECK_EQ(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+	*sa = sun_of(sock);
+	CHECK_EQ(bind(fd, (struct sockaddr *)sa, sizeof *sa), 0);
 	close(fd);
-	struct delayed d = {.p = &q, .ms = 100, .action = 0};
-	pthread_create(&th, NULL, delayed_fn, &d);
-	int64_t t0 = now_ms();
-	CHECK_EQ(ibvb_attach(&r, sock, 3000), 0);
-	CHECK(now_ms() - t0 >= 90);
-	pthread_join(th, NULL);
-	CHECK_EQ(d.rc, 0);
-	ibvb_detach(r);
-	tp_close(&q);
 }
 
-/* The same with a gap: once a stale socket was seen, its disappearance is not "not found" — a starting
- * producer removes it before binding its own — so the client, not asked to wait, still waits for the
- * producer within its timeout. */
-static void t_attach_awaits_a_producer_that_removed_the_stale_socket(void)
+/* A stale socket for ring "late", then, after ms, delayed action (0: its producer starts; 7: the stale
+ * socket goes and, 60 ms later, the producer binds its own): ibvb_attach, not asked to wait, connects. */
+static void attach_after_stale(int action, int ms)
 {
 	struct tp q;
 	char sock[512];
 	struct ibvb_ring *r;
 	pthread_t th;
-	sock_of(sock, sizeof sock, "late");
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
-	struct sockaddr_un sa = sun_of(sock);
-	CHECK_EQ(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-	close(fd);
-	struct delayed d = {.p = &q, .ms = 40, .action = 7, .path = sa.sun_path};
+	struct sockaddr_un sa;
+	stale_socket(sock, sizeof sock, "late", &sa);
+	struct delayed d = {.p = &q, .ms = ms, .action = action, .path = sa.sun_path};
 	pthread_create(&th, NULL, delayed_fn, &d);
 	int64_t t0 = now_ms();
 	CHECK_EQ(ibvb_attach(&r, sock, 3000), 0);
@@ -669,6 +652,14 @@ static void t_attach_awaits_a_producer_that_removed_the_stale_socket(void)
 		ibvb_detach(r);
 	tp_close(&q);
 }
+
+/* The socket appears later; first a stale one (connection refused) is there: retried. */
+static void t_attach_retries_a_stale_socket_until_the_producer_comes(void) { attach_after_stale(0, 100); }
+
+/* The same with a gap: once a stale socket was seen, its disappearance is not "not found" — a starting
+ * producer removes it before binding its own — so the client, not asked to wait, still waits for the
+ * producer within its timeout. */
+static void t_attach_awaits_a_producer_that_removed_the_stale_socket(void) { attach_after_stale(7, 40); }
 
 static void t_wait_times_out(void)
 {
