@@ -415,6 +415,35 @@ bad:
 	return rc;
 }
 
+/* The chunk geometry of a chunk-mode ring (spec §13), checked from a private copy of the header's fields;
+ * all zero without the chunks feature. */
+static int chunk_load(const char *ring, const struct ibvb_ctl *c, struct ibvb_chunk_geometry *g)
+{
+	memset(g, 0, sizeof *g);
+	if (!(c->features & IBVB_FEATURE_CHUNKS))
+		return 0;
+	/* One private copy of the fields (0xA0..0xC8): every check and use below is of the copy. */
+	struct {
+		uint32_t heaps, axis;
+		uint64_t heap_size, step, time_item, axis_item;
+	} raw;
+	memcpy(&raw, &c->chunk_heaps, sizeof raw);
+	uint64_t slot_size = c->slot_size; /* validated by validate_ctl; the header is constant once handed out */
+	if (raw.heaps < 1 || raw.axis < 1 || raw.heap_size < 1 || raw.step < 1)
+		return fail(-EBADMSG, "ring %s corrupt: chunk geometry %u heaps x %u axis x %llu bytes, step %llu: "
+			    "each must be at least 1", ring, raw.heaps, raw.axis, (unsigned long long)raw.heap_size,
+			    (unsigned long long)raw.step);
+	uint64_t positions = (uint64_t)raw.heaps * raw.axis, bytes, need;
+	if (__builtin_mul_overflow(positions, raw.heap_size, &bytes) ||
+	    __builtin_add_overflow(bytes, positions, &need) || need > slot_size)
+		return fail(-EBADMSG, "ring %s corrupt: a chunk of %u x %u positions of %llu bytes and its presence "
+			    "map do not fit a slot of %llu bytes", ring, raw.heaps, raw.axis,
+			    (unsigned long long)raw.heap_size, (unsigned long long)slot_size);
+	*g = (struct ibvb_chunk_geometry){raw.heaps, raw.axis, raw.heap_size, raw.step, raw.time_item,
+					  raw.axis_item, positions, bytes};
+	return 0;
+}
+
 /* ---- seals, sizes and geometry (spec §9 steps 4-5) ------------------------------------------------- */
 
 static int check_fd(const struct target *t, int fd, const char *what, int seals, uint64_t size)
@@ -604,7 +633,7 @@ static int map_ring(const struct target *t, const struct ibvb_welcome *w, const 
 	/* Copy before validating: a producer can rewrite its header at any time, so every value used from here
 	 * on is the one checked (spec §9.1), never a second read of shared memory. */
 	memcpy(&mp->hdr, m, sizeof mp->hdr);
-	if ((rc = validate_ctl(t, &mp->hdr, w)) < 0 || (rc = ibvb__chunk_load(t->name, &mp->hdr, &mp->chunks)) < 0)
+	if ((rc = validate_ctl(t, &mp->hdr, w)) < 0 || (rc = chunk_load(t->name, &mp->hdr, &mp->chunks)) < 0)
 		return rc;
 	mp->data_size = w->data_size;
 	mp->data = mmap(NULL, (size_t)mp->data_size, PROT_READ, MAP_SHARED, wf->fd[1], 0);

@@ -7,33 +7,6 @@
 #include "ibvbridge.h"
 #include "ibvbridge_internal.h"
 
-int ibvb__chunk_load(const char *ring, const struct ibvb_ctl *c, struct ibvb_chunk_geometry *g)
-{
-	memset(g, 0, sizeof *g);
-	if (!(c->features & IBVB_FEATURE_CHUNKS))
-		return 0;
-	/* One private copy of the fields (0xA0..0xC8): every check and use below is of the copy. */
-	struct {
-		uint32_t heaps, axis;
-		uint64_t heap_size, step, time_item, axis_item;
-	} raw;
-	memcpy(&raw, &c->chunk_heaps, sizeof raw);
-	uint64_t slot_size = c->slot_size; /* validated by validate_ctl; the header is constant once handed out */
-	if (raw.heaps < 1 || raw.axis < 1 || raw.heap_size < 1 || raw.step < 1)
-		return fail(-EBADMSG, "ring %s corrupt: chunk geometry %u heaps x %u axis x %llu bytes, step %llu: "
-			    "each must be at least 1", ring, raw.heaps, raw.axis, (unsigned long long)raw.heap_size,
-			    (unsigned long long)raw.step);
-	uint64_t positions = (uint64_t)raw.heaps * raw.axis, bytes, need;
-	if (__builtin_mul_overflow(positions, raw.heap_size, &bytes) ||
-	    __builtin_add_overflow(bytes, positions, &need) || need > slot_size)
-		return fail(-EBADMSG, "ring %s corrupt: a chunk of %u x %u positions of %llu bytes and its presence "
-			    "map do not fit a slot of %llu bytes", ring, raw.heaps, raw.axis,
-			    (unsigned long long)raw.heap_size, (unsigned long long)slot_size);
-	*g = (struct ibvb_chunk_geometry){raw.heaps, raw.axis, raw.heap_size, raw.step, raw.time_item,
-					  raw.axis_item, positions, bytes};
-	return 0;
-}
-
 int ibvb_chunk_geometry(const struct ibvb_ring *r, struct ibvb_chunk_geometry *g)
 {
 	if (r->chunks.heaps == 0)

@@ -64,10 +64,5 @@ int ibvb__open_trusted_dir(const char *dir, uid_t euid, int *fd, struct stat *st
  * *fd (O_RDONLY|O_DIRECTORY), or -errno with the message set. The caller checks the final directory. */
 int ibvb__make_dir_nofollow(const char *path, uid_t euid, int *fd);
 
-struct ibvb_ctl;
-struct ibvb_chunk_geometry;
-/* Spec §13.5 at attach: the chunk geometry from a private copy of the header of ring (all 0 when features
- * has no CHUNKS), validated against its slot_size. 0, or -EBADMSG with the message set. */
-int ibvb__chunk_load(const char *ring, const struct ibvb_ctl *c, struct ibvb_chunk_geometry *g);
 
 #endif
