@@ -48,6 +48,8 @@ test-docs: build
 	@echo "== docs site: every page in Chromium, links, anchors, flag coverage"
 	CHECK=1 scripts/docs/build.sh
 	$(PYTHON) scripts/docs/check_c_types.py
+	@echo "== benchmark figures only on the generated page (docs/reference/benchmarks.md)"
+	$(PYTHON) scripts/docs/check_bench_figures.py
 	@echo "== docs recipes, as pasted (python3 on PATH without numpy)"
 	$(PYTHON) scripts/docs/run_recipes.py
 
