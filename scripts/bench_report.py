@@ -115,6 +115,10 @@ def med_range(xs, scale=1.0, digits=3):
     return f"**{num(m, digits)}**", f"{num(lo, digits)} – {num(hi, digits)}"
 
 
+def size_label(n):
+    return f"{n // 1048576} MiB" if n >= 1 << 20 and n % 1048576 == 0 else f"{n // 1024} KiB" if n % 1024 == 0 else f"{n} B"
+
+
 def lossless_runs(flags):
     return f"{sum(1 for f in flags if f)}/{len(flags)}"
 
@@ -150,14 +154,14 @@ def ring_section(a):
     return s
 
 
-def produce_pair(s, producer, consumer, heaps, size, slots, batch):
+def produce_pair(s, producer, consumer, heaps, size, slots, batch, hugepages):
     """One producer process into one consumer process on a ring in a fresh directory: the producer's JSON
     after both checked out (every heap arrived, the checksums agree)."""
     import tempfile
     env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "clients", "python")}
     with tempfile.TemporaryDirectory(prefix="ibvb-bench-report-") as d:
         prod = producer + ["--ring", "bench", "--dir", d, "--heaps", str(heaps), "--heap-size", str(size),
-                           "--slots", str(slots), "--policy", "block", "--wait-consumers", "1", "--hugepages", "off"]
+                           "--slots", str(slots), "--policy", "block", "--wait-consumers", "1", "--hugepages", hugepages]
         if batch:
             prod += ["--batch", str(batch)]
         s.loads.append(os.getloadavg()[0])
@@ -181,7 +185,7 @@ def produce_pair(s, producer, consumer, heaps, size, slots, batch):
 
 def producers_section(a):
     s = Section("producers", "The C and Python producers",
-                "A producer process publishes into a ring (block policy, hugepages off) that one consumer process "
+                "A producer process publishes into a ring (block policy) that one consumer process "
                 "reads; each run is checked: every heap arrived and the producer's and consumer's checksums agree. "
                 "The rate is the producer's, from its first publish to everything released. The Go producer's "
                 "figures are in [the ring alone](#ring).")
@@ -199,11 +203,13 @@ def producers_section(a):
              ("Python `acquire`/`publish` per heap → C, 64-byte heaps", py_prod, [c_cons], 200_000, 64, 65536, 0,
               "heaps_per_s", 1e-6, "M heaps/s"))
     for label, prod, cons, heaps, size, slots, batch, key, scale, unit in cases:
-        shown = lambda argv: " ".join(os.path.relpath(x, ROOT) if x.startswith(ROOT) else x for x in argv)
+        hugepages = "auto" if prod[0] == c_prod else "off"
+        shown = lambda argv: ("PYTHONPATH=clients/python " if argv[0] == PY else "") + " ".join(
+            os.path.relpath(x, ROOT) if x.startswith(ROOT) else x for x in argv)
         s.cmds.append((f"{shown(prod)} --ring bench --dir D --heaps {heaps} --heap-size {size} --slots {slots} "
-                       f"--policy block --wait-consumers 1 --hugepages off{f' --batch {batch}' if batch else ''} & "
+                       f"--policy block --wait-consumers 1 --hugepages {hugepages}{f' --batch {batch}' if batch else ''} & "
                        f"{shown(cons)} --ring D/bench.v2.sock --timeout-ms 60000", a.repeats))
-        rs = [produce_pair(s, prod, cons, heaps, size, slots, batch) for _ in range(a.repeats)]
+        rs = [produce_pair(s, prod, cons, heaps, size, slots, batch, hugepages) for _ in range(a.repeats)]
         for r in rs:
             r["bytes_per_s"] = r["bytes"] / r["seconds"] if r.get("seconds") else None
         m, rng = med_range([r.get(key) for r in rs], scale)
@@ -222,8 +228,8 @@ def spead2_recv_section(a):
                 "and GB per CPU-second are the stream's heaps and payload bytes over that median CPU: what one core "
                 "of that receiver would take at this heap size.")
     if not shutil.which("spead2_recv") or not shutil.which("spead2_send"):
-        s.body.append("Not measured: `spead2_recv` and `spead2_send` are not on PATH on this machine.\n")
-        return s
+        s.body.append("spead2 not measured: `spead2_recv` and `spead2_send` are not on PATH here, so `ibvbridge send` "
+                      "sends and the rows are recv's and the floor's alone.\n\n")
     (res, _), = s.run(["bench", "udp", "--peer", "spead2", "--runs", str(max(a.repeats, 5)), "--json"], timeout=3600)
     s.body.append("| stream | receiver | CPU s (median) | min – max | + consumer | ÷ spead2_recv | ÷ floor | "
                   "heaps per CPU-second | GB per CPU-second | lossless runs |\n|---|---|---|---|---|---|---|---|---|---|\n")
@@ -232,7 +238,7 @@ def spead2_recv_section(a):
         rows = shape["rows"]
         peer = next((r for r in rows if r["kind"] == "spead2"), None)
         floor = next((r for r in rows if r["kind"] == "floor"), None)
-        label = f"{sh_['heap_size'] // 1024} KiB heaps, {sh_['packet_size']} B packets, {sh_['rate_gbps']:g} Gb/s, {sh_['heaps']} heaps"
+        label = f"{size_label(sh_['heap_size'])} heaps, {sh_['packet_size']} B packets, {sh_['rate_gbps']:g} Gb/s, {sh_['heaps']} heaps"
         for r in rows:
             cpu = r["cpu_s"]
             runs = r.get("runs") or []
@@ -247,21 +253,21 @@ def spead2_recv_section(a):
     return s
 
 
-def python_rows(res, s, with_ratio):
+def python_rows(res, s, with_ratio, names=None):
     s.body.append("| stream | receiver | CPU µs/heap (median) | min – max | of which the Python loop | latency median µs "
                   "| p99 µs (min – max) | lossless runs |" + (" CPU ÷ spead2 |" if with_ratio else "")
                   + "\n|---|---|---|---|---|---|---|---|" + ("---|" if with_ratio else "") + "\n")
     for shape in res["results"]:
         sh_ = shape["shape"]
-        size = sh_["heap_size"]
-        label = (f"{size // 1048576} MiB" if size >= 1 << 20 else f"{size // 1024} KiB") + f" @ {sh_['rate_gbps']:g} Gb/s"
+        label = f"{size_label(sh_['heap_size'])} @ {sh_['rate_gbps']:g} Gb/s"
         for r in shape["rows"]:
             lo, hi = r["cpu_us_per_heap_spread"]
             plo, phi = r["latency_p99_us_spread"]
             ratio = ""
             if with_ratio:
                 ratio = f" {r['ratios_to_spead2']['cpu']:.2f}× |" if r.get("ratios_to_spead2") else " — |"
-            s.body.append(f"| {label} | {r['receiver']} | **{num(r['cpu_us_per_heap'])}** | {num(lo)} – {num(hi)} | "
+            name = (names or {}).get(r["receiver"], r["receiver"])
+            s.body.append(f"| {label} | {name} | **{num(r['cpu_us_per_heap'])}** | {num(lo)} – {num(hi)} | "
                           f"{num(r['loop_cpu_us_per_heap'])} | {num(r['latency_median_us'])} | {num(r['latency_p99_us'])} "
                           f"({num(plo)} – {num(phi)}) | {lossless_runs([x['lossless'] for x in r['runs']])} |{ratio}\n")
 
@@ -277,6 +283,7 @@ def spead2_python_section(a):
     (res, err), = s.run(["bench", "python", "--peer", "spead2", "--runs", runs, "--seconds", "1", "--json"], timeout=3600)
     if not res.get("peer"):
         why = next((l for l in err.splitlines() if "spead2" in l), "spead2's Python package does not import")
+        why = why.strip().removeprefix("bench python: ").removesuffix(": ibvbridge alone")
         s.body.append(f"spead2's Python receiver not measured: {why.strip()}. The rows are ibvbridge's alone.\n\n")
     python_rows(res, s, bool(res.get("peer")))
     return s
@@ -288,8 +295,7 @@ def coalesce_section(a):
                 "with the default (`heap`): what each setting costs in CPU and buys or costs in latency.")
     (res, _), = s.run(["bench", "python", "--shapes", "8K@1,1K@0.2", "--runs", str(a.repeats), "--seconds", "1",
                        "--variant", "c1ms=--coalesce 1ms", "--variant", "c0=--coalesce 0", "--json"], timeout=3600)
-    python_rows(res, s, False)
-    s.body.append("\n`ibvbridge` is the default; `c1ms` is `--coalesce 1ms`; `c0` is `--coalesce 0`.\n")
+    python_rows(res, s, False, {"ibvbridge": "default (`--coalesce heap`)", "c1ms": "`--coalesce 1ms`", "c0": "`--coalesce 0`"})
     return s
 
 
