@@ -115,6 +115,10 @@ def med_range(xs, scale=1.0, digits=3):
     return f"**{num(m, digits)}**", f"{num(lo, digits)} – {num(hi, digits)}"
 
 
+def table_head(s, *cols):
+    s.body.append("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n")
+
+
 def size_label(n):
     return f"{n // 1048576} MiB" if n >= 1 << 20 and n % 1048576 == 0 else f"{n // 1024} KiB" if n % 1024 == 0 else f"{n} B"
 
@@ -131,7 +135,7 @@ def ring_section(a):
                 "reads, every heap checked by checksum. `memcpy` is a single-core copy over a working set as large "
                 "as the ring, measured in the same run: the ratio travels between machines, the rates do not. The "
                 "idle CPU is the consumer's while it waits for heaps that do not come (1 s before each run).")
-    s.body.append("| consumer, heaps | figure | median | min – max | runs | heaps lost |\n|---|---|---|---|---|---|\n")
+    table_head(s, "consumer, heaps", "figure", "median", "min – max", "runs", "heaps lost")
     cases = (("C, 64-byte heaps", ["--consumer", "c", "--heap-size", "64"], ("heaps_per_s", 1e-6, "M heaps/s")),
              ("Python `next_batch(4096)`, 64-byte heaps", ["--consumer", "python", "--heap-size", "64", "--batch", "4096"],
               ("heaps_per_s", 1e-6, "M heaps/s")),
@@ -193,7 +197,7 @@ def producers_section(a):
     c_cons = os.path.join(ROOT, "clients/c/build/ibvb-consume")
     py_prod = [PY, "-m", "ibvbridge.produce"]
     py_cons = [PY, "-m", "ibvbridge.consume", "--batch", "4096"]
-    s.body.append("| producer → consumer, heaps | figure | median | min – max | runs |\n|---|---|---|---|---|\n")
+    table_head(s, "producer → consumer, heaps", "figure", "median", "min – max", "runs")
     cases = (("C → C, 64-byte heaps, 4096 slots", [c_prod], [c_cons], 20_000_000, 64, 4096, 0, "heaps_per_s", 1e-6, "M heaps/s"),
              ("C → C, 1 MiB heaps, 256 slots", [c_prod], [c_cons], 5000, 1 << 20, 256, 0, "bytes_per_s", 1e-9, "GB/s"),
              ("Python `publish_batch` (4096 a call) → C, 64-byte heaps", py_prod, [c_cons], 2_000_000, 64, 65536, 4096,
@@ -231,8 +235,8 @@ def spead2_recv_section(a):
         s.body.append("spead2 not measured: `spead2_recv` and `spead2_send` are not on PATH here, so `ibvbridge send` "
                       "sends and the rows are recv's and the floor's alone.\n\n")
     (res, _), = s.run(["bench", "udp", "--peer", "spead2", "--runs", str(max(a.repeats, 5)), "--json"], timeout=3600)
-    s.body.append("| stream | receiver | CPU s (median) | min – max | + consumer | ÷ spead2_recv | ÷ floor | "
-                  "heaps per CPU-second | GB per CPU-second | lossless runs |\n|---|---|---|---|---|---|---|---|---|---|\n")
+    table_head(s, "stream", "receiver", "CPU s (median)", "min – max", "+ consumer", "÷ spead2_recv", "÷ floor",
+               "heaps per CPU-second", "GB per CPU-second", "lossless runs")
     for shape in res["results"]:
         sh_ = shape["shape"]
         rows = shape["rows"]
@@ -254,9 +258,8 @@ def spead2_recv_section(a):
 
 
 def python_rows(res, s, with_ratio, names=None):
-    s.body.append("| stream | receiver | CPU µs/heap (median) | min – max | of which the Python loop | latency median µs "
-                  "| p99 µs (min – max) | lossless runs |" + (" CPU ÷ spead2 |" if with_ratio else "")
-                  + "\n|---|---|---|---|---|---|---|---|" + ("---|" if with_ratio else "") + "\n")
+    table_head(s, "stream", "receiver", "CPU µs/heap (median)", "min – max", "of which the Python loop", "latency median µs",
+               "p99 µs (min – max)", "lossless runs", *(["CPU ÷ spead2"] if with_ratio else []))
     for shape in res["results"]:
         sh_ = shape["shape"]
         label = f"{size_label(sh_['heap_size'])} @ {sh_['rate_gbps']:g} Gb/s"
@@ -307,9 +310,8 @@ def group_section(a):
     (r, _), = s.run(["bench", "group", "--rounds", str(max(a.repeats, 5)), "--json"], timeout=3600)
     rr = r.get("round_ratios") or []
     m, rng = med_range(rr)
-    s.body.append("| figure | median | min – max | rounds |\n|---|---|---|---|\n")
-    s.body.append(f"| group of {r['options'].get('Members', 4) if isinstance(r.get('options'), dict) else 4} ÷ one "
-                  f"consumer, chunks/s | {m}× | {rng} | {len(rr)} |\n")
+    table_head(s, "figure", "median", "min – max", "rounds")
+    s.body.append(f"| group of {r['group']['members']} ÷ one consumer, chunks/s | {m}× | {rng} | {len(rr)} |\n")
     s.body.append(f"| one consumer, chunks/s (last round) | {num(r['one']['chunks_per_s'])} | | |\n")
     s.body.append(f"| the group, chunks/s (last round) | {num(r['group']['chunks_per_s'])} | | |\n")
     s.body.append(f"| ceiling | {r['ceiling']:.2f}× | | |\n")
@@ -325,8 +327,8 @@ def chunk_mode_section(a):
                 "tool with `--no-touch` (presence maps only, no payload reads). Its CPU per heap present, recv's CPU "
                 "per byte in chunk mode over heap mode. T is the consumer's latency bound (`Ring.attach(…, "
                 "max_latency=T)`, `--max-latency-us`): 0 is a wake per chunk.")
-    s.body.append("| chunks | T | Python ns/heap, chunk mode (median) | min – max | heap mode | recv CPU per byte, "
-                  "chunk ÷ heap | lossless runs (chunk / heap) |\n|---|---|---|---|---|---|---|\n")
+    table_head(s, "chunks", "T", "Python ns/heap, chunk mode (median)", "min – max", "heap mode",
+               "recv CPU per byte, chunk ÷ heap", "lossless runs (chunk / heap)")
     for label, extra, lat in (("64 heaps", [], "0"), ("64 heaps", ["--consumer-max-latency", "250ms"], "250 ms"),
                               ("64 × 64 heaps (`--chunk-axis 64`)", ["--chunk-axis", "64"], "0")):
         (res, _), = s.run(["bench", "udp", "--rate", "2.5", "--heap-sizes", "8K", "--chunk-heaps", "64", *extra,
@@ -348,7 +350,7 @@ def chunk_capacity_section(a):
                 "`chunks` is `for chunk in ring.chunks()`, `batches` is `ring.chunk_batches(4096)`.")
     (res, _), = s.run([PY, os.path.join(ROOT, "clients/python/tests/bench_chunks.py"), "--heaps", "64,4096",
                        "--modes", "chunks,batches", "--rounds", str(max(a.repeats, 5)), "--json"], timeout=1800)
-    s.body.append("| heaps per chunk | mode | ns/heap (median) | min – max | M heaps/s |\n|---|---|---|---|---|\n")
+    table_head(s, "heaps per chunk", "mode", "ns/heap (median)", "min – max", "M heaps/s")
     for r in res:
         s.body.append(f"| {r['heaps_per_chunk']} | {r['mode']} | **{num(r['ns_per_heap'])}** | {num(r['min_ns'])} – "
                       f"{num(r['max_ns'])} | {num(r['mheaps_per_s'])} |\n")
@@ -360,8 +362,7 @@ def wakes_section(a):
                 "64-byte heaps at 0.036 Gb/s (about 70 000 heaps a second) through `send` and `recv` into a C consumer "
                 "that waits for each heap (a latency bound of 0) or sets a bound of 1 ms (`--max-latency-us`): the "
                 "consumer's CPU per heap, and recv's per packet.")
-    s.body.append("| consumer's bound | consumer ns/heap (median) | min – max | recv ns/packet | lossless runs |\n"
-                  "|---|---|---|---|---|\n")
+    table_head(s, "consumer's bound", "consumer ns/heap (median)", "min – max", "recv ns/packet", "lossless runs")
     for lat in ("0", "1ms"):
         (res, _), = s.run(["bench", "udp", "--rate", "0.036", "--heap-sizes", "64", "--packet-size", "1472", "--bytes", "16M",
                            "--runs", str(a.repeats), "--consumer-max-latency", lat, "--json"], timeout=1800)
