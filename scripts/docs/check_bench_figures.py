@@ -35,8 +35,6 @@ PATTERNS = [
 
 # (path, text the line contains, reason). Each entry must match at least one hit, so none outlives its line.
 ALLOW = [
-    ("docs/deploy.md", "small heaps on a 25 Gb/s NIC, anything on a 100 Gb/s NIC",
-     "NIC line rates, the hardware's specification a reader sets the measured per-core figures against"),
     ("clients/python/README.md", "### Cost per heap (the goal:",
      "the chunk consumer's design goal, a target the linked measurements are judged by"),
 ]
