@@ -48,6 +48,8 @@ test-docs: build
 	@echo "== docs site: every page in Chromium, links, anchors, flag coverage"
 	CHECK=1 scripts/docs/build.sh
 	$(PYTHON) scripts/docs/check_c_types.py
+	@echo "== benchmark figures only on the generated page (docs/reference/benchmarks.md)"
+	$(PYTHON) scripts/docs/check_bench_figures.py
 	@echo "== docs recipes, as pasted (python3 on PATH without numpy)"
 	$(PYTHON) scripts/docs/run_recipes.py
 
@@ -95,10 +97,12 @@ demo: setup build
 	@scripts/demo.sh
 
 # docs/reference/benchmarks.md from the benchmarks' own --json output (command, date, commit, machine,
-# spread): BENCH_REPEATS times each (default 3); spead2's row only where spead2_recv is installed.
+# load, spread): BENCH_REPEATS times each (default 3); BENCH_ONLY=ring,group rewrites those sections and
+# keeps the others. spead2's rows only where spead2_recv (and, for Python, spead2's package) is installed.
 BENCH_REPEATS ?= 3
+BENCH_ONLY ?=
 bench-report: build
-	$(PYTHON) scripts/bench_report.py --repeats $(BENCH_REPEATS)
+	nice $(PYTHON) scripts/bench_report.py --repeats $(BENCH_REPEATS) $(if $(BENCH_ONLY),--only $(BENCH_ONLY))
 
 bench: build
 	bin/ibvbridge bench ring --consumer c --heap-size 64
