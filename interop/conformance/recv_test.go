@@ -45,11 +45,13 @@ func startRecv(t *testing.T, policy string) (*producer, string) {
 	}
 }
 
-// send runs `ibvbridge send --pattern --heap-size 65536 --rate 0.5` of heaps heaps to port.
+// send runs `ibvbridge send --pattern --heap-size 65536 --rate 0.2` of heaps heaps to port: 380 heaps/s,
+// so a healthy consumer descheduled on a loaded machine has 170 ms (a 64-slot ring) before drop overruns
+// it (at 0.5 Gb/s, 67 ms: under a concurrent benchmark the healthy consumers were overrun too).
 func send(t *testing.T, port string, heaps int) {
 	t.Helper()
 	out, err := exec.Command(goTool, "send", "127.0.0.1:"+port, "--pattern", "--heap-size", "65536",
-		"--heaps", strconv.Itoa(heaps), "--rate", "0.5").CombinedOutput()
+		"--heaps", strconv.Itoa(heaps), "--rate", "0.2").CombinedOutput()
 	if err != nil {
 		t.Fatalf("send: %v: %s", err, out)
 	}
@@ -81,7 +83,7 @@ func attachInOrder(t *testing.T, p *producer, order []string) map[string][]*cons
 // TestRecvDropStoppedMemberCostsOthersNothing (spec §14.6 under drop: the reproduction, run as a user
 // would): recv --policy drop with 64 × 128 KiB slots; three `consume --group-name g --verify` members, one of
 // them stopped (SIGSTOP) at its first heap, and an independent `consume --verify` monitor, attached in every
-// order; `send --pattern --heap-size 65536 --rate 0.5`. The monitor reads every heap; the healthy members
+// order; `send --pattern --heap-size 65536 --rate 0.2`. The monitor reads every heap; the healthy members
 // read every heap not assigned to the stopped one, whose unreleased share is counted in group_lost; only
 // the stopped member is overrun, nothing is dropped, and, resumed, it reports the overrun.
 func TestRecvDropStoppedMemberCostsOthersNothing(t *testing.T) {
@@ -131,8 +133,8 @@ func TestRecvDropStoppedMemberCostsOthersNothing(t *testing.T) {
 			// in some attach orders neither read nor counted (CHANGELOG, Known defects): reported as a skip
 			// naming the counts, never as a pass, until it is fixed.
 			if got := read + sr.Heaps + lost; got != uint64(heaps) {
-				t.Skipf("known defect: members read %d (stopped member %d), group_lost %d: %d of %d heaps neither read nor counted",
-					read, sr.Heaps, lost, uint64(heaps)-got, heaps)
+				t.Skipf("known defect: members read %d (stopped member %d), group_lost %d, group_skipped %d: %d of %d heaps neither read nor counted",
+					read, sr.Heaps, lost, mon.Counters["group_skipped"], int64(heaps)-int64(got), heaps)
 			}
 		})
 	}
