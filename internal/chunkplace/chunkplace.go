@@ -1,6 +1,6 @@
 // Package chunkplace owns recv's chunk placement plug-ins (recv --chunk-place LIB.so:FUNCTION): it loads
 // a user's C function with the contract of clients/c/ibvbridge_chunk_place.h (spead2's chunk_place) at run
-// time with dlopen, and calls it for each heap as a spead.ChunkPlaceFunc, through a C trampoline (shim.c):
+// time with dlopen, and calls it for each heap as a assemble.ChunkPlaceFunc, through a C trampoline (shim.c):
 // one cgo call per heap, no allocation. The library is trusted code: it runs in recv's process, loaded
 // once and never unloaded.
 //

@@ -62,7 +62,7 @@ func Open(spec Spec) (*Plugin, error) {
 	return p, nil
 }
 
-// Place calls the function for one heap: a spead.ChunkPlaceFunc. items must hold as many values as the
+// Place calls the function for one heap: a assemble.ChunkPlaceFunc. items must hold as many values as the
 // Spec's Items.
 func (p *Plugin) Place(cnt, size uint64, items []uint64) (chunk, pos, off uint64, ok bool) {
 	d := p.data

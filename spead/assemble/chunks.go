@@ -1,4 +1,4 @@
-package spead
+package assemble
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ibvbridge/ibvbridge/ring"
+	"github.com/ibvbridge/ibvbridge/spead"
 )
 
 // Errors a chunk placer's heapSlot gives for a heap it does not place (begin counts neither as dropped):
@@ -137,7 +138,7 @@ func newChunkPlacer(p *ring.Producer, window int, user ChunkPlaceFunc, userItems
 // placement if there is one, else from its time and axis items among the packet's immediate items. ok
 // false: the heap is rejected (an item missing, the axis out of range, a heap longer than a position, or
 // the user's placement rejected it or gave a place out of range).
-func (cp *chunkPlacer) place(pkt *Packet) (id, pos, off uint64, ok bool) {
+func (cp *chunkPlacer) place(pkt *spead.Packet) (id, pos, off uint64, ok bool) {
 	if cp.user != nil {
 		return cp.placeUser(pkt)
 	}
@@ -145,7 +146,7 @@ func (cp *chunkPlacer) place(pkt *Packet) (id, pos, off uint64, ok bool) {
 	haveT, haveA := false, cp.g.AxisItem == 0
 	ps := pkt.Pointers
 	for i := range ps.Len() {
-		ip := pkt.Flavour.splitPointer(ps.Raw(i))
+		ip := pkt.Flavour.SplitPointer(ps.Raw(i))
 		if !ip.Immediate {
 			continue
 		}
@@ -166,14 +167,14 @@ func (cp *chunkPlacer) place(pkt *Packet) (id, pos, off uint64, ok bool) {
 // placeUser asks the user's placement where heap pkt goes, unless its inputs are the previous call's
 // (the Assembler may look a heap's first packet up more than once), and checks the answer against the
 // geometry.
-func (cp *chunkPlacer) placeUser(pkt *Packet) (id, pos, off uint64, ok bool) {
+func (cp *chunkPlacer) placeUser(pkt *spead.Packet) (id, pos, off uint64, ok bool) {
 	vals := cp.userVals
 	for i := range vals {
 		vals[i] = ChunkPlaceMissing
 	}
 	ps := pkt.Pointers
 	for i := range ps.Len() {
-		ip := pkt.Flavour.splitPointer(ps.Raw(i))
+		ip := pkt.Flavour.SplitPointer(ps.Raw(i))
 		if !ip.Immediate {
 			continue
 		}
@@ -200,7 +201,7 @@ func (cp *chunkPlacer) placeUser(pkt *Packet) (id, pos, off uint64, ok bool) {
 	return m.id, m.pos, m.off, true
 }
 
-func (cp *chunkPlacer) heapSlot(h *liveHeap, pkt *Packet) (*ring.Slot, error) {
+func (cp *chunkPlacer) heapSlot(h *liveHeap, pkt *spead.Packet) (*ring.Slot, error) {
 	id, pos, off, ok := cp.place(pkt)
 	if !ok {
 		cp.p.Add(ring.CounterRejectedHeaps, 1)
@@ -382,7 +383,7 @@ func (cp *chunkPlacer) guess(dst [][]byte) (hdrLen, n int) {
 	return hdrLen, n
 }
 
-func (cp *chunkPlacer) expected(pkt *Packet) (*liveHeap, *ring.Slot) {
+func (cp *chunkPlacer) expected(pkt *spead.Packet) (*liveHeap, *ring.Slot) {
 	if h := cp.live(); h != nil && h.cnt == pkt.HeapCnt {
 		return h, nil
 	}

@@ -1,4 +1,4 @@
-package spead_test
+package assemble_test
 
 import (
 	"os"
