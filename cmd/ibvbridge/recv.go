@@ -44,7 +44,7 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer plug.Close()
-		cfg.Assembler.ChunkPlace, cfg.Assembler.ChunkPlaceItems = plug.Place, o.placeItems
+		cfg.Assembler.Placement = plug
 	}
 	if o.cpuProfile != "" { // before anything is opened: a bad path fails without leaving anything behind
 		stop, err := startCPUProfile(o.cpuProfile)

@@ -159,7 +159,7 @@ func TestExampleInAssemblerPlacesAsTheFlags(t *testing.T) {
 		return r
 	}
 	byFlags := run(assemble.AssemblerConfig{})
-	byPlugin := run(assemble.AssemblerConfig{ChunkPlace: plug.Place, ChunkPlaceItems: []uint64{tsItem, antItem}})
+	byPlugin := run(assemble.AssemblerConfig{Placement: plug})
 	if len(byFlags.ids) < 10 || byFlags.stats["rejected_heaps"] == 0 || byFlags.stats["too_old_heaps"] == 0 ||
 		byFlags.stats["incomplete_chunks"] == 0 {
 		t.Fatalf("the stream does not exercise the placement: %d chunks, counters %v", len(byFlags.ids), byFlags.stats)

@@ -26,10 +26,9 @@ type AssemblerConfig struct {
 	EOSTimeout time.Duration
 	// ChunkWindow is how many chunks are open at once on a chunk-mode ring (default 2; spec §13).
 	ChunkWindow int
-	// ChunkPlace, on a chunk-mode ring, places each heap instead of the ring's time and axis items;
-	// ChunkPlaceItems are the immediate items whose values it gets (at most MaxChunkPlaceItems).
-	ChunkPlace      ChunkPlaceFunc
-	ChunkPlaceItems []uint64
+	// Placement, on a chunk-mode ring, places each heap instead of the ring's time and axis items
+	// (ItemPlacement, the default).
+	Placement Placement
 	// KeepGoing makes a stream stop end that stream, not the ring (spead2's stop_on_stop_item=False):
 	// the live heaps are flushed, a STREAM_END marker is published (spec §4.1) and the next packets begin
 	// the next stream; Done closes only when the ring's input ends. Heap cnts are a stream's own: after
@@ -218,13 +217,13 @@ func NewAssembler(p *ring.Producer, cfg AssemblerConfig) (*Assembler, error) {
 		recent:      newRecentHeaps(recentHeapsFor(cfg.MaxHeaps)),
 	}
 	if p.Chunks().Enabled() {
-		cp, err := newChunkPlacer(p, cfg.ChunkWindow, cfg.ChunkPlace, cfg.ChunkPlaceItems, a.evictChunk, &a.chunkRebases)
+		cp, err := newChunkPlacer(p, cfg.ChunkWindow, cfg.Placement, a.evictChunk, &a.chunkRebases)
 		if err != nil {
 			return nil, err
 		}
 		a.pl = cp
 	} else {
-		if cfg.ChunkPlace != nil || len(cfg.ChunkPlaceItems) > 0 {
+		if cfg.Placement != nil {
 			return nil, fmt.Errorf("spead: new assembler on ring %s: a chunk placement needs a ring in chunk mode", p.Name())
 		}
 		a.pl = newStreamPlacer(p)

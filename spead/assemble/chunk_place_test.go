@@ -41,7 +41,7 @@ func TestChunkPlaceFuncPlacesAsTheItemsDo(t *testing.T) {
 				p, c := chunkRing(t, 32)
 				calls := 0
 				a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{ChunkWindow: 2,
-					ChunkPlace: ckUserPlace(&calls), ChunkPlaceItems: ckPlaceItems})
+					Placement: assemble.FuncPlacement{ItemIDs: ckPlaceItems, Func: ckUserPlace(&calls)}})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -74,7 +74,7 @@ func TestChunkPlaceFuncOncePerHeapAllocatesNothing(t *testing.T) {
 		t.Run(fmt.Sprintf("placing=%v/size=%d", placing, tc.size), func(t *testing.T) {
 			p, c := chunkRing(t, 8)
 			calls := 0
-			a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{ChunkPlace: ckUserPlace(&calls), ChunkPlaceItems: ckPlaceItems})
+			a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{Placement: assemble.FuncPlacement{ItemIDs: ckPlaceItems, Func: ckUserPlace(&calls)}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -132,7 +132,7 @@ func TestChunkPlaceFuncAnswersChecked(t *testing.T) {
 		return a.chunk, a.pos, a.off, ok
 	}
 	p, c := chunkRing(t, 4)
-	a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{ChunkPlace: place, ChunkPlaceItems: ckPlaceItems})
+	a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{Placement: assemble.FuncPlacement{ItemIDs: ckPlaceItems, Func: place}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,11 +175,11 @@ func TestChunkPlaceFuncAnswersChecked(t *testing.T) {
 func TestChunkPlaceFuncRefusedWithoutChunks(t *testing.T) {
 	place := func(_, _ uint64, _ []uint64) (uint64, uint64, uint64, bool) { return 0, 0, 0, true }
 	p, _ := testRing(t, ring.Config{SlotCount: 4})
-	if _, err := assemble.NewAssembler(p, assemble.AssemblerConfig{ChunkPlace: place}); err == nil {
+	if _, err := assemble.NewAssembler(p, assemble.AssemblerConfig{Placement: assemble.FuncPlacement{Func: place}}); err == nil {
 		t.Error("a chunk placement on a ring without chunks was accepted")
 	}
 	p2, _ := chunkRing(t, 4)
-	if _, err := assemble.NewAssembler(p2, assemble.AssemblerConfig{ChunkPlace: place, ChunkPlaceItems: make([]uint64, assemble.MaxChunkPlaceItems+1)}); err == nil {
+	if _, err := assemble.NewAssembler(p2, assemble.AssemblerConfig{Placement: assemble.FuncPlacement{ItemIDs: make([]uint64, assemble.MaxChunkPlaceItems+1), Func: place}}); err == nil {
 		t.Error("too many placement items were accepted")
 	}
 }
@@ -219,7 +219,7 @@ func FuzzChunkPlaceFunc(f *testing.F) {
 			return a.chunk, a.pos, a.off, !rejected[cnt]
 		}
 		p, c := chunkRing(t, 16) // more slots than chunk ids: none is reused, untouched bytes stay 0
-		a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{ChunkWindow: 2, ChunkPlace: place})
+		a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{ChunkWindow: 2, Placement: assemble.FuncPlacement{Func: place}})
 		if err != nil {
 			t.Fatal(err)
 		}
