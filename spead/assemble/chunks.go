@@ -77,7 +77,8 @@ func (ip *ItemPlacement) Items() []uint64 {
 // Place implements Placement.
 func (ip *ItemPlacement) Place(_, _ uint64, items []uint64) (chunk, pos, offset uint64, ok bool) {
 	g := &ip.Geometry
-	if len(items) == 0 || items[0] == ChunkPlaceMissing {
+	// A ring's geometry is validated (a step and heaps per chunk); a zero one places nothing.
+	if len(items) == 0 || items[0] == ChunkPlaceMissing || g.Step == 0 || g.Heaps == 0 {
 		return 0, 0, 0, false
 	}
 	t, a := items[0]/g.Step, uint64(0)
@@ -127,8 +128,8 @@ type openChunk struct {
 	firstNs  uint64
 }
 
-// chunkPlacer places heaps into chunks (spec §13), spead2's chunk stream: a heap's time item (divided by
-// the step) and axis item give its chunk and its position there; the heap is received straight into that
+// chunkPlacer places heaps into chunks (spec §13), spead2's chunk stream: its Placement (by default a
+// heap's time item, divided by the step, and axis item) gives a heap's chunk and its position there; the heap is received straight into that
 // position, so a chunk is one slot whose payload is every heap of a time range in order, with a presence
 // map after it. W chunks are open at once, [oldest, oldest+W); a heap for a later chunk moves the window,
 // publishing the chunks it passes (incomplete ones flagged), a heap for an earlier one is too old — unless
