@@ -26,12 +26,15 @@ const ShmDirPrefix = "/dev/shm/ibvbridge-"
 // makes its ring when a stranger made ShmDirPrefix+uid first (/dev/shm is writable by everyone).
 const TmpDirPrefix = "/tmp/ibvbridge-"
 
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$`)
+// NameMax is the longest ring name, in characters (spec §1.1).
+const NameMax = 64
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,` + strconv.Itoa(NameMax-1) + `}$`)
 
 // ValidateName checks a ring name against the spec's rule, so the files it names stay inside their dir.
 func ValidateName(name string) error {
 	if !nameRE.MatchString(name) {
-		return fmt.Errorf("ring name %q: %w: use 1-64 characters from [A-Za-z0-9_.-], not starting with '.'", name, ErrBadName)
+		return fmt.Errorf("ring name %q: %w: use 1-%d characters from [A-Za-z0-9_.-], not starting with '.'", name, ErrBadName, NameMax)
 	}
 	return nil
 }

@@ -93,10 +93,13 @@ func lookupID(s string, look func(string) (string, error)) (uint32, error) {
 	return uint32(n), err
 }
 
-// checkGroupName is spec §14.1's rule for a group's name: 1 … 64 bytes of UTF-8, no NUL.
+// GroupNameMax is the longest consumer group name, in bytes of UTF-8 (spec §14.1).
+const GroupNameMax = 64
+
+// checkGroupName is spec §14.1's rule for a group's name: 1 … GroupNameMax bytes of UTF-8, no NUL.
 func checkGroupName(name string) error {
-	if len(name) < 1 || len(name) > 64 || strings.ContainsRune(name, 0) {
-		return fmt.Errorf("%w: consumer group name %q: want 1 to 64 bytes, no NUL", ErrBadConfig, name)
+	if len(name) < 1 || len(name) > GroupNameMax || strings.ContainsRune(name, 0) {
+		return fmt.Errorf("%w: consumer group name %q: want 1 to %d bytes, no NUL", ErrBadConfig, name, GroupNameMax)
 	}
 	return nil
 }

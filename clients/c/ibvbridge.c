@@ -714,6 +714,9 @@ int ibvb_attach_opts(struct ibvb_ring **out, const char *arg, int timeout_ms, co
 	int start = opts ? opts->start : IBVB_START_OLDEST, rc;
 	if (start != IBVB_START_OLDEST && start != IBVB_START_HEAD)
 		return fail(-EINVAL, "ibvb_attach: start %d is neither IBVB_START_OLDEST nor IBVB_START_HEAD", start);
+	if (opts && opts->group && strlen(opts->group) > IBVB_GROUP_NAME_MAX)
+		return fail(-EINVAL, "ibvb_attach: consumer group name %.16s…: want 1 to %d bytes", opts->group,
+			    IBVB_GROUP_NAME_MAX);
 	if ((rc = resolve(arg, opts ? opts->dir : NULL, &t)) < 0)
 		return rc;
 	if ((t.group_id = ibvb_group_id(opts ? opts->group : NULL)) != 0)

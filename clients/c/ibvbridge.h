@@ -87,12 +87,13 @@ extern "C" {
 #define IBVB_META_HEADER_SIZE IBVB_L_META_HEADER_SIZE
 #define IBVB_PRODUCER_VERSION_MAX IBVB_L_PRODUCER_VERSION_MAX /* 2.2: bytes of the ctl producer_version field (spec §2) */
 #define IBVB_META_RECORD_HEADER_SIZE IBVB_L_META_RECORD_HEADER_SIZE
-#define IBVB_NAME_MAX 64
+#define IBVB_NAME_MAX IBVB_L_NAME_MAX /* characters of a ring name (spec §1.1) */
+#define IBVB_GROUP_NAME_MAX IBVB_L_GROUP_NAME_MAX /* bytes of a consumer group name (spec §14.1) */
 #define IBVB_SOCK_SUFFIX IBVB_L_SOCKET_SUFFIX
 #define IBVB_LOCK_SUFFIX IBVB_L_LOCK_SUFFIX
 #define IBVB_RUN_DIR IBVB_L_RUN_DIR /* ring directory of a root producer */
 #define IBVB_SHM_DIR_PREFIX IBVB_L_SHM_DIR_PREFIX /* + decimal euid: everyone else's */
-#define IBVB_TMP_DIR_PREFIX "/tmp/ibvbridge-"     /* + decimal euid: the next default when the first is a stranger's (2.2) */
+#define IBVB_TMP_DIR_PREFIX IBVB_L_TMP_DIR_PREFIX /* + decimal euid: the next default when the first is a stranger's (2.2) */
 #define IBVB_DIR_ENV IBVB_L_ENV_DIR
 
 /* Handshake (spec §1.2). */

@@ -68,6 +68,7 @@
 #define IBVB_L_FLAG_NO_HEAP_SIZE 0x40 /* flag.no_heap_size */
 #define IBVB_L_FLAG_STREAM_END 0x200 /* flag.stream_end */
 #define IBVB_L_FLAG_TRUNCATED 4 /* flag.truncated */
+#define IBVB_L_GROUP_NAME_MAX 0x40 /* group_name_max */
 #define IBVB_L_HEAD 0x200 /* head */
 #define IBVB_L_HEADER_CTL_SIZE 0xC /* header.ctl_size */
 #define IBVB_L_HEADER_DESC_SIZE 0x44 /* header.desc_size */
@@ -117,6 +118,7 @@
 #define IBVB_L_META_SIZE 0x70 /* meta_size */
 #define IBVB_L_MINOR 0xA /* minor */
 #define IBVB_L_MINOR_VALUE 2 /* minor_value */
+#define IBVB_L_NAME_MAX 0x40 /* name_max */
 #define IBVB_L_NO_CONSUMER_INDEX 0xFFFFFFFFu /* no_consumer_index */
 #define IBVB_L_OLDEST 0x308 /* oldest */
 #define IBVB_L_PACKET_OFFSET 0x80 /* packet_offset */

@@ -1873,8 +1873,9 @@ static int copy_grants(struct ibvb_producer *p, const struct ibvb_producer_opts 
 		const struct ibvb_group_grant *g = &o->groups[i];
 		struct pgrant *d = &st->grants[i];
 		size_t nl = g->name ? strlen(g->name) : 0;
-		if (nl < 1 || nl > IBVB_NAME_MAX)
-			return fail(-EINVAL, "create ring %s: group grant %zu: the name must be 1-64 bytes", st->name, i);
+		if (nl < 1 || nl > IBVB_GROUP_NAME_MAX)
+			return fail(-EINVAL, "create ring %s: group grant %zu: the name must be 1-%d bytes", st->name, i,
+				    IBVB_GROUP_NAME_MAX);
 		if (g->nuids + g->ngids > IBVB_PRODUCER_MAX_GRANT_IDS || (g->nuids && !g->uids) || (g->ngids && !g->gids))
 			return fail(-EINVAL, "create ring %s: group %s: at most %d uids and gids", st->name, g->name,
 				    IBVB_PRODUCER_MAX_GRANT_IDS);

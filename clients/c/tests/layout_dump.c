@@ -84,6 +84,8 @@ int main(void)
 	C(chunk_axis_item);
 	C(producer_version);
 	P("producer_version_max", IBVB_PRODUCER_VERSION_MAX);
+	P("name_max", IBVB_NAME_MAX);
+	P("group_name_max", IBVB_GROUP_NAME_MAX);
 	C(head);
 	C(producer_waiting);
 	C(heartbeat_ns);

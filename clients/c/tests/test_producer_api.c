@@ -1023,20 +1023,36 @@ static void test_group_members_share_every_heap_once_beside_a_monitor(void)
 	ibvb_producer_close(p);
 }
 
+/* A producer (slots × 256 bytes, policy) of ring name and two members a, b of group "g", attached in that
+ * order; 0 (the check failed and said why) when any of them could not be made. */
+static int two_members(const char *name, uint64_t slots, uint32_t policy, struct ibvb_producer **p,
+		       struct ibvb_ring **a, struct ibvb_ring **b)
+{
+	struct ibvb_producer_opts o = opts(slots, 256, policy);
+	struct ibvb_attach_opts ao = {.dir = g_dir, .group = "g"};
+	*a = *b = NULL;
+	int rc = ibvb_producer_create(p, name, &o);
+	if (rc == 0)
+		rc = ibvb_attach_opts(a, name, 5000, &ao);
+	if (rc == 0)
+		rc = ibvb_attach_opts(b, name, 5000, &ao);
+	if (rc != 0) {
+		fprintf(stderr, "    two_members(%s): %d [last error: %s]\n", name, rc, ibvb_last_error());
+		g_fail = 1;
+	}
+	return rc == 0;
+}
+
 /* Spec §14: a member that leaves (its socket closed) holding assigned heaps loses them for its group —
  * group_lost counts them, nobody else gets them — their slots come back, and a new member given the same
  * row inherits none of them: it reads only heaps published after it joined. */
 static void test_group_member_leaving_loses_its_heaps_and_its_row_inherits_none(void)
 {
-	struct ibvb_producer_opts o = opts(16, 256, IBVB_POLICY_DROP);
 	struct ibvb_producer *p;
-	CHECK_EQ(ibvb_producer_create(&p, "groupleave", &o), 0);
-	if (!p)
+	struct ibvb_ring *a, *b, *c;
+	if (!two_members("groupleave", 16, IBVB_POLICY_DROP, &p, &a, &b))
 		return;
 	struct ibvb_attach_opts ao = {.dir = g_dir, .group = "g"};
-	struct ibvb_ring *a, *b, *c;
-	CHECK_EQ(ibvb_attach_opts(&a, "groupleave", 5000, &ao), 0);
-	CHECK_EQ(ibvb_attach_opts(&b, "groupleave", 5000, &ao), 0);
 	struct ibvb_info ia;
 	CHECK_EQ(ibvb_info(a, &ia), 0);
 	for (uint64_t cnt = 1; cnt <= 8; cnt++)
@@ -1077,6 +1093,22 @@ static void test_group_member_leaving_loses_its_heaps_and_its_row_inherits_none(
 	ibvb_producer_close(p);
 }
 
+/* Spec §14.1: a group's name is 1 … 64 bytes; a longer one is refused at attach with one clear line,
+ * before any connection (it would hash like any other and join a group nobody named). */
+static void test_attach_refuses_a_group_name_over_64_bytes(void)
+{
+	char name[IBVB_GROUP_NAME_MAX + 2];
+	memset(name, 'g', sizeof name - 1);
+	name[sizeof name - 1] = 0;
+	struct ibvb_attach_opts ao = {.dir = g_dir, .group = name};
+	struct ibvb_ring *r = NULL;
+	CHECK_EQ(ibvb_attach_opts(&r, "nosuchring", 100, &ao), -EINVAL);
+	CHECK(r == NULL);
+	CHECK(strstr(ibvb_last_error(), "want 1 to 64 bytes") != NULL);
+	name[IBVB_GROUP_NAME_MAX] = 0; /* 64 bytes: allowed (no ring: not found, not refused for the name) */
+	CHECK(ibvb_attach_opts(&r, "nosuchring", 0, &ao) != -EINVAL);
+}
+
 /* The rewrite torn_copy makes: while member ring copies position pos's descriptor, producer publishes
  * heaps cnt from .. to (the last of them rewrites that descriptor), and the copy ends up with the new assign
  * (the member's bit) beside the old seq — the mix a plain copy can get. */
@@ -1086,6 +1118,19 @@ static struct {
 	uint64_t pos, from, to, bit;
 	int published;
 } g_torn;
+
+/* Read and release every heap r has now, counting heap cnts 1 … 10 in seen (others in seen[0]) and heaps
+ * whose 200 pattern bytes are wrong in *bad. */
+static void tally_all(struct ibvb_ring *r, uint64_t seen[11], uint64_t *bad)
+{
+	struct ibvb_heap h;
+	while (ibvb_peek(r, &h) == 0) {
+		*bad += !pattern_ok(h.payload, h.heap_cnt, 200);
+		seen[h.heap_cnt < 11 ? h.heap_cnt : 0]++;
+		ibvb_release(r, &h);
+	}
+	ibvb_flush_release(r);
+}
 
 static void torn_copy(struct ibvb_ring *r, uint64_t pos, struct ibvb_desc *copy)
 {
@@ -1103,15 +1148,10 @@ static void torn_copy(struct ibvb_ring *r, uint64_t pos, struct ibvb_desc *copy)
  * 10), move on to its own position 2, and never hand out position 1; every heap goes to exactly one member. */
 static void test_member_never_hands_out_a_descriptor_rewritten_while_it_copied_it(void)
 {
-	struct ibvb_producer_opts o = opts(8, 256, IBVB_POLICY_DROP);
 	struct ibvb_producer *p;
-	CHECK_EQ(ibvb_producer_create(&p, "torncopy", &o), 0);
-	if (!p)
-		return;
-	struct ibvb_attach_opts ao = {.dir = g_dir, .group = "g"};
 	struct ibvb_ring *a, *b;
-	CHECK_EQ(ibvb_attach_opts(&a, "torncopy", 5000, &ao), 0);
-	CHECK_EQ(ibvb_attach_opts(&b, "torncopy", 5000, &ao), 0);
+	if (!two_members("torncopy", 8, IBVB_POLICY_DROP, &p, &a, &b))
+		return;
 	struct ibvb_info ia, ib;
 	CHECK_EQ(ibvb_info(a, &ia), 0);
 	CHECK_EQ(ibvb_info(b, &ib), 0);
@@ -1124,11 +1164,7 @@ static void test_member_never_hands_out_a_descriptor_rewritten_while_it_copied_i
 	CHECK_EQ(p->desc[2].assign, abit);
 	uint64_t bad = 0, seen[11] = {0};
 	struct ibvb_heap h;
-	while (ibvb_peek(b, &h) == 0) {
-		seen[h.heap_cnt < 11 ? h.heap_cnt : 0]++;
-		ibvb_release(b, &h);
-	}
-	ibvb_flush_release(b);
+	tally_all(b, seen, &bad);
 	CHECK_EQ(ibvb_peek(a, &h), 0);
 	CHECK_EQ(h.position, 0);
 	seen[h.heap_cnt < 11 ? h.heap_cnt : 0]++;
@@ -1143,17 +1179,8 @@ static void test_member_never_hands_out_a_descriptor_rewritten_while_it_copied_i
 	CHECK(pattern_ok(h.payload, h.heap_cnt, 200));
 	seen[h.heap_cnt < 11 ? h.heap_cnt : 0]++;
 	ibvb_release(a, &h);
-	while (ibvb_peek(a, &h) == 0) {
-		bad += !pattern_ok(h.payload, h.heap_cnt, 200);
-		seen[h.heap_cnt < 11 ? h.heap_cnt : 0]++;
-		ibvb_release(a, &h);
-	}
-	ibvb_flush_release(a);
-	while (ibvb_peek(b, &h) == 0) {
-		bad += !pattern_ok(h.payload, h.heap_cnt, 200);
-		seen[h.heap_cnt < 11 ? h.heap_cnt : 0]++;
-		ibvb_release(b, &h);
-	}
+	tally_all(a, seen, &bad);
+	tally_all(b, seen, &bad);
 	CHECK_EQ(bad, 0);
 	CHECK_EQ(seen[0], 0);
 	for (uint64_t cnt = 1; cnt <= 10; cnt++)
@@ -1169,15 +1196,10 @@ static void test_member_never_hands_out_a_descriptor_rewritten_while_it_copied_i
  * the held heap is lost for the group, counted once. */
 static void test_group_member_a_ring_behind_is_overrun_not_overwritten(void)
 {
-	struct ibvb_producer_opts o = opts(16, 256, IBVB_POLICY_DROP);
 	struct ibvb_producer *p;
-	CHECK_EQ(ibvb_producer_create(&p, "groupwin", &o), 0);
-	if (!p)
-		return;
-	struct ibvb_attach_opts ao = {.dir = g_dir, .group = "g"};
 	struct ibvb_ring *a, *b;
-	CHECK_EQ(ibvb_attach_opts(&a, "groupwin", 5000, &ao), 0);
-	CHECK_EQ(ibvb_attach_opts(&b, "groupwin", 5000, &ao), 0);
+	if (!two_members("groupwin", 16, IBVB_POLICY_DROP, &p, &a, &b))
+		return;
 	uint64_t sum = 0, min = UINT64_MAX, bad = 0, got_b = 0;
 	struct ibvb_heap held;
 	int holding = 0;
@@ -1226,15 +1248,10 @@ static void *watchdog_fn(void *arg)
 
 static void test_group_member_holding_under_a_quarter_never_stalls_block(void)
 {
-	struct ibvb_producer_opts o = opts(16, 256, IBVB_POLICY_BLOCK);
 	struct ibvb_producer *p;
-	CHECK_EQ(ibvb_producer_create(&p, "grouphold", &o), 0);
-	if (!p)
-		return;
-	struct ibvb_attach_opts ao = {.dir = g_dir, .group = "g"};
 	struct ibvb_ring *a, *b;
-	CHECK_EQ(ibvb_attach_opts(&a, "grouphold", 5000, &ao), 0);
-	CHECK_EQ(ibvb_attach_opts(&b, "grouphold", 5000, &ao), 0);
+	if (!two_members("grouphold", 16, IBVB_POLICY_BLOCK, &p, &a, &b))
+		return;
 	struct watchdog w = {p, 0};
 	pthread_t wt;
 	pthread_create(&wt, NULL, watchdog_fn, &w);
@@ -1274,15 +1291,10 @@ static void test_group_member_holding_under_a_quarter_never_stalls_block(void)
  * heap 5 on, never the freed holes. */
 static void test_group_holes_are_not_read_by_a_new_consumer(void)
 {
-	struct ibvb_producer_opts o = opts(16, 256, IBVB_POLICY_DROP);
 	struct ibvb_producer *p;
-	CHECK_EQ(ibvb_producer_create(&p, "groupholes", &o), 0);
-	if (!p)
-		return;
-	struct ibvb_attach_opts ao = {.dir = g_dir, .group = "g"};
 	struct ibvb_ring *a, *b, *mon;
-	CHECK_EQ(ibvb_attach_opts(&a, "groupholes", 5000, &ao), 0);
-	CHECK_EQ(ibvb_attach_opts(&b, "groupholes", 5000, &ao), 0);
+	if (!two_members("groupholes", 16, IBVB_POLICY_DROP, &p, &a, &b))
+		return;
 	for (uint64_t cnt = 1; cnt <= 4; cnt++)
 		CHECK_EQ(pub(p, cnt, 200), 0);
 	struct ibvb_heap ha, h;
@@ -2405,6 +2417,7 @@ static const struct test tests[] = {
 	{"group_members_share_every_heap_once_beside_a_monitor", test_group_members_share_every_heap_once_beside_a_monitor},
 	{"group_member_leaving_loses_its_heaps_and_its_row_inherits_none",
 	 test_group_member_leaving_loses_its_heaps_and_its_row_inherits_none},
+	{"attach_refuses_a_group_name_over_64_bytes", test_attach_refuses_a_group_name_over_64_bytes},
 	{"member_never_hands_out_a_descriptor_rewritten_while_it_copied_it",
 	 test_member_never_hands_out_a_descriptor_rewritten_while_it_copied_it},
 	{"group_member_a_ring_behind_is_overrun_not_overwritten", test_group_member_a_ring_behind_is_overrun_not_overwritten},

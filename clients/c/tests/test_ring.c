@@ -597,6 +597,7 @@ struct delayed {
 	int64_t when;
 	int rc;
 	uint32_t row;
+	const char *path; /* action 7: the stale socket to remove first */
 };
 
 static void *delayed_fn(void *arg)
@@ -611,32 +612,54 @@ static void *delayed_fn(void *arg)
 	case 4: kill(d->pid, SIGKILL); break;
 	case 5: tp_abandon(d->p); break;
 	case 6: tp_detach_row(d->p, d->row, IBVB_CONSUMER_OVERRUN, 42); break;
+	case 7: /* a starting producer: the stale socket goes, then, a moment later, its own is bound */
+		unlink(d->path);
+		msleep(60);
+		d->rc = tp_create(d->p, g_dir, "late", NULL);
+		break;
 	}
 	return NULL;
 }
 
-static void t_attach_retries_a_stale_socket_until_the_producer_comes(void)
+/* A stale socket for ring name (bound, then closed: connections are refused); sock and *sa get its path. */
+static void stale_socket(char *sock, size_t cap, const char *name, struct sockaddr_un *sa)
+{
+	sock_of(sock, cap, name);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+	*sa = sun_of(sock);
+	CHECK_EQ(bind(fd, (struct sockaddr *)sa, sizeof *sa), 0);
+	close(fd);
+}
+
+/* A stale socket for ring "late", then, after ms, delayed action (0: its producer starts; 7: the stale
+ * socket goes and, 60 ms later, the producer binds its own): ibvb_attach, not asked to wait, connects. */
+static void attach_after_stale(int action, int ms)
 {
 	struct tp q;
 	char sock[512];
 	struct ibvb_ring *r;
 	pthread_t th;
-	/* the socket appears later; first a stale one (connection refused) is there */
-	sock_of(sock, sizeof sock, "late");
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
-	struct sockaddr_un sa = sun_of(sock);
-	CHECK_EQ(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-	close(fd);
-	struct delayed d = {.p = &q, .ms = 100, .action = 0};
+	struct sockaddr_un sa;
+	stale_socket(sock, sizeof sock, "late", &sa);
+	struct delayed d = {.p = &q, .ms = ms, .action = action, .path = sa.sun_path};
 	pthread_create(&th, NULL, delayed_fn, &d);
 	int64_t t0 = now_ms();
 	CHECK_EQ(ibvb_attach(&r, sock, 3000), 0);
 	CHECK(now_ms() - t0 >= 90);
 	pthread_join(th, NULL);
 	CHECK_EQ(d.rc, 0);
-	ibvb_detach(r);
+	if (r)
+		ibvb_detach(r);
 	tp_close(&q);
 }
+
+/* The socket appears later; first a stale one (connection refused) is there: retried. */
+static void t_attach_retries_a_stale_socket_until_the_producer_comes(void) { attach_after_stale(0, 100); }
+
+/* The same with a gap: once a stale socket was seen, its disappearance is not "not found" — a starting
+ * producer removes it before binding its own — so the client, not asked to wait, still waits for the
+ * producer within its timeout. */
+static void t_attach_awaits_a_producer_that_removed_the_stale_socket(void) { attach_after_stale(7, 40); }
 
 static void t_wait_times_out(void)
 {
@@ -2128,6 +2151,7 @@ static const struct test tests[] = {
     {"full_consumer_table_is_busy", t_full_consumer_table_is_busy},
     {"missing_ring_fails_at_once_unless_waiting", t_missing_ring_fails_at_once_unless_waiting},
     {"attach_retries_a_stale_socket_until_the_producer_comes", t_attach_retries_a_stale_socket_until_the_producer_comes},
+    {"attach_awaits_a_producer_that_removed_the_stale_socket", t_attach_awaits_a_producer_that_removed_the_stale_socket},
     {"wait_times_out", t_wait_times_out},
     {"latency_bound_coalesces_wakes", t_latency_bound_coalesces_wakes},
     {"wait_is_woken_by_publish", t_wait_is_woken_by_publish},

@@ -43,6 +43,10 @@ SOCKET_SUFFIX = _contract.STRINGS["socket_suffix"]
 LOCK_SUFFIX = _contract.STRINGS["lock_suffix"]
 RUN_DIR = _contract.STRINGS["run_dir"]
 ENV_DIR = _contract.STRINGS["env_dir"]
+SHM_DIR_PREFIX = _contract.STRINGS["shm_dir_prefix"]
+TMP_DIR_PREFIX = _contract.STRINGS["tmp_dir_prefix"]
+NAME_MAX = _contract.TABLE["name_max"]  # characters of a ring name (spec §1.1)
+GROUP_NAME_MAX = _contract.TABLE["group_name_max"]  # bytes of a consumer group's name (spec §14.1)
 
 # --- control memory: header (§2.1) -----------------------------------------------------------------
 OFF_MAGIC = _T["magic"]
@@ -441,6 +445,7 @@ def dump() -> dict[str, int]:
     for name in CHUNK_FIELDS:
         d[name] = g["OFF_" + name.upper()]
     d["producer_version_max"] = PRODUCER_VERSION_MAX
+    d["name_max"], d["group_name_max"] = NAME_MAX, GROUP_NAME_MAX
     for name in ("producer_version", "head", "producer_waiting", "heartbeat_ns", "oldest", "blocked_on",
                  "blocked_since_ns", "stats"):
         d[name] = g["OFF_" + name.upper()]

@@ -436,7 +436,7 @@ def layout_for(slot_count: int, slot_size: int, max_items: int, meta_size: int, 
 
 def _check_params(name, slot_count, slot_size, max_items, meta_size, max_consumers):
     if not isinstance(name, str) or not _valid_name(name):
-        raise RingError(f"ring name {name!r}: use 1-64 characters from [A-Za-z0-9_.-], not starting with '.'")
+        raise RingError(f"ring name {name!r}: use 1-{L.NAME_MAX} characters from [A-Za-z0-9_.-], not starting with '.'")
     if slot_count < 1 or slot_count > L.MAX_SLOT_COUNT or slot_count & (slot_count - 1):
         raise ValueError(f"slot_count {slot_count} is not a power of two in 1..{L.MAX_SLOT_COUNT}")
     if slot_size < 64 or slot_size % 64:

@@ -99,7 +99,7 @@ def _check_socket_path(s):
 
 def _check_name(s):
     if not _shared.valid_name(s):
-        raise RingError(f"ring name {s!r}: use 1-64 characters from [A-Za-z0-9_.-], not starting with '.'")
+        raise RingError(f"ring name {s!r}: use 1-{L.NAME_MAX} characters from [A-Za-z0-9_.-], not starting with '.'")
 
 
 def socket_path_for(name_or_path: PathLike, directory: PathLike | None = None) -> str:

@@ -69,13 +69,13 @@ C_GROUP_SKIPPED = COUNTER["group_skipped"]
 # poll(2) events that mean the other end of a ring socket is gone
 POLL_GONE = select.POLLHUP | select.POLLRDHUP | select.POLLERR | select.POLLNVAL
 
-NAME_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}")
+NAME_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,%d}" % (L.NAME_MAX - 1))
 XDG_SUBDIR = "ibvbridge"
 _PATH_FLAGS = getattr(os, "O_PATH", 0o10000000) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def valid_name(name: str) -> bool:
-    """A ring name (spec §1.1): 1-64 characters of [A-Za-z0-9_.-] (ASCII), not starting with '.' — the whole
+    """A ring name (spec §1.1): 1-NAME_MAX (64) characters of [A-Za-z0-9_.-] (ASCII), not starting with '.' — the whole
     string (fullmatch: re's $ would also match before a final newline)."""
     return NAME_RE.fullmatch(name) is not None
 
@@ -89,15 +89,15 @@ def check_group_name(name: str) -> bytes:
         b = name.encode("utf-8")
     except UnicodeEncodeError:
         raise ValueError(f"consumer group name {name!r} is not valid Unicode text") from None
-    if not 1 <= len(b) <= 64 or b"\0" in b:
-        raise ValueError(f"consumer group name {name!r}: 1 to 64 bytes of UTF-8 without NUL")
+    if not 1 <= len(b) <= L.GROUP_NAME_MAX or b"\0" in b:
+        raise ValueError(f"consumer group name {name!r}: 1 to {L.GROUP_NAME_MAX} bytes of UTF-8 without NUL")
     return b
 
 
 # Where a user's default ring directory may lie when XDG_RUNTIME_DIR is not set (spec §1.1): the first of
-# BASE/ibvbridge-UID for each base that does not exist or passes the producer's check. A module variable so
-# tests can point it at temporary directories they own.
-SHARED_BASES = ("/dev/shm", "/tmp")
+# PREFIX + UID for each prefix (the contract's) that does not exist or passes the producer's check. A module
+# variable so tests can point it at temporary directories they own.
+SHARED_PREFIXES = (L.SHM_DIR_PREFIX, L.TMP_DIR_PREFIX)
 
 
 def own_default_dirs(euid: int | None = None, env: Mapping[str, str] | None = None) -> list[str]:
@@ -111,7 +111,7 @@ def own_default_dirs(euid: int | None = None, env: Mapping[str, str] | None = No
     xdg = env.get("XDG_RUNTIME_DIR", "")
     if xdg.startswith("/"):
         return [os.path.join(xdg, XDG_SUBDIR)]
-    return [os.path.join(b, f"ibvbridge-{euid}") for b in SHARED_BASES]
+    return [f"{prefix}{euid}" for prefix in SHARED_PREFIXES]
 
 
 def own_default_dir(euid: int | None = None, env: Mapping[str, str] | None = None) -> str:

@@ -180,7 +180,7 @@ SQUAT_NEXT = r"""
 import logging, os, sys
 sys.path.insert(0, sys.argv[1])
 from ibvbridge import shared
-shared.SHARED_BASES = (sys.argv[2], sys.argv[3])  # the test's own stand-ins for /dev/shm and /tmp
+shared.SHARED_PREFIXES = (sys.argv[2] + "/ibvbridge-", sys.argv[3] + "/ibvbridge-")  # stand-ins for /dev/shm, /tmp
 import ibvbridge
 logging.basicConfig(level=logging.WARNING, format="%(message)s")
 with ibvbridge.Producer.create("nextdefault", slot_count=8, slot_size=256, hugepages="off") as p:

@@ -56,10 +56,11 @@ def test_layout_constants():
     assert d["chunk_heaps"] == 0xA0 and d["chunk_heap_size"] == 0xA8 and d["chunk_axis_item"] == 0xC0
     assert d["feature.chunks"] == 2 and d["flag.chunk"] == 0x100 and d["counter.rejected_heaps"] == 16
     assert d["hello.group_id"] == 0x14 and d["desc.assign"] == 0x38 and "desc.reserved" not in d  # live, named
-    assert len(d) == 182  # 2.0's 152, then §13's six header fields, feature, flag and four counters; §14's two row
+    assert d["name_max"] == 64 and d["group_name_max"] == 64
+    assert len(d) == 184  # 2.0's 152, then §13's six header fields, feature, flag and four counters; §14's two row
     # fields and counter; 2.2's four row fields, two region fields, two producer-info fields and a counter, and
     # the service's producer_version and its size, flag STREAM_END, item flag CUT and counter streams_ended;
-    # hello.group_id (§14) named in the table
+    # hello.group_id (§14) named in the table; the longest ring and group names
     assert (d["producer_version"], d["producer_version_max"], d["flag.stream_end"], d["item_flag.cut"],
             d["counter.streams_ended"]) == (0x100, 64, 0x200, 0x2, 19)
     assert L.DESC_DTYPE.itemsize == 64 and L.ITEM_DTYPE.itemsize == 32
