@@ -69,15 +69,15 @@ FUZZTIME ?= 60s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./spead/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseDescriptor$$' -fuzztime $(FUZZTIME) ./spead/
-	$(GO) test -run '^$$' -fuzz '^FuzzAssembler$$' -fuzztime $(FUZZTIME) ./spead/
+	$(GO) test -run '^$$' -fuzz '^FuzzAssembler$$' -fuzztime $(FUZZTIME) ./spead/assemble/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./frame/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeHello$$' -fuzztime $(FUZZTIME) ./ring/
 	$(GO) test -run '^$$' -fuzz '^FuzzProducerReadsRegion$$' -fuzztime $(FUZZTIME) ./ring/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseHeader$$' -fuzztime $(FUZZTIME) ./ring/
 	$(GO) test -run '^$$' -fuzz '^FuzzValidateHeap$$' -fuzztime $(FUZZTIME) ./ring/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMeta$$' -fuzztime $(FUZZTIME) ./ring/
-	$(GO) test -run '^$$' -fuzz '^FuzzChunkPlacement$$' -fuzztime $(FUZZTIME) ./spead/
-	$(GO) test -run '^$$' -fuzz '^FuzzChunkPlaceFunc$$' -fuzztime $(FUZZTIME) ./spead/
+	$(GO) test -run '^$$' -fuzz '^FuzzChunkPlacement$$' -fuzztime $(FUZZTIME) ./spead/assemble/
+	$(GO) test -run '^$$' -fuzz '^FuzzChunkPlaceFunc$$' -fuzztime $(FUZZTIME) ./spead/assemble/
 
 # SOAK_SECONDS (default 600) of send → recv with consumers killed and restarted and recv restarted twice;
 # every heap accounted for, recv's memory flat (scripts/soak.sh). Not part of make test.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/spead/assemble"
 	"github.com/ibvbridge/ibvbridge/transport"
 )
 
@@ -39,7 +40,7 @@ const sourceStopTimeout = 5 * time.Second
 type Config struct {
 	Ring      string      // ring name
 	RingCfg   ring.Config // geometry, policy, hugepages; PacketArea is set from AreaSource
-	Assembler spead.AssemblerConfig
+	Assembler assemble.AssemblerConfig
 	// Exactly one of Source and AreaSource: a Source that brings its own buffers (sockets, pcap), or a
 	// kernel-bypass source that receives into the ring's packet area (AF_XDP, ibverbs).
 	Source     transport.Source
@@ -67,7 +68,7 @@ var ErrNoConsumer = errors.New("no consumer attached")
 type Receiver struct {
 	cfg Config
 	p   *ring.Producer
-	asm *spead.Assembler
+	asm *assemble.Assembler
 	src transport.Source
 	log *zerolog.Logger
 	// losses watches the loss counters (losses.go); streams counts the streams that ended (KeepGoing).
@@ -138,7 +139,7 @@ func Open(cfg Config) (_ *Receiver, err error) {
 			onEnd(stopCnt, err)
 		}
 	}
-	if r.asm, err = spead.NewAssembler(r.p, ac); err != nil {
+	if r.asm, err = assemble.NewAssembler(r.p, ac); err != nil {
 		return nil, err
 	}
 	return r, nil

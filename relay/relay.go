@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ibvbridge/ibvbridge/ring"
@@ -116,7 +117,7 @@ func appendDescriptors(heap *spead.Heap, c *ring.Consumer, f spead.Flavour) erro
 		f = spead.Flavour64_40
 	}
 	for _, rd := range ds {
-		b, err := spead.EncodeDescriptor(spead.DescriptorFromRing(rd, f), f)
+		b, err := spead.EncodeDescriptor(descriptorFromRing(rd, f), f)
 		if err != nil {
 			return fmt.Errorf("relay: descriptor of item %#x: %w", rd.ID, err)
 		}
@@ -148,4 +149,32 @@ func flush(hs transport.HeapSender, cause error) error {
 		return fmt.Errorf("relay: flush: %w", err)
 	}
 	return cause
+}
+
+// descriptorFromRing is the descriptor a sender of flavour f announces for an item the ring's stream
+// metadata describes (the inverse of what the assembler, spead/assemble, stores there). The ring keeps the format field
+// raw, in the field width of the flavour it arrived in: f's width is tried first, then the other
+// flavour's, and the first that splits it into known type codes is taken.
+func descriptorFromRing(rd ring.ItemDescriptor, f spead.Flavour) spead.Descriptor {
+	d := spead.Descriptor{ID: rd.ID, Name: rd.Name, Description: rd.Description, DType: rd.DType, Flavour: f}
+	if rd.DType == "" && rd.ShapeKnown {
+		d.Shape = rd.Shape // with a numpy header, the shape travels in it (as spead2 sends it)
+	}
+	for _, fl := range []spead.Flavour{f, spead.Flavour64_40, spead.Flavour64_48} {
+		if ff, err := spead.ParseFormat(rd.Format, fl); err == nil && knownCodes(ff) {
+			d.Format = ff
+			break
+		}
+	}
+	return d
+}
+
+// knownCodes reports whether every field has one of SPEAD's type codes.
+func knownCodes(ff []spead.FormatField) bool {
+	for _, x := range ff {
+		if !strings.ContainsRune("uifcb", rune(x.Code)) {
+			return false
+		}
+	}
+	return true
 }

@@ -4,11 +4,12 @@ import (
 	"testing"
 
 	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/spead/speadtest"
 )
 
 func BenchmarkDecode(b *testing.B) {
 	oneEncoded := func(h spead.Heap, size, index int) []byte {
-		packets := encodeAll(b, spead.Flavour64_40, size, &h)
+		packets := speadtest.EncodeAll(b, spead.Flavour64_40, size, &h)
 		return packets[index]
 	}
 	cases := []struct {

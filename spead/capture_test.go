@@ -7,6 +7,7 @@ import (
 
 	"github.com/ibvbridge/ibvbridge/frame/frametest"
 	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/spead/speadtest"
 )
 
 // TestCaptures decodes every packet of the four spead2 captures and checks them against the counts
@@ -14,7 +15,7 @@ import (
 func TestCaptures(t *testing.T) {
 	for _, c := range frametest.Captures {
 		t.Run(c.Name, func(t *testing.T) {
-			packets := capturePayloads(t, c.Name)
+			packets := speadtest.CapturePayloads(t, c.Name)
 			if len(packets) != c.Frames {
 				t.Errorf("%d packets, want %d", len(packets), c.Frames)
 			}
@@ -69,7 +70,7 @@ func TestCaptures(t *testing.T) {
 // TestCaptureSmallOnePacketHeaps checks that small_4KiB_1pkt sends each heap as one packet whose payload is
 // the 4096-byte item (plus, for heap 1 only, the item descriptor).
 func TestCaptureSmallOnePacketHeaps(t *testing.T) {
-	packets := capturePayloads(t, "small_4KiB_1pkt.pcap")
+	packets := speadtest.CapturePayloads(t, "small_4KiB_1pkt.pcap")
 	for i, b := range packets[:len(packets)-1] {
 		var p spead.Packet
 		if err := spead.Decode(b, &p); err != nil {
@@ -91,10 +92,10 @@ func TestCaptureSmallOnePacketHeaps(t *testing.T) {
 
 // TestCaptureMultiItemsPayload checks multi_items_verify's payload rule and its item descriptors.
 func TestCaptureMultiItemsPayload(t *testing.T) {
-	packets := capturePayloads(t, "multi_items_verify_p1472.pcap")
+	packets := speadtest.CapturePayloads(t, "multi_items_verify_p1472.pcap")
 	heaps, _ := reassemble(t, packets)
-	var gen minstd
-	gen.x = 1
+	var gen speadtest.Minstd
+	gen.X = 1
 	want := make([]byte, 16384)
 	for cnt := uint64(1); cnt <= 200; cnt++ {
 		var got [4][]byte
@@ -104,7 +105,7 @@ func TestCaptureMultiItemsPayload(t *testing.T) {
 			}
 		}
 		for i, data := range got {
-			gen.fill(want)
+			gen.Fill(want)
 			if !bytes.Equal(data, want) {
 				t.Fatalf("heap %d item %#x: got %s, want %s", cnt, 0x1000+i, hexPrefix(data), hexPrefix(want))
 			}
@@ -152,7 +153,7 @@ func TestCaptureMultiItemsPayload(t *testing.T) {
 // for byte.
 func TestEncoderMatchesSpead2(t *testing.T) {
 	t.Run("multi_items heap 1 and stop", func(t *testing.T) {
-		packets := capturePayloads(t, "multi_items_verify_p1472.pcap")
+		packets := speadtest.CapturePayloads(t, "multi_items_verify_p1472.pcap")
 		var descs []spead.Descriptor
 		for i := range 4 {
 			descs = append(descs, spead.Descriptor{
@@ -165,50 +166,29 @@ func TestEncoderMatchesSpead2(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		gen := minstd{x: 1}
+		gen := speadtest.Minstd{X: 1}
 		for i := range 4 {
 			data := make([]byte, 16384)
-			gen.fill(data)
+			gen.Fill(data)
 			h.Items = append(h.Items, spead.Item{ID: 0x1000 + uint64(i), Data: data})
 		}
-		got := encodeAll(t, spead.Flavour64_40, 1472, &h)
+		got := speadtest.EncodeAll(t, spead.Flavour64_40, 1472, &h)
 		comparePackets(t, got, packets[:len(got)])
 		stop := spead.StreamStopHeap(201)
-		comparePackets(t, encodeAll(t, spead.Flavour64_48, 1472, &stop), packets[len(packets)-1:])
+		comparePackets(t, speadtest.EncodeAll(t, spead.Flavour64_48, 1472, &stop), packets[len(packets)-1:])
 	})
 	t.Run("small heap 2 and stop", func(t *testing.T) {
-		packets := capturePayloads(t, "small_4KiB_1pkt.pcap")
+		packets := speadtest.CapturePayloads(t, "small_4KiB_1pkt.pcap")
 		h := spead.Heap{Cnt: 2, Items: []spead.Item{{ID: 0x1000, Data: make([]byte, 4096)}}}
-		comparePackets(t, encodeAll(t, spead.Flavour64_40, 8972, &h), packets[1:2])
+		comparePackets(t, speadtest.EncodeAll(t, spead.Flavour64_40, 8972, &h), packets[1:2])
 		stop := spead.StreamStopHeap(1991)
-		comparePackets(t, encodeAll(t, spead.Flavour64_40, 8972, &stop), packets[len(packets)-1:])
+		comparePackets(t, speadtest.EncodeAll(t, spead.Flavour64_40, 8972, &stop), packets[len(packets)-1:])
 	})
 	t.Run("large_p8972 heap 2", func(t *testing.T) {
-		packets := capturePayloads(t, "large_1MiB_p8972.pcap")
+		packets := speadtest.CapturePayloads(t, "large_1MiB_p8972.pcap")
 		h := spead.Heap{Cnt: 2, Items: []spead.Item{{ID: 0x1000, Data: make([]byte, 1<<20)}}}
-		comparePackets(t, encodeAll(t, spead.Flavour64_40, 8972, &h), packets[118:236])
+		comparePackets(t, speadtest.EncodeAll(t, spead.Flavour64_40, 8972, &h), packets[118:236])
 	})
-}
-
-func encodeAll(t testing.TB, f spead.Flavour, packetSize int, h *spead.Heap) [][]byte {
-	t.Helper()
-	enc, err := spead.NewEncoder(f, packetSize)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := enc.Reset(h); err != nil {
-		t.Fatal(err)
-	}
-	var out [][]byte
-	for enc.More() {
-		buf := make([]byte, enc.MaxPacketSize())
-		n, err := enc.Next(buf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, buf[:n])
-	}
-	return out
 }
 
 func comparePackets(t testing.TB, got, want [][]byte) {

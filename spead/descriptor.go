@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/ibvbridge/ibvbridge/ring"
 )
 
 // FormatField is one entry of a SPEAD format: a type code ('u', 'i', 'f', 'c', 'b', ...) and a bit width.
@@ -104,7 +102,7 @@ func ParseDescriptor(b []byte) (Descriptor, error) {
 		case DescriptorDTypeID:
 			d.DType = string(value)
 		case DescriptorFormatID:
-			d.Format, err = parseFormat(value, p.Flavour)
+			d.Format, err = ParseFormat(value, p.Flavour)
 		case DescriptorShapeID:
 			d.Shape, err = parseShape(value, p.Flavour)
 		}
@@ -119,7 +117,10 @@ func ParseDescriptor(b []byte) (Descriptor, error) {
 	return d, nil
 }
 
-func parseFormat(b []byte, f Flavour) ([]FormatField, error) {
+// ParseFormat parses a descriptor's format field in its raw wire form for flavour f: per field a type-code
+// byte and a bit count in the flavour's width (what the ring keeps). ErrDescriptorBadField: b is not a
+// whole number of fields.
+func ParseFormat(b []byte, f Flavour) ([]FormatField, error) {
 	size := formatFieldSize(f)
 	if len(b)%size != 0 {
 		return nil, fmt.Errorf("format of %d bytes, fields of %d: %w", len(b), size, ErrDescriptorBadField)
@@ -169,6 +170,21 @@ func storeBE(b []byte, v uint64) {
 	}
 }
 
+// FormatBytes is ff in its raw wire form for flavour f, the inverse of ParseFormat: per field a type-code
+// byte and a bit count in the flavour's width. ErrValueTooLarge: a bit count does not fit that width.
+func FormatBytes(ff []FormatField, f Flavour) ([]byte, error) {
+	size := formatFieldSize(f)
+	out := make([]byte, size*len(ff))
+	for i, x := range ff {
+		if x.Bits >= 1<<(8*uint(size-1)) {
+			return nil, fmt.Errorf("format bits %d: %w", x.Bits, ErrValueTooLarge)
+		}
+		out[i*size] = x.Code
+		storeBE(out[i*size+1:(i+1)*size], x.Bits)
+	}
+	return out, nil
+}
+
 // EncodeDescriptor encodes d as the embedded packet that is the value of an item 0x5, in flavour f, laid
 // out as spead2 does: descriptor id immediate; name, description, format and shape addressed (even when
 // empty); dtype addressed if set.
@@ -176,14 +192,10 @@ func EncodeDescriptor(d Descriptor, f Flavour) ([]byte, error) {
 	if !f.Valid() {
 		return nil, fmt.Errorf("spead: encode descriptor %q: %w", d.Name, ErrUnsupportedFlavour)
 	}
-	formatSize, shapeSize := formatFieldSize(f), shapeFieldSize(f)
-	format := make([]byte, formatSize*len(d.Format))
-	for i, ff := range d.Format {
-		if ff.Bits >= 1<<(8*uint(formatSize-1)) {
-			return nil, fmt.Errorf("spead: encode descriptor %q: format bits %d: %w", d.Name, ff.Bits, ErrValueTooLarge)
-		}
-		format[i*formatSize] = ff.Code
-		storeBE(format[i*formatSize+1:(i+1)*formatSize], ff.Bits)
+	shapeSize := shapeFieldSize(f)
+	format, err := FormatBytes(d.Format, f)
+	if err != nil {
+		return nil, fmt.Errorf("spead: encode descriptor %q: %w", d.Name, err)
 	}
 	shape := make([]byte, shapeSize*len(d.Shape))
 	for i, dim := range d.Shape {
@@ -276,32 +288,4 @@ func (d *Descriptor) NumpyShape() (shape []int64, ok bool) {
 		shape = append(shape, dim)
 	}
 	return shape, true
-}
-
-// DescriptorFromRing is the descriptor a sender of flavour f announces for an item the ring's stream
-// metadata describes (the inverse of what the assembler stores there). The ring keeps the format field
-// raw, in the field width of the flavour it arrived in: f's width is tried first, then the other
-// flavour's, and the first that splits it into known type codes is taken.
-func DescriptorFromRing(rd ring.ItemDescriptor, f Flavour) Descriptor {
-	d := Descriptor{ID: rd.ID, Name: rd.Name, Description: rd.Description, DType: rd.DType, Flavour: f}
-	if rd.DType == "" && rd.ShapeKnown {
-		d.Shape = rd.Shape // with a numpy header, the shape travels in it (as spead2 sends it)
-	}
-	for _, fl := range []Flavour{f, Flavour64_40, Flavour64_48} {
-		if ff, err := parseFormat(rd.Format, fl); err == nil && knownCodes(ff) {
-			d.Format = ff
-			break
-		}
-	}
-	return d
-}
-
-// knownCodes reports whether every field has one of SPEAD's type codes.
-func knownCodes(ff []FormatField) bool {
-	for _, x := range ff {
-		if !strings.ContainsRune("uifcb", rune(x.Code)) {
-			return false
-		}
-	}
-	return true
 }

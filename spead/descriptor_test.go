@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/spead/speadtest"
 )
 
 func TestDescriptorRoundTrip(t *testing.T) {
@@ -60,12 +61,12 @@ func TestNumpyShape(t *testing.T) {
 
 func TestParseDescriptorRejects(t *testing.T) {
 	// A descriptor heap of 3 bytes split: payload offset 1.
-	fragmented := rawPacket(3, 5, []uint64{imm40(1, 1), imm40(2, 3), imm40(3, 1), imm40(4, 2), imm40(0x14, 9)}, []byte{1, 2})
-	noID := rawPacket(3, 5, []uint64{imm40(1, 1), imm40(2, 1), imm40(3, 0), imm40(4, 1), addr40(0x10, 0)}, []byte{'x'})
-	zeroID := rawPacket(3, 5, []uint64{imm40(1, 1), imm40(3, 0), imm40(4, 0), imm40(0x14, 0)}, nil)
-	pastHeap := rawPacket(3, 5, []uint64{imm40(1, 1), imm40(3, 0), imm40(4, 1), imm40(0x14, 9), addr40(0x10, 5)}, []byte{'x'})
-	badShape := rawPacket(3, 5, []uint64{imm40(1, 1), imm40(3, 0), imm40(4, 5), imm40(0x14, 9), addr40(0x12, 0)}, make([]byte, 5))
-	badFormat := rawPacket(3, 5, []uint64{imm40(1, 1), imm40(3, 0), imm40(4, 5), imm40(0x14, 9), addr40(0x13, 0)}, make([]byte, 5))
+	fragmented := speadtest.RawPacket(3, 5, []uint64{speadtest.Imm40(1, 1), speadtest.Imm40(2, 3), speadtest.Imm40(3, 1), speadtest.Imm40(4, 2), speadtest.Imm40(0x14, 9)}, []byte{1, 2})
+	noID := speadtest.RawPacket(3, 5, []uint64{speadtest.Imm40(1, 1), speadtest.Imm40(2, 1), speadtest.Imm40(3, 0), speadtest.Imm40(4, 1), speadtest.Addr40(0x10, 0)}, []byte{'x'})
+	zeroID := speadtest.RawPacket(3, 5, []uint64{speadtest.Imm40(1, 1), speadtest.Imm40(3, 0), speadtest.Imm40(4, 0), speadtest.Imm40(0x14, 0)}, nil)
+	pastHeap := speadtest.RawPacket(3, 5, []uint64{speadtest.Imm40(1, 1), speadtest.Imm40(3, 0), speadtest.Imm40(4, 1), speadtest.Imm40(0x14, 9), speadtest.Addr40(0x10, 5)}, []byte{'x'})
+	badShape := speadtest.RawPacket(3, 5, []uint64{speadtest.Imm40(1, 1), speadtest.Imm40(3, 0), speadtest.Imm40(4, 5), speadtest.Imm40(0x14, 9), speadtest.Addr40(0x12, 0)}, make([]byte, 5))
+	badFormat := speadtest.RawPacket(3, 5, []uint64{speadtest.Imm40(1, 1), speadtest.Imm40(3, 0), speadtest.Imm40(4, 5), speadtest.Imm40(0x14, 9), speadtest.Addr40(0x13, 0)}, make([]byte, 5))
 	cases := []struct {
 		name string
 		b    []byte

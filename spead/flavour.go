@@ -44,8 +44,9 @@ func (f Flavour) pointer(id uint64, immediate bool, value uint64) uint64 {
 	return p
 }
 
-// splitPointer is the inverse of pointer.
-func (f Flavour) splitPointer(raw uint64) ItemPointer {
+// SplitPointer splits a raw item pointer of flavour f into its immediate flag, id and value: the inverse
+// of how the encoder builds one.
+func (f Flavour) SplitPointer(raw uint64) ItemPointer {
 	return ItemPointer{
 		ID:        (raw >> uint(f)) & f.MaxID(),
 		Immediate: raw>>63 != 0,

@@ -5,11 +5,12 @@ import (
 	"testing"
 
 	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/spead/speadtest"
 )
 
 // Seeds from the captures live in testdata/fuzz; these are the hand-made malformed ones.
 func addMalformedSeeds(f *testing.F) {
-	good := validPacket()
+	good := speadtest.ValidPacket()
 	f.Add(good)
 	f.Add(good[:7])
 	f.Add(good[:len(good)-1])
@@ -17,8 +18,8 @@ func addMalformedSeeds(f *testing.F) {
 	f.Add(append([]byte{0x53, 4, 2, 6}, good[4:]...))
 	f.Add(append([]byte{0x53, 4, 4, 4}, good[4:]...))
 	f.Add(append(append([]byte{}, good[:6]...), append([]byte{0xff, 0xff}, good[8:]...)...))
-	f.Add(rawPacket(3, 5, []uint64{imm40(1, 1), imm40(3, 1<<40-1), imm40(4, 1<<40-1), imm40(2, 1<<40-1)}, nil))
-	f.Add(rawPacket(3, 5, []uint64{imm40(1, 1), imm40(3, 0), imm40(4, 2), imm40(0x14, 1), addr40(0x12, 1), addr40(0x13, 0)}, []byte{1, 2}))
+	f.Add(speadtest.RawPacket(3, 5, []uint64{speadtest.Imm40(1, 1), speadtest.Imm40(3, 1<<40-1), speadtest.Imm40(4, 1<<40-1), speadtest.Imm40(2, 1<<40-1)}, nil))
+	f.Add(speadtest.RawPacket(3, 5, []uint64{speadtest.Imm40(1, 1), speadtest.Imm40(3, 0), speadtest.Imm40(4, 2), speadtest.Imm40(0x14, 1), speadtest.Addr40(0x12, 1), speadtest.Addr40(0x13, 0)}, []byte{1, 2}))
 }
 
 func FuzzDecode(f *testing.F) {

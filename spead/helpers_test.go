@@ -2,31 +2,12 @@ package spead_test
 
 import (
 	"cmp"
-	"encoding/binary"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"testing"
 
-	"github.com/ibvbridge/ibvbridge/frame"
-	"github.com/ibvbridge/ibvbridge/frame/frametest"
 	"github.com/ibvbridge/ibvbridge/spead"
 )
-
-// capturePayloads returns the UDP payloads (SPEAD packets) of one capture.
-func capturePayloads(t testing.TB, name string) [][]byte {
-	t.Helper()
-	frames := frametest.ReadFrames(t, filepath.Join(frametest.Dir(t), name))
-	out := make([][]byte, len(frames))
-	for i, f := range frames {
-		u, err := frame.Parse(f)
-		if err != nil {
-			t.Fatalf("%s frame %d: %v", name, i, err)
-		}
-		out[i] = u.Payload
-	}
-	return out
-}
 
 // testHeap is a heap reassembled by the tests (the real assembler lives elsewhere): its payload and its
 // items with spead2's length rule.
@@ -117,20 +98,6 @@ func itemsOf(h *testHeap, ptrs []spead.ItemPointer) []testItem {
 		items = append(items, testItem{id: ip.ID, data: h.payload[ip.Value:end]})
 	}
 	return items
-}
-
-// minstd is the generator spead2_send --verify fills items with.
-type minstd struct{ x uint64 }
-
-func (g *minstd) next() uint32 {
-	g.x = g.x * 48271 % (1<<31 - 1)
-	return uint32(g.x)
-}
-
-func (g *minstd) fill(b []byte) {
-	for i := 0; i+4 <= len(b); i += 4 {
-		binary.BigEndian.PutUint32(b[i:], g.next())
-	}
 }
 
 func hexPrefix(b []byte) string {

@@ -29,7 +29,7 @@ func (ps ItemPointers) Raw(i int) uint64 {
 }
 
 // At decodes pointer i. It panics if i is out of range, like a slice index.
-func (ps ItemPointers) At(i int) ItemPointer { return ps.flavour.splitPointer(ps.Raw(i)) }
+func (ps ItemPointers) At(i int) ItemPointer { return ps.flavour.SplitPointer(ps.Raw(i)) }
 
 // All yields every pointer with its index, in wire order.
 func (ps ItemPointers) All() iter.Seq2[int, ItemPointer] {

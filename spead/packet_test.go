@@ -2,38 +2,16 @@ package spead_test
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/spead/speadtest"
 )
 
-// rawPacket builds a packet by hand: header bytes 2 and 3, pointers, payload.
-func rawPacket(idBytes, addrBytes byte, pointers []uint64, payload []byte) []byte {
-	b := []byte{0x53, 0x04, idBytes, addrBytes, 0, 0, 0, 0}
-	binary.BigEndian.PutUint16(b[6:], uint16(len(pointers)))
-	for _, p := range pointers {
-		b = binary.BigEndian.AppendUint64(b, p)
-	}
-	return append(b, payload...)
-}
-
-// imm40 and addr40 are SPEAD-64-40 item pointers.
-func imm40(id, v uint64) uint64  { return 1<<63 | id<<40 | v }
-func addr40(id, v uint64) uint64 { return id<<40 | v }
-
-// validPacket is heap 7, offset 2 of a 10-byte heap, 4 bytes of payload, plus an address item and a stream
-// control item.
-func validPacket() []byte {
-	return rawPacket(3, 5, []uint64{
-		imm40(1, 7), imm40(2, 10), imm40(3, 2), imm40(4, 4), addr40(0x1000, 0), imm40(6, 2),
-	}, []byte{1, 2, 3, 4})
-}
-
 func TestDecodeValid(t *testing.T) {
-	b := validPacket()
+	b := speadtest.ValidPacket()
 	var p spead.Packet
 	if err := spead.Decode(b, &p); err != nil {
 		t.Fatal(err)
@@ -56,7 +34,7 @@ func TestDecodeValid(t *testing.T) {
 		t.Fatalf("pointer 0: %+v", got)
 	}
 	// 64-48: the id field shrinks to 15 bits and values grow to 48.
-	b48 := rawPacket(2, 6, []uint64{1<<63 | 1<<48 | 1<<47, 1<<63 | 3<<48, 1<<63 | 4<<48, 0x7fff<<48 | 5}, nil)
+	b48 := speadtest.RawPacket(2, 6, []uint64{1<<63 | 1<<48 | 1<<47, 1<<63 | 3<<48, 1<<63 | 4<<48, 0x7fff<<48 | 5}, nil)
 	if err := spead.Decode(b48, &p); err != nil {
 		t.Fatal(err)
 	}
@@ -67,10 +45,10 @@ func TestDecodeValid(t *testing.T) {
 }
 
 func TestDecodeRejects(t *testing.T) {
-	good := validPacket()
+	good := speadtest.ValidPacket()
 	specials := func(drop uint64) []uint64 {
 		var out []uint64
-		for _, p := range []uint64{imm40(1, 7), imm40(2, 10), imm40(3, 2), imm40(4, 4)} {
+		for _, p := range []uint64{speadtest.Imm40(1, 7), speadtest.Imm40(2, 10), speadtest.Imm40(3, 2), speadtest.Imm40(4, 4)} {
 			if p>>40&0x7fffff != drop {
 				out = append(out, p)
 			}
@@ -92,14 +70,14 @@ func TestDecodeRejects(t *testing.T) {
 		{"zero widths", append([]byte{0x53, 4, 0, 0}, good[4:]...), spead.ErrUnsupportedFlavour},
 		{"pointers cut", good[:8+8*5], spead.ErrItemsPastEnd},
 		{"65535 items", append(append([]byte{}, good[:6]...), append([]byte{0xff, 0xff}, good[8:]...)...), spead.ErrItemsPastEnd},
-		{"no items", rawPacket(3, 5, nil, nil), spead.ErrMissingHeapCnt},
-		{"no heap cnt", rawPacket(3, 5, specials(1), make([]byte, 4)), spead.ErrMissingHeapCnt},
-		{"addressed heap cnt", rawPacket(3, 5, append(specials(1), addr40(1, 7)), make([]byte, 4)), spead.ErrMissingHeapCnt},
-		{"no payload offset", rawPacket(3, 5, specials(3), make([]byte, 4)), spead.ErrMissingPayloadOffset},
-		{"no payload length", rawPacket(3, 5, specials(4), make([]byte, 4)), spead.ErrMissingPayloadLength},
+		{"no items", speadtest.RawPacket(3, 5, nil, nil), spead.ErrMissingHeapCnt},
+		{"no heap cnt", speadtest.RawPacket(3, 5, specials(1), make([]byte, 4)), spead.ErrMissingHeapCnt},
+		{"addressed heap cnt", speadtest.RawPacket(3, 5, append(specials(1), speadtest.Addr40(1, 7)), make([]byte, 4)), spead.ErrMissingHeapCnt},
+		{"no payload offset", speadtest.RawPacket(3, 5, specials(3), make([]byte, 4)), spead.ErrMissingPayloadOffset},
+		{"no payload length", speadtest.RawPacket(3, 5, specials(4), make([]byte, 4)), spead.ErrMissingPayloadLength},
 		{"payload cut", good[:len(good)-1], spead.ErrPayloadPastEnd},
-		{"huge payload length", rawPacket(3, 5, []uint64{imm40(1, 1), imm40(3, 0), imm40(4, 1<<40-1)}, nil), spead.ErrPayloadPastEnd},
-		{"past heap", rawPacket(3, 5, []uint64{imm40(1, 1), imm40(2, 5), imm40(3, 2), imm40(4, 4)}, make([]byte, 4)), spead.ErrPayloadPastHeap},
+		{"huge payload length", speadtest.RawPacket(3, 5, []uint64{speadtest.Imm40(1, 1), speadtest.Imm40(3, 0), speadtest.Imm40(4, 1<<40-1)}, nil), spead.ErrPayloadPastEnd},
+		{"past heap", speadtest.RawPacket(3, 5, []uint64{speadtest.Imm40(1, 1), speadtest.Imm40(2, 5), speadtest.Imm40(3, 2), speadtest.Imm40(4, 4)}, make([]byte, 4)), spead.ErrPayloadPastHeap},
 		{"trailing byte", append(bytes.Clone(good), 0), spead.ErrSizeMismatch},
 	}
 	for _, c := range cases {
@@ -118,7 +96,7 @@ func TestDecodeRejects(t *testing.T) {
 		t.Errorf("DecodePrefix: size %d, err %v", p.Size, err)
 	}
 	// A packet with no payload is valid: spead2 accepts it, and the assembler decides what it means.
-	if err := spead.Decode(rawPacket(3, 5, []uint64{imm40(1, 1), imm40(3, 0), imm40(4, 0)}, nil), &p); err != nil {
+	if err := spead.Decode(speadtest.RawPacket(3, 5, []uint64{speadtest.Imm40(1, 1), speadtest.Imm40(3, 0), speadtest.Imm40(4, 0)}, nil), &p); err != nil {
 		t.Errorf("empty payload: %v", err)
 	}
 }
@@ -161,7 +139,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 		f := []spead.Flavour{spead.Flavour64_40, spead.Flavour64_48}[trial%2]
 		size := []int{56, 64, 100, 1472, 8972, 9000}[r.IntN(6)]
 		h := randomHeap(r, f)
-		packets := encodeAll(t, f, size, &h)
+		packets := speadtest.EncodeAll(t, f, size, &h)
 		for i, b := range packets {
 			if len(b) > size {
 				t.Fatalf("trial %d: packet %d is %d bytes > %d", trial, i, len(b), size)

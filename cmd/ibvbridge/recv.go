@@ -20,7 +20,7 @@ import (
 	"github.com/ibvbridge/ibvbridge/internal/version"
 	"github.com/ibvbridge/ibvbridge/metrics"
 	"github.com/ibvbridge/ibvbridge/ring"
-	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/spead/assemble"
 	"github.com/ibvbridge/ibvbridge/transport"
 )
 
@@ -36,7 +36,7 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 	}
 	log, _ := newLogger(o.logFormat, stderr) // validated
 	cfg := bridge.Config{Ring: o.name, RingCfg: o.ringConfig(),
-		Assembler:    spead.AssemblerConfig{MaxHeaps: o.maxHeaps, Incomplete: o.incomplete, ChunkWindow: o.chunkWindow, KeepGoing: o.keepGoing},
+		Assembler:    assemble.AssemblerConfig{MaxHeaps: o.maxHeaps, Incomplete: o.incomplete, ChunkWindow: o.chunkWindow, KeepGoing: o.keepGoing},
 		WaitConsumer: o.waitConsumer, StatsInterval: o.statsEvery, LossSummary: o.lossSummary, Log: &log}
 	if o.chunkPlace != "" { // loaded before anything is opened: a bad library leaves nothing behind
 		plug, err := loadChunkPlace(o.chunkPlace, o.chunkPlaceArg, o.set, o.placeItems, o.chunks)
@@ -44,7 +44,7 @@ func runRecv(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer plug.Close()
-		cfg.Assembler.ChunkPlace, cfg.Assembler.ChunkPlaceItems = plug.Place, o.placeItems
+		cfg.Assembler.Placement = plug
 	}
 	if o.cpuProfile != "" { // before anything is opened: a bad path fails without leaving anything behind
 		stop, err := startCPUProfile(o.cpuProfile)

@@ -10,6 +10,7 @@ import (
 	"github.com/ibvbridge/ibvbridge/internal/chunkplace"
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/spead/assemble"
 )
 
 // chunkGeometry checks recv's chunk flags and returns the ring's chunk geometry (the zero value: chunk
@@ -70,7 +71,7 @@ func chunkGeometry(set map[string]bool, heaps uint, by, axis string, heapSize, w
 }
 
 // parseChunkPlaceItems checks that --chunk-place-items and --chunk-place-arg come with --chunk-place and
-// returns the items: ID,ID,... (at most spead.MaxChunkPlaceItems).
+// returns the items: ID,ID,... (at most assemble.MaxChunkPlaceItems).
 func parseChunkPlaceItems(place, items string, set map[string]bool) ([]uint64, error) {
 	if place == "" {
 		for _, n := range []string{"chunk-place-items", "chunk-place-arg"} {
@@ -94,8 +95,8 @@ func parseChunkPlaceItems(place, items string, set map[string]bool) ([]uint64, e
 		}
 		ids = append(ids, id)
 	}
-	if len(ids) > spead.MaxChunkPlaceItems {
-		return nil, usageError("--chunk-place-items: %d items, at most %d", len(ids), spead.MaxChunkPlaceItems)
+	if len(ids) > assemble.MaxChunkPlaceItems {
+		return nil, usageError("--chunk-place-items: %d items, at most %d", len(ids), assemble.MaxChunkPlaceItems)
 	}
 	return ids, nil
 }

@@ -1,6 +1,7 @@
 // Package chunkplace owns recv's chunk placement plug-ins (recv --chunk-place LIB.so:FUNCTION): it loads
 // a user's C function with the contract of clients/c/ibvbridge_chunk_place.h (spead2's chunk_place) at run
-// time with dlopen, and calls it for each heap as a spead.ChunkPlaceFunc, through a C trampoline (shim.c):
+// time with dlopen, and calls it for each heap as the assembler's Placement (assemble.Placement), through a
+// C trampoline (shim.c):
 // one cgo call per heap, no allocation. The library is trusted code: it runs in recv's process, loaded
 // once and never unloaded.
 //
@@ -15,7 +16,11 @@ import (
 	"strings"
 
 	"github.com/ibvbridge/ibvbridge/ring"
+	"github.com/ibvbridge/ibvbridge/spead/assemble"
 )
+
+// A Plugin is the assembler's placement on a chunk-mode ring.
+var _ assemble.Placement = (*Plugin)(nil)
 
 // Errors Open's errors wrap.
 var (

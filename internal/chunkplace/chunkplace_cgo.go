@@ -12,6 +12,7 @@ import "C"
 
 import (
 	"fmt"
+	"slices"
 	"unsafe"
 )
 
@@ -21,6 +22,7 @@ type Plugin struct {
 	fn    *C.ibvb_chunk_place_fn
 	data  *C.ibvb_chunk_place_data
 	items []uint64 // the C array data.items points to
+	ids   []uint64 // the Spec's Items
 	arg   *C.char
 }
 
@@ -44,6 +46,7 @@ func Open(spec Spec) (*Plugin, error) {
 		return nil, fmt.Errorf("chunk placement: out of memory")
 	}
 	d := p.data
+	p.ids = slices.Clone(spec.Items)
 	if n := len(spec.Items); n > 0 {
 		arr := (*uint64)(C.calloc(C.size_t(n), 8))
 		if arr == nil {
@@ -62,7 +65,10 @@ func Open(spec Spec) (*Plugin, error) {
 	return p, nil
 }
 
-// Place calls the function for one heap: a spead.ChunkPlaceFunc. items must hold as many values as the
+// Items are the Spec's Items, whose values Place gets (assemble.Placement).
+func (p *Plugin) Items() []uint64 { return p.ids }
+
+// Place calls the function for one heap (assemble.Placement). items must hold as many values as the
 // Spec's Items.
 func (p *Plugin) Place(cnt, size uint64, items []uint64) (chunk, pos, off uint64, ok bool) {
 	d := p.data

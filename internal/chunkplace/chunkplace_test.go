@@ -17,6 +17,7 @@ import (
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/ring/ringtest"
 	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/spead/assemble"
 	"github.com/ibvbridge/ibvbridge/spead/pattern"
 )
 
@@ -25,7 +26,7 @@ const (
 	tsItem, antItem       = 0x1600, 0x4101
 	heaps, axis, heapSize = 4, 3, 2048
 	step                  = 100
-	missing               = spead.ChunkPlaceMissing
+	missing               = assemble.ChunkPlaceMissing
 )
 
 var geometry = ring.ChunkGeometry{Heaps: heaps, Axis: axis, HeapSize: heapSize, Step: step, TimeItem: tsItem, AxisItem: antItem}
@@ -129,11 +130,11 @@ func TestExampleInAssemblerPlacesAsTheFlags(t *testing.T) {
 		ids    []uint64
 		stats  map[string]uint64
 	}
-	run := func(cfg spead.AssemblerConfig) result {
+	run := func(cfg assemble.AssemblerConfig) result {
 		p, c := ringtest.Pair(t, "cp", ring.Config{SlotCount: 64, Chunks: geometry, HugePages: ring.HugePagesOff},
 			ring.AttachOptions{Timeout: time.Second})
 		cfg.ChunkWindow = 2
-		a, err := spead.NewAssembler(p, cfg)
+		a, err := assemble.NewAssembler(p, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -157,8 +158,8 @@ func TestExampleInAssemblerPlacesAsTheFlags(t *testing.T) {
 		r.stats = p.Stats().Map()
 		return r
 	}
-	byFlags := run(spead.AssemblerConfig{})
-	byPlugin := run(spead.AssemblerConfig{ChunkPlace: plug.Place, ChunkPlaceItems: []uint64{tsItem, antItem}})
+	byFlags := run(assemble.AssemblerConfig{})
+	byPlugin := run(assemble.AssemblerConfig{Placement: plug})
 	if len(byFlags.ids) < 10 || byFlags.stats["rejected_heaps"] == 0 || byFlags.stats["too_old_heaps"] == 0 ||
 		byFlags.stats["incomplete_chunks"] == 0 {
 		t.Fatalf("the stream does not exercise the placement: %d chunks, counters %v", len(byFlags.ids), byFlags.stats)
@@ -263,7 +264,7 @@ func BenchmarkPlace(b *testing.B) {
 	}
 	for _, bc := range []struct {
 		name string
-		f    spead.ChunkPlaceFunc
+		f    assemble.ChunkPlaceFunc
 	}{{"plugin", p.Place}, {"go", goPlace}} {
 		b.Run(bc.name, func(b *testing.B) {
 			items := []uint64{0, 0}

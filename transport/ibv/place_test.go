@@ -13,6 +13,7 @@ import (
 	"github.com/ibvbridge/ibvbridge/internal/testutil"
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/spead/assemble"
 	"github.com/ibvbridge/ibvbridge/spead/pattern"
 	"github.com/ibvbridge/ibvbridge/transport"
 	"github.com/ibvbridge/ibvbridge/verbs"
@@ -26,7 +27,7 @@ type placeRig struct {
 	q        *verbstest.RecvQueue
 	r        *Receiver
 	p        *ring.Producer
-	asm      *spead.Assembler
+	asm      *assemble.Assembler
 	cancel   context.CancelFunc
 	done     chan error
 	drained  chan struct{}
@@ -42,7 +43,7 @@ type placeRig struct {
 
 // newPlaceRig opens the rig with nslots receive work requests taken batch at a time (0: rxloop's
 // default); wrap, if set, stands between the receiver and the assembler.
-func newPlaceRig(t *testing.T, nslots, batch int, acfg spead.AssemblerConfig, wrap func(transport.Placer) transport.Placer) *placeRig {
+func newPlaceRig(t *testing.T, nslots, batch int, acfg assemble.AssemblerConfig, wrap func(transport.Placer) transport.Placer) *placeRig {
 	t.Helper()
 	dir := t.TempDir()
 	name := testutil.UniqueRing(t, "place")
@@ -57,7 +58,7 @@ func newPlaceRig(t *testing.T, nslots, batch int, acfg spead.AssemblerConfig, wr
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	asm, err := spead.NewAssembler(p, acfg)
+	asm, err := assemble.NewAssembler(p, acfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +255,7 @@ func all(uint64) bool { return true }
 // miss, no hold, and every frame of a split work request taken in place, and returns the packets sent
 // and the placed count.
 func inOrder(t *testing.T, nslots, batch, heaps int) (total int, placed uint64) {
-	g := newPlaceRig(t, nslots, batch, spead.AssemblerConfig{}, nil)
+	g := newPlaceRig(t, nslots, batch, assemble.AssemblerConfig{}, nil)
 	for _, frames := range heapFrames(t, 1<<20, 8972, cnts(heaps)...) {
 		g.deliver(frames...)
 		total += len(frames)
@@ -305,7 +306,7 @@ func TestPlaceInOrderBatches(t *testing.T) {
 // right, every one that did comes out incomplete, and every repeat is counted as a duplicate.
 func TestPlaceDisorder(t *testing.T) {
 	const heaps = 40
-	g := newPlaceRig(t, 8, 0, spead.AssemblerConfig{Incomplete: true}, nil)
+	g := newPlaceRig(t, 8, 0, assemble.AssemblerConfig{Incomplete: true}, nil)
 	perHeap := heapFrames(t, 256<<10, 8972, cnts(heaps)...)
 	rng := rand.New(rand.NewPCG(3, 4))
 	lossy := map[uint64]bool{}
@@ -371,7 +372,7 @@ func heapCntOf(t *testing.T, f []byte) uint64 {
 // publish the heap while a work request points into it: the receiver flushes the queue (the stream is
 // over), and the stop then ends the stream.
 func TestPlaceStopFlushes(t *testing.T) {
-	g := newPlaceRig(t, 8, 1, spead.AssemblerConfig{Incomplete: true}, nil)
+	g := newPlaceRig(t, 8, 1, assemble.AssemblerConfig{Incomplete: true}, nil)
 	frames := heapFrames(t, 256<<10, 8972, 1)[0]
 	g.deliver(frames[:len(frames)-2]...)
 	g.deliver(stopFrame(t, 2))
@@ -406,7 +407,7 @@ func (a *afterRelease) Packet(p []byte, nanos int64) {
 func TestPlaceCancelReleasesFirst(t *testing.T) {
 	var sink *afterRelease
 	var g *placeRig
-	g = newPlaceRig(t, 8, 1, spead.AssemblerConfig{Incomplete: true}, func(p transport.Placer) transport.Placer {
+	g = newPlaceRig(t, 8, 1, assemble.AssemblerConfig{Incomplete: true}, func(p transport.Placer) transport.Placer {
 		sink = &afterRelease{Placer: p}
 		return sink
 	})

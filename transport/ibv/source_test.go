@@ -15,6 +15,7 @@ import (
 	"github.com/ibvbridge/ibvbridge/internal/rxloop/rxlooptest"
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/spead/assemble"
 	"github.com/ibvbridge/ibvbridge/verbs"
 )
 
@@ -185,7 +186,7 @@ func bumpCnts(frames [][]byte) {
 
 // BenchmarkRecvPath is everything above the device on the receive side, per
 // packet: Receiver.Run over a queue replaying a capture (rxloop's poll,
-// deliver, repost; frame.Parse), spead.Assembler into a ring (no hugepages,
+// deliver, repost; frame.Parse), assemble.Assembler into a ring (no hugepages,
 // block policy) drained by a consumer goroutine.
 func BenchmarkRecvPath(b *testing.B) {
 	for _, name := range []string{"small_4KiB_1pkt.pcap", "large_1MiB_p8972.pcap", "large_1MiB_p1472.pcap"} {
@@ -219,7 +220,7 @@ func BenchmarkRecvPath(b *testing.B) {
 					c.Release(h)
 				}
 			}()
-			asm, err := spead.NewAssembler(p, spead.AssemblerConfig{})
+			asm, err := assemble.NewAssembler(p, assemble.AssemblerConfig{})
 			if err != nil {
 				b.Fatal(err)
 			}

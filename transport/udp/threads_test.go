@@ -11,6 +11,7 @@ import (
 	"github.com/ibvbridge/ibvbridge/internal/testutil"
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/spead/assemble"
 	"github.com/ibvbridge/ibvbridge/spead/pattern"
 	"github.com/ibvbridge/ibvbridge/transport"
 )
@@ -19,7 +20,7 @@ import (
 // called outside a batch or a batch begun inside another (the threads' lock is then not held per read),
 // and how many heaps each batch published (one head store each).
 type watchedAssembler struct {
-	a *spead.Assembler
+	a *assemble.Assembler
 	p *ring.Producer
 
 	inBatch           atomic.Bool
@@ -101,7 +102,7 @@ func newThreadsRig(t *testing.T, heapSize int) *threadsRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	a, err := spead.NewAssembler(p, spead.AssemblerConfig{MaxHeaps: 8})
+	a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{MaxHeaps: 8})
 	if err != nil {
 		t.Fatal(err)
 	}

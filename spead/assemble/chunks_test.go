@@ -1,4 +1,4 @@
-package spead_test
+package assemble_test
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/spead/assemble"
+	"github.com/ibvbridge/ibvbridge/spead/speadtest"
 )
 
 // The chunk geometry of these tests: 4 time positions × 3 axis positions of 3000 bytes (3 packets of
@@ -63,7 +65,7 @@ func newCkStream(t testing.TB, nChunks int, seed uint64) *ckStream {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	s := &ckStream{present: map[[2]uint64]bool{}, touched: map[[2]uint64]bool{}, chunks: uint64(nChunks)}
 	cnt := uint64(1)
-	enc := func(h spead.Heap) [][]byte { return encodeAll(t, spead.Flavour64_40, 1500, &h) }
+	enc := func(h spead.Heap) [][]byte { return speadtest.EncodeAll(t, spead.Flavour64_40, 1500, &h) }
 	sent := map[[2]uint64]bool{}
 	heapOf := func(tt, a uint64) [][]byte {
 		cnt++
@@ -235,7 +237,7 @@ func TestChunkPlacementExact(t *testing.T) {
 			t.Run(fmt.Sprintf("placing=%v/seed=%d", placing, seed), func(t *testing.T) {
 				s := newCkStream(t, 12, seed)
 				p, c := chunkRing(t, 32) // more slots than chunks: no slot is reused, so untouched bytes stay 0
-				a, err := spead.NewAssembler(p, spead.AssemblerConfig{ChunkWindow: 2})
+				a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{ChunkWindow: 2})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -248,7 +250,7 @@ func TestChunkPlacementExact(t *testing.T) {
 						a.Packet(b, int64(1000+i))
 					}
 				}
-				a.Packet(encodeAll(t, spead.Flavour64_40, 1500, ptr(spead.StreamStopHeap(99999999)))[0], 0)
+				a.Packet(speadtest.EncodeAll(t, spead.Flavour64_40, 1500, ptr(spead.StreamStopHeap(99999999)))[0], 0)
 				s.check(t, c, p.Stats())
 			})
 		}
@@ -262,13 +264,13 @@ func ptr[T any](v T) *T { return &v }
 // new one is then too old.
 func TestChunkWindowJump(t *testing.T) {
 	p, c := chunkRing(t, 16)
-	a, err := spead.NewAssembler(p, spead.AssemblerConfig{ChunkWindow: 3})
+	a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{ChunkWindow: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	feed := func(cnt, tt uint64) {
 		h := ckHeap(cnt, tt, 0, ckHeapSize, 0)
-		for _, b := range encodeAll(t, spead.Flavour64_40, 1500, &h) {
+		for _, b := range speadtest.EncodeAll(t, spead.Flavour64_40, 1500, &h) {
 			a.Packet(b, 1)
 		}
 	}
@@ -296,7 +298,7 @@ func TestChunkWindowJump(t *testing.T) {
 // of the 800 heaps were too old).
 func TestChunkWildTimeIndexRebasesInsteadOfStarvingTheStream(t *testing.T) {
 	p, c := testRing(t, ring.Config{SlotCount: 16, Chunks: ckGeometry, Policy: ring.PolicyBlock})
-	a, err := spead.NewAssembler(p, spead.AssemblerConfig{ChunkWindow: 2})
+	a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{ChunkWindow: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,11 +320,11 @@ func TestChunkWildTimeIndexRebasesInsteadOfStarvingTheStream(t *testing.T) {
 		if i == 400 {
 			h.Items[0].Value = 1<<48 - 1 // the largest time item a 48-bit flavour carries
 		}
-		for _, b := range encodeAll(t, spead.Flavour64_48, 1500, &h) {
+		for _, b := range speadtest.EncodeAll(t, spead.Flavour64_48, 1500, &h) {
 			a.Packet(b, 1)
 		}
 	}
-	a.Packet(encodeAll(t, spead.Flavour64_48, 1500, ptr(spead.StreamStopHeap(99999999)))[0], 0)
+	a.Packet(speadtest.EncodeAll(t, spead.Flavour64_48, 1500, ptr(spead.StreamStopHeap(99999999)))[0], 0)
 	chunks := <-done
 	st := p.Stats()
 	if st.Get(ring.CounterTooOldHeaps) != 0 || st.Get(ring.CounterHeaps) != 800 || a.ChunkRebases() != 1 {
@@ -338,7 +340,7 @@ func TestChunkWildTimeIndexRebasesInsteadOfStarvingTheStream(t *testing.T) {
 // rejected (rejected_heaps).
 func TestChunkEmptyHeapNotPresentOverStaleBytes(t *testing.T) {
 	p, c := chunkRing(t, 1) // one slot: the second chunk reuses the first's
-	a, err := spead.NewAssembler(p, spead.AssemblerConfig{ChunkWindow: 1})
+	a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{ChunkWindow: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,7 +349,7 @@ func TestChunkEmptyHeapNotPresentOverStaleBytes(t *testing.T) {
 		if size == 0 {
 			h.Items = h.Items[:2] // the time and axis items: the encoder pads the payload to one byte
 		}
-		for _, b := range encodeAll(t, spead.Flavour64_40, 1500, &h) {
+		for _, b := range speadtest.EncodeAll(t, spead.Flavour64_40, 1500, &h) {
 			if size == 0 { // a heap of length 0, as a sender that does not pad sends it
 				setImmediate(b, 0x2, 0)
 				setImmediate(b, 0x4, 0)
@@ -386,7 +388,7 @@ func TestChunkPlacementAllocatesNothing(t *testing.T) {
 	}{{"1packet", 1000, 4, 1, 3}, {"3packets", ckHeapSize, 1, 3, 7}} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, c := chunkRing(t, 8)
-			a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
+			a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -429,7 +431,7 @@ type positionStream struct {
 
 func newPositionStream(t testing.TB, size int) *positionStream {
 	h := ckHeap(1, 0, 0, size, 0)
-	return &positionStream{packets: encodeAll(t, spead.Flavour64_40, 1500, &h)}
+	return &positionStream{packets: speadtest.EncodeAll(t, spead.Flavour64_40, 1500, &h)}
 }
 
 // next is the next position's heap.
@@ -463,7 +465,7 @@ func setImmediate(packet []byte, id, value uint64) {
 	for i := range n {
 		off := 8 + 8*i
 		if raw := binary.BigEndian.Uint64(packet[off:]); raw>>40&(1<<23-1) == id {
-			binary.BigEndian.PutUint64(packet[off:], imm40(id, value))
+			binary.BigEndian.PutUint64(packet[off:], speadtest.Imm40(id, value))
 			return
 		}
 	}
@@ -496,14 +498,14 @@ func FuzzChunkPlacement(f *testing.F) {
 			tt, a, mask := uint64(in[0]), uint64(in[1]&3), in[1]>>2&7
 			cnt := (tt*4+a)*2 + uint64(in[2]&1) + 1
 			h := ckHeap(cnt, tt, a, ckHeapSize, 0)
-			for i, p := range encodeAll(t, spead.Flavour64_40, 1500, &h) {
+			for i, p := range speadtest.EncodeAll(t, spead.Flavour64_40, 1500, &h) {
 				if mask == 0 || mask&(1<<i) != 0 {
 					packets = append(packets, p)
 				}
 			}
 		}
 		p, c := chunkRing(t, 16)
-		a, err := spead.NewAssembler(p, spead.AssemblerConfig{ChunkWindow: window})
+		a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{ChunkWindow: window})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -534,7 +536,7 @@ func FuzzChunkPlacement(f *testing.F) {
 // each counted in dropped_heaps, and writes nothing; the chunks that had slots are published whole.
 func TestChunkWithoutSlotDropsItsHeapsCounted(t *testing.T) {
 	p, c := testRing(t, ring.Config{SlotCount: 2, Chunks: ckGeometry, Policy: ring.PolicyDrop})
-	a, err := spead.NewAssembler(p, spead.AssemblerConfig{ChunkWindow: 1})
+	a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{ChunkWindow: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -543,7 +545,7 @@ func TestChunkWithoutSlotDropsItsHeapsCounted(t *testing.T) {
 		for ax := uint64(0); ax < ckAxis; ax++ {
 			cnt++
 			h := ckHeap(cnt, tt, ax, ckHeapSize, 0)
-			for _, b := range encodeAll(t, spead.Flavour64_40, 1500, &h) {
+			for _, b := range speadtest.EncodeAll(t, spead.Flavour64_40, 1500, &h) {
 				a.Packet(b, 1)
 			}
 		}
@@ -564,14 +566,14 @@ func TestChunkWithoutAxisIgnoresNullItems(t *testing.T) {
 	g := ckGeometry
 	g.Axis, g.AxisItem = 1, 0
 	p, c := testRing(t, ring.Config{SlotCount: 4, Chunks: g})
-	a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
+	a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for tt := uint64(0); tt < ckHeaps; tt++ {
 		h := spead.Heap{Cnt: tt + 1, Items: []spead.Item{{ID: ckTimeItem, Immediate: true, Value: tt * ckStep},
 			{ID: spead.NullID, Immediate: true, Value: 7}, {ID: ckDataItem, Data: make([]byte, 100)}}}
-		for _, b := range encodeAll(t, spead.Flavour64_40, 1500, &h) {
+		for _, b := range speadtest.EncodeAll(t, spead.Flavour64_40, 1500, &h) {
 			a.Packet(b, 1)
 		}
 	}
@@ -586,13 +588,13 @@ func TestChunkWithoutAxisIgnoresNullItems(t *testing.T) {
 func TestChunkPlacedByHeapCnt(t *testing.T) {
 	g := ring.ChunkGeometry{Heaps: 4, Axis: 1, HeapSize: 100, Step: 1, TimeItem: spead.HeapCntID}
 	p, c := testRing(t, ring.Config{SlotCount: 4, Chunks: g})
-	a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
+	a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for cnt := uint64(8); cnt < 16; cnt++ { // chunks 2 and 3
 		h := spead.Heap{Cnt: cnt, Items: []spead.Item{{ID: ckDataItem, Data: bytes.Repeat([]byte{byte(cnt)}, 100)}}}
-		for _, b := range encodeAll(t, spead.Flavour64_40, 1500, &h) {
+		for _, b := range speadtest.EncodeAll(t, spead.Flavour64_40, 1500, &h) {
 			a.Packet(b, 1)
 		}
 	}
@@ -614,7 +616,7 @@ func TestChunkPlacedByHeapCnt(t *testing.T) {
 // heap either, window moves and chunk publications included.
 func TestChunkCopiedPathAllocatesNothing(t *testing.T) {
 	p, c := chunkRing(t, 8)
-	a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
+	a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -638,7 +640,7 @@ func TestChunkCopiedPathAllocatesNothing(t *testing.T) {
 
 // eachChunkInOrder ends the stream fed to a (Flush, then the end-of-stream marker) and hands every chunk
 // consumer c reads to check, in order, asserting that chunk ids only increase; each is released after check.
-func eachChunkInOrder(t *testing.T, a *spead.Assembler, p *ring.Producer, c *ring.Consumer, check func(ring.Chunk)) {
+func eachChunkInOrder(t *testing.T, a *assemble.Assembler, p *ring.Producer, c *ring.Consumer, check func(ring.Chunk)) {
 	t.Helper()
 	a.Flush()
 	if err := p.PublishEndOfStream(0, time.Second); err != nil {

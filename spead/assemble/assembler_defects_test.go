@@ -1,4 +1,4 @@
-package spead_test
+package assemble_test
 
 import (
 	"encoding/binary"
@@ -7,6 +7,8 @@ import (
 
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/spead/assemble"
+	"github.com/ibvbridge/ibvbridge/spead/speadtest"
 )
 
 // A stream stop that carries the cnt of a heap still under assembly must not make that heap vanish: it is
@@ -19,7 +21,7 @@ func TestAssemblerStopReusingALiveHeapsCnt(t *testing.T) {
 	}
 	packets := append(append(append([][]byte{}, perHeap[0]...), perHeap[1][0]), perHeap[2]...)
 	for _, incomplete := range []bool{false, true} {
-		heaps, stats, _ := assemble(t, ring.Config{}, spead.AssemblerConfig{Incomplete: incomplete}, packets)
+		heaps, stats, _ := assembleAll(t, ring.Config{}, assemble.AssemblerConfig{Incomplete: incomplete}, packets)
 		want := []uint64{1}
 		discarded := uint64(1)
 		if incomplete {
@@ -61,7 +63,7 @@ func TestAssemblerLateDuplicatesOfPublishedHeaps(t *testing.T) {
 			packets = append(packets, d)
 		}
 	}
-	got, stats, _ := assemble(t, ring.Config{SlotCount: 512}, spead.AssemblerConfig{Incomplete: true}, packets)
+	got, stats, _ := assembleAll(t, ring.Config{SlotCount: 512}, assemble.AssemblerConfig{Incomplete: true}, packets)
 	if len(got) != n {
 		t.Fatalf("%d heaps published, want %d", len(got), n)
 	}
@@ -79,18 +81,20 @@ func TestAssemblerLateDuplicatesOfPublishedHeaps(t *testing.T) {
 // within one packet pointers are kept as given.
 func TestAssemblerRepeatedPointers(t *testing.T) {
 	const distinct, repeats = 50, 1000
-	header := func(offset uint64) []uint64 { return []uint64{imm40(1, 9), imm40(2, 8), imm40(3, offset), imm40(4, 4)} }
+	header := func(offset uint64) []uint64 {
+		return []uint64{speadtest.Imm40(1, 9), speadtest.Imm40(2, 8), speadtest.Imm40(3, offset), speadtest.Imm40(4, 4)}
+	}
 	ptrs := header(0)
 	for i := range uint64(distinct) {
-		ptrs = append(ptrs, imm40(0x2000+i, i))
+		ptrs = append(ptrs, speadtest.Imm40(0x2000+i, i))
 	}
-	first := rawPacket(3, 5, ptrs, []byte{1, 2, 3, 4})
+	first := speadtest.RawPacket(3, 5, ptrs, []byte{1, 2, 3, 4})
 	ptrs = header(4)
 	for i := range uint64(repeats) {
-		ptrs = append(ptrs, imm40(0x2000+i%distinct, i%distinct)) // each of the 50 again, 20 times
+		ptrs = append(ptrs, speadtest.Imm40(0x2000+i%distinct, i%distinct)) // each of the 50 again, 20 times
 	}
-	second := rawPacket(3, 5, ptrs, []byte{5, 6, 7, 8})
-	got, _, _ := assemble(t, ring.Config{MaxItems: 64}, spead.AssemblerConfig{}, [][]byte{first, second})
+	second := speadtest.RawPacket(3, 5, ptrs, []byte{5, 6, 7, 8})
+	got, _, _ := assembleAll(t, ring.Config{MaxItems: 64}, assemble.AssemblerConfig{}, [][]byte{first, second})
 	if len(got) != 1 {
 		t.Fatalf("%d heaps, want 1", len(got))
 	}
@@ -104,24 +108,24 @@ func TestAssemblerRepeatedPointers(t *testing.T) {
 // O(pointers × the heap's item count).
 func BenchmarkRepeatedPointers(b *testing.B) {
 	const repeats = 1000
-	ptrs := []uint64{imm40(1, 1), imm40(2, 1<<20), imm40(3, 0), imm40(4, 4)}
+	ptrs := []uint64{speadtest.Imm40(1, 1), speadtest.Imm40(2, 1<<20), speadtest.Imm40(3, 0), speadtest.Imm40(4, 4)}
 	for i := range uint64(repeats) {
-		ptrs = append(ptrs, imm40(0x2000+i%60, i))
+		ptrs = append(ptrs, speadtest.Imm40(0x2000+i%60, i))
 	}
 	p, _ := testRing(b, ring.Config{SlotCount: 8, SlotSize: 1 << 20, MaxItems: 64})
-	a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
+	a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	packets := make([][]byte, 4096)
 	for i := range packets {
-		ptrs[2] = imm40(3, uint64(i)*4) // a new 4-byte range of the same heap each time
-		packets[i] = rawPacket(3, 5, ptrs, []byte{1, 2, 3, 4})
+		ptrs[2] = speadtest.Imm40(3, uint64(i)*4) // a new 4-byte range of the same heap each time
+		packets[i] = speadtest.RawPacket(3, 5, ptrs, []byte{1, 2, 3, 4})
 	}
 	b.ResetTimer()
 	for i := range b.N {
 		pkt := packets[i%len(packets)]
-		binary.BigEndian.PutUint64(pkt[8:], imm40(1, uint64(i/len(packets)+1))) // each pass a new heap: no duplicates
+		binary.BigEndian.PutUint64(pkt[8:], speadtest.Imm40(1, uint64(i/len(packets)+1))) // each pass a new heap: no duplicates
 		a.Packet(pkt, 0)
 	}
 }

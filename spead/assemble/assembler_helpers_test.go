@@ -1,4 +1,4 @@
-package spead_test
+package assemble_test
 
 import (
 	"bytes"
@@ -12,6 +12,8 @@ import (
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/ring/ringtest"
 	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/spead/assemble"
+	"github.com/ibvbridge/ibvbridge/spead/speadtest"
 )
 
 // gotHeap is a heap as a consumer read it from the ring, copied out before release.
@@ -81,9 +83,9 @@ func drain(t testing.TB, c *ring.Consumer) (heaps []gotHeap, eos bool) {
 	}
 }
 
-// assemble feeds packets to a new assembler on a fresh ring (64 slots unless set), flushes, publishes the
+// assembleAll feeds packets to a new assembler on a fresh ring (64 slots unless set), flushes, publishes the
 // end-of-stream marker if no stop packet did, and returns what the consumer read.
-func assemble(t testing.TB, rcfg ring.Config, acfg spead.AssemblerConfig, packets [][]byte) ([]gotHeap, ring.Stats, *spead.Assembler) {
+func assembleAll(t testing.TB, rcfg ring.Config, acfg assemble.AssemblerConfig, packets [][]byte) ([]gotHeap, ring.Stats, *assemble.Assembler) {
 	t.Helper()
 	if rcfg.SlotCount == 0 {
 		rcfg.SlotCount = 64
@@ -92,7 +94,7 @@ func assemble(t testing.TB, rcfg ring.Config, acfg spead.AssemblerConfig, packet
 		rcfg.SlotSize = 64 << 10
 	}
 	p, c := testRing(t, rcfg)
-	a, err := spead.NewAssembler(p, acfg)
+	a, err := assemble.NewAssembler(p, acfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +121,7 @@ func encodeHeaps(t testing.TB, f spead.Flavour, packetSize int, heaps ...spead.H
 	t.Helper()
 	out := make([][][]byte, len(heaps))
 	for i := range heaps {
-		out[i] = encodeAll(t, f, packetSize, &heaps[i])
+		out[i] = speadtest.EncodeAll(t, f, packetSize, &heaps[i])
 	}
 	return out
 }

@@ -1,4 +1,4 @@
-package spead_test
+package assemble_test
 
 import (
 	"encoding/binary"
@@ -9,6 +9,8 @@ import (
 
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/spead/assemble"
+	"github.com/ibvbridge/ibvbridge/spead/speadtest"
 )
 
 // Fuzz input framing: one configuration byte, then packets, each a 2-byte big-endian length and that many
@@ -50,17 +52,17 @@ func addAssemblerSeeds(f *testing.F) {
 	}
 	stream := all(perHeap...)
 	f.Add(joinFuzzPackets(0, stream...))
-	f.Add(joinFuzzPackets(0x04|0x01, stream[1:]...))                                       // heap 1 loses a packet
-	f.Add(joinFuzzPackets(0x07, append([][]byte{stream[3]}, stream...)...))                // a duplicate first
-	f.Add(joinFuzzPackets(0x18, all(perHeap[1], perHeap[0])...))                           // big slots, no stop
-	f.Add(joinFuzzPackets(0x04, noLengthPacket(7, 0, make([]byte, 40), addr40(0x1000, 0)), // no heap length
+	f.Add(joinFuzzPackets(0x04|0x01, stream[1:]...))                                                 // heap 1 loses a packet
+	f.Add(joinFuzzPackets(0x07, append([][]byte{stream[3]}, stream...)...))                          // a duplicate first
+	f.Add(joinFuzzPackets(0x18, all(perHeap[1], perHeap[0])...))                                     // big slots, no stop
+	f.Add(joinFuzzPackets(0x04, noLengthPacket(7, 0, make([]byte, 40), speadtest.Addr40(0x1000, 0)), // no heap length
 		noLengthPacket(7, 60, make([]byte, 20)), noLengthPacket(8, 0, []byte{1})))
 	d, err := spead.DescriptorHeap(1, spead.Flavour64_48, spead.Descriptor{ID: 0x1000, Name: "x", Shape: []int64{2}})
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Add(joinFuzzPackets(0x08, encodeAll(f, spead.Flavour64_48, 1024, &d)...))
-	f.Add(joinFuzzPackets(0x02, validPacket(), validPacket()))
+	f.Add(joinFuzzPackets(0x08, speadtest.EncodeAll(f, spead.Flavour64_48, 1024, &d)...))
+	f.Add(joinFuzzPackets(0x02, speadtest.ValidPacket(), speadtest.ValidPacket()))
 	f.Add(joinFuzzPackets(0x20, stream...))      // placed
 	f.Add(joinFuzzPackets(0x38|0x03, stream...)) // placed, big slots
 	var ones [][]byte                            // one-packet heaps, in order: slots taken ahead
@@ -137,7 +139,7 @@ func FuzzAssembler(f *testing.F) {
 		p, c := rings[slotSize].p, rings[slotSize].c
 		p.Set(ring.CounterEndOfStream, 0)
 		before := c.Stats()
-		a, err := spead.NewAssembler(p, spead.AssemblerConfig{MaxHeaps: maxHeaps, Incomplete: incomplete, EOSTimeout: time.Millisecond})
+		a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{MaxHeaps: maxHeaps, Incomplete: incomplete, EOSTimeout: time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,7 +163,7 @@ func FuzzAssembler(f *testing.F) {
 
 // fuzzFeed hands the packets to a (as a placing source does, or one at a time) and reads what is
 // published as it goes; it reports whether the end of stream was read.
-func fuzzFeed(t *testing.T, a *spead.Assembler, c *ring.Consumer, read *fuzzTally, packets [][]byte, placing bool,
+func fuzzFeed(t *testing.T, a *assemble.Assembler, c *ring.Consumer, read *fuzzTally, packets [][]byte, placing bool,
 	slotSize uint64) (eos bool) {
 	if placing {
 		feeder := newPlacingFeeder(t, a, 4)
@@ -183,7 +185,7 @@ func fuzzFeed(t *testing.T, a *spead.Assembler, c *ring.Consumer, read *fuzzTall
 }
 
 // fuzzEndStream reads the rest, so the ring is empty for the next input.
-func fuzzEndStream(t *testing.T, a *spead.Assembler, p *ring.Producer, c *ring.Consumer, read *fuzzTally, eos bool,
+func fuzzEndStream(t *testing.T, a *assemble.Assembler, p *ring.Producer, c *ring.Consumer, read *fuzzTally, eos bool,
 	slotSize uint64) {
 	if !eos {
 		eos = read.drain(t, c, slotSize)
@@ -206,7 +208,7 @@ func fuzzEndStream(t *testing.T, a *spead.Assembler, p *ring.Producer, c *ring.C
 
 // checkFuzzCounters checks the ring's counters (this input's share, s) against what the consumer read
 // and what was sent.
-func checkFuzzCounters(t *testing.T, a *spead.Assembler, s ring.Stats, read *fuzzTally, incomplete bool, sent int) {
+func checkFuzzCounters(t *testing.T, a *assemble.Assembler, s ring.Stats, read *fuzzTally, incomplete bool, sent int) {
 	if s.Get(ring.CounterHeaps) != read.heaps {
 		t.Errorf("heaps counter %d, consumer read %d", s.Get(ring.CounterHeaps), read.heaps)
 	}

@@ -1,4 +1,4 @@
-package spead_test
+package placement_test
 
 import (
 	"os"

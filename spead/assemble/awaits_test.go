@@ -1,4 +1,4 @@
-package spead_test
+package assemble_test
 
 import (
 	"testing"
@@ -6,10 +6,12 @@ import (
 
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/spead/assemble"
+	"github.com/ibvbridge/ibvbridge/spead/speadtest"
 	"github.com/ibvbridge/ibvbridge/transport"
 )
 
-var _ transport.Awaiter = (*spead.Assembler)(nil)
+var _ transport.Awaiter = (*assemble.Assembler)(nil)
 
 // payloadLen is the heap payload a packet carries.
 func payloadLen(t *testing.T, b []byte) uint64 {
@@ -31,7 +33,7 @@ func wantLeft(total, have uint64, elapsed int64) time.Duration {
 // the heap fills, and nothing once the last packet completed it.
 func TestAwaitsEstimatesTheHeapInAssemblyFromItsOwnRate(t *testing.T) {
 	p, _ := testRing(t, ring.Config{SlotCount: 8, SlotSize: 64 << 10})
-	a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
+	a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +73,7 @@ func TestAwaitsEstimatesTheHeapInAssemblyFromItsOwnRate(t *testing.T) {
 // A heap without a heap length cannot be estimated: Awaits says so rather than guess.
 func TestAwaitsNothingForAHeapOfUnknownLength(t *testing.T) {
 	p, _ := testRing(t, ring.Config{SlotCount: 8, SlotSize: 64 << 10})
-	a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
+	a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,13 +108,13 @@ func TestAwaitsNothingForAHeapOfUnknownLength(t *testing.T) {
 // of the heap the latest packet joined.
 func TestAwaitsEstimatesTheChunkInChunkMode(t *testing.T) {
 	p, _ := chunkRing(t, 4)
-	a, err := spead.NewAssembler(p, spead.AssemblerConfig{ChunkWindow: 2})
+	a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{ChunkWindow: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	total := uint64(ckHeaps * ckAxis * ckHeapSize)
-	heap0 := encodeAll(t, spead.Flavour64_40, 1500, ptr(ckHeap(1, 0, 0, ckHeapSize, 0)))
-	heap1 := encodeAll(t, spead.Flavour64_40, 1500, ptr(ckHeap(2, 0, 1, ckHeapSize, 0)))
+	heap0 := speadtest.EncodeAll(t, spead.Flavour64_40, 1500, ptr(ckHeap(1, 0, 0, ckHeapSize, 0)))
+	heap1 := speadtest.EncodeAll(t, spead.Flavour64_40, 1500, ptr(ckHeap(2, 0, 1, ckHeapSize, 0)))
 	now := int64(1_000_000)
 	for _, b := range heap0 {
 		a.Packet(b, now)

@@ -1,10 +1,12 @@
-package spead_test
+package assemble_test
 
 import (
 	"testing"
 
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/spead/assemble"
+	"github.com/ibvbridge/ibvbridge/spead/speadtest"
 )
 
 // placingFeeder hands packets to an assembler as a placing source does, a read of up to len(regions)
@@ -14,13 +16,13 @@ import (
 // of its own.
 type placingFeeder struct {
 	t       testing.TB
-	a       *spead.Assembler
+	a       *assemble.Assembler
 	regions [][]byte
 	hdrs    [][]byte
 	fits    []bool
 }
 
-func newPlacingFeeder(t testing.TB, a *spead.Assembler, per int) *placingFeeder {
+func newPlacingFeeder(t testing.TB, a *assemble.Assembler, per int) *placingFeeder {
 	f := &placingFeeder{t: t, a: a, regions: make([][]byte, per), hdrs: make([][]byte, per), fits: make([]bool, per)}
 	for j := range f.hdrs {
 		f.hdrs[j] = make([]byte, 0, 512)
@@ -62,7 +64,7 @@ func (f *placingFeeder) feed(packets [][]byte) (placed int) {
 }
 
 // placingFeed feeds packets through a new placingFeeder, per datagrams a read.
-func placingFeed(t testing.TB, a *spead.Assembler, packets [][]byte, per int) (placed int) {
+func placingFeed(t testing.TB, a *assemble.Assembler, packets [][]byte, per int) (placed int) {
 	return newPlacingFeeder(t, a, per).feed(packets)
 }
 
@@ -76,12 +78,12 @@ func TestPlacedPathAllocatesNothing(t *testing.T) {
 	}{{"1packet", 4096}, {"multipacket", 64 << 10}} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, c := testRing(t, ring.Config{SlotCount: 32, SlotSize: tc.size + 4096, Policy: ring.PolicyDrop})
-			a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
+			a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			h := patternHeap(1, tc.size)
-			packets := encodeAll(t, spead.Flavour64_40, 8972, &h)
+			packets := speadtest.EncodeAll(t, spead.Flavour64_40, 8972, &h)
 			feeder := newPlacingFeeder(t, a, 4)
 			cnt, placed, runs := uint64(1), 0, 0
 			heap := func() {
@@ -136,7 +138,7 @@ func TestAssemblerPlacesNextHeaps(t *testing.T) {
 		packets = append(packets, hp[0])
 	}
 	p, c := testRing(t, ring.Config{SlotCount: 64, SlotSize: 4096})
-	a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
+	a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +187,7 @@ func TestPlacesThePacketAfterALongerFirstHeader(t *testing.T) {
 		t.Fatalf("%d packets a heap", perHeap)
 	}
 	p, c := testRing(t, ring.Config{SlotCount: 32, SlotSize: size + 4096})
-	a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
+	a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package spead_test
+package assemble_test
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/spead/assemble"
+	"github.com/ibvbridge/ibvbridge/spead/speadtest"
 )
 
 // ckPlaceItems are the items a user's placement asks for in these tests: the time and the axis item.
@@ -15,11 +17,11 @@ var ckPlaceItems = []uint64{ckTimeItem, ckAxisItem}
 
 // ckUserPlace is the tests' geometry's placement written as a user's (what recv --chunk-by and
 // --chunk-axis do), counting its calls.
-func ckUserPlace(calls *int) spead.ChunkPlaceFunc {
+func ckUserPlace(calls *int) assemble.ChunkPlaceFunc {
 	return func(_, _ uint64, items []uint64) (chunk, pos, off uint64, ok bool) {
 		*calls++
 		ts, a := items[0], items[1]
-		if ts == spead.ChunkPlaceMissing || a == spead.ChunkPlaceMissing || a >= ckAxis {
+		if ts == assemble.ChunkPlaceMissing || a == assemble.ChunkPlaceMissing || a >= ckAxis {
 			return 0, 0, 0, false
 		}
 		t := ts / ckStep
@@ -38,8 +40,8 @@ func TestChunkPlaceFuncPlacesAsTheItemsDo(t *testing.T) {
 				s := newCkStream(t, 12, seed)
 				p, c := chunkRing(t, 32)
 				calls := 0
-				a, err := spead.NewAssembler(p, spead.AssemblerConfig{ChunkWindow: 2,
-					ChunkPlace: ckUserPlace(&calls), ChunkPlaceItems: ckPlaceItems})
+				a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{ChunkWindow: 2,
+					Placement: assemble.FuncPlacement{ItemIDs: ckPlaceItems, Func: ckUserPlace(&calls)}})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -50,7 +52,7 @@ func TestChunkPlaceFuncPlacesAsTheItemsDo(t *testing.T) {
 						a.Packet(b, int64(1000+i))
 					}
 				}
-				a.Packet(encodeAll(t, spead.Flavour64_40, 1500, ptr(spead.StreamStopHeap(99999999)))[0], 0)
+				a.Packet(speadtest.EncodeAll(t, spead.Flavour64_40, 1500, ptr(spead.StreamStopHeap(99999999)))[0], 0)
 				if calls == 0 {
 					t.Fatal("the user's placement was never called")
 				}
@@ -72,7 +74,7 @@ func TestChunkPlaceFuncOncePerHeapAllocatesNothing(t *testing.T) {
 		t.Run(fmt.Sprintf("placing=%v/size=%d", placing, tc.size), func(t *testing.T) {
 			p, c := chunkRing(t, 8)
 			calls := 0
-			a, err := spead.NewAssembler(p, spead.AssemblerConfig{ChunkPlace: ckUserPlace(&calls), ChunkPlaceItems: ckPlaceItems})
+			a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{Placement: assemble.FuncPlacement{ItemIDs: ckPlaceItems, Func: ckUserPlace(&calls)}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -130,7 +132,7 @@ func TestChunkPlaceFuncAnswersChecked(t *testing.T) {
 		return a.chunk, a.pos, a.off, ok
 	}
 	p, c := chunkRing(t, 4)
-	a, err := spead.NewAssembler(p, spead.AssemblerConfig{ChunkPlace: place, ChunkPlaceItems: ckPlaceItems})
+	a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{Placement: assemble.FuncPlacement{ItemIDs: ckPlaceItems, Func: place}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,12 +141,12 @@ func TestChunkPlaceFuncAnswersChecked(t *testing.T) {
 		if cnt == 3 {
 			h.Items = h.Items[1:] // no time item
 		}
-		for _, b := range encodeAll(t, spead.Flavour64_40, 1500, &h) {
+		for _, b := range speadtest.EncodeAll(t, spead.Flavour64_40, 1500, &h) {
 			a.Packet(b, 1)
 		}
 	}
 	a.Flush()
-	want := []call{{1, 1000, 1 * ckStep, 2}, {2, 1000, 2 * ckStep, 2}, {3, 1000, spead.ChunkPlaceMissing, 2},
+	want := []call{{1, 1000, 1 * ckStep, 2}, {2, 1000, 2 * ckStep, 2}, {3, 1000, assemble.ChunkPlaceMissing, 2},
 		{4, 1000, 4 * ckStep, 2}, {5, 1000, 5 * ckStep, 2}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("calls %v, want %v", got, want)
@@ -173,11 +175,11 @@ func TestChunkPlaceFuncAnswersChecked(t *testing.T) {
 func TestChunkPlaceFuncRefusedWithoutChunks(t *testing.T) {
 	place := func(_, _ uint64, _ []uint64) (uint64, uint64, uint64, bool) { return 0, 0, 0, true }
 	p, _ := testRing(t, ring.Config{SlotCount: 4})
-	if _, err := spead.NewAssembler(p, spead.AssemblerConfig{ChunkPlace: place}); err == nil {
+	if _, err := assemble.NewAssembler(p, assemble.AssemblerConfig{Placement: assemble.FuncPlacement{Func: place}}); err == nil {
 		t.Error("a chunk placement on a ring without chunks was accepted")
 	}
 	p2, _ := chunkRing(t, 4)
-	if _, err := spead.NewAssembler(p2, spead.AssemblerConfig{ChunkPlace: place, ChunkPlaceItems: make([]uint64, spead.MaxChunkPlaceItems+1)}); err == nil {
+	if _, err := assemble.NewAssembler(p2, assemble.AssemblerConfig{Placement: assemble.FuncPlacement{ItemIDs: make([]uint64, assemble.MaxChunkPlaceItems+1), Func: place}}); err == nil {
 		t.Error("too many placement items were accepted")
 	}
 }
@@ -210,14 +212,14 @@ func FuzzChunkPlaceFunc(f *testing.F) {
 				payload[i] = byte(uint64(i)*7+a.chunk*13+a.pos*31) ^ byte(a.off)
 			}
 			h := spead.Heap{Cnt: cnt, Items: []spead.Item{{ID: ckDataItem, Data: payload}}}
-			packets = append(packets, encodeAll(t, spead.Flavour64_40, 1500, &h)...)
+			packets = append(packets, speadtest.EncodeAll(t, spead.Flavour64_40, 1500, &h)...)
 		}
 		place := func(cnt, _ uint64, _ []uint64) (chunk, pos, off uint64, ok bool) {
 			a := answers[cnt]
 			return a.chunk, a.pos, a.off, !rejected[cnt]
 		}
 		p, c := chunkRing(t, 16) // more slots than chunk ids: none is reused, untouched bytes stay 0
-		a, err := spead.NewAssembler(p, spead.AssemblerConfig{ChunkWindow: 2, ChunkPlace: place})
+		a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{ChunkWindow: 2, Placement: assemble.FuncPlacement{Func: place}})
 		if err != nil {
 			t.Fatal(err)
 		}

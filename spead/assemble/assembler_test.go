@@ -1,4 +1,4 @@
-package spead_test
+package assemble_test
 
 import (
 	"bytes"
@@ -11,10 +11,12 @@ import (
 
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/spead/assemble"
+	"github.com/ibvbridge/ibvbridge/spead/speadtest"
 	"github.com/ibvbridge/ibvbridge/transport"
 )
 
-var _ transport.Sink = (*spead.Assembler)(nil)
+var _ transport.Sink = (*assemble.Assembler)(nil)
 
 const testPacketSize = 256 // small packets: multi-packet heaps from small payloads
 
@@ -24,7 +26,7 @@ func TestAssemblerReorderedPackets(t *testing.T) {
 			packets := encodeHeaps(t, f, testPacketSize, patternHeap(5, 3000))[0]
 			r := rand.New(rand.NewPCG(1, 2))
 			r.Shuffle(len(packets), func(i, j int) { packets[i], packets[j] = packets[j], packets[i] })
-			heaps, stats, _ := assemble(t, ring.Config{}, spead.AssemblerConfig{}, packets)
+			heaps, stats, _ := assembleAll(t, ring.Config{}, assemble.AssemblerConfig{}, packets)
 			if len(heaps) != 1 {
 				t.Fatalf("%d heaps", len(heaps))
 			}
@@ -54,7 +56,7 @@ func TestAssemblerInterleavedHeaps(t *testing.T) {
 			break
 		}
 	}
-	heaps, stats, _ := assemble(t, ring.Config{}, spead.AssemblerConfig{MaxHeaps: 3}, packets)
+	heaps, stats, _ := assembleAll(t, ring.Config{}, assemble.AssemblerConfig{MaxHeaps: 3}, packets)
 	if got := cnts(heaps); !slices.Equal(got, []uint64{2, 1, 3}) {
 		t.Fatalf("published %v, want completion order [2 1 3]", got)
 	}
@@ -91,12 +93,12 @@ func TestAssemblerDuplicates(t *testing.T) {
 		t.Fatal(err)
 	}
 	half := uint64(len(p0.Payload) / 2)
-	overlap := rawPacket(3, 5, []uint64{imm40(1, 9), imm40(2, 2000), imm40(3, half), imm40(4, 2*half)}, make([]byte, 2*half))
+	overlap := speadtest.RawPacket(3, 5, []uint64{speadtest.Imm40(1, 9), speadtest.Imm40(2, 2000), speadtest.Imm40(3, half), speadtest.Imm40(4, 2*half)}, make([]byte, 2*half))
 	packets = slices.Insert(packets, 3, overlap)
 	dups++
 	packets = append(packets[:len(packets)-1], hp[0], packets[len(packets)-1]) // late duplicate before the last packet
 	dups++
-	heaps, stats, _ := assemble(t, ring.Config{}, spead.AssemblerConfig{}, packets)
+	heaps, stats, _ := assembleAll(t, ring.Config{}, assemble.AssemblerConfig{}, packets)
 	if len(heaps) != 1 {
 		t.Fatalf("%d heaps", len(heaps))
 	}
@@ -125,7 +127,7 @@ func lossyStream(t *testing.T) (packets [][]byte, lostBytes uint64) {
 func TestAssemblerLossIncompletePublished(t *testing.T) {
 	packets, lostBytes := lossyStream(t)
 	// MaxHeaps 1: heap 3's first packet evicts heap 2.
-	heaps, stats, _ := assemble(t, ring.Config{}, spead.AssemblerConfig{MaxHeaps: 1, Incomplete: true}, packets)
+	heaps, stats, _ := assembleAll(t, ring.Config{}, assemble.AssemblerConfig{MaxHeaps: 1, Incomplete: true}, packets)
 	if got := cnts(heaps); !slices.Equal(got, []uint64{1, 2, 3}) {
 		t.Fatalf("published %v", got)
 	}
@@ -145,7 +147,7 @@ func TestAssemblerLossIncompletePublished(t *testing.T) {
 
 func TestAssemblerLossIncompleteDiscarded(t *testing.T) {
 	packets, lostBytes := lossyStream(t)
-	heaps, stats, _ := assemble(t, ring.Config{}, spead.AssemblerConfig{MaxHeaps: 1}, packets)
+	heaps, stats, _ := assembleAll(t, ring.Config{}, assemble.AssemblerConfig{MaxHeaps: 1}, packets)
 	if got := cnts(heaps); !slices.Equal(got, []uint64{1, 3}) {
 		t.Fatalf("published %v", got)
 	}
@@ -180,7 +182,7 @@ func TestAssemblerEvictionOrder(t *testing.T) {
 	for _, incomplete := range []bool{false, true} {
 		// A 4-slot ring cannot hold 40 heaps: drain after every packet.
 		p, c := testRing(t, ring.Config{SlotCount: 4, SlotSize: 4096, Policy: ring.PolicyDrop})
-		a, err := spead.NewAssembler(p, spead.AssemblerConfig{MaxHeaps: 2, Incomplete: incomplete})
+		a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{MaxHeaps: 2, Incomplete: incomplete})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -225,8 +227,8 @@ func TestAssemblerEvictionOrder(t *testing.T) {
 
 // noLengthPacket is a SPEAD-64-40 packet without HEAP_LENGTH.
 func noLengthPacket(cnt, offset uint64, payload []byte, pointers ...uint64) []byte {
-	ps := append([]uint64{imm40(1, cnt), imm40(3, offset), imm40(4, uint64(len(payload)))}, pointers...)
-	return rawPacket(3, 5, ps, payload)
+	ps := append([]uint64{speadtest.Imm40(1, cnt), speadtest.Imm40(3, offset), speadtest.Imm40(4, uint64(len(payload)))}, pointers...)
+	return speadtest.RawPacket(3, 5, ps, payload)
 }
 
 func TestAssemblerNoHeapLength(t *testing.T) {
@@ -235,14 +237,14 @@ func TestAssemblerNoHeapLength(t *testing.T) {
 		data[i] = byte(i)
 	}
 	packets := [][]byte{
-		noLengthPacket(7, 100, data[100:], imm40(0x1001, 42)),
-		noLengthPacket(7, 0, data[:100], addr40(0x1000, 0), addr40(0x1002, 120)),
+		noLengthPacket(7, 100, data[100:], speadtest.Imm40(0x1001, 42)),
+		noLengthPacket(7, 0, data[:100], speadtest.Addr40(0x1000, 0), speadtest.Addr40(0x1002, 120)),
 		// Heap 8 has a hole: 0..50 and 100..150.
-		noLengthPacket(8, 0, data[:50], addr40(0x1000, 0)),
+		noLengthPacket(8, 0, data[:50], speadtest.Addr40(0x1000, 0)),
 		noLengthPacket(8, 100, data[100:]),
 	}
 	for _, incomplete := range []bool{false, true} {
-		heaps, stats, _ := assemble(t, ring.Config{}, spead.AssemblerConfig{Incomplete: incomplete}, packets)
+		heaps, stats, _ := assembleAll(t, ring.Config{}, assemble.AssemblerConfig{Incomplete: incomplete}, packets)
 		want := 1
 		if incomplete {
 			want = 2
@@ -287,7 +289,7 @@ func TestAssemblerTruncated(t *testing.T) {
 		{ID: 0x1002, Immediate: true, Value: 99},
 	}}
 	packets := encodeHeaps(t, spead.Flavour64_40, testPacketSize, heap)[0]
-	heaps, stats, _ := assemble(t, ring.Config{SlotSize: slotSize}, spead.AssemblerConfig{}, packets)
+	heaps, stats, _ := assembleAll(t, ring.Config{SlotSize: slotSize}, assemble.AssemblerConfig{}, packets)
 	if len(heaps) != 1 {
 		t.Fatalf("%d heaps", len(heaps))
 	}
@@ -313,7 +315,7 @@ func TestAssemblerItemsOverflow(t *testing.T) {
 		heap.Items = append(heap.Items, spead.Item{ID: 0x1000 + uint64(i), Data: []byte{byte(i), byte(i)}})
 	}
 	packets := encodeHeaps(t, spead.Flavour64_48, testPacketSize, heap)[0]
-	heaps, _, _ := assemble(t, ring.Config{MaxItems: 4}, spead.AssemblerConfig{}, packets)
+	heaps, _, _ := assembleAll(t, ring.Config{MaxItems: 4}, assemble.AssemblerConfig{}, packets)
 	if len(heaps) != 1 {
 		t.Fatalf("%d heaps", len(heaps))
 	}
@@ -332,7 +334,7 @@ func TestAssemblerItemsOverflow(t *testing.T) {
 // once, whatever its number of packets.
 func TestAssemblerRingFullDrop(t *testing.T) {
 	p, c := testRing(t, ring.Config{SlotCount: 2, SlotSize: 4096, Policy: ring.PolicyDrop})
-	a, err := spead.NewAssembler(p, spead.AssemblerConfig{MaxHeaps: 2})
+	a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{MaxHeaps: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,7 +374,7 @@ func TestAssemblerStreamStop(t *testing.T) {
 	packets = append(packets, perHeap[3]...)
 	packets = append(packets, perHeap[4]...) // after the stop: ignored
 	for _, incomplete := range []bool{false, true} {
-		heaps, stats, a := assemble(t, ring.Config{}, spead.AssemblerConfig{Incomplete: incomplete}, packets)
+		heaps, stats, a := assembleAll(t, ring.Config{}, assemble.AssemblerConfig{Incomplete: incomplete}, packets)
 		select {
 		case <-a.Done():
 		default:
@@ -400,12 +402,12 @@ func TestAssemblerMalformedAndInconsistent(t *testing.T) {
 		append(bytes.Clone(good[0]), 0), // trailing byte
 		good[0],
 		// Same heap, another heap length.
-		rawPacket(3, 5, []uint64{imm40(1, 1), imm40(2, 2000), imm40(3, 1500), imm40(4, 4)}, []byte{1, 2, 3, 4}),
+		speadtest.RawPacket(3, 5, []uint64{speadtest.Imm40(1, 1), speadtest.Imm40(2, 2000), speadtest.Imm40(3, 1500), speadtest.Imm40(4, 4)}, []byte{1, 2, 3, 4}),
 		// Same heap, other flavour.
-		rawPacket(2, 6, []uint64{1<<63 | 1<<48 | 1, 1<<63 | 2<<48 | 1000, 1<<63 | 3<<48 | 996, 1<<63 | 4<<48 | 4}, []byte{1, 2, 3, 4}),
+		speadtest.RawPacket(2, 6, []uint64{1<<63 | 1<<48 | 1, 1<<63 | 2<<48 | 1000, 1<<63 | 3<<48 | 996, 1<<63 | 4<<48 | 4}, []byte{1, 2, 3, 4}),
 	}
 	packets = append(packets, good[1:]...)
-	heaps, stats, a := assemble(t, ring.Config{}, spead.AssemblerConfig{}, packets)
+	heaps, stats, a := assembleAll(t, ring.Config{}, assemble.AssemblerConfig{}, packets)
 	if len(heaps) != 1 {
 		t.Fatalf("%d heaps", len(heaps))
 	}
@@ -432,11 +434,11 @@ func TestAssemblerDescriptors(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, c := testRing(t, ring.Config{SlotCount: 8, SlotSize: 4096})
-	a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
+	a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, b := range encodeAll(t, spead.Flavour64_40, testPacketSize, &h1) {
+	for _, b := range speadtest.EncodeAll(t, spead.Flavour64_40, testPacketSize, &h1) {
 		a.Packet(b, 0)
 	}
 	heaps, _ := drain(t, c)
@@ -452,7 +454,7 @@ func TestAssemblerDescriptors(t *testing.T) {
 		!slices.Equal(ds[1].Shape, []int64{3}) {
 		t.Fatalf("descriptors %+v", ds)
 	}
-	for _, b := range encodeAll(t, spead.Flavour64_40, testPacketSize, &h2) {
+	for _, b := range speadtest.EncodeAll(t, spead.Flavour64_40, testPacketSize, &h2) {
 		a.Packet(b, 0)
 	}
 	drain(t, c)
@@ -463,7 +465,7 @@ func TestAssemblerDescriptors(t *testing.T) {
 
 func TestNewAssemblerRejectsWindowLargerThanRing(t *testing.T) {
 	p, _ := testRing(t, ring.Config{SlotCount: 2, SlotSize: 64})
-	if _, err := spead.NewAssembler(p, spead.AssemblerConfig{MaxHeaps: 3}); err == nil {
+	if _, err := assemble.NewAssembler(p, assemble.AssemblerConfig{MaxHeaps: 3}); err == nil {
 		t.Fatal("max heaps 3 accepted for a 2-slot ring")
 	}
 }
@@ -477,12 +479,12 @@ func TestAssemblerZeroAllocs(t *testing.T) {
 	}{{"1packet", 4096}, {"multipacket", 64 << 10}} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, c := testRing(t, ring.Config{SlotCount: 16, SlotSize: tc.size + 4096, Policy: ring.PolicyDrop})
-			a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
+			a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			h := patternHeap(1, tc.size)
-			packets := encodeAll(t, spead.Flavour64_40, 8972, &h)
+			packets := speadtest.EncodeAll(t, spead.Flavour64_40, 8972, &h)
 			if tc.size == 4096 && len(packets) != 1 || tc.size > 4096 && len(packets) < 2 {
 				t.Fatalf("%d packets", len(packets))
 			}
@@ -508,7 +510,7 @@ func TestAssemblerZeroAllocs(t *testing.T) {
 
 // setHeapCnt rewrites the heap cnt of an encoder-made SPEAD-64-40 packet (its first item pointer).
 func setHeapCnt(packet []byte, cnt uint64) {
-	v := imm40(spead.HeapCntID, cnt)
+	v := speadtest.Imm40(spead.HeapCntID, cnt)
 	for i := range 8 {
 		packet[8+i] = byte(v >> (56 - 8*i))
 	}
@@ -521,7 +523,7 @@ func TestAssemblerHeavyReordering(t *testing.T) {
 	rand.New(rand.NewPCG(3, 4)).Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
 	reversed := encodeHeaps(t, spead.Flavour64_40, testPacketSize, patternHeap(2, 60000))[0]
 	slices.Reverse(reversed)
-	heaps, stats, a := assemble(t, ring.Config{}, spead.AssemblerConfig{}, append(shuffled, reversed...))
+	heaps, stats, a := assembleAll(t, ring.Config{}, assemble.AssemblerConfig{}, append(shuffled, reversed...))
 	if len(heaps) != 2 {
 		t.Fatalf("%d heaps", len(heaps))
 	}
@@ -539,10 +541,10 @@ func TestAssemblerRangeOverflow(t *testing.T) {
 	const ranges = 4096
 	var packets [][]byte
 	for i := range ranges + 3 {
-		packets = append(packets, rawPacket(3, 5, []uint64{imm40(1, 1), imm40(2, 3*ranges), imm40(3, uint64(2*i)), imm40(4, 1)}, []byte{1}))
+		packets = append(packets, speadtest.RawPacket(3, 5, []uint64{speadtest.Imm40(1, 1), speadtest.Imm40(2, 3*ranges), speadtest.Imm40(3, uint64(2*i)), speadtest.Imm40(4, 1)}, []byte{1}))
 	}
-	packets = append(packets, rawPacket(3, 5, []uint64{imm40(1, 1), imm40(2, 3*ranges), imm40(3, 1), imm40(4, 1)}, []byte{1})) // joins two ranges
-	heaps, stats, a := assemble(t, ring.Config{SlotSize: 3 * ranges}, spead.AssemblerConfig{Incomplete: true}, packets)
+	packets = append(packets, speadtest.RawPacket(3, 5, []uint64{speadtest.Imm40(1, 1), speadtest.Imm40(2, 3*ranges), speadtest.Imm40(3, 1), speadtest.Imm40(4, 1)}, []byte{1})) // joins two ranges
+	heaps, stats, a := assembleAll(t, ring.Config{SlotSize: 3 * ranges}, assemble.AssemblerConfig{Incomplete: true}, packets)
 	if a.RangeOverflows() != 3 {
 		t.Errorf("%d range overflows, want 3", a.RangeOverflows())
 	}
@@ -570,7 +572,7 @@ func TestAssemblerTruncatedKeepsDescriptors(t *testing.T) {
 	heap := spead.Heap{Cnt: 1, Items: append([]spead.Item{{ID: 0x1000, Data: data}, {ID: 0x1600, Immediate: true, Value: 7}}, dh.Items...)}
 	packets := encodeHeaps(t, spead.Flavour64_48, 8972, heap)[0]
 	p, c := testRing(t, ring.Config{SlotSize: slotSize, SlotCount: 8})
-	a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
+	a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -612,7 +614,7 @@ func TestAssemblerTruncatedKeepsDescriptors(t *testing.T) {
 func TestAssemblerKeepGoingStreams(t *testing.T) {
 	p, c := testRing(t, ring.Config{SlotSize: 4096, SlotCount: 64})
 	ends := 0
-	a, err := spead.NewAssembler(p, spead.AssemblerConfig{KeepGoing: true, OnStreamEnd: func(cnt uint64, err error) {
+	a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{KeepGoing: true, OnStreamEnd: func(cnt uint64, err error) {
 		if err == nil && cnt == 3 {
 			ends++
 		}

@@ -1,4 +1,4 @@
-package spead
+package assemble
 
 import "time"
 

@@ -1,4 +1,4 @@
-package spead
+package assemble
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ibvbridge/ibvbridge/ring"
+	"github.com/ibvbridge/ibvbridge/spead"
 )
 
 // AssemblerConfig tunes an Assembler.
@@ -25,10 +26,9 @@ type AssemblerConfig struct {
 	EOSTimeout time.Duration
 	// ChunkWindow is how many chunks are open at once on a chunk-mode ring (default 2; spec §13).
 	ChunkWindow int
-	// ChunkPlace, on a chunk-mode ring, places each heap instead of the ring's time and axis items;
-	// ChunkPlaceItems are the immediate items whose values it gets (at most MaxChunkPlaceItems).
-	ChunkPlace      ChunkPlaceFunc
-	ChunkPlaceItems []uint64
+	// Placement, on a chunk-mode ring, places each heap instead of the ring's time and axis items
+	// (ItemPlacement, the default).
+	Placement Placement
 	// KeepGoing makes a stream stop end that stream, not the ring (spead2's stop_on_stop_item=False):
 	// the live heaps are flushed, a STREAM_END marker is published (spec §4.1) and the next packets begin
 	// the next stream; Done closes only when the ring's input ends. Heap cnts are a stream's own: after
@@ -101,8 +101,8 @@ type Assembler struct {
 	cfg      AssemblerConfig
 	slotSize uint64
 
-	pkt     Packet // decoded in place: reusing it keeps Decode allocation-free
-	fitsPkt Packet // Fits' decoding, apart from pkt (Placed decodes into pkt after Fits)
+	pkt     spead.Packet // decoded in place: reusing it keeps Decode allocation-free
+	fitsPkt spead.Packet // Fits' decoding, apart from pkt (Placed decodes into pkt after Fits)
 	window  []liveHeap
 	lastHit int    // window index of the previous packet's heap: consecutive packets usually share it
 	arrival uint64 // first-arrival sequence number, for oldest-first eviction
@@ -119,7 +119,7 @@ type Assembler struct {
 	descriptors     map[uint64]ring.ItemDescriptor
 	descriptorOrder []uint64
 
-	malformed        [NumReasons]atomic.Uint64
+	malformed        [spead.NumReasons]atomic.Uint64
 	badDescriptors   atomic.Uint64
 	rangeOverflows   atomic.Uint64
 	packetsAfterStop atomic.Uint64
@@ -144,7 +144,7 @@ type liveHeap struct {
 	cnt        uint64
 	arrival    uint64
 	slot       *ring.Slot
-	flavour    Flavour
+	flavour    spead.Flavour
 	heapLength uint64
 	hasLength  bool
 	// extent is spead2's min_length: the furthest payload byte or item address seen. A heap is complete
@@ -217,13 +217,13 @@ func NewAssembler(p *ring.Producer, cfg AssemblerConfig) (*Assembler, error) {
 		recent:      newRecentHeaps(recentHeapsFor(cfg.MaxHeaps)),
 	}
 	if p.Chunks().Enabled() {
-		cp, err := newChunkPlacer(p, cfg.ChunkWindow, cfg.ChunkPlace, cfg.ChunkPlaceItems, a.evictChunk, &a.chunkRebases)
+		cp, err := newChunkPlacer(p, cfg.ChunkWindow, cfg.Placement, a.evictChunk, &a.chunkRebases)
 		if err != nil {
 			return nil, err
 		}
 		a.pl = cp
 	} else {
-		if cfg.ChunkPlace != nil || len(cfg.ChunkPlaceItems) > 0 {
+		if cfg.Placement != nil {
 			return nil, fmt.Errorf("spead: new assembler on ring %s: a chunk placement needs a ring in chunk mode", p.Name())
 		}
 		a.pl = newStreamPlacer(p)
@@ -242,8 +242,8 @@ func (a *Assembler) Done() <-chan struct{} { return a.done }
 
 // MalformedByReason returns the rejected packets per reason; they sum to the ring's malformed_packets.
 // ReasonOther counts packets inconsistent with their heap. Safe from any goroutine.
-func (a *Assembler) MalformedByReason() [NumReasons]uint64 {
-	var out [NumReasons]uint64
+func (a *Assembler) MalformedByReason() [spead.NumReasons]uint64 {
+	var out [spead.NumReasons]uint64
 	for i := range out {
 		out[i] = a.malformed[i].Load()
 	}
@@ -274,8 +274,8 @@ func (a *Assembler) Packet(payload []byte, recvNanos int64) {
 		return
 	}
 	pkt := &a.pkt
-	if err := Decode(payload, pkt); err != nil {
-		a.reject(ReasonOf(err))
+	if err := spead.Decode(payload, pkt); err != nil {
+		a.reject(spead.ReasonOf(err))
 		return
 	}
 	if pkt.IsStreamStop() {
@@ -357,7 +357,7 @@ func (a *Assembler) Place(dst [][]byte) (hdrLen, n int) {
 // without a copy. It changes nothing.
 func (a *Assembler) Fits(hdr, region []byte, payloadLen int) bool {
 	pkt := &a.fitsPkt
-	if a.stopped || payloadLen <= 0 || payloadLen > len(region) || DecodeSplit(hdr, region[:payloadLen], pkt) != nil ||
+	if a.stopped || payloadLen <= 0 || payloadLen > len(region) || spead.DecodeSplit(hdr, region[:payloadLen], pkt) != nil ||
 		pkt.IsStreamStop() || pkt.PayloadOffset >= a.slotSize {
 		return false
 	}
@@ -398,7 +398,7 @@ func (a *Assembler) Placed(hdr, region []byte, payloadLen int, recvNanos int64) 
 }
 
 // reject counts a malformed or inconsistent packet.
-func (a *Assembler) reject(r Reason) {
+func (a *Assembler) reject(r spead.Reason) {
 	a.malformed[r].Add(1)
 	a.p.Add(ring.CounterMalformedPackets, 1)
 }
@@ -420,7 +420,7 @@ func (a *Assembler) find(cnt uint64) *liveHeap {
 // begin opens a window entry for a new heap, evicting the oldest live heap if the window is full, and
 // takes the slot the placer gives it. With no slot free the entry is marked dropped, so the heap's later
 // packets are recognised and ignored.
-func (a *Assembler) begin(pkt *Packet, recvNanos int64) *liveHeap {
+func (a *Assembler) begin(pkt *spead.Packet, recvNanos int64) *liveHeap {
 	cnt, flavour := pkt.HeapCnt, pkt.Flavour
 	free, oldest := -1, -1
 	for i := range a.window {
@@ -511,9 +511,9 @@ func (h *liveHeap) descBytes(start, end, slotLen uint64) []byte {
 
 // add adds an accepted packet of heap h (spead2's live_heap::add_packet) and publishes the heap if it is
 // now complete. inPlace: its payload was read straight into the slot (Placed), so nothing is copied.
-func (a *Assembler) add(h *liveHeap, pkt *Packet, inPlace bool) {
+func (a *Assembler) add(h *liveHeap, pkt *spead.Packet, inPlace bool) {
 	if !a.consistent(h, pkt) {
-		a.reject(ReasonOther)
+		a.reject(spead.ReasonOther)
 		return
 	}
 	start := pkt.PayloadOffset
@@ -555,7 +555,7 @@ func (a *Assembler) add(h *liveHeap, pkt *Packet, inPlace bool) {
 }
 
 // consistent applies spead2's sanity checks of a packet against the heap it joins.
-func (a *Assembler) consistent(h *liveHeap, pkt *Packet) bool {
+func (a *Assembler) consistent(h *liveHeap, pkt *spead.Packet) bool {
 	if pkt.Flavour != h.flavour {
 		return false
 	}
@@ -572,7 +572,7 @@ func (a *Assembler) consistent(h *liveHeap, pkt *Packet) bool {
 
 // addPointers appends the packet's item pointers to the heap's list, skipping the per-packet ids
 // 0x1–0x4 and pointers an earlier packet of the heap already gave.
-func (a *Assembler) addPointers(h *liveHeap, pkt *Packet) {
+func (a *Assembler) addPointers(h *liveHeap, pkt *spead.Packet) {
 	ps := pkt.Pointers
 	// Decode found immediate heap cnt, payload offset and payload length, and maybe heap length, each
 	// with a distinct id: if that is all the pointers there are, the packet has nothing for the list.
@@ -587,8 +587,8 @@ func (a *Assembler) addPointers(h *liveHeap, pkt *Packet) {
 	seen := len(h.pointers)
 	for i := range ps.Len() {
 		raw := ps.Raw(i)
-		ip := pkt.Flavour.splitPointer(raw)
-		if ip.ID >= HeapCntID && ip.ID <= PayloadLengthID {
+		ip := pkt.Flavour.SplitPointer(raw)
+		if ip.ID >= spead.HeapCntID && ip.ID <= spead.PayloadLengthID {
 			// spead2 keeps such an addressed pointer out of the item list but lets its address bound
 			// the heap (min_length).
 			if !ip.Immediate {
@@ -605,7 +605,7 @@ func (a *Assembler) addPointers(h *liveHeap, pkt *Packet) {
 		}
 		if !ip.Immediate {
 			h.extent = max(h.extent, ip.Value)
-			if ip.ID == DescriptorID {
+			if ip.ID == spead.DescriptorID {
 				h.descAt = min(h.descAt, ip.Value)
 			}
 		}
@@ -806,8 +806,8 @@ func (a *Assembler) fillItems(h *liveHeap, itemsEnd uint64) (flags uint32) {
 	a.addressLengths(h, itemsEnd)
 	hasDescriptors := false
 	for i, raw := range ptrs {
-		ip := h.flavour.splitPointer(raw)
-		if ip.ID == NullID {
+		ip := h.flavour.SplitPointer(raw)
+		if ip.ID == spead.NullID {
 			continue
 		}
 		it := ring.Item{ID: ip.ID, Value: ip.Value}
@@ -818,7 +818,7 @@ func (a *Assembler) fillItems(h *liveHeap, itemsEnd uint64) (flags uint32) {
 			if length == 0 {
 				continue // empty: spead2 skips it
 			}
-			if ip.ID == DescriptorID {
+			if ip.ID == spead.DescriptorID {
 				hasDescriptors = true // read from the slot or, past it, from descTail
 			}
 			if ip.Value >= a.slotSize {
@@ -844,7 +844,7 @@ func (a *Assembler) fillItems(h *liveHeap, itemsEnd uint64) (flags uint32) {
 func (a *Assembler) addressLengths(h *liveHeap, itemsEnd uint64) {
 	refs := a.sortScratch[:0]
 	for i, raw := range h.pointers {
-		if ip := h.flavour.splitPointer(raw); !ip.Immediate {
+		if ip := h.flavour.SplitPointer(raw); !ip.Immediate {
 			refs = append(refs, addressRef{address: ip.Value, index: i})
 		}
 	}
@@ -878,15 +878,15 @@ func (a *Assembler) addressLengths(h *liveHeap, itemsEnd uint64) {
 func (a *Assembler) readDescriptors(h *liveHeap) {
 	changed := false
 	for i, raw := range h.pointers { // not the slot's table: a cut heap's descriptors may lie past the slot
-		ip := h.flavour.splitPointer(raw)
-		if ip.ID != DescriptorID || ip.Immediate || a.lengths[i] == 0 {
+		ip := h.flavour.SplitPointer(raw)
+		if ip.ID != spead.DescriptorID || ip.Immediate || a.lengths[i] == 0 {
 			continue
 		}
 		b := h.descBytes(ip.Value, ip.Value+a.lengths[i], a.slotSize)
 		if b == nil {
 			continue
 		}
-		d, err := ParseDescriptor(b)
+		d, err := spead.ParseDescriptor(b)
 		if err != nil {
 			a.badDescriptors.Add(1)
 			continue
@@ -911,15 +911,11 @@ func (a *Assembler) readDescriptors(h *liveHeap) {
 
 // ringDescriptor converts a parsed descriptor to the ring's record: the format back to its raw wire
 // form, the shape from the numpy header when there is one (it supersedes the shape field).
-func ringDescriptor(d Descriptor) ring.ItemDescriptor {
+func ringDescriptor(d spead.Descriptor) ring.ItemDescriptor {
 	rd := ring.ItemDescriptor{ID: d.ID, Name: d.Name, Description: d.Description, DType: d.DType}
 	if len(d.Format) > 0 {
-		size := formatFieldSize(d.Flavour)
-		rd.Format = make([]byte, size*len(d.Format))
-		for i, ff := range d.Format {
-			rd.Format[i*size] = ff.Code
-			storeBE(rd.Format[i*size+1:(i+1)*size], ff.Bits)
-		}
+		// Parsed in d.Flavour's field width, every bit count fits it: FormatBytes cannot fail here.
+		rd.Format, _ = spead.FormatBytes(d.Format, d.Flavour)
 	}
 	if d.DType != "" {
 		rd.Shape, rd.ShapeKnown = d.NumpyShape()
@@ -956,7 +952,7 @@ func (a *Assembler) flushWindow() {
 // stop handles a stream-stop packet: the stop packet itself is not data and is never published; the live
 // heaps are flushed (published, or counted and discarded), the end-of-stream marker published and Done
 // closed.
-func (a *Assembler) stop(pkt *Packet) {
+func (a *Assembler) stop(pkt *spead.Packet) {
 	if a.cfg.KeepGoing {
 		a.endStream(pkt)
 		return
@@ -978,7 +974,7 @@ func (a *Assembler) stop(pkt *Packet) {
 // endStream handles a stream-stop packet under KeepGoing: as stop, but the marker is STREAM_END and the
 // assembler goes on. The recently-published cnts are forgotten: the next stream may reuse them, and a
 // packet of such a heap is a new heap, not a late copy.
-func (a *Assembler) endStream(pkt *Packet) {
+func (a *Assembler) endStream(pkt *spead.Packet) {
 	a.p.Add(ring.CounterPackets, 1)
 	a.p.Add(ring.CounterBytes, uint64(len(pkt.Payload)))
 	a.flushWindow()

@@ -1,6 +1,9 @@
-package spead
+package assemble
 
-import "github.com/ibvbridge/ibvbridge/ring"
+import (
+	"github.com/ibvbridge/ibvbridge/ring"
+	"github.com/ibvbridge/ibvbridge/spead"
+)
 
 // placer decides where heaps land in the ring. The Assembler owns reassembly (the live-heap window,
 // received ranges, item tables, publication); a placer owns which slot a heap is read into and what the
@@ -15,7 +18,7 @@ type placer interface {
 	// for it, else one from the pool (ring.ErrFull or ring.ErrClosed when there is none); a chunk placer
 	// returns a view of the heap's position in its chunk (h.view), or errNotPlaced when it counted the heap
 	// as too old or rejected, or errDuplicateHeap.
-	heapSlot(h *liveHeap, pkt *Packet) (*ring.Slot, error)
+	heapSlot(h *liveHeap, pkt *spead.Packet) (*ring.Slot, error)
 	// accepted learns from a packet just accepted into h, its payload at [start, end) after hdrLen
 	// header bytes; complete: h is now whole and about to be published.
 	accepted(h *liveHeap, start, end uint64, hdrLen int, complete bool)
@@ -28,7 +31,7 @@ type placer interface {
 	// expected is where packet pkt's payload was guessed to go: into live, the heap the latest packet
 	// joined, or into a slot (a chunk position) taken ahead for a heap not begun yet (live nil); nil, nil:
 	// nowhere. It changes nothing the Assembler can see.
-	expected(pkt *Packet) (live *liveHeap, ahead *ring.Slot)
+	expected(pkt *spead.Packet) (live *liveHeap, ahead *ring.Slot)
 	// release gives every slot held for heaps not begun back to the pool; a chunk placer publishes its
 	// open chunks (the input ended).
 	release()
@@ -137,7 +140,7 @@ func newStreamPlacer(p *ring.Producer) *streamPlacer {
 	return &streamPlacer{p: p, slotSize: uint64(p.SlotSize()), ahead: make([]aheadSlot, 0, maxAhead)}
 }
 
-func (sp *streamPlacer) heapSlot(h *liveHeap, _ *Packet) (*ring.Slot, error) {
+func (sp *streamPlacer) heapSlot(h *liveHeap, _ *spead.Packet) (*ring.Slot, error) {
 	cnt := h.cnt
 	// One skipped or late heap must not send the guesses astray, so a stride is learnt only when two
 	// heaps in a row begin that far apart.
@@ -182,7 +185,7 @@ func (sp *streamPlacer) guess(dst [][]byte) (hdrLen, n int) {
 
 func (sp *streamPlacer) ended(*liveHeap, bool) bool { return false }
 
-func (sp *streamPlacer) expected(pkt *Packet) (*liveHeap, *ring.Slot) {
+func (sp *streamPlacer) expected(pkt *spead.Packet) (*liveHeap, *ring.Slot) {
 	cnt := pkt.HeapCnt
 	if h := sp.live(); h != nil && h.cnt == cnt {
 		return h, nil

@@ -1,4 +1,4 @@
-package spead_test
+package assemble_test
 
 import (
 	"encoding/binary"
@@ -10,6 +10,8 @@ import (
 	"github.com/ibvbridge/ibvbridge/frame/frametest"
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/spead/assemble"
+	"github.com/ibvbridge/ibvbridge/spead/speadtest"
 )
 
 // TestAssemblerCaptures assembles the four spead2 captures into a real ring, drained by a concurrent
@@ -17,16 +19,16 @@ import (
 func TestAssemblerCaptures(t *testing.T) {
 	for _, c := range frametest.Captures {
 		t.Run(c.Name, func(t *testing.T) {
-			packets := capturePayloads(t, c.Name)
+			packets := speadtest.CapturePayloads(t, c.Name)
 			// The first heap carries the descriptors too: leave 64 KiB for them.
 			p, cons := testRing(t, ring.Config{SlotCount: 8, SlotSize: c.HeapSize + 64<<10, MaxItems: 16, Policy: ring.PolicyBlock})
-			a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
+			a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			var verifier *minstd
+			var verifier *speadtest.Minstd
 			if c.VerifyPayload {
-				verifier = &minstd{x: 1}
+				verifier = &speadtest.Minstd{X: 1}
 			}
 			next := uint64(1)
 			var packetsInHeaps uint64
@@ -84,7 +86,7 @@ func TestAssemblerCaptures(t *testing.T) {
 
 // checkCaptureHeap checks a data heap of a capture: complete, the data items the sender made, the
 // descriptors on the first heap only, and the payload rule of the verify capture.
-func checkCaptureHeap(h ring.Heap, c frametest.Capture, verifier *minstd) error {
+func checkCaptureHeap(h ring.Heap, c frametest.Capture, verifier *speadtest.Minstd) error {
 	if h.Flags&^ring.FlagHasDescriptors != ring.FlagComplete {
 		return fmt.Errorf("flags %#x", h.Flags)
 	}
@@ -104,7 +106,7 @@ func checkCaptureHeap(h ring.Heap, c frametest.Capture, verifier *minstd) error 
 			if verifier != nil {
 				b := h.ItemBytes(it)
 				for i := 0; i+4 <= len(b); i += 4 {
-					if got, want := binary.BigEndian.Uint32(b[i:]), verifier.next(); got != want {
+					if got, want := binary.BigEndian.Uint32(b[i:]), verifier.Next(); got != want {
 						return fmt.Errorf("item %#x word %d: %d, want %d", it.ID, i/4, got, want)
 					}
 				}

@@ -1,4 +1,4 @@
-package spead
+package assemble
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ibvbridge/ibvbridge/ring"
+	"github.com/ibvbridge/ibvbridge/spead"
 )
 
 // Errors a chunk placer's heapSlot gives for a heap it does not place (begin counts neither as dropped):
@@ -17,25 +18,85 @@ var (
 	errDuplicateHeap = errors.New("spead: heap for a chunk position already filled")
 )
 
-// ChunkPlaceFunc decides a heap's place in a chunk instead of the ring's time and axis items: a user's
-// placement (recv --chunk-place loads a C function for it, spead2's chunk_place). cnt is the heap's cnt,
-// size its heap length (ChunkPlaceMissing when the packet has none), items the values of
-// AssemblerConfig.ChunkPlaceItems' immediate items in the packet, in that order (ChunkPlaceMissing for an
-// item it lacks). It returns the chunk id, the position in the chunk (time-major, axis within, below
-// heaps × axis) and the heap's byte offset in its position; ok false rejects the heap. The answer is
-// checked: a position out of range, or an offset that leaves the heap no room, rejects the heap too
-// (rejected_heaps); nothing is written for a rejected heap.
-//
-// It is called on the Assembler's goroutine with the first packet of a heap the Assembler receives, once
-// per heap unless that packet comes again (a call whose inputs equal the previous call's is not repeated:
-// its answer is reused). It must not keep items.
+// Placement decides where each heap of a chunk-mode ring lands, as spead2's chunk_place does: a heap's
+// chunk, its position in the chunk and its byte offset there. The Assembler's chunk placer asks it for
+// every heap it begins and does the rest (the window of open chunks, a slot per chunk, the presence map,
+// publication, the counters). Two are built in: ItemPlacement, the ring's time and axis items (the
+// default), and recv --chunk-place's C function (spead2's chunk_place, loaded at run time); a Go program
+// that assembles heaps itself can give its own (AssemblerConfig.Placement).
+type Placement interface {
+	// Items are the ids of the immediate items whose values Place gets, in this order (at most
+	// MaxChunkPlaceItems). NewAssembler asks once and keeps a copy.
+	Items() []uint64
+	// Place is where heap cnt goes. size is its heap length (ChunkPlaceMissing when the packet has none);
+	// items the values of Items' immediate items in the heap's first packet, in order (ChunkPlaceMissing
+	// for an item it lacks). It returns the chunk id, the position in the chunk (time-major, axis within,
+	// below heaps × axis) and the heap's byte offset in its position; ok false rejects the heap. The
+	// answer is checked: a position out of range, or an offset that leaves the heap no room, rejects the
+	// heap too. A rejected heap is counted (rejected_heaps) and nothing of it is written.
+	//
+	// It is called on the Assembler's goroutine, once per heap unless that heap's first packet comes
+	// again (a call whose inputs equal the previous call's is not repeated: its answer is reused), so it
+	// must be a function of its inputs. It must not keep items, and should not allocate: it runs on the
+	// hot path.
+	Place(cnt, size uint64, items []uint64) (chunk, pos, offset uint64, ok bool)
+}
+
+// ChunkPlaceFunc is Placement's Place as a function (FuncPlacement makes it a Placement).
 type ChunkPlaceFunc func(cnt, size uint64, items []uint64) (chunk, pos, offset uint64, ok bool)
 
-// ChunkPlaceMissing stands for an item (or heap length) a heap's packet does not carry: no immediate
-// value is this large (they have at most 56 bits).
+// FuncPlacement is a Placement made of a function and the items whose values it gets.
+type FuncPlacement struct {
+	ItemIDs []uint64
+	Func    ChunkPlaceFunc
+}
+
+// Items implements Placement.
+func (f FuncPlacement) Items() []uint64 { return f.ItemIDs }
+
+// Place implements Placement.
+func (f FuncPlacement) Place(cnt, size uint64, items []uint64) (chunk, pos, offset uint64, ok bool) {
+	return f.Func(cnt, size, items)
+}
+
+// ItemPlacement is a chunk-mode ring's own placement (spec §13), spead2's chunk stream: a heap's time item
+// divided by the step and its axis item give its chunk and its position there, at offset 0. A heap that
+// lacks either item, or whose axis is out of range, is rejected.
+type ItemPlacement struct {
+	Geometry ring.ChunkGeometry
+}
+
+// Items implements Placement: the time item, then the axis item if the geometry has one.
+func (ip *ItemPlacement) Items() []uint64 {
+	if ip.Geometry.AxisItem == 0 { // a null item stands for "no axis"
+		return []uint64{ip.Geometry.TimeItem}
+	}
+	return []uint64{ip.Geometry.TimeItem, ip.Geometry.AxisItem}
+}
+
+// Place implements Placement.
+func (ip *ItemPlacement) Place(_, _ uint64, items []uint64) (chunk, pos, offset uint64, ok bool) {
+	g := &ip.Geometry
+	// A ring's geometry is validated (a step and heaps per chunk); a zero one places nothing.
+	if len(items) == 0 || items[0] == ChunkPlaceMissing || g.Step == 0 || g.Heaps == 0 {
+		return 0, 0, 0, false
+	}
+	t, a := items[0]/g.Step, uint64(0)
+	if g.AxisItem != 0 {
+		if len(items) < 2 || items[1] == ChunkPlaceMissing || items[1] >= uint64(g.Axis) {
+			return 0, 0, 0, false
+		}
+		a = items[1]
+	}
+	heaps := uint64(g.Heaps)
+	return t / heaps, (t%heaps)*uint64(g.Axis) + a, 0, true
+}
+
+// ChunkPlaceMissing stands, in Placement's Place, for an item (or heap length) a heap's packet does not
+// carry: no immediate value is this large (they have at most 56 bits).
 const ChunkPlaceMissing = ^uint64(0)
 
-// MaxChunkPlaceItems bounds AssemblerConfig.ChunkPlaceItems (each is looked for in every first packet).
+// MaxChunkPlaceItems bounds a Placement's Items (each is looked for in every first packet).
 const MaxChunkPlaceItems = 64
 
 // defaultChunkWindow is how many chunks are open at once unless AssemblerConfig.ChunkWindow says.
@@ -67,8 +128,8 @@ type openChunk struct {
 	firstNs  uint64
 }
 
-// chunkPlacer places heaps into chunks (spec §13), spead2's chunk stream: a heap's time item (divided by
-// the step) and axis item give its chunk and its position there; the heap is received straight into that
+// chunkPlacer places heaps into chunks (spec §13), spead2's chunk stream: its Placement (by default a
+// heap's time item, divided by the step, and axis item) gives a heap's chunk and its position there; the heap is received straight into that
 // position, so a chunk is one slot whose payload is every heap of a time range in order, with a presence
 // map after it. W chunks are open at once, [oldest, oldest+W); a heap for a later chunk moves the window,
 // publishing the chunks it passes (incomplete ones flagged), a heap for an earlier one is too old — unless
@@ -92,14 +153,15 @@ type chunkPlacer struct {
 	rebases         *atomic.Uint64 // the Assembler's count of window re-bases (spec §13.4)
 	// retiring: a chunk is being retired, its live heaps ended; ended must not retire it a second time.
 	retiring bool
-	// A user's placement (AssemblerConfig.ChunkPlace), nil: the time and axis items'.
-	user      ChunkPlaceFunc
-	userItems []uint64 // the item ids whose values it gets
-	userVals  []uint64 // scratch: their values in the packet being placed
+	// Where heaps go (AssemblerConfig.Placement, else the ring's time and axis items).
+	placement Placement
+	custom    bool     // the placement is the config's, not the built-in ItemPlacement
+	itemIDs   []uint64 // the item ids whose values it gets
+	vals      []uint64 // scratch: their values in the packet being placed
 	memo      placeMemo
 }
 
-// placeMemo is the user placement's last call: its inputs and its answer.
+// placeMemo is the placement's last call: its inputs and its answer.
 type placeMemo struct {
 	valid        bool
 	cnt, size    uint64
@@ -110,7 +172,7 @@ type placeMemo struct {
 
 var _ placer = (*chunkPlacer)(nil)
 
-func newChunkPlacer(p *ring.Producer, window int, user ChunkPlaceFunc, userItems []uint64, evict func(*openChunk), rebases *atomic.Uint64) (*chunkPlacer, error) {
+func newChunkPlacer(p *ring.Producer, window int, placement Placement, evict func(*openChunk), rebases *atomic.Uint64) (*chunkPlacer, error) {
 	if window == 0 {
 		window = defaultChunkWindow
 	}
@@ -123,61 +185,36 @@ func newChunkPlacer(p *ring.Producer, window int, user ChunkPlaceFunc, userItems
 	for i := range cp.chunks {
 		cp.chunks[i].state = make([]uint8, cp.g.Positions())
 	}
-	if len(userItems) > MaxChunkPlaceItems {
-		return nil, fmt.Errorf("spead: %d chunk placement items: at most %d", len(userItems), MaxChunkPlaceItems)
+	cp.placement, cp.custom = placement, placement != nil
+	if placement == nil {
+		cp.placement = &ItemPlacement{Geometry: cp.g}
 	}
-	if user != nil {
-		cp.user, cp.userItems = user, slices.Clone(userItems)
-		cp.userVals, cp.memo.vals = make([]uint64, len(userItems)), make([]uint64, len(userItems))
+	ids := cp.placement.Items()
+	if len(ids) > MaxChunkPlaceItems {
+		return nil, fmt.Errorf("spead: %d chunk placement items: at most %d", len(ids), MaxChunkPlaceItems)
 	}
+	cp.itemIDs = slices.Clone(ids)
+	cp.vals, cp.memo.vals = make([]uint64, len(ids)), make([]uint64, len(ids))
 	return cp, nil
 }
 
-// place is heap pkt's chunk id, its position in the chunk and its offset there: from the user's
-// placement if there is one, else from its time and axis items among the packet's immediate items. ok
-// false: the heap is rejected (an item missing, the axis out of range, a heap longer than a position, or
-// the user's placement rejected it or gave a place out of range).
-func (cp *chunkPlacer) place(pkt *Packet) (id, pos, off uint64, ok bool) {
-	if cp.user != nil {
-		return cp.placeUser(pkt)
-	}
-	var t, a uint64
-	haveT, haveA := false, cp.g.AxisItem == 0
-	ps := pkt.Pointers
-	for i := range ps.Len() {
-		ip := pkt.Flavour.splitPointer(ps.Raw(i))
-		if !ip.Immediate {
-			continue
-		}
-		switch {
-		case ip.ID == cp.g.TimeItem:
-			t, haveT = ip.Value/cp.g.Step, true
-		case ip.ID == cp.g.AxisItem && cp.g.AxisItem != 0: // not a null item standing for "no axis"
-			a, haveA = ip.Value, true
-		}
-	}
-	if !haveT || !haveA || a >= uint64(cp.g.Axis) || pkt.HasHeapLength && pkt.HeapLength > cp.g.HeapSize {
-		return 0, 0, 0, false
-	}
-	heaps := uint64(cp.g.Heaps)
-	return t / heaps, (t%heaps)*uint64(cp.g.Axis) + a, 0, true
-}
-
-// placeUser asks the user's placement where heap pkt goes, unless its inputs are the previous call's
-// (the Assembler may look a heap's first packet up more than once), and checks the answer against the
-// geometry.
-func (cp *chunkPlacer) placeUser(pkt *Packet) (id, pos, off uint64, ok bool) {
-	vals := cp.userVals
+// place is heap pkt's chunk id, its position in the chunk and its offset there, as the placement answers
+// for its cnt, heap length and items among the packet's immediate items (unless its inputs are the
+// previous call's: the Assembler may look a heap's first packet up more than once), checked against the
+// geometry. ok false: the heap is rejected (the placement rejected it, or gave a place out of range or
+// one that leaves the heap no room).
+func (cp *chunkPlacer) place(pkt *spead.Packet) (id, pos, off uint64, ok bool) {
+	vals := cp.vals
 	for i := range vals {
 		vals[i] = ChunkPlaceMissing
 	}
 	ps := pkt.Pointers
 	for i := range ps.Len() {
-		ip := pkt.Flavour.splitPointer(ps.Raw(i))
+		ip := pkt.Flavour.SplitPointer(ps.Raw(i))
 		if !ip.Immediate {
 			continue
 		}
-		for j, want := range cp.userItems {
+		for j, want := range cp.itemIDs {
 			if ip.ID == want {
 				vals[j] = ip.Value
 			}
@@ -189,7 +226,7 @@ func (cp *chunkPlacer) placeUser(pkt *Packet) (id, pos, off uint64, ok bool) {
 	}
 	m := &cp.memo
 	if !m.valid || m.cnt != pkt.HeapCnt || m.size != size || !slices.Equal(m.vals, vals) {
-		m.id, m.pos, m.off, m.ok = cp.user(pkt.HeapCnt, size, vals)
+		m.id, m.pos, m.off, m.ok = cp.placement.Place(pkt.HeapCnt, size, vals)
 		m.valid, m.cnt, m.size = true, pkt.HeapCnt, size
 		copy(m.vals, vals)
 	}
@@ -200,7 +237,7 @@ func (cp *chunkPlacer) placeUser(pkt *Packet) (id, pos, off uint64, ok bool) {
 	return m.id, m.pos, m.off, true
 }
 
-func (cp *chunkPlacer) heapSlot(h *liveHeap, pkt *Packet) (*ring.Slot, error) {
+func (cp *chunkPlacer) heapSlot(h *liveHeap, pkt *spead.Packet) (*ring.Slot, error) {
 	id, pos, off, ok := cp.place(pkt)
 	if !ok {
 		cp.p.Add(ring.CounterRejectedHeaps, 1)
@@ -382,14 +419,14 @@ func (cp *chunkPlacer) guess(dst [][]byte) (hdrLen, n int) {
 	return hdrLen, n
 }
 
-func (cp *chunkPlacer) expected(pkt *Packet) (*liveHeap, *ring.Slot) {
+func (cp *chunkPlacer) expected(pkt *spead.Packet) (*liveHeap, *ring.Slot) {
 	if h := cp.live(); h != nil && h.cnt == pkt.HeapCnt {
 		return h, nil
 	}
-	// A heap not begun: its own position, if its chunk is open and nothing is there yet. A user's
+	// A heap not begun: its own position, if its chunk is open and nothing is there yet. A configured
 	// placement is asked only for a heap's first packet (the one with its items): its other packets
 	// would be asked about one by one while the heap is not the latest.
-	if cp.user != nil && pkt.PayloadOffset != 0 {
+	if cp.custom && pkt.PayloadOffset != 0 {
 		return nil, nil
 	}
 	id, pos, off, ok := cp.place(pkt)

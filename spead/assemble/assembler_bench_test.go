@@ -1,4 +1,4 @@
-package spead_test
+package assemble_test
 
 import (
 	"strconv"
@@ -7,6 +7,8 @@ import (
 
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/spead"
+	"github.com/ibvbridge/ibvbridge/spead/assemble"
+	"github.com/ibvbridge/ibvbridge/spead/speadtest"
 )
 
 // benchRing is a block-policy ring in /dev/shm with its consumer, for benchmarks that drain it inline.
@@ -44,7 +46,7 @@ func BenchmarkAssemble1Packet(b *testing.B) {
 			packet := onePacketHeap(b, size)
 			const slots = 1024
 			p, c := benchRing(b, slots, size+64)
-			a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
+			a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -74,7 +76,7 @@ func BenchmarkAssemble1PacketConcurrent(b *testing.B) {
 	packet := onePacketHeap(b, 4096)
 	p, c := benchRing(b, 1024, 4096+64)
 	d := startDrainer(c, nil)
-	a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
+	a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -99,7 +101,7 @@ func BenchmarkAssemble1PacketConcurrent(b *testing.B) {
 
 func onePacketHeap(b *testing.B, size int) []byte {
 	h := patternHeap(1, size)
-	packets := encodeAll(b, spead.Flavour64_40, 8972, &h)
+	packets := speadtest.EncodeAll(b, spead.Flavour64_40, 8972, &h)
 	if len(packets) != 1 {
 		b.Fatalf("%d packets", len(packets))
 	}
@@ -110,7 +112,7 @@ func onePacketHeap(b *testing.B, size int) []byte {
 // all but the first and last).
 func largeHeapPackets(b *testing.B) (packets [][]byte, payloadSize int) {
 	h := spead.Heap{Cnt: 1, Items: []spead.Item{{ID: 0x1000, Data: make([]byte, 1<<20)}}}
-	packets = encodeAll(b, spead.Flavour64_40, 8972, &h)
+	packets = speadtest.EncodeAll(b, spead.Flavour64_40, 8972, &h)
 	var p spead.Packet
 	if err := spead.Decode(packets[1], &p); err != nil {
 		b.Fatal(err)
@@ -125,7 +127,7 @@ const largeBenchSlots = 16
 func BenchmarkAssembleLargeHeap(b *testing.B) {
 	packets, _ := largeHeapPackets(b)
 	p, c := benchRing(b, largeBenchSlots, 1<<20)
-	a, err := spead.NewAssembler(p, spead.AssemblerConfig{})
+	a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{})
 	if err != nil {
 		b.Fatal(err)
 	}
