@@ -25,10 +25,10 @@ type lossKind struct {
 // rejected. Each names what to change.
 var lossKinds = []lossKind{
 	{name: "dropped_heaps", ring: ring.CounterDroppedHeaps, advice: func(l *lossWatch) string {
-		return fmt.Sprintf("the ring was full: raise --slots (now %d) or speed up the slowest consumer%s", l.slots, l.slowest())
+		return fmt.Sprintf("the ring was full: raise --slots (now %d) or speed up the slowest consumer%s%s", l.slots, l.slowest(), l.chunkAdvice())
 	}},
 	{name: "consumer_overruns", ring: ring.CounterConsumerOverruns, advice: func(l *lossWatch) string {
-		return fmt.Sprintf("a consumer fell a whole ring behind and was detached%s: raise --slots (now %d) or speed it up", l.overrun(), l.slots)
+		return fmt.Sprintf("a consumer fell a whole ring behind and was detached%s: raise --slots (now %d) or speed it up%s", l.overrun(), l.slots, l.chunkAdvice())
 	}},
 	{name: "truncated_heaps", ring: ring.CounterTruncatedHeaps, advice: func(l *lossWatch) string {
 		return fmt.Sprintf("heaps longer than a slot are cut: --slot-size %d holds the largest seen (now %d)", l.truncNeed.Load(), l.slotSize)
@@ -59,7 +59,17 @@ type lossWatch struct {
 	pending  []uint64 // count now, per kind, not yet in a line
 	spoke    []bool   // a first line was logged for the kind
 	lastLine time.Time
+
+	chunked  bool      // the ring is in chunk mode
+	heaps    uint64    // the heaps counter at the last poll
+	heapsAt  time.Time // when it was read
+	heapRate float64   // the highest heaps per second between two polls since the last line
 }
+
+// chunkAdviceRate is the heap rate from which a loss in heap mode also suggests chunk mode: a consumer
+// that takes heaps one at a time pays per heap (a Python loop, microseconds each), a chunk consumer per
+// chunk of many heaps.
+const chunkAdviceRate = 50_000
 
 // lossPoll is how often the counters are read: the first loss of a kind is logged within it.
 const lossPoll = 200 * time.Millisecond
@@ -74,7 +84,16 @@ func newLossWatch(p *ring.Producer, tr func() map[string]uint64, log *zerolog.Lo
 	g := p.Geometry()
 	n := len(lossKinds)
 	return &lossWatch{p: p, tr: tr, log: log, every: every, slots: g.SlotCount, slotSize: g.SlotSize,
-		seen: make([]uint64, n), pending: make([]uint64, n), spoke: make([]bool, n)}
+		seen: make([]uint64, n), pending: make([]uint64, n), spoke: make([]bool, n), chunked: p.Chunks().Enabled()}
+}
+
+// chunkAdvice is, for a ring in heap mode receiving at least chunkAdviceRate heaps a second, the hint that
+// chunk mode takes such rates: "; at N heaps/s …"; "" otherwise.
+func (l *lossWatch) chunkAdvice() string {
+	if l.chunked || l.heapRate < chunkAdviceRate {
+		return ""
+	}
+	return fmt.Sprintf("; at %.0f heaps/s a consumer that takes heaps one at a time (a Python loop costs microseconds a heap) may not keep up: chunk mode (--chunk-heaps N) hands it many heaps per call", l.heapRate)
 }
 
 // noteTruncated records a heap cut to its slot that needed need bytes (AssemblerConfig.OnTruncated).
@@ -91,6 +110,12 @@ func (l *lossWatch) noteTruncated(need uint64) {
 // for kinds that go on losing, one summary line once every has passed since the last line.
 func (l *lossWatch) poll(now time.Time) {
 	st := l.p.Stats()
+	if h := st.Get(ring.CounterHeaps); l.heapsAt.IsZero() {
+		l.heaps, l.heapsAt = h, now
+	} else if now.After(l.heapsAt) {
+		l.heapRate = max(l.heapRate, float64(h-l.heaps)/now.Sub(l.heapsAt).Seconds())
+		l.heaps, l.heapsAt = h, now
+	}
 	var tc map[string]uint64
 	for i, k := range lossKinds {
 		var v uint64
@@ -111,6 +136,9 @@ func (l *lossWatch) poll(now time.Time) {
 			l.lastLine = now
 		}
 	}
+	if l.lastLine == now {
+		l.heapRate = 0 // the rate of the next line is measured afresh
+	}
 	if now.Sub(l.lastLine) < l.every {
 		return
 	}
@@ -127,7 +155,7 @@ func (l *lossWatch) poll(now time.Time) {
 	if len(kinds) == 0 {
 		return
 	}
-	l.lastLine = now
+	l.lastLine, l.heapRate = now, 0
 	ev.Str("since", l.every.String()).Strs("fix", fixes).Msg("still losing data: " + strings.Join(kinds, ", "))
 }
 

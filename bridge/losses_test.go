@@ -148,3 +148,31 @@ func TestTruncatedHeapLogsTheSlotSizeNeeded(t *testing.T) {
 		t.Errorf("counters %v", res.RingCounters)
 	}
 }
+
+// TestHeapModeLossAtAHighHeapRateSuggestsChunkMode: a heap-mode ring that drops heaps while it receives
+// more than chunkAdviceRate heaps a second adds chunk mode to the advice; at a low rate it does not.
+func TestHeapModeLossAtAHighHeapRateSuggestsChunkMode(t *testing.T) {
+	src := &lossySource{replaySource: replaySource{hold: true}}
+	cfg := testConfig(t, src)
+	cfg.Source = src
+	cfg.LossSummary = 300 * time.Millisecond
+	r, buf, stop := runLogged(t, cfg)
+	defer stop()
+	c, err := ring.Attach(cfg.Ring, ring.AttachOptions{Dir: r.p.Dir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	time.Sleep(3 * lossPoll) // polls read the heaps counter: no heaps, no rate
+	r.p.Add(ring.CounterDroppedHeaps, 3)
+	line, _ := waitLine(buf, "losing data: dropped_heaps", time.Second)
+	if line == "" || strings.Contains(line, "chunk mode") {
+		t.Fatalf("first line at no heap rate %q: want the loss without the chunk-mode hint", line)
+	}
+	r.p.Add(ring.CounterHeaps, 1_000_000) // ≥ 1 M heaps/s over one poll
+	r.p.Add(ring.CounterDroppedHeaps, 5)
+	line, _ = waitLine(buf, "still losing data: dropped_heaps", 2*time.Second)
+	if !strings.Contains(line, "chunk mode (--chunk-heaps N)") || !strings.Contains(line, "heaps/s") {
+		t.Errorf("summary at a high heap rate %q: want the chunk-mode hint with the rate", line)
+	}
+}
