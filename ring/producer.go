@@ -580,23 +580,25 @@ func (p *Producer) reclaimLocked() {
 			p.oldest.Store(p.scan)
 		}
 		p.rescanLocked()
-		for p.reclaim != p.scan && p.posSlot[p.reclaim&p.mask] == noSlot {
+		for before(p.reclaim, p.scan) && p.posSlot[p.reclaim&p.mask] == noSlot {
 			p.reclaim++
 		}
 		if p.cfg.Policy != PolicyDrop || p.slotReady() {
 			return
 		}
 		to := p.reclaim
-		for to != p.pos && p.posSlot[to&p.mask] == noSlot {
+		for before(to, p.pos) && p.posSlot[to&p.mask] == noSlot {
 			to++
 		}
-		if to != p.pos {
+		if before(to, p.pos) {
 			to++
 		}
-		for ; p.reclaim != to; p.reclaim++ {
+		for ; before(p.reclaim, to); p.reclaim++ {
 			p.freePos(p.reclaim)
 		}
-		if p.reclaim-p.scan < p.pos-p.scan { // passed scan (none attached: no group holds anything)
+		// Passed scan (none attached: no group holds anything), up to pos itself: reclaim never stays ahead
+		// of scan, or the loops above that walk from reclaim to scan would walk the long way round.
+		if p.reclaim-p.scan <= p.pos-p.scan {
 			p.scan = p.reclaim
 		}
 		p.oldest.Store(p.scan)
@@ -620,7 +622,7 @@ func (p *Producer) reclaimLocked() {
 			p.freePos(p.scan)
 		}
 	}
-	for p.reclaim != p.scan && p.posSlot[p.reclaim&p.mask] == noSlot {
+	for before(p.reclaim, p.scan) && p.posSlot[p.reclaim&p.mask] == noSlot {
 		p.reclaim++
 	}
 	p.oldest.Store(p.scan)
@@ -640,7 +642,7 @@ func (p *Producer) rescanLocked() {
 			p.freePos(q)
 		}
 	}
-	for p.reclaim != p.scan && p.posSlot[p.reclaim&p.mask] == noSlot {
+	for before(p.reclaim, p.scan) && p.posSlot[p.reclaim&p.mask] == noSlot {
 		p.reclaim++
 	}
 }

@@ -799,10 +799,12 @@ static void reclaim_locked(struct ibvb_producer *p)
 {
 	struct ibvb__pstate *st = p->st;
 	if (st->rescan) { /* a member left: what only it held below scan is free */
-		for (uint64_t q = st->reclaim; q != st->scan; q++)
-			if (st->pos_need[q & p->mask] == 0)
-				free_pos(p, q);
-		while (st->reclaim != st->scan && p->pos_slot[st->reclaim & p->mask] == IBVB__NO_SLOT)
+		uint64_t q = st->reclaim; /* bounded: at most slot_count, and nothing when reclaim is not behind scan */
+		if (clip_range(p, p->committed, &q, st->scan))
+			for (; q != st->scan; q++)
+				if (st->pos_need[q & p->mask] == 0)
+					free_pos(p, q);
+		while ((int64_t)(st->scan - st->reclaim) > 0 && p->pos_slot[st->reclaim & p->mask] == IBVB__NO_SLOT)
 			st->reclaim++;
 		st->rescan = 0;
 	}
@@ -816,7 +818,7 @@ static void reclaim_locked(struct ibvb_producer *p)
 			if ((int64_t)(st->settle_front - st->scan) > 0)
 				st->scan = st->settle_front;
 			st->settle_front_set = 0;
-			while (st->reclaim != st->scan && p->pos_slot[st->reclaim & p->mask] == IBVB__NO_SLOT)
+			while ((int64_t)(st->scan - st->reclaim) > 0 && p->pos_slot[st->reclaim & p->mask] == IBVB__NO_SLOT)
 				st->reclaim++;
 		}
 		if (p->policy == IBVB_POLICY_DROP && !slot_ready(p)) {
@@ -857,7 +859,7 @@ static void reclaim_locked(struct ibvb_producer *p)
 		if (in_order)
 			st->reclaim = st->scan;
 		else
-			while (st->reclaim != st->scan && p->pos_slot[st->reclaim & p->mask] == IBVB__NO_SLOT)
+			while ((int64_t)(st->scan - st->reclaim) > 0 && p->pos_slot[st->reclaim & p->mask] == IBVB__NO_SLOT)
 				st->reclaim++;
 	}
 	atomic_store_explicit(&p->ctl->oldest, st->scan, memory_order_relaxed);
