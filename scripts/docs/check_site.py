@@ -11,6 +11,7 @@ import html.parser
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -66,7 +67,7 @@ class Browser:
             [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
              "--remote-debugging-port=0", f"--user-data-dir={profile}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,  # its helpers too
             env={**os.environ, "TMPDIR": profile})  # its own temporary files go where the profile goes
         port_file = os.path.join(profile, "DevToolsActivePort")
         deadline = time.monotonic() + 120
@@ -104,11 +105,23 @@ class Browser:
         return self.call("Runtime.evaluate", expression="document.documentElement.outerHTML")["result"]["value"]
 
     def close(self):
+        """Ends the browser and every helper process it started (its process group), and waits until none
+        is left: a helper still writing into the profile would make removing it fail."""
         try:
             self.ws.close()
         finally:
-            self.proc.kill()
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             self.proc.wait()
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                try:
+                    os.killpg(self.proc.pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.05)
 
 
 def main():
