@@ -400,6 +400,7 @@ func LayoutTable() map[string]uint64 {
 		"producer_version": offProducerVersion, "producer_version_max": ProducerVersionMax, "feature.chunks": FeatureChunks,
 		"item_flag.immediate": uint64(ItemImmediate), "item_flag.cut": uint64(ItemCut),
 		"feature.replay_timestamps": FeatureReplayTimestamps,
+
 		"name_max": NameMax, "group_name_max": GroupNameMax,
 	}
 	for _, c := range Counters() {

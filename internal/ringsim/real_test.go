@@ -54,8 +54,7 @@ var known = []struct {
 	keepOne           bool   // under block the last attached consumer stays
 	seed              uint64 // a strict reproduction (0: none safe to run: it hangs the producer)
 	steps             int
-}{
-}
+}{}
 
 // applyKnown sets the comparisons to look past the known divergences of target, unless SIM_STRICT=1.
 func applyKnown(t *testing.T, target string) {
