@@ -88,10 +88,10 @@ const fullEvery = 64
 
 // Record is one replay record.
 type Record struct {
-	Kind byte
-	A    uint8
-	B    uint16
-	C    uint32
+	Kind    byte
+	A       uint8
+	B       uint16
+	C       uint32
 	X, Y, Z uint64
 }
 
