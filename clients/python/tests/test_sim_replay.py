@@ -1,0 +1,111 @@
+"""The replayer of the ring simulation's replay stream (sim_replay.py) checks what it says it checks: a stream
+the producer answers as recorded passes, and one expected value changed fails, naming the seed and step."""
+
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+SIMLOG_SRC = os.path.join(REPO, "internal", "ringsim", "simlog")
+RECORD = struct.Struct("<BBHIQQQ")
+HEAD, STATE0, DROPPED = 0x200, 0x1000, 0x500 + 8 * 4  # ctl words: head, row 0 state, dropped_heaps
+M64 = (1 << 64) - 1
+
+
+def rec(kind, a=0, b=0, c=0, x=0, y=0, z=0):
+    return RECORD.pack(ord(kind), a, b, c, x, y, z)
+
+
+def replay(stream):
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE))
+    return subprocess.run([sys.executable, os.path.join(HERE, "sim_replay.py")], input=stream,
+                          capture_output=True, env=env, timeout=600)
+
+
+def handwritten(p0=0):
+    """Seed 7: a drop ring of 4 slots and 2 rows starting at p0; one consumer at head; 4 heaps published, the
+    fifth dropped (the only consumer holds the ring back); the consumer releases all; it leaves."""
+    s = [rec("N", 0, 2, 4, p0, 7)]
+    s += [rec("A", 0, 2, 0, 1, p0, 0 | 0 << 16 | 1 << 32), rec("S"), rec("O", 8, 0, HEAD, p0),
+          rec("O", 4, 0, STATE0, 1), rec("E", c=0)]
+    for i in range(4):
+        s += [rec("P", 0, 0), rec("S"), rec("O", 8, 0, HEAD, (p0 + i + 1) & M64), rec("E", c=1 + i)]
+    s += [rec("P", 0, 1), rec("S"), rec("O", 8, 0, HEAD, (p0 + 4) & M64), rec("O", 8, 0, DROPPED, 1), rec("E", c=5)]
+    s += [rec("W", 0, 0, 0, (p0 + 4) & M64), rec("S"), rec("F", x=4), rec("E", c=6)]
+    s += [rec("C", c=0), rec("S"), rec("O", 4, 0, STATE0, 4), rec("E", c=7)]
+    return s
+
+
+@pytest.mark.parametrize("p0", [0, (1 << 64) - 2])
+def test_handwritten_stream_passes_and_counts_its_steps(p0):
+    r = replay(b"".join(handwritten(p0)) + rec("Z"))
+    assert (r.returncode, r.stdout.decode()) == (0, "ok 8 1\n"), r.stderr.decode()
+
+
+@pytest.mark.parametrize("index, want", [
+    (16, "seed 7 step 3: head: got 3, want 4"),  # an 'O' word: head after the third publish
+    (22, "seed 7 step 5: publish at head 4: got dropped, want published"),  # a 'P' result
+    (25, "seed 7 step 5: dropped_heaps: got 1, want 2"),
+    (29, "seed 7 step 6: free slots: got 4, want 3"),  # an 'F' count
+    (33, "seed 7 step 7: row 0 state: got 4, want 1"),  # the close detaches it
+    (1, "seed 7 step 0: attach: status, row: got (0, 0), want (0, 1)"),
+])
+def test_one_flipped_expected_value_fails_naming_seed_and_step(index, want):
+    s = handwritten()
+    k, a, b, c, x, y, z = RECORD.unpack(s[index])
+    if k == ord("P"):
+        b = 0
+    elif k == ord("A"):
+        z ^= 1 << 16
+    elif k == ord("F"):
+        x -= 1
+    elif k == ord("O") and c == STATE0:
+        x = 1
+    else:
+        x += 1
+    s[index] = RECORD.pack(k, a, b, c, x, y, z)
+    r = replay(b"".join(s) + rec("Z"))
+    assert (r.returncode, r.stdout.decode()) == (1, want + "\n"), r.stderr.decode()
+
+
+def test_a_stream_without_its_end_record_is_refused():
+    r = replay(b"".join(handwritten()))
+    assert r.returncode == 2 and "without its end record" in r.stderr.decode()
+    r = replay(b"".join(handwritten()) + rec("Z")[:7])
+    assert r.returncode == 2 and "inside a record" in r.stderr.decode()
+
+
+def _go():
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    return go if os.access(go, os.X_OK) else None
+
+
+@pytest.mark.skipif(_go() is None, reason="Go is not installed: simlog cannot write a stream")
+@pytest.mark.skipif(not os.path.isdir(SIMLOG_SRC), reason="not in the source tree: no internal/ringsim/simlog")
+def test_simlog_stream_passes_and_fails_where_one_answer_is_changed(tmp_path):
+    simlog = tmp_path / "simlog"
+    subprocess.run([_go(), "build", "-o", str(simlog), "./internal/ringsim/simlog"], cwd=REPO, check=True,
+                   timeout=600)
+    out = subprocess.run([str(simlog), "-from", "2", "-seeds", "2", "-steps", "300"], capture_output=True,
+                         check=True, timeout=120).stdout
+    r = replay(out)
+    assert r.returncode == 0 and r.stdout.decode().startswith("ok "), (r.stdout, r.stderr)
+    # the first head check after step 20 of the first scenario, one more than recorded
+    recs = list(RECORD.iter_unpack(out))
+    seed, step = recs[0][5], 0
+    for i, (k, a, b, c, x, y, z) in enumerate(recs):
+        if k == ord("E"):
+            step = c + 1
+        elif k == ord("O") and c == HEAD and step > 20:
+            break
+    else:
+        pytest.fail("no head check after step 20")
+    bad = bytearray(out)
+    RECORD.pack_into(bad, i * RECORD.size, k, a, b, c, x + 1, y, z)
+    r = replay(bytes(bad))
+    assert (r.returncode, r.stdout.decode()) == (1, f"seed {seed} step {step}: head: got {x}, want {x + 1}\n")
