@@ -31,16 +31,22 @@ package ringsim
 //	    expected start position (the region's tail after admission), z = status | row<<16 | gen<<32
 //	    (row 0xffff when refused). The replayer admits the consumer through its producer's own admission
 //	    code (no socket needed) and compares status, row, generation and tail; it keeps the row's
-//	    region to store into. An observer is not replayed (the record says status 0).
+//	    region to store into. An observer is not replayed (the record says status 0). Where an
+//	    independent consumer attaches with start 0 the spec lets producers choose its start (§7.1): one
+//	    its producer started before y releases up to y, unread, at once (a tail store). With
+//	    ReplayStartAtHead (simlog -latestart) such a consumer admitted while group members are attached
+//	    is recorded at head, so that every producer's start is at or before y (the Python producer
+//	    starts it at its own oldest, which the model does not know).
 //	'C' close: c row. The consumer's connection ends: the producer detaches it as it does when the
 //	    socket closes; its row then no longer says attached, and its region is the replayer's no more.
 //	'P' publish: a 1 for the end-of-stream marker, b the expected Result (0 published, 1 dropped,
 //	    2 pending, 3 full). Under drop a heap the producer has no slot for is counted in dropped_heaps
 //	    by the replayer, as recv counts it. Under block the replayer never waits: where its producer
 //	    would wait the result is pending, and the publish stays pending (one at most).
-//	'S' settle: a 1 when a publish is still pending afterwards. A pending publish is tried again once
-//	    without waiting (it must succeed exactly when a is 0); then every consumer's cursor is read, as
-//	    the heartbeat reads them (no reclaim).
+//	'S' settle: a 1 when a publish is still pending afterwards. Every consumer's cursor is read, as the
+//	    heartbeat reads them (no reclaim); then a pending publish is tried again once without waiting (it
+//	    must succeed exactly when a is 0). The order is the model's (Model.Settle): a read a member
+//	    stored past head becomes valid when the publish moves head, and is taken at the next read.
 //	'W' store: a field (0 tail, 1 read, 2 handed, 3 wake_at, 4 consumer_waiting), c row, x value. A
 //	    release store into the row's region (offsets 0x000, 0x090, 0x098, 0x088, 0x080; consumer_waiting
 //	    is 32 bits). A row the replayer holds no region for (detached) is skipped.
@@ -63,6 +69,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"slices"
 )
 
 // Replay record kinds.
@@ -82,6 +89,10 @@ const (
 
 // RecordSize is the size of one replay record.
 const RecordSize = 32
+
+// ReplayStartAtHead records an independent consumer attaching with start 0 while group members are
+// attached at head (the 'A' record): the stream a replayer of the Python producer can follow (§7.1).
+var ReplayStartAtHead bool
 
 // fullEvery is how often (in steps) a replay stream checks every word, changed or not.
 const fullEvery = 64
@@ -163,6 +174,10 @@ func (r *recorder) Name() string { return "replay" }
 
 func (r *recorder) Attach(group uint32, minor uint16, start uint32, observer bool) (int, uint32, uint64, int, error) {
 	row, gen, tail, st, err := r.modelTarget.Attach(group, minor, start, observer)
+	if ReplayStartAtHead && st == StatusOK && !observer && group == 0 && start == 0 && tail != r.Model.head &&
+		slices.ContainsFunc(r.Model.attached, (*mcons).member) && r.Model.Rebase(row, r.Model.head) {
+		tail = r.Model.head // Run moves the harness's model and consumer there too (Model.Rebase)
+	}
 	enc := uint64(uint16(row)) << 16
 	if row < 0 {
 		enc = 0xffff << 16

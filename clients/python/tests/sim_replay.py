@@ -1,6 +1,6 @@
 """The ring simulation's replay stream played against the Python producer (internal/ringsim/replay.go).
 
-    go run ./internal/ringsim/simlog -seeds 100 -steps 3000 | PYTHONPATH=clients/python \\
+    go run ./internal/ringsim/simlog -latestart -seeds 100 -steps 3000 | PYTHONPATH=clients/python \
         /usr/bin/python3 clients/python/tests/sim_replay.py
 
 Reads the stream (32-byte records, the format in the comment at the top of internal/ringsim/replay.go) on
@@ -14,9 +14,15 @@ producer's own mapping of it (shared memory: the consumer's stores are the same 
 block publish tries once (acquire with a zero timeout) and is "pending" if no slot is free, and is tried again
 at each 'S'.
 
-Prints "ok STEPS SCENARIOS" and exits 0 at the stream's end record; at the first difference prints one line
-"seed S step K: WHAT: got G, want W" and exits 1; a stream that is not one (truncated, an unknown record)
-gets one line and exit 2."""
+Where the spec lets the producer choose (§7.1: the start of an independent consumer attaching with start 0;
+this producer's is its oldest) a consumer started before the recorded start releases up to it at once. One
+started after it cannot follow the stream, whose scenario ends there (counted on stderr): simlog -latestart
+records such consumers at head while group members are attached, where the model cannot know this producer's
+oldest, and then every scenario plays to its end.
+
+Prints "ok STEPS SCENARIOS" (the steps played) and exits 0 at the stream's end record; at the first
+difference prints one line "seed S step K: WHAT: got G, want W" and exits 1; a stream that is not one
+(truncated, an unknown record) gets one line on stderr and exit 2."""
 
 import logging
 import os
@@ -214,13 +220,13 @@ def _play(stream, r):
                     elif k == 69:  # 'E'
                         step = c + 1
                         steps += 1
-                    elif k == 83:  # 'S'
+                    elif k == 83:  # 'S': the cursors read, then the pending publish tried (Model.Settle)
+                        with lock:
+                            p._read_cursors_locked(c64[Q_HEAD])
                         if r.pending:
                             r.retry()
                         if r.pending != (a == 1):
                             raise Difference("settle: the block publish pending", r.pending, a == 1)
-                        with lock:
-                            p._read_cursors_locked(c64[Q_HEAD])
                     elif k == 77:  # 'M'
                         got = dq[(desc + (x & mask) * 64 + ASSIGN) >> 3]
                         if got != y:
