@@ -1559,11 +1559,18 @@ class Producer:
         k = (end - q0) & M64
         if not k:
             return
-        idx = (np.arange(k, dtype=np.int64) + (q0 & self.mask)) & self.mask
         groups: Dict[int, List[Member]] = {}
         for m in sorted(self.conns.values(), key=lambda m: m.index):
             if m.group:
                 groups.setdefault(m.group, []).append(m)
+        if k == 1:  # the single-heap publish: the same picks, without numpy's cost per call
+            self._assign_one_locked(q0, groups)
+        else:
+            self._assign_run_locked(q0, k, groups)
+
+    def _assign_run_locked(self, q0, k, groups):
+        """_assign_locked for the k positions from q0, vectorised (_round_robin)."""
+        idx = (np.arange(k, dtype=np.int64) + (q0 & self.mask)) & self.mask
         flags = self.desc["flags"][idx]
         live = np.flatnonzero((flags & L.FLAG_END_OF_STREAM) == 0)
         masks = np.zeros(k, np.uint64)
@@ -1587,6 +1594,26 @@ class Producer:
                 masks[live] |= np.array([1 << m.index for m in g], np.uint64)[choice]
         self.desc["assign"][idx] = masks
         self._pos_need[idx] = masks
+
+    def _assign_one_locked(self, q, groups):
+        """_assign_locked for one position q: in every group the member _round_robin picks first, the one
+        with the fewest queued, ties to the one picked least recently, then to the lowest row."""
+        i = q & self.mask
+        mask = 0
+        if not self.desc["flags"][i] & L.FLAG_END_OF_STREAM:
+            for g in groups.values():
+                m = min(g, key=lambda m: (m.queued, m.last_pick, m.index))
+                if not m.queued:
+                    m.oq = q
+                m.queued += 1
+                m.assigned += 1
+                self._picks += 1
+                m.last_pick = self._picks
+                m.commit_end = (q + 1) & M64
+                self.row_set(m.index, assigned=m.assigned, queued=m.queued)
+                mask |= 1 << m.index
+        self.desc["assign"][i] = mask
+        self._pos_need[i] = mask
 
     def _publish_staged(self):
         """Make the positions staged since head visible: with group members attached, fresh cursors, the

@@ -12,6 +12,7 @@ a ring lives and whom to believe about it.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import re
 import select
@@ -42,6 +43,7 @@ Q_HANDED = L.REG_HANDED >> 3
 I_RELEASE_FUTEX = L.REG_RELEASE_FUTEX >> 2
 
 
+@functools.lru_cache(maxsize=4096)  # (row, field) pairs: 64 rows x 14 fields at most; the producer asks per heap
 def row_word(index: int, field: str) -> int:
     """The control memory's word index of consumer-table row ``index``'s ``field`` (spec §2.2): a cast("I")
     index for the 32-bit state and generation (two separate loads, never one 64-bit one), a cast("Q")

@@ -490,3 +490,44 @@ def test_vectorised_assignment_equals_the_rule_applied_one_position_at_a_time():
         assert choice.tolist() == want
         assert counts == [want.count(i) for i in range(n)]
         assert lastidx == [max((j for j, x in enumerate(want) if x == i), default=-1) for i in range(n)]
+
+
+def test_single_position_assignment_equals_the_vectorised_one():
+    """The single-heap publish's assignment (_assign_one_locked) leaves members, rows, picks and the assign
+    word exactly as the vectorised one (_assign_run_locked) does for a run of one: ties on queued and last
+    pick among members never picked included, several groups, and the END_OF_STREAM marker (nobody's)."""
+    import copy
+    import random
+    from types import SimpleNamespace as NS
+
+    import numpy as np
+
+    from ibvbridge import layout as L
+    from ibvbridge.producer import M64, Producer
+
+    def state(members, q, picks, eos):
+        s = NS(mask=7, desc=np.zeros(8, L.DESC_DTYPE), _picks=picks, _pos_need=np.zeros(8, np.uint64), rows={})
+        s.desc["flags"][q & 7] = L.FLAG_END_OF_STREAM if eos else L.FLAG_COMPLETE
+        s.row_set = lambda i, **kw: s.rows.setdefault(i, []).append(kw)
+        groups = {}
+        for m in members:
+            groups.setdefault(m.group, []).append(m)
+        return s, groups
+
+    def view(s, members):
+        return ([vars(m) for m in members], s._picks, s.desc["assign"].tolist(), s._pos_need.tolist(), s.rows)
+
+    rnd = random.Random(11)
+    for _ in range(3000):
+        n = rnd.randint(1, 7)
+        members = [NS(index=i, group=rnd.choice((0x11, 0x22)), queued=rnd.choice((0, 0, 1, 3)),
+                      last_pick=rnd.choice((0, 0, 4, 9)), oq=None, assigned=rnd.randint(0, 5), commit_end=None)
+                   for i in sorted(rnd.sample(range(12), n))]
+        q = rnd.choice((0, 5, M64, M64 - 3))
+        picks, eos = rnd.randint(9, 20), rnd.random() < 0.1
+        other = copy.deepcopy(members)
+        a, ga = state(members, q, picks, eos)
+        b, gb = state(other, q, picks, eos)
+        Producer._assign_one_locked(a, q, ga)
+        Producer._assign_run_locked(b, q, 1, gb)
+        assert view(a, members) == view(b, other)
