@@ -209,6 +209,10 @@ def _play(stream, r):
     seed = step = None
     p = c32 = c64 = dq = conns = lock = None
     mask = desc = 0
+    # fresh: the cursors were read and nothing a read looks at (a region's words, the consumers, head) has
+    # changed since: another read finds what the last one left (every valid cursor taken, every invalid one's
+    # consumer detached) and changes nothing, and is skipped
+    fresh = False
     try:
         while True:
             try:
@@ -221,10 +225,13 @@ def _play(stream, r):
                         step = c + 1
                         steps += 1
                     elif k == 83:  # 'S': the cursors read, then the pending publish tried (Model.Settle)
-                        with lock:
-                            p._read_cursors_locked(c64[Q_HEAD])
+                        if not fresh:
+                            with lock:
+                                p._read_cursors_locked(c64[Q_HEAD])
+                            fresh = True
                         if r.pending:
                             r.retry()
+                            fresh = r.pending  # a publish moved head
                         if r.pending != (a == 1):
                             raise Difference("settle: the block publish pending", r.pending, a == 1)
                     elif k == 77:  # 'M'
@@ -234,29 +241,35 @@ def _play(stream, r):
                     elif k == 87:  # 'W'
                         m = conns.get(c)
                         if m is not None:  # else detached: its region is nobody's now
+                            fresh = False
                             if a == 4:
                                 m.r32[I_CONSUMER_WAITING] = x & 0xFFFFFFFF
                             else:
                                 m.r64[STORE_Q[a]] = x
                     elif k == 80:  # 'P'
                         got = r.publish(a)
+                        fresh = False
                         if got != b:
                             what = "end-of-stream marker" if a else "publish"
                             raise Difference(f"{what} at head {c64[Q_HEAD]}", RESULTS[got], RESULTS[b])
                     elif k == 70:  # 'F'
                         with lock:
-                            p._reclaim_locked()
+                            p._reclaim_locked()  # reads the cursors first
                             got = p._nfree()
+                        fresh = True
                         if got != x:
                             raise Difference("free slots", got, x)
                     elif k == 65:  # 'A'
                         r.attach(a, b, c, x, y, z)
+                        fresh = False
                     elif k == 67:  # 'C'
                         r.gone(c)
+                        fresh = False
                     elif k == 78:  # 'N'
                         seed, step = y, 0
                         scenarios += 1
                         p = r.new(a, b, c, x)
+                        fresh = False
                         c32, c64, dq, conns, lock = p.c32, p.c64, r.dq, p.conns, p.lock
                         mask, desc = p.mask, p._desc_off
                     elif k == 90:  # 'Z'
