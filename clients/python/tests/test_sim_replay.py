@@ -74,6 +74,21 @@ def test_one_flipped_expected_value_fails_naming_seed_and_step(index, want):
     assert (r.returncode, r.stdout.decode()) == (1, want + "\n"), r.stderr.decode()
 
 
+def test_settle_reads_the_cursors_before_it_retries_the_pending_publish():
+    """A block ring of 2 slots with one member holding both; the next publish waits. The member releases the
+    first position and stores a read one past head (not valid: taken as its tail). The settle reads the
+    cursors, then the publish goes through (as the model's Settle does): the read stays at the tail and the
+    new position is queued; read after the publish, the read would be valid and nothing queued."""
+    g, read, queued = 0x1234, STATE0 + 0x48, STATE0 + 0x50
+    s = [rec("N", 1, 2, 2, 0, 9), rec("A", 0, 2, g, 1, 0, 1 << 32), rec("W", 1, 0, 0, 0), rec("S"), rec("E", c=0)]
+    s += [rec("P"), rec("P"), rec("S"), rec("O", 8, 0, HEAD, 2), rec("O", 8, 0, queued, 2), rec("E", c=1)]
+    s += [rec("P", 0, 2), rec("S", 1), rec("E", c=2)]
+    s += [rec("W", 1, 0, 0, 3), rec("W", 0, 0, 0, 1), rec("S"), rec("O", 8, 0, HEAD, 3), rec("O", 8, 0, read, 1),
+          rec("O", 8, 0, queued, 2), rec("O", 8, 0, STATE0 + 0x38, 3), rec("E", c=3)]
+    r = replay(b"".join(s) + rec("Z"))
+    assert (r.returncode, r.stdout.decode()) == (0, "ok 4 1\n"), r.stderr.decode()
+
+
 def test_a_stream_without_its_end_record_is_refused():
     r = replay(b"".join(handwritten()))
     assert r.returncode == 2 and "without its end record" in r.stderr.decode()
