@@ -39,7 +39,7 @@ static const char *const result_name[] = {"published", "dropped", "pending", "fu
 
 static struct ibvb_producer *prod;
 static struct ibvb_region *regions[IBVB_MAX_CONSUMERS_LIMIT]; /* by row: the region we store into */
-static uint64_t seed, nsteps, nscen, nolder; /* nolder: attaches that started before the model's start */
+static uint64_t seed, nsteps, nscen, nolder, nnewer, nskipped; /* start_as_model's counts */
 static uint32_t step; /* the step being played in this scenario */
 static int pending;   /* a block publish waits */
 static int have_scen;
@@ -110,6 +110,55 @@ static void new_producer_for(const struct rec *r)
 
 /* ---- records ------------------------------------------------------------------------------------ */
 
+/* An independent consumer's start = 0 (spec §7.1) is the producer's choice: "a position from oldest on whose
+ * slot is still held". The lockstep run lets the model follow the producer's choice (Model.Rebase); a
+ * stream cannot, so the producer follows the model's when the model's is one it could have made too:
+ *   - older than the model's: the consumer releases up to the model's start at once, as any consumer may;
+ *   - newer: every position from the model's start on still holds its slot here, so the admission is made
+ *     at the model's start instead (the consumer's cursors, its row, and scan, below which the producer
+ *     holds no independent consumer's positions, lowered to it), as admit() makes it.
+ * Otherwise the scenario cannot go on: it is a difference (SIM_REPLAY_STRICT=1), or the rest of the
+ * scenario is skipped and counted. */
+static void start_as_model(int row, struct ibvb_region *g, uint64_t tail, const struct rec *r)
+{
+	struct ibvb__pstate *st = prod->st;
+	struct pmember *m = &st->m[row];
+	uint64_t y = r->y, head = atomic_load(&prod->ctl->head);
+	int indep = r->c == 0 && r->x == IBVB_START_OLDEST;
+	if (indep && (int64_t)(y - tail) > 0 && (int64_t)(head - y) >= 0) {
+		atomic_store_explicit(&g->tail, y, memory_order_release);
+		nolder++;
+		return;
+	}
+	int ok = indep && (int64_t)(tail - y) > 0 && y - st->reclaim <= tail - st->reclaim;
+	for (uint64_t q = y; ok && q != tail; q++)
+		ok = prod->pos_slot[q & prod->mask] != IBVB__NO_SLOT && prod->desc[q & prod->mask].seq == q + 1;
+	if (!ok) {
+		char got[32], want[32];
+		snprintf(got, sizeof got, "%llu", (unsigned long long)tail);
+		snprintf(want, sizeof want, "%llu", (unsigned long long)y);
+		if (!indep || getenv("SIM_REPLAY_STRICT"))
+			differ("attach tail", got, want);
+		fprintf(stderr, "seed %llu step %u: attach tail %s, the model's %s is not held here: rest of the scenario skipped\n",
+			(unsigned long long)seed, step, got, want);
+		skipping = 1;
+		nskipped++;
+		return;
+	}
+	pthread_mutex_lock(&st->mu);
+	atomic_store_explicit(&g->read, y, memory_order_relaxed);
+	atomic_store_explicit(&g->tail, y, memory_order_release);
+	atomic_store(&prod->rows[row].released, y);
+	atomic_store(&prod->rows[row].read, y);
+	m->released = m->swept = m->rd = m->uq = y;
+	if ((int64_t)(st->scan - y) > 0) {
+		st->scan = y;
+		atomic_store_explicit(&prod->ctl->oldest, y, memory_order_relaxed);
+	}
+	pthread_mutex_unlock(&st->mu);
+	nnewer++;
+}
+
 static void attach(const struct rec *r)
 {
 	if (r->a) { /* an observer takes no row: nothing to replay */
@@ -138,20 +187,9 @@ static void attach(const struct rec *r)
 	check_u64("attach row", (uint64_t)row, want_row);
 	check_u64("attach generation", atomic_load(&prod->rows[row].generation), want_gen);
 	check_u64("attach generation (welcome)", gen, want_gen);
-	uint64_t tail = atomic_load(&g->tail), head = atomic_load(&prod->ctl->head);
-	if (tail != r->y && r->c == 0 && r->x == IBVB_START_OLDEST && (int64_t)(r->y - tail) > 0 &&
-	    head - tail <= prod->slot_count) {
-		/* An older start than the model's, which the spec allows (§7.1: the oldest position the ring still
-		 * holds; the lockstep run rebases the model onto it): the consumer releases up to the model's start
-		 * at once, as any consumer may, and the stream goes on from there. */
-		atomic_store_explicit(&g->tail, r->y, memory_order_release);
-		nolder++;
-	} else if (tail != r->y && r->c == 0 && r->x == IBVB_START_OLDEST && (int64_t)(tail - r->y) > 0 &&
-		   (int64_t)(head - tail) >= 0 && getenv("SIM_REPLAY_SKIP")) {
-		fprintf(stderr, "seed %llu step %u: newer start %llu (model %llu): scenario skipped\n", (unsigned long long)seed, step, (unsigned long long)tail, (unsigned long long)r->y);
-		skipping = 1;
-	} else
-		check_u64("attach tail", tail, r->y);
+	uint64_t tail = atomic_load(&g->tail);
+	if (tail != r->y)
+		start_as_model(row, g, tail, r);
 	pthread_mutex_lock(&st->mu); /* the rest of welcome_consumer, its welcome sent */
 	atomic_fetch_add(&st->attach_seq, 1);
 	pthread_mutex_unlock(&st->mu);
@@ -397,9 +435,10 @@ static int play(const struct rec *r)
 	case 'Z':
 		close_producer();
 		printf("ok %llu %llu\n", (unsigned long long)nsteps, (unsigned long long)nscen);
-		if (nolder)
-			fprintf(stderr, "sim_replay: %llu attaches started before the model's start (spec §7.1 allows it) and "
-					"released up to it\n", (unsigned long long)nolder);
+		if (nolder || nnewer || nskipped)
+			fprintf(stderr, "sim_replay: start = 0 attaches at the model's start: %llu after an older one, %llu "
+					"after a newer one; %llu scenarios cut short at one it could not follow\n",
+				(unsigned long long)nolder, (unsigned long long)nnewer, (unsigned long long)nskipped);
 		return 1;
 	default: {
 		char k[8];
