@@ -276,8 +276,14 @@ static int publish(int eos)
 	return take_and_publish();
 }
 
+/* The model's settle (Model.Settle): every consumer's cursor read as the heartbeat reads them, then a
+ * waiting publish's retry (wait_for's loop, whose reclaim reads them again at the committed head). */
 static void settle(const struct rec *r)
 {
+	struct ibvb__pstate *st = prod->st;
+	pthread_mutex_lock(&st->mu);
+	read_cursors_locked(prod, 0);
+	pthread_mutex_unlock(&st->mu);
 	if (pending && wait_passes()) {
 		int res = take_and_publish();
 		if (res != R_PUBLISHED)
@@ -286,10 +292,6 @@ static void settle(const struct rec *r)
 	}
 	if (pending != r->a)
 		differ("publish pending after settle", pending ? "yes" : "no", r->a ? "yes" : "no");
-	struct ibvb__pstate *st = prod->st;
-	pthread_mutex_lock(&st->mu);
-	read_cursors_locked(prod, 0); /* as the heartbeat reads them */
-	pthread_mutex_unlock(&st->mu);
 }
 
 static void store(const struct rec *r)
