@@ -16,13 +16,58 @@
  *     read_cursors_locked() ('S'). Nothing else runs between records.
  *   - a block publish never waits: where acquire's refill would call wait_for, the publish is pending, and
  *     each 'S' makes one pass of wait_for's loop (check_locked) for it, with hot_busy set as wait_for sets it.
- *   - a consumer's region is anonymous shared memory handed to admit() (as welcome_consumer hands it a
- *     fresh memfd's mapping); once the producer detaches the row it unmaps it, and the stream's stores to
- *     that row are skipped (nobody reads them any more). */
+ *   - a consumer's region is zeroed shared memory handed to admit() (as welcome_consumer hands it a fresh
+ *     memfd's mapping); once the producer detaches the row it unmaps it (the memory goes back to a slab
+ *     here), and the stream's stores to that row are skipped (nobody reads them any more). */
+/* Consumer regions come from a slab mapped once and go back to it when the producer unmaps them: the
+ * producer's munmap is routed here (one mmap and one munmap per attach cost more than the rest of the
+ * replay, the munmap's TLB flush above all). */
+#define munmap replay_munmap
 #include "../ibvbridge_producer.c"
+#undef munmap
+extern int munmap(void *addr, size_t len);
 
 #include <stdio.h>
 #include <string.h>
+
+enum { SLAB_REGIONS = 4096 };
+static uint8_t *slab;
+static uint32_t slab_free[SLAB_REGIONS], slab_nfree, slab_used;
+
+/* A zeroed region, as a fresh memfd's. */
+static struct ibvb_region *region_new(void)
+{
+	if (!slab) {
+		slab = mmap(NULL, (size_t)SLAB_REGIONS * IBVB_REGION_SIZE, PROT_READ | PROT_WRITE,
+			    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		if (slab == MAP_FAILED)
+			slab = NULL;
+	}
+	if (slab && slab_nfree) {
+		struct ibvb_region *g = (void *)(slab + (size_t)slab_free[--slab_nfree] * IBVB_REGION_SIZE);
+		memset(g, 0, IBVB_REGION_SIZE);
+		return g;
+	}
+	if (slab && slab_used < SLAB_REGIONS)
+		return (void *)(slab + (size_t)slab_used++ * IBVB_REGION_SIZE);
+	void *g = mmap(NULL, IBVB_REGION_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	return g == MAP_FAILED ? NULL : g;
+}
+
+int replay_munmap(void *addr, size_t len)
+{
+	uint8_t *a = addr;
+	if (slab && a >= slab && a < slab + (size_t)SLAB_REGIONS * IBVB_REGION_SIZE) {
+		if (len != IBVB_REGION_SIZE || (size_t)(a - slab) % IBVB_REGION_SIZE) {
+			fprintf(stderr, "sim_replay: the producer unmaps %zu bytes at region offset %zu\n", len,
+				(size_t)(a - slab));
+			abort();
+		}
+		slab_free[slab_nfree++] = (uint32_t)((size_t)(a - slab) / IBVB_REGION_SIZE);
+		return 0;
+	}
+	return munmap(addr, len);
+}
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the replay stream is little-endian");
 
@@ -166,13 +211,14 @@ static void attach(const struct rec *r)
 		return;
 	}
 	struct ibvb__pstate *st = prod->st;
-	struct ibvb_region *g =
-		mmap(NULL, IBVB_REGION_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (g == MAP_FAILED) {
-		printf("seed %llu step %u: mmap a consumer region: %s\n", (unsigned long long)seed, step, strerror(errno));
+	struct ibvb_region *g = region_new();
+	if (!g) {
+		printf("seed %llu step %u: map a consumer region: %s\n", (unsigned long long)seed, step, strerror(errno));
 		exit(2);
 	}
-	struct ucred cr = {.pid = getpid(), .uid = geteuid(), .gid = getegid()};
+	static struct ucred cr;
+	if (!cr.pid)
+		cr = (struct ucred){.pid = getpid(), .uid = geteuid(), .gid = getegid()};
 	uint32_t status = IBVB_STATUS_OK, gen = 0;
 	char msg[IBVB_ERROR_RECORD_MAX - 16];
 	int row = admit(prod, &cr, (uint32_t)r->x, r->c, r->b, g, &status, msg, sizeof msg, &gen);
@@ -180,7 +226,7 @@ static void attach(const struct rec *r)
 		 want_gen = (uint32_t)(r->z >> 32);
 	check_u64("attach status", status, want_status);
 	if (row < 0) {
-		munmap(g, IBVB_REGION_SIZE);
+		replay_munmap(g, IBVB_REGION_SIZE);
 		check_u64("attach row", 0xffff, want_row);
 		return;
 	}
