@@ -43,9 +43,11 @@ package ringsim
 //	    2 pending, 3 full). Under drop a heap the producer has no slot for is counted in dropped_heaps
 //	    by the replayer, as recv counts it. Under block the replayer never waits: where its producer
 //	    would wait the result is pending, and the publish stays pending (one at most).
-//	'S' settle: a 1 when a publish is still pending afterwards. A pending publish is tried again once
-//	    without waiting (it must succeed exactly when a is 0); then every consumer's cursor is read, as
-//	    the heartbeat reads them (no reclaim).
+//	'S' settle: a 1 when a publish is still pending afterwards. A pending publish is tried again without
+//	    waiting, as a waiting producer looks (reading every cursor, reclaiming; again at once while a
+//	    look detaches someone): it must succeed exactly when a is 0. Then every consumer's cursor is read,
+//	    as the heartbeat reads them (no reclaim): after the retry's publish, at the new head, as the model
+//	    reads them again.
 //	'W' store: a field (0 tail, 1 read, 2 handed, 3 wake_at, 4 consumer_waiting), c row, x value. A
 //	    release store into the row's region (offsets 0x000, 0x090, 0x098, 0x088, 0x080; consumer_waiting
 //	    is 32 bits). A row the replayer holds no region for (detached) is skipped.
