@@ -359,6 +359,7 @@ func PlayReplay(r io.Reader, p ReplayProducer, maxSteps int) (steps, scenarios, 
 	var seed uint64
 	var step uint32
 	var slots uint64
+	var rows int
 	pending, skip := false, false
 	regions := map[int][]byte{}
 	defer p.Close()
@@ -386,7 +387,7 @@ func PlayReplay(r io.Reader, p ReplayProducer, maxSteps int) (steps, scenarios, 
 			if maxSteps > 0 && steps >= maxSteps {
 				return steps, scenarios, cut, nil
 			}
-			seed, step, slots, pending, skip = rec.Y, 0, uint64(rec.C), false, false
+			seed, step, slots, pending, skip, rows = rec.Y, 0, uint64(rec.C), false, false, int(rec.B)
 			clear(regions)
 			if err := p.Create(Scenario{Seed: seed, Slots: slots, Rows: int(rec.B), Policy: Policy(rec.A), P0: rec.X}); err != nil {
 				return steps, scenarios, cut, fmt.Errorf("seed %d: create: %w", seed, err)
@@ -396,7 +397,7 @@ func PlayReplay(r io.Reader, p ReplayProducer, maxSteps int) (steps, scenarios, 
 			if rec.A == 1 {
 				continue // observers are not replayed
 			}
-			if rec.C == 0 && rec.X == 0 && len(regions) > 0 {
+			if rec.C == 0 && rec.X == 0 && anyAttached(p.Ctl(), rows) {
 				// where an independent consumer starts at the oldest heap, the model has reclaimed what
 				// everyone attached released (it reclaims at once; a producer may later, §7.1): so does p
 				p.Free()
@@ -489,6 +490,16 @@ func PlayReplay(r io.Reader, p ReplayProducer, maxSteps int) (steps, scenarios, 
 			return steps, scenarios, cut, fmt.Errorf("replay stream: record kind %q", rec.Kind)
 		}
 	}
+}
+
+// anyAttached reports whether a row of the consumer table says attached (spec §2.2).
+func anyAttached(ctl []byte, rows int) bool {
+	for i := range rows {
+		if u32(ctl, ctlTable+rowSize*i).Load() == RowAttached {
+			return true
+		}
+	}
+	return false
 }
 
 // ctlWordName names a control-memory word for a difference's message.
