@@ -122,3 +122,6 @@ func (p *Producer) SlotNowForTest() bool {
 		}
 	}
 }
+
+// SetMutantForTest breaks (on) or restores one of the guards IBVBRIDGE_TEST_MUTANT names.
+func SetMutantForTest(name string, on bool) { testMutants[name] = on }

@@ -3,8 +3,7 @@ package ring_test
 import (
 	"errors"
 	"io"
-	"os"
-	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,38 +90,78 @@ func (r *replayProducer) Close() {
 	}
 }
 
-// replaySteps is how many simulation steps TestSimReplayGoProducer plays: SIM_REPLAY_STEPS, else 10⁷ (2×10⁵
-// with -short).
-func replaySteps(t *testing.T) int {
-	if v, err := strconv.Atoi(os.Getenv("SIM_REPLAY_STEPS")); err == nil && v > 0 {
-		return v
-	}
-	if testing.Short() {
-		return 200_000
-	}
-	return 10_000_000
-}
-
-// replay plays the replay stream of seeds (stepsPer steps each) against the Go producer until maxSteps
-// steps have been played (0: every seed).
-func replay(t *testing.T, seeds func(yield func(uint64) bool), stepsPer, maxSteps int) (steps, scenarios, cut int) {
+// replay plays the replay stream of seeds (stepsPer steps each), passed through corrupt when not nil,
+// against the Go producer until maxSteps steps have been played (0: every seed). A difference is err.
+func replay(t *testing.T, seeds func(yield func(uint64) bool), stepsPer, maxSteps int, corrupt func(io.Writer) io.Writer) (steps, scenarios, cut int, err error) {
 	t.Helper()
 	pr, pw := io.Pipe()
 	gen := make(chan error, 1)
 	go func() {
-		_, _, err := ringsim.WriteReplay(pw, seeds, stepsPer)
+		var w io.Writer = pw
+		if corrupt != nil {
+			w = corrupt(pw)
+		}
+		_, _, err := ringsim.WriteReplay(w, seeds, stepsPer)
 		pw.CloseWithError(err)
 		gen <- err
 	}()
-	steps, scenarios, cut, err := ringsim.PlayReplay(pr, &replayProducer{dir: t.TempDir()}, maxSteps)
+	steps, scenarios, cut, err = ringsim.PlayReplay(pr, &replayProducer{dir: t.TempDir()}, maxSteps)
 	pr.Close()
 	if gerr := <-gen; gerr != nil && !errors.Is(gerr, io.ErrClosedPipe) {
 		t.Fatalf("the model: %v", gerr)
 	}
-	if err != nil {
-		t.Fatal(err)
+	return steps, scenarios, cut, err
+}
+
+// flipNth passes a replay stream through, adding one to the expected value of its nth record of kind.
+type flipNth struct {
+	w    io.Writer
+	kind byte
+	n    int
+	buf  []byte
+}
+
+func (f *flipNth) Write(b []byte) (int, error) {
+	f.buf = append(f.buf, b...)
+	k := len(f.buf) / ringsim.RecordSize * ringsim.RecordSize
+	for i := 0; i < k; i += ringsim.RecordSize {
+		if f.buf[i] == f.kind {
+			if f.n--; f.n == 0 {
+				f.buf[i+8]++ // x: the expected value of an 'O' record
+			}
+		}
 	}
-	return steps, scenarios, cut
+	if _, err := f.w.Write(f.buf[:k]); err != nil {
+		return 0, err
+	}
+	f.buf = append(f.buf[:0], f.buf[k:]...)
+	return len(b), nil
+}
+
+// TestSimReplayNamesTheStepOfAChangedExpectation: one expected word changed in the stream, and the replay
+// of the Go producer stops at it, naming seed and step (the checker checks).
+func TestSimReplayNamesTheStepOfAChangedExpectation(t *testing.T) {
+	_, _, _, err := replay(t, func(yield func(uint64) bool) { yield(3) }, 3000, 0,
+		func(w io.Writer) io.Writer { return &flipNth{w: w, kind: ringsim.RecWord, n: 500} })
+	var re *ringsim.ReplayError
+	if !errors.As(err, &re) || re.Seed != 3 {
+		t.Fatalf("a changed expectation: %v, want a difference in seed 3", err)
+	}
+	t.Logf("found: %s", strings.SplitN(err.Error(), "\n", 2)[0])
+}
+
+// TestSimReplayCatchesTheStaleOldestQueuedMutant: with the Go producer's guard against a member's oldest
+// queued position a ring behind head removed (IBVBRIDGE_TEST_MUTANT=stale-oldest-queued), the replay of
+// the scenario that found it fails.
+func TestSimReplayCatchesTheStaleOldestQueuedMutant(t *testing.T) {
+	ring.SetMutantForTest("stale-oldest-queued", true)
+	t.Cleanup(func() { ring.SetMutantForTest("stale-oldest-queued", false) })
+	_, _, _, err := replay(t, func(yield func(uint64) bool) { yield(169) }, 3000, 0, nil)
+	var re *ringsim.ReplayError
+	if !errors.As(err, &re) {
+		t.Fatalf("the mutant passed the replay: %v", err)
+	}
+	t.Logf("found: %s", strings.SplitN(err.Error(), "\n", 2)[0])
 }
 
 // TestSimReplayFoundDefectsStayFixed replays the scenarios in which the replay found the Go producer
@@ -130,7 +169,10 @@ func replay(t *testing.T, seeds func(yield func(uint64) bool), stepsPer, maxStep
 // was still trusted (its bookkeeping entry named a newer position) and a block publish waited with room in
 // the window.
 func TestSimReplayFoundDefectsStayFixed(t *testing.T) {
-	steps, _, _ := replay(t, func(yield func(uint64) bool) { yield(169) }, 3000, 0)
+	steps, _, _, err := replay(t, func(yield func(uint64) bool) { yield(169) }, 3000, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if steps < 2600 {
 		t.Fatalf("seed 169: %d steps played, want the 2600 past the defect", steps)
 	}
@@ -141,12 +183,15 @@ func TestSimReplayFoundDefectsStayFixed(t *testing.T) {
 // the model's answer to every call, or the test names the seed and step that differ (replay them in
 // lockstep: SIM_TARGETS=go go test ./internal/ringsim -run 'TestSimProducers$' -seed S -steps N).
 func TestSimReplayGoProducer(t *testing.T) {
-	want := replaySteps(t)
+	want := ringsim.ReplaySteps()
 	start := time.Now()
-	steps, scenarios, cut := replay(t, func(yield func(uint64) bool) {
+	steps, scenarios, cut, err := replay(t, func(yield func(uint64) bool) {
 		for s := uint64(1); yield(s); s++ { // until the replay has played enough and closes the pipe
 		}
-	}, 3000, want)
+	}, 3000, want, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	el := time.Since(start)
 	t.Logf("Go producer: %d steps of %d scenarios (%d cut short) replayed in %v (%.0f steps/s)", steps, scenarios, cut, el.Round(time.Millisecond), float64(steps)/el.Seconds())
 	if steps < want {

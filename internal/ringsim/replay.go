@@ -70,6 +70,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"os"
+	"strconv"
 	"strings"
 )
 
@@ -516,4 +518,13 @@ func ctlWordName(off int) string {
 		return fmt.Sprintf("row %d %s", (off-ctlTable)/rowSize, names[(off-ctlTable)%rowSize])
 	}
 	return fmt.Sprintf("control word %#x", off)
+}
+
+// ReplaySteps is how many simulation steps a replay test plays against a producer: SIM_REPLAY_STEPS (make
+// test: 10⁷), else 2×10⁵ (go test ./... runs under the race detector).
+func ReplaySteps() int {
+	if v, err := strconv.Atoi(os.Getenv("SIM_REPLAY_STEPS")); err == nil && v > 0 {
+		return v
+	}
+	return 200_000
 }
