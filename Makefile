@@ -34,7 +34,10 @@ test: setup build
 	cd deploy/prometheus/rulecheck && $(GO) test -count=1 ./
 	@$(MAKE) -s test-docs
 	@echo "== The ring simulation replayed against the Go, C and Python producers (internal/ringsim/replay.go)"
-	SIM_REPLAY_STEPS=$(SIM_REPLAY_STEPS) IBVBRIDGE_REQUIRE_CLIENTS=1 $(GO) test -count=1 -timeout 20m -v -run '^TestSimReplay' ./ring/ ./internal/ringsim/ | grep -E '^(---|ok|FAIL|panic)|steps of'
+	@# the whole log only when it fails; else the steps each producer played
+	out=$$(mktemp) && { SIM_REPLAY_STEPS=$(SIM_REPLAY_STEPS) IBVBRIDGE_REQUIRE_CLIENTS=1 $(GO) test -count=1 -timeout 20m -v \
+	  -run '^TestSimReplay' ./ring/ ./internal/ringsim/ > $$out 2>&1; rc=$$?; \
+	  if [ $$rc -eq 0 ]; then grep -E 'steps of' $$out; else cat $$out; fi; rm -f $$out; exit $$rc; }
 	@echo "== Go tests (race detector), cross-language tests and fuzz seed corpora"
 	IBVBRIDGE_REQUIRE_CLIENTS=1 SIM_TARGETS=go,c,py $(GO) test -race -count=1 ./...
 	@echo "== Debian packages, container images, Helm chart (docs/deploy.md)"
