@@ -33,6 +33,11 @@ test: setup build
 	@echo "== Prometheus alerting rules (Prometheus's own rule parser; a module of its own)"
 	cd deploy/prometheus/rulecheck && $(GO) test -count=1 ./
 	@$(MAKE) -s test-docs
+	@echo "== The ring simulation replayed against the Go, C and Python producers (internal/ringsim/replay.go)"
+	@# the whole log only when it fails; else the steps each producer played
+	out=$$(mktemp) && { SIM_REPLAY_STEPS=$(SIM_REPLAY_STEPS) IBVBRIDGE_REQUIRE_CLIENTS=1 $(GO) test -count=1 -timeout 20m -v \
+	  -run '^TestSimReplay' ./ring/ ./internal/ringsim/ > $$out 2>&1; rc=$$?; \
+	  if [ $$rc -eq 0 ]; then grep -E 'steps of' $$out; else cat $$out; fi; rm -f $$out; exit $$rc; }
 	@echo "== Go tests (race detector), cross-language tests and fuzz seed corpora"
 	IBVBRIDGE_REQUIRE_CLIENTS=1 SIM_TARGETS=go,c,py $(GO) test -race -count=1 ./...
 	@echo "== Debian packages, container images, Helm chart (docs/deploy.md)"
@@ -57,6 +62,8 @@ test-docs: build
 # then against the producers SIM_TARGETS names (go, py; default go) for half as long; a failing seed prints
 # its one-line reproduction. make test runs the short budget (TestSim 20 s; Go, C and Python producers 10 s in all).
 SIM_SECONDS ?= 300
+# Steps make test replays against each producer (internal/ringsim/replay.go).
+SIM_REPLAY_STEPS ?= 10000000
 SIM_TARGETS ?= go
 sim:
 	SIM_STRICT=1 SIM_SECONDS=$(SIM_SECONDS) SIM_TARGETS=$(SIM_TARGETS) $(GO) test -count=1 -timeout 0 -v -run '^(TestSim|TestSimProducers)$$' ./internal/ringsim/

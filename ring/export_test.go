@@ -1,8 +1,11 @@
 package ring
 
 import (
+	"os"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Test hooks: the producer's own writable mappings and descriptors, for tests that play a corrupt or
@@ -68,3 +71,57 @@ func (p *Producer) AssignForTest(q uint64) uint64 {
 
 // TailForTest is the consumer's cursor (right after Attach: its start).
 func (c *Consumer) TailForTest() uint64 { return c.tail.Load() }
+
+// AdmitForTest admits a consumer through the producer's admission code without a socket (the ring
+// simulation's replay, internal/ringsim): its row, generation, the producer's mapping of its region, and
+// the handshake status.
+func (p *Producer) AdmitForTest(group uint32, minor uint16, start uint32) (int, uint32, []byte, uint32) {
+	cred := &unix.Ucred{Pid: int32(os.Getpid()), Uid: uint32(os.Geteuid()), Gid: uint32(os.Getegid())}
+	m, st, _ := p.admit(nil, cred, hello{Major: MajorVersion, Minor: minor, Role: RoleConsumer, Start: start, Group: group})
+	if m == nil {
+		return -1, 0, nil, st
+	}
+	p.mu.Lock() // as serveConsumer does once the consumer has its descriptor
+	if m.region.fd >= 0 {
+		unix.Close(m.region.fd)
+		m.region.fd = -1
+	}
+	p.mu.Unlock()
+	return m.index, u32at(m.row, rowGeneration).Load(), m.region.mem, StatusOK
+}
+
+// GoneForTest detaches the consumer in row as the end of its connection does.
+func (p *Producer) GoneForTest(row int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range p.members {
+		if m.index == row {
+			p.detachLocked(m, ConsumerGone, "connection closed")
+			return
+		}
+	}
+}
+
+// SlotNowForTest reports whether a slot may be taken now, after the looks a waiting block producer makes
+// before it would sleep (waitFor's test, again at once when a look detached a consumer: the detach wakes
+// it): Acquire then returns at once.
+func (p *Producer) SlotNowForTest() bool {
+	if p.slotReady() {
+		return true
+	}
+	p.commit()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for {
+		n := len(p.members)
+		if p.slotFreeLocked() {
+			return true
+		}
+		if len(p.members) == n {
+			return false
+		}
+	}
+}
+
+// SetMutantForTest breaks (on) or restores one of the guards IBVBRIDGE_TEST_MUTANT names.
+func SetMutantForTest(name string, on bool) { testMutants[name] = on }

@@ -244,7 +244,10 @@ func (p *Producer) countReadLocked(m *member, r, head uint64) {
 		m.oldestQ = r
 	}
 	m.read = r
-	if m.queued == 0 || !before(m.oldestQ, r) && p.posNeed[m.oldestQ&p.mask]&bit != 0 {
+	// oldestQ still stands if it is at or past read, still described (posNeed is indexed like the
+	// descriptors: a position a ring or more behind head names a newer one's entry) and still needs m
+	if m.queued == 0 || !before(m.oldestQ, r) && (head-m.oldestQ-1 < uint64(len(p.slots)) || testMutants["stale-oldest-queued"]) &&
+		p.posNeed[m.oldestQ&p.mask]&bit != 0 {
 		return
 	}
 	start, ok := p.span(max64From(m.oldestQ, r), head)

@@ -54,6 +54,9 @@ func newHugeMemfd(name string) (fd int, pageSize uint32, err error) {
 	return fd, uint32(st.Blksize), nil
 }
 
+// smallShm is the size up to which a memfd is fallocated without first asking what memory is available.
+const smallShm = 1 << 20
+
 // sizeAndMap gives a memfd its size and maps it read-write, reserving every page first so that no later
 // touch can fault for want of memory (spec §1: no SIGBUS path). huge memfds reserve their pages at mmap;
 // shmem ones are fallocated.
@@ -63,10 +66,14 @@ func sizeAndMap(fd int, size uint64, huge bool) ([]byte, error) {
 	}
 	if !huge {
 		// An unlimited shmem (memfd) fills memory page by page: past what the system has, fallocate would
-		// meet the OOM killer rather than fail. Refuse up front instead.
-		if avail := shmAvailable(); avail > 0 && size > avail {
-			return nil, fmt.Errorf("%w: the ring needs %d MiB of shared memory and %d MiB are available: use fewer or smaller slots",
-				ErrNoSpace, size>>20, avail>>20)
+		// meet the OOM killer rather than fail. Refuse up front instead — for rings: a consumer's region
+		// (a page) is no more than any allocation, and reading three files per attach cost more than the
+		// rest of admission.
+		if size > smallShm {
+			if avail := shmAvailable(); avail > 0 && size > avail {
+				return nil, fmt.Errorf("%w: the ring needs %d MiB of shared memory and %d MiB are available: use fewer or smaller slots",
+					ErrNoSpace, size>>20, avail>>20)
+			}
 		}
 		if err := unix.Fallocate(fd, 0, 0, int64(size)); err != nil {
 			if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.ENOMEM) {

@@ -1198,7 +1198,7 @@ func (p *Producer) release() error {
 		// The row stays "attached": a consumer drains what was published, then reads CLOSED as the end.
 		futexWakeAll(m.consFutex)
 		m.detached = true
-		_ = m.conn.Close()
+		m.hangUp()
 		m.region.close()
 	}
 	p.members = nil

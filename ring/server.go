@@ -50,6 +50,14 @@ type member struct {
 
 // v22 reports a group member that follows layout 2.2's rules: it publishes read and handed and skips
 // lapped descriptors (spec §14.1).
+// hangUp closes the member's connection; one admitted without a connection (the simulation's replay
+// admits through admit alone) has none.
+func (m *member) hangUp() {
+	if m.conn != nil {
+		_ = m.conn.Close()
+	}
+}
+
 func (m *member) v22() bool { return m.group != 0 && m.minor >= 2 }
 
 // memberSet is an immutable list of attached consumers the hot path wakes without taking a lock, and the
@@ -506,7 +514,7 @@ func (p *Producer) detachLocked(m *member, why ConsumerState, detail string) {
 			Str("detail", detail).Msg("detached a consumer")
 	}
 	futexWakeAll(m.relFutex)
-	_ = m.conn.Close()
+	m.hangUp()
 	if !testMutants["no-unmap"] {
 		p.buryLocked() // at once, unless the hot path is using regions right now (then at its next commit)
 	}

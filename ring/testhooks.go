@@ -13,7 +13,8 @@ import (
 //   - IBVBRIDGE_TEST_MUTANT, a comma-separated list of guards to break, to prove the suite catches each:
 //     row-late (a detached consumer's row is not written before its slots are reused), no-wake (Interrupt
 //     does not wake a producer asleep on a release futex), no-unmap (a detached consumer's region is not
-//     unmapped at the detach, only by the heartbeat's sweep);
+//     unmapped at the detach, only by the heartbeat's sweep), stale-oldest-queued (a group member's oldest
+//     queued position a ring behind head is trusted: the simulation's replay must find it);
 //   - IBVBRIDGE_TEST_WAIT_SLICE_MS, the longest futex sleep of a blocked producer (spec §7.4: 250 ms), so
 //     that a missing wake shows as a long wait instead of one slice;
 //   - IBVBRIDGE_TEST_BEAT_MS, the heartbeat's period (100 ms), whose sweep would otherwise hide a region

@@ -702,11 +702,13 @@ func (m *Model) Retry() {
 	m.readCursors()
 	if m.tryPublish(false) == Published {
 		m.pending = false
+		m.readCursors() // a producer's publish reads the cursors at the new head (its commit's wake)
 	}
 }
 
 // Attach admits a consumer (spec §1.2, §7.1, §14.1): row and start are the model's own choice (lowest
-// free row; start 0 at the lowest position an attached consumer has not released, from oldest on).
+// free row; start 0 at the lowest position an attached independent consumer has not released, from
+// oldest on; head while group members alone are attached, as the Go and C producers choose).
 func (m *Model) Attach(group uint32, minor uint16, start uint32) (row int, gen uint32, tail uint64, status int) {
 	if m.ended {
 		return -1, 0, 0, StatusClosing
@@ -760,11 +762,18 @@ func (m *Model) Rebase(row int, s uint64) bool {
 
 func (m *Model) start0() uint64 {
 	ox := m.Oldest()
-	best, found := ox, false
+	best, found, members := ox, false, false
 	for _, c := range m.attached {
+		if c.group != 0 {
+			members = true
+			continue
+		}
 		if !before(c.relDone, ox) && !before(m.head, c.relDone) && (!found || before(c.relDone, best)) {
 			best, found = c.relDone, true
 		}
+	}
+	if !found && members {
+		return m.head // the producers' frontier of independents is head: what members hold is theirs
 	}
 	return best
 }

@@ -99,8 +99,18 @@ func (f *Failure) Error() string {
 // after every step and checking the invariants on each. It returns the first failure, and the model
 // (for its counters).
 func Run(s Scenario, steps int, mut Mutation, reals ...Target) (*Model, error) {
+	return run(s, steps, mut, nil, reals...)
+}
+
+// run is Run, the model's calls written to rec's replay stream when rec is not nil.
+func run(s Scenario, steps int, mut Mutation, rec *recorder, reals ...Target) (*Model, error) {
 	m := NewModel(s.Slots, s.Rows, s.Policy, s.P0, mut)
-	lanes := []*lane{newLane(modelTarget{m}, s.P0)}
+	var lane0 Target = modelTarget{m}
+	if rec != nil {
+		rec.modelTarget = modelTarget{m}
+		lane0 = rec
+	}
+	lanes := []*lane{newLane(lane0, s.P0)}
 	for _, t := range reals {
 		lanes = append(lanes, newLane(t, s.P0))
 	}
@@ -143,6 +153,9 @@ func Run(s Scenario, steps int, mut Mutation, reals ...Target) (*Model, error) {
 			return m, fail("model", v.Msg)
 		}
 		m.Settle()
+		if rec != nil {
+			rec.settled()
+		}
 		want := m.Observe()
 		for _, l := range lanes[1:] {
 			if err := l.t.Settle(want); err != nil {
@@ -155,6 +168,9 @@ func Run(s Scenario, steps int, mut Mutation, reals ...Target) (*Model, error) {
 		want = m.Observe()
 		for i, l := range lanes {
 			o := want
+			if i == 0 && rec != nil {
+				rec.endStep(o)
+			}
 			if i > 0 {
 				o = l.t.Observe()
 				l.skipLag = op.K != OpPublish && op.K != OpEOS
@@ -252,6 +268,9 @@ func playOp(s Scenario, m *Model, lanes []*lane, op Op) *laneErr {
 			}
 		}
 		m.Settle()
+		if lanes[0].t != (modelTarget{m}) {
+			lanes[0].t.(*recorder).settled()
+		}
 		want := m.Observe()
 		for _, l := range lanes[1:] {
 			if err := l.t.Settle(want); err != nil {

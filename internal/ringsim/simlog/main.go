@@ -3,7 +3,6 @@
 // C and Python producers read it on stdin:
 //
 //	go run ./internal/ringsim/simlog -seeds 100 -nowrap | clients/c/build/sim_replay
-//	go run ./internal/ringsim/simlog -seeds 100 -latestart | PYTHONPATH=clients/python python3 clients/python/tests/sim_replay.py
 package main
 
 import (
@@ -19,9 +18,7 @@ func main() {
 	n := flag.Uint64("seeds", 10, "how many scenarios")
 	steps := flag.Int("steps", 2000, "steps per scenario")
 	noWrap := flag.Bool("nowrap", false, "start every scenario at position 0 (the C producer starts there)")
-	lateStart := flag.Bool("latestart", false, "record a start=0 independent consumer admitted while group members are attached at head (the Python producer's replay needs it: §7.1)")
 	flag.Parse()
-	ringsim.ReplayStartAtHead = *lateStart
 	ringsim.NoWrap = *noWrap
 	seeds := func(yield func(uint64) bool) {
 		for s := *from; s < *from+*n; s++ {
