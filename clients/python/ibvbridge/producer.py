@@ -95,6 +95,7 @@ __all__ = ["Producer", "Slot", "producer_dir", "layout_for", "COMPLETE", "INCOMP
 log = logging.getLogger("ibvbridge.producer")
 
 MAX_DATA_SIZE = (1 << 63) - 1  # off_t: the largest memfd and mapping
+SMALL_SHM = 1 << 20  # new_shm: up to this size a memfd is fallocated without asking what memory is available
 F_SEAL_FUTURE_WRITE = getattr(fcntl, "F_SEAL_FUTURE_WRITE", 0x10)
 SEALS_SHARED = L.F_SEAL_SHRINK | L.F_SEAL_GROW | F_SEAL_FUTURE_WRITE | L.F_SEAL_SEAL
 SEALS_REGION = L.F_SEAL_SHRINK | L.F_SEAL_GROW | L.F_SEAL_SEAL
@@ -388,9 +389,11 @@ def shm_available() -> int:
 
 def new_shm(name: str, size: int) -> tuple[int, mmap.mmap]:
     """A sealable shmem memfd of size bytes, refused up front when larger than the available memory (an
-    unlimited shmem fallocate would meet the OOM killer rather than fail), reserved with posix_fallocate
-    and mapped read-write. Returns (fd, mmap); not sealed yet."""
-    avail = shm_available()
+    unlimited shmem fallocate would meet the OOM killer rather than fail) — for rings: a memfd of at most
+    SMALL_SHM (a consumer's region, a page) is no more than any allocation, and the three files read to
+    know cost more than the rest of an admission (as the Go producer) — reserved with posix_fallocate and
+    mapped read-write. Returns (fd, mmap); not sealed yet."""
+    avail = shm_available() if size > SMALL_SHM else 0
     if avail and size > avail:
         raise NoSpace(f"the ring needs {size >> 20} MiB of shared memory and {avail >> 20} MiB are "
                       "available: use fewer or smaller slots")

@@ -493,6 +493,22 @@ def test_memory_larger_than_available_refused_up_front(tmp_path):
     assert not os.path.exists(tmp_path / ("r" + L.LOCK_SUFFIX))
 
 
+def test_small_memfds_skip_the_memory_available_reading(monkeypatch):
+    """new_shm asks what memory is available only past SMALL_SHM: a consumer's region (a page) does not
+    read the three files (they cost more than the rest of an admission); a larger memfd is refused up front
+    when more than what they say."""
+    import ibvbridge.producer as P
+    asked = []
+    monkeypatch.setattr(P, "shm_available", lambda: asked.append(1) or 4096)
+    fd, mm = P.new_shm("t", L.REGION_SIZE)
+    mm.close()
+    os.close(fd)
+    assert asked == []
+    with pytest.raises(NoSpace, match="MiB"):
+        P.new_shm("t", P.SMALL_SHM + 4096)
+    assert asked == [1]
+
+
 def test_hugepages_require(tmp_path):
     with pytest.raises(NoHugePages, match="MiB"):
         Producer.create("r", directory=str(tmp_path), hugepages="require", slot_count=1 << 16, slot_size=1 << 20)
