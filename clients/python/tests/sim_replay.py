@@ -210,8 +210,15 @@ def _records(stream):
 
 def _play(stream, r):
     records = _records(stream)
-    steps = scenarios = 0
-    seed = step = None
+    steps = scenarios = step = 0
+    seed = None
+    try:
+        first = next(records, None)
+    except struct.error:
+        raise BadStream("the stream ends inside a record") from None
+    if first is None or first[0] not in (78, 90):  # 'N', 'Z'
+        raise BadStream("the stream does not begin with a scenario ('N') record")
+    records = chain((first,), records)
     p = c32 = c64 = dq = conns = lock = None
     mask = desc = 0
     # fresh: the cursors were read and nothing a read looks at (a region's words, the consumers, head) has
@@ -227,6 +234,8 @@ def _play(stream, r):
                         if got != x:
                             raise Difference(word_name(c), got, x)
                     elif k == 69:  # 'E'
+                        if c != step:
+                            raise BadStream(f"seed {seed}: step {c} ends after step {step - 1}")
                         step = c + 1
                         steps += 1
                     elif k == 83:  # 'S': the pending publish tried, then the cursors read (at the new head)

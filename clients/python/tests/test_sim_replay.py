@@ -89,11 +89,17 @@ def test_settle_reads_the_cursors_after_the_pending_publish_goes():
     assert (r.returncode, r.stdout.decode()) == (0, "ok 4 1 0\n"), r.stderr.decode()
 
 
-def test_a_stream_without_its_end_record_is_refused():
+def test_a_stream_that_is_not_one_is_refused():
     r = replay(b"".join(handwritten()))
     assert r.returncode == 2 and "without its end record" in r.stderr.decode()
     r = replay(b"".join(handwritten()) + rec("Z")[:7])
     assert r.returncode == 2 and "inside a record" in r.stderr.decode()
+    r = replay(b"".join(handwritten()[1:]) + rec("Z"))
+    assert r.returncode == 2 and "does not begin with a scenario" in r.stderr.decode()
+    s = handwritten()
+    del s[5]  # step 0's end
+    r = replay(b"".join(s) + rec("Z"))
+    assert r.returncode == 2 and "step 1 ends after step -1" in r.stderr.decode()
 
 
 def _go():
