@@ -59,14 +59,17 @@ test-docs: build
 	$(PYTHON) scripts/docs/run_recipes.py
 
 # The ring simulation (internal/ringsim) for SIM_SECONDS: seeded scenarios against the model on every core,
-# then against the producers SIM_TARGETS names (go, py; default go) for half as long; a failing seed prints
-# its one-line reproduction. make test runs the short budget (TestSim 20 s; Go, C and Python producers 10 s in all).
+# then in lockstep against the producers SIM_TARGETS names (go, c, py; default go) for half as long, then
+# SIM_REPLAY_STEPS steps of the replay stream against each producer (make sim: 10⁸); a failing seed prints
+# its one-line reproduction. make test runs the short budget: TestSim 20 s, lockstep 10 s in all, 10⁷
+# replayed steps on each producer.
 SIM_SECONDS ?= 300
-# Steps make test replays against each producer (internal/ringsim/replay.go).
 SIM_REPLAY_STEPS ?= 10000000
 SIM_TARGETS ?= go
 sim:
 	SIM_STRICT=1 SIM_SECONDS=$(SIM_SECONDS) SIM_TARGETS=$(SIM_TARGETS) $(GO) test -count=1 -timeout 0 -v -run '^(TestSim|TestSimProducers)$$' ./internal/ringsim/
+	SIM_REPLAY_STEPS=$(if $(filter command line environment,$(origin SIM_REPLAY_STEPS)),$(SIM_REPLAY_STEPS),100000000) \
+	  $(GO) test -count=1 -timeout 0 -v -run '^TestSimReplay' ./ring/ ./internal/ringsim/
 
 # A fuzzing session on every parser and the assembler, and on both sides of the ring's trust boundary
 # (hello records and consumer regions as the producer reads them; header, descriptors, item tables and
