@@ -205,17 +205,20 @@ def run(stream):
 
 def _records(stream):
     """The stream's records as tuples, read BLOCK bytes at a time (decoded in C, no Python step per record)."""
-    return chain.from_iterable(map(RECORD.iter_unpack, iter(partial(stream.read, BLOCK), b"")))
+    return chain.from_iterable(map(_unpack, iter(partial(stream.read, BLOCK), b"")))
+
+
+def _unpack(block):
+    if len(block) % RECORD.size:  # only the last block is short (BufferedReader.read reads to BLOCK or EOF)
+        raise BadStream("the stream ends inside a record")
+    return RECORD.iter_unpack(block)
 
 
 def _play(stream, r):
     records = _records(stream)
     steps = scenarios = step = 0
     seed = None
-    try:
-        first = next(records, None)
-    except struct.error:
-        raise BadStream("the stream ends inside a record") from None
+    first = next(records, None)
     if first is None or first[0] not in (78, 90):  # 'N', 'Z'
         raise BadStream("the stream does not begin with a scenario ('N') record")
     records = chain((first,), records)
@@ -297,8 +300,6 @@ def _play(stream, r):
                     if rec[0] in (78, 90):
                         records = chain((rec,), records)
                         break
-    except struct.error:
-        raise BadStream(f"the stream ends inside a record ({steps} steps read)") from None
     except Difference as e:
         what, got, want = e.args
         e.args = (f"seed {seed} step {step}: {what}: got {got}, want {want}",)
