@@ -741,19 +741,20 @@ func (m *Model) Rebase(row int, s uint64) bool {
 	if c == nil || c.member() || before(m.head, s) || m.head-s > m.N || before(s, m.p0) {
 		return false
 	}
+	// every position from s on still has its own slot, held or free and not reused since (the producer
+	// kept it): checked before anything is taken back
 	for q := s; q != m.head; q++ {
 		i := m.idx(q)
-		if m.pseq[i] != q+1 {
+		if m.pseq[i] != q+1 || !m.pheld[i] && (m.slotPos[m.pslot[i]] != q || !slices.Contains(m.free, m.pslot[i])) {
 			return false
 		}
-		if !m.pheld[i] {
-			if len(m.free) == 0 {
-				return false
-			}
-			sl := m.free[len(m.free)-1]
-			m.free = m.free[:len(m.free)-1]
-			m.pheld[i], m.pslot[i] = true, sl
-			m.slotUsed[sl], m.slotPos[sl] = true, q
+	}
+	for q := s; q != m.head; q++ {
+		if i := m.idx(q); !m.pheld[i] {
+			sl := m.pslot[i]
+			m.free = slices.DeleteFunc(m.free, func(f int) bool { return f == sl })
+			m.pheld[i] = true
+			m.slotUsed[sl] = true
 		}
 	}
 	c.start, c.relDone, c.read, c.regTail = s, s, s, s
