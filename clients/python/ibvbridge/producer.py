@@ -1418,19 +1418,13 @@ class Producer:
         later); block keeps everything."""
         if self._rescan:  # a member left: what only it held below _scan is free
             self._rescan = False
-            idx, _ = self._ring_idx(self._reclaim, self._scan, self._scan)
-            if idx is not None:
-                sel = _index_array(idx)
-                self._free_idx(sel[self._pos_need[sel] == 0])
+            self._free_unneeded(self._reclaim, self._scan, self._scan)
             self._advance_reclaim()
         if not self.conns:
             if self._settle_front is not None:  # the departed members' settled positions are free
                 front, self._settle_front = self._settle_front, None
                 if (front - self._scan) & M64 <= (self._pos - self._scan) & M64 and front != self._scan:
-                    idx, _ = self._ring_idx(self._scan, front, self.c64[Q_HEAD])
-                    if idx is not None:
-                        sel = _index_array(idx)
-                        self._free_idx(sel[self._pos_need[sel] == 0])
+                    self._free_unneeded(self._scan, front, self.c64[Q_HEAD])
                     self._scan = front
                     self._advance_reclaim()
                     self.c64[Q_OLDEST] = self._scan
@@ -1463,13 +1457,8 @@ class Producer:
                 to = m.released
         in_order = self._reclaim == self._scan
         if (to - rec) & M64 >= (self._scan - rec) & M64 and to != self._scan:
-            idx, start = self._ring_idx(self._scan, to, head)
-            if idx is not None:
-                need = self._pos_need[idx]
-                free = need == 0
-                if not free.all():
-                    in_order = False
-                self._free_idx(_index_array(idx)[free])
+            if not self._free_unneeded(self._scan, to, head):
+                in_order = False
             self._scan = to
         if in_order:
             self._reclaim = self._scan
@@ -1478,6 +1467,17 @@ class Producer:
         self.c64[Q_OLDEST] = self._scan
         self._set_window_locked()
         self._skipped_stat()
+
+    def _free_unneeded(self, start, end, head):
+        """Free the slots of the positions in [start, end) (clipped to the last slot_count before head) that no
+        group member needs any more; False when some member still needs one of them."""
+        idx, _ = self._ring_idx(start, end, head)
+        if idx is None:
+            return True
+        sel = _index_array(idx)
+        free = self._pos_need[sel] == 0
+        self._free_idx(sel[free])
+        return bool(free.all())
 
     def _sweep_locked(self, m, head):
         """Group member m's releases since its last sweep (spec §14.5): each position it passed that was
