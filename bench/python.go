@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	_ "embed"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -30,12 +31,21 @@ import (
 //go:embed pyloop.py
 var pyLoop string
 
+// spead2Place is spead2's chunk_place for chunk mode (bench/cplace/spead2_place.c), built with cc at run time.
+//
+//go:embed cplace/spead2_place.c
+var spead2Place string
+
 // PyShape is one stream of `bench python`: heaps of one size at a fixed rate, in packets of PacketSize.
+// With ChunkHeaps, chunk mode: recv places the heaps by heap cnt into chunks of ChunkHeaps heaps (--chunk-heaps
+// --chunk-by 0x1) read by the Python client's ring.chunks(), against spead2.recv.ChunkRingStream placing
+// them alike with a compiled chunk_place.
 type PyShape struct {
 	HeapSize   int     `json:"heap_size"`
 	PacketSize int     `json:"packet_size"`
 	RateGbps   float64 `json:"rate_gbps"`
 	Seconds    float64 `json:"seconds"`
+	ChunkHeaps int     `json:"chunk_heaps,omitempty"` // heaps per chunk; 0: heap mode
 }
 
 // DefaultPyShapes are the streams the comparison with spead2's Python receiver is made on: 1 MiB heaps
@@ -71,11 +81,12 @@ type PyVariant struct {
 
 // PyRun is one run of one receiver on one shape.
 type PyRun struct {
-	Heaps      uint64  `json:"heaps"`            // stamped heaps the loop saw
+	Heaps      uint64  `json:"heaps"`            // stamped heaps the loop saw (chunk mode: heaps present in its chunks)
+	Chunks     uint64  `json:"chunks,omitempty"` // chunk mode: chunks the loop saw
 	Sent       uint64  `json:"sent"`             // stamped heaps sent
 	CPUSeconds float64 `json:"cpu_seconds"`      // every receiving process
 	LoopCPU    float64 `json:"loop_cpu_seconds"` // of which the Python process
-	MedianUs   float64 `json:"latency_median_us"`
+	MedianUs   float64 `json:"latency_median_us"` // chunk mode: of each chunk, from its last heap's send time
 	P99Us      float64 `json:"latency_p99_us"`
 	SentGbps   float64 `json:"sent_gbps"`
 	Lossless   bool    `json:"lossless"`
@@ -86,6 +97,9 @@ type PyRun struct {
 type PyRow struct {
 	Receiver    string     `json:"receiver"` // "ibvbridge" or "spead2"
 	Runs        []PyRun    `json:"runs"`
+	Sent        uint64     `json:"sent"`             // heaps sent, every run
+	Heaps       uint64     `json:"heaps"`            // heaps the loop saw, every run
+	Chunks      uint64     `json:"chunks,omitempty"` // chunk mode: chunks the loop saw, every run
 	CPUPerHeap  float64    `json:"cpu_us_per_heap"`
 	LoopPerHeap float64    `json:"loop_cpu_us_per_heap"`
 	MedianUs    float64    `json:"latency_median_us"`
@@ -177,19 +191,28 @@ func Python(ctx context.Context, env Env, o PyOptions, progress func(shape PySha
 		spead2Path = p
 		receivers = append(receivers, "spead2")
 	}
-	script, err := os.CreateTemp("", "ibvbridge-pyloop-*.py")
+	dir, err := os.MkdirTemp("", "ibvbridge-pyloop-")
 	if err != nil {
 		return nil, err
 	}
-	defer os.Remove(script.Name())
-	if _, err := io.WriteString(script, pyLoop); err != nil {
+	defer os.RemoveAll(dir)
+	script := filepath.Join(dir, "pyloop.py")
+	if err := os.WriteFile(script, []byte(pyLoop), 0o600); err != nil {
 		return nil, err
 	}
-	script.Close()
+	place := "" // spead2's chunk_place, built once the first chunk-mode shape needs it
 	var out []PyResult
 	for _, sh := range o.Shapes {
 		if sh.PacketSize <= 0 {
 			sh.PacketSize = 8972
+		}
+		if sh.ChunkHeaps > 0 && sh.HeapSize < 8 {
+			return nil, fmt.Errorf("%w: chunk mode: heaps of %d bytes: want at least 8 (a heap carries its send time)", ErrBadOption, sh.HeapSize)
+		}
+		if sh.ChunkHeaps > 0 && slices.Contains(receivers, "spead2") && place == "" {
+			if place, err = buildSpead2Place(dir); err != nil {
+				return nil, err
+			}
 		}
 		res := PyResult{Shape: sh}
 		rows := make([]PyRow, len(receivers))
@@ -203,9 +226,9 @@ func Python(ctx context.Context, env Env, o PyOptions, progress func(shape PySha
 				var r PyRun
 				var err error
 				if receivers[k] == "spead2" {
-					r, err = pySpead2Run(ctx, env, o, sh, script.Name(), spead2Path)
+					r, err = pySpead2Run(ctx, env, o, sh, script, spead2Path, place)
 				} else {
-					r, err = pyIbvbridgeRun(ctx, env, o, variants[receivers[k]], sh, script.Name())
+					r, err = pyIbvbridgeRun(ctx, env, o, variants[receivers[k]], sh, script)
 				}
 				if err != nil {
 					return nil, fmt.Errorf("%s, %s heaps: %w", receivers[k], sizeName(sh.HeapSize), err)
@@ -238,6 +261,7 @@ func (r *PyRow) summarise() {
 	var cpu, loop, med, p99 []float64
 	r.Lossless = len(r.Runs) > 0
 	for _, x := range r.Runs {
+		r.Sent, r.Heaps, r.Chunks = r.Sent+x.Sent, r.Heaps+x.Heaps, r.Chunks+x.Chunks
 		n := float64(max(x.Heaps, 1))
 		cpu, loop = append(cpu, x.CPUSeconds/n*1e6), append(loop, x.LoopCPU/n*1e6)
 		med, p99 = append(med, x.MedianUs), append(p99, x.P99Us)
@@ -252,14 +276,50 @@ func (r *PyRow) summarise() {
 type pyLoopResult struct {
 	Heaps      uint64  `json:"heaps"`
 	Stamped    uint64  `json:"stamped"`
+	Chunks     uint64  `json:"chunks"`
 	CPUSeconds float64 `json:"cpu_seconds"`
 	MedianUs   float64 `json:"latency_median_us"`
 	P99Us      float64 `json:"latency_p99_us"`
 	Incomplete uint64  `json:"incomplete"`
+	TooOld     uint64  `json:"too_old_heaps"`  // spead2's chunk stream
+	Rejected   uint64  `json:"rejected_heaps"` // spead2's chunk stream: the stream-stop heap, which its place rejects
+}
+
+// pyMode is pyloop.py's mode for a shape.
+func pyMode(sh PyShape) string {
+	if sh.ChunkHeaps > 0 {
+		return "chunks"
+	}
+	return "heaps"
+}
+
+// pyChunks is the chunks a chunk-mode shape's sender fills: every one whole (0 in heap mode).
+func pyChunks(sh PyShape, sent uint64) uint64 {
+	if sh.ChunkHeaps <= 0 {
+		return 0
+	}
+	return sent / uint64(sh.ChunkHeaps)
+}
+
+// buildSpead2Place builds spead2's chunk_place (bench/cplace/spead2_place.c) with cc into dir and returns its path.
+func buildSpead2Place(dir string) (string, error) {
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		return "", fmt.Errorf("spead2's chunk stream needs a compiled chunk_place and there is no C compiler (apt-get install gcc): %w", err)
+	}
+	src, so := filepath.Join(dir, "spead2_place.c"), filepath.Join(dir, "spead2_place.so")
+	if err := os.WriteFile(src, []byte(spead2Place), 0o600); err != nil {
+		return "", err
+	}
+	if b, err := exec.Command(cc, "-O2", "-Wall", "-Werror", "-shared", "-fPIC", "-o", so, src).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building spead2's chunk_place: %w: %s", err, b)
+	}
+	return so, nil
 }
 
 // pyIbvbridgeRun is one run of recv (its defaults but a ring whose slots hold the heap, the block policy
-// as spead2's ring has, o.RecvArgs) and the Python client's ItemGroup loop.
+// as spead2's ring has, o.RecvArgs) and the Python client's ItemGroup loop; in chunk mode a ring of chunks
+// placed by heap cnt, read with ring.chunks().
 func pyIbvbridgeRun(ctx context.Context, env Env, o PyOptions, v PyVariant, sh PyShape, script string) (PyRun, error) {
 	var run PyRun
 	self, err := env.binary()
@@ -277,9 +337,12 @@ func pyIbvbridgeRun(ctx context.Context, env Env, o PyOptions, v PyVariant, sh P
 	defer cancel()
 	name := fmt.Sprintf("benchpy-%d-%d", os.Getpid(), port)
 	defer ring.Remove("", name)
-	slotSize := max(64<<10, sh.HeapSize+4096)
-	args := append([]string{"recv", "--ring", name, "--slot-size", strconv.Itoa(slotSize), "--buffer", strconv.Itoa(o.Buffer),
-		"--log-format", "json"}, DefaultPeerRecvArgs...)
+	args := []string{"recv", "--ring", name, "--slot-size", strconv.Itoa(max(64<<10, sh.HeapSize+4096))}
+	if sh.ChunkHeaps > 0 {
+		args = []string{"recv", "--ring", name, "--chunk-heaps", strconv.Itoa(sh.ChunkHeaps), "--chunk-by", "0x1",
+			"--chunk-heap-size", strconv.Itoa(sh.HeapSize)}
+	}
+	args = append(append(args, "--buffer", strconv.Itoa(o.Buffer), "--log-format", "json"), DefaultPeerRecvArgs...)
 	recv := exec.CommandContext(ctx, self, append(append(args, v.RecvArgs...), endpoint)...)
 	var recvOut bytes.Buffer
 	var recvErr LockedBuffer
@@ -294,7 +357,7 @@ func pyIbvbridgeRun(ctx context.Context, env Env, o PyOptions, v PyVariant, sh P
 			return run, err
 		}
 	}
-	loop, err := startPyLoop(ctx, o, pkg, func() bool { return consumerAttached(name) }, script, "ibvbridge", name)
+	loop, err := startPyLoop(ctx, o, pkg, func() bool { return consumerAttached(name) }, script, "ibvbridge", pyMode(sh), name)
 	if err != nil {
 		return run, err
 	}
@@ -328,12 +391,21 @@ func pyIbvbridgeRun(ctx context.Context, env Env, o PyOptions, v PyVariant, sh P
 	run.Lossless = lr.Stamped == sent && num("dropped_heaps") == 0 && num("incomplete_heaps") == 0
 	run.Detail = fmt.Sprintf("stamped heaps %d of %d, recv dropped %d, incomplete %d", lr.Stamped, sent,
 		num("dropped_heaps"), num("incomplete_heaps"))
+	if sh.ChunkHeaps > 0 {
+		run.Heaps, run.Chunks = lr.Heaps, lr.Chunks
+		lost := num("dropped_heaps") + num("incomplete_heaps") + num("incomplete_chunks") + num("too_old_heaps") + num("rejected_heaps")
+		run.Lossless = lr.Heaps == sent && lr.Chunks == pyChunks(sh, sent) && lost == 0
+		run.Detail = fmt.Sprintf("heaps %d of %d in %d chunks of %d, recv dropped %d, incomplete %d, incomplete chunks %d, "+
+			"too old %d, rejected %d", lr.Heaps, sent, lr.Chunks, pyChunks(sh, sent), num("dropped_heaps"), num("incomplete_heaps"),
+			num("incomplete_chunks"), num("too_old_heaps"), num("rejected_heaps"))
+	}
 	return run, nil
 }
 
 // pySpead2Run is one run of spead2's Python receiver (spead2.recv.Stream with a memory pool and a ring
-// of RingHeaps heaps, its other settings default) with the same loop.
-func pySpead2Run(ctx context.Context, env Env, o PyOptions, sh PyShape, script, path string) (PyRun, error) {
+// of RingHeaps heaps, its other settings default) with the same loop; in chunk mode
+// spead2.recv.ChunkRingStream with place, the compiled chunk_place, and a ring of RingHeaps chunks.
+func pySpead2Run(ctx context.Context, env Env, o PyOptions, sh PyShape, script, path, place string) (PyRun, error) {
 	var run PyRun
 	port, endpoint, err := loopbackEndpoint()
 	if err != nil {
@@ -342,8 +414,13 @@ func pySpead2Run(ctx context.Context, env Env, o PyOptions, sh PyShape, script, 
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	var loop *pyLoopProc
-	loop, err = startPyLoop(ctx, o, path, nil, script, "spead2", strconv.Itoa(port), strconv.Itoa(o.Buffer),
-		strconv.Itoa(pySpead2RingHeaps), strconv.Itoa(sh.HeapSize+4096))
+	args := []string{"spead2", "heaps", strconv.Itoa(port), strconv.Itoa(o.Buffer), strconv.Itoa(pySpead2RingHeaps),
+		strconv.Itoa(sh.HeapSize + 4096)}
+	if sh.ChunkHeaps > 0 {
+		args = []string{"spead2", "chunks", strconv.Itoa(port), strconv.Itoa(o.Buffer), strconv.Itoa(pySpead2RingHeaps),
+			strconv.Itoa(sh.ChunkHeaps), strconv.Itoa(sh.HeapSize), place}
+	}
+	loop, err = startPyLoop(ctx, o, path, nil, script, args...)
 	if err != nil {
 		return run, err
 	}
@@ -363,6 +440,12 @@ func pySpead2Run(ctx context.Context, env Env, o PyOptions, sh PyShape, script, 
 	run.CPUSeconds, run.LoopCPU = cpu.Seconds(), cpu.Seconds()
 	run.Lossless = lr.Stamped == sent && lr.Incomplete == 0
 	run.Detail = fmt.Sprintf("stamped heaps %d of %d, incomplete %d", lr.Stamped, sent, lr.Incomplete)
+	if sh.ChunkHeaps > 0 {
+		run.Heaps, run.Chunks = lr.Heaps, lr.Chunks
+		run.Lossless = lr.Heaps == sent && lr.Chunks == pyChunks(sh, sent) && lr.Incomplete == 0 && lr.TooOld == 0
+		run.Detail = fmt.Sprintf("heaps %d of %d in %d chunks of %d, incomplete %d, too old %d, rejected %d (the stream stop)",
+			lr.Heaps, sent, lr.Chunks, pyChunks(sh, sent), lr.Incomplete, lr.TooOld, lr.Rejected)
+	}
 	return run, nil
 }
 
@@ -424,9 +507,11 @@ const (
 )
 
 // sendStamped sends sh's heaps to endpoint: a descriptor heap, then heaps each carrying its send time
-// (CLOCK_REALTIME ns modulo 2^48, an immediate taken just before its packets leave) and sh.HeapSize
-// bytes of data, paced to sh.RateGbps heap by heap, then the stream stop. It returns the stamped heaps
-// sent and the rate achieved.
+// (CLOCK_REALTIME ns modulo 2^48, an immediate taken just before its packets leave, and again in the
+// data's first 8 bytes, little-endian) and sh.HeapSize bytes of data, paced to sh.RateGbps heap by heap,
+// then the stream stop. It returns the stamped heaps sent and the rate achieved. In chunk mode there is no
+// descriptor heap (chunks hold payloads only), heap cnts start at 0 (the first chunk's first position)
+// and the heaps fill whole chunks.
 func sendStamped(ctx context.Context, endpoint string, sh PyShape) (uint64, float64, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -459,11 +544,19 @@ func sendStamped(ctx context.Context, endpoint string, sh PyShape) (uint64, floa
 		}
 		return hs.Flush(ctx)
 	}
-	if err := send(&desc); err != nil {
-		return 0, 0, err
-	}
-	time.Sleep(20 * time.Millisecond) // the descriptors reach both receivers before the first data heap
 	heaps := uint64(sh.RateGbps * 1e9 / 8 * sh.Seconds / float64(sh.HeapSize))
+	first := uint64(2) // cnt 1 is the descriptors'
+	if sh.ChunkHeaps > 0 {
+		first, heaps = 0, heaps/uint64(sh.ChunkHeaps)*uint64(sh.ChunkHeaps)
+		if heaps == 0 {
+			return 0, 0, fmt.Errorf("%w: %g s at %g Gb/s is not one chunk of %d heaps", ErrBadOption, sh.Seconds, sh.RateGbps, sh.ChunkHeaps)
+		}
+	} else {
+		if err := send(&desc); err != nil {
+			return 0, 0, err
+		}
+		time.Sleep(20 * time.Millisecond) // the descriptors reach both receivers before the first data heap
+	}
 	period := time.Duration(float64(sh.HeapSize) * 8 / (sh.RateGbps * 1e9) * float64(time.Second))
 	data := make([]byte, sh.HeapSize)
 	h := spead.Heap{Items: []spead.Item{{ID: pyStampID, Immediate: true}, {ID: pyDataID, Data: data}}}
@@ -473,15 +566,18 @@ func sendStamped(ctx context.Context, endpoint string, sh PyShape) (uint64, floa
 			ts := unix.NsecToTimespec(d.Nanoseconds())
 			_ = unix.Nanosleep(&ts, nil)
 		}
-		h.Cnt = k + 2
+		h.Cnt = k + first
 		h.Items[0].Value = uint64(time.Now().UnixNano()) & (1<<48 - 1)
+		if len(data) >= 8 {
+			binary.LittleEndian.PutUint64(data, h.Items[0].Value)
+		}
 		if err := send(&h); err != nil {
 			return 0, 0, err
 		}
 	}
 	secs := time.Since(start).Seconds()
 	time.Sleep(20 * time.Millisecond)
-	stop := spead.StreamStopHeap(heaps + 2)
+	stop := spead.StreamStopHeap(heaps + first)
 	if err := send(&stop); err != nil {
 		return 0, 0, err
 	}
@@ -490,15 +586,23 @@ func sendStamped(ctx context.Context, endpoint string, sh PyShape) (uint64, floa
 
 // PrintPython writes `bench python`'s table: per shape and receiver the medians of CPU per heap (every
 // receiving process, and the Python loop's share), latency median and p99, with their spreads, whether
-// every run was lossless, and ibvbridge's ratios to spead2.
+// every run was lossless (in chunk mode with the heaps and chunks received), and ibvbridge's ratios to spead2.
 func PrintPython(w io.Writer, results []PyResult, runs int) {
 	for _, res := range results {
 		sh := res.Shape
-		fmt.Fprintf(w, "%s heaps at %g Gb/s, %d runs each, medians:\n", sizeName(sh.HeapSize), sh.RateGbps, runs)
+		chunks := ""
+		if sh.ChunkHeaps > 0 {
+			chunks = fmt.Sprintf(" in chunks of %d", sh.ChunkHeaps)
+		}
+		fmt.Fprintf(w, "%s heaps at %g Gb/s%s, %d runs each, medians:\n", sizeName(sh.HeapSize), sh.RateGbps, chunks, runs)
 		for _, r := range res.Rows {
-			fmt.Fprintf(w, "  %-9s CPU %7.2f µs/heap (%.2f–%.2f; Python loop %.2f)  latency median %7.0f µs  p99 %7.0f µs (%.0f–%.0f)  %s\n",
+			fmt.Fprintf(w, "  %-9s CPU %7.2f µs/heap (%.2f–%.2f; Python loop %.2f)  latency median %7.0f µs  p99 %7.0f µs (%.0f–%.0f)  %s",
 				r.Receiver, r.CPUPerHeap, r.CPUSpread[0], r.CPUSpread[1], r.LoopPerHeap, r.MedianUs, r.P99Us,
 				r.P99Spread[0], r.P99Spread[1], losslessWord(r.Lossless))
+			if sh.ChunkHeaps > 0 {
+				fmt.Fprintf(w, " (heaps %d of %d in %d chunks)", r.Heaps, r.Sent, r.Chunks)
+			}
+			fmt.Fprintln(w)
 		}
 		for _, r := range res.Rows {
 			if r.Ratios != nil {

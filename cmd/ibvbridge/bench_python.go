@@ -11,13 +11,20 @@ import (
 	"github.com/ibvbridge/ibvbridge/bench"
 )
 
+// pyChunkShapes is chunk mode's stream: 8 KiB one-packet heaps at 2.5 Gb/s (38 k heaps/s; in chunks of 64,
+// 600 chunks/s).
+const pyChunkShapes = "8K@2.5"
+
 // runBenchPython is bench python: recv and the Python client's ItemGroup loop, side by side with spead2's
 // Python receiver running the same loop (--peer spead2), on a sender that stamps each heap with its send
 // time: CPU per heap of every receiving process, latency median and p99, lossless or not, and ratios.
+// --chunks N is chunk mode: recv's chunks read with ring.chunks() against spead2's ChunkRingStream.
 func runBenchPython(ctx context.Context, env bench.Env, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("bench python", stderr)
 	var o bench.PyOptions
-	shapes := fs.String("shapes", "1M@6,8K@1,1K@0.2", "streams, comma-separated: HEAPSIZE@GBPS (jumbo packets)")
+	shapes := fs.String("shapes", "1M@6,8K@1,1K@0.2", "streams, comma-separated: HEAPSIZE@GBPS (jumbo packets; with --chunks default 8K@2.5)")
+	chunks := fs.Int("chunks", 0, "chunk mode: N heaps per chunk, placed by heap cnt (recv --chunk-heaps N --chunk-by 0x1, read with ring.chunks(); "+
+		"spead2: ChunkRingStream with a chunk_place compiled with cc); 0: heap mode")
 	seconds := fs.Float64("seconds", 2, "seconds of stream per run")
 	fs.IntVar(&o.Runs, "runs", 5, "alternating runs per receiver and stream; the figures are medians")
 	fs.StringVar(&o.Peer, "peer", "", "spead2: also spead2's Python receiver (spead2.recv.Stream + spead2.ItemGroup) with the same loop")
@@ -43,6 +50,12 @@ func runBenchPython(ctx context.Context, env bench.Env, args []string, stdout, s
 	if *baseline != "" {
 		o.Variants = append(o.Variants, bench.PyVariant{Label: "baseline", Binary: *baseline, RecvArgs: o.RecvArgs, Client: *baseClient})
 	}
+	if *chunks < 0 {
+		return usageError("--chunks: want N ≥ 1 heaps per chunk, or 0 for heap mode")
+	}
+	if *chunks > 0 && !givenFlags(fs)["shapes"] {
+		*shapes = pyChunkShapes
+	}
 	for _, s := range strings.Split(*shapes, ",") {
 		size, rate, ok := strings.Cut(s, "@")
 		n, err := parseByteSize(size)
@@ -50,7 +63,7 @@ func runBenchPython(ctx context.Context, env bench.Env, args []string, stdout, s
 		if !ok || err != nil || gerr != nil || n < 1 || g <= 0 {
 			return usageError("--shapes: %q is not HEAPSIZE@GBPS", s)
 		}
-		o.Shapes = append(o.Shapes, bench.PyShape{HeapSize: n, PacketSize: 8972, RateGbps: g, Seconds: *seconds})
+		o.Shapes = append(o.Shapes, bench.PyShape{HeapSize: n, PacketSize: 8972, RateGbps: g, Seconds: *seconds, ChunkHeaps: *chunks})
 	}
 	if o.Peer != "" {
 		if _, err := bench.Spead2PythonPath("/usr/bin/python3", o.Spead2); err != nil {

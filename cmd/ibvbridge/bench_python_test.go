@@ -85,3 +85,70 @@ func TestBenchPythonPeerSpead2(t *testing.T) {
 		t.Errorf("spead2 row %+v, ratio %v", s, res.Results[0].CPURatio)
 	}
 }
+
+// Chunk mode without spead2's Python package: one line says so, and recv's chunks (placed by heap cnt) reach
+// the Python client's ring.chunks() loop whole: every heap sent is present, in sent/16 chunks, none lost,
+// with a CPU per heap and a chunk latency.
+func TestBenchPythonChunksWithoutSpead2CountsEveryChunk(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	res, stderr := benchPython(t, "--chunks", "16", "--peer", "spead2", "--spead2-path", t.TempDir())
+	if n := strings.Count(stderr, "spead2's Python package"); n != 1 || !strings.Contains(stderr, "ibvbridge alone") {
+		t.Errorf("want one line saying spead2's Python is missing, got %d:\n%s", n, stderr)
+	}
+	if res.Peer != "" || len(res.Results) != 1 || res.Results[0].Shape.ChunkHeaps != 16 {
+		t.Fatalf("result %+v: want one chunk-mode shape, no peer", res)
+	}
+	rows := res.Results[0].Rows
+	if len(rows) != 1 || rows[0].Receiver != "ibvbridge" {
+		t.Fatalf("rows %+v: want ibvbridge alone", rows)
+	}
+	checkChunkRow(t, rows[0], 16)
+}
+
+// checkChunkRow fails unless r's one run was lossless in chunk mode: every heap sent present, in whole
+// chunks of heaps, with a CPU per heap and a chunk latency.
+func checkChunkRow(t *testing.T, r bench.PyRow, heaps uint64) {
+	t.Helper()
+	run := r.Runs[0]
+	if !r.Lossless || run.Sent == 0 || run.Sent%heaps != 0 || run.Heaps != run.Sent || run.Chunks != run.Sent/heaps ||
+		r.Chunks != run.Chunks || r.CPUPerHeap <= 0 || r.LoopPerHeap <= 0 || r.LoopPerHeap > r.CPUPerHeap || r.MedianUs <= 0 {
+		t.Errorf("%s: %+v", r.Receiver, r)
+	}
+}
+
+// With spead2's Python package and a C compiler, chunk mode runs spead2.recv.ChunkRingStream with the
+// compiled chunk_place on the same traffic: both receivers get every heap in the same whole chunks (the
+// stream-stop heap opens no chunk of its own), and the CPU ratio is computed from both rows.
+func TestBenchPythonChunksPeerSpead2(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	if _, err := bench.Spead2PythonPath("/usr/bin/python3", ""); err != nil {
+		t.Skipf("spead2's Python package is absent: %v", err)
+	}
+	if _, err := exec.LookPath("cc"); err != nil {
+		t.Skipf("no C compiler for spead2's chunk_place: %v", err)
+	}
+	res, stderr := benchPython(t, "--chunks", "16", "--peer", "spead2")
+	rows := res.Results[0].Rows
+	if res.Peer != "spead2" || len(rows) != 2 || rows[1].Receiver != "spead2" {
+		t.Fatalf("rows %+v: %s", rows, stderr)
+	}
+	for _, r := range rows {
+		checkChunkRow(t, r, 16)
+	}
+	if rows[0].Sent != rows[1].Sent || res.Results[0].CPURatio <= 0 {
+		t.Errorf("ibvbridge sent %d, spead2 %d; CPU ratio %v", rows[0].Sent, rows[1].Sent, res.Results[0].CPURatio)
+	}
+}
+
+// --chunks takes a count of heaps.
+func TestBenchPythonChunksRejectsNegative(t *testing.T) {
+	cmd := exec.Command(binary(t), "bench", "python", "--chunks", "-1")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--chunks") {
+		t.Errorf("bench python --chunks -1: %v: %s", err, out)
+	}
+}
