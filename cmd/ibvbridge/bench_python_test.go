@@ -48,9 +48,7 @@ func TestBenchPythonWithoutSpead2SaysSoAndMeasuresIbvbridge(t *testing.T) {
 		t.Skip("short")
 	}
 	res, stderr := benchPython(t, "--peer", "spead2", "--spead2-path", t.TempDir(), "--variant", "c0=--coalesce 0")
-	if n := strings.Count(stderr, "spead2's Python package"); n != 1 || !strings.Contains(stderr, "ibvbridge alone") {
-		t.Errorf("want one line saying spead2's Python is missing, got %d:\n%s", n, stderr)
-	}
+	checkSaysSpead2Missing(t, stderr)
 	if res.Peer != "" || len(res.Results) != 1 {
 		t.Fatalf("result %+v: want one shape, no peer", res)
 	}
@@ -59,23 +57,49 @@ func TestBenchPythonWithoutSpead2SaysSoAndMeasuresIbvbridge(t *testing.T) {
 		t.Fatalf("rows %+v: want ibvbridge and c0", rows)
 	}
 	for _, r := range rows {
-		run := r.Runs[0]
-		if !r.Lossless || run.Heaps != run.Sent || run.Sent == 0 || r.CPUPerHeap <= 0 || r.LoopPerHeap <= 0 ||
-			r.LoopPerHeap > r.CPUPerHeap || r.MedianUs <= 0 || r.P99Us < r.MedianUs {
-			t.Errorf("%s: %+v", r.Receiver, r)
-		}
+		checkRow(t, r, 0)
 	}
 }
 
-// With spead2's Python package the same loop runs over spead2.recv.Stream too, and the ratios are
-// computed from both rows.
-func TestBenchPythonPeerSpead2(t *testing.T) {
+// checkSaysSpead2Missing fails unless stderr has one line saying spead2's Python package is missing and the
+// benchmark goes on with ibvbridge alone.
+func checkSaysSpead2Missing(t *testing.T, stderr string) {
+	t.Helper()
+	if n := strings.Count(stderr, "spead2's Python package"); n != 1 || !strings.Contains(stderr, "ibvbridge alone") {
+		t.Errorf("want one line saying spead2's Python is missing, got %d:\n%s", n, stderr)
+	}
+}
+
+// checkRow fails unless r's first run was lossless, every heap sent seen, with a CPU per heap (the Python
+// loop's share of it) and a latency; in chunk mode (chunkHeaps > 0) every heap present in whole chunks of
+// chunkHeaps.
+func checkRow(t *testing.T, r bench.PyRow, chunkHeaps uint64) {
+	t.Helper()
+	run := r.Runs[0]
+	if !r.Lossless || run.Heaps != run.Sent || run.Sent == 0 || r.CPUPerHeap <= 0 || r.LoopPerHeap <= 0 ||
+		r.LoopPerHeap > r.CPUPerHeap || r.MedianUs <= 0 || r.P99Us < r.MedianUs {
+		t.Errorf("%s: %+v", r.Receiver, r)
+	}
+	if chunkHeaps > 0 && (run.Sent%chunkHeaps != 0 || run.Chunks != run.Sent/chunkHeaps || r.Chunks != run.Chunks) {
+		t.Errorf("%s: %d heaps sent, %d chunks of %d seen: want whole chunks", r.Receiver, run.Sent, run.Chunks, chunkHeaps)
+	}
+}
+
+// needSpead2Python skips unless long tests run and spead2's Python package imports.
+func needSpead2Python(t *testing.T) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("short")
 	}
 	if _, err := bench.Spead2PythonPath("/usr/bin/python3", ""); err != nil {
 		t.Skipf("spead2's Python package is absent: %v", err)
 	}
+}
+
+// With spead2's Python package the same loop runs over spead2.recv.Stream too, and the ratios are
+// computed from both rows.
+func TestBenchPythonPeerSpead2(t *testing.T) {
+	needSpead2Python(t)
 	res, stderr := benchPython(t, "--peer", "spead2")
 	rows := res.Results[0].Rows
 	if res.Peer != "spead2" || len(rows) != 2 || rows[1].Receiver != "spead2" {
@@ -94,9 +118,7 @@ func TestBenchPythonChunksWithoutSpead2CountsEveryChunk(t *testing.T) {
 		t.Skip("short")
 	}
 	res, stderr := benchPython(t, "--chunks", "16", "--peer", "spead2", "--spead2-path", t.TempDir())
-	if n := strings.Count(stderr, "spead2's Python package"); n != 1 || !strings.Contains(stderr, "ibvbridge alone") {
-		t.Errorf("want one line saying spead2's Python is missing, got %d:\n%s", n, stderr)
-	}
+	checkSaysSpead2Missing(t, stderr)
 	if res.Peer != "" || len(res.Results) != 1 || res.Results[0].Shape.ChunkHeaps != 16 {
 		t.Fatalf("result %+v: want one chunk-mode shape, no peer", res)
 	}
@@ -104,30 +126,14 @@ func TestBenchPythonChunksWithoutSpead2CountsEveryChunk(t *testing.T) {
 	if len(rows) != 1 || rows[0].Receiver != "ibvbridge" {
 		t.Fatalf("rows %+v: want ibvbridge alone", rows)
 	}
-	checkChunkRow(t, rows[0], 16)
-}
-
-// checkChunkRow fails unless r's one run was lossless in chunk mode: every heap sent present, in whole
-// chunks of heaps, with a CPU per heap and a chunk latency.
-func checkChunkRow(t *testing.T, r bench.PyRow, heaps uint64) {
-	t.Helper()
-	run := r.Runs[0]
-	if !r.Lossless || run.Sent == 0 || run.Sent%heaps != 0 || run.Heaps != run.Sent || run.Chunks != run.Sent/heaps ||
-		r.Chunks != run.Chunks || r.CPUPerHeap <= 0 || r.LoopPerHeap <= 0 || r.LoopPerHeap > r.CPUPerHeap || r.MedianUs <= 0 {
-		t.Errorf("%s: %+v", r.Receiver, r)
-	}
+	checkRow(t, rows[0], 16)
 }
 
 // With spead2's Python package and a C compiler, chunk mode runs spead2.recv.ChunkRingStream with the
 // compiled chunk_place on the same traffic: both receivers get every heap in the same whole chunks (the
 // stream-stop heap opens no chunk of its own), and the CPU ratio is computed from both rows.
 func TestBenchPythonChunksPeerSpead2(t *testing.T) {
-	if testing.Short() {
-		t.Skip("short")
-	}
-	if _, err := bench.Spead2PythonPath("/usr/bin/python3", ""); err != nil {
-		t.Skipf("spead2's Python package is absent: %v", err)
-	}
+	needSpead2Python(t)
 	if _, err := exec.LookPath("cc"); err != nil {
 		t.Skipf("no C compiler for spead2's chunk_place: %v", err)
 	}
@@ -137,7 +143,7 @@ func TestBenchPythonChunksPeerSpead2(t *testing.T) {
 		t.Fatalf("rows %+v: %s", rows, stderr)
 	}
 	for _, r := range rows {
-		checkChunkRow(t, r, 16)
+		checkRow(t, r, 16)
 	}
 	if rows[0].Sent != rows[1].Sent || res.Results[0].CPURatio <= 0 {
 		t.Errorf("ibvbridge sent %d, spead2 %d; CPU ratio %v", rows[0].Sent, rows[1].Sent, res.Results[0].CPURatio)
