@@ -301,11 +301,21 @@ func pyChunks(sh PyShape, sent uint64) uint64 {
 	return sent / uint64(sh.ChunkHeaps)
 }
 
-// buildSpead2Place builds spead2's chunk_place (bench/cplace/spead2_place.c) with cc into dir and returns its path.
-func buildSpead2Place(dir string) (string, error) {
+// Spead2PlaceCompiler is the C compiler that builds spead2's chunk_place for chunk mode, or an error saying
+// there is none.
+func Spead2PlaceCompiler() (string, error) {
 	cc, err := exec.LookPath("cc")
 	if err != nil {
 		return "", fmt.Errorf("spead2's chunk stream needs a compiled chunk_place and there is no C compiler (apt-get install gcc): %w", err)
+	}
+	return cc, nil
+}
+
+// buildSpead2Place builds spead2's chunk_place (bench/cplace/spead2_place.c) with cc into dir and returns its path.
+func buildSpead2Place(dir string) (string, error) {
+	cc, err := Spead2PlaceCompiler()
+	if err != nil {
+		return "", err
 	}
 	src, so := filepath.Join(dir, "spead2_place.c"), filepath.Join(dir, "spead2_place.so")
 	if err := os.WriteFile(src, []byte(spead2Place), 0o600); err != nil {

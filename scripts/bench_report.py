@@ -263,6 +263,8 @@ def python_rows(res, s, with_ratio, names=None):
     for shape in res["results"]:
         sh_ = shape["shape"]
         label = f"{size_label(sh_['heap_size'])} @ {sh_['rate_gbps']:g} Gb/s"
+        if sh_.get("chunk_heaps"):
+            label += f", chunks of {sh_['chunk_heaps']}"
         for r in shape["rows"]:
             lo, hi = r["cpu_us_per_heap_spread"]
             plo, phi = r["latency_p99_us_spread"]
@@ -281,14 +283,20 @@ def spead2_python_section(a):
                 "to recv (its defaults, the block policy) read by the Python client's `ItemGroup` loop, and to spead2's "
                 "Python receiver (`spead2.recv.Stream`, a memory pool, a 128-heap ring) running the same loop "
                 "(`bench/pyloop.py`). CPU is that of every receiving process (recv + Python, or spead2's one process) "
-                "per heap; latency is the loop's receive time minus the send stamp.")
+                "per heap; latency is the loop's receive time minus the send stamp. The chunks row (`--chunks 64`) is "
+                "recv's chunk mode placing by heap cnt, read with `ring.chunks()`, against `spead2.recv.ChunkRingStream` "
+                "placing alike with a compiled `chunk_place`, both loops counting each chunk's presence map; its "
+                "latency is each chunk's, from its last heap's send time, and includes when each receiver publishes a "
+                "full chunk (recv at once, spead2 when the next chunk but one opens).")
     runs = str(max(a.repeats, 5))
     (res, err), = s.run(["bench", "python", "--peer", "spead2", "--runs", runs, "--seconds", "1", "--json"], timeout=3600)
+    (chunks, _), = s.run(["bench", "python", "--peer", "spead2", "--chunks", "64", "--runs", str(a.repeats), "--seconds", "1",
+                          "--json"], timeout=3600)
     if not res.get("peer"):
         why = next((l for l in err.splitlines() if "spead2" in l), "spead2's Python package does not import")
         why = why.strip().removeprefix("bench python: ").removesuffix(": ibvbridge alone")
         s.body.append(f"spead2's Python receiver not measured: {why.strip()}. The rows are ibvbridge's alone.\n\n")
-    python_rows(res, s, bool(res.get("peer")))
+    python_rows({"results": res["results"] + chunks["results"]}, s, bool(res.get("peer")))
     return s
 
 

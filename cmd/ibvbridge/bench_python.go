@@ -69,6 +69,9 @@ func runBenchPython(ctx context.Context, env bench.Env, args []string, stdout, s
 		if _, err := bench.Spead2PythonPath("/usr/bin/python3", o.Spead2); err != nil {
 			fmt.Fprintf(stderr, "bench python: %v: ibvbridge alone\n", err)
 			o.Peer = ""
+		} else if _, err := bench.Spead2PlaceCompiler(); *chunks > 0 && err != nil {
+			fmt.Fprintf(stderr, "bench python: %v: ibvbridge alone\n", err)
+			o.Peer = ""
 		}
 	}
 	progress := func(sh bench.PyShape, receiver string, run int, r bench.PyRun) {

@@ -19,11 +19,20 @@ func benchPython(t *testing.T, args ...string) (struct {
 	Results []bench.PyResult `json:"results"`
 }, string) {
 	t.Helper()
+	return benchPythonEnv(t, nil, args...)
+}
+
+// benchPythonEnv is benchPython with env added to its environment.
+func benchPythonEnv(t *testing.T, env []string, args ...string) (struct {
+	Peer    string           `json:"peer"`
+	Results []bench.PyResult `json:"results"`
+}, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary(t), append([]string{"bench", "python", "--shapes", "8K@0.2", "--seconds", "0.3",
 		"--runs", "1", "--json"}, args...)...)
-	cmd.Env = append(os.Environ(), "IBVBRIDGE_RING_DIR="+t.TempDir())
+	cmd.Env = append(append(os.Environ(), "IBVBRIDGE_RING_DIR="+t.TempDir()), env...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -148,6 +157,20 @@ func TestBenchPythonChunksPeerSpead2(t *testing.T) {
 	if rows[0].Sent != rows[1].Sent || res.Results[0].CPURatio <= 0 {
 		t.Errorf("ibvbridge sent %d, spead2 %d; CPU ratio %v", rows[0].Sent, rows[1].Sent, res.Results[0].CPURatio)
 	}
+}
+
+// Without a C compiler spead2's chunk stream has no chunk_place: chunk mode says so in one line and measures
+// ibvbridge alone.
+func TestBenchPythonChunksWithoutCompilerSaysSo(t *testing.T) {
+	needSpead2Python(t)
+	res, stderr := benchPythonEnv(t, []string{"PATH=" + t.TempDir()}, "--chunks", "16", "--peer", "spead2")
+	if n := strings.Count(stderr, "no C compiler"); n != 1 || !strings.Contains(stderr, "ibvbridge alone") {
+		t.Errorf("want one line saying there is no C compiler, got %d:\n%s", n, stderr)
+	}
+	if res.Peer != "" || len(res.Results) != 1 || len(res.Results[0].Rows) != 1 {
+		t.Fatalf("result %+v: want ibvbridge alone", res)
+	}
+	checkRow(t, res.Results[0].Rows[0], 16)
 }
 
 // --chunks takes a count of heaps.
