@@ -81,11 +81,11 @@ type PyVariant struct {
 
 // PyRun is one run of one receiver on one shape.
 type PyRun struct {
-	Heaps      uint64  `json:"heaps"`            // stamped heaps the loop saw (chunk mode: heaps present in its chunks)
-	Chunks     uint64  `json:"chunks,omitempty"` // chunk mode: chunks the loop saw
-	Sent       uint64  `json:"sent"`             // stamped heaps sent
-	CPUSeconds float64 `json:"cpu_seconds"`      // every receiving process
-	LoopCPU    float64 `json:"loop_cpu_seconds"` // of which the Python process
+	Heaps      uint64  `json:"heaps"`             // stamped heaps the loop saw (chunk mode: heaps present in its chunks)
+	Chunks     uint64  `json:"chunks,omitempty"`  // chunk mode: chunks the loop saw
+	Sent       uint64  `json:"sent"`              // stamped heaps sent
+	CPUSeconds float64 `json:"cpu_seconds"`       // every receiving process
+	LoopCPU    float64 `json:"loop_cpu_seconds"`  // of which the Python process
 	MedianUs   float64 `json:"latency_median_us"` // chunk mode: of each chunk, from its last heap's send time
 	P99Us      float64 `json:"latency_p99_us"`
 	SentGbps   float64 `json:"sent_gbps"`
