@@ -325,9 +325,14 @@ func pyIbvbridgeRun(ctx context.Context, env Env, o PyOptions, v PyVariant, sh P
 	run.Heaps, run.MedianUs, run.P99Us = lr.Stamped, lr.MedianUs, lr.P99Us
 	run.LoopCPU = loopCPU.Seconds()
 	run.CPUSeconds = (recvCPU + loopCPU).Seconds()
-	run.Lossless = lr.Stamped == sent && num("dropped_heaps") == 0 && num("incomplete_heaps") == 0
-	run.Detail = fmt.Sprintf("stamped heaps %d of %d, recv dropped %d, incomplete %d", lr.Stamped, sent,
-		num("dropped_heaps"), num("incomplete_heaps"))
+	var kernelDrops uint64 // datagrams the socket dropped before recv read them (every loss has its counter)
+	if tc, ok := rc["transport_counters"].(map[string]any); ok {
+		f, _ := tc["kernel_drops"].(float64)
+		kernelDrops = uint64(f)
+	}
+	run.Lossless = lr.Stamped == sent && num("dropped_heaps") == 0 && num("incomplete_heaps") == 0 && kernelDrops == 0
+	run.Detail = fmt.Sprintf("stamped heaps %d of %d, recv dropped %d, incomplete %d, kernel dropped %d datagrams",
+		lr.Stamped, sent, num("dropped_heaps"), num("incomplete_heaps"), kernelDrops)
 	return run, nil
 }
 
