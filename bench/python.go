@@ -398,16 +398,21 @@ func pyIbvbridgeRun(ctx context.Context, env Env, o PyOptions, v PyVariant, sh P
 	run.Heaps, run.MedianUs, run.P99Us = lr.Stamped, lr.MedianUs, lr.P99Us
 	run.LoopCPU = loopCPU.Seconds()
 	run.CPUSeconds = (recvCPU + loopCPU).Seconds()
-	run.Lossless = lr.Stamped == sent && num("dropped_heaps") == 0 && num("incomplete_heaps") == 0
-	run.Detail = fmt.Sprintf("stamped heaps %d of %d, recv dropped %d, incomplete %d", lr.Stamped, sent,
-		num("dropped_heaps"), num("incomplete_heaps"))
+	var kernelDrops uint64 // datagrams the socket dropped before recv read them (every loss has its counter)
+	if tc, ok := rc["transport_counters"].(map[string]any); ok {
+		f, _ := tc["kernel_drops"].(float64)
+		kernelDrops = uint64(f)
+	}
+	run.Lossless = lr.Stamped == sent && num("dropped_heaps") == 0 && num("incomplete_heaps") == 0 && kernelDrops == 0
+	run.Detail = fmt.Sprintf("stamped heaps %d of %d, recv dropped %d, incomplete %d, kernel dropped %d datagrams",
+		lr.Stamped, sent, num("dropped_heaps"), num("incomplete_heaps"), kernelDrops)
 	if sh.ChunkHeaps > 0 {
 		run.Heaps, run.Chunks = lr.Heaps, lr.Chunks
-		lost := num("dropped_heaps") + num("incomplete_heaps") + num("incomplete_chunks") + num("too_old_heaps") + num("rejected_heaps")
+		lost := num("dropped_heaps") + num("incomplete_heaps") + num("incomplete_chunks") + num("too_old_heaps") + num("rejected_heaps") + kernelDrops
 		run.Lossless = lr.Heaps == sent && lr.Chunks == pyChunks(sh, sent) && lost == 0
 		run.Detail = fmt.Sprintf("heaps %d of %d in %d chunks of %d, recv dropped %d, incomplete %d, incomplete chunks %d, "+
-			"too old %d, rejected %d", lr.Heaps, sent, lr.Chunks, pyChunks(sh, sent), num("dropped_heaps"), num("incomplete_heaps"),
-			num("incomplete_chunks"), num("too_old_heaps"), num("rejected_heaps"))
+			"too old %d, rejected %d, kernel dropped %d datagrams", lr.Heaps, sent, lr.Chunks, pyChunks(sh, sent), num("dropped_heaps"),
+			num("incomplete_heaps"), num("incomplete_chunks"), num("too_old_heaps"), num("rejected_heaps"), kernelDrops)
 	}
 	return run, nil
 }

@@ -144,6 +144,33 @@ func TestRecvPolicyDefaultsToBlockForReplay(t *testing.T) {
 	}
 }
 
+// TestRecvSmallSlotsGetMoreOfThemByDefault: without --slots, small slots come in numbers that outlast a
+// descheduled consumer (at most the default ring's memory); --slots and chunk mode keep theirs.
+func TestRecvSmallSlotsGetMoreOfThemByDefault(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"9000"}, 128},
+		{[]string{"--slot-size", "256K", "9000"}, 128},
+		{[]string{"--slot-size", "64K", "9000"}, 512},
+		{[]string{"--slot-size", "8K", "9000"}, 4096},
+		{[]string{"--slot-size", "1K", "9000"}, 16384},
+		{[]string{"--slot-size", "1K", "--slots", "64", "9000"}, 64},
+		{[]string{"--chunk-heaps", "8", "--chunk-by", "0x1600", "--chunk-heap-size", "1K", "9000"}, 128},
+	} {
+		fs := newFlagSet("recv", io.Discard)
+		o := recvFlags(fs)
+		err := parseRecv(fs, o, append([]string{"--ring", "r"}, c.args...))
+		if err != nil || o.slots != c.want || o.ringConfig().SlotCount != c.want {
+			t.Errorf("%q: %d slots (%v), want %d", c.args, o.slots, err, c.want)
+		}
+		if cfg := o.ringConfig(); !o.chunks.Enabled() && cfg.SlotCount*cfg.SlotSize > defaultSlots*defaultSlotSize {
+			t.Errorf("%q: %d × %d bytes, more than the default ring's", c.args, cfg.SlotCount, cfg.SlotSize)
+		}
+	}
+}
+
 func TestStatOptionsValidateGivesOneUsageLine(t *testing.T) {
 	checkOptions(t, []optionCase{
 		{[]string{"r"}, ""},

@@ -2,6 +2,7 @@
 
     /usr/bin/python3 tests/bench.py [--heaps N] [--size B] [--items K]
     /usr/bin/python3 tests/bench.py --itemgroup [--heaps N] [--rounds R]
+    /usr/bin/python3 tests/bench.py --pyloop [--heaps N] [--rounds R] [--size B]
 
 --itemgroup measures what ItemGroup.update plus reading three named items (a numpy array of 64 float32,
 two immediates) adds per heap on top of ring.next(): CPU time of a loop with and without them, rounds
@@ -79,6 +80,58 @@ def fill_items(p, n):
     p.commit()
 
 
+def fill_pyloop(p, n, size):
+    """n heaps as `ibvbridge bench python` sends them: send_ns (an immediate u48) and data (size bytes, u1)."""
+    p.set_descriptors([
+        type("D", (), dict(id=0x1800, name="send_ns", description="", shape=(), dtype=None,
+                           format=b"u\x00\x30", order="C"))(),
+        type("D", (), dict(id=0x1801, name="data", description="", shape=(size,), dtype=np.dtype("|u1"),
+                           format=b"", order="C"))()])
+    pos = np.arange(n, dtype=np.uint64)
+    d = p.desc[:n]
+    d["seq"] = pos + 1
+    d["heap_cnt"] = pos + 2
+    d["heap_size"] = d["received"] = size
+    d["slot"] = pos % 128  # recv reuses a few slots over and over (its free pool is a stack)
+    d["flags"] = L.FLAG_COMPLETE
+    d["item_count"] = 2
+    d["packets"] = 1
+    p.items[:128, 0] = (0x1800, 0, 6, L.ITEM_IMMEDIATE, 0)
+    p.items["value"][:128, 0] = np.arange(128, dtype=np.uint64) * 1000
+    p.items[:128, 1] = (0x1801, 0, size, 0, 0)
+    p.desc[n] = (n + 1, 0, 0, 0, 0, n, L.FLAG_END_OF_STREAM, 0, 0, 0)
+    p.head = n + 1
+    p.commit()
+
+
+def bench_pyloop(heaps, rounds, size=1024):
+    """The loop body of `ibvbridge bench python` (bench/pyloop.py) over a pre-filled ring: CPU per heap."""
+    from ibvbridge import ItemGroup
+    sc = 1 << (heaps + 1).bit_length()
+    per = []
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as d:
+        p = FakeProducer(d, "pyloop", slot_count=sc, slot_size=size, max_items=2)  # 128 slots used
+        fill_pyloop(p, heaps, size)
+        for _ in range(rounds):
+            ig = ItemGroup()
+            lat = []
+            time_ns = time.time_ns
+            with Ring.attach(p.socket_path) as ring:
+                t = time.process_time()
+                for heap in ring:
+                    items = ig.update(heap)
+                    now = time_ns()
+                    stamp = items.get("send_ns")
+                    if stamp is not None:
+                        lat.append((now - stamp.value) & 0xFFFFFFFFFFFF)
+                per.append((time.process_time() - t) / heaps)
+            assert len(lat) == heaps and ig["data"].value.shape == (size,)
+        p.close()
+    per.sort()
+    print(f"bench python's loop, {size}-byte heaps   {per[rounds // 2] * 1e6:6.2f} µs/heap "
+          f"(median of {rounds}; min {per[0] * 1e6:.2f}, max {per[-1] * 1e6:.2f})")
+
+
 def bench_itemgroup(heaps, rounds):
     from ibvbridge import ItemGroup, EndOfStream
     sc = 1 << (heaps + 1).bit_length()
@@ -120,6 +173,7 @@ def bench_itemgroup(heaps, rounds):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--itemgroup", action="store_true")
+    ap.add_argument("--pyloop", action="store_true", help="bench python's ItemGroup loop (1 KiB heaps, --size)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--heaps", type=int, default=1_000_000)
     ap.add_argument("--size", type=int, default=64)
@@ -128,6 +182,9 @@ def main():
     a = ap.parse_args()
     if a.itemgroup:
         bench_itemgroup(min(a.heaps, 200_000), a.rounds)
+        return
+    if a.pyloop:
+        bench_pyloop(min(a.heaps, 200_000), a.rounds, a.size if a.size != 64 else 1024)
         return
     sc = 1 << (a.heaps + 1).bit_length()
     with tempfile.TemporaryDirectory(dir="/dev/shm") as d:
