@@ -692,13 +692,14 @@ func (s *Source) handOver(sk *socket, n int, sink transport.Sink) {
 			sink.Packet(d, now)
 		}
 	}
-	s.count(sk, packets, bytes, 0, 0)
+	// the detail counters first: whoever sees the datagrams counted sees how they came
 	if coalesced > 0 {
 		s.merged.Add(coalesced)
 	}
 	if trunc > 0 {
 		s.trunc.Add(trunc)
 	}
+	s.count(sk, packets, bytes, 0, 0)
 }
 
 // count adds a read's datagrams to the source's and the socket's counters.
