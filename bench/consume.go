@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime"
@@ -12,6 +13,37 @@ import (
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/spead/pattern"
 )
+
+// recvReport is recv's final JSON line: its counters, and its transport's under transport_counters.
+type recvReport map[string]any
+
+// parseRecvReport reads the last line recv printed.
+func parseRecvReport(out []byte) (recvReport, error) {
+	var r recvReport
+	if err := json.Unmarshal(LastLine(out), &r); err != nil {
+		return nil, fmt.Errorf("recv output %q: %w", out, err)
+	}
+	return r, nil
+}
+
+// count is one of recv's counters (0 when absent).
+func (r recvReport) count(k string) uint64 { f, _ := r[k].(float64); return uint64(f) }
+
+// transport is one of the transport's counters (0 when absent).
+func (r recvReport) transport(k string) uint64 {
+	tc, _ := r["transport_counters"].(map[string]any)
+	f, _ := tc[k].(float64)
+	return uint64(f)
+}
+
+// cpuSince is recv's CPU time since it had used cpu0: its own account, which ends at the stream's end
+// (its exit frees the ring's pages: seconds for GiBs), else atExit - cpu0 (a build that reports none).
+func (r recvReport) cpuSince(cpu0, atExit time.Duration) time.Duration {
+	if s, ok := r["cpu_seconds"].(float64); ok {
+		return time.Duration(s*1e9) - cpu0
+	}
+	return atExit - cpu0
+}
 
 // ConsumeResult is the one JSON object every consumer tool (`ibvbridge consume`, clients/c's
 // ibvb-consume and Python's ibvbridge.consume) prints when it stops: the cross-language tests and the

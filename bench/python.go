@@ -387,22 +387,13 @@ func pyIbvbridgeRun(ctx context.Context, env Env, o PyOptions, v PyVariant, sh P
 	if err != nil {
 		return run, err
 	}
-	recvCPU := recv.ProcessState.UserTime() + recv.ProcessState.SystemTime() - recv0
-	var rc map[string]any
-	if err := json.Unmarshal(LastLine(recvOut.Bytes()), &rc); err == nil {
-		if s, ok := rc["cpu_seconds"].(float64); ok {
-			recvCPU = time.Duration(s*1e9) - recv0 // recv's own account ends at the stream's end, not its exit
-		}
-	}
-	num := func(k string) uint64 { f, _ := rc[k].(float64); return uint64(f) }
+	rc, _ := parseRecvReport(recvOut.Bytes()) // without one, every counter reads 0 and the CPU is to its exit
+	recvCPU := rc.cpuSince(recv0, recv.ProcessState.UserTime()+recv.ProcessState.SystemTime())
+	num := rc.count
 	run.Heaps, run.MedianUs, run.P99Us = lr.Stamped, lr.MedianUs, lr.P99Us
 	run.LoopCPU = loopCPU.Seconds()
 	run.CPUSeconds = (recvCPU + loopCPU).Seconds()
-	var kernelDrops uint64 // datagrams the socket dropped before recv read them (every loss has its counter)
-	if tc, ok := rc["transport_counters"].(map[string]any); ok {
-		f, _ := tc["kernel_drops"].(float64)
-		kernelDrops = uint64(f)
-	}
+	kernelDrops := rc.transport("kernel_drops") // datagrams the socket dropped before recv read them
 	run.Lossless = lr.Stamped == sent && num("dropped_heaps") == 0 && num("incomplete_heaps") == 0 && kernelDrops == 0
 	run.Detail = fmt.Sprintf("stamped heaps %d of %d, recv dropped %d, incomplete %d, kernel dropped %d datagrams",
 		lr.Stamped, sent, num("dropped_heaps"), num("incomplete_heaps"), kernelDrops)

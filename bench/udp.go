@@ -547,23 +547,16 @@ func udpRun(ctx context.Context, env Env, path Path, o UDPOptions, heapSize int,
 	if recvErrV := rp.finish(3 * time.Second); recvErrV != nil {
 		return run, fmt.Errorf("recv: %w: %s", recvErrV, recvErr.String())
 	}
-	// A baseline build's CPU counts to its exit; this build's recv reports its own at the stream's end.
-	recvCPU := recv.ProcessState.UserTime() + recv.ProcessState.SystemTime() - recvCPU0
 	_ = cons.Wait() // it ends at the end of stream; its exit status says how, its JSON what it read
 	consCPU := cons.ProcessState.UserTime() + cons.ProcessState.SystemTime() - consCPU0
-	var rc map[string]any
-	if err := json.Unmarshal(LastLine(recvOut.Bytes()), &rc); err != nil {
-		return run, fmt.Errorf("recv output %q: %w", recvOut.String(), err)
+	rc, err := parseRecvReport(recvOut.Bytes())
+	if err != nil {
+		return run, err
 	}
-	num := func(m map[string]any, k string) uint64 { f, _ := m[k].(float64); return uint64(f) }
-	if s, ok := rc["cpu_seconds"].(float64); ok {
-		// recv's own account ends at the stream's end: its exit frees the ring's pages (seconds for GiBs).
-		recvCPU = time.Duration(s*1e9) - recvCPU0
-	}
-	run.HeapsRecv, run.Dropped, run.Incomplete = num(rc, "heaps"), num(rc, "dropped_heaps"), num(rc, "incomplete_heaps")
-	if tc, ok := rc["transport_counters"].(map[string]any); ok {
-		run.Packets, run.KernelDrop = num(tc, "packets"), num(tc, "kernel_drops")
-	}
+	// A baseline build's CPU counts to its exit; this build's recv reports its own at the stream's end.
+	recvCPU := rc.cpuSince(recvCPU0, recv.ProcessState.UserTime()+recv.ProcessState.SystemTime())
+	run.HeapsRecv, run.Dropped, run.Incomplete = rc.count("heaps"), rc.count("dropped_heaps"), rc.count("incomplete_heaps")
+	run.Packets, run.KernelDrop = rc.transport("packets"), rc.transport("kernel_drops")
 	var cr ConsumeResult
 	if err := json.Unmarshal(LastLine(consOut.Bytes()), &cr); err == nil {
 		run.HeapsCons = cr.Heaps
@@ -571,7 +564,7 @@ func udpRun(ctx context.Context, env Env, path Path, o UDPOptions, heapSize int,
 			// The consumer read chunks: count the heaps they hold (the last chunk may be partly filled),
 			// so CPU per heap compares with heap mode's.
 			run.HeapsCons = min(cr.Heaps*uint64(positions), heaps)
-			run.Incomplete += num(rc, "too_old_heaps") + num(rc, "rejected_heaps")
+			run.Incomplete += rc.count("too_old_heaps") + rc.count("rejected_heaps")
 		}
 		if cr.CPUSeconds > 0 {
 			// The consumer's own account, from its attach to the end of its stream, leaves out its exit
@@ -583,7 +576,7 @@ func udpRun(ctx context.Context, env Env, path Path, o UDPOptions, heapSize int,
 	if run.Packets > 0 {
 		run.RecvCPUNsPerPacket = float64(recvCPU.Nanoseconds()) / float64(run.Packets)
 	}
-	if b := num(rc, "bytes"); b > 0 {
+	if b := rc.count("bytes"); b > 0 {
 		run.RecvCPUSecPerGB = recvCPU.Seconds() / (float64(b) / 1e9)
 	}
 	if run.HeapsCons > 0 {
