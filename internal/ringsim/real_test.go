@@ -153,3 +153,13 @@ func TestSimProducers(t *testing.T) {
 		})
 	}
 }
+
+// TestRebaseGivesAPositionItsOwnSlot: seed 1 in lockstep with the Go producer, whose own start = 0 choice the
+// model follows (Rebase) before step 1040; a rebase that re-held a position with another free slot left
+// the position's own free with a stale owner, and its next use read as "reused while held" there.
+func TestRebaseGivesAPositionItsOwnSlot(t *testing.T) {
+	s := ScenarioFor(1)
+	if _, err := Run(s, 1100, MutNone, realTarget(t, "go", s)); err != nil {
+		t.Fatal(err)
+	}
+}

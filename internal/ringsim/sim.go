@@ -268,8 +268,8 @@ func playOp(s Scenario, m *Model, lanes []*lane, op Op) *laneErr {
 			}
 		}
 		m.Settle()
-		if lanes[0].t != (modelTarget{m}) {
-			lanes[0].t.(*recorder).settled()
+		if rec, ok := lanes[0].t.(*recorder); ok {
+			rec.settled()
 		}
 		want := m.Observe()
 		for _, l := range lanes[1:] {
