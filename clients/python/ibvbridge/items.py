@@ -36,7 +36,7 @@ import numpy as np
 
 from . import layout as L
 from .errors import RingError, TruncatedItem
-from .metadata import _parse_metadata
+from .metadata import _parse_metadata, meta_record
 
 Shape = Tuple[Optional[int], ...]
 Format = List[Tuple[str, int]]
@@ -108,7 +108,6 @@ def parse_descriptor_item(data: Any) -> Any:
     """An item descriptor as it travels in a heap (item 0x5: an embedded SPEAD packet), as the ring's
     ItemDescriptor (what Ring.descriptors() gives). Item lengths as spead2 and the Go side take them: the
     addressed items sorted by address, each ending where the next begins. ValueError when malformed."""
-    from .producer import meta_record  # one encoder and one parser of descriptors: the metadata record's
     b = bytes(data)
     if len(b) < 8 or b[0] != 0x53 or b[1] != 4 or b[2] + b[3] != 8 or not 1 <= b[3] <= 7:
         raise ValueError("item descriptor: not a SPEAD-64 packet")

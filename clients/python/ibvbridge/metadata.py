@@ -1,11 +1,13 @@
-"""The stream-metadata area's records (spec §6) as ItemDescriptors: one parser, shared by Ring.descriptors
-and ibvbridge.items. Imports nothing of the package but layout and errors."""
+"""The stream-metadata area's records (spec §6): their one encoder (meta_record), used by the producers and
+by ibvbridge.items for a descriptor heap's items, and their one parser (to ItemDescriptors), used by
+Ring.descriptors and ibvbridge.items. Imports nothing of the package but layout and errors, so a
+consumer's first descriptor costs no import of the producer."""
 
 from __future__ import annotations
 
 import ast
 import collections
-from typing import TYPE_CHECKING, Any, Dict
+from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence
 
 from . import layout as L
 from .errors import CorruptRing
@@ -28,6 +30,20 @@ class ItemDescriptor(collections.namedtuple("ItemDescriptor",
     numpy header text (None when the stream gave none, or numpy is missing); format: the raw SPEAD format
     field (bytes); order: 'C' or 'F'; dtype_header: the raw numpy header text.
     """
+
+
+def meta_record(item_id: int, name: str = "", description: str = "", shape: Optional[Sequence[int]] = None,
+                fmt: bytes = b"", dtype: Any = "") -> bytes:
+    """One stream-metadata record (spec §6), as producers write it and ibvbridge.items re-encodes a descriptor
+    heap's item 0x5 to parse it with _parse_metadata. dtype: the numpy header text (or "")."""
+    nb, db, tb = name.encode(), description.encode(), dtype.encode()
+    fmt = bytes(fmt or b"")
+    ndim = L.NDIM_UNKNOWN if shape is None else len(shape)
+    shp = b"" if shape is None else b"".join(int(s).to_bytes(8, "little", signed=True) for s in shape)
+    body = shp + nb + db + fmt + tb
+    size = (L.META_RECORD_HEADER_SIZE + len(body) + 7) // 8 * 8
+    hdr = L.META_RECORD_STRUCT.pack(size, ndim, item_id, len(nb), len(db), len(fmt), len(tb))
+    return (hdr + body).ljust(size, b"\0")
 
 
 def _parse_metadata(buf: Any) -> Dict[int, ItemDescriptor]:

@@ -78,6 +78,7 @@ from typing import Any, Dict, Iterable, List, Literal, Mapping, Optional, Sequen
 
 from . import layout as L
 from . import shared as _shared
+from .metadata import meta_record
 from .shared import (C_ATTACHED, C_BYTES, C_EOS, C_ERRORS, C_GROUP_LOST, C_GROUP_SKIPPED, C_HEAPS, C_OVERRUNS,
                      C_PACKETS, COUNTER, I_BLOCKED_ON, I_CONSUMER_FUTEX, I_CONSUMER_WAITING, I_PRODUCER_WAITING,
                      I_RELEASE_FUTEX, I_STATE, M64, POLL_GONE, Q_BLOCKED_SINCE_NS, Q_HANDED, Q_HEAD, Q_HEARTBEAT_NS,
@@ -475,19 +476,6 @@ def _dtype_text(d, shape):
     shp = "None" if shape is None else repr(tuple(int(x) for x in shape))
     return (f"{{'descr': {np.lib.format.dtype_to_descr(dt)!r}, 'fortran_order': {order == 'F'}, "
             f"'shape': {shp}}}")
-
-
-def meta_record(item_id: int, name: str = "", description: str = "", shape: Sequence[int] | None = None,
-                fmt: bytes = b"", dtype: Any = "") -> bytes:
-    """One stream-metadata record (spec §6). dtype: the numpy header text (or "")."""
-    nb, db, tb = name.encode(), description.encode(), dtype.encode()
-    fmt = bytes(fmt or b"")
-    ndim = L.NDIM_UNKNOWN if shape is None else len(shape)
-    shp = b"" if shape is None else b"".join(int(s).to_bytes(8, "little", signed=True) for s in shape)
-    body = shp + nb + db + fmt + tb
-    size = _align(L.META_RECORD_HEADER_SIZE + len(body), 8)
-    hdr = L.META_RECORD_STRUCT.pack(size, ndim, item_id, len(nb), len(db), len(fmt), len(tb))
-    return (hdr + body).ljust(size, b"\0")
 
 
 def _record_of(d):
