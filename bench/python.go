@@ -158,83 +158,34 @@ func Spead2PythonPath(python, dir string) (string, error) {
 // through spead2's Python receiver with the same loop, alternating run by run on the same sender.
 // progress, if set, gets each run.
 func Python(ctx context.Context, env Env, o PyOptions, progress func(shape PyShape, receiver string, run int, r PyRun)) ([]PyResult, error) {
-	if o.Python == "" {
-		o.Python = "/usr/bin/python3"
-	}
-	if o.Runs < 1 {
-		o.Runs = 5
-	}
-	if o.Buffer <= 0 {
-		o.Buffer = 32 << 20
-	}
 	if len(o.Shapes) == 0 {
 		o.Shapes = DefaultPyShapes
 	}
-	receivers := []string{"ibvbridge"}
-	variants := map[string]PyVariant{"ibvbridge": {Label: "ibvbridge", RecvArgs: o.RecvArgs}}
-	for _, v := range o.Variants {
-		if _, dup := variants[v.Label]; dup || v.Label == "spead2" || v.Label == "" {
-			return nil, fmt.Errorf("%w: variant label %q: want a new name", ErrBadOption, v.Label)
-		}
-		variants[v.Label] = v
-		receivers = append(receivers, v.Label)
-	}
-	spead2Path := ""
-	if o.Peer != "" {
-		if o.Peer != "spead2" {
-			return nil, fmt.Errorf("%w: --peer %q: want spead2", ErrBadOption, o.Peer)
-		}
-		p, err := Spead2PythonPath(o.Python, o.Spead2)
-		if err != nil {
-			return nil, err
-		}
-		spead2Path = p
-		receivers = append(receivers, "spead2")
-	}
-	dir, err := os.MkdirTemp("", "ibvbridge-pyloop-")
+	b, err := newPyBench(env, o)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	script := filepath.Join(dir, "pyloop.py")
-	if err := os.WriteFile(script, []byte(pyLoop), 0o600); err != nil {
-		return nil, err
-	}
-	place := "" // spead2's chunk_place, built once the first chunk-mode shape needs it
+	defer b.close()
 	var out []PyResult
-	for _, sh := range o.Shapes {
+	for _, sh := range b.o.Shapes {
 		if sh.PacketSize <= 0 {
 			sh.PacketSize = 8972
 		}
-		if sh.ChunkHeaps > 0 && sh.HeapSize < 8 {
-			return nil, fmt.Errorf("%w: chunk mode: heaps of %d bytes: want at least 8 (a heap carries its send time)", ErrBadOption, sh.HeapSize)
-		}
-		if sh.ChunkHeaps > 0 && slices.Contains(receivers, "spead2") && place == "" {
-			if place, err = buildSpead2Place(dir); err != nil {
-				return nil, err
-			}
-		}
 		res := PyResult{Shape: sh}
-		rows := make([]PyRow, len(receivers))
-		for i, r := range receivers {
+		rows := make([]PyRow, len(b.receivers))
+		for i, r := range b.receivers {
 			rows[i].Receiver = r
 		}
-		for run := range o.Runs {
-			for i := range receivers {
+		for run := range b.o.Runs {
+			for i := range b.receivers {
 				// Alternate which receiver goes first, so neither always follows the other's exit.
-				k := (i + run) % len(receivers)
-				var r PyRun
-				var err error
-				if receivers[k] == "spead2" {
-					r, err = pySpead2Run(ctx, env, o, sh, script, spead2Path, place)
-				} else {
-					r, err = pyIbvbridgeRun(ctx, env, o, variants[receivers[k]], sh, script)
-				}
+				k := (i + run) % len(b.receivers)
+				r, err := b.run(ctx, b.receivers[k], sh)
 				if err != nil {
-					return nil, fmt.Errorf("%s, %s heaps: %w", receivers[k], sizeName(sh.HeapSize), err)
+					return nil, err
 				}
 				if progress != nil {
-					progress(sh, receivers[k], run+1, r)
+					progress(sh, b.receivers[k], run+1, r)
 				}
 				rows[k].Runs = append(rows[k].Runs, r)
 			}
@@ -255,6 +206,87 @@ func Python(ctx context.Context, env Env, o PyOptions, progress func(shape PySha
 		out = append(out, res)
 	}
 	return out, nil
+}
+
+// pyBench is what every run of `bench python` shares: its options with their defaults, the receivers in
+// the order they alternate (ibvbridge, the variants, spead2 last), the loop script and, once a chunk-mode
+// shape needs it, spead2's compiled chunk_place.
+type pyBench struct {
+	env        Env
+	o          PyOptions
+	receivers  []string
+	variants   map[string]PyVariant
+	spead2Path string
+	dir        string // the script's (and chunk_place's) temporary directory
+	script     string
+	place      string // spead2's chunk_place, built once the first chunk-mode shape needs it
+}
+
+func newPyBench(env Env, o PyOptions) (*pyBench, error) {
+	if o.Python == "" {
+		o.Python = "/usr/bin/python3"
+	}
+	if o.Runs < 1 {
+		o.Runs = 5
+	}
+	if o.Buffer <= 0 {
+		o.Buffer = 32 << 20
+	}
+	b := &pyBench{env: env, o: o, receivers: []string{"ibvbridge"},
+		variants: map[string]PyVariant{"ibvbridge": {Label: "ibvbridge", RecvArgs: o.RecvArgs}}}
+	for _, v := range o.Variants {
+		if _, dup := b.variants[v.Label]; dup || v.Label == "spead2" || v.Label == "" {
+			return nil, fmt.Errorf("%w: variant label %q: want a new name", ErrBadOption, v.Label)
+		}
+		b.variants[v.Label] = v
+		b.receivers = append(b.receivers, v.Label)
+	}
+	if o.Peer != "" {
+		if o.Peer != "spead2" {
+			return nil, fmt.Errorf("%w: --peer %q: want spead2", ErrBadOption, o.Peer)
+		}
+		p, err := Spead2PythonPath(o.Python, o.Spead2)
+		if err != nil {
+			return nil, err
+		}
+		b.spead2Path = p
+		b.receivers = append(b.receivers, "spead2")
+	}
+	dir, err := os.MkdirTemp("", "ibvbridge-pyloop-")
+	if err != nil {
+		return nil, err
+	}
+	b.dir, b.script = dir, filepath.Join(dir, "pyloop.py")
+	if err := os.WriteFile(b.script, []byte(pyLoop), 0o600); err != nil {
+		b.close()
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *pyBench) close() { os.RemoveAll(b.dir) }
+
+// run is one run of receiver (ibvbridge, a variant or spead2) on sh.
+func (b *pyBench) run(ctx context.Context, receiver string, sh PyShape) (PyRun, error) {
+	if sh.ChunkHeaps > 0 && sh.HeapSize < 8 {
+		return PyRun{}, fmt.Errorf("%w: chunk mode: heaps of %d bytes: want at least 8 (a heap carries its send time)", ErrBadOption, sh.HeapSize)
+	}
+	var r PyRun
+	var err error
+	if receiver == "spead2" {
+		if sh.ChunkHeaps > 0 && b.place == "" {
+			if b.place, err = buildSpead2Place(b.dir); err != nil {
+				return r, err
+			}
+		}
+		r, err = pySpead2Run(ctx, b.env, b.o, sh, b.script, b.spead2Path, b.place)
+	} else {
+		r, err = pyIbvbridgeRun(ctx, b.env, b.o, b.variants[receiver], sh, b.script)
+	}
+	if err != nil {
+		return r, fmt.Errorf("%s, %s heaps: %w", receiver, sizeName(sh.HeapSize), err)
+	}
+	return r, nil
 }
 
 func (r *PyRow) summarise() {

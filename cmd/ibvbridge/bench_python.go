@@ -43,6 +43,12 @@ func runBenchPython(ctx context.Context, env bench.Env, args []string, stdout, s
 	baseline := fs.String("baseline", "", "one more ibvbridge row: this ibvbridge binary (e.g. main built from git) with --baseline-client's Python client")
 	baseClient := fs.String("baseline-client", "", "with --baseline: its Python client's directory (default: this tree's)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	maxRate := byteSize(0)
+	fs.Var(&maxRate, "max-rate", "instead of --shapes: search each receiver's highest lossless rate of heaps of this size (e.g. 1K), "+
+		"from --from heaps/s up by half while lossless, then narrowing the gap to the first loss; each probe is --runs runs (default 2 here)")
+	ro := bench.DefaultPyRate
+	fs.Float64Var(&ro.From, "from", ro.From, "with --max-rate: heaps/s of the first probe")
+	fs.Float64Var(&ro.Cap, "cap", ro.Cap, "with --max-rate: no probe above this many heaps/s")
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
@@ -73,6 +79,35 @@ func runBenchPython(ctx context.Context, env bench.Env, args []string, stdout, s
 			fmt.Fprintf(stderr, "bench python: %v: ibvbridge alone\n", err)
 			o.Peer = ""
 		}
+	}
+	if maxRate > 0 {
+		if *chunks > 0 || givenFlags(fs)["shapes"] {
+			return usageError("--max-rate searches one heap size in heap mode: not with --shapes or --chunks")
+		}
+		if ro.From <= 0 || ro.Cap < ro.From {
+			return usageError("--from %g, --cap %g: want 0 < from ≤ cap heaps/s", ro.From, ro.Cap)
+		}
+		ro.HeapSize, ro.Seconds = int(maxRate), *seconds
+		if !givenFlags(fs)["seconds"] {
+			ro.Seconds = bench.DefaultPyRate.Seconds
+		}
+		if !givenFlags(fs)["runs"] {
+			o.Runs = 2
+		}
+		res, err := bench.PythonMaxRate(ctx, env, o, ro, func(receiver string, p bench.PyRateProbe) {
+			if !*asJSON {
+				fmt.Fprintf(stderr, "%s at %.0f heaps/s: %d of %d runs lossless (sender %.0f heaps/s), %s\n", receiver, p.HeapsPerSec,
+					p.Lossless, p.Runs, p.SentPerSec, p.Detail)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return json.NewEncoder(stdout).Encode(map[string]any{"peer": o.Peer, "max_rate": res})
+		}
+		bench.PrintPythonMaxRate(stdout, res)
+		return nil
 	}
 	progress := func(sh bench.PyShape, receiver string, run int, r bench.PyRun) {
 		if !*asJSON {

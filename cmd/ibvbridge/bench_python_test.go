@@ -181,3 +181,84 @@ func TestBenchPythonChunksRejectsNegative(t *testing.T) {
 		t.Errorf("bench python --chunks -1: %v: %s", err, out)
 	}
 }
+
+// benchMaxRate runs `bench python --max-rate 1K --from 2000 --cap 3000` tiny (0.3 s, one run a probe) with
+// args added; it returns the JSON result and stderr.
+func benchMaxRate(t *testing.T, args ...string) (bench.PyRateResult, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary(t), append([]string{"bench", "python", "--max-rate", "1K", "--from", "2000",
+		"--cap", "3000", "--seconds", "0.3", "--runs", "1", "--json"}, args...)...)
+	cmd.Env = append(os.Environ(), "IBVBRIDGE_RING_DIR="+t.TempDir())
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v: %s", err, stderr.String())
+	}
+	var res struct {
+		MaxRate bench.PyRateResult `json:"max_rate"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	return res.MaxRate, stderr.String()
+}
+
+// checkCappedSearch fails unless row probed 2000 then 3000 heaps/s, each in one lossless run the sender
+// kept, with its CPU, and ended lossless at the cap.
+func checkCappedSearch(t *testing.T, row bench.PyRateRow) {
+	t.Helper()
+	if len(row.Probes) != 2 || row.Probes[0].HeapsPerSec != 2000 || row.Probes[1].HeapsPerSec != 3000 {
+		t.Fatalf("%s: probes %+v: want 2000 then 3000 heaps/s", row.Receiver, row.Probes)
+	}
+	for _, p := range row.Probes {
+		if p.Runs != 1 || p.Lossless != 1 || len(p.CPUPerHeap) != 1 || p.CPUPerHeap[0] <= 0 || p.SentPerSec < 0.97*p.HeapsPerSec {
+			t.Errorf("%s: probe %+v: want one lossless run with its CPU, the sender at the rate asked", row.Receiver, p)
+		}
+	}
+	if row.Highest != 3000 || row.LowestLossy != 0 || row.SenderBehindAt != 0 {
+		t.Errorf("row %+v: want lossless up to the cap", row)
+	}
+}
+
+// --max-rate without spead2's Python package: one line says so, and recv's search probes upwards from --from
+// and stops at --cap, each probe's heaps all reaching the Python loop at rates any machine takes.
+func TestBenchPythonMaxRateSearchesUpToTheCap(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	res, stderr := benchMaxRate(t, "--peer", "spead2", "--spead2-path", t.TempDir())
+	checkSaysSpead2Missing(t, stderr)
+	if len(res.Rows) != 1 || res.Rows[0].Receiver != "ibvbridge" || res.Ratio != 0 {
+		t.Fatalf("rows %+v, ratio %v: want ibvbridge alone", res.Rows, res.Ratio)
+	}
+	checkCappedSearch(t, res.Rows[0])
+}
+
+// With spead2's Python package both searches run, taking turns, and the ratio of their highest rates is given.
+func TestBenchPythonMaxRatePeerSpead2(t *testing.T) {
+	needSpead2Python(t)
+	res, stderr := benchMaxRate(t, "--peer", "spead2")
+	if len(res.Rows) != 2 || res.Rows[1].Receiver != "spead2" {
+		t.Fatalf("rows %+v: %s", res.Rows, stderr)
+	}
+	for _, r := range res.Rows {
+		checkCappedSearch(t, r)
+	}
+	if res.Ratio != 1 {
+		t.Errorf("ratio %v: want 1 (both lossless up to the cap)", res.Ratio)
+	}
+}
+
+func TestBenchPythonMaxRateRefusesShapes(t *testing.T) {
+	cmd := exec.Command(binary(t), "bench", "python", "--max-rate", "1K", "--shapes", "8K@1")
+	var errb strings.Builder
+	cmd.Stderr = &errb
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(errb.String(), "--max-rate") ||
+		strings.Count(strings.TrimSpace(errb.String()), "\n") != 0 {
+		t.Errorf("%v, stderr %q: want one line about --max-rate, exit 2", err, errb.String())
+	}
+}
