@@ -315,6 +315,9 @@ type pyLoopResult struct {
 	Incomplete uint64  `json:"incomplete"`
 	TooOld     uint64  `json:"too_old_heaps"`  // spead2's chunk stream
 	Rejected   uint64  `json:"rejected_heaps"` // spead2's chunk stream: the stream-stop heap, which its place rejects
+	// Interrupted: the loop's stream never ended (its stream stop was lost with other heaps), so the harness
+	// stopped it.
+	Interrupted bool `json:"interrupted"`
 }
 
 // pyMode is pyloop.py's mode for a shape.
@@ -437,6 +440,7 @@ func pyIbvbridgeRun(ctx context.Context, env Env, o PyOptions, v PyVariant, sh P
 			"too old %d, rejected %d, kernel dropped %d datagrams", lr.Heaps, sent, lr.Chunks, pyChunks(sh, sent), num("dropped_heaps"),
 			num("incomplete_heaps"), num("incomplete_chunks"), num("too_old_heaps"), num("rejected_heaps"), kernelDrops)
 	}
+	run.noteInterrupted(lr)
 	return run, nil
 }
 
@@ -484,7 +488,16 @@ func pySpead2Run(ctx context.Context, env Env, o PyOptions, sh PyShape, script, 
 		run.Detail = fmt.Sprintf("heaps %d of %d in %d chunks of %d, incomplete %d, too old %d, rejected %d (the stream stop)",
 			lr.Heaps, sent, lr.Chunks, pyChunks(sh, sent), lr.Incomplete, lr.TooOld, lr.Rejected)
 	}
+	run.noteInterrupted(lr)
 	return run, nil
+}
+
+// noteInterrupted makes a run whose loop never saw its stream end lossy, and says why.
+func (r *PyRun) noteInterrupted(lr pyLoopResult) {
+	if lr.Interrupted {
+		r.Lossless = false
+		r.Detail += "; the stream stop never reached the loop, which was stopped"
+	}
 }
 
 // loopbackEndpoint is a free UDP port on 127.0.0.1 and its HOST:PORT.
@@ -520,10 +533,11 @@ func startPyLoop(ctx context.Context, o PyOptions, path string, ready func() boo
 	return p, nil
 }
 
-// result waits for the loop's end (its stream's) and reads its JSON line; cpu is its CPU since cpu0, to
-// the end of its loop (not the interpreter's exit).
+// result waits for the loop's end (its stream's; a loop whose stream stop was lost is stopped after 5 s,
+// and says so) and reads its JSON line; cpu is its CPU since cpu0, to the end of its loop (not the
+// interpreter's exit).
 func (p *pyLoopProc) result(cpu0 time.Duration) (lr pyLoopResult, cpu time.Duration, err error) {
-	if err := p.r.finish(10 * time.Second); err != nil {
+	if err := p.r.finish(5 * time.Second); err != nil {
 		return lr, 0, fmt.Errorf("the Python loop: %w: %s", err, p.err.String())
 	}
 	if err := json.Unmarshal(LastLine(p.out.Bytes()), &lr); err != nil {
@@ -547,9 +561,12 @@ const (
 // sendStamped sends sh's heaps to endpoint: a descriptor heap, then heaps each carrying its send time
 // (CLOCK_REALTIME ns modulo 2^48, an immediate taken just before its packets leave, and again in the
 // data's first 8 bytes, little-endian) and sh.HeapSize bytes of data, paced to sh.RateGbps heap by heap,
-// then the stream stop. It returns the stamped heaps sent and the rate achieved. In chunk mode there is no
-// descriptor heap (chunks hold payloads only), heap cnts start at 0 (the first chunk's first position)
-// and the heaps fill whole chunks.
+// then the stream stop. While the sender keeps its schedule each heap leaves alone; once it falls behind
+// (small heaps at hundreds of thousands a second) heaps leave in batches of 64 packets, one sendmmsg
+// each, stamped as they are queued, until it has caught up: as a NIC's interrupt moderation hands them
+// over. It returns the stamped heaps sent and the rate achieved. In chunk mode there is no descriptor heap
+// (chunks hold payloads only), heap cnts start at 0 (the first chunk's first position) and the heaps fill
+// whole chunks.
 func sendStamped(ctx context.Context, endpoint string, sh PyShape) (uint64, float64, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -601,6 +618,10 @@ func sendStamped(ctx context.Context, endpoint string, sh PyShape) (uint64, floa
 	start := time.Now()
 	for k := range heaps {
 		if d := time.Until(start.Add(time.Duration(k) * period)); d > 0 {
+			// On schedule: what is queued (the last heap) leaves now, before the sleep.
+			if err := hs.Flush(ctx); err != nil {
+				return 0, 0, err
+			}
 			ts := unix.NsecToTimespec(d.Nanoseconds())
 			_ = unix.Nanosleep(&ts, nil)
 		}
@@ -609,9 +630,12 @@ func sendStamped(ctx context.Context, endpoint string, sh PyShape) (uint64, floa
 		if len(data) >= 8 {
 			binary.LittleEndian.PutUint64(data, h.Items[0].Value)
 		}
-		if err := send(&h); err != nil {
+		if err := hs.SendHeap(ctx, &h); err != nil { // a full batch leaves here
 			return 0, 0, err
 		}
+	}
+	if err := hs.Flush(ctx); err != nil {
+		return 0, 0, err
 	}
 	secs := time.Since(start).Seconds()
 	time.Sleep(20 * time.Millisecond)

@@ -11,12 +11,12 @@ import (
 // PyRateOptions describe `bench python --max-rate`: the highest rate of heaps of one size each receiver
 // takes into its ItemGroup loop losing none.
 type PyRateOptions struct {
-	HeapSize int     // bytes per heap (one packet while it fits a jumbo frame)
-	From     float64 // heaps/s of the first probe
-	Factor   float64 // each probe above the last lossless one while none lost: ×Factor
-	Refine   int     // probes between the highest lossless and the lowest lossy rate, halving the gap (geometric)
-	Cap      float64 // heaps/s: no probe above it
-	Seconds  float64 // of stream per run
+	HeapSize int     `json:"heap_size"`        // bytes per heap (one packet while it fits a jumbo frame)
+	From     float64 `json:"from_heaps_per_s"` // the first probe
+	Factor   float64 `json:"factor"`           // each probe above the last lossless one while none lost: ×Factor
+	Refine   int     `json:"refine"`           // probes between the highest lossless and the lowest lossy rate, halving the gap (geometric)
+	Cap      float64 `json:"cap_heaps_per_s"`  // no probe above it
+	Seconds  float64 `json:"seconds"`          // of stream per run
 }
 
 // DefaultPyRate is the search of the 1 KiB heaps a plain Python loop is slowest on: from 10 k heaps/s up
@@ -30,8 +30,9 @@ type PyRateProbe struct {
 	SentPerSec  float64   `json:"sent_heaps_per_s"` // the sender's lowest achieved rate over the probe's runs
 	Runs        int       `json:"runs"`
 	Lossless    int       `json:"lossless_runs"`
-	Detail      string    `json:"detail,omitempty"` // the last run's: the lossy one, if any (it ends the probe)
-	CPUPerHeap  []float64 `json:"cpu_us_per_heap"`  // every receiving process, each run
+	Detail      string    `json:"detail,omitempty"`     // the last run's: the lossy one, if any (it ends the probe)
+	CPUPerHeap  []float64 `json:"cpu_us_per_heap"`      // every receiving process, each run
+	LoopPerHeap []float64 `json:"loop_cpu_us_per_heap"` // of which the Python process, each run
 }
 
 // PyRateRow is one receiver's search.
@@ -149,6 +150,7 @@ func PythonMaxRate(ctx context.Context, env Env, o PyOptions, ro PyRateOptions, 
 				p.Runs++
 				p.SentPerSec = min(p.SentPerSec, r.SentGbps*1e9/8/float64(ro.HeapSize))
 				p.CPUPerHeap = append(p.CPUPerHeap, r.CPUSeconds/float64(max(r.Heaps, 1))*1e6)
+				p.LoopPerHeap = append(p.LoopPerHeap, r.LoopCPU/float64(max(r.Heaps, 1))*1e6)
 				if r.Lossless {
 					p.Lossless++
 				}

@@ -1,8 +1,15 @@
 package bench
 
 import (
+	"context"
 	"math"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/ibvbridge/ibvbridge/ring"
 )
 
 // playSearch runs a rate search against a receiver that loses heaps above limit and a sender that cannot
@@ -63,5 +70,56 @@ func TestRateSearchStopsWhereTheSenderFallsBehind(t *testing.T) {
 	row := playSearch(t, DefaultPyRate, 300_000, 140_000)
 	if row.SenderBehindAt <= 140_000 || row.Highest > 140_000 || row.Highest == 0 || row.LowestLossy != 0 {
 		t.Errorf("sender-limited search: %+v", row)
+	}
+}
+
+// A loop whose stream never ends (its stream stop lost with other heaps) is stopped by the harness and
+// still reports what it saw, marked interrupted, so the run counts as lossy instead of failing the benchmark.
+func TestPyLoopStoppedBeforeItsStreamEndsReportsWhatItSaw(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	pkg, err := FindTool("IBVBRIDGE_PYTHON_CLIENT", "clients/python")
+	if err != nil {
+		t.Skipf("the Python client: %v", err)
+	}
+	name := "pyloop-interrupted"
+	p, err := ring.Create(name, ring.Config{SlotCount: 64, SlotSize: 4096, MaxItems: 4, Policy: ring.PolicyBlock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	script := filepath.Join(t.TempDir(), "pyloop.py")
+	if err := os.WriteFile(script, []byte(pyLoop), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	loop, err := startPyLoop(ctx, PyOptions{Python: "/usr/bin/python3"}, pkg, func() bool { return p.Consumers() > 0 }, script, "ibvbridge", "heaps", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loop.r.kill()
+	for cnt := uint64(1); cnt <= 3; cnt++ {
+		s, err := p.Acquire()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Publish(s, ring.HeapInfo{HeapCnt: cnt}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lr, _, err := loop.result(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !lr.Interrupted || lr.Heaps != 3 {
+		t.Fatalf("loop result %+v: want 3 heaps seen and interrupted", lr)
+	}
+	var run PyRun
+	run.Lossless = true
+	run.noteInterrupted(lr)
+	if run.Lossless || !strings.Contains(run.Detail, "stream stop") {
+		t.Errorf("run %+v: want lossy, saying why", run)
 	}
 }

@@ -300,6 +300,36 @@ def spead2_python_section(a):
     return s
 
 
+def max_rate_section(a):
+    s = Section("max-rate", "The highest lossless rate of 1 KiB heaps into a Python ItemGroup loop",
+                "The sender of the section above, 1 KiB heaps, into recv + the Python client's `ItemGroup` loop and into "
+                "spead2's Python receiver with the same loop. From 10 k heaps/s each receiver is probed at half as much "
+                "again while every run of a probe is lossless, then three probes narrow the gap to the first loss (to "
+                "within 5 %); the receivers take turns probe by probe. A probe the sender could not keep (it shares the "
+                "machine's cores with both) ends that search: its highest rate is then a lower bound.")
+    (r, err), = s.run(["bench", "python", "--peer", "spead2", "--max-rate", "1K", "--json"], timeout=3600)
+    res = r["max_rate"]
+    if not r.get("peer"):
+        why = next((l for l in err.splitlines() if "spead2" in l), "spead2's Python package does not import")
+        why = why.strip().removeprefix("bench python: ").removesuffix(": ibvbridge alone")
+        s.body.append(f"spead2's Python receiver not measured: {why.strip()}. The row is ibvbridge's alone.\n\n")
+    table_head(s, "receiver", "highest lossless heaps/s", "what bounds it", "probes, heaps/s (runs lossless)")
+    for row in res["rows"]:
+        if row["lowest_lossy_heaps_per_s"]:
+            bound = f"lost heaps at {num(row['lowest_lossy_heaps_per_s'])}"
+        elif row["sender_behind_at_heaps_per_s"]:
+            bound = "at least"
+        else:
+            bound = f"at least: none lost up to {num(res['options']['cap_heaps_per_s'])}"
+        if row["sender_behind_at_heaps_per_s"]:
+            bound += f"; the sender could not keep {num(row['sender_behind_at_heaps_per_s'])}"
+        probes = ", ".join(f"{num(p['heaps_per_s'])} ({p['lossless_runs']}/{p['runs']})" for p in row["probes"])
+        s.body.append(f"| {row['receiver']} | **{num(row['highest_lossless_heaps_per_s'])}** | {bound} | {probes} |\n")
+    if res.get("highest_ratio_to_spead2"):
+        s.body.append(f"\nibvbridge's highest lossless rate is **{res['highest_ratio_to_spead2']:.1f}×** spead2's.\n")
+    return s
+
+
 def coalesce_section(a):
     s = Section("coalesce", "recv's coalescing settings, from Python",
                 "The same benchmark as above without spead2, each `--coalesce` setting a row alternating run by run "
@@ -381,7 +411,7 @@ def wakes_section(a):
     return s
 
 
-SECTIONS = {"ring": ring_section, "producers": producers_section, "spead2-recv": spead2_recv_section, "spead2-python": spead2_python_section,
+SECTIONS = {"ring": ring_section, "producers": producers_section, "spead2-recv": spead2_recv_section, "spead2-python": spead2_python_section, "max-rate": max_rate_section,
             "coalesce": coalesce_section, "group": group_section, "chunk-mode": chunk_mode_section,
             "chunk-capacity": chunk_capacity_section, "consumer-wakes": wakes_section}
 

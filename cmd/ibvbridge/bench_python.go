@@ -96,8 +96,9 @@ func runBenchPython(ctx context.Context, env bench.Env, args []string, stdout, s
 		}
 		res, err := bench.PythonMaxRate(ctx, env, o, ro, func(receiver string, p bench.PyRateProbe) {
 			if !*asJSON {
-				fmt.Fprintf(stderr, "%s at %.0f heaps/s: %d of %d runs lossless (sender %.0f heaps/s), %s\n", receiver, p.HeapsPerSec,
-					p.Lossless, p.Runs, p.SentPerSec, p.Detail)
+				fmt.Fprintf(stderr, "%s at %.0f heaps/s: %d of %d runs lossless (sender %.0f heaps/s), CPU µs/heap %.2f (Python loop %.2f) in the last run, %s\n",
+					receiver, p.HeapsPerSec, p.Lossless, p.Runs, p.SentPerSec, p.CPUPerHeap[len(p.CPUPerHeap)-1],
+					p.LoopPerHeap[len(p.LoopPerHeap)-1], p.Detail)
 			}
 		})
 		if err != nil {
