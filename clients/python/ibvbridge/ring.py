@@ -1118,15 +1118,17 @@ class Ring:
         g = self._geo
         mask, desc_base = self._mask, self._desc_base
         slot_size, slot_count, max_items = g.slot_size, g.slot_count, g.max_items
-        mm, unpack, make = self._data_mm, _unpack_desc, self._heap
+        mm, dmv, unpack, new = self._data_mm, self._dmv, _unpack_desc, cls.__new__
+        pay_base, items_base, item_stride = self._pay_base, self._items_base, self._item_stride
         eos_flag = L.FLAG_END_OF_STREAM | L.FLAG_STREAM_END
         c32, i_state, i_gen, gen = self._c32, self._i_row_state, self._i_row_gen, self._generation
         attached = L.CONSUMER_ATTACHED
+        member, release_batch = self._group_bit, self._release_batch
         heap = None
         try:
             while True:
                 pos = self._read
-                if self._group_bit or self._pending or self._eos or self._cached_head == pos and self._available() == 0:
+                if member or self._pending or self._eos or self._cached_head == pos and self._available() == 0:
                     try:
                         heap = self._next(timeout, cls)
                     except StreamEnd as e:
@@ -1156,13 +1158,37 @@ class Ring:
                     continue
                 if c32[i_state] != attached or c32[i_gen] != gen or ORDERED:
                     self._check_row()  # the copy was checked: now prove it was this heap's (spec §A)
-                self._read = (pos + 1) & M64
-                h = make(cls, None, pos, heap_cnt, heap_size, received, ts, slot, flags, icount, packets)
+                self._read = end = (pos + 1) & M64
+                # The Heap built here, not by _heap(): a call fewer per heap (keep the two alike).
+                h = new(cls)
+                h._ring = self
+                h._entry = None
+                h._buf = mm
+                h._mv = dmv
+                h._base = pay_base + slot * slot_size
+                h._raw = None
+                h._items_off = items_base + slot * item_stride
+                h.position = pos
+                h.heap_cnt = heap_cnt
+                h.heap_size = heap_size
+                h.received = received
+                h.timestamp_ns = ts
+                h.slot = slot
+                h.flags = flags
+                h.item_count = icount
+                h.packets = packets
+                h._released = False
+                h._descmap = None
                 heap = h
                 yield h
                 if not h._released:
                     h._released = True
-                    self._release_through(pos)
+                    if self._released_to == pos:  # every older position released: _release_through, inlined
+                        self._released_to = end
+                        if ((end - self._stored) & M64) >= release_batch:
+                            self._flush_release()
+                    else:
+                        self._release_through(pos)
                 heap = None
         finally:
             if heap is not None:
