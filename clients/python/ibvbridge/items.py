@@ -29,12 +29,15 @@ descriptor heap still names its items. ``HeapGenerator`` fills a producer's slot
 from __future__ import annotations
 
 import numbers
+import struct
+from operator import itemgetter
 from typing import (Any, Dict, ItemsView, Iterator, KeysView, List, Literal, Optional, Sequence, Tuple,
                     Union, ValuesView)
 
 import numpy as np
 
 from . import layout as L
+from ._sys import ORDERED
 from .errors import RingError, TruncatedItem
 from .metadata import _parse_metadata, meta_record
 
@@ -47,10 +50,29 @@ _UNRESERVED_ID = 0x1000
 _IMMEDIATE_BYTES = 6  # HeapGenerator's immediates: SPEAD-64-48, spead2's default flavour
 
 _ITEM_IMMEDIATE = L.ITEM_IMMEDIATE
+_ATTACHED = L.CONSUMER_ATTACHED
 _MAX_VIEWS = 1 << 16  # views an Item remembers (ItemGroup.update): one per slot it was seen in
 
 # How an item's value is decoded (spead2's fast paths).
 _NUMPY, _IMMEDIATE, _BITS = 0, 1, 2
+
+# ItemGroup.update's plans (see _plan): what a plan does with each item of the heap.
+_P_IMMEDIATE, _P_VIEW, _P_SET_IMMEDIATE, _P_SET_RAW = 0, 1, 2, 3
+_PLAN_MAX_ITEMS = 64  # a heap with more items is decoded without a plan
+_MAX_PLANS = 64  # an ItemGroup stops planning when its heaps took this many shapes (variable-size items)
+_NO_PLAN = ()  # a shape that cannot be planned (an undescribed or cut item): decoded the general way
+_TABLES: Dict[int, Tuple[Any, Any]] = {}  # item count -> (unpack_from of that many entries, their shape getter)
+
+
+def _table(n: int) -> Tuple[Any, Any]:
+    """For an item table of n entries: an unpack_from giving the entries' fields flat (id, value, length,
+    flags, id, value ...) in one call, and an itemgetter of its shape, every field but the values."""
+    t = _TABLES.get(n)
+    if t is None:
+        fmt = L.ITEM_RAW_STRUCT.format
+        t = _TABLES[n] = (struct.Struct(fmt[0] + fmt[1:] * n).unpack_from,
+                          itemgetter(*[i for i in range(4 * n) if i % 4 != 1]))
+    return t
 
 
 def parse_format(raw: Union[bytes, Sequence[Tuple[str, int]], None],
@@ -438,6 +460,10 @@ class ItemGroup:
         self._lookup: Dict[Union[str, int], Item] = {}
         self._meta: Any = None  # the ring metadata mapping last read (Ring.descriptors() caches it)
         self._imm_bytes: Optional[int] = None
+        # update's plans by heap shape (see _plan), for heaps of the buffer _plans_buf; None: not planning.
+        # Emptied whenever an item changes (_add) or update meets another buffer.
+        self._plans: Optional[Dict[Tuple[int, ...], Tuple[Any, ...]]] = {}
+        self._plans_buf: Any = None
 
     # ----- spead2's mapping interface
     def __getitem__(self, key: Union[str, int]) -> Item:
@@ -483,6 +509,7 @@ class ItemGroup:
                 item.name, item.shape, item.dtype, item.order, item.format):
             old.description = item.description  # the same item described again: keep its value
             return
+        self._plans = {}  # every plan decided with the old items
         for o in (old, self._by_name.get(item.name)):
             if o is not None:
                 self._by_id.pop(o.id, None)
@@ -537,13 +564,107 @@ class ItemGroup:
         (nothing of the heap is decoded); with ``partial=True`` it is left out and the rest decoded."""
         if heap._released:
             raise RingError(f"heap at position {heap.position} was released: its memory belongs to the producer")
+        plans = self._plans
         raw = heap._raw
+        if raw is None and plans is not None and heap._buf is self._plans_buf \
+                and not heap.flags & L.FLAG_HAS_DESCRIPTORS:
+            # A heap of a shape met before (the same item ids, lengths and flags; values aside) is decoded
+            # by that shape's plan: its item table copied in one unpack, the row checked (spec §A), each
+            # address item's bounds checked (§9.1), then each value set as update decided for that shape.
+            n = heap.item_count
+            tab = _TABLES.get(n)
+            if tab is None and 0 < n <= _PLAN_MAX_ITEMS:
+                tab = _table(n)
+            if tab is not None:
+                ring = heap._ring
+                if ring._closed:
+                    raise RingError("ring is closed")
+                buf = heap._buf
+                t = tab[0](buf, heap._items_off)
+                plan = plans.get(tab[1](t))
+                if plan and plan[3] == new_order:
+                    c32 = ring._c32
+                    if c32[ring._i_row_state] != _ATTACHED or c32[ring._i_row_gen] != ring._generation or ORDERED:
+                        ring._check_row()  # copied, then checked: the table was this heap's
+                    for k, limit in plan[1]:
+                        if t[k] > limit:
+                            break  # past the slot: the general way reads it again and says so
+                    else:
+                        base = heap._base
+                        for k, it, kind, arg in plan[0]:
+                            v = t[k]
+                            if kind == _P_IMMEDIATE:
+                                it._value = v - 2 * arg if arg and v >= arg else v
+                                it.version += 1
+                            elif kind == _P_VIEW:
+                                off = base + v
+                                a = it._views.get(off)
+                                if a is None:
+                                    a = it._view_of(buf, off)
+                                it._value = a
+                                it.version += 1
+                            elif kind == _P_SET_IMMEDIATE:
+                                it.set_from_immediate(v, arg)
+                            else:
+                                it.set_from_raw(buf, base + v, arg, new_order)
+                        return plan[2].copy()
+                elif plan is None:
+                    raw = heap._raw_items
+                    updated = self._update(heap, raw, new_order, partial)
+                    self._plan(heap, raw, tab[1](t), new_order)
+                    return updated
         if raw is None:
             raw = heap._raw_items
+        return self._update(heap, raw, new_order, partial)
+
+    def _plan(self, heap: Any, raw: List[Tuple[int, int, int, int]], shape: Tuple[int, ...],
+              new_order: str) -> None:
+        """Decide, for later heaps of this heap's shape, what update did with each of its items: a plan
+        (actions: value index in the flat table, Item, kind, argument; address items' bounds: value index,
+        highest value; the dict update returns; new_order), kept by shape. Made only for a table read
+        straight from the ring (raw), at most _MAX_PLANS of them."""
+        plans = self._plans
+        if plans is None or heap._buf is not self._plans_buf:
+            return
+        if len(plans) >= _MAX_PLANS:
+            self._plans = None  # a shape per heap: planning costs more than it saves, until items change
+            return
+        if [x for iid, _v, length, flags in raw for x in (iid, length, flags)] != list(shape):
+            return  # the table read twice differs: the ring was detached or is corrupt (the row says which)
+        ss = heap._ring._geo.slot_size
+        get = self._by_id.get
+        acts, bounds, updated = [], [], {}
+        for k, (iid, _v, length, flags) in enumerate(raw):
+            it = get(iid)
+            if flags & L.ITEM_CUT or (it is None and iid > STREAM_CTRL_ID):
+                plans[shape] = _NO_PLAN  # update decides these heap by heap (truncation, learning)
+                return
+            if it is None:
+                continue
+            if flags & _ITEM_IMMEDIATE:
+                acts.append((4 * k + 1, it, _P_IMMEDIATE, it._top) if length == it._imm_width
+                            else (4 * k + 1, it, _P_SET_IMMEDIATE, length))
+            else:
+                if it._view and it._nbytes > length:
+                    plans[shape] = _NO_PLAN  # too short: update raises ValueError, heap by heap
+                    return
+                bounds.append((4 * k + 1, ss - length))
+                acts.append((4 * k + 1, it, _P_VIEW if it._view else _P_SET_RAW, length))
+            updated[it.name] = it
+        plans[shape] = (tuple(acts), tuple(bounds), updated, new_order)
+
+    def _update(self, heap: Any, raw: List[Tuple[int, int, int, int]], new_order: str,
+                partial: bool) -> Dict[str, Item]:
+        """update() the general way, from the heap's checked item table raw."""
+        buf = heap._buf
+        if buf is not self._plans_buf:
+            self._plans_buf = buf  # the items' views are of this buffer from here: plans of another go
+            if self._plans is not None:
+                self._plans = {}
         if heap.flags & L.FLAG_HAS_DESCRIPTORS or self._meta is None:
             self._learn(heap)
         get = self._by_id.get
-        buf, base = heap._buf, heap._base
+        base = heap._base
         updated = {}
         learnt = False
         if heap.flags & L.FLAG_TRUNCATED and not partial:
