@@ -582,7 +582,7 @@ class ItemGroup:
                 buf = heap._buf
                 t = tab[0](buf, heap._items_off)
                 plan = plans.get(tab[1](t))
-                if plan and plan[3] == new_order:
+                if plan:
                     c32 = ring._c32
                     if c32[ring._i_row_state] != _ATTACHED or c32[ring._i_row_gen] != ring._generation or ORDERED:
                         ring._check_row()  # copied, then checked: the table was this heap's
@@ -611,17 +611,16 @@ class ItemGroup:
                 elif plan is None:
                     raw = heap._raw_items
                     updated = self._update(heap, raw, new_order, partial)
-                    self._plan(heap, raw, tab[1](t), new_order)
+                    self._plan(heap, raw, tab[1](t))
                     return updated
         if raw is None:
             raw = heap._raw_items
         return self._update(heap, raw, new_order, partial)
 
-    def _plan(self, heap: Any, raw: List[Tuple[int, int, int, int]], shape: Tuple[int, ...],
-              new_order: str) -> None:
+    def _plan(self, heap: Any, raw: List[Tuple[int, int, int, int]], shape: Tuple[int, ...]) -> None:
         """Decide, for later heaps of this heap's shape, what update did with each of its items: a plan
         (actions: value index in the flat table, Item, kind, argument; address items' bounds: value index,
-        highest value; the dict update returns; new_order), kept by shape. Made only for a table read
+        highest value; the dict update returns), kept by shape. Made only for a table read
         straight from the ring (raw), at most _MAX_PLANS of them."""
         plans = self._plans
         if plans is None or heap._buf is not self._plans_buf:
@@ -651,7 +650,7 @@ class ItemGroup:
                 bounds.append((4 * k + 1, ss - length))
                 acts.append((4 * k + 1, it, _P_VIEW if it._view else _P_SET_RAW, length))
             updated[it.name] = it
-        plans[shape] = (tuple(acts), tuple(bounds), updated, new_order)
+        plans[shape] = (tuple(acts), tuple(bounds), updated)
 
     def _update(self, heap: Any, raw: List[Tuple[int, int, int, int]], new_order: str,
                 partial: bool) -> Dict[str, Item]:
