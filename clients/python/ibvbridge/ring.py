@@ -885,7 +885,12 @@ class Ring:
         return avail
 
     def _take(self, n):
-        """Register positions [read, read+n) as handed out; returns the pending entry."""
+        """Register positions [read, read+n) as handed out; returns the pending entry. A heap the iterator's
+        fast path handed out and still held (nothing pending, yet released_to short of read) is queued
+        first, so positions released after it wait for it (_release_through releases that entry)."""
+        pend = self._pending
+        if not pend and self._released_to != self._read:
+            pend.append([self._read, False])
         self._read = end = (self._read + n) & M64
         ent = [end, False]
         self._pending.append(ent)
@@ -1183,7 +1188,7 @@ class Ring:
                 yield h
                 if not h._released:
                     h._released = True
-                    if self._released_to == pos:  # every older position released: _release_through, inlined
+                    if self._released_to == pos and not self._pending:  # _release_through, inlined
                         self._released_to = end
                         if ((end - self._stored) & M64) >= release_batch:
                             self._flush_release()
@@ -1196,8 +1201,13 @@ class Ring:
 
     def _release_through(self, pos):
         """Release a fast-path heap. The iterator hands one out only when every older position is released,
-        so releasing it releases through pos, whatever next() handed out after it (those stay held)."""
+        so releasing it releases through pos, whatever next() handed out after it (those stay held); when
+        next() handed out more while it was held, _take queued it: that entry is released instead."""
         end = (pos + 1) & M64
+        pend = self._pending
+        if pend and pend[0][0] == end:
+            self._release_entry(pend[0])  # queued by _take while it was held
+            return
         if ((end - self._released_to) & M64) > ((self._read - self._released_to) & M64) or end == self._released_to:
             return  # released already
         self._released_to = end

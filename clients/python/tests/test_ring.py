@@ -1335,6 +1335,35 @@ def test_iteration_mixed_with_next_keeps_position_order(make_producer):
         assert ring.tail == 3 and h3.heap_cnt == 3
 
 
+@pytest.mark.parametrize("held_release", ["loop step", "explicit"])
+def test_a_heap_from_next_released_first_leaves_the_loops_held_heap_its_slot(make_producer, held_release):
+    """While the loop holds its fast-path heap, a heap taken with next() and released first gives nothing
+    back: the tail stays before the held heap (the producer may not reuse its slot under a view that still
+    reads as valid) until the held heap is released too; then both go back at once and the loop goes on."""
+    p = make_producer(slot_count=4)
+    for i in range(4):
+        p.publish(i, bytes([i]) * 8)
+    with attach(p) as ring:
+        it = iter(ring)
+        h0 = next(it)  # fast path
+        h1 = ring.next()
+        h1.release()
+        ring._flush_release()
+        assert ring.tail == 0 and not h0.released and h0.valid
+        if held_release == "explicit":
+            h0.release()
+            ring._flush_release()
+            assert ring.tail == 2
+        h2 = next(it)
+        ring._flush_release()
+        assert ring.tail == 2 and h0.released and (h2.heap_cnt, bytes(h2.payload)) == (2, bytes([2]) * 8)
+        h3 = next(it)
+        ring._flush_release()
+        assert ring.tail == 3 and h3.heap_cnt == 3
+        p.publish(4, b"more")
+        assert next(it).heap_cnt == 4  # nothing left held: the ring goes on
+
+
 def test_iteration_explicit_release_and_held_view(make_producer):
     p = make_producer(slot_count=8)
     for i in range(3):
