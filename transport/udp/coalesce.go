@@ -16,6 +16,14 @@ const minCoalesce = 20 * time.Microsecond
 // longer one spans an idle spell, after which the next burst's rate is unknown.
 const coalesceIdle = 100 * time.Millisecond
 
+// coalesceTimerSlack is the timer slack of a thread that coalesces: how much later than asked the kernel
+// may end its sleeps to batch timer wakes (50 µs by default).
+const coalesceTimerSlack = time.Microsecond
+
+// maxOvershoot bounds the learnt overshoot of a sleep: a descheduled thread's one long sleep must not
+// turn coalescing off for long.
+const maxOvershoot = 500 * time.Microsecond
+
 // awaitShare is the share of a heap's expected remaining time that a heap-bounded sleep (Config.
 // CoalesceHeaps) takes: waking a little early costs one more short sleep, waking late would postpone the
 // heap. The sleeps then shrink towards its end (3/4 of what is left each time) until one would be shorter
@@ -35,6 +43,9 @@ type coalescer struct {
 	heaps    bool               // bounded by the heap in assembly
 	awaiter  transport.Awaiter  // nil: the sink cannot tell (with heaps: no sleep at all)
 	bytes    rate.Meter         // the socket's payload bytes per second
+	// over is how much later than asked a sleep ends, a moving average of the last ~8: the wake's own
+	// latency (tens of microseconds in a VM). A heap-bounded sleep is shortened by it.
+	over time.Duration
 }
 
 // newCoalescer bounds sleeps by max, by the socket buffer buf (bytes, as the kernel granted it) and by
@@ -67,7 +78,7 @@ func (c *coalescer) next(now time.Time, bytes uint64) time.Duration {
 		if !ok {
 			return 0 // the next datagram may begin and end a heap: read it as it comes
 		}
-		d = min(d, time.Duration(float64(left)*awaitShare))
+		d = min(d, time.Duration(float64(left)*awaitShare)-c.over)
 	}
 	if c.absorber != nil && d >= minCoalesce {
 		d = c.absorber.Absorbs(d)
@@ -76,6 +87,12 @@ func (c *coalescer) next(now time.Time, bytes uint64) time.Duration {
 		return 0
 	}
 	return d
+}
+
+// slept learns from a sleep of d that took took (to the thread's return).
+func (c *coalescer) slept(d, took time.Duration) {
+	o := min(max(took-d, 0), maxOvershoot)
+	c.over += (o - c.over) / 8
 }
 
 // Coalescing is recv's --coalesce: "heap" (the default: sleeps of up to DefaultCoalesce bounded by the

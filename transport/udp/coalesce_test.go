@@ -99,6 +99,40 @@ func TestCoalescerBoundedByHeapInAssembly(t *testing.T) {
 	}
 }
 
+// A heap-bounded sleep is shortened by how late sleeps have been ending (the wake's own latency), so it
+// still ends before the heap is due; a fixed sleep, the explicit trade, is not. One very late sleep (a
+// descheduled thread) counts for at most maxOvershoot.
+func TestCoalescerShortensHeapBoundedSleepsByTheirOvershoot(t *testing.T) {
+	t0 := time.Now()
+	bounded := newCoalescer(time.Millisecond, 8<<20, &awaitAt{400 * time.Microsecond, true}, true)
+	fixed := newCoalescer(time.Millisecond, 8<<20, noRoom{}, false)
+	for _, c := range []*coalescer{bounded, fixed} {
+		c.next(t0, 0)
+		for range 100 {
+			c.slept(200*time.Microsecond, 240*time.Microsecond) // every sleep ends 40 µs late
+		}
+	}
+	d := bounded.next(t0.Add(time.Millisecond), 100_000)
+	if want := 300*time.Microsecond - 40*time.Microsecond; d < want-time.Microsecond || d > want+time.Microsecond {
+		t.Errorf("heap due in 400µs, sleeps 40µs late: sleep %v, want %v", d, want)
+	}
+	if d := fixed.next(t0.Add(time.Millisecond), 100_000); d != time.Millisecond {
+		t.Errorf("fixed 1ms, sleeps 40µs late: sleep %v, want 1ms", d)
+	}
+	c := newCoalescer(time.Millisecond, 8<<20, &awaitAt{4 * time.Millisecond, true}, true)
+	c.next(t0, 0)
+	for range 100 {
+		c.slept(100*time.Microsecond, time.Second)
+	}
+	if c.over < maxOvershoot-time.Microsecond || c.over > maxOvershoot {
+		t.Errorf("sleeps a second late: learnt overshoot %v, want the bound %v", c.over, maxOvershoot)
+	}
+	// The heap is due in 4 ms: ¾ of it less the bounded overshoot is 2.5 ms, so the configured 1 ms holds.
+	if d := c.next(t0.Add(time.Millisecond), 100_000); d != time.Millisecond {
+		t.Errorf("heap due in 4ms, overshoot %v: sleep %v, want 1ms", maxOvershoot, d)
+	}
+}
+
 // --coalesce takes heap (the default), a duration up to 1ms, or 0.
 func TestCoalescingFlag(t *testing.T) {
 	c := DefaultCoalescing

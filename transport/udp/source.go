@@ -505,6 +505,12 @@ func (s *Source) runWorker(ctx context.Context, k int, sink *workerSink) error {
 		only = s.socks[0]
 		if s.cfg.Coalesce > 0 {
 			co = newCoalescer(s.cfg.Coalesce, s.bufSize, sink.sink, s.cfg.CoalesceHeaps)
+			// A coalesced sleep is timed to end before a heap is due: the thread's timer slack (50 µs by
+			// default, added to every sleep) would make it end after. The slack belongs to the thread,
+			// so the thread stays this worker's.
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			_ = unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(coalesceTimerSlack.Nanoseconds()), 0, 0, 0)
 		}
 	}
 	for {
@@ -521,8 +527,10 @@ func (s *Source) runWorker(ctx context.Context, k int, sink *workerSink) error {
 			}
 			if got {
 				if emptied && co != nil {
-					if d := co.next(time.Now(), only.bytes.Load()); d > 0 {
+					now := time.Now()
+					if d := co.next(now, only.bytes.Load()); d > 0 {
 						coalesceSleep(d)
+						co.slept(d, time.Since(now))
 					}
 				}
 				continue
