@@ -260,3 +260,22 @@ def test_an_item_described_late_without_the_flag_is_learnt_after_identical_heaps
         assert ("late" in got) == (k >= N) and (k < N or got["late"].value == 100 + k)
 
     lockstep(p, ring, heaps, check)
+
+
+def test_a_variable_size_item_of_a_new_length_each_heap_decodes_right_and_stops_planning(ring_of):
+    """data of shape (None,): every heap another length, so another shape. Past _MAX_PLANS shapes the
+    group stops making plans (each would serve no later heap), and every heap still decodes as a fresh
+    group decodes it; a changed descriptor starts planning again."""
+    from ibvbridge.items import _MAX_PLANS
+    p, ring = ring_of()
+    describe(p, data_shape=(-1,))
+    heaps = [(None, plain(k, items=[imm(SEND, k, 6), addr(DATA, 0, 1 + k % 200)], payload=bytes(range(200))))
+             for k in range(_MAX_PLANS + 8)]
+
+    def check(k, got):
+        assert got["data"].value.shape == (1 + k % 200,)
+
+    ig, general = lockstep(p, ring, heaps, check)
+    assert general == len(heaps) and ig._plans is None
+    ig.add_item(0x1900, "new", "", (), format=[("u", 48)])
+    assert ig._plans == {}
