@@ -62,30 +62,16 @@ func runBenchPython(ctx context.Context, env bench.Env, args []string, stdout, s
 	if *chunks > 0 && !givenFlags(fs)["shapes"] {
 		*shapes = pyChunkShapes
 	}
-	for _, s := range strings.Split(*shapes, ",") {
-		size, rate, ok := strings.Cut(s, "@")
-		n, err := parseByteSize(size)
-		g, gerr := strconv.ParseFloat(rate, 64)
-		if !ok || err != nil || gerr != nil || n < 1 || g <= 0 {
-			return usageError("--shapes: %q is not HEAPSIZE@GBPS", s)
-		}
-		o.Shapes = append(o.Shapes, bench.PyShape{HeapSize: n, PacketSize: 8972, RateGbps: g, Seconds: *seconds, ChunkHeaps: *chunks})
+	var err error
+	if o.Shapes, err = parsePyShapes(*shapes, *seconds, *chunks); err != nil {
+		return err
 	}
-	if o.Peer != "" {
-		if _, err := bench.Spead2PythonPath("/usr/bin/python3", o.Spead2); err != nil {
-			fmt.Fprintf(stderr, "bench python: %v: ibvbridge alone\n", err)
-			o.Peer = ""
-		} else if _, err := bench.Spead2PlaceCompiler(); *chunks > 0 && err != nil {
-			fmt.Fprintf(stderr, "bench python: %v: ibvbridge alone\n", err)
-			o.Peer = ""
-		}
+	if o.Peer != "" && !pyPeerAvailable(o.Spead2, *chunks > 0, stderr) {
+		o.Peer = ""
 	}
 	if maxRate > 0 {
 		if *chunks > 0 || givenFlags(fs)["shapes"] {
 			return usageError("--max-rate searches one heap size in heap mode: not with --shapes or --chunks")
-		}
-		if ro.From <= 0 || ro.Cap < ro.From {
-			return usageError("--from %g, --cap %g: want 0 < from ≤ cap heaps/s", ro.From, ro.Cap)
 		}
 		ro.HeapSize, ro.Seconds = int(maxRate), *seconds
 		if !givenFlags(fs)["seconds"] {
@@ -94,21 +80,7 @@ func runBenchPython(ctx context.Context, env bench.Env, args []string, stdout, s
 		if !givenFlags(fs)["runs"] {
 			o.Runs = 2
 		}
-		res, err := bench.PythonMaxRate(ctx, env, o, ro, func(receiver string, p bench.PyRateProbe) {
-			if !*asJSON {
-				fmt.Fprintf(stderr, "%s at %.0f heaps/s: %d of %d runs lossless (sender %.0f heaps/s), CPU µs/heap %.2f (Python loop %.2f) in the last run, %s\n",
-					receiver, p.HeapsPerSec, p.Lossless, p.Runs, p.SentPerSec, p.CPUPerHeap[len(p.CPUPerHeap)-1],
-					p.LoopPerHeap[len(p.LoopPerHeap)-1], p.Detail)
-			}
-		})
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return json.NewEncoder(stdout).Encode(map[string]any{"peer": o.Peer, "max_rate": res})
-		}
-		bench.PrintPythonMaxRate(stdout, res)
-		return nil
+		return runBenchPythonMaxRate(ctx, env, o, ro, *asJSON, stdout, stderr)
 	}
 	progress := func(sh bench.PyShape, receiver string, run int, r bench.PyRun) {
 		if !*asJSON {
@@ -125,4 +97,58 @@ func runBenchPython(ctx context.Context, env bench.Env, args []string, stdout, s
 	}
 	bench.PrintPython(stdout, res, o.Runs)
 	return nil
+}
+
+// runBenchPythonMaxRate is bench python --max-rate: each receiver's highest lossless rate of heaps of one
+// size, each probe on stderr as it ends.
+func runBenchPythonMaxRate(ctx context.Context, env bench.Env, o bench.PyOptions, ro bench.PyRateOptions, asJSON bool, stdout, stderr io.Writer) error {
+	if ro.From <= 0 || ro.Cap < ro.From {
+		return usageError("--from %g, --cap %g: want 0 < from ≤ cap heaps/s", ro.From, ro.Cap)
+	}
+	res, err := bench.PythonMaxRate(ctx, env, o, ro, func(receiver string, p bench.PyRateProbe) {
+		if !asJSON {
+			fmt.Fprintf(stderr, "%s at %.0f heaps/s: %d of %d runs lossless (sender %.0f heaps/s), CPU µs/heap %.2f (Python loop %.2f) in the last run, %s\n",
+				receiver, p.HeapsPerSec, p.Lossless, p.Runs, p.SentPerSec, p.CPUPerHeap[len(p.CPUPerHeap)-1],
+				p.LoopPerHeap[len(p.LoopPerHeap)-1], p.Detail)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return json.NewEncoder(stdout).Encode(map[string]any{"peer": o.Peer, "max_rate": res})
+	}
+	bench.PrintPythonMaxRate(stdout, res)
+	return nil
+}
+
+// parsePyShapes parses --shapes: HEAPSIZE@GBPS, comma-separated, each run for seconds (in chunk mode, in
+// chunks of chunks heaps).
+func parsePyShapes(shapes string, seconds float64, chunks int) ([]bench.PyShape, error) {
+	var out []bench.PyShape
+	for _, s := range strings.Split(shapes, ",") {
+		size, rate, ok := strings.Cut(s, "@")
+		n, err := parseByteSize(size)
+		g, gerr := strconv.ParseFloat(rate, 64)
+		if !ok || err != nil || gerr != nil || n < 1 || g <= 0 {
+			return nil, usageError("--shapes: %q is not HEAPSIZE@GBPS", s)
+		}
+		out = append(out, bench.PyShape{HeapSize: n, PacketSize: 8972, RateGbps: g, Seconds: seconds, ChunkHeaps: chunks})
+	}
+	return out, nil
+}
+
+// pyPeerAvailable is whether spead2's Python package imports (from spead2Path, else where it is usually
+// built) and, for chunk mode, a C compiler builds its chunk_place; if not, one line on stderr says why and
+// that ibvbridge is measured alone.
+func pyPeerAvailable(spead2Path string, chunkMode bool, stderr io.Writer) bool {
+	if _, err := bench.Spead2PythonPath("/usr/bin/python3", spead2Path); err != nil {
+		fmt.Fprintf(stderr, "bench python: %v: ibvbridge alone\n", err)
+		return false
+	}
+	if _, err := bench.Spead2PlaceCompiler(); chunkMode && err != nil {
+		fmt.Fprintf(stderr, "bench python: %v: ibvbridge alone\n", err)
+		return false
+	}
+	return true
 }

@@ -28,10 +28,21 @@ func benchPythonEnv(t *testing.T, env []string, args ...string) (struct {
 	Results []bench.PyResult `json:"results"`
 }, string) {
 	t.Helper()
+	var res struct {
+		Peer    string           `json:"peer"`
+		Results []bench.PyResult `json:"results"`
+	}
+	stderr := runBenchPythonJSON(t, env, append([]string{"--shapes", "8K@0.2", "--seconds", "0.3", "--runs", "1"}, args...), &res)
+	return res, stderr
+}
+
+// runBenchPythonJSON runs `bench python --json` with args, env added to its environment and its rings in
+// a temporary directory, decodes its output into res and returns its stderr.
+func runBenchPythonJSON(t *testing.T, env, args []string, res any) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary(t), append([]string{"bench", "python", "--shapes", "8K@0.2", "--seconds", "0.3",
-		"--runs", "1", "--json"}, args...)...)
+	cmd := exec.CommandContext(ctx, binary(t), append([]string{"bench", "python", "--json"}, args...)...)
 	cmd.Env = append(append(os.Environ(), "IBVBRIDGE_RING_DIR="+t.TempDir()), env...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -39,14 +50,10 @@ func benchPythonEnv(t *testing.T, env []string, args ...string) (struct {
 	if err != nil {
 		t.Fatalf("%v: %s", err, stderr.String())
 	}
-	var res struct {
-		Peer    string           `json:"peer"`
-		Results []bench.PyResult `json:"results"`
-	}
-	if err := json.Unmarshal(out, &res); err != nil {
+	if err := json.Unmarshal(out, res); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	return res, stderr.String()
+	return stderr.String()
 }
 
 // Without spead2's Python package the comparison says so in one line and measures recv and the Python
@@ -186,24 +193,12 @@ func TestBenchPythonChunksRejectsNegative(t *testing.T) {
 // args added; it returns the JSON result and stderr.
 func benchMaxRate(t *testing.T, args ...string) (bench.PyRateResult, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary(t), append([]string{"bench", "python", "--max-rate", "1K", "--from", "2000",
-		"--cap", "3000", "--seconds", "0.3", "--runs", "1", "--json"}, args...)...)
-	cmd.Env = append(os.Environ(), "IBVBRIDGE_RING_DIR="+t.TempDir())
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("%v: %s", err, stderr.String())
-	}
 	var res struct {
 		MaxRate bench.PyRateResult `json:"max_rate"`
 	}
-	if err := json.Unmarshal(out, &res); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
-	return res.MaxRate, stderr.String()
+	stderr := runBenchPythonJSON(t, nil, append([]string{"--max-rate", "1K", "--from", "2000", "--cap", "3000", "--seconds", "0.3",
+		"--runs", "1"}, args...), &res)
+	return res.MaxRate, stderr
 }
 
 // checkCappedSearch fails unless row probed 2000 then 3000 heaps/s, each in one lossless run the sender
