@@ -57,10 +57,10 @@ type PyRateResult struct {
 	Ratio   float64       `json:"highest_ratio_to_spead2,omitempty"`
 }
 
-// rateSearch is one receiver's search: probe(rate) runs the probe and says whether every run was lossless
-// and the rate the sender achieved. It goes up by Factor from From while probes are lossless, then halves
-// the gap between the highest lossless and the lowest lossy rate Refine times. It stops early at Cap, or
-// at a probe the sender could not keep up.
+// rateSearch is one receiver's search: next gives the rate to probe, record takes the probe's outcome
+// (its runs lossless or not, and the rate the sender achieved). It goes up by Factor from From while probes
+// are lossless, then halves the gap between the highest lossless and the lowest lossy rate Refine times.
+// It stops early at Cap, or at a probe the sender could not keep up.
 type rateSearch struct {
 	o    PyRateOptions
 	row  PyRateRow

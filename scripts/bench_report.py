@@ -277,6 +277,14 @@ def python_rows(res, s, with_ratio, names=None):
                           f"({num(plo)} – {num(phi)}) | {lossless_runs([x['lossless'] for x in r['runs']])} |{ratio}\n")
 
 
+def spead2_python_missing(s, err, rest):
+    """Say in section s why spead2's Python receiver was not measured: bench python's one line about it on
+    stderr err, then rest."""
+    why = next((l for l in err.splitlines() if "spead2" in l), "spead2's Python package does not import")
+    why = why.strip().removeprefix("bench python: ").removesuffix(": ibvbridge alone")
+    s.body.append(f"spead2's Python receiver not measured: {why.strip()}. {rest}\n\n")
+
+
 def spead2_python_section(a):
     s = Section("spead2-python", "recv + the Python client against spead2's Python receiver",
                 "A Go sender stamps each heap with its send time and sends the same traffic, alternating run by run, "
@@ -293,9 +301,7 @@ def spead2_python_section(a):
     (chunks, _), = s.run(["bench", "python", "--peer", "spead2", "--chunks", "64", "--runs", str(a.repeats), "--seconds", "1",
                           "--json"], timeout=3600)
     if not res.get("peer"):
-        why = next((l for l in err.splitlines() if "spead2" in l), "spead2's Python package does not import")
-        why = why.strip().removeprefix("bench python: ").removesuffix(": ibvbridge alone")
-        s.body.append(f"spead2's Python receiver not measured: {why.strip()}. The rows are ibvbridge's alone.\n\n")
+        spead2_python_missing(s, err, "The rows are ibvbridge's alone.")
     python_rows({"results": res["results"] + chunks["results"]}, s, bool(res.get("peer")))
     return s
 
@@ -310,9 +316,7 @@ def max_rate_section(a):
     (r, err), = s.run(["bench", "python", "--peer", "spead2", "--max-rate", "1K", "--json"], timeout=3600)
     res = r["max_rate"]
     if not r.get("peer"):
-        why = next((l for l in err.splitlines() if "spead2" in l), "spead2's Python package does not import")
-        why = why.strip().removeprefix("bench python: ").removesuffix(": ibvbridge alone")
-        s.body.append(f"spead2's Python receiver not measured: {why.strip()}. The row is ibvbridge's alone.\n\n")
+        spead2_python_missing(s, err, "The row is ibvbridge's alone.")
     table_head(s, "receiver", "highest lossless heaps/s", "what bounds it", "probes, heaps/s (runs lossless)")
     for row in res["rows"]:
         if row["lowest_lossy_heaps_per_s"]:
