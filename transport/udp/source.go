@@ -511,6 +511,9 @@ func (s *Source) runWorker(ctx context.Context, k int, sink *workerSink) error {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
 			_ = unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(coalesceTimerSlack.Nanoseconds()), 0, 0, 0)
+			// The thread goes back to Go's pool with its default slack (0 restores it): another
+			// goroutine's timers are not this worker's business.
+			defer unix.Prctl(unix.PR_SET_TIMERSLACK, 0, 0, 0, 0)
 		}
 	}
 	for {

@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"net/netip"
+	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -278,6 +280,59 @@ func TestBufferShortfallAdvisesOnlyWhatHelps(t *testing.T) {
 		}
 		if c.forced && strings.Contains(msg, "root") {
 			t.Errorf("forced: %q advises root to the root", msg)
+		}
+	}
+}
+
+// threadsWithTimerSlack counts this process's threads whose timer slack is slack.
+func threadsWithTimerSlack(t *testing.T, slack time.Duration) int {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, task := range tasks {
+		b, err := os.ReadFile("/proc/" + task.Name() + "/timerslack_ns") // a thread's own, by its id
+		if err != nil {
+			continue // the thread exited since the listing
+		}
+		if v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && v == slack.Nanoseconds() {
+			n++
+		}
+	}
+	return n
+}
+
+// TestCoalescingReceiveThreadSleepsWithMicrosecondSlack: a coalescing receive thread sleeps with a 1 µs
+// timer slack (the default 50 µs would end a heap-bounded sleep after the heap is due), only that thread,
+// and it hands the thread back to Go with the default slack when it stops.
+func TestCoalescingReceiveThreadSleepsWithMicrosecondSlack(t *testing.T) {
+	if _, err := os.Stat("/proc/" + strconv.Itoa(unix.Gettid()) + "/timerslack_ns"); err != nil {
+		t.Skipf("this kernel does not show a thread's timer slack: %v", err)
+	}
+	if n := threadsWithTimerSlack(t, coalesceTimerSlack); n != 0 {
+		t.Fatalf("%d threads already have a %v timer slack before any receiver runs", n, coalesceTimerSlack)
+	}
+	for _, tc := range []struct {
+		coalesce time.Duration
+		want     int
+	}{{0, 0}, {DefaultCoalesce, 1}} {
+		s := loopback(t, 1, Config{Coalesce: tc.coalesce})
+		sink := testutil.NewRecordingSink(true)
+		stop := run(t, s, sink)
+		if err := sender(t, s.LocalEndpoints()[0]).Send([][]byte{make([]byte, 64)}); err != nil {
+			t.Fatal(err)
+		}
+		waitCount(t, sink, 1) // the receive thread is in its loop
+		if n := threadsWithTimerSlack(t, coalesceTimerSlack); n != tc.want {
+			t.Errorf("coalesce %v: %d threads with a %v timer slack while receiving, want %d", tc.coalesce, n,
+				coalesceTimerSlack, tc.want)
+		}
+		stop()
+		if n := threadsWithTimerSlack(t, coalesceTimerSlack); n != 0 {
+			t.Errorf("coalesce %v: %d threads keep a %v timer slack after the receiver stopped", tc.coalesce, n,
+				coalesceTimerSlack)
 		}
 	}
 }
