@@ -558,13 +558,17 @@ const (
 	pyDataID  = 0x1801
 )
 
+// stampedBatch is how many heaps' time sendStamped may fall behind and still send each heap alone: a
+// batch's worth (the heap sender's 64 packets, 64 one-packet heaps).
+const stampedBatch = 64
+
 // sendStamped sends sh's heaps to endpoint: a descriptor heap, then heaps each carrying its send time
 // (CLOCK_REALTIME ns modulo 2^48, an immediate taken just before its packets leave, and again in the
 // data's first 8 bytes, little-endian) and sh.HeapSize bytes of data, paced to sh.RateGbps heap by heap,
-// then the stream stop. While the sender keeps its schedule each heap leaves alone; once it falls behind
-// (small heaps at hundreds of thousands a second) heaps leave in batches of 64 packets, one sendmmsg
-// each, stamped as they are queued, until it has caught up: as a NIC's interrupt moderation hands them
-// over. It returns the stamped heaps sent and the rate achieved. In chunk mode there is no descriptor heap
+// then the stream stop. While the sender keeps its schedule, or is late by less than stampedBatch heaps'
+// time, each heap leaves alone; once it falls further behind (small heaps at hundreds of thousands a
+// second) heaps leave in batches of 64 packets, one sendmmsg each, stamped as they are queued, until it is
+// back within that: as a NIC's interrupt moderation hands them over. It returns the stamped heaps sent and the rate achieved. In chunk mode there is no descriptor heap
 // (chunks hold payloads only), heap cnts start at 0 (the first chunk's first position) and the heaps fill
 // whole chunks.
 func sendStamped(ctx context.Context, endpoint string, sh PyShape) (uint64, float64, error) {
@@ -613,16 +617,23 @@ func sendStamped(ctx context.Context, endpoint string, sh PyShape) (uint64, floa
 		time.Sleep(20 * time.Millisecond) // the descriptors reach both receivers before the first data heap
 	}
 	period := time.Duration(float64(sh.HeapSize) * 8 / (sh.RateGbps * 1e9) * float64(time.Second))
+	// Late by less than a batch of heaps' time (a sleep that ended late, a short preemption), a heap still
+	// leaves alone: the sender catches up one heap at a time. Later than that, it cannot catch up so.
+	batchLate := stampedBatch * period
 	data := make([]byte, sh.HeapSize)
 	h := spead.Heap{Items: []spead.Item{{ID: pyStampID, Immediate: true}, {ID: pyDataID, Data: data}}}
+	// The sleeps keep the schedule only if they end when asked: Linux adds a thread's timer slack (50 µs
+	// by default) to each, a heap's time at tens of thousands of heaps a second.
+	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1000, 0, 0, 0)
+	defer unix.Prctl(unix.PR_SET_TIMERSLACK, 0, 0, 0, 0)
 	start := time.Now()
 	for k := range heaps {
-		if d := time.Until(start.Add(time.Duration(k) * period)); d > 0 {
-			// On schedule: what is queued (the last heap) leaves now, before the sleep.
-			if err := hs.Flush(ctx); err != nil {
+		late := -time.Until(start.Add(time.Duration(k) * period))
+		if late < 0 {
+			if err := hs.Flush(ctx); err != nil { // what a batch left queued goes before the sleep
 				return 0, 0, err
 			}
-			ts := unix.NsecToTimespec(d.Nanoseconds())
+			ts := unix.NsecToTimespec(-late.Nanoseconds())
 			_ = unix.Nanosleep(&ts, nil)
 		}
 		h.Cnt = k + first
@@ -632,6 +643,11 @@ func sendStamped(ctx context.Context, endpoint string, sh PyShape) (uint64, floa
 		}
 		if err := hs.SendHeap(ctx, &h); err != nil { // a full batch leaves here
 			return 0, 0, err
+		}
+		if late < batchLate {
+			if err := hs.Flush(ctx); err != nil {
+				return 0, 0, err
+			}
 		}
 	}
 	if err := hs.Flush(ctx); err != nil {
