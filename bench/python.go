@@ -46,6 +46,11 @@ type PyShape struct {
 	RateGbps   float64 `json:"rate_gbps"`
 	Seconds    float64 `json:"seconds"`
 	ChunkHeaps int     `json:"chunk_heaps,omitempty"` // heaps per chunk; 0: heap mode
+	// Bursts: once the sender is late at all, heaps leave in batches of up to 64 packets, as a NIC's
+	// interrupt moderation hands them over. The highest-rate search sends so: at hundreds of thousands
+	// of heaps a second a send per heap on loopback costs the sender the receiving stack's work too, on
+	// the receivers' cores. Without it each heap leaves alone until the sender is stampedBatch heaps late.
+	Bursts bool `json:"bursts,omitempty"`
 }
 
 // DefaultPyShapes are the streams the comparison with spead2's Python receiver is made on: 1 MiB heaps
@@ -562,13 +567,24 @@ const (
 // batch's worth (the heap sender's 64 packets, 64 one-packet heaps).
 const stampedBatch = 64
 
+// leavesAlone tells sendStamped whether a heap it queued late by late (negative: early) leaves at once,
+// alone, or waits in the batch. Late by less than stampedBatch heaps' time (a sleep that ended late, a
+// short preemption) it leaves alone: the sender catches up one heap at a time. Later than that it cannot
+// catch up so. In bursts, any lateness batches.
+func leavesAlone(late, period time.Duration, bursts bool) bool {
+	if bursts {
+		return late <= 0
+	}
+	return late < stampedBatch*period
+}
+
 // sendStamped sends sh's heaps to endpoint: a descriptor heap, then heaps each carrying its send time
 // (CLOCK_REALTIME ns modulo 2^48, an immediate taken just before its packets leave, and again in the
 // data's first 8 bytes, little-endian) and sh.HeapSize bytes of data, paced to sh.RateGbps heap by heap,
 // then the stream stop. While the sender keeps its schedule, or is late by less than stampedBatch heaps'
-// time, each heap leaves alone; once it falls further behind (small heaps at hundreds of thousands a
-// second) heaps leave in batches of 64 packets, one sendmmsg each, stamped as they are queued, until it is
-// back within that: as a NIC's interrupt moderation hands them over. It returns the stamped heaps sent and the rate achieved. In chunk mode there is no descriptor heap
+// time (sh.Bursts: not late at all), each heap leaves alone; once it falls further behind heaps leave in
+// batches of 64 packets, one sendmmsg each, stamped as they are queued, until it is back within that: as
+// a NIC's interrupt moderation hands them over. It returns the stamped heaps sent and the rate achieved. In chunk mode there is no descriptor heap
 // (chunks hold payloads only), heap cnts start at 0 (the first chunk's first position) and the heaps fill
 // whole chunks.
 func sendStamped(ctx context.Context, endpoint string, sh PyShape) (uint64, float64, error) {
@@ -617,9 +633,6 @@ func sendStamped(ctx context.Context, endpoint string, sh PyShape) (uint64, floa
 		time.Sleep(20 * time.Millisecond) // the descriptors reach both receivers before the first data heap
 	}
 	period := time.Duration(float64(sh.HeapSize) * 8 / (sh.RateGbps * 1e9) * float64(time.Second))
-	// Late by less than a batch of heaps' time (a sleep that ended late, a short preemption), a heap still
-	// leaves alone: the sender catches up one heap at a time. Later than that, it cannot catch up so.
-	batchLate := stampedBatch * period
 	data := make([]byte, sh.HeapSize)
 	h := spead.Heap{Items: []spead.Item{{ID: pyStampID, Immediate: true}, {ID: pyDataID, Data: data}}}
 	// The sleeps keep the schedule only if they end when asked: Linux adds a thread's timer slack (50 µs
@@ -644,7 +657,7 @@ func sendStamped(ctx context.Context, endpoint string, sh PyShape) (uint64, floa
 		if err := hs.SendHeap(ctx, &h); err != nil { // a full batch leaves here
 			return 0, 0, err
 		}
-		if late < batchLate {
+		if leavesAlone(late, period, sh.Bursts) {
 			if err := hs.Flush(ctx); err != nil {
 				return 0, 0, err
 			}

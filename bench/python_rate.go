@@ -140,7 +140,8 @@ func PythonMaxRate(ctx context.Context, env Env, o PyOptions, ro PyRateOptions, 
 				continue
 			}
 			active++
-			sh := PyShape{HeapSize: ro.HeapSize, PacketSize: 8972, RateGbps: rate * float64(ro.HeapSize) * 8 / 1e9, Seconds: ro.Seconds}
+			sh := PyShape{HeapSize: ro.HeapSize, PacketSize: 8972, RateGbps: rate * float64(ro.HeapSize) * 8 / 1e9, Seconds: ro.Seconds,
+				Bursts: true}
 			p := PyRateProbe{HeapsPerSec: rate, SentPerSec: math.Inf(1)}
 			for range b.o.Runs {
 				r, err := b.run(ctx, s.row.Receiver, sh)

@@ -59,3 +59,22 @@ func TestStampedSenderBatchesOnlyWhenBehind(t *testing.T) {
 		t.Errorf("on its schedule, %d of %d datagrams arrived in batches, want each heap alone", coalesced, packets)
 	}
 }
+
+// TestStampedSenderInBurstsBatchesOnceLate: the highest-rate search's sender (Bursts) batches a heap as
+// soon as it is late, where the default sender batches only once it is a batch of heaps behind.
+func TestStampedSenderInBurstsBatchesOnceLate(t *testing.T) {
+	const period = 10 * time.Microsecond
+	for _, tc := range []struct {
+		late         time.Duration
+		bursts, want bool
+	}{
+		{-period, false, true}, {-period, true, true}, // on schedule: alone either way
+		{0, false, true}, {0, true, true},
+		{period, false, true}, {period, true, false}, // a heap late
+		{stampedBatch*period - 1, false, true}, {stampedBatch * period, false, false}, // a batch behind
+	} {
+		if got := leavesAlone(tc.late, period, tc.bursts); got != tc.want {
+			t.Errorf("late %v, bursts %v: leaves alone %v, want %v", tc.late, tc.bursts, got, tc.want)
+		}
+	}
+}
