@@ -287,7 +287,8 @@ def spead2_python_missing(s, err, rest):
 
 def spead2_python_section(a):
     s = Section("spead2-python", "recv + the Python client against spead2's Python receiver",
-                "A Go sender stamps each heap with its send time and sends the same traffic, alternating run by run, "
+                "A Go sender stamps each heap with its send time and sends the same traffic, alternating run by run (each "
+                "heap alone at its time; heaps leave in batches only once the sender is 64 heaps' time behind), "
                 "to recv (its defaults, the block policy) read by the Python client's `ItemGroup` loop, and to spead2's "
                 "Python receiver (`spead2.recv.Stream`, a memory pool, a 128-heap ring) running the same loop "
                 "(`bench/pyloop.py`). CPU is that of every receiving process (recv + Python, or spead2's one process) "
@@ -309,10 +310,12 @@ def spead2_python_section(a):
 def max_rate_section(a):
     s = Section("max-rate", "The highest lossless rate of 1 KiB heaps into a Python ItemGroup loop",
                 "The sender of the section above, 1 KiB heaps, into recv + the Python client's `ItemGroup` loop and into "
-                "spead2's Python receiver with the same loop. From 10 k heaps/s each receiver is probed at half as much "
-                "again while every run of a probe is lossless, then three probes narrow the gap to the first loss (to "
-                "within 5 %); the receivers take turns probe by probe. A probe the sender could not keep (it shares the "
-                "machine's cores with both) ends that search: its highest rate is then a lower bound.")
+                "spead2's Python receiver with the same loop, in bursts: once late at all, heaps leave 64 at a time, as a "
+                "NIC's interrupt moderation hands them over (sent one by one, at these rates the sender would spend the "
+                "receivers' cores on the receiving stack's work, which loopback charges to it). From 10 k heaps/s each "
+                "receiver is probed at half as much again while every run of a probe is lossless, then three probes "
+                "narrow the gap to the first loss (to within 5 %); the receivers take turns probe by probe. A probe the "
+                "sender could not keep (it shares the machine's cores with both) ends that search: its highest rate is then a lower bound.")
     (r, err), = s.run(["bench", "python", "--peer", "spead2", "--max-rate", "1K", "--json"], timeout=3600)
     res = r["max_rate"]
     if not r.get("peer"):
