@@ -312,23 +312,29 @@ func (a *Assembler) EndBatch() { a.p.EndBatch() }
 func (a *Assembler) Absorbs(max time.Duration) time.Duration { return a.p.Absorbs(max) }
 
 // Awaits implements transport.Awaiter: how long until what a consumer sees next as one unit, the heap the
-// latest packet joined (in chunk mode, that heap's chunk), is complete, at the rate its bytes arrived so
-// far (from its first packet's receive time to now). ok is false when nothing is in assembly (the latest
-// packet completed its heap) or its size is unknown (no heap length yet). The estimate can only err
-// short while the bytes come at a steady rate: receive times are read times, which trail arrival. Hot
-// path only: it reads the window, nothing else.
+// latest packet joined (in chunk mode, the chunk of the heap begun last, even when the latest packet
+// completed its heap), is complete, at the rate its bytes arrived so far (from its first packet's receive
+// time to now). ok is false when nothing is in assembly (the latest packet completed its heap, or its
+// chunk) or its size is unknown (no heap length yet). The estimate can only err short while the bytes
+// come at a steady rate: receive times are read times, which trail arrival. Hot path only: it reads the
+// window, nothing else.
 func (a *Assembler) Awaits(nowNanos int64) (left time.Duration, ok bool) {
-	h := &a.window[a.lastHit]
-	if a.stopped || h.state != heapAssembling {
+	if a.stopped {
 		return 0, false
 	}
-	total, have, first := h.heapLength, h.received, h.firstNanos // heapLength 0 (unknown): no estimate
+	h := &a.window[a.lastHit]
+	live := h.state == heapAssembling
 	if cp, isChunk := a.pl.(*chunkPlacer); isChunk {
-		if total, have, first, ok = cp.awaits(h); !ok {
+		total, have, first, ok := cp.awaits(h, live)
+		if !ok {
 			return 0, false
 		}
+		return timeLeft(total, have, nowNanos-first)
 	}
-	return timeLeft(total, have, nowNanos-first)
+	if !live {
+		return 0, false
+	}
+	return timeLeft(h.heapLength, h.received, nowNanos-h.firstNanos) // heapLength 0 (unknown): no estimate
 }
 
 // timeLeft is how long the rest of total bytes takes at the rate have bytes took in elapsed nanoseconds.

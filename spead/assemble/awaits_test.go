@@ -131,3 +131,43 @@ func TestAwaitsEstimatesTheChunkInChunkMode(t *testing.T) {
 			have, total, now+10_000-1_000_000, left, want)
 	}
 }
+
+// A stream of one-packet heaps in chunk mode: every packet completes its heap, yet the chunk stays in
+// assembly until its last position arrives. Awaits estimates the chunk's rest after each heap, and nothing
+// once the chunk is complete and published.
+func TestAwaitsEstimatesTheChunkOfOnePacketHeaps(t *testing.T) {
+	p, _ := chunkRing(t, 4)
+	a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{ChunkWindow: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := uint64(ckHeaps * ckAxis * ckHeapSize)
+	first, now, have := int64(1_000_000), int64(1_000_000), uint64(0)
+	cnt := uint64(1)
+	for tm := uint64(0); tm < ckHeaps; tm++ {
+		for ax := uint64(0); ax < ckAxis; ax++ {
+			pkts := speadtest.EncodeAll(t, spead.Flavour64_40, 9000, ptr(ckHeap(cnt, tm, ax, ckHeapSize, 0)))
+			if len(pkts) != 1 {
+				t.Fatalf("heap %d: %d packets, want 1", cnt, len(pkts))
+			}
+			a.Packet(pkts[0], now)
+			have += ckHeapSize
+			cnt++
+			left, ok := a.Awaits(now + 10_000)
+			if have == total {
+				if ok {
+					t.Fatalf("the chunk is complete: %v left, want no estimate", left)
+				}
+				return
+			}
+			if !ok {
+				t.Fatalf("after heap %d of one packet, %d of the chunk's %d bytes: no estimate", cnt-1, have, total)
+			}
+			if want := wantLeft(total, have, now+10_000-first); left != want {
+				t.Fatalf("%d of the chunk's %d bytes in %d ns: %v left, want %v", have, total, now+10_000-first, left, want)
+			}
+			now += 10_000
+		}
+	}
+	t.Fatal("the chunk never completed")
+}

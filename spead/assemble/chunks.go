@@ -332,19 +332,30 @@ func (cp *chunkPlacer) retire(c *openChunk) {
 	c.slot, c.noSlot = nil, false
 }
 
-// awaits is what Assembler.Awaits measures in chunk mode: the chunk of live heap h, its size, the bytes
-// it holds (those of its heaps that ended, and h's; its other live heaps are not counted, so the answer
-// can only overstate what is left) and its first receive time.
-func (cp *chunkPlacer) awaits(h *liveHeap) (total, have uint64, firstNanos int64, ok bool) {
-	c := h.chunk
+// awaits is what Assembler.Awaits measures in chunk mode: the chunk in assembly — that of h, the heap the
+// latest packet joined, while h is live; else (the packet completed h: every heap of one packet) the chunk
+// of the heap begun last, while it is open — its size, the bytes it holds (those of its heaps that ended,
+// and h's; its other live heaps are not counted, so the answer can only overstate what is left) and its
+// first receive time. Without the second case a stream of one-packet heaps never coalesced in chunk mode.
+func (cp *chunkPlacer) awaits(h *liveHeap, live bool) (total, have uint64, firstNanos int64, ok bool) {
+	c := cp.open(cp.lastID)
+	if live {
+		c = h.chunk
+	}
 	if c == nil || c.slot == nil {
 		return 0, 0, 0, false
 	}
-	firstNanos = h.firstNanos
-	if c.firstNs != 0 && int64(c.firstNs) < firstNanos {
-		firstNanos = int64(c.firstNs)
+	have, firstNanos = c.received, int64(c.firstNs)
+	if live {
+		have += h.stored
+		if firstNanos == 0 || h.firstNanos < firstNanos {
+			firstNanos = h.firstNanos
+		}
 	}
-	return cp.g.Bytes(), c.received + h.stored, firstNanos, true
+	if firstNanos == 0 {
+		return 0, 0, 0, false
+	}
+	return cp.g.Bytes(), have, firstNanos, true
 }
 
 // ended records a heap leaving the window in its chunk: present if it is complete, fits its position and
