@@ -45,7 +45,8 @@ func runBenchPython(ctx context.Context, env bench.Env, args []string, stdout, s
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	maxRate := byteSize(0)
 	fs.Var(&maxRate, "max-rate", "instead of --shapes: search each receiver's highest lossless rate of heaps of this size (e.g. 1K), "+
-		"from --from heaps/s up by half while lossless, then narrowing the gap to the first loss; each probe is --runs runs (default 2 here)")
+		"from --from heaps/s up by half while lossless, then narrowing the gap to the first loss; each probe is --runs runs (default 2 here); "+
+		"the sender sends in bursts (once late, 64 heaps a sendmmsg, as a NIC's interrupt moderation hands them over)")
 	ro := bench.DefaultPyRate
 	fs.Float64Var(&ro.From, "from", ro.From, "with --max-rate: heaps/s of the first probe")
 	fs.Float64Var(&ro.Cap, "cap", ro.Cap, "with --max-rate: no probe above this many heaps/s")
