@@ -584,9 +584,9 @@ func leavesAlone(late, period time.Duration, bursts bool) bool {
 // then the stream stop. While the sender keeps its schedule, or is late by less than stampedBatch heaps'
 // time (sh.Bursts: not late at all), each heap leaves alone; once it falls further behind heaps leave in
 // batches of 64 packets, one sendmmsg each, stamped as they are queued, until it is back within that: as
-// a NIC's interrupt moderation hands them over. It returns the stamped heaps sent and the rate achieved. In chunk mode there is no descriptor heap
-// (chunks hold payloads only), heap cnts start at 0 (the first chunk's first position) and the heaps fill
-// whole chunks.
+// a NIC's interrupt moderation hands them over. It returns the stamped heaps sent and the rate achieved.
+// In chunk mode there is no descriptor heap (chunks hold payloads only), heap cnts start at 0 (the first
+// chunk's first position) and the heaps fill whole chunks.
 func sendStamped(ctx context.Context, endpoint string, sh PyShape) (uint64, float64, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
