@@ -338,9 +338,9 @@ func (cp *chunkPlacer) retire(c *openChunk) {
 // and h's; its other live heaps are not counted, so the answer can only overstate what is left) and its
 // first receive time. Without the second case a stream of one-packet heaps never coalesced in chunk mode.
 func (cp *chunkPlacer) awaits(h *liveHeap, live bool) (total, have uint64, firstNanos int64, ok bool) {
-	c := cp.open(cp.lastID)
-	if live {
-		c = h.chunk
+	c := h.chunk
+	if !live {
+		c = cp.open(cp.lastID)
 	}
 	if c == nil || c.slot == nil {
 		return 0, 0, 0, false
