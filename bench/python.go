@@ -71,6 +71,10 @@ type PyOptions struct {
 	Python   string   // the interpreter (default /usr/bin/python3)
 	RecvArgs []string // more flags for recv (e.g. --coalesce 0), after the defaults
 	Buffer   int      // every receiver's socket buffer (default 32 MiB)
+	// Floor: also the floor receiver (Floor, `bench floor`) on the same traffic: what the kernel alone
+	// costs a receiver that wakes for each heap sent alone, with no consumer and no Python. Its CPU per
+	// heap is a bound no receiver of this traffic goes below.
+	Floor bool
 	// Variants are more ibvbridge rows, run alternating with the others on the same traffic: other recv
 	// flags, another build (a baseline), or another Python client.
 	Variants []PyVariant
@@ -100,7 +104,7 @@ type PyRun struct {
 
 // PyRow is one receiver on one shape: its runs and their medians, with the spread (min–max) of each.
 type PyRow struct {
-	Receiver    string     `json:"receiver"` // "ibvbridge" or "spead2"
+	Receiver    string     `json:"receiver"` // "ibvbridge", a variant's label, "floor" or "spead2"
 	Runs        []PyRun    `json:"runs"`
 	Sent        uint64     `json:"sent"`             // heaps sent, every run
 	Heaps       uint64     `json:"heaps"`            // heaps the loop saw, every run
@@ -214,7 +218,7 @@ func Python(ctx context.Context, env Env, o PyOptions, progress func(shape PySha
 }
 
 // pyBench is what every run of `bench python` shares: its options with their defaults, the receivers in
-// the order they alternate (ibvbridge, the variants, spead2 last), the loop script and, once a chunk-mode
+// the order they alternate (ibvbridge, the variants, the floor, spead2 last), the loop script and, once a chunk-mode
 // shape needs it, spead2's compiled chunk_place.
 type pyBench struct {
 	env        Env
@@ -240,11 +244,14 @@ func newPyBench(env Env, o PyOptions) (*pyBench, error) {
 	b := &pyBench{env: env, o: o, receivers: []string{"ibvbridge"},
 		variants: map[string]PyVariant{"ibvbridge": {Label: "ibvbridge", RecvArgs: o.RecvArgs}}}
 	for _, v := range o.Variants {
-		if _, dup := b.variants[v.Label]; dup || v.Label == "spead2" || v.Label == "" {
+		if _, dup := b.variants[v.Label]; dup || v.Label == "spead2" || v.Label == "floor" || v.Label == "" {
 			return nil, fmt.Errorf("%w: variant label %q: want a new name", ErrBadOption, v.Label)
 		}
 		b.variants[v.Label] = v
 		b.receivers = append(b.receivers, v.Label)
+	}
+	if o.Floor {
+		b.receivers = append(b.receivers, "floor")
 	}
 	if o.Peer != "" {
 		if o.Peer != "spead2" {
@@ -278,14 +285,17 @@ func (b *pyBench) run(ctx context.Context, receiver string, sh PyShape) (PyRun, 
 	}
 	var r PyRun
 	var err error
-	if receiver == "spead2" {
+	switch receiver {
+	case "floor":
+		r, err = pyFloorRun(ctx, b.env, b.o, sh)
+	case "spead2":
 		if sh.ChunkHeaps > 0 && b.place == "" {
 			if b.place, err = buildSpead2Place(b.dir); err != nil {
 				return r, err
 			}
 		}
 		r, err = pySpead2Run(ctx, b.env, b.o, sh, b.script, b.spead2Path, b.place)
-	} else {
+	default:
 		r, err = pyIbvbridgeRun(ctx, b.env, b.o, b.variants[receiver], sh, b.script)
 	}
 	if err != nil {
@@ -415,11 +425,12 @@ func pyIbvbridgeRun(ctx context.Context, env Env, o PyOptions, v PyVariant, sh P
 	waitSettled(10*time.Second, recv.Process.Pid, loop.cmd.Process.Pid)
 	recv0, _ := cpuTime(recv.Process.Pid)
 	loop0, _ := cpuTime(loop.cmd.Process.Pid)
-	sent, gbps, err := sendStamped(ctx, endpoint, sh)
+	st, err := sendStamped(ctx, endpoint, sh)
 	if err != nil {
 		return run, err
 	}
-	run.Sent, run.SentGbps = sent, gbps
+	sent := st.Heaps
+	run.Sent, run.SentGbps = sent, st.Gbps
 	if err := rp.finish(5 * time.Second); err != nil {
 		return run, fmt.Errorf("recv: %w: %s", err, recvErr.String())
 	}
@@ -474,11 +485,12 @@ func pySpead2Run(ctx context.Context, env Env, o PyOptions, sh PyShape, script, 
 	defer loop.r.kill()
 	waitSettled(10*time.Second, loop.cmd.Process.Pid)
 	cpu0, _ := cpuTime(loop.cmd.Process.Pid)
-	sent, gbps, err := sendStamped(ctx, endpoint, sh)
+	st, err := sendStamped(ctx, endpoint, sh)
 	if err != nil {
 		return run, err
 	}
-	run.Sent, run.SentGbps = sent, gbps
+	sent := st.Heaps
+	run.Sent, run.SentGbps = sent, st.Gbps
 	lr, cpu, err := loop.result(cpu0)
 	if err != nil {
 		return run, err
@@ -494,6 +506,49 @@ func pySpead2Run(ctx context.Context, env Env, o PyOptions, sh PyShape, script, 
 			lr.Heaps, sent, lr.Chunks, pyChunks(sh, sent), lr.Incomplete, lr.TooOld, lr.Rejected)
 	}
 	run.noteInterrupted(lr)
+	return run, nil
+}
+
+// pyFloorRun is one run of the floor receiver (`bench floor`) on sh's traffic: its CPU per stamped heap,
+// lossless when it counted every byte sent. It decodes nothing, so it has no latency.
+func pyFloorRun(ctx context.Context, env Env, o PyOptions, sh PyShape) (PyRun, error) {
+	var run PyRun
+	self, err := env.binary()
+	if err != nil {
+		return run, err
+	}
+	port, endpoint, err := loopbackEndpoint()
+	if err != nil {
+		return run, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, self, "bench", "floor", "--buffer", strconv.Itoa(o.Buffer), endpoint)
+	var out bytes.Buffer
+	var errOut LockedBuffer
+	rp, err := startReady(cmd, &out, &errOut, 10*time.Second, func() bool { return udpPortBound(port) })
+	if err != nil {
+		return run, fmt.Errorf("binding %s: %w", endpoint, err)
+	}
+	defer rp.kill()
+	waitSettled(10*time.Second, cmd.Process.Pid)
+	cpu0, _ := cpuTime(cmd.Process.Pid)
+	st, err := sendStamped(ctx, endpoint, sh)
+	if err != nil {
+		return run, err
+	}
+	if err := rp.finish(5 * time.Second); err != nil {
+		return run, fmt.Errorf("the floor: %w: %s", err, errOut.String())
+	}
+	var f FloorResult
+	if err := json.Unmarshal(LastLine(out.Bytes()), &f); err != nil {
+		return run, fmt.Errorf("the floor's output %q: %w", out.String(), err)
+	}
+	ps := cmd.ProcessState
+	run.Sent, run.SentGbps, run.Heaps = st.Heaps, st.Gbps, st.Heaps
+	run.CPUSeconds = (ps.UserTime() + ps.SystemTime() - cpu0).Seconds()
+	run.Lossless = f.Bytes == st.Bytes
+	run.Detail = fmt.Sprintf("bytes %d of %d, %d messages in %d calls", f.Bytes, st.Bytes, f.Messages, f.Calls)
 	return run, nil
 }
 
@@ -578,31 +633,41 @@ func leavesAlone(late, period time.Duration, bursts bool) bool {
 	return late < stampedBatch*period
 }
 
+// stampedSend is what sendStamped sent: the stamped heaps, their rate in Gb/s and every UDP payload byte
+// (the descriptor heap and the stream stop too).
+type stampedSend struct {
+	Heaps uint64
+	Gbps  float64
+	Bytes uint64
+}
+
 // sendStamped sends sh's heaps to endpoint: a descriptor heap, then heaps each carrying its send time
 // (CLOCK_REALTIME ns modulo 2^48, an immediate taken just before its packets leave, and again in the
 // data's first 8 bytes, little-endian) and sh.HeapSize bytes of data, paced to sh.RateGbps heap by heap,
 // then the stream stop. While the sender keeps its schedule, or is late by less than stampedBatch heaps'
 // time (sh.Bursts: not late at all), each heap leaves alone; once it falls further behind heaps leave in
 // batches of 64 packets, one sendmmsg each, stamped as they are queued, until it is back within that: as
-// a NIC's interrupt moderation hands them over. It returns the stamped heaps sent and the rate achieved.
+// a NIC's interrupt moderation hands them over. It returns the stamped heaps sent, the rate achieved and
+// every UDP payload byte sent.
 // In chunk mode there is no descriptor heap (chunks hold payloads only), heap cnts start at 0 (the first
 // chunk's first position) and the heaps fill whole chunks.
-func sendStamped(ctx context.Context, endpoint string, sh PyShape) (uint64, float64, error) {
+func sendStamped(ctx context.Context, endpoint string, sh PyShape) (stampedSend, error) {
+	var none stampedSend
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	dest, err := netip.ParseAddrPort(endpoint)
 	if err != nil {
-		return 0, 0, err
+		return none, err
 	}
 	f := spead.Flavour64_48
 	enc, err := spead.NewEncoder(f, sh.PacketSize)
 	if err != nil {
-		return 0, 0, err
+		return none, err
 	}
 	hs, err := udp.OpenHeapSender(udp.HeapSenderConfig{SenderConfig: udp.SenderConfig{Dest: dest, BufferSize: 32 << 20},
 		Encoder: enc, GSO: true})
 	if err != nil {
-		return 0, 0, err
+		return none, err
 	}
 	defer hs.Close()
 	desc, err := spead.DescriptorHeap(1, f,
@@ -611,7 +676,7 @@ func sendStamped(ctx context.Context, endpoint string, sh PyShape) (uint64, floa
 		spead.Descriptor{ID: pyDataID, Name: "data", Description: "payload", Flavour: f,
 			DType: fmt.Sprintf("{'descr': '|u1', 'fortran_order': False, 'shape': (%d,), }", sh.HeapSize)})
 	if err != nil {
-		return 0, 0, err
+		return none, err
 	}
 	send := func(h *spead.Heap) error {
 		if err := hs.SendHeap(ctx, h); err != nil {
@@ -624,11 +689,11 @@ func sendStamped(ctx context.Context, endpoint string, sh PyShape) (uint64, floa
 	if sh.ChunkHeaps > 0 {
 		first, heaps = 0, heaps/uint64(sh.ChunkHeaps)*uint64(sh.ChunkHeaps)
 		if heaps == 0 {
-			return 0, 0, fmt.Errorf("%w: %g s at %g Gb/s is not one chunk of %d heaps", ErrBadOption, sh.Seconds, sh.RateGbps, sh.ChunkHeaps)
+			return none, fmt.Errorf("%w: %g s at %g Gb/s is not one chunk of %d heaps", ErrBadOption, sh.Seconds, sh.RateGbps, sh.ChunkHeaps)
 		}
 	} else {
 		if err := send(&desc); err != nil {
-			return 0, 0, err
+			return none, err
 		}
 		time.Sleep(20 * time.Millisecond) // the descriptors reach both receivers before the first data heap
 	}
@@ -644,7 +709,7 @@ func sendStamped(ctx context.Context, endpoint string, sh PyShape) (uint64, floa
 		late := -time.Until(start.Add(time.Duration(k) * period))
 		if late < 0 {
 			if err := hs.Flush(ctx); err != nil { // what a batch left queued goes before the sleep
-				return 0, 0, err
+				return none, err
 			}
 			ts := unix.NsecToTimespec(-late.Nanoseconds())
 			_ = unix.Nanosleep(&ts, nil)
@@ -655,24 +720,24 @@ func sendStamped(ctx context.Context, endpoint string, sh PyShape) (uint64, floa
 			binary.LittleEndian.PutUint64(data, h.Items[0].Value)
 		}
 		if err := hs.SendHeap(ctx, &h); err != nil { // a full batch leaves here
-			return 0, 0, err
+			return none, err
 		}
 		if leavesAlone(late, period, sh.Bursts) {
 			if err := hs.Flush(ctx); err != nil {
-				return 0, 0, err
+				return none, err
 			}
 		}
 	}
 	if err := hs.Flush(ctx); err != nil {
-		return 0, 0, err
+		return none, err
 	}
 	secs := time.Since(start).Seconds()
 	time.Sleep(20 * time.Millisecond)
 	stop := spead.StreamStopHeap(heaps + first)
 	if err := send(&stop); err != nil {
-		return 0, 0, err
+		return none, err
 	}
-	return heaps, float64(heaps) * float64(sh.HeapSize) * 8 / secs / 1e9, nil
+	return stampedSend{Heaps: heaps, Gbps: float64(heaps) * float64(sh.HeapSize) * 8 / secs / 1e9, Bytes: hs.Totals().Bytes}, nil
 }
 
 // PrintPython writes `bench python`'s table: per shape and receiver the medians of CPU per heap (every
@@ -687,6 +752,11 @@ func PrintPython(w io.Writer, results []PyResult, runs int) {
 		}
 		fmt.Fprintf(w, "%s heaps at %g Gb/s%s, %d runs each, medians:\n", sizeName(sh.HeapSize), sh.RateGbps, chunks, runs)
 		for _, r := range res.Rows {
+			if r.Receiver == "floor" {
+				fmt.Fprintf(w, "  %-9s CPU %7.2f µs/heap (%.2f–%.2f; the kernel's share alone, no decoding)  %s\n",
+					r.Receiver, r.CPUPerHeap, r.CPUSpread[0], r.CPUSpread[1], losslessWord(r.Lossless))
+				continue
+			}
 			fmt.Fprintf(w, "  %-9s CPU %7.2f µs/heap (%.2f–%.2f; Python loop %.2f)  latency median %7.0f µs  p99 %7.0f µs (%.0f–%.0f)  %s",
 				r.Receiver, r.CPUPerHeap, r.CPUSpread[0], r.CPUSpread[1], r.LoopPerHeap, r.MedianUs, r.P99Us,
 				r.P99Spread[0], r.P99Spread[1], losslessWord(r.Lossless))
@@ -696,7 +766,10 @@ func PrintPython(w io.Writer, results []PyResult, runs int) {
 			fmt.Fprintln(w)
 		}
 		for _, r := range res.Rows {
-			if r.Ratios != nil {
+			switch {
+			case r.Ratios != nil && r.Receiver == "floor":
+				fmt.Fprintf(w, "  %s/spead2: CPU %.2f×\n", r.Receiver, r.Ratios.CPU)
+			case r.Ratios != nil:
 				fmt.Fprintf(w, "  %s/spead2: CPU %.2f×, latency median %.2f×, p99 %.2f×\n", r.Receiver, r.Ratios.CPU, r.Ratios.Median, r.Ratios.P99)
 			}
 		}

@@ -28,17 +28,18 @@ func sendStampedIntoGRO(t *testing.T, sh PyShape) (sent, packets, coalesced uint
 	go func() { done <- src.Run(ctx, testutil.NewRecordingSink(false)) }()
 	defer func() { cancel(); <-done }()
 	ep := src.LocalEndpoints()[0]
-	sent, _, err = sendStamped(context.Background(), netip.AddrPortFrom(ep.Addr, ep.Port).String(), sh)
+	st, err := sendStamped(context.Background(), netip.AddrPortFrom(ep.Addr, ep.Port).String(), sh)
 	if err != nil {
 		t.Fatal(err)
 	}
+	sent = st.Heaps
 	want := sent + 2 // with the descriptor heap and the stream stop, one packet each
 	testutil.WaitFor(5*time.Second, func() bool { return src.Stats().Packets >= want })
-	st := src.Stats()
-	if st.Packets != want {
-		t.Fatalf("%d of %d datagrams arrived", st.Packets, want)
+	got := src.Stats()
+	if got.Packets != want || got.Bytes != st.Bytes {
+		t.Fatalf("%d of %d datagrams, %d of %d bytes arrived", got.Packets, want, got.Bytes, st.Bytes)
 	}
-	return sent, st.Packets, st.Coalesced
+	return sent, got.Packets, got.Coalesced
 }
 
 // TestStampedSenderBatchesOnlyWhenBehind: the latency benchmark's sender sends each heap alone while it

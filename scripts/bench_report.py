@@ -272,6 +272,10 @@ def python_rows(res, s, with_ratio, names=None):
             if with_ratio:
                 ratio = f" {r['ratios_to_spead2']['cpu']:.2f}× |" if r.get("ratios_to_spead2") else " — |"
             name = (names or {}).get(r["receiver"], r["receiver"])
+            if r["receiver"] == "floor":  # no decoding, no Python: no loop share, no latency
+                s.body.append(f"| {label} | {name} | **{num(r['cpu_us_per_heap'])}** | {num(lo)} – {num(hi)} | — | — | — | "
+                              f"{lossless_runs([x['lossless'] for x in r['runs']])} |{ratio}\n")
+                continue
             s.body.append(f"| {label} | {name} | **{num(r['cpu_us_per_heap'])}** | {num(lo)} – {num(hi)} | "
                           f"{num(r['loop_cpu_us_per_heap'])} | {num(r['latency_median_us'])} | {num(r['latency_p99_us'])} "
                           f"({num(plo)} – {num(phi)}) | {lossless_runs([x['lossless'] for x in r['runs']])} |{ratio}\n")
@@ -291,16 +295,18 @@ def spead2_python_section(a):
                 "heap alone at its time; heaps leave in batches only once the sender is 64 heaps' time behind), "
                 "to recv (its defaults, the block policy) read by the Python client's `ItemGroup` loop, and to spead2's "
                 "Python receiver (`spead2.recv.Stream`, a memory pool, a 128-heap ring) running the same loop "
-                "(`bench/pyloop.py`). CPU is that of every receiving process (recv + Python, or spead2's one process) "
+                "(`bench/pyloop.py`), and to the floor (`ibvbridge bench floor`: a blocking `recvmmsg` that counts bytes "
+                "and decodes nothing — what the kernel alone costs a receiver that wakes for each heap, with no consumer "
+                "and no Python: no receiver of this traffic costs less). CPU is that of every receiving process (recv + Python, or spead2's one process) "
                 "per heap; latency is the loop's receive time minus the send stamp. The chunks row (`--chunks 64`) is "
                 "recv's chunk mode placing by heap cnt, read with `ring.chunks()`, against `spead2.recv.ChunkRingStream` "
                 "placing alike with a compiled `chunk_place`, both loops counting each chunk's presence map; its "
                 "latency is each chunk's, from its last heap's send time, and includes when each receiver publishes a "
                 "full chunk (recv at once, spead2 when the next chunk but one opens).")
     runs = str(max(a.repeats, 5))
-    (res, err), = s.run(["bench", "python", "--peer", "spead2", "--runs", runs, "--seconds", "1", "--json"], timeout=3600)
-    (chunks, _), = s.run(["bench", "python", "--peer", "spead2", "--chunks", "64", "--runs", str(a.repeats), "--seconds", "1",
-                          "--json"], timeout=3600)
+    (res, err), = s.run(["bench", "python", "--peer", "spead2", "--floor", "--runs", runs, "--seconds", "1", "--json"], timeout=3600)
+    (chunks, _), = s.run(["bench", "python", "--peer", "spead2", "--floor", "--chunks", "64", "--runs", str(a.repeats),
+                          "--seconds", "1", "--json"], timeout=3600)
     if not res.get("peer"):
         spead2_python_missing(s, err, "The rows are ibvbridge's alone.")
     python_rows({"results": res["results"] + chunks["results"]}, s, bool(res.get("peer")))

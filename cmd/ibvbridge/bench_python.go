@@ -29,6 +29,8 @@ func runBenchPython(ctx context.Context, env bench.Env, args []string, stdout, s
 	fs.IntVar(&o.Runs, "runs", 5, "alternating runs per receiver and stream; the figures are medians")
 	fs.StringVar(&o.Peer, "peer", "", "spead2: also spead2's Python receiver (spead2.recv.Stream + spead2.ItemGroup) with the same loop")
 	fs.StringVar(&o.Spead2, "spead2-path", "", "with --peer: PYTHONPATH of spead2's Python package (default: the system's, else $HOME/.cache/spead2-*-py/site)")
+	fs.BoolVar(&o.Floor, "floor", false, "also the floor receiver (bench floor: a blocking recvmmsg that counts bytes, no decoding, no consumer) on the same traffic: "+
+		"what the kernel alone costs a receiver of it")
 	recvArgs := fs.String("recv-args", "", "more flags for recv, space-separated (e.g. --coalesce 0)")
 	buffer := byteSize(32 << 20)
 	fs.Var(&buffer, "buffer", "every receiver's socket buffer")

@@ -58,22 +58,25 @@ func runBenchPythonJSON(t *testing.T, env, args []string, res any) string {
 
 // Without spead2's Python package the comparison says so in one line and measures recv and the Python
 // client's loop alone: every stamped heap reached the loop (lossless), each row has a real latency and
-// CPU per heap, and a --variant row runs on the same traffic.
-func TestBenchPythonWithoutSpead2SaysSoAndMeasuresIbvbridge(t *testing.T) {
+// CPU per heap, and a --variant row and the floor (--floor: every byte sent counted) run on the same traffic.
+func TestBenchPythonWithoutSpead2SaysSoAndMeasuresIbvbridgeAndTheFloor(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
 	}
-	res, stderr := benchPython(t, "--peer", "spead2", "--spead2-path", t.TempDir(), "--variant", "c0=--coalesce 0")
+	res, stderr := benchPython(t, "--peer", "spead2", "--spead2-path", t.TempDir(), "--variant", "c0=--coalesce 0", "--floor")
 	checkSaysSpead2Missing(t, stderr)
 	if res.Peer != "" || len(res.Results) != 1 {
 		t.Fatalf("result %+v: want one shape, no peer", res)
 	}
 	rows := res.Results[0].Rows
-	if len(rows) != 2 || rows[0].Receiver != "ibvbridge" || rows[1].Receiver != "c0" {
-		t.Fatalf("rows %+v: want ibvbridge and c0", rows)
+	if len(rows) != 3 || rows[0].Receiver != "ibvbridge" || rows[1].Receiver != "c0" || rows[2].Receiver != "floor" {
+		t.Fatalf("rows %+v: want ibvbridge, c0 and floor", rows)
 	}
-	for _, r := range rows {
+	for _, r := range rows[:2] {
 		checkRow(t, r, 0)
+	}
+	if f := rows[2]; !f.Lossless || f.Runs[0].Sent == 0 || f.Runs[0].Heaps != f.Runs[0].Sent || f.CPUPerHeap <= 0 {
+		t.Errorf("floor: %+v: want every byte counted and a CPU per heap", f)
 	}
 }
 
