@@ -171,3 +171,80 @@ func TestAwaitsEstimatesTheChunkOfOnePacketHeaps(t *testing.T) {
 	}
 	t.Fatal("the chunk never completed")
 }
+
+// feedChunk feeds heaps from..to-1 of chunk k (time-major), one packet each, the first at start and each
+// next gap later, and returns the receive time of the last; cnt is the next heap cnt.
+func feedChunk(t *testing.T, a *assemble.Assembler, k uint64, from, to int, cnt *uint64, start, gap int64) int64 {
+	t.Helper()
+	now := start
+	for i := from; i < to; i++ {
+		tm, ax := k*ckHeaps+uint64(i)/ckAxis, uint64(i)%ckAxis
+		pkts := speadtest.EncodeAll(t, spead.Flavour64_40, 9000, ptr(ckHeap(*cnt, tm, ax, ckHeapSize, 0)))
+		if len(pkts) != 1 {
+			t.Fatalf("heap %d: %d packets, want 1", *cnt, len(pkts))
+		}
+		now = start + int64(i-from)*gap
+		a.Packet(pkts[0], now)
+		*cnt++
+	}
+	return now
+}
+
+// A chunk's own rate says little (its first heaps, read together after a sleep, look instantaneous):
+// Awaits tells a chunk by how long the chunk before it took from its first heap, and by its own rate only
+// once that span has passed.
+func TestAwaitsTellsAChunkByTheSpanOfTheChunkBefore(t *testing.T) {
+	p, _ := chunkRing(t, 4)
+	a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{ChunkWindow: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const positions = ckHeaps * ckAxis
+	total := uint64(positions * ckHeapSize)
+	cnt := uint64(1)
+	last := feedChunk(t, a, 0, 0, positions, &cnt, 1_000_000, 10_000) // a span of 11 heaps' gaps: 110 µs
+	first := last + 10_000
+	feedChunk(t, a, 1, 0, 1, &cnt, first, 0)
+	for _, at := range []int64{0, 30_000} {
+		if left, ok := a.Awaits(first + at); !ok || left != time.Duration(110_000-at) {
+			t.Fatalf("%d ns into a chunk of one heap: %v left (ok %v), want %v: the span of the chunk before, from its first heap",
+				at, left, ok, time.Duration(110_000-at))
+		}
+	}
+	// Half its heaps, the last of them past the span: its own rate.
+	now := feedChunk(t, a, 1, 1, positions/2, &cnt, first+50_000, 20_000)
+	if left, ok := a.Awaits(now); !ok || now-first <= 110_000 || left != wantLeft(total, total/2, now-first) {
+		t.Fatalf("half the chunk in %d ns: %v left (ok %v), want %v: past the span, its own rate",
+			now-first, left, ok, wantLeft(total, total/2, now-first))
+	}
+}
+
+// The span follows the chunks completed, a quarter of the way to each, and falls at once to a chunk that
+// took less than half of it: a stream twice as fast is not slept past for more than one chunk.
+func TestAwaitsSpanFollowsTheChunksAndFallsAtOnceWhenTheyHalve(t *testing.T) {
+	p, _ := chunkRing(t, 8)
+	a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{ChunkWindow: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const positions = ckHeaps * ckAxis
+	cnt := uint64(1)
+	first := int64(1_000_000)
+	feedChunk(t, a, 0, 0, 1, &cnt, first, 0)
+	for k, c := range []struct {
+		gap  int64         // between the chunk's heaps: it takes 11 gaps
+		want time.Duration // the span learnt once it completed
+	}{
+		{10_000, 110 * time.Microsecond},
+		{8_000, 104_500},                // 88 µs: a quarter of the way
+		{4_000, 44 * time.Microsecond},  // less than half: at once
+		{20_000, 88 * time.Microsecond}, // 220 µs: a quarter of the way
+	} {
+		last := feedChunk(t, a, uint64(k), 1, positions, &cnt, first+c.gap, c.gap)
+		first = last + 1_000
+		feedChunk(t, a, uint64(k+1), 0, 1, &cnt, first, 0) // the next chunk's first heap
+		if left, ok := a.Awaits(first); !ok || left != c.want {
+			t.Fatalf("after chunk %d (heaps %v apart): %v left (ok %v), want %v", k, time.Duration(c.gap), left, ok, c.want)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/ibvbridge/ibvbridge/ring"
 	"github.com/ibvbridge/ibvbridge/spead"
@@ -159,6 +160,11 @@ type chunkPlacer struct {
 	itemIDs   []uint64 // the item ids whose values it gets
 	vals      []uint64 // scratch: their values in the packet being placed
 	memo      placeMemo
+	// spanNs is how long a full chunk takes, from its first heap to the heap that completes it (their first
+	// packets' receive times), a moving average over the chunks completed in order that gives each a
+	// quarter of the weight, and falls at once to a span less than half of it (the stream sped up).
+	// 0: no chunk completed yet.
+	spanNs int64
 }
 
 // placeMemo is the placement's last call: its inputs and its answer.
@@ -332,30 +338,58 @@ func (cp *chunkPlacer) retire(c *openChunk) {
 	c.slot, c.noSlot = nil, false
 }
 
-// awaits is what Assembler.Awaits measures in chunk mode: the chunk in assembly — that of h, the heap the
-// latest packet joined, while h is live; else (the packet completed h: every heap of one packet) the chunk
-// of the heap begun last, while it is open — its size, the bytes it holds (those of its heaps that ended,
-// and h's; its other live heaps are not counted, so the answer can only overstate what is left) and its
-// first receive time. Without the second case a stream of one-packet heaps never coalesced in chunk mode.
-func (cp *chunkPlacer) awaits(h *liveHeap, live bool) (total, have uint64, firstNanos int64, ok bool) {
+// awaits is what Assembler.Awaits measures in chunk mode: how long until the chunk in assembly is
+// complete — that of h, the heap the latest packet joined, while h is live; else (the packet completed
+// h: every heap of one packet) the chunk of the heap begun last, while it is open. Without the second case
+// a stream of one-packet heaps never coalesced in chunk mode.
+//
+// A chunk's own rate says little: its heaps' receive times are read times, so the first few, read together
+// after a sleep, look instantaneous, and one read alone looks slow (its own rate made recv wake about six
+// times per chunk of 64 one-packet heaps). So the estimate is the span of the chunks before it (spanNs)
+// from its first heap; with no span yet, or once the span has passed, the rest at its own rate. A stream
+// that slows down only costs more wakes. One that speeds up may have a chunk complete during a sleep,
+// after which it is read (by less than the sleep, a share of the estimate: see the udp source's
+// awaitShare); from twice as fast, only the first chunk at the new pace. Its bytes are those of its heaps
+// that ended, and h's: its other live heaps are not counted, so its own rate can only overstate what is
+// left.
+func (cp *chunkPlacer) awaits(h *liveHeap, live bool, nowNanos int64) (left time.Duration, ok bool) {
 	c := h.chunk
 	if !live {
 		c = cp.open(cp.lastID)
 	}
 	if c == nil || c.slot == nil {
-		return 0, 0, 0, false
+		return 0, false
 	}
-	have, firstNanos = c.received, int64(c.firstNs)
+	have, first := c.received, int64(c.firstNs)
 	if live {
 		have += h.stored
-		if firstNanos == 0 || h.firstNanos < firstNanos {
-			firstNanos = h.firstNanos
+		if first == 0 || h.firstNanos < first {
+			first = h.firstNanos
 		}
 	}
-	if firstNanos == 0 {
-		return 0, 0, 0, false
+	if first == 0 {
+		return 0, false
 	}
-	return cp.g.Bytes(), have, firstNanos, true
+	total := cp.g.Bytes()
+	own, ok := timeLeft(total, have, nowNanos-first)
+	if !ok || cp.spanNs == 0 {
+		return own, ok
+	}
+	if span := time.Duration(first + cp.spanNs - nowNanos); span > 0 {
+		return span, true
+	}
+	return own, true
+}
+
+// learnSpan learns from a chunk completed in order that took span ns from its first heap to its last.
+func (cp *chunkPlacer) learnSpan(span int64) {
+	switch {
+	case span <= 0:
+	case cp.spanNs == 0 || 2*span < cp.spanNs:
+		cp.spanNs = span
+	default:
+		cp.spanNs += (span - cp.spanNs) / 4
+	}
 }
 
 // ended records a heap leaving the window in its chunk: present if it is complete, fits its position and
@@ -396,6 +430,7 @@ func (cp *chunkPlacer) ended(h *liveHeap, complete bool) bool {
 		if front.slot == nil || uint64(front.present) != cp.g.Positions() {
 			break
 		}
+		cp.learnSpan(h.firstNanos - int64(front.firstNs))
 		cp.retire(front)
 		cp.oldest++
 	}
