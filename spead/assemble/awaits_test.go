@@ -13,6 +13,17 @@ import (
 
 var _ transport.Awaiter = (*assemble.Assembler)(nil)
 
+// chunkAssembler is an assembler in chunk mode (a window of two chunks) on a chunk ring of slots slots.
+func chunkAssembler(t *testing.T, slots int) *assemble.Assembler {
+	t.Helper()
+	p, _ := chunkRing(t, slots)
+	a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{ChunkWindow: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
 // payloadLen is the heap payload a packet carries.
 func payloadLen(t *testing.T, b []byte) uint64 {
 	t.Helper()
@@ -107,11 +118,7 @@ func TestAwaitsNothingForAHeapOfUnknownLength(t *testing.T) {
 // In chunk mode what a consumer sees next is the chunk: Awaits estimates the rest of the whole chunk, not
 // of the heap the latest packet joined.
 func TestAwaitsEstimatesTheChunkInChunkMode(t *testing.T) {
-	p, _ := chunkRing(t, 4)
-	a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{ChunkWindow: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := chunkAssembler(t, 4)
 	total := uint64(ckHeaps * ckAxis * ckHeapSize)
 	heap0 := speadtest.EncodeAll(t, spead.Flavour64_40, 1500, ptr(ckHeap(1, 0, 0, ckHeapSize, 0)))
 	heap1 := speadtest.EncodeAll(t, spead.Flavour64_40, 1500, ptr(ckHeap(2, 0, 1, ckHeapSize, 0)))
@@ -136,11 +143,7 @@ func TestAwaitsEstimatesTheChunkInChunkMode(t *testing.T) {
 // assembly until its last position arrives. Awaits estimates the chunk's rest after each heap, and nothing
 // once the chunk is complete and published.
 func TestAwaitsEstimatesTheChunkOfOnePacketHeaps(t *testing.T) {
-	p, _ := chunkRing(t, 4)
-	a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{ChunkWindow: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := chunkAssembler(t, 4)
 	total := uint64(ckHeaps * ckAxis * ckHeapSize)
 	first, now, have := int64(1_000_000), int64(1_000_000), uint64(0)
 	cnt := uint64(1)
@@ -194,11 +197,7 @@ func feedChunk(t *testing.T, a *assemble.Assembler, k uint64, from, to int, cnt 
 // Awaits tells a chunk by how long the chunk before it took from its first heap, and by its own rate only
 // once that span has passed.
 func TestAwaitsTellsAChunkByTheSpanOfTheChunkBefore(t *testing.T) {
-	p, _ := chunkRing(t, 4)
-	a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{ChunkWindow: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := chunkAssembler(t, 4)
 	const positions = ckHeaps * ckAxis
 	total := uint64(positions * ckHeapSize)
 	cnt := uint64(1)
@@ -222,11 +221,7 @@ func TestAwaitsTellsAChunkByTheSpanOfTheChunkBefore(t *testing.T) {
 // The span follows the chunks completed, a quarter of the way to each, and falls at once to a chunk that
 // took less than half of it: a stream twice as fast is not slept past for more than one chunk.
 func TestAwaitsSpanFollowsTheChunksAndFallsAtOnceWhenTheyHalve(t *testing.T) {
-	p, _ := chunkRing(t, 8)
-	a, err := assemble.NewAssembler(p, assemble.AssemblerConfig{ChunkWindow: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := chunkAssembler(t, 8)
 	const positions = ckHeaps * ckAxis
 	cnt := uint64(1)
 	first := int64(1_000_000)
