@@ -34,14 +34,8 @@ func runBenchPython(ctx context.Context, env bench.Env, args []string, stdout, s
 	recvArgs := fs.String("recv-args", "", "more flags for recv, space-separated (e.g. --coalesce 0)")
 	buffer := byteSize(32 << 20)
 	fs.Var(&buffer, "buffer", "every receiver's socket buffer")
-	fs.Func("variant", "one more ibvbridge row, alternating with the others: LABEL=RECV ARGS (e.g. c1ms=--coalesce 1ms); repeatable", func(s string) error {
-		label, args, ok := strings.Cut(s, "=")
-		if !ok || label == "" {
-			return fmt.Errorf("want LABEL=RECV ARGS, not %q", s)
-		}
-		o.Variants = append(o.Variants, bench.PyVariant{Label: label, RecvArgs: strings.Fields(args)})
-		return nil
-	})
+	fs.Func("variant", "one more ibvbridge row, alternating with the others: LABEL=RECV ARGS (e.g. c1ms=--coalesce 1ms); repeatable",
+		func(s string) error { return addPyVariant(&o, s) })
 	baseline := fs.String("baseline", "", "one more ibvbridge row: this ibvbridge binary (e.g. main built from git) with --baseline-client's Python client")
 	baseClient := fs.String("baseline-client", "", "with --baseline: its Python client's directory (default: this tree's)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
@@ -99,6 +93,16 @@ func runBenchPython(ctx context.Context, env bench.Env, args []string, stdout, s
 		return json.NewEncoder(stdout).Encode(map[string]any{"peer": o.Peer, "runs": o.Runs, "results": res})
 	}
 	bench.PrintPython(stdout, res, o.Runs)
+	return nil
+}
+
+// addPyVariant adds bench python's --variant LABEL=RECV ARGS to o.
+func addPyVariant(o *bench.PyOptions, s string) error {
+	label, args, ok := strings.Cut(s, "=")
+	if !ok || label == "" {
+		return fmt.Errorf("want LABEL=RECV ARGS, not %q", s)
+	}
+	o.Variants = append(o.Variants, bench.PyVariant{Label: label, RecvArgs: strings.Fields(args)})
 	return nil
 }
 
