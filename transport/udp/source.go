@@ -128,6 +128,10 @@ type socket struct {
 
 	packets, bytes, placed atomic.Uint64 // this socket's share of the Source's counters (per-thread metrics)
 
+	// unproven: the last read left the socket empty by a guess, not by a read that found nothing
+	// (readPlaced), so a sleep must prove it first.
+	unproven bool
+
 	// Direct placement (GRO sockets feeding a transport.Placer): one recvmmsg whose messages' iovecs
 	// alternate a header buffer and the region Place expects that datagram's payload in, each message
 	// ending in an overflow buffer.
@@ -532,6 +536,15 @@ func (s *Source) runWorker(ctx context.Context, k int, sink *workerSink) error {
 				if emptied && co != nil {
 					now := time.Now()
 					if d := co.next(now, only.bytes.Load()); d > 0 {
+						if only.unproven {
+							// Nothing may wait in the socket through a sleep: look once more first.
+							if found, _, err := s.drainSocket(only, sink, false); err != nil || found {
+								if err != nil {
+									return err
+								}
+								continue
+							}
+						}
 						coalesceSleep(d)
 						co.slept(d, time.Since(now))
 					}
@@ -598,7 +611,8 @@ func (s *Source) wake() {
 // completes reach consumers together when the socket is empty (or has had its share), not one cursor
 // store at a time. With wait, its first read waits up to busyWait for a datagram inside the syscall: a
 // receiver of one socket needs no readiness wait of its own (a syscall per burst) while the stream
-// is busy. It reports whether it read anything, and whether it left the socket empty.
+// is busy. It reports whether it read anything, and whether it left the socket empty (proven by a read
+// that found nothing, or guessed from a GRO message with room for more: sk.unproven).
 func (s *Source) drainSocket(sk *socket, w *workerSink, wait bool) (got, emptied bool, err error) {
 	w.beginDrain()
 	defer w.endDrain()
@@ -617,8 +631,11 @@ func (s *Source) drainSocket(sk *socket, w *workerSink, wait bool) (got, emptied
 }
 
 // coalesceSleep sleeps d (at most busyWait) in a raw syscall, which keeps the thread's P as the waiting
-// read does; a signal (the runtime's preemption) ends it early.
-func coalesceSleep(d time.Duration) {
+// read does; a signal (the runtime's preemption) ends it early. A variable: tests look at the socket
+// before each sleep.
+var coalesceSleep = sleepRaw
+
+func sleepRaw(d time.Duration) {
 	ts := unix.NsecToTimespec(d.Nanoseconds())
 	_, _, _ = unix.RawSyscall(unix.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), 0, 0)
 }
@@ -627,6 +644,7 @@ func coalesceSleep(d time.Duration) {
 // busyWait for the first message) and hands what it read over: straight into place where the sink has a
 // guess, else a recvmmsg batch. It reports whether it read anything and whether the socket may have more.
 func (s *Source) readOnce(sk *socket, w *workerSink, flags int) (got, more bool, err error) {
+	sk.unproven = false
 	hdrs := sk.hdrs
 	if w.placer != nil && sk.gro {
 		w.beginRead()
@@ -775,7 +793,15 @@ func (s *Source) readPlaced(sk *socket, pl transport.Placer, hdrLen, k, flags in
 	} else {
 		sk.msgCap = min(2*sk.msgCap, len(sk.pmsgs))
 	}
-	return n > 0, n == msgs && !s.stopping.Load(), nil
+	more = n == msgs && !s.stopping.Load()
+	if more && sk.perMsg != 1 && int(sk.pmsgs[0].n)+sk.segSize <= maxGROMessage {
+		// One GRO message with room for another datagram: the burst that made it ended there, so the socket
+		// is most likely empty. Reading again to prove it costs a syscall that finds nothing, per wake, on
+		// a stream of bursts; the next drain's waiting read finds whatever did come. Only a sleep needs the
+		// proof (runWorker).
+		more, sk.unproven = false, true
+	}
+	return n > 0, more, nil
 }
 
 // layoutPlaced builds the message vectors of a placed read of k regions and returns how many messages.
