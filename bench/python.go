@@ -72,8 +72,9 @@ type PyOptions struct {
 	RecvArgs []string // more flags for recv (e.g. --coalesce 0), after the defaults
 	Buffer   int      // every receiver's socket buffer (default 32 MiB)
 	// Floor: also the floor receiver (Floor, `bench floor`) on the same traffic: what the kernel alone
-	// costs a receiver that wakes for each heap sent alone, with no consumer and no Python. Its CPU per
-	// heap is a bound no receiver of this traffic goes below.
+	// costs a receiver that reads each datagram as it comes, with no consumer and no Python. No receiver
+	// that hands each heap on as it arrives costs less; one that reads many heaps a wake (recv in chunk
+	// mode) can.
 	Floor bool
 	// Variants are more ibvbridge rows, run alternating with the others on the same traffic: other recv
 	// flags, another build (a baseline), or another Python client.
