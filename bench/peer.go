@@ -267,11 +267,21 @@ func spead2Lossless(stdout []byte, sh PeerShape, _ SendResult) (bool, string) {
 
 // floorLossless: the floor counted every byte the sender says it sent.
 func floorLossless(stdout []byte, _ PeerShape, sent SendResult) (bool, string) {
+	ok, detail, err := floorCounted(stdout, sent.Bytes)
+	if err != nil {
+		return false, err.Error()
+	}
+	return ok, detail
+}
+
+// floorCounted reads the floor's output (its last line, a FloorResult): whether it counted every one of
+// sent bytes, and what it counted.
+func floorCounted(stdout []byte, sent uint64) (ok bool, detail string, err error) {
 	var f FloorResult
 	if err := json.Unmarshal(LastLine(stdout), &f); err != nil {
-		return false, fmt.Sprintf("floor output %q: %v", stdout, err)
+		return false, "", fmt.Errorf("floor output %q: %w", stdout, err)
 	}
-	return f.Bytes == sent.Bytes, fmt.Sprintf("bytes %d of %d, %d messages in %d calls", f.Bytes, sent.Bytes, f.Messages, f.Calls)
+	return f.Bytes == sent, fmt.Sprintf("bytes %d of %d, %d messages in %d calls", f.Bytes, sent, f.Messages, f.Calls), nil
 }
 
 // spead2Sender is spead2_send: the traffic spead2_recv is built for. Its Bytes are UDP payload bytes.

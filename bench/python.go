@@ -541,15 +541,12 @@ func pyFloorRun(ctx context.Context, env Env, o PyOptions, sh PyShape) (PyRun, e
 	if err := rp.finish(5 * time.Second); err != nil {
 		return run, fmt.Errorf("the floor: %w: %s", err, errOut.String())
 	}
-	var f FloorResult
-	if err := json.Unmarshal(LastLine(out.Bytes()), &f); err != nil {
-		return run, fmt.Errorf("the floor's output %q: %w", out.String(), err)
+	if run.Lossless, run.Detail, err = floorCounted(out.Bytes(), st.Bytes); err != nil {
+		return run, err
 	}
 	ps := cmd.ProcessState
 	run.Sent, run.SentGbps, run.Heaps = st.Heaps, st.Gbps, st.Heaps
 	run.CPUSeconds = (ps.UserTime() + ps.SystemTime() - cpu0).Seconds()
-	run.Lossless = f.Bytes == st.Bytes
-	run.Detail = fmt.Sprintf("bytes %d of %d, %d messages in %d calls", f.Bytes, st.Bytes, f.Messages, f.Calls)
 	return run, nil
 }
 

@@ -72,8 +72,9 @@ type Absorber interface {
 
 // Awaiter is a Sink that can tell how long until what it assembles is complete: the heap in assembly
 // (the heap assembler: the heap the latest packet joined, or its chunk), at the rate its bytes arrived so
-// far (a chunk just begun: as long as the chunks before it took); ok false when nothing is in assembly or its size is unknown. A source that coalesces reads sleeps
-// no longer than that (udp.Config.CoalesceHeaps), so a sleep never postpones a heap's completion.
+// far (a chunk: as long as the chunks before it took); ok false when nothing is in assembly or its size is
+// unknown. A source that coalesces reads sleeps no longer than that (udp.Config.CoalesceHeaps), so a sleep
+// never postpones a heap's completion.
 type Awaiter interface {
 	Sink
 	Awaits(nowNanos int64) (left time.Duration, ok bool)

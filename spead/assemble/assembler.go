@@ -314,8 +314,9 @@ func (a *Assembler) Absorbs(max time.Duration) time.Duration { return a.p.Absorb
 // Awaits implements transport.Awaiter: how long until what a consumer sees next as one unit, the heap the
 // latest packet joined (in chunk mode, the chunk of the heap begun last, even when the latest packet
 // completed its heap), is complete, at the rate its bytes arrived so far (from its first packet's receive
-// time to now; a chunk, as long as the chunks before it took: chunkPlacer.awaits). ok is false when nothing is in assembly (the latest packet completed its heap, or its
-// chunk) or its size is unknown (no heap length yet). The estimate can only err short while the bytes
+// time to now; a chunk, as long as the chunks before it took: chunkPlacer.awaits). ok is false when
+// nothing is in assembly (the latest packet completed its heap, or its chunk) or its size is unknown (no
+// heap length yet). The estimate can only err short while the bytes
 // come at a steady rate: receive times are read times, which trail arrival. Hot path only: it reads the
 // window, nothing else.
 func (a *Assembler) Awaits(nowNanos int64) (left time.Duration, ok bool) {

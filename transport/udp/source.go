@@ -536,12 +536,12 @@ func (s *Source) runWorker(ctx context.Context, k int, sink *workerSink) error {
 				if emptied && co != nil {
 					now := time.Now()
 					if d := co.next(now, only.bytes.Load()); d > 0 {
-						if only.unproven {
-							// Nothing may wait in the socket through a sleep: look once more first.
-							if found, _, err := s.drainSocket(only, sink, false); err != nil || found {
-								if err != nil {
-									return err
-								}
+						if only.unproven { // nothing may wait in the socket through a sleep: look once more
+							found, _, err := s.drainSocket(only, sink, false)
+							if err != nil {
+								return err
+							}
+							if found {
 								continue
 							}
 						}
